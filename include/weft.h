@@ -1,0 +1,229 @@
+/*
+ * weft: MPI-style message passing on UCX, with a collectives module.
+ *
+ * The one public header. Conventions (kept stable for C and ctypes users):
+ *   - handles are opaque pointers (NULL is the null handle);
+ *   - every enum has fixed numeric values that never change meaning;
+ *   - every call returns an int status (WEFT_SUCCESS == 0, errors < 0);
+ *     weft_strerror() names it and weft_last_error() gives this thread's
+ *     last failure message in full (which rank, which argument, ...);
+ *   - no struct is passed by value; weft_status_t is passed by pointer and
+ *     its layout is versioned by WEFT_STATUS_LAYOUT.
+ *
+ * Threading: one thread at a time may call into weft (MPI_THREAD_FUNNELED
+ * or SERIALIZED in MPI's terms).
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------ */
+/* Status codes (fixed values)                                         */
+/* ------------------------------------------------------------------ */
+enum {
+    WEFT_SUCCESS = 0,
+    WEFT_ERR_ARG = -1,             /* bad argument: NULL buffer, negative count, rank out of range, ... */
+    WEFT_ERR_NO_MEMORY = -2,       /* allocation failed */
+    WEFT_ERR_TIMEOUT = -3,         /* a deadline passed; the request (if any) stays valid */
+    WEFT_ERR_PEER_LOST = -4,       /* a peer process died or its connection failed */
+    WEFT_ERR_TRUNCATE = -5,        /* message longer than the receive buffer; nothing written past it */
+    WEFT_ERR_UNSUPPORTED = -6,     /* not available in this build or for this case */
+    WEFT_ERR_NOT_INITIALIZED = -7, /* called before weft_init or after weft_finalize */
+    WEFT_ERR_BOOTSTRAP = -8,       /* ranks could not find each other */
+    WEFT_ERR_TRANSPORT = -9,       /* UCX reported an error */
+    WEFT_ERR_CANCELED = -10,       /* the request was canceled */
+    WEFT_ERR_INTERNAL = -11,       /* a bug in weft: please report */
+    WEFT_ERR_ALREADY = -12,        /* already initialized / already done */
+    WEFT_ERR_COMM = -13            /* invalid or freed communicator */
+};
+
+/* ------------------------------------------------------------------ */
+/* Datatypes (fixed values)                                            */
+/* ------------------------------------------------------------------ */
+typedef enum weft_dtype {
+    WEFT_INT8 = 0,
+    WEFT_UINT8 = 1,
+    WEFT_INT16 = 2,
+    WEFT_UINT16 = 3,
+    WEFT_INT32 = 4,
+    WEFT_UINT32 = 5,
+    WEFT_INT64 = 6,
+    WEFT_UINT64 = 7,
+    WEFT_FLOAT16 = 8,  /* IEEE 754 binary16 */
+    WEFT_BFLOAT16 = 9, /* bfloat16 (upper half of a float32) */
+    WEFT_FLOAT32 = 10,
+    WEFT_FLOAT64 = 11,
+    WEFT_BYTE = 12,
+    WEFT_DTYPE_COUNT = 13
+} weft_dtype_t;
+
+/* ------------------------------------------------------------------ */
+/* Handles and special values                                          */
+/* ------------------------------------------------------------------ */
+typedef struct weft_comm_s *weft_comm_t;
+typedef struct weft_request_s *weft_request_t;
+
+#define WEFT_COMM_NULL ((weft_comm_t)0)
+#define WEFT_REQUEST_NULL ((weft_request_t)0)
+
+#define WEFT_ANY_SOURCE (-1)
+#define WEFT_ANY_TAG (-1)
+/* User tags are 0..WEFT_TAG_UB. */
+#define WEFT_TAG_UB ((1 << 23) - 1)
+
+/* A timeout argument (seconds) meaning "use the communicator's default". */
+#define WEFT_TIMEOUT_DEFAULT (-1.0)
+/* A timeout argument meaning "wait without a deadline" (discouraged). */
+#define WEFT_TIMEOUT_NONE (0.0)
+
+/* Completion status of a receive (or probe). Layout version 1:
+ *   int32 source, int32 tag, int32 error, int32 reserved, uint64 bytes. */
+#define WEFT_STATUS_LAYOUT 1
+typedef struct weft_status {
+    int32_t source;   /* rank that sent the message (in the communicator) */
+    int32_t tag;      /* the sender's tag */
+    int32_t error;    /* WEFT_SUCCESS or the request's error */
+    int32_t reserved; /* keep zero */
+    uint64_t bytes;   /* bytes received. WEFT_ERR_TRUNCATE: UCX does not report the
+                         sender, so source/tag are the receive's own arguments
+                         and bytes is the buffer's capacity */
+} weft_status_t;
+
+/* The out-of-band allgather a host code provides to weft_init_oob:
+ * gather `len` bytes from every rank into recvbuf (rank order), return 0
+ * on success, anything else on failure. */
+typedef int (*weft_oob_allgather_fn)(const void *sendbuf, void *recvbuf, size_t len, void *ctx);
+
+/* ------------------------------------------------------------------ */
+/* Runtime                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Initialises weft. The bootstrap is chosen by itself: PMIx when started
+ * by mpirun / prterun / srun --mpi=pmix; the env bootstrap when RANK,
+ * WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set (torchrun, Kubernetes);
+ * a singleton of size 1 otherwise. WEFT_BOOTSTRAP=pmix|env|single forces
+ * one. argc/argv may be NULL. */
+WEFT_API int weft_init(int *argc, char ***argv);
+
+/* Initialises weft from a host code's own allgather (MPI_Allgather, a
+ * key-value store, ...). `allgather` is called collectively by all ranks. */
+WEFT_API int weft_init_oob(int rank, int size, weft_oob_allgather_fn allgather, void *ctx);
+
+/* Completes outstanding work, synchronises with the other ranks (within
+ * WEFT_TIMEOUT) and releases everything. weft_init may be called again. */
+WEFT_API int weft_finalize(void);
+
+WEFT_API int weft_initialized(int *flag);
+
+/* Drives communication once; returns the number of events processed. */
+WEFT_API int weft_progress(void);
+
+WEFT_API double weft_wtime(void);
+WEFT_API int weft_get_version(int *major, int *minor, int *patch);
+WEFT_API const char *weft_version_string(void);
+WEFT_API const char *weft_strerror(int status);
+/* This thread's last failure message ("" when none). Valid until the next
+ * failing call on the same thread. */
+WEFT_API const char *weft_last_error(void);
+
+/* Name of the bootstrap in use: "pmix", "env", "oob", "single", or "none". */
+WEFT_API const char *weft_bootstrap_name(void);
+
+/* Datatype size in bytes, or 0 for an unknown datatype. */
+WEFT_API size_t weft_dtype_size(weft_dtype_t dtype);
+WEFT_API const char *weft_dtype_name(weft_dtype_t dtype);
+
+/* ------------------------------------------------------------------ */
+/* Communicators                                                       */
+/* ------------------------------------------------------------------ */
+/* The world communicator (WEFT_COMM_NULL before init / after finalize). */
+WEFT_API weft_comm_t weft_comm_world(void);
+WEFT_API int weft_comm_rank(weft_comm_t comm, int *rank);
+WEFT_API int weft_comm_size(weft_comm_t comm, int *size);
+/* Local (same host) rank and size as torchrun/FSDP users expect:
+ * LOCAL_RANK / LOCAL_WORLD_SIZE when set, otherwise the launcher's view. */
+WEFT_API int weft_local_rank(int *local_rank);
+WEFT_API int weft_local_size(int *local_size);
+/* Default deadline (seconds) of every wait on this communicator. */
+WEFT_API int weft_comm_get_timeout(weft_comm_t comm, double *timeout_s);
+WEFT_API int weft_comm_set_timeout(weft_comm_t comm, double timeout_s);
+
+/* ------------------------------------------------------------------ */
+/* Point-to-point                                                      */
+/* ------------------------------------------------------------------ */
+/* Messages between one pair of ranks on one communicator arrive in the
+ * order sent. Blocking calls wait at most the communicator's timeout. */
+WEFT_API int weft_send(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm);
+WEFT_API int weft_recv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
+                       weft_status_t *status);
+WEFT_API int weft_isend(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm,
+                        weft_request_t *request);
+WEFT_API int weft_irecv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
+                        weft_request_t *request);
+WEFT_API int weft_sendrecv(const void *sendbuf, int64_t sendcount, weft_dtype_t sendtype, int dest, int sendtag,
+                           void *recvbuf, int64_t recvcount, weft_dtype_t recvtype, int source, int recvtag,
+                           weft_comm_t comm, weft_status_t *status);
+/* Blocks (within the communicator's timeout) until a matching message is
+ * pending; it stays pending. */
+WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *status);
+WEFT_API int weft_iprobe(int source, int tag, weft_comm_t comm, int *flag, weft_status_t *status);
+
+/* ------------------------------------------------------------------ */
+/* Requests                                                            */
+/* ------------------------------------------------------------------ */
+/* test / wait release a completed request and set *request to
+ * WEFT_REQUEST_NULL. A wait that times out returns WEFT_ERR_TIMEOUT and
+ * leaves the request valid: wait on it again, or cancel it. `status` may
+ * be NULL. Waiting on WEFT_REQUEST_NULL returns WEFT_SUCCESS at once. */
+WEFT_API int weft_test(weft_request_t *request, int *flag, weft_status_t *status);
+WEFT_API int weft_wait(weft_request_t *request, weft_status_t *status);
+WEFT_API int weft_wait_timeout(weft_request_t *request, double timeout_s, weft_status_t *status);
+/* Waits for all; returns the first error met (statuses[i].error tells
+ * which request failed). Requests that completed are released; on
+ * WEFT_ERR_TIMEOUT the unfinished ones stay valid. statuses may be NULL. */
+WEFT_API int weft_waitall(int count, weft_request_t requests[], weft_status_t statuses[]);
+WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double timeout_s,
+                                  weft_status_t statuses[]);
+/* Cancels a pending receive; a later wait returns WEFT_ERR_CANCELED.
+ * Sends cannot be canceled (WEFT_ERR_UNSUPPORTED): UCX may already be
+ * moving their data. */
+WEFT_API int weft_request_cancel(weft_request_t *request);
+/* Releases a request without waiting. A pending receive is canceled; a
+ * pending send completes in the background (its buffer must stay valid). */
+WEFT_API int weft_request_free(weft_request_t *request);
+
+/* ------------------------------------------------------------------ */
+/* Introspection (weft_info uses these)                                */
+/* ------------------------------------------------------------------ */
+WEFT_API const char *weft_ucx_version(void);
+/* Space-separated "transport/device" list UCX offers on this host. */
+WEFT_API int weft_ucx_transports(char *buf, size_t len);
+/* The WEFT_* runtime variables, one table: index 0..weft_var_count()-1. */
+WEFT_API int weft_var_count(void);
+WEFT_API int weft_var_get(int index, const char **name, const char **type, const char **default_value,
+                          const char **description);
+/* Build facts, "key=value" space separated (cuda=yes|no, ...). */
+WEFT_API const char *weft_build_info(void);
+/* Short hwloc summary of this host ("2 cores, 1 NUMA node, 1 package"). */
+WEFT_API int weft_host_topology(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */

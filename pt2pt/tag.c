@@ -1,0 +1,359 @@
+/* Tagged send / receive / probe on UCX. The host path adds no copy: user
+ * buffers go straight to UCX, which picks eager or zero-copy rendezvous. */
+#include <string.h>
+
+#include "pt2pt/pt2pt.h"
+
+static void p2p_orphan(weft_request_t req)
+{
+    (void)req; /* the completion callback sees req->orphaned and releases it */
+}
+
+static int recv_cancel(weft_request_t req)
+{
+    if (req->owner_data) ucp_request_cancel(weft_g.p2p->worker, req->owner_data);
+    return WEFT_SUCCESS;
+}
+
+/* A receive from a rank UCX has declared lost can never complete. */
+static void recv_check(weft_request_t req)
+{
+    if (req->peer < 0 || weft_g.p2p->lost_count == 0 || !req->owner_data) return;
+    int world = weft_comm_world_rank(req->comm, req->peer);
+    if (!weft_g.p2p->peers[world].lost) return;
+    req->cancel_reason = WEFT_ERR_PEER_LOST;
+    weft_error(WEFT_ERR_PEER_LOST, "recv from rank %d (tag %d, comm %s): the rank is lost (%s)", req->peer, req->tag,
+               req->comm->name, ucs_status_string(weft_g.p2p->peers[world].why));
+    ucp_request_cancel(weft_g.p2p->worker, req->owner_data);
+}
+
+static const weft_request_ops_t send_ops = {.kind = "send", .cancel = NULL, .check = NULL, .orphan = p2p_orphan};
+static const weft_request_ops_t recv_ops = {
+    .kind = "recv", .cancel = recv_cancel, .check = recv_check, .orphan = p2p_orphan};
+
+static void send_done(void *ucx_req, ucs_status_t st, void *user_data)
+{
+    weft_request_t req = user_data;
+    ucp_request_free(ucx_req);
+    req->owner_data = NULL;
+    if (req->orphaned) {
+        if (st != UCS_OK) weft_debug("released send to rank %d failed: %s", req->peer, ucs_status_string(st));
+        weft_request_release(req);
+        return;
+    }
+    weft_request_complete(req, weft_p2p_status_to_weft(st));
+}
+
+/* UCX fills the tag info only for a successful receive; a truncated one
+ * reports neither the sender nor the length. */
+static void recv_fill(weft_request_t req, ucs_status_t st, const ucp_tag_recv_info_t *info)
+{
+    if (st == UCS_OK) {
+        req->status.source = weft_tag_source(info->sender_tag);
+        req->status.tag = weft_tag_tag(info->sender_tag);
+        req->status.bytes = info->length;
+    }
+    int err = weft_p2p_status_to_weft(st);
+    if (st == UCS_ERR_CANCELED && req->cancel_reason) err = req->cancel_reason;
+    if (err == WEFT_ERR_TRUNCATE) {
+        req->status.source = req->peer;
+        req->status.tag = req->tag;
+        req->status.bytes = req->capacity;
+        weft_error(WEFT_ERR_TRUNCATE, "recv (source %d, tag %d, comm %s): the message does not fit the %zu-byte buffer",
+                   req->peer, req->tag, req->comm->name, req->capacity);
+    }
+    weft_request_complete(req, err);
+}
+
+static void recv_done(void *ucx_req, ucs_status_t st, const ucp_tag_recv_info_t *info, void *user_data)
+{
+    weft_request_t req = user_data;
+    /* info may live inside the UCX request: read it before freeing that. */
+    if (!req->orphaned) recv_fill(req, st, info);
+    ucp_request_free(ucx_req);
+    req->owner_data = NULL;
+    if (req->orphaned) weft_request_release(req);
+}
+
+int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm,
+                   weft_request_t *out)
+{
+    int world = weft_comm_world_rank(comm, dest);
+    ucp_ep_h ep;
+    int rc;
+
+    if (WEFT_UNLIKELY(weft_g.p2p->peers[world].lost))
+        return weft_error(WEFT_ERR_PEER_LOST, "send to rank %d (comm %s): the rank is lost (%s)", dest, comm->name,
+                          ucs_status_string(weft_g.p2p->peers[world].why));
+    if ((rc = weft_p2p_ep(world, &ep)) != WEFT_SUCCESS) return rc;
+    weft_request_t req = weft_request_alloc(&send_ops, comm);
+    if (!req) return weft_error(WEFT_ERR_NO_MEMORY, "send: out of memory for a request");
+    req->peer = dest;
+    req->tag = tag;
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = send_done,
+        .user_data = req,
+    };
+    ucs_status_ptr_t sp = ucp_tag_send_nbx(ep, buf, bytes, weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank,
+                                                                         comm->context_id),
+                                           &param);
+    if (sp == NULL) {
+        weft_request_complete(req, WEFT_SUCCESS);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        ucs_status_t st = UCS_PTR_STATUS(sp);
+        weft_request_release(req);
+        return weft_error(weft_p2p_status_to_weft(st), "send to rank %d (comm %s): %s", dest, comm->name,
+                          ucs_status_string(st));
+    } else {
+        req->owner_data = sp;
+    }
+    *out = req;
+    return WEFT_SUCCESS;
+}
+
+static void recv_tag_mask(int source, unsigned cls, int tag, weft_comm_t comm, ucp_tag_t *t, ucp_tag_t *mask)
+{
+    *mask = WEFT_TAG_MASK_CLASS | WEFT_TAG_MASK_CTX;
+    if (source != WEFT_ANY_SOURCE) *mask |= WEFT_TAG_MASK_SRC;
+    if (tag != WEFT_ANY_TAG) *mask |= WEFT_TAG_MASK_TAG;
+    *t = weft_tag_make(cls, tag == WEFT_ANY_TAG ? 0u : (unsigned)tag, source == WEFT_ANY_SOURCE ? 0u : (unsigned)source,
+                       comm->context_id);
+}
+
+int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm,
+                   weft_request_t *out)
+{
+    ucp_tag_t t, mask;
+    weft_request_t req = weft_request_alloc(&recv_ops, comm);
+    if (!req) return weft_error(WEFT_ERR_NO_MEMORY, "recv: out of memory for a request");
+    req->peer = source;
+    req->tag = tag;
+    req->capacity = bytes;
+    _Static_assert(sizeof(req->owner_scratch) >= sizeof(ucp_tag_recv_info_t), "scratch too small for tag info");
+    ucp_tag_recv_info_t *info = (ucp_tag_recv_info_t *)req->owner_scratch;
+    recv_tag_mask(source, cls, tag, comm, &t, &mask);
+    /* Connecting to a named source lets UCX notice if it dies while we wait. */
+    if (source != WEFT_ANY_SOURCE && weft_cfg.peer_failure) {
+        ucp_ep_h ep;
+        (void)weft_p2p_ep(weft_comm_world_rank(comm, source), &ep);
+    }
+    ucp_request_param_t param = {
+        /* UCX 1.13 completes a receive of an already-arrived message inline
+         * without filling recv_info, losing the sender: always take the
+         * callback path, which reports it. */
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = recv_done,
+        .user_data = req,
+        .recv_info.tag_info = info,
+    };
+    ucs_status_ptr_t sp = ucp_tag_recv_nbx(weft_g.p2p->worker, buf, bytes, t, mask, &param);
+    if (sp == NULL) {
+        recv_fill(req, UCS_OK, info);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        ucs_status_t st = UCS_PTR_STATUS(sp);
+        if (st == UCS_ERR_MESSAGE_TRUNCATED) {
+            recv_fill(req, st, info);
+        } else {
+            weft_request_release(req);
+            return weft_error(weft_p2p_status_to_weft(st), "recv from rank %d (comm %s): %s", source, comm->name,
+                              ucs_status_string(st));
+        }
+    } else {
+        req->owner_data = sp;
+    }
+    *out = req;
+    return WEFT_SUCCESS;
+}
+
+/* ---- public API: argument checks, then the engine ---------------------- */
+
+static int check_peer(weft_comm_t comm, int rank, int any_ok, const char *fn, const char *what)
+{
+    if (rank == WEFT_ANY_SOURCE && any_ok) return WEFT_SUCCESS;
+    if (rank < 0 || rank >= comm->size)
+        return weft_error(WEFT_ERR_ARG, "%s: %s rank %d out of range 0..%d of comm %s", fn, what, rank,
+                          comm->size - 1, comm->name);
+    return WEFT_SUCCESS;
+}
+
+static int check_tag(int tag, int any_ok, const char *fn)
+{
+    if (tag == WEFT_ANY_TAG && any_ok) return WEFT_SUCCESS;
+    if (tag < 0 || tag > WEFT_TAG_UB)
+        return weft_error(WEFT_ERR_ARG, "%s: tag %d out of range 0..%d%s", fn, tag, WEFT_TAG_UB,
+                          any_ok ? " (or WEFT_ANY_TAG)" : "");
+    return WEFT_SUCCESS;
+}
+
+static int check_send(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm,
+                      const char *fn, size_t *bytes)
+{
+    int rc;
+    WEFT_CHECK_INIT(fn);
+    if ((rc = weft_comm_check(comm, fn)) || (rc = weft_buffer_check(buf, count, dtype, fn, "send buffer", bytes)) ||
+        (rc = check_peer(comm, dest, 0, fn, "destination")) || (rc = check_tag(tag, 0, fn)))
+        return rc;
+    return WEFT_SUCCESS;
+}
+
+static int check_recv(const void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
+                      const char *fn, size_t *bytes)
+{
+    int rc;
+    WEFT_CHECK_INIT(fn);
+    if ((rc = weft_comm_check(comm, fn)) ||
+        (rc = weft_buffer_check(buf, count, dtype, fn, "receive buffer", bytes)) ||
+        (rc = check_peer(comm, source, 1, fn, "source")) || (rc = check_tag(tag, 1, fn)))
+        return rc;
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_isend(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm,
+                        weft_request_t *request)
+{
+    size_t bytes;
+    int rc = check_send(buf, count, dtype, dest, tag, comm, "weft_isend", &bytes);
+    if (rc) return rc;
+    if (!request) return weft_error(WEFT_ERR_ARG, "weft_isend: NULL request pointer");
+    return weft_p2p_isend(buf, bytes, dest, WEFT_TAG_CLASS_USER, tag, comm, request);
+}
+
+WEFT_API int weft_irecv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
+                        weft_request_t *request)
+{
+    size_t bytes;
+    int rc = check_recv(buf, count, dtype, source, tag, comm, "weft_irecv", &bytes);
+    if (rc) return rc;
+    if (!request) return weft_error(WEFT_ERR_ARG, "weft_irecv: NULL request pointer");
+    return weft_p2p_irecv(buf, bytes, source, WEFT_TAG_CLASS_USER, tag, comm, request);
+}
+
+/* A blocking receive that times out must not leave UCX owning the user's
+ * buffer: cancel it and wait for the cancel to land. */
+static int recv_abandon(weft_request_t req, int rc)
+{
+    char saved[1024];
+    snprintf(saved, sizeof(saved), "%s", weft_last_error());
+    recv_cancel(req);
+    weft_request_wait_until(req, weft_wtime() + 5.0);
+    if (req->complete)
+        weft_request_release(req);
+    else
+        weft_request_free(&req); /* still pending: released by its callback */
+    return weft_error(rc, "%s", saved);
+}
+
+WEFT_API int weft_send(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm)
+{
+    size_t bytes;
+    weft_request_t req;
+    int rc = check_send(buf, count, dtype, dest, tag, comm, "weft_send", &bytes);
+    if (rc) return rc;
+    if ((rc = weft_p2p_isend(buf, bytes, dest, WEFT_TAG_CLASS_USER, tag, comm, &req))) return rc;
+    if (WEFT_LIKELY(req->complete)) {
+        rc = req->status.error;
+        weft_request_release(req);
+        return rc;
+    }
+    rc = weft_wait(&req, NULL);
+    /* A send cannot be canceled; on timeout it finishes in the background. */
+    if (rc == WEFT_ERR_TIMEOUT) {
+        weft_request_free(&req);
+        return weft_error(rc, "%s; the send finishes in the background", weft_last_error());
+    }
+    return rc;
+}
+
+WEFT_API int weft_recv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
+                       weft_status_t *status)
+{
+    size_t bytes;
+    weft_request_t req;
+    int rc = check_recv(buf, count, dtype, source, tag, comm, "weft_recv", &bytes);
+    if (rc) return rc;
+    if ((rc = weft_p2p_irecv(buf, bytes, source, WEFT_TAG_CLASS_USER, tag, comm, &req))) return rc;
+    rc = weft_wait(&req, status);
+    if (rc == WEFT_ERR_TIMEOUT) return recv_abandon(req, rc);
+    return rc;
+}
+
+WEFT_API int weft_sendrecv(const void *sendbuf, int64_t sendcount, weft_dtype_t sendtype, int dest, int sendtag,
+                           void *recvbuf, int64_t recvcount, weft_dtype_t recvtype, int source, int recvtag,
+                           weft_comm_t comm, weft_status_t *status)
+{
+    size_t sbytes, rbytes;
+    weft_request_t reqs[2];
+    weft_status_t st[2];
+    int rc = check_send(sendbuf, sendcount, sendtype, dest, sendtag, comm, "weft_sendrecv", &sbytes);
+    if (rc || (rc = check_recv(recvbuf, recvcount, recvtype, source, recvtag, comm, "weft_sendrecv", &rbytes)))
+        return rc;
+    if ((rc = weft_p2p_irecv(recvbuf, rbytes, source, WEFT_TAG_CLASS_USER, recvtag, comm, &reqs[0]))) return rc;
+    if ((rc = weft_p2p_isend(sendbuf, sbytes, dest, WEFT_TAG_CLASS_USER, sendtag, comm, &reqs[1]))) {
+        recv_abandon(reqs[0], rc);
+        return rc;
+    }
+    rc = weft_waitall(2, reqs, st);
+    if (status) *status = st[0];
+    if (reqs[0]) recv_abandon(reqs[0], rc);
+    if (reqs[1]) weft_request_free(&reqs[1]);
+    return rc;
+}
+
+static int probe_once(int source, int tag, weft_comm_t comm, int *flag, weft_status_t *status)
+{
+    ucp_tag_t t, mask;
+    ucp_tag_recv_info_t info;
+    recv_tag_mask(source, WEFT_TAG_CLASS_USER, tag, comm, &t, &mask);
+    ucp_tag_message_h msg = ucp_tag_probe_nb(weft_g.p2p->worker, t, mask, 0, &info);
+    *flag = msg != NULL;
+    if (msg && status) {
+        memset(status, 0, sizeof(*status));
+        status->source = weft_tag_source(info.sender_tag);
+        status->tag = weft_tag_tag(info.sender_tag);
+        status->bytes = info.length;
+    }
+    return WEFT_SUCCESS;
+}
+
+static int check_probe(int source, int tag, weft_comm_t comm, const char *fn)
+{
+    int rc;
+    WEFT_CHECK_INIT(fn);
+    if ((rc = weft_comm_check(comm, fn)) || (rc = check_peer(comm, source, 1, fn, "source")) ||
+        (rc = check_tag(tag, 1, fn)))
+        return rc;
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_iprobe(int source, int tag, weft_comm_t comm, int *flag, weft_status_t *status)
+{
+    int rc = check_probe(source, tag, comm, "weft_iprobe");
+    if (rc) return rc;
+    if (!flag) return weft_error(WEFT_ERR_ARG, "weft_iprobe: NULL flag pointer");
+    weft_progress();
+    return probe_once(source, tag, comm, flag, status);
+}
+
+WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *status)
+{
+    int rc = check_probe(source, tag, comm, "weft_probe");
+    if (rc) return rc;
+    double deadline = weft_deadline_from(comm->timeout, weft_wtime());
+    unsigned idle = 0;
+    for (;;) {
+        int flag, events = weft_progress();
+        probe_once(source, tag, comm, &flag, status);
+        if (flag) return WEFT_SUCCESS;
+        if (!events) {
+            if (source != WEFT_ANY_SOURCE && weft_g.p2p->peers[weft_comm_world_rank(comm, source)].lost)
+                return weft_error(WEFT_ERR_PEER_LOST, "weft_probe: rank %d is lost", source);
+            if (deadline > 0 && weft_wtime() >= deadline)
+                return weft_error_quiet(WEFT_ERR_TIMEOUT,
+                                        "weft_probe: no message from rank %d (tag %d, comm %s) within %.3g s", source,
+                                        tag, comm->name, comm->timeout);
+        }
+        weft_progress_idle(&idle, events);
+    }
+}

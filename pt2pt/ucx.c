@@ -1,0 +1,241 @@
+/* UCX context, worker and endpoints. */
+#include "pt2pt/pt2pt.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <uct/api/uct.h>
+
+#include "src/bootstrap/bootstrap.h"
+
+static weft_pt2pt_t *g_p2p; /* the one per process, for the hot paths */
+static int g_finalizing;
+
+int weft_p2p_status_to_weft(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK: return WEFT_SUCCESS;
+    case UCS_ERR_MESSAGE_TRUNCATED: return WEFT_ERR_TRUNCATE;
+    case UCS_ERR_CANCELED: return WEFT_ERR_CANCELED;
+    case UCS_ERR_NO_MEMORY: return WEFT_ERR_NO_MEMORY;
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED: return WEFT_ERR_PEER_LOST;
+    case UCS_ERR_TIMED_OUT: return WEFT_ERR_TIMEOUT;
+    default: return WEFT_ERR_TRANSPORT;
+    }
+}
+
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    int rank = (int)(intptr_t)arg;
+    (void)ep;
+    if (!g_p2p || rank < 0 || rank >= g_p2p->npeers) return;
+    if (!g_p2p->peers[rank].lost) g_p2p->lost_count++;
+    g_p2p->peers[rank].lost = 1;
+    g_p2p->peers[rank].why = status;
+    if (!g_finalizing) weft_warn("rank %d lost: UCX reports %s on its endpoint", rank, ucs_status_string(status));
+}
+
+int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
+{
+    weft_peer_t *peer = &g_p2p->peers[world_rank];
+    if (WEFT_LIKELY(peer->ep != NULL)) {
+        *ep = peer->ep;
+        return WEFT_SUCCESS;
+    }
+    ucp_ep_params_t params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        .address = (const ucp_address_t *)((char *)g_p2p->addrs + (size_t)world_rank * g_p2p->stride),
+        .err_mode = weft_cfg.peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE,
+    };
+    if (weft_cfg.peer_failure) {
+        params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params.err_handler.cb = ep_error_cb;
+        params.err_handler.arg = (void *)(intptr_t)world_rank;
+    }
+    ucs_status_t st = ucp_ep_create(g_p2p->worker, &params, &peer->ep);
+    if (st != UCS_OK) {
+        peer->ep = NULL;
+        return weft_error(weft_p2p_status_to_weft(st), "cannot create a UCX endpoint to rank %d: %s", world_rank,
+                          ucs_status_string(st));
+    }
+    *ep = peer->ep;
+    return WEFT_SUCCESS;
+}
+
+int weft_p2p_progress(void)
+{
+    return (int)ucp_worker_progress(g_p2p->worker);
+}
+
+int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
+{
+    int rc = WEFT_SUCCESS;
+    ucs_status_t st;
+    ucp_config_t *config = NULL;
+    ucp_address_t *addr = NULL;
+    size_t addr_len = 0;
+    weft_pt2pt_t *p2p = calloc(1, sizeof(*p2p));
+
+    if (!p2p) return weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+    if (bs->size > WEFT_TAG_MAX_RANKS) {
+        rc = weft_error(WEFT_ERR_UNSUPPORTED, "weft_init: %d ranks exceed the tag layout's %d", bs->size,
+                        WEFT_TAG_MAX_RANKS);
+        goto out;
+    }
+    st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        rc = weft_error(WEFT_ERR_TRANSPORT, "UCX configuration is invalid: %s", ucs_status_string(st));
+        goto out;
+    }
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
+        .mt_workers_shared = 0,
+        .estimated_num_eps = (size_t)bs->size,
+        .estimated_num_ppn = (size_t)(bs->local_size > 0 ? bs->local_size : 1),
+    };
+    st = ucp_init(&params, config, &p2p->context);
+    if (st != UCS_OK) {
+        rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_init failed: %s", ucs_status_string(st));
+        goto out;
+    }
+    ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                   .thread_mode = UCS_THREAD_MODE_SINGLE};
+    st = ucp_worker_create(p2p->context, &wparams, &p2p->worker);
+    if (st != UCS_OK) {
+        rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_create failed: %s", ucs_status_string(st));
+        goto out;
+    }
+    st = ucp_worker_get_address(p2p->worker, &addr, &addr_len);
+    if (st != UCS_OK) {
+        rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_get_address failed: %s", ucs_status_string(st));
+        goto out;
+    }
+    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, addr, addr_len, &p2p->addrs, &p2p->addr_lens, &p2p->stride,
+                                              deadline),
+                    rc, out);
+    p2p->npeers = bs->size;
+    p2p->peers = calloc((size_t)bs->size, sizeof(*p2p->peers));
+    if (!p2p->peers) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for %d peers", bs->size);
+        goto out;
+    }
+    g_p2p = p2p;
+    g_finalizing = 0;
+    if (weft_cfg.eager_connect)
+        for (int r = 0; r < bs->size; r++) {
+            ucp_ep_h ep;
+            WEFT_CHECK_GOTO(weft_p2p_ep(r, &ep), rc, out);
+        }
+out:
+    if (addr) ucp_worker_release_address(p2p->worker, addr);
+    if (config) ucp_config_release(config);
+    if (rc != WEFT_SUCCESS) {
+        weft_p2p_finalize(p2p, 0);
+        p2p = NULL;
+    }
+    *out = p2p;
+    return rc;
+}
+
+/* Progresses `req` (a UCX request pointer or status) to completion or the deadline. */
+static ucs_status_t wait_ucx(ucp_worker_h worker, ucs_status_ptr_t req, double deadline)
+{
+    ucs_status_t st;
+    if (req == NULL) return UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+    unsigned idle = 0;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+        int ev = (int)ucp_worker_progress(worker);
+        if (!ev && deadline > 0 && weft_wtime() > deadline) break;
+        weft_progress_idle(&idle, ev);
+    }
+    ucp_request_free(req);
+    return st;
+}
+
+void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
+{
+    if (!p2p) return;
+    g_finalizing = 1;
+    if (p2p->peers) {
+        ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                     .flags = weft_cfg.peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+        for (int r = 0; r < p2p->npeers; r++) {
+            if (!p2p->peers[r].ep) continue;
+            ucs_status_t st = wait_ucx(p2p->worker, ucp_ep_close_nbx(p2p->peers[r].ep, &param), deadline);
+            if (st != UCS_OK && st != UCS_INPROGRESS && !p2p->peers[r].lost)
+                weft_debug("closing the endpoint to rank %d: %s", r, ucs_status_string(st));
+        }
+    }
+    if (p2p->worker) ucp_worker_destroy(p2p->worker);
+    if (p2p->context) ucp_cleanup(p2p->context);
+    free(p2p->peers);
+    free(p2p->addrs);
+    free(p2p->addr_lens);
+    free(p2p);
+    if (g_p2p == p2p) g_p2p = NULL;
+}
+
+/* Flushes every outstanding operation of this worker (before the final barrier). */
+int weft_p2p_flush(double deadline)
+{
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    ucs_status_t st = wait_ucx(g_p2p->worker, ucp_worker_flush_nbx(g_p2p->worker, &param), deadline);
+    if (st == UCS_OK) return WEFT_SUCCESS;
+    return weft_error(weft_p2p_status_to_weft(st), "weft_finalize: flushing outstanding sends failed: %s",
+                      ucs_status_string(st));
+}
+
+WEFT_API const char *weft_ucx_version(void)
+{
+    return ucp_get_version_string();
+}
+
+WEFT_API int weft_ucx_transports(char *buf, size_t len)
+{
+    uct_component_h *components = NULL;
+    unsigned ncomp = 0;
+    size_t used = 0;
+
+    if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_ucx_transports: NULL or empty buffer");
+    buf[0] = '\0';
+    if (uct_query_components(&components, &ncomp) != UCS_OK)
+        return weft_error(WEFT_ERR_TRANSPORT, "weft_ucx_transports: uct_query_components failed");
+    for (unsigned c = 0; c < ncomp; c++) {
+        uct_component_attr_t cattr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
+        if (uct_component_query(components[c], &cattr) != UCS_OK) continue;
+        uct_md_resource_desc_t *mds = calloc(cattr.md_resource_count + 1, sizeof(*mds));
+        if (!mds) continue;
+        cattr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+        cattr.md_resources = mds;
+        if (uct_component_query(components[c], &cattr) == UCS_OK) {
+            for (unsigned m = 0; m < cattr.md_resource_count; m++) {
+                uct_md_config_t *mdcfg;
+                uct_md_h md;
+                uct_tl_resource_desc_t *tls;
+                unsigned ntl;
+                if (uct_md_config_read(components[c], NULL, NULL, &mdcfg) != UCS_OK) continue;
+                ucs_status_t st = uct_md_open(components[c], mds[m].md_name, mdcfg, &md);
+                uct_config_release(mdcfg);
+                if (st != UCS_OK) continue;
+                if (uct_md_query_tl_resources(md, &tls, &ntl) == UCS_OK) {
+                    for (unsigned t = 0; t < ntl; t++) {
+                        int n = snprintf(buf + used, len - used, "%s%s/%s", used ? " " : "", tls[t].tl_name,
+                                         tls[t].dev_name);
+                        if (n > 0 && used + (size_t)n < len) used += (size_t)n;
+                    }
+                    uct_release_tl_resource_list(tls);
+                }
+                uct_md_close(md);
+            }
+        }
+        free(mds);
+    }
+    uct_release_component_list(components);
+    return WEFT_SUCCESS;
+}

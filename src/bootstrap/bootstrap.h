@@ -1,0 +1,50 @@
+/* How ranks find each other. One vtable, four implementations:
+ * pmix.c (mpirun / prterun / srun --mpi=pmix), env.c (RANK / WORLD_SIZE /
+ * MASTER_ADDR / MASTER_PORT, rank 0 serves a TCP store), oob.c (a host
+ * code's allgather callback), single.c (one rank). */
+#ifndef WEFT_BOOTSTRAP_H
+#define WEFT_BOOTSTRAP_H
+
+#include <stddef.h>
+
+#include "weft.h"
+
+typedef struct weft_bootstrap weft_bootstrap_t;
+
+struct weft_bootstrap {
+    const char *name; /* "pmix", "env", "oob", "single" */
+    int rank;
+    int size;
+    int local_rank; /* -1 when the bootstrap does not know */
+    int local_size; /* -1 when the bootstrap does not know */
+    /* Gathers `len` bytes from every rank into recv (rank-major). Every rank
+     * passes the same len. Fails with WEFT_ERR_TIMEOUT when `deadline`
+     * (weft_wtime() seconds; <= 0 means none) passes; the error message
+     * (weft_set_error) names the ranks that did not arrive when known. */
+    int (*allgather)(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+    /* Releases the bootstrap. Collective when `graceful` (all ranks call it). */
+    void (*finalize)(weft_bootstrap_t *bs, int graceful, double deadline);
+    void *impl;
+};
+
+/* Constructors: fill *bs or return an error (message already set). */
+int weft_bootstrap_single_init(weft_bootstrap_t *bs);
+int weft_bootstrap_oob_init(weft_bootstrap_t *bs, int rank, int size, weft_oob_allgather_fn fn, void *ctx);
+int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline);
+int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline);
+
+/* Environment probes used by automatic selection. */
+int weft_bootstrap_env_detected(void);
+int weft_bootstrap_pmix_detected(void);
+
+/* Variable-length allgather on top of bs->allgather: every rank passes
+ * `len` bytes; *out receives size blocks of *stride bytes each (rank r's
+ * data at out + r * stride, its length at lens[r]). Caller frees *out and
+ * *lens. */
+int weft_bootstrap_allgatherv(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t **lens,
+                              size_t *stride, double deadline);
+
+/* A barrier over the bootstrap (an allgather of one byte). */
+int weft_bootstrap_barrier(weft_bootstrap_t *bs, double deadline);
+
+#endif

@@ -1,0 +1,1539 @@
+/* The env bootstrap (torchrun / Kubernetes style). RANK, WORLD_SIZE,
+ * MASTER_ADDR and MASTER_PORT name this rank and rank 0's TCP store; rank 0
+ * serves the store from a thread and every rank, rank 0 included, is a
+ * client of it. The store does one thing: fixed-length allgather rounds.
+ *
+ * Wire protocol: every message is a 40-byte header, then `len` payload
+ * bytes; integers are big-endian.
+ *   u32 magic "WFTS" | u16 version | u16 kind | u32 rank | u32 size |
+ *   u64 seq | u64 arg | u64 len
+ *   HELLO   client -> store  first message: rank, size = WORLD_SIZE, len 0
+ *   WELCOME store -> client  the HELLO was accepted, len 0
+ *   CONTRIB client -> store  round `seq` (0, 1, 2, ... on every client),
+ *                            arg = the client's remaining time in ms
+ *                            (0: no deadline), len bytes of data
+ *   RESULT  store -> client  round `seq` complete: size * len bytes, rank-major
+ *   ERROR   store -> client  round `seq` (or the HELLO) failed: arg = the
+ *                            weft status, payload = the message text
+ *   BYE     client -> store  graceful finalize, seq = rounds done, len 0
+ * Limits the store enforces: magic and version, kind valid for the
+ * connection's state, rank < size, size == WORLD_SIZE, one connection per
+ * rank, seq == that rank's next round, a contribution <= 64 MiB, a round
+ * (size * len) <= 2 GiB, the same len from every rank, WORLD_SIZE <= 2^22,
+ * at most WORLD_SIZE + 256 connections, a HELLO within 10 s of connecting.
+ * A connection that breaks a rule is closed with a warning; a stranger's
+ * does not disturb the job, a rank's fails the rounds it is part of.
+ *
+ * Deadlines: each CONTRIB carries the client's remaining time, so the store
+ * needs no clock agreement and no setting of its own. A round's deadline is
+ * the earliest deadline among the contributions it has received; when it
+ * passes, the store fails the round for every rank (those waiting now and
+ * those that come later) with a message listing exactly the ranks that had
+ * not contributed. Clients wait for that answer until their own deadline plus
+ * CLIENT_GRACE, then fail by themselves (rank 0's store is hung or gone).
+ * A rank that disconnects, or says goodbye, fails the pending and all later
+ * rounds at once with WEFT_ERR_PEER_LOST instead of waiting for a deadline.
+ */
+#include "weft_internal.h"
+
+#include "bootstrap.h"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STORE_MAGIC 0x57465453u /* "WFTS" */
+#define STORE_VERSION 1u
+#define STORE_HDR 40
+#define STORE_MAX_CONTRIB ((uint64_t)64 << 20)
+#define STORE_MAX_ROUND ((uint64_t)2 << 30)
+#define STORE_MAX_TEXT 4096
+#define STORE_MAX_WORLD (1 << 22)
+#define STORE_EXTRA_CONNS 256
+#define STORE_HELLO_TIMEOUT 10.0  /* a connection must say HELLO this soon */
+#define STORE_CLOSING_TIMEOUT 5.0 /* time to flush a refusal before closing */
+#define STORE_READ_BUDGET ((size_t)4 << 20) /* per connection per poll pass: fairness */
+#define CLIENT_GRACE 1.0 /* how long a client waits past its deadline for the store's verdict */
+
+enum { K_HELLO = 1, K_WELCOME = 2, K_CONTRIB = 3, K_RESULT = 4, K_ERROR = 5, K_BYE = 6 };
+
+typedef struct store_hdr {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t kind;
+    uint32_t rank;
+    uint32_t size;
+    uint64_t seq;
+    uint64_t arg;
+    uint64_t len;
+} store_hdr_t;
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    v = htobe16(v);
+    memcpy(p, &v, 2);
+}
+static void put32(uint8_t *p, uint32_t v)
+{
+    v = htobe32(v);
+    memcpy(p, &v, 4);
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    v = htobe64(v);
+    memcpy(p, &v, 8);
+}
+static uint16_t get16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return be16toh(v);
+}
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return be32toh(v);
+}
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return be64toh(v);
+}
+
+static void hdr_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq, uint64_t arg,
+                     uint64_t len)
+{
+    put32(b + 0, STORE_MAGIC);
+    put16(b + 4, (uint16_t)STORE_VERSION);
+    put16(b + 6, (uint16_t)kind);
+    put32(b + 8, rank);
+    put32(b + 12, size);
+    put64(b + 16, seq);
+    put64(b + 24, arg);
+    put64(b + 32, len);
+}
+
+static void hdr_unpack(const uint8_t *b, store_hdr_t *h)
+{
+    h->magic = get32(b + 0);
+    h->version = get16(b + 4);
+    h->kind = get16(b + 6);
+    h->rank = get32(b + 8);
+    h->size = get32(b + 12);
+    h->seq = get64(b + 16);
+    h->arg = get64(b + 24);
+    h->len = get64(b + 32);
+}
+
+/* snprintf for messages: truncation is fine (and expected for huge rank lists). */
+static void textf(char *buf, size_t cap, const char *fmt, ...) WEFT_PRINTF(3, 4);
+static void textf(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* "host:port", with brackets around an IPv6 literal. */
+static void format_where(char *buf, size_t cap, const char *host, int port)
+{
+    if (strchr(host, ':'))
+        snprintf(buf, cap, "[%s]:%d", host, port);
+    else
+        snprintf(buf, cap, "%s:%d", host, port);
+}
+
+static void set_nodelay(int fd)
+{
+    int one = 1;
+    /* Allgather rounds are small request/response exchanges: no Nagle delay. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* ======================================================================== */
+/* The store (rank 0's thread)                                              */
+/* ======================================================================== */
+
+/* A reference-counted message; one RESULT is shared by every rank's queue. */
+typedef struct blob {
+    size_t refs;
+    size_t len;
+    uint8_t data[];
+} blob_t;
+
+typedef struct outmsg {
+    struct outmsg *next;
+    blob_t *blob;
+    size_t off;
+} outmsg_t;
+
+typedef struct round round_t;
+
+enum { RX_HDR, RX_BODY, RX_DISCARD };
+
+typedef struct conn {
+    int fd;
+    int rank;    /* -1 until its HELLO is accepted */
+    int dead;    /* closed by server_reap */
+    int closing; /* a refusal is queued: flush it, then close */
+    double opened;
+    double closing_since;
+    char peer[64];
+    char why[192]; /* why a rank's connection died, for the other ranks */
+    int rx;        /* what the bytes read next are */
+    uint8_t hbuf[STORE_HDR];
+    size_t hgot;
+    store_hdr_t hdr;
+    uint8_t *dst; /* RX_BODY: where the payload goes (inside a round's blob) */
+    size_t want, got;
+    round_t *round; /* RX_BODY: the round that payload belongs to */
+    outmsg_t *out_head, *out_tail;
+} conn_t;
+
+enum { ARR_NONE = 0, ARR_ARRIVING = 1, ARR_DONE = 2 };
+
+struct round {
+    round_t *next;
+    uint64_t seq;
+    size_t len;   /* every rank's contribution length */
+    int len_rank; /* the rank that set it */
+    double start;
+    double deadline; /* earliest client deadline seen; 0 = none */
+    int done;
+    uint8_t *arrival; /* per rank: ARR_* */
+    blob_t *blob;     /* header + size * len: becomes the RESULT as is */
+};
+
+/* A failed round is remembered so that late ranks get the same verdict. */
+typedef struct failed {
+    struct failed *next;
+    uint64_t seq;
+    blob_t *err;
+} failed_t;
+
+enum { RANK_NONE = 0, RANK_LIVE, RANK_BYE, RANK_LOST };
+
+typedef struct server {
+    int listen_fd;
+    int wake_rd, wake_wr;
+    int size;
+    char where[300];
+    conn_t **conns;
+    int nconns, max_conns;
+    struct pollfd *pfds;
+    conn_t **by_rank;
+    uint8_t *rank_state;
+    uint64_t *next_seq;
+    int nbye, nlost;
+    int gone_rank; /* first rank that left (bye or lost), -1 when none */
+    char gone_why[192];
+    round_t *rounds;
+    failed_t *failed;
+    double accept_pause_until;
+    struct sockaddr_storage self; /* where this process's own client connects */
+    socklen_t self_len;
+    pthread_mutex_t lock;
+    int stop;       /* leave now (non-graceful) */
+    int finalizing; /* leave once every rank said goodbye, or at fin_deadline */
+    double fin_deadline;
+    uint8_t scratch[1 << 16];
+} server_t;
+
+static blob_t *blob_new(size_t len)
+{
+    if (len > SIZE_MAX - sizeof(blob_t)) return NULL;
+    blob_t *b = malloc(sizeof(*b) + len);
+    if (b) {
+        b->refs = 1;
+        b->len = len;
+    }
+    return b;
+}
+
+static void blob_put(blob_t *b)
+{
+    if (b && --b->refs == 0) free(b);
+}
+
+static blob_t *blob_error(uint64_t seq, int status, const char *text)
+{
+    size_t n = strnlen(text, STORE_MAX_TEXT);
+    blob_t *b = blob_new(STORE_HDR + n);
+    if (!b) return NULL;
+    hdr_pack(b->data, K_ERROR, 0, 0, seq, (uint64_t)(int64_t)status, n);
+    memcpy(b->data + STORE_HDR, text, n);
+    return b;
+}
+
+static void conn_kill(conn_t *c, const char *fmt, ...) WEFT_PRINTF(2, 3);
+static void conn_kill(conn_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    if (c->dead) return;
+    c->dead = 1;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+}
+
+static void conn_queue(conn_t *c, blob_t *b)
+{
+    if (c->dead || !b) return;
+    outmsg_t *m = malloc(sizeof(*m));
+    if (!m) {
+        conn_kill(c, "was dropped: the store ran out of memory");
+        return;
+    }
+    b->refs++;
+    m->next = NULL;
+    m->blob = b;
+    m->off = 0;
+    if (c->out_tail)
+        c->out_tail->next = m;
+    else
+        c->out_head = m;
+    c->out_tail = m;
+}
+
+static void conn_queue_error(server_t *s, conn_t *c, uint64_t seq, int status, const char *text)
+{
+    blob_t *b = blob_error(seq, status, text);
+    if (!b) {
+        conn_kill(c, "was dropped: the store ran out of memory");
+        return;
+    }
+    conn_queue(c, b);
+    blob_put(b);
+    (void)s;
+}
+
+/* Refuses a connection that is not (yet) a rank: tell it why, then close. */
+static void conn_refuse(server_t *s, conn_t *c, int status, const char *text)
+{
+    weft_warn("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
+    conn_queue_error(s, c, 0, status, text);
+    c->closing = 1;
+    c->closing_since = weft_wtime();
+}
+
+static round_t *round_find(server_t *s, uint64_t seq)
+{
+    for (round_t *r = s->rounds; r; r = r->next)
+        if (r->seq == seq) return r;
+    return NULL;
+}
+
+static failed_t *failed_find(server_t *s, uint64_t seq)
+{
+    for (failed_t *f = s->failed; f; f = f->next)
+        if (f->seq == seq) return f;
+    return NULL;
+}
+
+static void round_unlink_free(server_t *s, round_t *r)
+{
+    for (round_t **p = &s->rounds; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    blob_put(r->blob);
+    free(r->arrival);
+    free(r);
+}
+
+/* Fails round r for every rank: those that contributed get the ERROR now,
+ * those still sending get it when their payload is in, later ones on
+ * arrival (through the failed list). */
+static void round_fail(server_t *s, round_t *r, int status, const char *text)
+{
+    failed_t *f = calloc(1, sizeof(*f));
+    blob_t *err = blob_error(r->seq, status, text);
+
+    weft_debug("env store at %s: allgather round %llu failed: %s", s->where, (unsigned long long)r->seq, text);
+    for (int i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c->round == r) { /* its payload has nowhere to go now */
+            c->round = NULL;
+            c->dst = NULL;
+            c->rx = RX_DISCARD;
+        }
+    }
+    for (int rk = 0; rk < s->size; rk++) {
+        if (r->arrival[rk] != ARR_DONE || !s->by_rank[rk]) continue;
+        if (err)
+            conn_queue(s->by_rank[rk], err);
+        else
+            conn_kill(s->by_rank[rk], "was dropped: the store ran out of memory");
+    }
+    if (f && err) {
+        f->seq = r->seq;
+        f->err = err;
+        f->next = s->failed;
+        s->failed = f;
+    } else {
+        free(f);
+        blob_put(err);
+    }
+    round_unlink_free(s, r);
+}
+
+static void round_complete(server_t *s, round_t *r)
+{
+    hdr_pack(r->blob->data, K_RESULT, 0, (uint32_t)s->size, r->seq, 0, (uint64_t)r->len * (uint64_t)s->size);
+    for (int rk = 0; rk < s->size; rk++)
+        if (s->by_rank[rk]) conn_queue(s->by_rank[rk], r->blob);
+    weft_debug("env store at %s: allgather round %llu complete (%d x %zu bytes)", s->where,
+               (unsigned long long)r->seq, s->size, r->len);
+    round_unlink_free(s, r);
+}
+
+/* Appends "rank 3" or "ranks 3, 5, 10-19" to buf; long lists end in "...". */
+static void format_ranks(char *buf, size_t cap, const int *v, int n)
+{
+    size_t used = (size_t)snprintf(buf, cap, "%s ", n == 1 ? "rank" : "ranks");
+    for (int i = 0; i < n && used < cap;) {
+        int j = i;
+        while (j + 1 < n && v[j + 1] == v[j] + 1) j++;
+        if (cap - used < 48) {
+            snprintf(buf + used, cap - used, "... (%d more)", n - i);
+            return;
+        }
+        if (j > i)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d-%d", i ? ", " : "", v[i], v[j]);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? ", " : "", v[i]);
+        i = j + 1;
+    }
+}
+
+static void round_timeout(server_t *s, round_t *r, double now)
+{
+    int *never = malloc(sizeof(int) * (size_t)s->size);
+    int *behind = malloc(sizeof(int) * (size_t)s->size);
+    int nnever = 0, nbehind = 0;
+    char a[384] = "", b[384] = "", text[1024];
+
+    if (!never || !behind) {
+        textf(text, sizeof(text), "allgather round %llu timed out at the store %s (%d of %d ranks had arrived)",
+                 (unsigned long long)r->seq, s->where, r->done, s->size);
+    } else {
+        for (int rk = 0; rk < s->size; rk++) {
+            if (r->arrival[rk] != ARR_NONE) continue;
+            if (s->rank_state[rk] == RANK_NONE)
+                never[nnever++] = rk;
+            else
+                behind[nbehind++] = rk;
+        }
+        if (nnever) format_ranks(a, sizeof(a), never, nnever);
+        if (nbehind) format_ranks(b, sizeof(b), behind, nbehind);
+        textf(text, sizeof(text), "%s%s%s%s%s (%d of %d missing) at the store %s (allgather round %llu, waited %.1f s)",
+                 a, nnever ? " never arrived" : "", nnever && nbehind ? " and " : "", b,
+                 nbehind ? (nbehind == 1 ? " is connected but did not reach this round"
+                                         : " are connected but did not reach this round")
+                         : "",
+                 nnever + nbehind, s->size, s->where, (unsigned long long)r->seq, now - r->start);
+    }
+    free(never);
+    free(behind);
+    weft_warn("env store: %s", text);
+    round_fail(s, r, WEFT_ERR_TIMEOUT, text);
+}
+
+/* A rank left (disconnected or said goodbye): no pending round can finish. */
+static void fail_rounds_gone(server_t *s, int rank, const char *why)
+{
+    while (s->rounds) {
+        round_t *r = s->rounds;
+        char text[512];
+        textf(text, sizeof(text), "rank %d %s during allgather round %llu (%d of %d ranks had contributed) at the store %s",
+                 rank, why, (unsigned long long)r->seq, r->done, s->size, s->where);
+        round_fail(s, r, WEFT_ERR_PEER_LOST, text);
+    }
+}
+
+static void rank_gone(server_t *s, int rank, int state, const char *why)
+{
+    s->rank_state[rank] = (uint8_t)state;
+    if (state == RANK_BYE)
+        s->nbye++;
+    else
+        s->nlost++;
+    if (s->gone_rank < 0) {
+        s->gone_rank = rank;
+        textf(s->gone_why, sizeof(s->gone_why), "%s", why);
+    }
+    fail_rounds_gone(s, rank, why);
+}
+
+static void on_hello(server_t *s, conn_t *c)
+{
+    const store_hdr_t *h = &c->hdr;
+    char text[384];
+
+    if (h->size != (uint32_t)s->size) {
+        textf(text, sizeof(text), "rank %u says WORLD_SIZE=%u but the store at %s serves WORLD_SIZE=%d", h->rank,
+                 h->size, s->where, s->size);
+        conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else if (h->rank >= (uint32_t)s->size) {
+        textf(text, sizeof(text), "rank %u is out of range for WORLD_SIZE=%d", h->rank, s->size);
+        conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else if (s->rank_state[h->rank] != RANK_NONE) {
+        textf(text, sizeof(text), "rank %u %s (two processes with the same RANK?)", h->rank,
+                 s->rank_state[h->rank] == RANK_LIVE ? "is already connected" : "already connected once and left");
+        conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else {
+        blob_t *w = blob_new(STORE_HDR);
+        if (!w) {
+            conn_kill(c, "was dropped: the store ran out of memory");
+            return;
+        }
+        c->rank = (int)h->rank;
+        s->by_rank[c->rank] = c;
+        s->rank_state[c->rank] = RANK_LIVE;
+        hdr_pack(w->data, K_WELCOME, h->rank, (uint32_t)s->size, 0, 0, 0);
+        conn_queue(c, w);
+        blob_put(w);
+        weft_debug("env store at %s: rank %d connected from %s", s->where, c->rank, c->peer);
+    }
+}
+
+static void on_contrib(server_t *s, conn_t *c, double now)
+{
+    const store_hdr_t *h = &c->hdr;
+    int rk = c->rank;
+    round_t *r;
+
+    if (h->rank != (uint32_t)rk || h->size != (uint32_t)s->size) {
+        conn_kill(c, "sent a malformed message (rank %u, size %u on rank %d's connection)", h->rank, h->size, rk);
+        return;
+    }
+    if (h->len > STORE_MAX_CONTRIB || h->len * (uint64_t)s->size > STORE_MAX_ROUND) {
+        conn_kill(c, "announced a %llu-byte contribution (limits: %llu per rank, %llu per round)",
+                  (unsigned long long)h->len, (unsigned long long)STORE_MAX_CONTRIB,
+                  (unsigned long long)STORE_MAX_ROUND);
+        return;
+    }
+    if (h->seq != s->next_seq[rk]) {
+        conn_kill(c, "sent allgather round %llu when round %llu was due", (unsigned long long)h->seq,
+                  (unsigned long long)s->next_seq[rk]);
+        return;
+    }
+    s->next_seq[rk]++;
+    c->want = (size_t)h->len;
+    c->got = 0;
+    c->rx = RX_DISCARD; /* until a round takes the payload */
+    c->dst = NULL;
+    c->round = NULL;
+    if (failed_find(s, h->seq)) return; /* answered when the payload is in */
+
+    if (!(r = round_find(s, h->seq))) {
+        r = calloc(1, sizeof(*r));
+        if (r) {
+            r->arrival = calloc((size_t)s->size, 1);
+            r->blob = blob_new(STORE_HDR + (size_t)h->len * (size_t)s->size);
+        }
+        if (!r || !r->arrival || !r->blob) {
+            if (r) {
+                free(r->arrival);
+                blob_put(r->blob);
+                free(r);
+            }
+            conn_kill(c, "was dropped: the store ran out of memory for allgather round %llu",
+                      (unsigned long long)h->seq);
+            return;
+        }
+        r->seq = h->seq;
+        r->len = (size_t)h->len;
+        r->len_rank = rk;
+        r->start = now;
+        r->next = s->rounds;
+        s->rounds = r;
+    }
+    if (h->arg > 0) {
+        double d = now + (double)h->arg * 1e-3;
+        if (r->deadline <= 0 || d < r->deadline) r->deadline = d;
+    }
+    if (h->len != r->len) {
+        char text[384];
+        textf(text, sizeof(text),
+                 "rank %d passed %llu bytes to allgather round %llu but rank %d passed %zu (every rank must pass "
+                 "the same length)",
+                 rk, (unsigned long long)h->len, (unsigned long long)h->seq, r->len_rank, r->len);
+        weft_warn("env store: %s", text);
+        round_fail(s, r, WEFT_ERR_ARG, text);
+        return;
+    }
+    r->arrival[rk] = ARR_ARRIVING;
+    c->round = r;
+    c->dst = r->blob->data + STORE_HDR + (size_t)rk * r->len;
+    c->rx = RX_BODY;
+    if (s->gone_rank >= 0) {
+        char text[512];
+        textf(text, sizeof(text), "rank %d %s before allgather round %llu at the store %s", s->gone_rank,
+                 s->gone_why, (unsigned long long)r->seq, s->where);
+        round_fail(s, r, WEFT_ERR_PEER_LOST, text);
+    }
+}
+
+/* A payload (possibly empty) is complete. */
+static void on_body(server_t *s, conn_t *c)
+{
+    if (c->rx == RX_BODY && c->round) {
+        round_t *r = c->round;
+        r->arrival[c->rank] = ARR_DONE;
+        r->done++;
+        c->round = NULL;
+        if (r->done == s->size) round_complete(s, r);
+    } else {
+        failed_t *f = failed_find(s, c->hdr.seq);
+        if (f)
+            conn_queue(c, f->err);
+        else /* the round could not even be created (out of memory) */
+            conn_kill(c, "was dropped: the store ran out of memory");
+    }
+    c->rx = RX_HDR;
+    c->hgot = 0;
+    c->dst = NULL;
+}
+
+static void on_header(server_t *s, conn_t *c, double now)
+{
+    store_hdr_t *h = &c->hdr;
+    char text[256];
+
+    hdr_unpack(c->hbuf, h);
+    c->hgot = 0;
+    if (c->rank < 0) { /* a stranger until its HELLO is accepted: check everything */
+        if (h->magic != STORE_MAGIC) {
+            weft_warn("env store at %s: dropped the connection from %s: bad magic 0x%08x (not a weft client)",
+                      s->where, c->peer, h->magic);
+            conn_kill(c, "bad magic");
+        } else if (h->version != STORE_VERSION) {
+            textf(text, sizeof(text), "protocol version %u, but the store speaks version %u", h->version,
+                     STORE_VERSION);
+            conn_refuse(s, c, WEFT_ERR_BOOTSTRAP, text);
+        } else if (h->len > STORE_MAX_CONTRIB) {
+            weft_warn("env store at %s: dropped the connection from %s: it announced a %llu-byte payload", s->where,
+                      c->peer, (unsigned long long)h->len);
+            conn_kill(c, "huge payload");
+        } else if (h->kind != K_HELLO || h->len != 0) {
+            weft_warn("env store at %s: dropped the connection from %s: message kind %u with %llu bytes before a "
+                      "HELLO",
+                      s->where, c->peer, h->kind, (unsigned long long)h->len);
+            conn_kill(c, "no HELLO");
+        } else {
+            on_hello(s, c);
+        }
+        return;
+    }
+    if (h->magic != STORE_MAGIC || h->version != STORE_VERSION) {
+        conn_kill(c, "sent a corrupt message (magic 0x%08x, version %u)", h->magic, h->version);
+    } else if (h->kind == K_CONTRIB) {
+        on_contrib(s, c, now);
+        if (!c->dead && c->want == 0) on_body(s, c);
+    } else if (h->kind == K_BYE && h->len == 0) {
+        if (h->seq != s->next_seq[c->rank])
+            weft_debug("env store at %s: rank %d said goodbye after %llu rounds, rank 0 expected %llu", s->where,
+                       c->rank, (unsigned long long)h->seq, (unsigned long long)s->next_seq[c->rank]);
+        rank_gone(s, c->rank, RANK_BYE, "said goodbye (finalized)");
+    } else {
+        conn_kill(c, "sent an unexpected message (kind %u, %llu bytes)", h->kind, (unsigned long long)h->len);
+    }
+}
+
+static void conn_read(server_t *s, conn_t *c, double now)
+{
+    size_t budget = STORE_READ_BUDGET;
+
+    while (!c->dead && !c->closing && budget > 0) {
+        uint8_t *p;
+        size_t n;
+        if (c->rx == RX_HDR) {
+            p = c->hbuf + c->hgot;
+            n = STORE_HDR - c->hgot;
+        } else if (c->rx == RX_BODY) {
+            p = c->dst + c->got;
+            n = c->want - c->got;
+        } else {
+            p = s->scratch;
+            n = c->want - c->got;
+            if (n > sizeof(s->scratch)) n = sizeof(s->scratch);
+        }
+        if (n > budget) n = budget;
+        ssize_t k = recv(c->fd, p, n, 0);
+        if (k == 0) {
+            if (c->rank >= 0 && s->rank_state[c->rank] == RANK_BYE)
+                conn_kill(c, "closed after its goodbye");
+            else if (c->rank >= 0)
+                conn_kill(c, "disconnected (connection closed)");
+            else {
+                if (c->hgot > 0 || c->rx != RX_HDR)
+                    weft_warn("env store at %s: the connection from %s closed in the middle of a message", s->where,
+                              c->peer);
+                else /* port probes (Kubernetes TCP checks) do just this */
+                    weft_debug("env store at %s: %s connected and left without a word", s->where, c->peer);
+                conn_kill(c, "closed");
+            }
+            return;
+        }
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (c->rank < 0) weft_warn("env store at %s: connection from %s failed: %s", s->where, c->peer, strerror(errno));
+            conn_kill(c, "disconnected (%s)", strerror(errno));
+            return;
+        }
+        budget -= (size_t)k;
+        if (c->rx == RX_HDR) {
+            c->hgot += (size_t)k;
+            if (c->hgot == STORE_HDR) on_header(s, c, now);
+        } else {
+            c->got += (size_t)k;
+            if (c->got == c->want) on_body(s, c);
+        }
+    }
+}
+
+static void conn_write(server_t *s, conn_t *c)
+{
+    while (c->out_head && !c->dead) {
+        outmsg_t *m = c->out_head;
+        ssize_t k = send(c->fd, m->blob->data + m->off, m->blob->len - m->off, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (c->rank < 0) weft_debug("env store at %s: send to %s failed: %s", s->where, c->peer, strerror(errno));
+            conn_kill(c, "disconnected (%s)", strerror(errno));
+            return;
+        }
+        m->off += (size_t)k;
+        if (m->off == m->blob->len) {
+            c->out_head = m->next;
+            if (!c->out_head) c->out_tail = NULL;
+            blob_put(m->blob);
+            free(m);
+        }
+    }
+    if (c->closing && !c->out_head && !c->dead) {
+        shutdown(c->fd, SHUT_WR);
+        conn_kill(c, "refused");
+    }
+}
+
+/* Closes a dead connection; a rank's failure fails the rounds it was in. */
+static void conn_finish(server_t *s, conn_t *c)
+{
+    c->round = NULL;
+    if (c->rank >= 0 && s->by_rank[c->rank] == c) {
+        s->by_rank[c->rank] = NULL;
+        if (s->rank_state[c->rank] == RANK_LIVE) {
+            weft_warn("env store at %s: rank %d %s", s->where, c->rank, c->why);
+            rank_gone(s, c->rank, RANK_LOST, c->why);
+        }
+    }
+    while (c->out_head) {
+        outmsg_t *m = c->out_head;
+        c->out_head = m->next;
+        blob_put(m->blob);
+        free(m);
+    }
+    close(c->fd);
+    free(c);
+}
+
+static void server_reap(server_t *s)
+{
+    /* Finishing one connection can kill another (out of memory on a queue). */
+    for (int again = 1; again;) {
+        again = 0;
+        for (int i = 0; i < s->nconns;) {
+            if (s->conns[i]->dead) {
+                conn_t *c = s->conns[i];
+                s->conns[i] = s->conns[--s->nconns];
+                conn_finish(s, c);
+                again = 1;
+            } else {
+                i++;
+            }
+        }
+    }
+}
+
+static void server_accept(server_t *s, double now)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Leave the rest in the backlog; try again shortly rather than spin. */
+                weft_warn("env store at %s: cannot accept more connections now: %s", s->where, strerror(errno));
+                s->accept_pause_until = now + 0.1;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                weft_warn("env store at %s: accept failed: %s", s->where, strerror(errno));
+            }
+            return;
+        }
+        (void)getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
+                          NI_NUMERICHOST | NI_NUMERICSERV);
+        if (s->nconns >= s->max_conns) {
+            weft_warn("env store at %s: refused a connection from %s:%s: already %d connections (WORLD_SIZE %d + %d)",
+                      s->where, host, serv, s->nconns, s->size, STORE_EXTRA_CONNS);
+            close(fd);
+            continue;
+        }
+        conn_t *c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        set_nodelay(fd);
+        c->fd = fd;
+        c->rank = -1;
+        c->opened = now;
+        c->rx = RX_HDR;
+        snprintf(c->peer, sizeof(c->peer), "%s:%s", host, serv);
+        s->conns[s->nconns++] = c;
+    }
+}
+
+/* Returns 1 when the thread should leave. */
+static int server_should_stop(server_t *s, double now)
+{
+    int stop, fin;
+    double fin_deadline;
+
+    pthread_mutex_lock(&s->lock);
+    stop = s->stop;
+    fin = s->finalizing;
+    fin_deadline = s->fin_deadline;
+    pthread_mutex_unlock(&s->lock);
+    if (stop) return 1;
+    if (!fin) return 0;
+    if (s->nbye + s->nlost == s->size) {
+        if (s->nlost) weft_debug("env store at %s: closing; %d ranks were lost", s->where, s->nlost);
+        return 1;
+    }
+    if (fin_deadline > 0 && now >= fin_deadline) {
+        int *left = malloc(sizeof(int) * (size_t)s->size), n = 0;
+        char list[384] = "some ranks";
+        if (left) {
+            for (int rk = 0; rk < s->size; rk++)
+                if (s->rank_state[rk] == RANK_LIVE || s->rank_state[rk] == RANK_NONE) left[n++] = rk;
+            format_ranks(list, sizeof(list), left, n);
+            free(left);
+        }
+        weft_warn("env store at %s: finalize deadline passed; %s never said goodbye", s->where, list);
+        return 1;
+    }
+    return 0;
+}
+
+static void *server_main(void *arg)
+{
+    server_t *s = arg;
+
+    for (;;) {
+        double now = weft_wtime();
+        double next = now + 1.0; /* wake at least once a second */
+        int npoll;
+
+        if (server_should_stop(s, now)) break;
+        /* Deadlines: rounds, silent strangers, refusals that cannot be flushed. */
+        for (round_t *r = s->rounds, *rn; r; r = rn) {
+            rn = r->next;
+            if (r->deadline > 0 && now >= r->deadline)
+                round_timeout(s, r, now);
+            else if (r->deadline > 0 && r->deadline < next)
+                next = r->deadline;
+        }
+        for (int i = 0; i < s->nconns; i++) {
+            conn_t *c = s->conns[i];
+            double limit = c->closing ? c->closing_since + STORE_CLOSING_TIMEOUT
+                           : c->rank < 0 ? c->opened + STORE_HELLO_TIMEOUT
+                                         : 0;
+            if (limit <= 0) continue;
+            if (now >= limit) {
+                if (!c->closing)
+                    weft_warn("env store at %s: dropped the connection from %s: no HELLO within %.0f s", s->where,
+                              c->peer, STORE_HELLO_TIMEOUT);
+                conn_kill(c, "timed out");
+            } else if (limit < next) {
+                next = limit;
+            }
+        }
+        server_reap(s);
+
+        s->pfds[0] = (struct pollfd){.fd = s->wake_rd, .events = POLLIN};
+        s->pfds[1] = (struct pollfd){.fd = s->listen_fd, .events = now >= s->accept_pause_until ? POLLIN : 0};
+        if (s->accept_pause_until > now && s->accept_pause_until < next) next = s->accept_pause_until;
+        for (int i = 0; i < s->nconns; i++) {
+            conn_t *c = s->conns[i];
+            s->pfds[2 + i] = (struct pollfd){
+                .fd = c->fd, .events = (short)((c->closing ? 0 : POLLIN) | (c->out_head ? POLLOUT : 0))};
+        }
+        npoll = s->nconns;
+        int ms = (int)((next - now) * 1000.0) + 1;
+        int n = poll(s->pfds, (nfds_t)(2 + npoll), ms < 0 ? 0 : ms);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            weft_warn("env store at %s: poll failed: %s; the store stops", s->where, strerror(errno));
+            break;
+        }
+        now = weft_wtime();
+        if (s->pfds[0].revents) {
+            char junk[64];
+            while (read(s->wake_rd, junk, sizeof(junk)) > 0) {
+            }
+        }
+        /* Connections first: accept appends past the npoll that were polled. */
+        for (int i = 0; i < npoll; i++) {
+            conn_t *c = s->conns[i];
+            short re = s->pfds[2 + i].revents;
+            if (!re || c->dead) continue;
+            if (re & POLLOUT) conn_write(s, c);
+            if (re & (POLLIN | POLLHUP | POLLERR)) {
+                if (c->closing)
+                    conn_kill(c, "closed");
+                else
+                    conn_read(s, c, now);
+            }
+            /* Answers produced by this read (a WELCOME, a RESULT): try at once. */
+            if (c->out_head && !c->dead) conn_write(s, c);
+        }
+        /* A completed round queued RESULTs to every rank: push them out now. */
+        for (int i = 0; i < s->nconns; i++)
+            if (s->conns[i]->out_head && !s->conns[i]->dead) conn_write(s, s->conns[i]);
+        if (s->pfds[1].revents & POLLIN) server_accept(s, now);
+        server_reap(s);
+    }
+
+    for (int i = 0; i < s->nconns; i++) {
+        s->conns[i]->rank = -1; /* no round bookkeeping on the way out */
+        conn_finish(s, s->conns[i]);
+    }
+    s->nconns = 0;
+    return NULL;
+}
+
+static void server_free(server_t *s)
+{
+    if (!s) return;
+    while (s->rounds) round_unlink_free(s, s->rounds);
+    while (s->failed) {
+        failed_t *f = s->failed;
+        s->failed = f->next;
+        blob_put(f->err);
+        free(f);
+    }
+    for (int i = 0; i < s->nconns; i++) {
+        close(s->conns[i]->fd);
+        free(s->conns[i]);
+    }
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->wake_rd >= 0) close(s->wake_rd);
+    if (s->wake_wr >= 0) close(s->wake_wr);
+    pthread_mutex_destroy(&s->lock);
+    free(s->conns);
+    free(s->pfds);
+    free(s->by_rank);
+    free(s->rank_state);
+    free(s->next_seq);
+    free(s);
+}
+
+static int try_bind(const struct sockaddr *sa, socklen_t len, int *err)
+{
+    int one = 1, zero = 0;
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    /* A previous job's TIME_WAIT connections must not block the port. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (sa->sa_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    if (bind(fd, sa, len) != 0) {
+        *err = errno;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Binds MASTER_ADDR:MASTER_PORT when MASTER_ADDR is one of this host's
+ * addresses, otherwise the wildcard address (a Kubernetes service name
+ * resolves to an address that is not on the pod). */
+static int server_listen(server_t *s, const char *addr, int port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    int fd = -1, err = 0, family = 0;
+
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    if (getaddrinfo(addr, portstr, &hints, &res) == 0) {
+        for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+            if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+            if (!family) family = ai->ai_family;
+            fd = try_bind(ai->ai_addr, ai->ai_addrlen, &err);
+            /* The address is ours but the port is taken: the wildcard would fail too. */
+            if (fd < 0 && (err == EADDRINUSE || err == EACCES)) break;
+        }
+        freeaddrinfo(res);
+        if (fd < 0 && (err == EADDRINUSE || err == EACCES)) goto fail;
+    }
+    if (fd < 0) {
+        struct sockaddr_in6 any6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT,
+                                    .sin6_port = htons((uint16_t)port)};
+        struct sockaddr_in any4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
+                                   .sin_port = htons((uint16_t)port)};
+        weft_debug("env store: MASTER_ADDR %s is not a local address; listening on every address", addr);
+        if (family == AF_INET6) fd = try_bind((struct sockaddr *)&any6, sizeof(any6), &err);
+        if (fd < 0) fd = try_bind((struct sockaddr *)&any4, sizeof(any4), &err);
+        if (fd < 0) goto fail;
+    }
+    if (listen(fd, s->size + 64 > 65535 ? 65535 : s->size + 64) != 0) {
+        err = errno;
+        close(fd);
+        goto fail;
+    }
+    s->listen_fd = fd;
+    s->self_len = sizeof(s->self);
+    getsockname(fd, (struct sockaddr *)&s->self, &s->self_len);
+    /* Rank 0's own client goes through loopback when the store took the wildcard. */
+    if (s->self.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&s->self;
+        if (in->sin_addr.s_addr == htonl(INADDR_ANY)) in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    } else if (s->self.ss_family == AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&s->self;
+        if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr)) in6->sin6_addr = in6addr_loopback;
+    }
+    return WEFT_SUCCESS;
+fail:
+    return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0 cannot serve the store on %s: %s%s", s->where,
+                      strerror(err), err == EADDRINUSE ? " (is another job using MASTER_PORT?)" : "");
+}
+
+/* Thousands of ranks need thousands of descriptors on rank 0. */
+static void raise_fd_limit(int want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)want) return;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want) ? (rlim_t)want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        weft_debug("env store: raised the open-file limit from %llu to %llu", (unsigned long long)old,
+                   (unsigned long long)rl.rlim_cur);
+    if (rl.rlim_cur < (rlim_t)want)
+        weft_warn("env store: the open-file limit (%llu) is below the %d descriptors WORLD_SIZE needs on rank 0",
+                  (unsigned long long)rl.rlim_cur, want);
+}
+
+static int server_start(server_t **out, int size, const char *addr, int port, const char *where, pthread_t *thread)
+{
+    server_t *s = calloc(1, sizeof(*s));
+    int rc = WEFT_SUCCESS, wake[2], err;
+    sigset_t all, old;
+
+    if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for the store");
+    s->listen_fd = s->wake_rd = s->wake_wr = -1;
+    s->size = size;
+    s->gone_rank = -1;
+    s->max_conns = size + STORE_EXTRA_CONNS;
+    snprintf(s->where, sizeof(s->where), "%s", where);
+    pthread_mutex_init(&s->lock, NULL);
+    s->conns = calloc((size_t)s->max_conns, sizeof(*s->conns));
+    s->pfds = calloc((size_t)s->max_conns + 2, sizeof(*s->pfds));
+    s->by_rank = calloc((size_t)size, sizeof(*s->by_rank));
+    s->rank_state = calloc((size_t)size, 1);
+    s->next_seq = calloc((size_t)size, sizeof(*s->next_seq));
+    if (!s->conns || !s->pfds || !s->by_rank || !s->rank_state || !s->next_seq) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for a store of %d ranks", size);
+        goto out;
+    }
+    if (pipe2(wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: pipe: %s", strerror(errno));
+        goto out;
+    }
+    s->wake_rd = wake[0];
+    s->wake_wr = wake[1];
+    raise_fd_limit(s->max_conns + 64);
+    WEFT_CHECK_GOTO(server_listen(s, addr, port), rc, out);
+    /* Signals belong to the application's threads, not the store's. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    err = pthread_create(thread, NULL, server_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0) {
+        rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: cannot start the store thread: %s", strerror(err));
+        goto out;
+    }
+    weft_debug("env store: serving %d ranks on %s", size, where);
+    *out = s;
+    return WEFT_SUCCESS;
+out:
+    server_free(s);
+    return rc;
+}
+
+/* Graceful: wait until every rank said goodbye or `deadline` passed. */
+static void server_stop(server_t *s, pthread_t thread, int graceful, double deadline)
+{
+    pthread_mutex_lock(&s->lock);
+    if (graceful) {
+        s->finalizing = 1;
+        s->fin_deadline = deadline;
+    } else {
+        s->stop = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (write(s->wake_wr, "x", 1) < 0) { /* a full pipe already wakes it */
+    }
+    pthread_join(thread, NULL);
+    server_free(s);
+}
+
+/* ======================================================================== */
+/* The client (every rank)                                                  */
+/* ======================================================================== */
+
+typedef struct env_boot {
+    int fd;
+    int rank, size;
+    uint64_t seq;
+    int broken; /* a round ended mid-message: the stream cannot be trusted */
+    char addr[256];
+    int port;
+    char where[300];
+    server_t *srv;
+    pthread_t thread;
+} env_boot_t;
+
+enum { IO_OK = 0, IO_TIMEOUT, IO_CLOSED, IO_ERROR };
+
+/* Waits for `events` on fd until io_deadline (0 = forever). */
+static int io_wait(int fd, short events, double io_deadline, int *err)
+{
+    for (;;) {
+        int ms = -1;
+        if (io_deadline > 0) {
+            double left = io_deadline - weft_wtime();
+            if (left <= 0) return IO_TIMEOUT;
+            ms = left > 3600.0 ? 3600000 : (int)(left * 1000.0) + 1;
+        }
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, ms);
+        if (n > 0) return IO_OK; /* errors and hang-ups show in the next send/recv */
+        if (n < 0 && errno != EINTR) {
+            *err = errno;
+            return IO_ERROR;
+        }
+    }
+}
+
+static int io_send(int fd, const void *buf, size_t len, int more, double io_deadline, int *err)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t k = send(fd, p, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+        if (k > 0) {
+            p += k;
+            len -= (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int w = io_wait(fd, POLLOUT, io_deadline, err);
+            if (w != IO_OK) return w;
+            continue;
+        }
+        *err = errno;
+        return (errno == EPIPE || errno == ECONNRESET) ? IO_CLOSED : IO_ERROR;
+    }
+    return IO_OK;
+}
+
+static int io_recv(int fd, void *buf, size_t len, double io_deadline, int *err)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t k = recv(fd, p, len, 0);
+        if (k > 0) {
+            p += k;
+            len -= (size_t)k;
+            continue;
+        }
+        if (k == 0) {
+            *err = 0;
+            return IO_CLOSED;
+        }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int w = io_wait(fd, POLLIN, io_deadline, err);
+            if (w != IO_OK) return w;
+            continue;
+        }
+        *err = errno;
+        return errno == ECONNRESET ? IO_CLOSED : IO_ERROR;
+    }
+    return IO_OK;
+}
+
+static int status_from_wire(uint64_t arg)
+{
+    int64_t v = (int64_t)arg;
+    switch (v) {
+    case WEFT_ERR_ARG:
+    case WEFT_ERR_NO_MEMORY:
+    case WEFT_ERR_TIMEOUT:
+    case WEFT_ERR_PEER_LOST:
+    case WEFT_ERR_BOOTSTRAP: return (int)v;
+    default: return WEFT_ERR_BOOTSTRAP;
+    }
+}
+
+/* Reads an ERROR's text (h->len bytes) into text[cap]. */
+static int read_error_text(int fd, const store_hdr_t *h, char *text, size_t cap, double io_deadline, int *err)
+{
+    if (h->len >= cap) {
+        *err = EPROTO;
+        return IO_ERROR;
+    }
+    int io = io_recv(fd, text, (size_t)h->len, io_deadline, err);
+    text[io == IO_OK ? h->len : 0] = '\0';
+    return io;
+}
+
+static double io_deadline_of(double deadline)
+{
+    return deadline > 0 ? deadline + CLIENT_GRACE : 0.0;
+}
+
+/* One connection attempt to every address MASTER_ADDR resolves to (rank 0:
+ * straight to its own store). Returns a connected fd or -1 with `last` set. */
+static int client_try_connect(env_boot_t *eb, double deadline, char *last, size_t cap)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL, self = {0};
+    char portstr[16];
+    int fd = -1, gai;
+
+    if (eb->srv) {
+        self.ai_family = eb->srv->self.ss_family;
+        self.ai_addr = (struct sockaddr *)&eb->srv->self;
+        self.ai_addrlen = eb->srv->self_len;
+    } else {
+        snprintf(portstr, sizeof(portstr), "%d", eb->port);
+        /* Resolved on every attempt: a Kubernetes service name may appear late. */
+        if ((gai = getaddrinfo(eb->addr, portstr, &hints, &res)) != 0) {
+            textf(last, cap, "cannot resolve MASTER_ADDR %s: %s", eb->addr, gai_strerror(gai));
+            return -1;
+        }
+    }
+    for (struct addrinfo *ai = eb->srv ? &self : res; ai && fd < 0; ai = ai->ai_next) {
+        int err = 0, w;
+        socklen_t el = sizeof(err);
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            textf(last, cap, "socket: %s", strerror(errno));
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            if (errno != EINPROGRESS) {
+                err = errno;
+            } else {
+                /* Cap one attempt so a black-holed address does not eat the deadline. */
+                double until = weft_wtime() + 5.0;
+                if (deadline > 0 && deadline < until) until = deadline;
+                w = io_wait(fd, POLLOUT, until, &err);
+                if (w == IO_TIMEOUT)
+                    err = ETIMEDOUT;
+                else if (w == IO_OK && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+                    err = errno;
+            }
+        }
+        if (err != 0) {
+            textf(last, cap, "connect: %s", strerror(err));
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (res) freeaddrinfo(res);
+    if (fd >= 0) set_nodelay(fd);
+    return fd;
+}
+
+/* HELLO / WELCOME. Returns WEFT_SUCCESS, 1 to retry (the store closed the
+ * connection: overloaded or restarting), or an error status. */
+static int client_hello(env_boot_t *eb, int fd, double deadline, char *last, size_t cap)
+{
+    uint8_t b[STORE_HDR];
+    store_hdr_t h;
+    char text[STORE_MAX_TEXT + 1];
+    double io_dl = io_deadline_of(deadline);
+    int err = 0, io;
+
+    hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0, 0, 0);
+    io = io_send(fd, b, sizeof(b), 0, io_dl, &err);
+    if (io == IO_OK) io = io_recv(fd, b, sizeof(b), io_dl, &err);
+    if (io == IO_CLOSED || io == IO_ERROR) {
+        textf(last, cap, "the store closed the connection during the HELLO (%s)",
+                 err ? strerror(err) : "end of stream");
+        return 1;
+    }
+    if (io == IO_TIMEOUT)
+        return weft_error(WEFT_ERR_TIMEOUT,
+                          "env bootstrap: rank %d connected to %s but the store did not answer its HELLO by the "
+                          "deadline (is something other than rank 0's weft store listening there?)",
+                          eb->rank, eb->where);
+    hdr_unpack(b, &h);
+    if (h.magic != STORE_MAGIC || h.version != STORE_VERSION)
+        return weft_error(WEFT_ERR_BOOTSTRAP,
+                          "env bootstrap: the service at %s is not a weft store (magic 0x%08x, version %u)",
+                          eb->where, h.magic, h.version);
+    if (h.kind == K_WELCOME && h.len == 0) return WEFT_SUCCESS;
+    if (h.kind == K_ERROR && read_error_text(fd, &h, text, sizeof(text), io_dl, &err) == IO_OK)
+        return weft_error(status_from_wire(h.arg), "env bootstrap: rank 0's store at %s refused rank %d: %s",
+                          eb->where, eb->rank, text);
+    return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0's store at %s answered rank %d's HELLO with "
+                      "an unexpected message (kind %u, %llu bytes)",
+                      eb->where, eb->rank, h.kind, (unsigned long long)h.len);
+}
+
+static int client_connect(env_boot_t *eb, double deadline)
+{
+    double start = weft_wtime(), backoff = 0.01;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)eb->rank * 2654435761u;
+    char last[256] = "no attempt";
+    int attempts = 0;
+
+    for (;;) {
+        int fd = client_try_connect(eb, deadline, last, sizeof(last));
+        attempts++;
+        if (fd >= 0) {
+            int rc = client_hello(eb, fd, deadline, last, sizeof(last));
+            if (rc == WEFT_SUCCESS) {
+                eb->fd = fd;
+                weft_debug("env bootstrap: rank %d connected to the store at %s after %d attempts", eb->rank,
+                           eb->where, attempts);
+                return WEFT_SUCCESS;
+            }
+            close(fd);
+            if (rc < 0) return rc;
+        }
+        double now = weft_wtime();
+        if (deadline > 0 && now >= deadline)
+            return weft_error(WEFT_ERR_TIMEOUT,
+                              "env bootstrap: rank 0's store at %s could not be reached within %.1f s: is rank 0 "
+                              "running, and do MASTER_ADDR and MASTER_PORT point at it? (rank %d, %d attempts, "
+                              "last: %s)",
+                              eb->where, now - start, eb->rank, attempts, last);
+        /* Back off with jitter, so thousands of ranks do not knock in step. */
+        double pause = backoff * (0.5 + (double)rand_r(&seed) / RAND_MAX);
+        if (deadline > 0 && now + pause > deadline) pause = deadline - now;
+        struct timespec ts = {.tv_sec = (time_t)pause, .tv_nsec = (long)((pause - (double)(time_t)pause) * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
+    }
+}
+
+static int client_io_failure(env_boot_t *eb, int io, int err, uint64_t seq)
+{
+    eb->broken = 1;
+    if (io == IO_TIMEOUT)
+        return weft_error(WEFT_ERR_TIMEOUT,
+                          "env bootstrap: rank 0's store at %s did not answer allgather round %llu by the deadline "
+                          "(+%.0f s grace): rank 0 is hung or overloaded",
+                          eb->where, (unsigned long long)seq, CLIENT_GRACE);
+    if (io == IO_CLOSED)
+        return weft_error(WEFT_ERR_PEER_LOST,
+                          "env bootstrap: the connection to rank 0's store at %s closed during allgather round %llu "
+                          "(rank 0 died, or the store dropped rank %d)",
+                          eb->where, (unsigned long long)seq, eb->rank);
+    return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: allgather round %llu with rank 0's store at %s failed: %s",
+                      (unsigned long long)seq, eb->where, strerror(err));
+}
+
+static int env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+{
+    env_boot_t *eb = bs ? bs->impl : NULL;
+    uint8_t b[STORE_HDR];
+    store_hdr_t h;
+    char text[STORE_MAX_TEXT + 1];
+    uint64_t seq, total;
+    int err = 0, io;
+
+    if (!eb || eb->fd < 0) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather on a closed bootstrap");
+    if (eb->broken)
+        return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: the connection to rank 0's store at %s broke in an "
+                          "earlier round",
+                          eb->where);
+    total = (uint64_t)len * (uint64_t)eb->size;
+    if ((uint64_t)len > STORE_MAX_CONTRIB || total > STORE_MAX_ROUND)
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather of %zu bytes per rank x %d ranks is over the "
+                          "store's limits (%llu per rank, %llu per round)",
+                          len, eb->size, (unsigned long long)STORE_MAX_CONTRIB, (unsigned long long)STORE_MAX_ROUND);
+    if (len > 0 && (!send || !recv)) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather with a NULL buffer");
+
+    seq = eb->seq++;
+    double now = weft_wtime(), io_dl = io_deadline_of(deadline);
+    uint64_t left_ms = 0;
+    if (deadline > 0) /* already past: 1 ms still makes the store say who is missing */
+        left_ms = deadline - now > 0.001 ? (uint64_t)((deadline - now) * 1000.0) : 1;
+    hdr_pack(b, K_CONTRIB, (uint32_t)eb->rank, (uint32_t)eb->size, seq, left_ms, len);
+    io = io_send(eb->fd, b, sizeof(b), len > 0, io_dl, &err);
+    if (io == IO_OK && len > 0) io = io_send(eb->fd, send, len, 0, io_dl, &err);
+    if (io == IO_OK) io = io_recv(eb->fd, b, sizeof(b), io_dl, &err);
+    if (io != IO_OK) return client_io_failure(eb, io, err, seq);
+    hdr_unpack(b, &h);
+    if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.seq != seq ||
+        (h.kind == K_RESULT && h.len != total) || (h.kind != K_RESULT && h.kind != K_ERROR)) {
+        eb->broken = 1;
+        return weft_error(WEFT_ERR_BOOTSTRAP,
+                          "env bootstrap: rank 0's store at %s answered allgather round %llu with a bad message "
+                          "(magic 0x%08x, kind %u, round %llu, %llu bytes; expected %llu)",
+                          eb->where, (unsigned long long)seq, h.magic, h.kind, (unsigned long long)h.seq,
+                          (unsigned long long)h.len, (unsigned long long)total);
+    }
+    if (h.kind == K_RESULT) {
+        if (total > 0) io = io_recv(eb->fd, recv, (size_t)total, io_dl, &err);
+        if (io != IO_OK) return client_io_failure(eb, io, err, seq);
+        return WEFT_SUCCESS;
+    }
+    io = read_error_text(eb->fd, &h, text, sizeof(text), io_dl, &err);
+    if (io != IO_OK) return client_io_failure(eb, io, err, seq);
+    return weft_error(status_from_wire(h.arg), "env bootstrap: %s", text);
+}
+
+static void env_free(env_boot_t *eb, int graceful, double deadline)
+{
+    if (eb->fd >= 0) close(eb->fd);
+    if (eb->srv) server_stop(eb->srv, eb->thread, graceful, deadline);
+    free(eb);
+}
+
+static void env_finalize(weft_bootstrap_t *bs, int graceful, double deadline)
+{
+    env_boot_t *eb = bs ? bs->impl : NULL;
+    if (!eb) return;
+    if (graceful && eb->fd >= 0 && !eb->broken) {
+        uint8_t b[STORE_HDR];
+        int err = 0;
+        hdr_pack(b, K_BYE, (uint32_t)eb->rank, (uint32_t)eb->size, eb->seq, 0, 0);
+        if (io_send(eb->fd, b, sizeof(b), 0, io_deadline_of(deadline), &err) != IO_OK)
+            weft_debug("env bootstrap: rank %d could not say goodbye to the store at %s", eb->rank, eb->where);
+    }
+    /* Close before joining: rank 0's store sees this rank's goodbye, then EOF. */
+    env_free(eb, graceful, deadline);
+    bs->impl = NULL;
+}
+
+/* ======================================================================== */
+/* Environment                                                              */
+/* ======================================================================== */
+
+static int env_long(const char *name, long lo, long hi, const char *extra, long *out, int *present)
+{
+    const char *v = getenv(name);
+    char *end;
+    long x;
+
+    if (!v) {
+        if (present) {
+            *present = 0;
+            return WEFT_SUCCESS;
+        }
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s is not set", name);
+    }
+    errno = 0;
+    x = strtol(v, &end, 10);
+    while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+    if (end == v || *end || errno == ERANGE || x < lo || x > hi)
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s='%.64s' is not an integer in [%ld, %ld]%s", name, v, lo,
+                          hi, extra);
+    *out = x;
+    if (present) *present = 1;
+    return WEFT_SUCCESS;
+}
+
+int weft_bootstrap_env_detected(void)
+{
+    static const char *const names[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) return 0;
+    }
+    return 1;
+}
+
+int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
+{
+    env_boot_t *eb = NULL;
+    long size, rank, port, lsize = -1, lrank = -1;
+    int have_lsize = 0, have_lrank = 0, rc;
+    char extra[48];
+    const char *addr;
+
+    if (!bs) return weft_error(WEFT_ERR_ARG, "env bootstrap: NULL bootstrap");
+    WEFT_CHECK_GOTO(env_long("WORLD_SIZE", 1, STORE_MAX_WORLD, "", &size, NULL), rc, out);
+    snprintf(extra, sizeof(extra), " (WORLD_SIZE=%ld)", size);
+    WEFT_CHECK_GOTO(env_long("RANK", 0, size - 1, extra, &rank, NULL), rc, out);
+    WEFT_CHECK_GOTO(env_long("MASTER_PORT", 1, 65535, "", &port, NULL), rc, out);
+    addr = getenv("MASTER_ADDR");
+    if (!addr || !*addr || strlen(addr) >= sizeof(eb->addr)) {
+        rc = weft_error(WEFT_ERR_ARG, "env bootstrap: MASTER_ADDR='%.64s' is not a host name or address",
+                        addr ? addr : "(unset)");
+        goto out;
+    }
+    WEFT_CHECK_GOTO(env_long("LOCAL_WORLD_SIZE", 1, size, extra, &lsize, &have_lsize), rc, out);
+    if (have_lsize) snprintf(extra, sizeof(extra), " (LOCAL_WORLD_SIZE=%ld)", lsize);
+    WEFT_CHECK_GOTO(env_long("LOCAL_RANK", 0, (have_lsize ? lsize : size) - 1, extra, &lrank, &have_lrank), rc, out);
+
+    if (!(eb = calloc(1, sizeof(*eb)))) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory");
+        goto out;
+    }
+    eb->fd = -1;
+    eb->rank = (int)rank;
+    eb->size = (int)size;
+    eb->port = (int)port;
+    snprintf(eb->addr, sizeof(eb->addr), "%s", addr);
+    format_where(eb->where, sizeof(eb->where), addr, (int)port);
+    if (eb->rank == 0) WEFT_CHECK_GOTO(server_start(&eb->srv, eb->size, addr, eb->port, eb->where, &eb->thread), rc, out);
+    WEFT_CHECK_GOTO(client_connect(eb, deadline), rc, out);
+
+    bs->name = "env";
+    bs->rank = eb->rank;
+    bs->size = eb->size;
+    bs->local_rank = have_lrank ? (int)lrank : -1;
+    bs->local_size = have_lsize ? (int)lsize : -1;
+    bs->allgather = env_allgather;
+    bs->finalize = env_finalize;
+    bs->impl = eb;
+    return WEFT_SUCCESS;
+out:
+    if (eb) env_free(eb, 0, 0);
+    return rc;
+}

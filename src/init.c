@@ -1,0 +1,132 @@
+/* weft_init / weft_finalize: configuration, bootstrap, UCX, world. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bootstrap/bootstrap.h"
+#include "pt2pt/pt2pt.h"
+#include "request.h"
+#include "weft_internal.h"
+
+weft_state_t weft_g;
+static weft_bootstrap_t g_bs;
+
+WEFT_API double weft_wtime(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+WEFT_API int weft_get_version(int *major, int *minor, int *patch)
+{
+    if (major) *major = WEFT_BUILD_VERSION_MAJOR;
+    if (minor) *minor = WEFT_BUILD_VERSION_MINOR;
+    if (patch) *patch = WEFT_BUILD_VERSION_PATCH;
+    return WEFT_SUCCESS;
+}
+
+WEFT_API const char *weft_version_string(void)
+{
+    return PACKAGE_VERSION;
+}
+
+WEFT_API int weft_initialized(int *flag)
+{
+    if (!flag) return weft_error(WEFT_ERR_ARG, "weft_initialized: NULL flag pointer");
+    *flag = weft_g.initialized;
+    return WEFT_SUCCESS;
+}
+
+WEFT_API const char *weft_bootstrap_name(void)
+{
+    return weft_g.initialized && weft_g.bs ? weft_g.bs->name : "none";
+}
+
+static int pick_bootstrap(weft_bootstrap_t *bs, double deadline)
+{
+    const char *want = weft_cfg.bootstrap;
+    if (!strcmp(want, "pmix") || (!strcmp(want, "auto") && weft_bootstrap_pmix_detected()))
+        return weft_bootstrap_pmix_init(bs, deadline);
+    if (!strcmp(want, "env") || (!strcmp(want, "auto") && weft_bootstrap_env_detected()))
+        return weft_bootstrap_env_init(bs, deadline);
+    return weft_bootstrap_single_init(bs);
+}
+
+/* Everything after the bootstrap is the same for every way of starting. */
+static int init_common(double deadline)
+{
+    int rc;
+    weft_g.bs = &g_bs;
+    weft_g.rank = g_bs.rank;
+    weft_g.size = g_bs.size;
+    weft_log_set_rank(g_bs.rank);
+    WEFT_CHECK_GOTO(weft_topo_local_ranks(&g_bs, deadline, &weft_g.local_rank, &weft_g.local_size), rc, fail);
+    WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);
+    WEFT_CHECK_GOTO(weft_comm_world_create(), rc, fail);
+    weft_g.initialized = 1;
+    weft_info_log("initialized: rank %d of %d (local %d of %d), bootstrap %s, UCX %s", weft_g.rank, weft_g.size,
+                  weft_g.local_rank, weft_g.local_size, g_bs.name, weft_ucx_version());
+    return WEFT_SUCCESS;
+fail:
+    weft_g.initialized = 0;
+    weft_comm_world_destroy();
+    if (weft_g.p2p) weft_p2p_finalize(weft_g.p2p, 0);
+    weft_g.p2p = NULL;
+    g_bs.finalize(&g_bs, 0, 0);
+    weft_g.bs = NULL;
+    return rc;
+}
+
+static int init_prologue(const char *fn)
+{
+    int rc;
+    weft_error_clear();
+    if (weft_g.initialized) return weft_error(WEFT_ERR_ALREADY, "%s: weft is already initialized", fn);
+    if ((rc = weft_config_load()) != WEFT_SUCCESS) return rc;
+    weft_log_init();
+    memset(&weft_g, 0, sizeof(weft_g));
+    memset(&g_bs, 0, sizeof(g_bs));
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_init(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    int rc = init_prologue("weft_init");
+    if (rc) return rc;
+    double deadline = weft_deadline_from(weft_cfg.init_timeout, weft_wtime());
+    if ((rc = pick_bootstrap(&g_bs, deadline)) != WEFT_SUCCESS) return rc;
+    return init_common(deadline);
+}
+
+WEFT_API int weft_init_oob(int rank, int size, weft_oob_allgather_fn allgather, void *ctx)
+{
+    int rc = init_prologue("weft_init_oob");
+    if (rc) return rc;
+    double deadline = weft_deadline_from(weft_cfg.init_timeout, weft_wtime());
+    if ((rc = weft_bootstrap_oob_init(&g_bs, rank, size, allgather, ctx)) != WEFT_SUCCESS) return rc;
+    return init_common(deadline);
+}
+
+WEFT_API int weft_finalize(void)
+{
+    int rc = WEFT_SUCCESS;
+    WEFT_CHECK_INIT("weft_finalize");
+    double deadline = weft_deadline_from(weft_cfg.timeout, weft_wtime());
+    /* Every rank's sends are delivered before any rank closes its endpoints. */
+    int flush_rc = weft_p2p_flush(deadline);
+    int barrier_rc = weft_bootstrap_barrier(&g_bs, deadline);
+    if (flush_rc != WEFT_SUCCESS) rc = flush_rc;
+    else if (barrier_rc != WEFT_SUCCESS) rc = barrier_rc;
+    weft_g.initialized = 0;
+    weft_comm_world_destroy();
+    weft_p2p_finalize(weft_g.p2p, deadline);
+    weft_g.p2p = NULL;
+    g_bs.finalize(&g_bs, barrier_rc == WEFT_SUCCESS, deadline);
+    weft_g.bs = NULL;
+    weft_request_cleanup();
+    weft_log_set_rank(-1);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* Logging: one line per event on stderr, prefixed with the rank. */
+#include "weft_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+int weft_log_level = WEFT_LOG_WARN;
+static int log_rank = -1;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
+
+void weft_log_init(void)
+{
+    weft_log_level = weft_cfg.log_level;
+}
+
+void weft_log_set_rank(int rank)
+{
+    log_rank = rank;
+}
+
+void weft_log_write(int level, const char *fmt, ...)
+{
+    char line[1024];
+    int n;
+    va_list ap;
+
+    if (level < 0) level = 0;
+    if (level > WEFT_LOG_TRACE) level = WEFT_LOG_TRACE;
+    if (log_rank >= 0)
+        n = snprintf(line, sizeof(line), "[weft %d:%d] %s: ", log_rank, (int)getpid(), level_names[level]);
+    else
+        n = snprintf(line, sizeof(line), "[weft %d] %s: ", (int)getpid(), level_names[level]);
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof(line)) vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+    va_end(ap);
+    /* One write per line so concurrent ranks do not interleave mid-line. */
+    fprintf(stderr, "%s\n", line);
+}

@@ -1,0 +1,207 @@
+/* Request life cycle and the wait / test family. Every wait has a
+ * deadline: the communicator's timeout unless the call gives its own. */
+#include "request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static weft_request_t free_list;
+
+weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm)
+{
+    weft_request_t req = free_list;
+    if (req)
+        free_list = req->next_free;
+    else if (!(req = malloc(sizeof(*req))))
+        return NULL;
+    memset(req, 0, sizeof(*req));
+    req->magic = WEFT_REQUEST_MAGIC;
+    req->ops = ops;
+    req->comm = comm;
+    req->peer = WEFT_ANY_SOURCE;
+    req->status.source = WEFT_ANY_SOURCE;
+    req->status.tag = WEFT_ANY_TAG;
+    return req;
+}
+
+void weft_request_release(weft_request_t req)
+{
+    req->magic = 0;
+    req->next_free = free_list;
+    free_list = req;
+}
+
+void weft_request_cleanup(void)
+{
+    while (free_list) {
+        weft_request_t next = free_list->next_free;
+        free(free_list);
+        free_list = next;
+    }
+}
+
+static int request_check(weft_request_t *request, const char *fn)
+{
+    WEFT_CHECK_INIT(fn);
+    if (request == NULL) return weft_error(WEFT_ERR_ARG, "%s: NULL request pointer", fn);
+    if (*request != WEFT_REQUEST_NULL && (*request)->magic != WEFT_REQUEST_MAGIC)
+        return weft_error(WEFT_ERR_ARG, "%s: invalid or already released request %p", fn, (void *)*request);
+    return WEFT_SUCCESS;
+}
+
+static int describe_timeout(weft_request_t req, double timeout_s)
+{
+    const char *name = req->comm ? req->comm->name : "?";
+    if (req->peer >= 0)
+        return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s %s rank %d (tag %d, comm %s) did not complete within %.3g s",
+                                req->ops->kind, strcmp(req->ops->kind, "send") ? "from" : "to", req->peer, req->tag,
+                                name, timeout_s);
+    return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s from any rank (tag %d, comm %s) did not complete within %.3g s",
+                            req->ops->kind, req->tag, name, timeout_s);
+}
+
+int weft_request_wait_until(weft_request_t req, double deadline)
+{
+    unsigned idle = 0;
+    while (!req->complete) {
+        int events = weft_progress();
+        if (req->complete) break;
+        if (events == 0) {
+            if (req->ops->check) req->ops->check(req);
+            if (req->complete) break;
+            if (deadline > 0 && weft_wtime() >= deadline) return WEFT_ERR_TIMEOUT;
+        }
+        weft_progress_idle(&idle, events);
+    }
+    return WEFT_SUCCESS;
+}
+
+/* Hands the outcome to the user and releases the request. */
+static int request_finish(weft_request_t *request, weft_status_t *status)
+{
+    weft_request_t req = *request;
+    int rc = req->status.error;
+    if (status) *status = req->status;
+    weft_request_release(req);
+    *request = WEFT_REQUEST_NULL;
+    return rc;
+}
+
+static double effective_timeout(weft_request_t req, double timeout_s)
+{
+    if (timeout_s < 0) return req->comm ? req->comm->timeout : weft_cfg.timeout;
+    return timeout_s;
+}
+
+WEFT_API int weft_wait_timeout(weft_request_t *request, double timeout_s, weft_status_t *status)
+{
+    int rc = request_check(request, "weft_wait");
+    if (rc) return rc;
+    if (*request == WEFT_REQUEST_NULL) {
+        if (status) memset(status, 0, sizeof(*status));
+        return WEFT_SUCCESS;
+    }
+    weft_request_t req = *request;
+    double t = effective_timeout(req, timeout_s);
+    rc = weft_request_wait_until(req, weft_deadline_from(t, weft_wtime()));
+    if (rc == WEFT_ERR_TIMEOUT) {
+        if (status) {
+            *status = req->status;
+            status->error = WEFT_ERR_TIMEOUT;
+        }
+        return describe_timeout(req, t);
+    }
+    return request_finish(request, status);
+}
+
+WEFT_API int weft_wait(weft_request_t *request, weft_status_t *status)
+{
+    return weft_wait_timeout(request, WEFT_TIMEOUT_DEFAULT, status);
+}
+
+WEFT_API int weft_test(weft_request_t *request, int *flag, weft_status_t *status)
+{
+    int rc = request_check(request, "weft_test");
+    if (rc) return rc;
+    if (flag == NULL) return weft_error(WEFT_ERR_ARG, "weft_test: NULL flag pointer");
+    if (*request == WEFT_REQUEST_NULL) {
+        *flag = 1;
+        if (status) memset(status, 0, sizeof(*status));
+        return WEFT_SUCCESS;
+    }
+    weft_request_t req = *request;
+    if (!req->complete) {
+        weft_progress();
+        if (!req->complete && req->ops->check) req->ops->check(req);
+    }
+    *flag = req->complete;
+    if (!req->complete) return WEFT_SUCCESS;
+    return request_finish(request, status);
+}
+
+WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double timeout_s,
+                                  weft_status_t statuses[])
+{
+    if (count < 0) return weft_error(WEFT_ERR_ARG, "weft_waitall: negative count %d", count);
+    if (count > 0 && requests == NULL) return weft_error(WEFT_ERR_ARG, "weft_waitall: NULL request array");
+    for (int i = 0; i < count; i++) {
+        int rc = request_check(&requests[i], "weft_waitall");
+        if (rc) return rc;
+    }
+    double now = weft_wtime();
+    int first_error = WEFT_SUCCESS;
+    for (int i = 0; i < count; i++) {
+        weft_request_t req = requests[i];
+        weft_status_t *st = statuses ? &statuses[i] : NULL;
+        if (req == WEFT_REQUEST_NULL) {
+            if (st) memset(st, 0, sizeof(*st));
+            continue;
+        }
+        /* One deadline for the whole set, measured from the call. */
+        double t = effective_timeout(req, timeout_s);
+        if (weft_request_wait_until(req, weft_deadline_from(t, now)) == WEFT_ERR_TIMEOUT) {
+            if (st) {
+                *st = req->status;
+                st->error = WEFT_ERR_TIMEOUT;
+            }
+            if (first_error == WEFT_SUCCESS) first_error = describe_timeout(req, t);
+            continue;
+        }
+        int rc = request_finish(&requests[i], st);
+        if (rc != WEFT_SUCCESS && first_error == WEFT_SUCCESS) first_error = rc;
+    }
+    return first_error;
+}
+
+WEFT_API int weft_waitall(int count, weft_request_t requests[], weft_status_t statuses[])
+{
+    return weft_waitall_timeout(count, requests, WEFT_TIMEOUT_DEFAULT, statuses);
+}
+
+WEFT_API int weft_request_cancel(weft_request_t *request)
+{
+    int rc = request_check(request, "weft_request_cancel");
+    if (rc) return rc;
+    weft_request_t req = *request;
+    if (req == WEFT_REQUEST_NULL || req->complete) return WEFT_SUCCESS;
+    if (!req->ops->cancel)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "weft_request_cancel: a pending %s cannot be canceled",
+                          req->ops->kind);
+    return req->ops->cancel(req);
+}
+
+WEFT_API int weft_request_free(weft_request_t *request)
+{
+    int rc = request_check(request, "weft_request_free");
+    if (rc) return rc;
+    weft_request_t req = *request;
+    if (req == WEFT_REQUEST_NULL) return WEFT_SUCCESS;
+    *request = WEFT_REQUEST_NULL;
+    if (req->complete) {
+        weft_request_release(req);
+        return WEFT_SUCCESS;
+    }
+    req->orphaned = 1;
+    if (req->ops->orphan) req->ops->orphan(req);
+    return WEFT_SUCCESS;
+}

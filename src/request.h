@@ -1,0 +1,55 @@
+/* Requests: one object for every nonblocking operation (pt2pt now,
+ * collective schedules later). The owner layer supplies the ops. */
+#ifndef WEFT_REQUEST_H
+#define WEFT_REQUEST_H
+
+#include "weft_internal.h"
+
+typedef struct weft_request_ops {
+    const char *kind; /* "send", "recv", ... for messages */
+    /* Cancels a pending request (NULL: not cancelable). Completion, with
+     * WEFT_ERR_CANCELED, may come later through progress. */
+    int (*cancel)(weft_request_t req);
+    /* Called on a pending request while a wait polls without news: lets
+     * the owner fail it early (a receive from a peer known to be lost). */
+    void (*check)(weft_request_t req);
+    /* The user released a still-pending request: the owner completes it in
+     * the background and then calls weft_request_release. */
+    void (*orphan)(weft_request_t req);
+} weft_request_ops_t;
+
+#define WEFT_REQUEST_MAGIC 0x77526571u /* "wReq" */
+
+struct weft_request_s {
+    uint32_t magic;
+    volatile int complete; /* set once, by the owner's completion path */
+    int orphaned;          /* user let go while pending */
+    int peer;              /* comm rank of the peer, or WEFT_ANY_SOURCE */
+    int tag;
+    int cancel_reason; /* the error a cancel completes with (0: WEFT_ERR_CANCELED) */
+    size_t capacity;   /* receive buffer length in bytes */
+    weft_status_t status; /* status.error holds the outcome */
+    const weft_request_ops_t *ops;
+    weft_comm_t comm;
+    void *owner_data; /* the owner's handle (a UCX request, a schedule) */
+    /* Owner scratch that must outlive the posting call (UCX writes a
+     * receive's tag info here, also on later completion). */
+    uint64_t owner_scratch[2];
+    struct weft_request_s *next_free;
+};
+
+weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm);
+/* Returns a request to the free list (the owner has nothing left in it). */
+void weft_request_release(weft_request_t req);
+/* Marks the request complete with `error` (WEFT_SUCCESS or a status). */
+static inline void weft_request_complete(weft_request_t req, int error)
+{
+    req->status.error = error;
+    req->complete = 1;
+}
+/* Waits until complete or `deadline` (absolute, 0 = none). Does not release. */
+int weft_request_wait_until(weft_request_t req, double deadline);
+/* Frees the free list (at finalize). */
+void weft_request_cleanup(void);
+
+#endif

@@ -1,0 +1,152 @@
+/* weftrun: start N local ranks with the env bootstrap (as torchrun's
+ * standalone mode does): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT. If a rank fails, the others get a grace
+ * period, then SIGTERM, then SIGKILL; the exit status is the first
+ * failure's. Does not link libweft: it only sets variables and forks. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANKS 4096
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig)
+{
+    got_signal = sig;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    if (fd < 0) return -1;
+    if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa)) && !getsockname(fd, (struct sockaddr *)&sa, &len))
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: weftrun -n N [--addr A] [--port P] [--timeout S] [--grace S] program [args...]\n"
+                    "  -n N         ranks to start on this host\n"
+                    "  --addr A     MASTER_ADDR (default 127.0.0.1)\n"
+                    "  --port P     MASTER_PORT (default: a free port)\n"
+                    "  --timeout S  kill the job after S seconds (default: none)\n"
+                    "  --grace S    after a rank fails, seconds before the others are terminated (default 10)\n");
+}
+
+int main(int argc, char **argv)
+{
+    int n = 0, port = 0, i;
+    const char *addr = "127.0.0.1";
+    double timeout = 0, grace = 10;
+    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (i + 1 >= argc) {
+            usage();
+            return 2;
+        }
+        if (!strcmp(a, "-n") || !strcmp(a, "-np")) n = atoi(argv[++i]);
+        else if (!strcmp(a, "--addr")) addr = argv[++i];
+        else if (!strcmp(a, "--port")) port = atoi(argv[++i]);
+        else if (!strcmp(a, "--timeout")) timeout = atof(argv[++i]);
+        else if (!strcmp(a, "--grace")) grace = atof(argv[++i]);
+        else {
+            fprintf(stderr, "weftrun: unknown option '%s'\n", a);
+            usage();
+            return 2;
+        }
+    }
+    if (n < 1 || n > MAX_RANKS || i >= argc) {
+        if (n < 1 || n > MAX_RANKS) fprintf(stderr, "weftrun: -n must be 1..%d\n", MAX_RANKS);
+        usage();
+        return 2;
+    }
+    if (port <= 0 && (port = free_port()) <= 0) {
+        fprintf(stderr, "weftrun: no free TCP port: %s\n", strerror(errno));
+        return 1;
+    }
+    pid_t *pids = calloc((size_t)n, sizeof(pid_t));
+    if (!pids) return 1;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    char buf[32];
+    for (int r = 0; r < n; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "weftrun: fork failed: %s\n", strerror(errno));
+            return 1;
+        }
+        if (pid == 0) {
+            snprintf(buf, sizeof(buf), "%d", r);
+            setenv("RANK", buf, 1);
+            setenv("LOCAL_RANK", buf, 1);
+            snprintf(buf, sizeof(buf), "%d", n);
+            setenv("WORLD_SIZE", buf, 1);
+            setenv("LOCAL_WORLD_SIZE", buf, 1);
+            setenv("MASTER_ADDR", addr, 1);
+            snprintf(buf, sizeof(buf), "%d", port);
+            setenv("MASTER_PORT", buf, 1);
+            execvp(argv[i], &argv[i]);
+            fprintf(stderr, "weftrun: cannot run %s: %s\n", argv[i], strerror(errno));
+            _exit(127);
+        }
+        pids[r] = pid;
+    }
+    int remaining = n, first_fail = 0, failed_rank = -1, term_sent = 0;
+    double start = now(), fail_time = 0;
+    while (remaining > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            for (int r = 0; r < n; r++)
+                if (pids[r] == pid) {
+                    pids[r] = 0;
+                    remaining--;
+                    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                    if (code != 0 && !first_fail) {
+                        first_fail = code;
+                        failed_rank = r;
+                        fail_time = now();
+                        fprintf(stderr, "weftrun: rank %d exited with status %d\n", r, code);
+                    }
+                }
+            continue;
+        }
+        int sig_now = got_signal || (timeout > 0 && now() - start > timeout) ||
+                      (first_fail && now() - fail_time > grace);
+        if (sig_now && !term_sent) {
+            if (timeout > 0 && now() - start > timeout)
+                fprintf(stderr, "weftrun: job exceeded --timeout %.0f s, terminating\n", timeout);
+            for (int r = 0; r < n; r++)
+                if (pids[r]) kill(pids[r], SIGTERM);
+            term_sent = 1;
+            fail_time = now();
+            if (!first_fail) first_fail = 124;
+        } else if (term_sent && now() - fail_time > 5) {
+            for (int r = 0; r < n; r++)
+                if (pids[r]) kill(pids[r], SIGKILL);
+        }
+        usleep(10000);
+    }
+    (void)failed_rank;
+    free(pids);
+    return first_fail;
+}

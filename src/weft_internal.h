@@ -1,0 +1,136 @@
+/* Internal declarations shared by src/, pt2pt/ and coll/. Not installed. */
+#ifndef WEFT_INTERNAL_H
+#define WEFT_INTERNAL_H
+
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft.h"
+
+#define WEFT_LOCAL __attribute__((visibility("hidden")))
+#define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define WEFT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ---- logging (log.c) --------------------------------------------------- */
+enum { WEFT_LOG_ERROR = 0, WEFT_LOG_WARN = 1, WEFT_LOG_INFO = 2, WEFT_LOG_DEBUG = 3, WEFT_LOG_TRACE = 4 };
+extern int weft_log_level;
+void weft_log_init(void);
+void weft_log_set_rank(int rank);
+void weft_log_write(int level, const char *fmt, ...) WEFT_PRINTF(2, 3);
+#define weft_log(level, ...)                                                                                   \
+    do {                                                                                                       \
+        if (WEFT_UNLIKELY((level) <= weft_log_level)) weft_log_write((level), __VA_ARGS__);                    \
+    } while (0)
+#define weft_warn(...) weft_log(WEFT_LOG_WARN, __VA_ARGS__)
+#define weft_info_log(...) weft_log(WEFT_LOG_INFO, __VA_ARGS__)
+#define weft_debug(...) weft_log(WEFT_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- errors (error.c) -------------------------------------------------- */
+/* Records `status` with a message as this thread's last error, logs it at
+ * `level` and returns status, so a failure path is one line:
+ *     return weft_error(WEFT_ERR_ARG, "weft_send: dest %d out of range", dest); */
+int weft_error_at(int level, int status, const char *fmt, ...) WEFT_PRINTF(3, 4);
+#define weft_error(status, ...) weft_error_at(WEFT_LOG_WARN, (status), __VA_ARGS__)
+/* Like weft_error but logged at debug level: for outcomes the caller
+ * expects and handles (a timeout it polls through, a canceled recv). */
+#define weft_error_quiet(status, ...) weft_error_at(WEFT_LOG_DEBUG, (status), __VA_ARGS__)
+void weft_error_clear(void);
+
+/* One error path per function: jump to the function's single cleanup label. */
+#define WEFT_CHECK_GOTO(expr, rc_var, label)                                                                   \
+    do {                                                                                                       \
+        (rc_var) = (expr);                                                                                     \
+        if (WEFT_UNLIKELY((rc_var) != WEFT_SUCCESS)) goto label;                                               \
+    } while (0)
+
+/* ---- configuration (config.c) ----------------------------------------- */
+typedef struct weft_config {
+    char bootstrap[16];   /* auto | pmix | env | single */
+    double timeout;       /* default wait deadline, seconds; 0 = none */
+    double init_timeout;  /* bootstrap deadline, seconds */
+    int eager_connect;    /* create every endpoint at init */
+    int peer_failure;     /* UCX peer failure detection on endpoints */
+    int log_level;
+    int spin_before_yield; /* progress polls without news before sched_yield */
+} weft_config_t;
+extern weft_config_t weft_cfg;
+/* Reads every WEFT_* variable; a malformed value fails with WEFT_ERR_ARG
+ * naming the variable. */
+int weft_config_load(void);
+
+/* ---- global state ------------------------------------------------------ */
+struct weft_bootstrap;
+struct weft_pt2pt;
+typedef struct weft_state {
+    int initialized;
+    int rank;
+    int size;
+    int local_rank;
+    int local_size;
+    struct weft_bootstrap *bs;
+    struct weft_pt2pt *p2p;
+    weft_comm_t world;
+} weft_state_t;
+extern weft_state_t weft_g;
+
+#define WEFT_CHECK_INIT(fn)                                                                                    \
+    do {                                                                                                       \
+        if (WEFT_UNLIKELY(!weft_g.initialized))                                                                \
+            return weft_error(WEFT_ERR_NOT_INITIALIZED, "%s: weft is not initialized (or already finalized)", \
+                              (fn));                                                                           \
+    } while (0)
+
+/* Deadline helpers: an absolute weft_wtime() value; 0 means none. */
+static inline double weft_deadline_from(double timeout_s, double now)
+{
+    return timeout_s > 0 ? now + timeout_s : 0.0;
+}
+
+/* ---- communicators (comm.c) ------------------------------------------- */
+#define WEFT_COMM_MAGIC 0x77436f6du /* "wCom" */
+struct weft_comm_s {
+    uint32_t magic;
+    uint32_t context_id; /* agreed by all members; part of every tag */
+    int rank;
+    int size;
+    int *world_ranks; /* comm rank -> world rank (NULL for world: identity) */
+    double timeout;   /* default wait deadline, seconds; 0 = none */
+    char name[64];
+};
+int weft_comm_world_create(void);
+void weft_comm_world_destroy(void);
+/* Validates a communicator handle (fn names the caller in the message). */
+int weft_comm_check(weft_comm_t comm, const char *fn);
+static inline int weft_comm_world_rank(weft_comm_t comm, int rank)
+{
+    return comm->world_ranks ? comm->world_ranks[rank] : rank;
+}
+
+/* ---- datatypes (dtype.c) ---------------------------------------------- */
+/* Validates (buf, count, dtype) and returns the byte length in *bytes. */
+int weft_buffer_check(const void *buf, int64_t count, weft_dtype_t dtype, const char *fn, const char *what,
+                      size_t *bytes);
+
+/* ---- progress engine (progress.c) ------------------------------------- */
+/* A progress hook is called on every weft_progress() pass (collective
+ * schedules, deadline checks). It returns the number of events it handled. */
+typedef int (*weft_progress_fn)(void *arg);
+int weft_progress_register(weft_progress_fn fn, void *arg);
+void weft_progress_unregister(weft_progress_fn fn, void *arg);
+/* Yields the CPU after many empty polls, so oversubscribed ranks share cores. */
+void weft_progress_idle(unsigned *idle_polls, int events);
+
+/* ---- host topology (topo/) --------------------------------------------- */
+/* hwloc summary of this host (topo/hwloc.c). */
+int weft_topo_summary(char *buf, size_t len);
+/* This process's host identity: hash of hostname and boot id (topo/node.c). */
+uint64_t weft_topo_host_id(void);
+/* Local rank and size: the bootstrap's when it knows them, else derived by
+ * grouping the ranks' host ids (one bootstrap allgather). */
+int weft_topo_local_ranks(struct weft_bootstrap *bs, double deadline, int *local_rank, int *local_size);
+
+#endif

@@ -1,0 +1,132 @@
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int th_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof(sa);
+    int port = -1;
+    if (fd < 0) return -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const char *const *env)
+{
+    th_result_t res;
+    pid_t pids[64];
+    int done[64] = {0};
+    int port = th_free_port();
+    char buf[32];
+
+    memset(&res, 0, sizeof(res));
+    res.nranks = n;
+    if (n < 1 || n > 64 || port < 0) {
+        res.failed = n > 0 ? n : 1;
+        return res;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < n; r++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            snprintf(buf, sizeof(buf), "%d", r);
+            setenv("RANK", buf, 1);
+            setenv("LOCAL_RANK", buf, 1);
+            snprintf(buf, sizeof(buf), "%d", n);
+            setenv("WORLD_SIZE", buf, 1);
+            setenv("LOCAL_WORLD_SIZE", buf, 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            snprintf(buf, sizeof(buf), "%d", port);
+            setenv("MASTER_PORT", buf, 1);
+            setenv("WEFT_BOOTSTRAP", "env", 1);
+            for (int i = 0; env && env[i]; i++) putenv(strdup(env[i]));
+            /* Die with the test process rather than linger. */
+            alarm((unsigned)timeout_s + 5);
+            int rc = body(r, n, arg);
+            fflush(stdout);
+            fflush(stderr);
+            _exit(rc);
+        }
+        pids[r] = pid;
+        res.exit_code[r] = -1;
+    }
+    double deadline = now_s() + timeout_s;
+    int remaining = n;
+    while (remaining > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            for (int r = 0; r < n; r++) {
+                if (pids[r] == pid && !done[r]) {
+                    done[r] = 1;
+                    remaining--;
+                    res.exit_code[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                }
+            }
+            continue;
+        }
+        if (now_s() > deadline) {
+            res.timed_out = 1;
+            for (int r = 0; r < n; r++)
+                if (!done[r]) {
+                    fprintf(stderr, "harness: rank %d still running after %.0f s, killing it\n", r, timeout_s);
+                    kill(pids[r], SIGKILL);
+                }
+            for (int r = 0; r < n; r++)
+                if (!done[r]) {
+                    waitpid(pids[r], NULL, 0);
+                    res.exit_code[r] = -1;
+                }
+            break;
+        }
+        usleep(2000);
+    }
+    for (int r = 0; r < n; r++)
+        if (res.exit_code[r] != 0) res.failed++;
+    return res;
+}
+
+static inline uint8_t pattern_byte(size_t i, unsigned seed)
+{
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return (uint8_t)(x ^ (x >> 17));
+}
+
+void th_fill(void *buf, size_t bytes, unsigned seed)
+{
+    uint8_t *p = buf;
+    for (size_t i = 0; i < bytes; i++) p[i] = pattern_byte(i, seed);
+}
+
+int th_verify(const void *buf, size_t bytes, unsigned seed, size_t *bad_index)
+{
+    const uint8_t *p = buf;
+    for (size_t i = 0; i < bytes; i++)
+        if (p[i] != pattern_byte(i, seed)) {
+            if (bad_index) *bad_index = i;
+            return 0;
+        }
+    return 1;
+}

@@ -1,0 +1,53 @@
+/* Multi-rank test helper: forks N ranks that find each other through the
+ * env bootstrap (RANK / WORLD_SIZE / MASTER_ADDR=127.0.0.1 / a free
+ * MASTER_PORT), so tests need no launcher. Children report failures with
+ * TH_CHECK (message on stderr, exit status 1); Criterion assertions are
+ * made only in the parent. */
+#ifndef WEFT_TEST_HARNESS_H
+#define WEFT_TEST_HARNESS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef int (*th_body_fn)(int rank, int size, void *arg);
+
+typedef struct th_result {
+    int nranks;
+    int exit_code[64]; /* per rank: exit status, 128+signal, or -1 when killed at the deadline */
+    int failed;        /* number of ranks with a non-zero exit_code */
+    int timed_out;     /* 1 when the harness had to kill ranks at its deadline */
+} th_result_t;
+
+/* Runs body in n forked ranks (n <= 64); each child exits with body's
+ * return value. env: NULL or a NULL-terminated list of "NAME=VALUE" set in
+ * every child. Ranks still running after timeout_s are killed. */
+th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const char *const *env);
+
+/* A free TCP port on 127.0.0.1 (bound and released; the kernel does not
+ * hand it out again at once). */
+int th_free_port(void);
+
+/* Fills buf with a pattern derived from (seed, index), and checks it. */
+void th_fill(void *buf, size_t bytes, unsigned seed);
+int th_verify(const void *buf, size_t bytes, unsigned seed, size_t *bad_index);
+
+#define TH_CHECK(cond, ...)                                                                                    \
+    do {                                                                                                       \
+        if (!(cond)) {                                                                                         \
+            fprintf(stderr, "[%s:%d] check failed: %s: ", __FILE__, __LINE__, #cond);                         \
+            fprintf(stderr, __VA_ARGS__);                                                                      \
+            fprintf(stderr, "\n");                                                                             \
+            fflush(stderr);                                                                                    \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+/* A weft call that must succeed. */
+#define TH_OK(call)                                                                                            \
+    do {                                                                                                       \
+        int th_rc_ = (call);                                                                                   \
+        TH_CHECK(th_rc_ == 0, "%s returned %d (%s): %s", #call, th_rc_, weft_strerror(th_rc_),                \
+                 weft_last_error());                                                                           \
+    } while (0)
+
+#endif

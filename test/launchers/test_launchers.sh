@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # functions are called indirectly (trap, run_case)
+# Runs the example programs under real launchers and checks what they print:
+#   mpirun -np 4 --oversubscribe   hello, ring, embed_mpi (Open MPI: PMIx bootstrap; embed_mpi: oob)
+#   srun --mpi=pmix -n 4           hello, ring (one-node Slurm from contrib/scripts/slurm-local.sh)
+#   weftrun -n 4                   hello, ring (env bootstrap: RANK/WORLD_SIZE/MASTER_ADDR/...)
+#
+# An automake TESTS script: exit 0 pass, 77 skip (nothing could run), 1 fail.
+# make sets top_builddir/top_srcdir; by hand, from an in-tree build:
+#   test/launchers/test_launchers.sh
+# A missing launcher (mpirun, Slurm) is a SKIP, or a FAIL when CI=true.
+#
+# Settings: WEFT_TEST_TIMEOUT (seconds per run, default 120), WEFT_TEST_NP
+# (ranks, default 4), WEFT_SLURM_* (passed on to slurm-local.sh).
+
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+top_srcdir=$(cd "${top_srcdir:-$here/../..}" && pwd) || exit 1
+top_builddir=$(cd "${top_builddir:-.}" && pwd) || exit 1
+SLURM_LOCAL=(bash "$top_srcdir/contrib/scripts/slurm-local.sh")
+WEFTRUN=$top_builddir/src/tools/weftrun
+EX=$top_builddir/examples
+NP=${WEFT_TEST_NP:-4}
+LIMIT=${WEFT_TEST_TIMEOUT:-120}
+LAPS=10
+
+case $(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]') in
+    true | 1 | yes) in_ci=1 ;;
+    *) in_ci= ;;
+esac
+
+# Start from a clean launch environment: variables left by an enclosing
+# launcher (a Slurm allocation, mpirun, torchrun) or a forced WEFT_BOOTSTRAP
+# would change which bootstrap the programs pick.
+while IFS= read -r var; do
+    case $var in
+        PMIX_* | PMI_* | SLURM_* | SRUN_* | SALLOC_* | SBATCH_* | OMPI_COMM_WORLD_* | OMPI_UNIVERSE_SIZE | \
+            OMPI_MCA_ess* | OMPI_MCA_orte* | OMPI_MCA_pmix* | PRTE_* | \
+            RANK | WORLD_SIZE | LOCAL_RANK | LOCAL_WORLD_SIZE | MASTER_ADDR | MASTER_PORT | \
+            GROUP_RANK | ROLE_RANK | ROLE_WORLD_SIZE | TORCHELASTIC_* | WEFT_BOOTSTRAP)
+            unset "$var" ;;
+    esac
+done < <(compgen -e)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/weft-launchers.XXXXXX") || exit 1
+passed=0 failed=0 skipped=0
+slurm_started=
+
+cleanup() {
+    if [ -n "$slurm_started" ]; then
+        "${SLURM_LOCAL[@]}" stop >"$work/slurm-stop.log" 2>&1 || {
+            echo "warning: slurm-local.sh stop failed:"
+            sed 's/^/    /' "$work/slurm-stop.log"
+        }
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+skip() { echo "SKIP: $1 ($2)"; skipped=$((skipped + 1)); }
+fail() {
+    echo "FAIL: $1${2:+ ($2)}"
+    failed=$((failed + 1))
+    if [ -n "${3:-}" ] && [ -s "$3" ]; then
+        echo "    --- output (last 40 lines) ---"
+        tail -n 40 "$3" | sed 's/^/    /'
+    fi
+}
+# A launcher that is not there: a skip on a developer machine, a failure in CI.
+missing() {
+    if [ -n "$in_ci" ]; then fail "$1" "$2; required when CI=$CI"; else skip "$1" "$2"; fi
+}
+
+# --- output checks: each prints what is wrong, and fails, or prints nothing --
+
+# check_hello FILE BOOTSTRAP: NP lines "hello from rank R of NP (bootstrap B,
+# local rank L of M)", one per rank, all on this one node (M = NP, L distinct).
+check_hello() {
+    local out=$1 boot=$2 r n lines locals
+    n=$(grep -c '^hello from rank ' "$out")
+    [ "$n" = "$NP" ] || { echo "expected $NP hello lines, got $n"; return 1; }
+    for ((r = 0; r < NP; r++)); do
+        n=$(grep -cE "^hello from rank $r of $NP \(bootstrap $boot, local rank [0-9]+ of $NP\)\$" "$out")
+        if [ "$n" != 1 ]; then
+            lines=$(grep "^hello from rank $r " "$out" | head -n 2 | paste -sd '|')
+            echo "rank $r: expected one line 'hello from rank $r of $NP (bootstrap $boot, local rank L of $NP)', got: ${lines:-nothing}"
+            return 1
+        fi
+    done
+    locals=$(sed -nE "s/^hello from rank [0-9]+ of $NP \(bootstrap $boot, local rank ([0-9]+) of $NP\)\$/\1/p" "$out" | sort -n | tr '\n' ' ')
+    [ "$locals" = "$(seq -s ' ' 0 $((NP - 1))) " ] || { echo "local ranks are not 0..$((NP - 1)): $locals"; return 1; }
+}
+
+check_line() {
+    local out=$1 want=$2 n
+    n=$(grep -cxF "$want" "$out")
+    [ "$n" = 1 ] || { echo "expected the line '$want' once, found it $n times"; return 1; }
+}
+check_ring() { check_line "$1" "ring: token passed $NP ranks x $LAPS laps, ok"; }
+check_embed() { check_line "$1" "embed_mpi: weft bootstrapped from MPI_Allgather on $NP ranks, ok"; }
+
+# run_case NAME CHECK [ARGS...] -- COMMAND...: run under a wall-clock limit,
+# then require exit status 0 and CHECK FILE ARGS... to pass.
+run_case() {
+    local name=$1 check=$2 args=() out rc why
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+    shift
+    out=$work/$(echo "$name" | tr -c 'A-Za-z0-9_.\n' '_').out
+    timeout -k 10 "$LIMIT" "$@" >"$out" 2>&1 </dev/null
+    rc=$?
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        fail "$name" "timed out after ${LIMIT}s: $*" "$out"
+    elif [ $rc != 0 ]; then
+        fail "$name" "exit status $rc: $*" "$out"
+    elif ! why=$("$check" "$out" ${args[@]+"${args[@]}"}); then
+        fail "$name" "$why" "$out"
+    else
+        pass "$name"
+    fi
+}
+
+need_prog() { # need_prog NAME PATH: the program must be built
+    [ -x "$2" ] && return 0
+    fail "$1" "$2 not built (run make first)"
+    return 1
+}
+
+echo "launcher tests: $NP ranks, ${LIMIT}s limit per run, build tree $top_builddir"
+
+# --- mpirun ------------------------------------------------------------------
+mpirun_cmd=() is_ompi=
+if ! command -v mpirun >/dev/null 2>&1; then
+    for p in hello ring embed_mpi; do missing "mpirun $p" "mpirun not found (apt-get install openmpi-bin)"; done
+else
+    if mpirun --version 2>&1 | grep -q 'Open MPI\|OpenRTE'; then
+        is_ompi=1
+        mpirun_cmd=(mpirun -np "$NP" --oversubscribe)
+        # Open MPI refuses root unless told twice.
+        if [ "$(id -u)" = 0 ]; then
+            export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        fi
+    else
+        mpirun_cmd=(mpirun -np "$NP")
+    fi
+    need_prog "mpirun hello" "$EX/hello" &&
+        run_case "mpirun hello" check_hello pmix -- "${mpirun_cmd[@]}" "$EX/hello"
+    need_prog "mpirun ring" "$EX/ring" &&
+        run_case "mpirun ring" check_ring -- "${mpirun_cmd[@]}" "$EX/ring"
+    if [ ! -x "$EX/embed_mpi" ]; then
+        skip "mpirun embed_mpi" "examples/embed_mpi not built: configure found no mpicc"
+    elif [ -n "$is_ompi" ]; then
+        # embed_mpi calls MPI_Init: keep Open MPI on its single-node transports
+        # (no UCX/openib probing, no CMA, which containers often forbid).
+        run_case "mpirun embed_mpi" check_embed -- "${mpirun_cmd[@]}" \
+            --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none "$EX/embed_mpi"
+    else
+        run_case "mpirun embed_mpi" check_embed -- "${mpirun_cmd[@]}" "$EX/embed_mpi"
+    fi
+fi
+
+# --- srun --mpi=pmix on a one-node Slurm -------------------------------------
+slurm_why=
+if ! command -v srun >/dev/null 2>&1 || ! command -v slurmctld >/dev/null 2>&1; then
+    slurm_why="Slurm not installed (apt-get install slurm-wlm slurm-wlm-basic-plugins munge libpmix-dev)"
+elif [ "$(id -u)" != 0 ]; then
+    slurm_why="starting a local Slurm needs root"
+elif "${SLURM_LOCAL[@]}" status >/dev/null 2>&1; then
+    # Someone's cluster is already up: use it, and leave it running.
+    eval "$("${SLURM_LOCAL[@]}" env)"
+    echo "using the Slurm cluster already running ($SLURM_CONF); it stays up"
+elif env_lines=$(timeout -k 10 180 "${SLURM_LOCAL[@]}" start 2>"$work/slurm-start.log"); then
+    slurm_started=1
+    eval "$env_lines"
+else
+    slurm_started=1 # stop whatever half-started
+    slurm_why="slurm-local.sh start failed"
+    echo "slurm-local.sh start failed:"
+    sed 's/^/    /' "$work/slurm-start.log"
+fi
+if [ -n "$slurm_why" ]; then
+    for p in hello ring; do missing "srun $p" "$slurm_why"; done
+else
+    srun_cmd=(srun --mpi=pmix -n "$NP" --kill-on-bad-exit=1 --time=10)
+    need_prog "srun hello" "$EX/hello" &&
+        run_case "srun hello" check_hello pmix -- "${srun_cmd[@]}" "$EX/hello"
+    need_prog "srun ring" "$EX/ring" &&
+        run_case "srun ring" check_ring -- "${srun_cmd[@]}" "$EX/ring"
+fi
+
+# --- weftrun: the env bootstrap ----------------------------------------------
+if need_prog "weftrun hello" "$WEFTRUN" && need_prog "weftrun hello" "$EX/hello"; then
+    run_case "weftrun hello" check_hello env -- "$WEFTRUN" -n "$NP" "$EX/hello"
+fi
+if need_prog "weftrun ring" "$WEFTRUN" && need_prog "weftrun ring" "$EX/ring"; then
+    run_case "weftrun ring" check_ring -- "$WEFTRUN" -n "$NP" "$EX/ring"
+fi
+
+[ "$skipped" = 0 ] || echo "($skipped skipped)"
+echo "$passed passed, $failed failed"
+if [ "$failed" -gt 0 ]; then exit 1; fi
+if [ "$passed" = 0 ]; then exit 77; fi
+exit 0

@@ -1,0 +1,208 @@
+/* Start-up: init deadlines that name missing ranks, the out-of-band
+ * bootstrap, local ranks, and finalize next to a dead peer. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "weft.h"
+
+/* ---- a rank that never arrives ---------------------------------------- */
+typedef struct {
+    int missing;
+} missing_arg_t;
+
+static int body_missing(int rank, int size, void *argp)
+{
+    missing_arg_t *arg = argp;
+    (void)size;
+    if (rank == arg->missing) {
+        sleep(6); /* never calls weft_init within the others' deadline */
+        return 0;
+    }
+    double t0 = weft_wtime();
+    int rc = weft_init(NULL, NULL);
+    double dt = weft_wtime() - t0;
+    TH_CHECK(rc == WEFT_ERR_TIMEOUT, "init returned %d (%s)", rc, weft_last_error());
+    TH_CHECK(dt < 2.0 + 3.0, "init failed only after %.1f s", dt);
+    char want[32];
+    snprintf(want, sizeof(want), "%d", arg->missing);
+    TH_CHECK(strstr(weft_last_error(), want), "message does not name rank %d: %s", arg->missing, weft_last_error());
+    /* Nothing is half-initialised afterwards. */
+    TH_CHECK(weft_comm_world() == WEFT_COMM_NULL, "world exists after failed init");
+    return 0;
+}
+
+Test(init, deadline_names_the_missing_rank, .timeout = 60)
+{
+    const char *env[] = {"WEFT_INIT_TIMEOUT=2", NULL};
+    missing_arg_t arg = {.missing = 2};
+    th_result_t res = th_run(4, body_missing, &arg, 40, env);
+    cr_assert_eq(res.timed_out, 0);
+    for (int r = 0; r < 4; r++) cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+}
+
+Test(init, deadline_when_rank0_and_its_store_never_come, .timeout = 60)
+{
+    const char *env[] = {"WEFT_INIT_TIMEOUT=2", NULL};
+    missing_arg_t arg = {.missing = 0};
+    th_result_t res = th_run(3, body_missing, &arg, 40, env);
+    cr_assert_eq(res.timed_out, 0);
+    for (int r = 0; r < 3; r++) cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+}
+
+/* ---- the out-of-band bootstrap: a host's own allgather ----------------- */
+/* The "host code" here is a shared-memory allgather between forked ranks. */
+#define OOB_MAX_RANKS 8
+#define OOB_MAX_BYTES 4096
+typedef struct {
+    atomic_int arrived;
+    atomic_int generation;
+    int size;
+    char slots[OOB_MAX_RANKS][OOB_MAX_BYTES];
+} shm_ag_t;
+
+typedef struct {
+    shm_ag_t *shm;
+    int rank;
+    int calls;
+} oob_ctx_t;
+
+static void shm_barrier(shm_ag_t *s)
+{
+    int gen = atomic_load(&s->generation);
+    if (atomic_fetch_add(&s->arrived, 1) == s->size - 1) {
+        atomic_store(&s->arrived, 0);
+        atomic_fetch_add(&s->generation, 1);
+    } else {
+        while (atomic_load(&s->generation) == gen) usleep(100);
+    }
+}
+
+static int shm_allgather(const void *send, void *recv, size_t len, void *ctxp)
+{
+    oob_ctx_t *ctx = ctxp;
+    if (len > OOB_MAX_BYTES) return 1;
+    ctx->calls++;
+    memcpy(ctx->shm->slots[ctx->rank], send, len);
+    shm_barrier(ctx->shm);
+    for (int r = 0; r < ctx->shm->size; r++) memcpy((char *)recv + (size_t)r * len, ctx->shm->slots[r], len);
+    shm_barrier(ctx->shm);
+    return 0;
+}
+
+static int body_oob(int rank, int size, void *argp)
+{
+    shm_ag_t *shm = argp;
+    oob_ctx_t ctx = {.shm = shm, .rank = rank, .calls = 0};
+    /* The env variables are set by the harness; the OOB path must not use them. */
+    TH_OK(weft_init_oob(rank, size, shm_allgather, &ctx));
+    TH_CHECK(ctx.calls > 0, "the callback was never used");
+    TH_CHECK(!strcmp(weft_bootstrap_name(), "oob"), "bootstrap %s", weft_bootstrap_name());
+    weft_comm_t w = weft_comm_world();
+    int me, n, lr, ls;
+    TH_OK(weft_comm_rank(w, &me));
+    TH_OK(weft_comm_size(w, &n));
+    TH_OK(weft_local_rank(&lr));
+    TH_OK(weft_local_size(&ls));
+    TH_CHECK(me == rank && n == size, "rank %d size %d", me, n);
+    TH_CHECK(lr == rank && ls == size, "one host: local %d of %d", lr, ls);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size, in = -1;
+    TH_OK(weft_sendrecv(&rank, 1, WEFT_INT32, right, 0, &in, 1, WEFT_INT32, left, 0, w, NULL));
+    TH_CHECK(in == left, "in %d", in);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(init, oob_allgather_callback, .timeout = 60)
+{
+    shm_ag_t *shm = mmap(NULL, sizeof(shm_ag_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(shm, MAP_FAILED);
+    memset(shm, 0, sizeof(*shm));
+    shm->size = 3;
+    /* No env bootstrap variables at all for the OOB ranks. */
+    const char *env[] = {"WEFT_BOOTSTRAP=single", NULL};
+    th_result_t res = th_run(3, body_oob, shm, 40, env);
+    cr_assert_eq(res.failed, 0);
+    munmap(shm, sizeof(*shm));
+}
+
+static int failing_allgather(const void *send, void *recv, size_t len, void *ctx)
+{
+    (void)send;
+    (void)recv;
+    (void)len;
+    (void)ctx;
+    return 42;
+}
+
+Test(init, oob_bad_arguments_and_failing_callback)
+{
+    setenv("WEFT_BOOTSTRAP", "single", 1);
+    cr_assert_eq(weft_init_oob(0, 2, NULL, NULL), WEFT_ERR_ARG);
+    cr_assert_eq(weft_init_oob(2, 2, failing_allgather, NULL), WEFT_ERR_ARG);
+    cr_assert_eq(weft_init_oob(0, 0, failing_allgather, NULL), WEFT_ERR_ARG);
+    cr_assert_eq(weft_init_oob(1, 2, failing_allgather, NULL), WEFT_ERR_BOOTSTRAP);
+    cr_assert(strstr(weft_last_error(), "failed with 42"), "%s", weft_last_error());
+    cr_assert_eq(weft_comm_world(), WEFT_COMM_NULL);
+}
+
+/* ---- local rank and size ---------------------------------------------- */
+static int body_local(int rank, int size, void *arg)
+{
+    int expect_given = *(int *)arg;
+    TH_OK(weft_init(NULL, NULL));
+    int lr, ls;
+    TH_OK(weft_local_rank(&lr));
+    TH_OK(weft_local_size(&ls));
+    if (expect_given) TH_CHECK(lr == rank % 2 && ls == 2, "LOCAL_RANK given: %d of %d", lr, ls);
+    else TH_CHECK(lr == rank && ls == size, "derived from host ids: %d of %d", lr, ls);
+    TH_CHECK(!strcmp(weft_bootstrap_name(), "env"), "%s", weft_bootstrap_name());
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+static int body_local_given(int rank, int size, void *arg)
+{
+    char b[16];
+    snprintf(b, sizeof(b), "%d", rank % 2);
+    setenv("LOCAL_RANK", b, 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    return body_local(rank, size, arg);
+}
+
+static int body_local_derived(int rank, int size, void *arg)
+{
+    unsetenv("LOCAL_RANK");
+    unsetenv("LOCAL_WORLD_SIZE");
+    return body_local(rank, size, arg);
+}
+
+Test(init, local_rank_from_env_or_host_ids, .timeout = 60)
+{
+    int given = 1, derived = 0;
+    th_result_t a = th_run(4, body_local_given, &given, 40, NULL);
+    cr_assert_eq(a.failed, 0);
+    th_result_t b = th_run(3, body_local_derived, &derived, 40, NULL);
+    cr_assert_eq(b.failed, 0);
+}
+
+/* ---- automatic choice without any launcher: a singleton ---------------- */
+Test(init, singleton_when_nothing_is_set)
+{
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    unsetenv("WEFT_BOOTSTRAP");
+    unsetenv("PMIX_RANK");
+    unsetenv("PMIX_NAMESPACE");
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS);
+    cr_assert_str_eq(weft_bootstrap_name(), "single");
+    cr_assert_eq(weft_finalize(), WEFT_SUCCESS);
+}
