@@ -30,7 +30,6 @@
 #define WEFT_TAG_MASK_SRC (((UINT64_C(1) << WEFT_TAG_SRC_BITS) - 1) << WEFT_TAG_SRC_SHIFT)
 #define WEFT_TAG_MASK_CTX ((UINT64_C(1) << WEFT_TAG_CTX_BITS) - 1)
 
-enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2 };
 
 static inline ucp_tag_t weft_tag_make(unsigned cls, unsigned tag, unsigned src, unsigned ctx)
 {

@@ -70,6 +70,12 @@ int weft_p2p_progress(void)
     return (int)ucp_worker_progress(g_p2p->worker);
 }
 
+const weft_transport_ops_t weft_p2p_transport = {
+    .isend = weft_p2p_isend,
+    .irecv = weft_p2p_irecv,
+    .progress = weft_p2p_progress,
+};
+
 int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
 {
     int rc = WEFT_SUCCESS;
@@ -126,6 +132,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     }
     g_p2p = p2p;
     g_finalizing = 0;
+    weft_xport = &weft_p2p_transport;
     if (weft_cfg.eager_connect)
         for (int r = 0; r < bs->size; r++) {
             ucp_ep_h ep;
@@ -178,7 +185,10 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
     free(p2p->addrs);
     free(p2p->addr_lens);
     free(p2p);
-    if (g_p2p == p2p) g_p2p = NULL;
+    if (g_p2p == p2p) {
+        g_p2p = NULL;
+        weft_xport = NULL;
+    }
 }
 
 /* Flushes every outstanding operation of this worker (before the final barrier). */

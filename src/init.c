@@ -6,6 +6,7 @@
 #include "bootstrap/bootstrap.h"
 #include "pt2pt/pt2pt.h"
 #include "request.h"
+#include "schedule.h"
 #include "weft_internal.h"
 
 weft_state_t weft_g;
@@ -64,12 +65,16 @@ static int init_common(double deadline)
     WEFT_CHECK_GOTO(weft_topo_local_ranks(&g_bs, deadline, &weft_g.local_rank, &weft_g.local_size), rc, fail);
     WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_comm_world_create(), rc, fail);
+    WEFT_CHECK_GOTO(weft_sched_init(), rc, fail);
+    WEFT_CHECK_GOTO(weft_coll_init(), rc, fail);
     weft_g.initialized = 1;
     weft_info_log("initialized: rank %d of %d (local %d of %d), bootstrap %s, UCX %s", weft_g.rank, weft_g.size,
                   weft_g.local_rank, weft_g.local_size, g_bs.name, weft_ucx_version());
     return WEFT_SUCCESS;
 fail:
     weft_g.initialized = 0;
+    weft_coll_finalize();
+    weft_sched_finalize();
     weft_comm_world_destroy();
     if (weft_g.p2p) weft_p2p_finalize(weft_g.p2p, 0);
     weft_g.p2p = NULL;
@@ -115,6 +120,8 @@ WEFT_API int weft_finalize(void)
     int rc = WEFT_SUCCESS;
     WEFT_CHECK_INIT("weft_finalize");
     double deadline = weft_deadline_from(weft_cfg.timeout, weft_wtime());
+    weft_coll_finalize();
+    weft_sched_finalize();
     /* Every rank's sends are delivered before any rank closes its endpoints. */
     int flush_rc = weft_p2p_flush(deadline);
     int barrier_rc = weft_bootstrap_barrier(&g_bs, deadline);

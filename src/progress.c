@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <stdlib.h>
 
-#include "pt2pt/pt2pt.h"
 
 #define MAX_HOOKS 32
 
@@ -33,10 +32,12 @@ void weft_progress_unregister(weft_progress_fn fn, void *arg)
         }
 }
 
+const weft_transport_ops_t *weft_xport;
+
 WEFT_API int weft_progress(void)
 {
-    if (!weft_g.p2p) return 0;
-    int events = weft_p2p_progress();
+    if (WEFT_UNLIKELY(!weft_xport)) return 0;
+    int events = weft_xport->progress();
     for (int i = 0; i < nhooks; i++) events += hooks[i].fn(hooks[i].arg);
     return events;
 }

@@ -52,6 +52,9 @@ static int request_check(weft_request_t *request, const char *fn)
 static int describe_timeout(weft_request_t req, double timeout_s)
 {
     const char *name = req->comm ? req->comm->name : "?";
+    char what[256];
+    if (req->ops->describe && req->ops->describe(req, what, sizeof(what)) > 0)
+        return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s did not complete within %.3g s", what, timeout_s);
     if (req->peer >= 0)
         return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s %s rank %d (tag %d, comm %s) did not complete within %.3g s",
                                 req->ops->kind, strcmp(req->ops->kind, "send") ? "from" : "to", req->peer, req->tag,

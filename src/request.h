@@ -16,6 +16,8 @@ typedef struct weft_request_ops {
     /* The user released a still-pending request: the owner completes it in
      * the background and then calls weft_request_release. */
     void (*orphan)(weft_request_t req);
+    /* Optional: what the request is waiting for, for timeout messages. */
+    int (*describe)(weft_request_t req, char *buf, size_t len);
 } weft_request_ops_t;
 
 #define WEFT_REQUEST_MAGIC 0x77526571u /* "wReq" */

@@ -99,6 +99,7 @@ struct weft_comm_s {
     int size;
     int *world_ranks; /* comm rank -> world rank (NULL for world: identity) */
     double timeout;   /* default wait deadline, seconds; 0 = none */
+    unsigned coll_seq; /* collectives started on this communicator */
     char name[64];
 };
 int weft_comm_world_create(void);
@@ -123,6 +124,32 @@ int weft_progress_register(weft_progress_fn fn, void *arg);
 void weft_progress_unregister(weft_progress_fn fn, void *arg);
 /* Yields the CPU after many empty polls, so oversubscribed ranks share cores. */
 void weft_progress_idle(unsigned *idle_polls, int events);
+
+/* ---- the transport below (registered by pt2pt/ at init) ---------------- */
+/* Tag classes: user point-to-point, collective schedules, control traffic
+ * never match each other (pt2pt/pt2pt.h has the bit layout). */
+enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2 };
+/* Bits of the tag field a collective schedule may use. */
+#define WEFT_COLL_TAG_BITS 23
+typedef struct weft_transport_ops {
+    int (*isend)(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm,
+                 weft_request_t *out);
+    int (*irecv)(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm,
+                 weft_request_t *out);
+    int (*progress)(void);
+} weft_transport_ops_t;
+extern const weft_transport_ops_t *weft_xport;
+
+/* ---- collective services (registered by coll/ at init) ---------------- */
+/* What the runtime core needs from the collectives module, e.g. to create
+ * communicators: blocking, with the communicator's deadline. */
+typedef struct weft_coll_services {
+    /* Gathers `bytes` from every member of comm into recv (rank order). */
+    int (*allgather)(weft_comm_t comm, const void *send, void *recv, size_t bytes);
+} weft_coll_services_t;
+extern const weft_coll_services_t *weft_coll_svc;
+int weft_coll_init(void);
+void weft_coll_finalize(void);
 
 /* ---- host topology (topo/) --------------------------------------------- */
 /* hwloc summary of this host (topo/hwloc.c). */

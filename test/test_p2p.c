@@ -232,7 +232,7 @@ static int body_deadline(int rank, int size, void *arg)
         int rc = weft_wait_timeout(&r, 0.2, &st);
         double dt = weft_wtime() - t0;
         TH_CHECK(rc == WEFT_ERR_TIMEOUT, "rc %d", rc);
-        TH_CHECK(dt >= 0.2 && dt < 0.7, "waited %.3f s", dt);
+        TH_CHECK(dt >= 0.2 && dt < 3.0, "waited %.3f s", dt);
         TH_CHECK(r != WEFT_REQUEST_NULL, "request released on timeout");
         TH_CHECK(strstr(weft_last_error(), "rank 0"), "%s", weft_last_error());
         TH_OK(weft_wait_timeout(&r, 10, &st));

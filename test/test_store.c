@@ -4,9 +4,12 @@
  *
  * Multi-rank tests fork ranks with test/harness.h; a child reports with
  * TH_CHECK / TH_OK and only the parent uses Criterion assertions. */
-#include <criterion/criterion.h>
+#include "bootstrap/bootstrap.h"
+#include "harness.h"
+#include "weft_internal.h"
 
 #include <arpa/inet.h>
+#include <criterion/criterion.h>
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,19 +22,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "weft_internal.h"
-#include "bootstrap/bootstrap.h"
-#include "harness.h"
-
 /* The store's wire format, repeated here on purpose: the stranger tests
  * craft messages a real client would never send. Keep in step with env.c. */
-#define WIRE_MAGIC 0x57465453u
+#define WIRE_MAGIC   0x57465453u
 #define WIRE_VERSION 1u
-#define WIRE_HDR 40
+#define WIRE_HDR     40
 enum { W_HELLO = 1, W_WELCOME = 2, W_CONTRIB = 3, W_RESULT = 4, W_ERROR = 5, W_BYE = 6 };
 
-static void wire_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq, uint64_t arg,
-                      uint64_t len)
+static void wire_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq, uint64_t arg, uint64_t len)
 {
     uint32_t v32;
     uint16_t v16;
@@ -79,8 +77,7 @@ static void check_round(weft_bootstrap_t *bs, int round, size_t len, double dead
     for (int r = 0; r < bs->size; r++)
         TH_CHECK(th_verify(recv + (size_t)r * len, len, seed_of(round, r), &bad),
                  "rank %d: round %d (%zu bytes): rank %d's block differs at byte %zu", bs->rank, round, len, r, bad);
-    TH_CHECK(recv[len * (size_t)bs->size] == 0xEE, "rank %d: round %d wrote past the receive buffer", bs->rank,
-             round);
+    TH_CHECK(recv[len * (size_t)bs->size] == 0xEE, "rank %d: round %d wrote past the receive buffer", bs->rank, round);
     free(send);
     free(recv);
 }
@@ -107,7 +104,8 @@ static int body_allgather(int rank, int size, void *arg)
     TH_CHECK(strcmp(bs.name, "env") == 0, "name %s", bs.name);
     TH_CHECK(bs.rank == rank && bs.size == size, "rank %d/%d, expected %d/%d", bs.rank, bs.size, rank, size);
     TH_CHECK(bs.local_rank == rank && bs.local_size == size, "local %d/%d", bs.local_rank, bs.local_size);
-    for (int i = 0; i < NROUNDS; i++) check_round(&bs, i, round_lens[i], weft_wtime() + 20);
+    for (int i = 0; i < NROUNDS; i++)
+        check_round(&bs, i, round_lens[i], weft_wtime() + 20);
     /* The generic helpers on top of the vtable work too. */
     TH_OK(weft_bootstrap_barrier(&bs, weft_wtime() + 20));
     double t0 = weft_wtime();
@@ -123,10 +121,44 @@ static void run_allgather(int n)
     cr_assert_eq(res.failed, 0, "%d ranks: %d ranks failed", n, res.failed);
 }
 
-Test(store, allgather_1_rank, .timeout = 60) { run_allgather(1); }
-Test(store, allgather_2_ranks, .timeout = 60) { run_allgather(2); }
-Test(store, allgather_5_ranks, .timeout = 60) { run_allgather(5); }
-Test(store, allgather_8_ranks, .timeout = 60) { run_allgather(8); }
+Test(store, allgather_1_rank, .timeout = 60)
+{
+    run_allgather(1);
+}
+Test(store, allgather_2_ranks, .timeout = 60)
+{
+    run_allgather(2);
+}
+Test(store, allgather_5_ranks, .timeout = 60)
+{
+    run_allgather(5);
+}
+Test(store, allgather_8_ranks, .timeout = 60)
+{
+    run_allgather(8);
+}
+
+/* Finalize, then init again on the same port at once (weft_init may be
+ * called again after weft_finalize): a rank that reaches rank 0's previous
+ * store before it closes is told to retry, and no port stays taken. */
+static int body_reinit(int rank, int size, void *arg)
+{
+    (void)rank, (void)size, (void)arg;
+    for (int k = 0; k < 4; k++) {
+        weft_bootstrap_t bs;
+        boot(&bs, 20);
+        check_round(&bs, k, (size_t)(64 + k), weft_wtime() + 20);
+        bs.finalize(&bs, 1, weft_wtime() + 10);
+    }
+    return 0;
+}
+
+Test(store, reinit_same_port, .timeout = 60)
+{
+    th_result_t res = th_run(4, body_reinit, NULL, 40, NULL);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+}
 
 /* Many ranks, small messages: the store has no small fixed rank limit. */
 static int body_many(int rank, int size, void *arg)
@@ -134,7 +166,8 @@ static int body_many(int rank, int size, void *arg)
     weft_bootstrap_t bs;
     (void)rank, (void)size, (void)arg;
     boot(&bs, 40);
-    for (int i = 0; i < 4; i++) check_round(&bs, i, (size_t)(i * 13 + 5), weft_wtime() + 40);
+    for (int i = 0; i < 4; i++)
+        check_round(&bs, i, (size_t)(i * 13 + 5), weft_wtime() + 40);
     bs.finalize(&bs, 1, weft_wtime() + 20);
     return 0;
 }
@@ -288,7 +321,8 @@ static int body_death(int rank, int size, void *arg)
     (void)size;
 
     boot(&bs, 20);
-    for (int i = 0; i < 3; i++) check_round(&bs, i, 100, weft_wtime() + 20);
+    for (int i = 0; i < 3; i++)
+        check_round(&bs, i, 100, weft_wtime() + 20);
     if (rank == d->victim) {
         usleep((useconds_t)d->victim_delay_ms * 1000);
         _exit(0); /* no goodbye: the store sees the connection close */
@@ -319,21 +353,27 @@ static void run_death(int n, const death_arg_t *d)
 
 Test(store, rank_dies_during_round, .timeout = 60)
 {
-    death_arg_t d = {.victim = 2, .victim_delay_ms = 800, .others_delay_ms = 0,
+    death_arg_t d = {.victim = 2,
+                     .victim_delay_ms = 800,
+                     .others_delay_ms = 0,
                      .expect = "rank 2 disconnected (connection closed) during allgather round 3"};
     run_death(4, &d);
 }
 
 Test(store, rank_dies_between_rounds, .timeout = 60)
 {
-    death_arg_t d = {.victim = 1, .victim_delay_ms = 0, .others_delay_ms = 600,
+    death_arg_t d = {.victim = 1,
+                     .victim_delay_ms = 0,
+                     .others_delay_ms = 600,
                      .expect = "rank 1 disconnected (connection closed) before allgather round 3"};
     run_death(4, &d);
 }
 
 Test(store, rank_0_dies, .timeout = 60)
 {
-    death_arg_t d = {.victim = 0, .victim_delay_ms = 300, .others_delay_ms = 0,
+    death_arg_t d = {.victim = 0,
+                     .victim_delay_ms = 300,
+                     .others_delay_ms = 0,
                      .expect = "the connection to rank 0's store at 127.0.0.1:"};
     run_death(3, &d);
 }
@@ -372,13 +412,22 @@ Test(store, finalize_deadline, .timeout = 60)
 #define REAL_RANKS 4
 static const char *const stranger_env[] = {"WORLD_SIZE=4", "LOCAL_WORLD_SIZE=4", NULL};
 
-enum { S_GARBAGE, S_HUGE_LEN, S_HUGE_HELLO, S_BAD_RANK, S_BAD_SIZE, S_BAD_VERSION, S_HALF_HEADER, S_IDLE_MANY,
-       S_DUPLICATE };
+enum {
+    S_GARBAGE,
+    S_HUGE_LEN,
+    S_HUGE_HELLO,
+    S_BAD_RANK,
+    S_BAD_SIZE,
+    S_BAD_VERSION,
+    S_HALF_HEADER,
+    S_IDLE_MANY,
+    S_DUPLICATE
+};
 
 static int connect_store(double deadline)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)master_port()),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)master_port()), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     while (weft_wtime() < deadline) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) return fd;
@@ -448,9 +497,11 @@ static int stranger(int mode)
     }
     if (mode == S_IDLE_MANY) {
         int fds[40];
-        for (int i = 0; i < 40; i++) TH_CHECK((fds[i] = connect_store(weft_wtime() + 10)) >= 0, "connect");
+        for (int i = 0; i < 40; i++)
+            TH_CHECK((fds[i] = connect_store(weft_wtime() + 10)) >= 0, "connect");
         usleep(1500 * 1000);
-        for (int i = 0; i < 40; i++) close(fds[i]);
+        for (int i = 0; i < 40; i++)
+            close(fds[i]);
         return 0;
     }
     fd = connect_store(weft_wtime() + 10);
@@ -458,7 +509,8 @@ static int stranger(int mode)
     switch (mode) {
     case S_GARBAGE:
         srand(7);
-        for (size_t i = 0; i < sizeof(b); i++) b[i] = (uint8_t)rand();
+        for (size_t i = 0; i < sizeof(b); i++)
+            b[i] = (uint8_t)rand();
         b[0] = 'G'; /* not the magic */
         (void)send(fd, b, sizeof(b), MSG_NOSIGNAL);
         TH_CHECK(closed_by_store(fd, 5, b, 0, &got), "stranger: garbage did not get us disconnected");
@@ -519,19 +571,47 @@ static void run_stranger(int mode)
 {
     th_result_t res = th_run(REAL_RANKS + 1, body_with_stranger, &mode, 40, (const char *const *)stranger_env);
     cr_assert(!res.timed_out);
-    for (int r = 0; r < REAL_RANKS; r++) cr_expect_eq(res.exit_code[r], 0, "rank %d failed", r);
+    for (int r = 0; r < REAL_RANKS; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d failed", r);
     cr_assert_eq(res.exit_code[REAL_RANKS], 0, "the stranger's checks failed");
 }
 
-Test(store, stranger_garbage, .timeout = 60) { run_stranger(S_GARBAGE); }
-Test(store, stranger_huge_length, .timeout = 60) { run_stranger(S_HUGE_LEN); }
-Test(store, stranger_huge_hello, .timeout = 60) { run_stranger(S_HUGE_HELLO); }
-Test(store, stranger_rank_out_of_range, .timeout = 60) { run_stranger(S_BAD_RANK); }
-Test(store, stranger_wrong_world_size, .timeout = 60) { run_stranger(S_BAD_SIZE); }
-Test(store, stranger_wrong_version, .timeout = 60) { run_stranger(S_BAD_VERSION); }
-Test(store, stranger_half_header, .timeout = 60) { run_stranger(S_HALF_HEADER); }
-Test(store, stranger_idle_connections, .timeout = 60) { run_stranger(S_IDLE_MANY); }
-Test(store, duplicate_rank, .timeout = 60) { run_stranger(S_DUPLICATE); }
+Test(store, stranger_garbage, .timeout = 60)
+{
+    run_stranger(S_GARBAGE);
+}
+Test(store, stranger_huge_length, .timeout = 60)
+{
+    run_stranger(S_HUGE_LEN);
+}
+Test(store, stranger_huge_hello, .timeout = 60)
+{
+    run_stranger(S_HUGE_HELLO);
+}
+Test(store, stranger_rank_out_of_range, .timeout = 60)
+{
+    run_stranger(S_BAD_RANK);
+}
+Test(store, stranger_wrong_world_size, .timeout = 60)
+{
+    run_stranger(S_BAD_SIZE);
+}
+Test(store, stranger_wrong_version, .timeout = 60)
+{
+    run_stranger(S_BAD_VERSION);
+}
+Test(store, stranger_half_header, .timeout = 60)
+{
+    run_stranger(S_HALF_HEADER);
+}
+Test(store, stranger_idle_connections, .timeout = 60)
+{
+    run_stranger(S_IDLE_MANY);
+}
+Test(store, duplicate_rank, .timeout = 60)
+{
+    run_stranger(S_DUPLICATE);
+}
 
 /* ------------------------------------------------------------------ */
 /* A fake store: clients fail by their own deadline                    */
@@ -665,18 +745,28 @@ static void solo_job(const char *addr)
     cr_assert_null(bs.impl);
 }
 
-Test(store, in_process_single_rank, .timeout = 60) { solo_job("127.0.0.1"); }
-Test(store, master_addr_host_name, .timeout = 60) { solo_job("localhost"); }
+Test(store, in_process_single_rank, .timeout = 60)
+{
+    solo_job("127.0.0.1");
+}
+Test(store, master_addr_host_name, .timeout = 60)
+{
+    solo_job("localhost");
+}
 /* A MASTER_ADDR that is not this host's (a Kubernetes service address):
  * rank 0 listens on every address and reaches its own store anyway. */
-Test(store, master_addr_not_local, .timeout = 60) { solo_job("192.0.2.1"); }
+Test(store, master_addr_not_local, .timeout = 60)
+{
+    solo_job("192.0.2.1");
+}
 
 static int body_localhost(int rank, int size, void *arg)
 {
     weft_bootstrap_t bs;
     (void)rank, (void)size, (void)arg;
     boot(&bs, 20);
-    for (int i = 0; i < 3; i++) check_round(&bs, i, 32, weft_wtime() + 20);
+    for (int i = 0; i < 3; i++)
+        check_round(&bs, i, 32, weft_wtime() + 20);
     bs.finalize(&bs, 1, weft_wtime() + 10);
     return 0;
 }
@@ -717,8 +807,8 @@ static void expect_bad_env(const char *var, const char *value, const char *needl
         unsetenv(var);
     int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 1);
     cr_expect_eq(rc, WEFT_ERR_ARG, "%s=%s: got %d (%s)", var, value ? value : "(unset)", rc, weft_last_error());
-    cr_expect(strstr(weft_last_error(), needle), "%s=%s: message \"%s\" lacks \"%s\"", var,
-              value ? value : "(unset)", weft_last_error(), needle);
+    cr_expect(strstr(weft_last_error(), needle), "%s=%s: message \"%s\" lacks \"%s\"", var, value ? value : "(unset)",
+              weft_last_error(), needle);
     cr_expect_null(bs.impl);
 }
 

@@ -141,6 +141,7 @@ check_prereqs() {
     fi
     [ "$(id -u)" = 0 ] || die "must run as root (SlurmUser=root, SlurmdUser=root)"
     # Unix socket paths (munge, slurmstepd, PMIx) must fit in 108 bytes.
+    case $CPUS in '' | *[!0-9]*) die "WEFT_SLURM_CPUS must be a number: $CPUS" ;; esac
     [ ${#DIR} -le 64 ] || die "WEFT_SLURM_DIR is too long for unix socket paths (${#DIR} > 64 chars): $DIR"
     case $DIR in /*) ;; *) die "WEFT_SLURM_DIR must be an absolute path: $DIR" ;; esac
 }
@@ -235,6 +236,14 @@ ensure_munge_key() {
     chmod 0400 "$MUNGE_KEY"
 }
 
+# daemon_env CMD...: run a daemon with a clean environment (nothing of the
+# caller's PMIX_*, LD_LIBRARY_PATH, ... leaks into slurmstepd), except the
+# config path and WEFT_SLURM_PMIX_ENV.
+daemon_env() {
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C SLURM_CONF="$CONF" \
+        ${PMIX_ENV[@]+"${PMIX_ENV[@]}"} "$@"
+}
+
 munge_works() {
     munge -n -S "$MUNGE_SOCKET" 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1
 }
@@ -251,7 +260,7 @@ start_munged() {
     rotate_log "$LOG_MUNGED"
     # --force: munged refuses to run as root without it (and also complains
     # about the key belonging to user munge).
-    munged --force --socket="$MUNGE_SOCKET" --key-file="$MUNGE_KEY" \
+    daemon_env munged --force --socket="$MUNGE_SOCKET" --key-file="$MUNGE_KEY" \
         --log-file="$LOG_MUNGED" --pid-file="$PID_MUNGED" \
         --seed-file="$DIR/munge/munged.seed" || { msg "munged failed to start"; return 1; }
     local i
@@ -270,7 +279,7 @@ start_slurmctld() {
     local p; for p in $(ours slurmctld); do kill_wait 5 "$p"; done
     # -c: start from a clean state (no jobs/node states left by an unclean stop).
     rotate_log "$LOG_CTLD"
-    env ${PMIX_ENV[@]+"${PMIX_ENV[@]}"} slurmctld -c -f "$CONF" || { msg "slurmctld failed to start"; return 1; }
+    daemon_env slurmctld -c -f "$CONF" || { msg "slurmctld failed to start"; return 1; }
     local i
     for ((i = 0; i < TIMEOUT * 5; i++)); do ctld_up && return 0; sleep 0.2; done
     msg "slurmctld does not answer scontrol ping after ${TIMEOUT}s"
@@ -286,7 +295,7 @@ start_slurmd() {
     # -c: clear stale step state after an unclean kill. The PMIx settings go
     # into slurmd's environment, which slurmstepd (the PMIx server) inherits.
     rotate_log "$LOG_SLURMD"
-    env ${PMIX_ENV[@]+"${PMIX_ENV[@]}"} slurmd -c -f "$CONF" || { msg "slurmd failed to start"; return 1; }
+    daemon_env slurmd -c -f "$CONF" || { msg "slurmd failed to start"; return 1; }
 }
 
 node_state() { sinfo -h -n "$NODE" -o '%T' 2>/dev/null | head -n 1; }
@@ -315,7 +324,8 @@ wait_idle() {
 print_logs() {
     local f
     for f in "$LOG_MUNGED" "$LOG_CTLD" "$LOG_SLURMD"; do
-        [ -r "$f" ] || continue
+        # Only logs written by this start (older ones are from earlier runs).
+        { [ -r "$f" ] && [ "$f" -nt "$DIR/run/start.stamp" ]; } || continue
         echo "----- $f (last 40 lines) -----" >&2
         tail -n 40 "$f" >&2
     done
@@ -327,6 +337,7 @@ print_env() { grep '^export ' "$ENVFILE"; }
 do_start() {
     check_prereqs
     write_config
+    touch -d '-1 second' "$DIR/run/start.stamp"
     if ! start_munged || ! start_slurmctld || ! start_slurmd || ! wait_idle; then
         print_logs
         if [ "${WEFT_SLURM_KEEP_ON_FAIL:-0}" != 1 ]; then do_stop >/dev/null 2>&1; fi

@@ -34,9 +34,8 @@
  * A rank that disconnects, or says goodbye, fails the pending and all later
  * rounds at once with WEFT_ERR_PEER_LOST instead of waiting for a deadline.
  */
+#include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
-
-#include "bootstrap.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -56,18 +55,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STORE_MAGIC 0x57465453u /* "WFTS" */
-#define STORE_VERSION 1u
-#define STORE_HDR 40
-#define STORE_MAX_CONTRIB ((uint64_t)64 << 20)
-#define STORE_MAX_ROUND ((uint64_t)2 << 30)
-#define STORE_MAX_TEXT 4096
-#define STORE_MAX_WORLD (1 << 22)
-#define STORE_EXTRA_CONNS 256
-#define STORE_HELLO_TIMEOUT 10.0  /* a connection must say HELLO this soon */
-#define STORE_CLOSING_TIMEOUT 5.0 /* time to flush a refusal before closing */
-#define STORE_READ_BUDGET ((size_t)4 << 20) /* per connection per poll pass: fairness */
-#define CLIENT_GRACE 1.0 /* how long a client waits past its deadline for the store's verdict */
+#define STORE_MAGIC           0x57465453u /* "WFTS" */
+#define STORE_VERSION         1u
+#define STORE_HDR             40
+#define STORE_MAX_CONTRIB     ((uint64_t)64 << 20)
+#define STORE_MAX_ROUND       ((uint64_t)2 << 30)
+#define STORE_MAX_TEXT        4096
+#define STORE_MAX_WORLD       (1 << 22)
+#define STORE_EXTRA_CONNS     256
+#define STORE_HELLO_TIMEOUT   10.0              /* a connection must say HELLO this soon */
+#define STORE_CLOSING_TIMEOUT 5.0               /* time to flush a refusal before closing */
+#define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
+#define CLIENT_GRACE          1.0               /* how long a client waits past its deadline for the store's verdict */
 
 enum { K_HELLO = 1, K_WELCOME = 2, K_CONTRIB = 3, K_RESULT = 4, K_ERROR = 5, K_BYE = 6 };
 
@@ -116,8 +115,7 @@ static uint64_t get64(const uint8_t *p)
     return be64toh(v);
 }
 
-static void hdr_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq, uint64_t arg,
-                     uint64_t len)
+static void hdr_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq, uint64_t arg, uint64_t len)
 {
     put32(b + 0, STORE_MAGIC);
     put16(b + 4, (uint16_t)STORE_VERSION);
@@ -247,6 +245,7 @@ typedef struct server {
     round_t *rounds;
     failed_t *failed;
     double accept_pause_until;
+    int warned_fd_limit;
     struct sockaddr_storage self; /* where this process's own client connects */
     socklen_t self_len;
     pthread_mutex_t lock;
@@ -312,7 +311,7 @@ static void conn_queue(conn_t *c, blob_t *b)
     c->out_tail = m;
 }
 
-static void conn_queue_error(server_t *s, conn_t *c, uint64_t seq, int status, const char *text)
+static void conn_queue_error(conn_t *c, uint64_t seq, int status, const char *text)
 {
     blob_t *b = blob_error(seq, status, text);
     if (!b) {
@@ -321,14 +320,16 @@ static void conn_queue_error(server_t *s, conn_t *c, uint64_t seq, int status, c
     }
     conn_queue(c, b);
     blob_put(b);
-    (void)s;
 }
 
 /* Refuses a connection that is not (yet) a rank: tell it why, then close. */
 static void conn_refuse(server_t *s, conn_t *c, int status, const char *text)
 {
-    weft_warn("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
-    conn_queue_error(s, c, 0, status, text);
+    if (status == WEFT_ERR_ALREADY) /* expected while a re-init races our shutdown */
+        weft_debug("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
+    else
+        weft_warn("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
+    conn_queue_error(c, 0, status, text);
     c->closing = 1;
     c->closing_since = weft_wtime();
 }
@@ -400,8 +401,8 @@ static void round_complete(server_t *s, round_t *r)
     hdr_pack(r->blob->data, K_RESULT, 0, (uint32_t)s->size, r->seq, 0, (uint64_t)r->len * (uint64_t)s->size);
     for (int rk = 0; rk < s->size; rk++)
         if (s->by_rank[rk]) conn_queue(s->by_rank[rk], r->blob);
-    weft_debug("env store at %s: allgather round %llu complete (%d x %zu bytes)", s->where,
-               (unsigned long long)r->seq, s->size, r->len);
+    weft_debug("env store at %s: allgather round %llu complete (%d x %zu bytes)", s->where, (unsigned long long)r->seq,
+               s->size, r->len);
     round_unlink_free(s, r);
 }
 
@@ -411,7 +412,8 @@ static void format_ranks(char *buf, size_t cap, const int *v, int n)
     size_t used = (size_t)snprintf(buf, cap, "%s ", n == 1 ? "rank" : "ranks");
     for (int i = 0; i < n && used < cap;) {
         int j = i;
-        while (j + 1 < n && v[j + 1] == v[j] + 1) j++;
+        while (j + 1 < n && v[j + 1] == v[j] + 1)
+            j++;
         if (cap - used < 48) {
             snprintf(buf + used, cap - used, "... (%d more)", n - i);
             return;
@@ -424,35 +426,51 @@ static void format_ranks(char *buf, size_t cap, const int *v, int n)
     }
 }
 
+enum { MISS_NEVER, MISS_BEHIND, MISS_SENDING };
+
+/* Why rank rk is not (fully) in round r, as one of MISS_*, or -1. */
+static int missing_as(const server_t *s, const round_t *r, int rk)
+{
+    if (r->arrival[rk] == ARR_ARRIVING) return MISS_SENDING;
+    if (r->arrival[rk] == ARR_DONE) return -1;
+    return s->rank_state[rk] == RANK_NONE ? MISS_NEVER : MISS_BEHIND;
+}
+
+/* Appends "[ and ]rank 3 never arrived" for the ranks missing as `why`. */
+static void missing_clause(const server_t *s, const round_t *r, int *list, int why, const char *one, const char *many,
+                           char *text, size_t cap)
+{
+    char ranks[384];
+    size_t used = strlen(text);
+    int n = 0;
+
+    for (int rk = 0; rk < s->size; rk++)
+        if (missing_as(s, r, rk) == why) list[n++] = rk;
+    if (n == 0 || used >= cap) return;
+    format_ranks(ranks, sizeof(ranks), list, n);
+    textf(text + used, cap - used, "%s%s%s", used ? " and " : "", ranks, n == 1 ? one : many);
+}
+
 static void round_timeout(server_t *s, round_t *r, double now)
 {
-    int *never = malloc(sizeof(int) * (size_t)s->size);
-    int *behind = malloc(sizeof(int) * (size_t)s->size);
-    int nnever = 0, nbehind = 0;
-    char a[384] = "", b[384] = "", text[1024];
+    int *list = malloc(sizeof(int) * (size_t)s->size);
+    char text[1024] = "";
+    size_t used;
 
-    if (!never || !behind) {
-        textf(text, sizeof(text), "allgather round %llu timed out at the store %s (%d of %d ranks had arrived)",
-                 (unsigned long long)r->seq, s->where, r->done, s->size);
-    } else {
-        for (int rk = 0; rk < s->size; rk++) {
-            if (r->arrival[rk] != ARR_NONE) continue;
-            if (s->rank_state[rk] == RANK_NONE)
-                never[nnever++] = rk;
-            else
-                behind[nbehind++] = rk;
-        }
-        if (nnever) format_ranks(a, sizeof(a), never, nnever);
-        if (nbehind) format_ranks(b, sizeof(b), behind, nbehind);
-        textf(text, sizeof(text), "%s%s%s%s%s (%d of %d missing) at the store %s (allgather round %llu, waited %.1f s)",
-                 a, nnever ? " never arrived" : "", nnever && nbehind ? " and " : "", b,
-                 nbehind ? (nbehind == 1 ? " is connected but did not reach this round"
-                                         : " are connected but did not reach this round")
-                         : "",
-                 nnever + nbehind, s->size, s->where, (unsigned long long)r->seq, now - r->start);
+    if (list) {
+        missing_clause(s, r, list, MISS_NEVER, " never arrived", " never arrived", text, sizeof(text));
+        missing_clause(s, r, list, MISS_BEHIND, " is connected but did not reach this round",
+                       " are connected but did not reach this round", text, sizeof(text));
+        /* A big payload still in flight at the deadline. */
+        missing_clause(s, r, list, MISS_SENDING, " was still sending its data", " were still sending their data", text,
+                       sizeof(text));
+        free(list);
     }
-    free(never);
-    free(behind);
+    used = strlen(text);
+    textf(text + used, sizeof(text) - used,
+          "%s(%d of %d missing) at the store %s (allgather round %llu, waited %.1f s)",
+          used ? " " : "allgather round timed out ", s->size - r->done, s->size, s->where, (unsigned long long)r->seq,
+          now - r->start);
     weft_warn("env store: %s", text);
     round_fail(s, r, WEFT_ERR_TIMEOUT, text);
 }
@@ -463,8 +481,9 @@ static void fail_rounds_gone(server_t *s, int rank, const char *why)
     while (s->rounds) {
         round_t *r = s->rounds;
         char text[512];
-        textf(text, sizeof(text), "rank %d %s during allgather round %llu (%d of %d ranks had contributed) at the store %s",
-                 rank, why, (unsigned long long)r->seq, r->done, s->size, s->where);
+        textf(text, sizeof(text),
+              "rank %d %s during allgather round %llu (%d of %d ranks had contributed) at the store %s", rank, why,
+              (unsigned long long)r->seq, r->done, s->size, s->where);
         round_fail(s, r, WEFT_ERR_PEER_LOST, text);
     }
 }
@@ -490,15 +509,20 @@ static void on_hello(server_t *s, conn_t *c)
 
     if (h->size != (uint32_t)s->size) {
         textf(text, sizeof(text), "rank %u says WORLD_SIZE=%u but the store at %s serves WORLD_SIZE=%d", h->rank,
-                 h->size, s->where, s->size);
+              h->size, s->where, s->size);
         conn_refuse(s, c, WEFT_ERR_ARG, text);
     } else if (h->rank >= (uint32_t)s->size) {
         textf(text, sizeof(text), "rank %u is out of range for WORLD_SIZE=%d", h->rank, s->size);
         conn_refuse(s, c, WEFT_ERR_ARG, text);
-    } else if (s->rank_state[h->rank] != RANK_NONE) {
-        textf(text, sizeof(text), "rank %u %s (two processes with the same RANK?)", h->rank,
-                 s->rank_state[h->rank] == RANK_LIVE ? "is already connected" : "already connected once and left");
+    } else if (s->rank_state[h->rank] == RANK_LIVE) {
+        textf(text, sizeof(text), "rank %u is already connected (two processes with the same RANK?)", h->rank);
         conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else if (s->rank_state[h->rank] != RANK_NONE) {
+        /* A re-init (or a restarted rank) that reached the previous run's store
+         * before it closed: WEFT_ERR_ALREADY tells the client to try again. */
+        textf(text, sizeof(text), "rank %u already left this store (a previous run on this port is finishing)",
+              h->rank);
+        conn_refuse(s, c, WEFT_ERR_ALREADY, text);
     } else {
         blob_t *w = blob_new(STORE_HDR);
         if (!w) {
@@ -574,9 +598,9 @@ static void on_contrib(server_t *s, conn_t *c, double now)
     if (h->len != r->len) {
         char text[384];
         textf(text, sizeof(text),
-                 "rank %d passed %llu bytes to allgather round %llu but rank %d passed %zu (every rank must pass "
-                 "the same length)",
-                 rk, (unsigned long long)h->len, (unsigned long long)h->seq, r->len_rank, r->len);
+              "rank %d passed %llu bytes to allgather round %llu but rank %d passed %zu (every rank must pass "
+              "the same length)",
+              rk, (unsigned long long)h->len, (unsigned long long)h->seq, r->len_rank, r->len);
         weft_warn("env store: %s", text);
         round_fail(s, r, WEFT_ERR_ARG, text);
         return;
@@ -587,8 +611,8 @@ static void on_contrib(server_t *s, conn_t *c, double now)
     c->rx = RX_BODY;
     if (s->gone_rank >= 0) {
         char text[512];
-        textf(text, sizeof(text), "rank %d %s before allgather round %llu at the store %s", s->gone_rank,
-                 s->gone_why, (unsigned long long)r->seq, s->where);
+        textf(text, sizeof(text), "rank %d %s before allgather round %llu at the store %s", s->gone_rank, s->gone_why,
+              (unsigned long long)r->seq, s->where);
         round_fail(s, r, WEFT_ERR_PEER_LOST, text);
     }
 }
@@ -623,12 +647,12 @@ static void on_header(server_t *s, conn_t *c, double now)
     c->hgot = 0;
     if (c->rank < 0) { /* a stranger until its HELLO is accepted: check everything */
         if (h->magic != STORE_MAGIC) {
-            weft_warn("env store at %s: dropped the connection from %s: bad magic 0x%08x (not a weft client)",
-                      s->where, c->peer, h->magic);
+            weft_warn("env store at %s: dropped the connection from %s: bad magic 0x%08x (not a weft client)", s->where,
+                      c->peer, h->magic);
             conn_kill(c, "bad magic");
         } else if (h->version != STORE_VERSION) {
             textf(text, sizeof(text), "protocol version %u, but the store speaks version %u", h->version,
-                     STORE_VERSION);
+                  STORE_VERSION);
             conn_refuse(s, c, WEFT_ERR_BOOTSTRAP, text);
         } else if (h->len > STORE_MAX_CONTRIB) {
             weft_warn("env store at %s: dropped the connection from %s: it announced a %llu-byte payload", s->where,
@@ -697,7 +721,8 @@ static void conn_read(server_t *s, conn_t *c, double now)
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-            if (c->rank < 0) weft_warn("env store at %s: connection from %s failed: %s", s->where, c->peer, strerror(errno));
+            if (c->rank < 0)
+                weft_warn("env store at %s: connection from %s failed: %s", s->where, c->peer, strerror(errno));
             conn_kill(c, "disconnected (%s)", strerror(errno));
             return;
         }
@@ -745,7 +770,11 @@ static void conn_finish(server_t *s, conn_t *c)
     if (c->rank >= 0 && s->by_rank[c->rank] == c) {
         s->by_rank[c->rank] = NULL;
         if (s->rank_state[c->rank] == RANK_LIVE) {
-            weft_warn("env store at %s: rank %d %s", s->where, c->rank, c->why);
+            /* The first loss is news; the rest are usually the job shutting down. */
+            if (s->gone_rank < 0)
+                weft_warn("env store at %s: rank %d %s", s->where, c->rank, c->why);
+            else
+                weft_debug("env store at %s: rank %d %s", s->where, c->rank, c->why);
             rank_gone(s, c->rank, RANK_LOST, c->why);
         }
     }
@@ -788,7 +817,9 @@ static void server_accept(server_t *s, double now)
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* Leave the rest in the backlog; try again shortly rather than spin. */
-                weft_warn("env store at %s: cannot accept more connections now: %s", s->where, strerror(errno));
+                if (!s->warned_fd_limit++)
+                    weft_warn("env store at %s: cannot accept more connections now: %s (raise `ulimit -n` on rank 0)",
+                              s->where, strerror(errno));
                 s->accept_pause_until = now + 0.1;
             } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 weft_warn("env store at %s: accept failed: %s", s->where, strerror(errno));
@@ -870,7 +901,7 @@ static void *server_main(void *arg)
         }
         for (int i = 0; i < s->nconns; i++) {
             conn_t *c = s->conns[i];
-            double limit = c->closing ? c->closing_since + STORE_CLOSING_TIMEOUT
+            double limit = c->closing    ? c->closing_since + STORE_CLOSING_TIMEOUT
                            : c->rank < 0 ? c->opened + STORE_HELLO_TIMEOUT
                                          : 0;
             if (limit <= 0) continue;
@@ -919,10 +950,9 @@ static void *server_main(void *arg)
                 else
                     conn_read(s, c, now);
             }
-            /* Answers produced by this read (a WELCOME, a RESULT): try at once. */
-            if (c->out_head && !c->dead) conn_write(s, c);
         }
-        /* A completed round queued RESULTs to every rank: push them out now. */
+        /* Answers produced by these reads (a WELCOME, a round's RESULT to every
+         * rank) go out now rather than after another poll. */
         for (int i = 0; i < s->nconns; i++)
             if (s->conns[i]->out_head && !s->conns[i]->dead) conn_write(s, s->conns[i]);
         if (s->pfds[1].revents & POLLIN) server_accept(s, now);
@@ -940,7 +970,8 @@ static void *server_main(void *arg)
 static void server_free(server_t *s)
 {
     if (!s) return;
-    while (s->rounds) round_unlink_free(s, s->rounds);
+    while (s->rounds)
+        round_unlink_free(s, s->rounds);
     while (s->failed) {
         failed_t *f = s->failed;
         s->failed = f->next;
@@ -1005,10 +1036,10 @@ static int server_listen(server_t *s, const char *addr, int port)
         if (fd < 0 && (err == EADDRINUSE || err == EACCES)) goto fail;
     }
     if (fd < 0) {
-        struct sockaddr_in6 any6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT,
-                                    .sin6_port = htons((uint16_t)port)};
-        struct sockaddr_in any4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
-                                   .sin_port = htons((uint16_t)port)};
+        struct sockaddr_in6 any6 = {
+            .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT, .sin6_port = htons((uint16_t)port)};
+        struct sockaddr_in any4 = {
+            .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = htons((uint16_t)port)};
         weft_debug("env store: MASTER_ADDR %s is not a local address; listening on every address", addr);
         if (family == AF_INET6) fd = try_bind((struct sockaddr *)&any6, sizeof(any6), &err);
         if (fd < 0) fd = try_bind((struct sockaddr *)&any4, sizeof(any4), &err);
@@ -1086,6 +1117,7 @@ static int server_start(server_t **out, int size, const char *addr, int port, co
     pthread_sigmask(SIG_SETMASK, &all, &old);
     err = pthread_create(thread, NULL, server_main, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err == 0) (void)pthread_setname_np(*thread, "weft-store");
     if (err != 0) {
         rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: cannot start the store thread: %s", strerror(err));
         goto out;
@@ -1109,7 +1141,8 @@ static void server_stop(server_t *s, pthread_t thread, int graceful, double dead
         s->stop = 1;
     }
     pthread_mutex_unlock(&s->lock);
-    if (write(s->wake_wr, "x", 1) < 0) { /* a full pipe already wakes it */
+    if (write(s->wake_wr, "x", 1) < 0) {
+        /* Only EAGAIN is possible: the pipe is full, so the thread wakes anyway. */
     }
     pthread_join(thread, NULL);
     server_free(s);
@@ -1209,7 +1242,8 @@ static int status_from_wire(uint64_t arg)
     case WEFT_ERR_NO_MEMORY:
     case WEFT_ERR_TIMEOUT:
     case WEFT_ERR_PEER_LOST:
-    case WEFT_ERR_BOOTSTRAP: return (int)v;
+    case WEFT_ERR_BOOTSTRAP:
+    case WEFT_ERR_ALREADY: return (int)v;
     default: return WEFT_ERR_BOOTSTRAP;
     }
 }
@@ -1300,7 +1334,7 @@ static int client_hello(env_boot_t *eb, int fd, double deadline, char *last, siz
     if (io == IO_OK) io = io_recv(fd, b, sizeof(b), io_dl, &err);
     if (io == IO_CLOSED || io == IO_ERROR) {
         textf(last, cap, "the store closed the connection during the HELLO (%s)",
-                 err ? strerror(err) : "end of stream");
+              err ? strerror(err) : "end of stream");
         return 1;
     }
     if (io == IO_TIMEOUT)
@@ -1311,14 +1345,20 @@ static int client_hello(env_boot_t *eb, int fd, double deadline, char *last, siz
     hdr_unpack(b, &h);
     if (h.magic != STORE_MAGIC || h.version != STORE_VERSION)
         return weft_error(WEFT_ERR_BOOTSTRAP,
-                          "env bootstrap: the service at %s is not a weft store (magic 0x%08x, version %u)",
-                          eb->where, h.magic, h.version);
+                          "env bootstrap: the service at %s is not a weft store (magic 0x%08x, version %u)", eb->where,
+                          h.magic, h.version);
     if (h.kind == K_WELCOME && h.len == 0) return WEFT_SUCCESS;
-    if (h.kind == K_ERROR && read_error_text(fd, &h, text, sizeof(text), io_dl, &err) == IO_OK)
-        return weft_error(status_from_wire(h.arg), "env bootstrap: rank 0's store at %s refused rank %d: %s",
-                          eb->where, eb->rank, text);
-    return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0's store at %s answered rank %d's HELLO with "
-                      "an unexpected message (kind %u, %llu bytes)",
+    if (h.kind == K_ERROR && read_error_text(fd, &h, text, sizeof(text), io_dl, &err) == IO_OK) {
+        if (status_from_wire(h.arg) == WEFT_ERR_ALREADY) {
+            textf(last, cap, "the store refused: %s", text);
+            return 1;
+        }
+        return weft_error(status_from_wire(h.arg), "env bootstrap: rank 0's store at %s refused rank %d: %s", eb->where,
+                          eb->rank, text);
+    }
+    return weft_error(WEFT_ERR_BOOTSTRAP,
+                      "env bootstrap: rank 0's store at %s answered rank %d's HELLO with an unexpected message "
+                      "(kind %u, %llu bytes)",
                       eb->where, eb->rank, h.kind, (unsigned long long)h.len);
 }
 
@@ -1336,8 +1376,8 @@ static int client_connect(env_boot_t *eb, double deadline)
             int rc = client_hello(eb, fd, deadline, last, sizeof(last));
             if (rc == WEFT_SUCCESS) {
                 eb->fd = fd;
-                weft_debug("env bootstrap: rank %d connected to the store at %s after %d attempts", eb->rank,
-                           eb->where, attempts);
+                weft_debug("env bootstrap: rank %d connected to the store at %s after %d attempts", eb->rank, eb->where,
+                           attempts);
                 return WEFT_SUCCESS;
             }
             close(fd);
@@ -1387,13 +1427,13 @@ static int env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, siz
 
     if (!eb || eb->fd < 0) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather on a closed bootstrap");
     if (eb->broken)
-        return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: the connection to rank 0's store at %s broke in an "
-                          "earlier round",
-                          eb->where);
+        return weft_error(WEFT_ERR_PEER_LOST,
+                          "env bootstrap: the connection to rank 0's store at %s broke in an earlier round", eb->where);
     total = (uint64_t)len * (uint64_t)eb->size;
     if ((uint64_t)len > STORE_MAX_CONTRIB || total > STORE_MAX_ROUND)
-        return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather of %zu bytes per rank x %d ranks is over the "
-                          "store's limits (%llu per rank, %llu per round)",
+        return weft_error(WEFT_ERR_ARG,
+                          "env bootstrap: allgather of %zu bytes per rank x %d ranks is over the store's limits "
+                          "(%llu per rank, %llu per round)",
                           len, eb->size, (unsigned long long)STORE_MAX_CONTRIB, (unsigned long long)STORE_MAX_ROUND);
     if (len > 0 && (!send || !recv)) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather with a NULL buffer");
 
@@ -1469,10 +1509,11 @@ static int env_long(const char *name, long lo, long hi, const char *extra, long 
     }
     errno = 0;
     x = strtol(v, &end, 10);
-    while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+    while (*end == ' ' || *end == '\t' || *end == '\n')
+        end++;
     if (end == v || *end || errno == ERANGE || x < lo || x > hi)
-        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s='%.64s' is not an integer in [%ld, %ld]%s", name, v, lo,
-                          hi, extra);
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s='%.64s' is not an integer in [%ld, %ld]%s", name, v, lo, hi,
+                          extra);
     *out = x;
     if (present) *present = 1;
     return WEFT_SUCCESS;
@@ -1521,7 +1562,8 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
     eb->port = (int)port;
     snprintf(eb->addr, sizeof(eb->addr), "%s", addr);
     format_where(eb->where, sizeof(eb->where), addr, (int)port);
-    if (eb->rank == 0) WEFT_CHECK_GOTO(server_start(&eb->srv, eb->size, addr, eb->port, eb->where, &eb->thread), rc, out);
+    if (eb->rank == 0)
+        WEFT_CHECK_GOTO(server_start(&eb->srv, eb->size, addr, eb->port, eb->where, &eb->thread), rc, out);
     WEFT_CHECK_GOTO(client_connect(eb, deadline), rc, out);
 
     bs->name = "env";

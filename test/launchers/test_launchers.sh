@@ -46,8 +46,15 @@ done < <(compgen -e)
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-launchers.XXXXXX") || exit 1
 passed=0 failed=0 skipped=0
 slurm_started=
+child=
 
 cleanup() {
+    # Interrupted mid-run: end the running launcher (timeout passes the
+    # signal on to its whole process group).
+    if [ -n "$child" ]; then
+        kill -TERM "$child" 2>/dev/null
+        wait "$child" 2>/dev/null
+    fi
     if [ -n "$slurm_started" ]; then
         "${SLURM_LOCAL[@]}" stop >"$work/slurm-stop.log" 2>&1 || {
             echo "warning: slurm-local.sh stop failed:"
@@ -111,8 +118,12 @@ run_case() {
     while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
     shift
     out=$work/$(echo "$name" | tr -c 'A-Za-z0-9_.\n' '_').out
-    timeout -k 10 "$LIMIT" "$@" >"$out" 2>&1 </dev/null
+    # In the background + wait, so that INT/TERM reach our trap at once.
+    timeout -k 10 "$LIMIT" "$@" >"$out" 2>&1 </dev/null &
+    child=$!
+    wait "$child"
     rc=$?
+    child=
     if [ $rc = 124 ] || [ $rc = 137 ]; then
         fail "$name" "timed out after ${LIMIT}s: $*" "$out"
     elif [ $rc != 0 ]; then

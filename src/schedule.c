@@ -1,0 +1,343 @@
+/* The schedule engine (see schedule.h). Collective traffic uses the
+ * collective tag class: tag = (sequence mod 2^16) << 7 | (round mod 2^7),
+ * so concurrent collectives on one communicator never match each other
+ * while fewer than 65536 are in flight; messages between one pair are
+ * ordered, so a wrapped round number still matches correctly. */
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL };
+
+typedef struct {
+    int kind;
+    int peer;
+    void *buf;
+    const void *src;
+    size_t bytes;
+    weft_sched_fn fn;
+    void *arg;
+} sched_op_t;
+
+struct weft_sched {
+    weft_comm_t comm;
+    const char *name;
+    unsigned seq;
+    sched_op_t *ops;
+    int nops, cap;
+    int *round_end; /* index one past each round's last op */
+    int nrounds, round_cap;
+    int cur;              /* round being executed */
+    weft_request_t *reqs; /* the current round's transport requests */
+    int nreqs, reqs_cap;
+    void **scratch;
+    int nscratch;
+    int waiting_peer; /* for timeout messages: a peer the round still waits on */
+    weft_request_t req;
+    struct weft_sched *next_active;
+};
+
+static weft_sched_t *active;
+static int hook_registered;
+
+static int grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap) return WEFT_SUCCESS;
+    int ncap = *cap ? *cap * 2 : 8;
+    while (ncap < need) ncap *= 2;
+    void *n = realloc(*p, (size_t)ncap * elem);
+    if (!n) return weft_error(WEFT_ERR_NO_MEMORY, "schedule: out of memory");
+    *p = n;
+    *cap = ncap;
+    return WEFT_SUCCESS;
+}
+
+weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
+{
+    weft_sched_t *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->comm = comm;
+    s->name = name;
+    s->seq = comm->coll_seq++;
+    s->waiting_peer = -1;
+    return s;
+}
+
+static int add_op(weft_sched_t *s, sched_op_t op)
+{
+    int rc = grow((void **)&s->ops, &s->cap, s->nops + 1, sizeof(sched_op_t));
+    if (rc) return rc;
+    s->ops[s->nops++] = op;
+    return WEFT_SUCCESS;
+}
+
+int weft_sched_send(weft_sched_t *s, const void *buf, size_t bytes, int peer)
+{
+    return add_op(s, (sched_op_t){.kind = OP_SEND, .peer = peer, .src = buf, .bytes = bytes});
+}
+
+int weft_sched_recv(weft_sched_t *s, void *buf, size_t bytes, int peer)
+{
+    return add_op(s, (sched_op_t){.kind = OP_RECV, .peer = peer, .buf = buf, .bytes = bytes});
+}
+
+int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src) return WEFT_SUCCESS;
+    return add_op(s, (sched_op_t){.kind = OP_COPY, .buf = dst, .src = src, .bytes = bytes});
+}
+
+int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg)
+{
+    return add_op(s, (sched_op_t){.kind = OP_CALL, .fn = fn, .arg = arg});
+}
+
+int weft_sched_end_round(weft_sched_t *s)
+{
+    int start = s->nrounds ? s->round_end[s->nrounds - 1] : 0;
+    if (s->nops == start) return WEFT_SUCCESS; /* empty round */
+    int rc = grow((void **)&s->round_end, &s->round_cap, s->nrounds + 1, sizeof(int));
+    if (rc) return rc;
+    s->round_end[s->nrounds++] = s->nops;
+    return WEFT_SUCCESS;
+}
+
+void weft_sched_comm(const weft_sched_t *s, weft_comm_t *comm)
+{
+    *comm = s->comm;
+}
+
+void *weft_sched_scratch(weft_sched_t *s, size_t bytes)
+{
+    void **n = realloc(s->scratch, sizeof(void *) * (size_t)(s->nscratch + 1));
+    if (!n) return NULL;
+    s->scratch = n;
+    void *p = malloc(bytes ? bytes : 1);
+    if (p) s->scratch[s->nscratch++] = p;
+    return p;
+}
+
+static void sched_free(weft_sched_t *s)
+{
+    for (int i = 0; i < s->nscratch; i++) free(s->scratch[i]);
+    free(s->scratch);
+    free(s->ops);
+    free(s->round_end);
+    free(s->reqs);
+    free(s);
+}
+
+void weft_sched_discard(weft_sched_t *s)
+{
+    if (s) sched_free(s);
+}
+
+static unsigned round_tag(const weft_sched_t *s, int round)
+{
+    return ((s->seq & 0xFFFFu) << 7) | ((unsigned)round & 0x7Fu);
+}
+
+/* Posts the transport operations of round s->cur. */
+static int post_round(weft_sched_t *s)
+{
+    int start = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur], rc;
+    int tag = (int)round_tag(s, s->cur);
+    s->nreqs = 0;
+    if ((rc = grow((void **)&s->reqs, &s->reqs_cap, end - start, sizeof(weft_request_t)))) return rc;
+    /* Receives first, so matching sends find them posted. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = start; i < end; i++) {
+            sched_op_t *op = &s->ops[i];
+            if (pass == 0 && op->kind == OP_RECV)
+                rc = weft_xport->irecv(op->buf, op->bytes, op->peer, WEFT_TAG_CLASS_COLL, tag, s->comm,
+                                       &s->reqs[s->nreqs]);
+            else if (pass == 1 && op->kind == OP_SEND)
+                rc = weft_xport->isend(op->src, op->bytes, op->peer, WEFT_TAG_CLASS_COLL, tag, s->comm,
+                                       &s->reqs[s->nreqs]);
+            else
+                continue;
+            if (rc) return rc;
+            s->reqs[s->nreqs]->peer = op->peer;
+            s->nreqs++;
+        }
+    return WEFT_SUCCESS;
+}
+
+static int run_locals(weft_sched_t *s)
+{
+    int start = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur];
+    for (int i = start; i < end; i++) {
+        sched_op_t *op = &s->ops[i];
+        if (op->kind == OP_COPY) memmove(op->buf, op->src, op->bytes);
+        else if (op->kind == OP_CALL) {
+            int rc = op->fn(s, op->arg);
+            if (rc) return rc;
+        }
+    }
+    return WEFT_SUCCESS;
+}
+
+/* Cancels what the current round still has posted (after a failure). */
+static void abandon_round(weft_sched_t *s)
+{
+    for (int i = 0; i < s->nreqs; i++)
+        if (s->reqs[i]) {
+            weft_request_cancel(&s->reqs[i]);
+            weft_request_free(&s->reqs[i]);
+        }
+    s->nreqs = 0;
+}
+
+static void unlink_active(weft_sched_t *s)
+{
+    for (weft_sched_t **pp = &active; *pp; pp = &(*pp)->next_active)
+        if (*pp == s) {
+            *pp = s->next_active;
+            return;
+        }
+}
+
+/* Finishes the schedule: completes (or, if orphaned, releases) its request. */
+static void finish(weft_sched_t *s, int rc)
+{
+    weft_request_t req = s->req;
+    unlink_active(s);
+    abandon_round(s);
+    if (rc != WEFT_SUCCESS) weft_debug("collective %s (comm %s) failed: %s", s->name, s->comm->name, weft_strerror(rc));
+    req->owner_data = NULL;
+    sched_free(s);
+    if (req->orphaned) weft_request_release(req);
+    else weft_request_complete(req, rc);
+}
+
+/* Advances s as far as it can go now. Returns 1 if anything happened. */
+static int advance(weft_sched_t *s)
+{
+    int moved = 0;
+    while (s->cur < s->nrounds) {
+        for (int i = 0; i < s->nreqs; i++) {
+            weft_request_t r = s->reqs[i];
+            if (!r) continue;
+            if (!r->complete) {
+                s->waiting_peer = r->peer;
+                return moved;
+            }
+            int err = r->status.error, peer = r->peer;
+            weft_request_release(r);
+            s->reqs[i] = NULL;
+            moved = 1;
+            if (err) {
+                finish(s, weft_error(err, "collective %s (comm %s): exchange with rank %d failed: %s", s->name,
+                                     s->comm->name, peer, weft_strerror(err)));
+                return 1;
+            }
+        }
+        int rc = run_locals(s);
+        if (!rc && ++s->cur < s->nrounds) rc = post_round(s);
+        else s->nreqs = 0;
+        moved = 1;
+        if (rc) {
+            finish(s, rc);
+            return 1;
+        }
+    }
+    finish(s, WEFT_SUCCESS);
+    return 1;
+}
+
+static int sched_progress(void *arg)
+{
+    (void)arg;
+    int events = 0;
+    weft_sched_t *s = active;
+    while (s) {
+        weft_sched_t *next = s->next_active; /* s may finish and be freed */
+        events += advance(s);
+        s = next;
+    }
+    return events;
+}
+
+static void sched_orphan(weft_request_t req)
+{
+    (void)req; /* finish() sees req->orphaned and releases it */
+}
+
+static int sched_describe(weft_request_t req, char *buf, size_t len)
+{
+    weft_sched_t *s = req->owner_data;
+    if (!s) return 0;
+    if (s->waiting_peer >= 0)
+        return snprintf(buf, len, "collective %s (comm %s) in round %d of %d, waiting on rank %d", s->name,
+                        s->comm->name, s->cur + 1, s->nrounds, s->waiting_peer);
+    return snprintf(buf, len, "collective %s (comm %s) in round %d of %d", s->name, s->comm->name, s->cur + 1,
+                    s->nrounds);
+}
+
+static const weft_request_ops_t sched_ops = {
+    .kind = "collective", .cancel = NULL, .check = NULL, .orphan = sched_orphan, .describe = sched_describe};
+
+int weft_sched_start(weft_sched_t *s, weft_request_t *out)
+{
+    int rc = weft_sched_end_round(s);
+    if (rc) goto fail;
+    s->req = weft_request_alloc(&sched_ops, s->comm);
+    if (!s->req) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "collective %s: out of memory for a request", s->name);
+        goto fail;
+    }
+    s->req->owner_data = s;
+    *out = s->req;
+    if (s->nrounds == 0) {
+        s->req->owner_data = NULL;
+        weft_request_complete(s->req, WEFT_SUCCESS);
+        sched_free(s);
+        return WEFT_SUCCESS;
+    }
+    s->next_active = active;
+    active = s;
+    if ((rc = post_round(s))) {
+        finish(s, rc);
+        return WEFT_SUCCESS; /* the request carries the error */
+    }
+    advance(s);
+    return WEFT_SUCCESS;
+fail:
+    if (s->req) weft_request_release(s->req);
+    sched_free(s);
+    return rc;
+}
+
+int weft_sched_run(weft_sched_t *s)
+{
+    weft_request_t req;
+    int rc = weft_sched_start(s, &req);
+    if (rc) return rc;
+    rc = weft_wait(&req, NULL);
+    /* A timed-out internal collective keeps running until it ends. */
+    if (rc == WEFT_ERR_TIMEOUT) weft_request_free(&req);
+    return rc;
+}
+
+int weft_sched_init(void)
+{
+    active = NULL;
+    if (hook_registered) return WEFT_SUCCESS;
+    int rc = weft_progress_register(sched_progress, NULL);
+    if (!rc) hook_registered = 1;
+    return rc;
+}
+
+void weft_sched_finalize(void)
+{
+    int n = 0;
+    while (active) {
+        weft_sched_t *s = active;
+        n++;
+        finish(s, WEFT_ERR_CANCELED);
+    }
+    if (n) weft_warn("weft_finalize: %d collective%s still in progress were canceled", n, n == 1 ? "" : "s");
+    if (hook_registered) weft_progress_unregister(sched_progress, NULL);
+    hook_registered = 0;
+}

@@ -1,0 +1,42 @@
+/* Schedules: every collective is a small state machine of rounds. A round
+ * posts its sends and receives together; when all of them completed, its
+ * local steps (copies, reductions, callbacks) run in order, and the next
+ * round is posted. The progress engine advances every active schedule, so
+ * a blocking collective is post + wait and a nonblocking one is post. */
+#ifndef WEFT_SCHEDULE_H
+#define WEFT_SCHEDULE_H
+
+#include "request.h"
+#include "weft_internal.h"
+
+typedef struct weft_sched weft_sched_t;
+/* A local step. Returns WEFT_SUCCESS or an error that fails the schedule. */
+typedef int (*weft_sched_fn)(weft_sched_t *s, void *arg);
+
+/* A new, empty schedule on comm, named for messages ("allgather_bruck").
+ * Takes the communicator's next collective sequence number: every member
+ * must create its schedules for comm in the same order. */
+weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name);
+/* Adds to the current round. buf must stay valid until the schedule ends. */
+int weft_sched_send(weft_sched_t *s, const void *buf, size_t bytes, int peer);
+int weft_sched_recv(weft_sched_t *s, void *buf, size_t bytes, int peer);
+int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes);
+int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg);
+/* Ends the current round; later additions go to the next one. */
+int weft_sched_end_round(weft_sched_t *s);
+/* The communicator a schedule runs on. */
+void weft_sched_comm(const weft_sched_t *s, weft_comm_t *comm);
+/* Scratch memory owned by the schedule (freed with it); NULL on failure. */
+void *weft_sched_scratch(weft_sched_t *s, size_t bytes);
+/* Starts the schedule and returns its request (wait/test/free as any other).
+ * On failure the schedule is destroyed. */
+int weft_sched_start(weft_sched_t *s, weft_request_t *req);
+/* Destroys a schedule that was never started. */
+void weft_sched_discard(weft_sched_t *s);
+/* Starts and waits with the communicator's deadline (internal blocking use). */
+int weft_sched_run(weft_sched_t *s);
+
+int weft_sched_init(void);
+void weft_sched_finalize(void);
+
+#endif

@@ -1,0 +1,106 @@
+/* The schedule engine and the internal allgather: every rank count from
+ * 1 to 9, several block sizes, concurrent schedules on one communicator
+ * interleaved with user traffic that uses the same tag numbers. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coll/coll.h"
+#include "harness.h"
+#include "weft.h"
+
+static int body_allgather(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    static const size_t blocks[] = {0, 1, 8, 1000, 100000};
+    for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++) {
+        size_t block = blocks[b];
+        char *send = malloc(block + 1), *recv = malloc((size_t)size * block + 1);
+        th_fill(send, block, (unsigned)(rank * 31 + b));
+        memset(recv, 0, (size_t)size * block);
+        TH_OK(weft_coll_svc->allgather(w, send, recv, block));
+        for (int r = 0; r < size; r++) {
+            size_t bad = 0;
+            TH_CHECK(th_verify(recv + (size_t)r * block, block, (unsigned)(r * 31 + b), &bad),
+                     "block %zu from rank %d: byte %zu differs", block, r, bad);
+        }
+        free(send);
+        free(recv);
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(sched, allgather_bruck_1_to_9_ranks, .timeout = 120)
+{
+    for (int n = 1; n <= 9; n++) {
+        th_result_t res = th_run(n, body_allgather, NULL, 60, NULL);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}
+
+#define NCONC 6
+static int body_concurrent(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    int64_t send[NCONC], recv[NCONC][16];
+    weft_request_t reqs[NCONC], ureq[2];
+    /* User traffic with tags equal to the collective tag numbers. */
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    int64_t uout = 1000 + rank, uin = -1;
+    TH_OK(weft_irecv(&uin, 1, WEFT_INT64, left, 0, w, &ureq[0]));
+    for (int i = 0; i < NCONC; i++) {
+        send[i] = rank * 100 + i;
+        weft_sched_t *s = weft_sched_create(w, "allgather_bruck");
+        TH_CHECK(s, "schedule");
+        TH_OK(weft_coll_allgather_bruck_build(s, &send[i], recv[i], sizeof(int64_t)));
+        TH_OK(weft_sched_start(s, &reqs[i]));
+        if (i == NCONC / 2) TH_OK(weft_isend(&uout, 1, WEFT_INT64, right, 0, w, &ureq[1]));
+    }
+    /* Complete them in reverse order. */
+    for (int i = NCONC - 1; i >= 0; i--) TH_OK(weft_wait(&reqs[i], NULL));
+    TH_OK(weft_waitall(2, ureq, NULL));
+    TH_CHECK(uin == 1000 + left, "user message %lld", (long long)uin);
+    for (int i = 0; i < NCONC; i++)
+        for (int r = 0; r < size; r++) TH_CHECK(recv[i][r] == r * 100 + i, "collective %d block %d: %lld", i, r, (long long)recv[i][r]);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(sched, concurrent_schedules_and_user_traffic, .timeout = 60)
+{
+    th_result_t res = th_run(5, body_concurrent, NULL, 50, NULL);
+    cr_assert_eq(res.failed, 0);
+}
+
+/* A rank that never joins: the others' collective times out naming a rank. */
+static int body_stuck(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    TH_OK(weft_comm_set_timeout(w, 1.0));
+    int64_t v = rank, all[4];
+    if (rank == 3) {
+        usleep(2500 * 1000);
+    } else {
+        int rc = weft_coll_svc->allgather(w, &v, all, sizeof(v));
+        TH_CHECK(rc == WEFT_ERR_TIMEOUT, "rc %d", rc);
+        TH_CHECK(strstr(weft_last_error(), "waiting on rank"), "%s", weft_last_error());
+    }
+    weft_finalize();
+    return 0;
+}
+
+Test(sched, missing_member_times_out_naming_a_rank, .timeout = 60)
+{
+    th_result_t res = th_run(4, body_stuck, NULL, 40, NULL);
+    cr_assert_eq(res.timed_out, 0);
+    for (int r = 0; r < 3; r++) cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+}
