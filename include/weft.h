@@ -165,6 +165,88 @@ WEFT_API int weft_comm_get_timeout(weft_comm_t comm, double *timeout_s);
 WEFT_API int weft_comm_set_timeout(weft_comm_t comm, double timeout_s);
 
 /* ------------------------------------------------------------------ */
+/* Options and hints                                                   */
+/* ------------------------------------------------------------------ */
+/* An options object carries a communicator's name, timeout,
+ * abort-on-error flag, device, and string hints. A new communicator takes
+ * its parent's options unless the creating call passes its own (then
+ * fields not set in them are still inherited). Every hint ends up
+ * APPLIED, IGNORED (with a reason) or REJECTED (bad value); creation logs
+ * one line per hint that is not applied, and weft_comm_hint_status says
+ * which and why. Nothing is dropped silently. */
+typedef struct weft_options_s *weft_options_t;
+#define WEFT_OPTIONS_NULL ((weft_options_t)0)
+enum { WEFT_HINT_APPLIED = 0, WEFT_HINT_IGNORED = 1, WEFT_HINT_REJECTED = 2, WEFT_HINT_NOT_SET = 3 };
+
+WEFT_API int weft_options_create(weft_options_t *options);
+WEFT_API int weft_options_free(weft_options_t *options);
+WEFT_API int weft_options_set_name(weft_options_t options, const char *name);
+WEFT_API int weft_options_set_timeout(weft_options_t options, double timeout_s);
+/* When set, a timeout or a lost peer on the communicator aborts the job
+ * (torchcomms's abort_process_on_timeout_or_error) instead of returning. */
+WEFT_API int weft_options_set_abort_on_error(weft_options_t options, int abort_on_error);
+/* The GPU this communicator's device work uses (-1: none). */
+WEFT_API int weft_options_set_device(weft_options_t options, int device);
+WEFT_API int weft_options_set_hint(weft_options_t options, const char *key, const char *value);
+
+/* Status of one hint on a communicator: *status is a WEFT_HINT_* value;
+ * reason (may be NULL) receives why it was ignored or rejected. */
+WEFT_API int weft_comm_hint_status(weft_comm_t comm, const char *key, int *status, char *reason, size_t reason_len);
+/* The hints a communicator was given, by index 0..count-1 (pointers stay
+ * valid while the communicator lives). */
+WEFT_API int weft_comm_hint_count(weft_comm_t comm, int *count);
+WEFT_API int weft_comm_hint_get(weft_comm_t comm, int index, const char **key, const char **value, int *status,
+                                const char **reason);
+
+/* ------------------------------------------------------------------ */
+/* Creating communicators (all collective over the parent)             */
+/* ------------------------------------------------------------------ */
+#define WEFT_UNDEFINED (-32766)
+typedef enum weft_split_type {
+    WEFT_SPLIT_NODE = 0,  /* ranks on the same host (or simulated node) */
+    WEFT_SPLIT_NUMA = 1,  /* ... and the same NUMA node (from the CPU binding) */
+    WEFT_SPLIT_SOCKET = 2 /* ... and the same socket (package) */
+} weft_split_type_t;
+
+/* options may be WEFT_OPTIONS_NULL (inherit everything). */
+WEFT_API int weft_comm_dup(weft_comm_t comm, weft_options_t options, weft_comm_t *newcomm);
+/* MPI's split: members with equal color form a communicator, ordered by
+ * key, ties by parent rank. color WEFT_UNDEFINED: *newcomm = WEFT_COMM_NULL. */
+WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_t options, weft_comm_t *newcomm);
+/* torchcomms's split: every caller passes the parent ranks of its own new
+ * group, in new-rank order (name may be NULL). An empty list (nranks 0)
+ * gives WEFT_COMM_NULL; a list without the caller, with duplicates, or
+ * differing between members is WEFT_ERR_ARG on every rank concerned. */
+WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nranks, const char *name,
+                                   weft_options_t options, weft_comm_t *newcomm);
+WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t options,
+                                  weft_comm_t *newcomm);
+/* Frees a communicator and sets *comm to WEFT_COMM_NULL. Fails (naming
+ * them) while requests on it are still pending; the world cannot be freed. */
+WEFT_API int weft_comm_free(weft_comm_t *comm);
+/* Terminates every process of the job (under PMIx: the launcher's abort;
+ * otherwise this process exits with errorcode and the launcher ends the rest). */
+WEFT_API int weft_comm_abort(weft_comm_t comm, int errorcode);
+/* The communicator's name ("world", or as given / derived at creation). */
+WEFT_API const char *weft_comm_name(weft_comm_t comm);
+WEFT_API int weft_comm_get_device(weft_comm_t comm, int *device);
+/* The world rank of a communicator rank. */
+WEFT_API int weft_comm_world_rank(weft_comm_t comm, int rank, int *world_rank);
+
+/* ------------------------------------------------------------------ */
+/* Warm-up and diagnostics                                             */
+/* ------------------------------------------------------------------ */
+/* Collective: connects every endpoint among the members and exchanges a
+ * few rounds of small messages, so the first real collective pays no
+ * connection set-up. */
+WEFT_API int weft_comm_warmup(weft_comm_t comm);
+/* Which UCX transports/devices reach `rank` of comm, e.g.
+ * "sysv/memory cma/memory" or "rc_mlx5/mlx5_0:1" (connects if needed). */
+WEFT_API int weft_comm_peer_info(weft_comm_t comm, int rank, char *buf, size_t len);
+/* This rank's node (host) index among the job's nodes, and node count. */
+WEFT_API int weft_node_info(int *node, int *nnodes);
+
+/* ------------------------------------------------------------------ */
 /* Point-to-point                                                      */
 /* ------------------------------------------------------------------ */
 /* Messages between one pair of ranks on one communicator arrive in the

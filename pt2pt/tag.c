@@ -19,7 +19,7 @@ static int recv_cancel(weft_request_t req)
 static void recv_check(weft_request_t req)
 {
     if (req->peer < 0 || weft_g.p2p->lost_count == 0 || !req->owner_data) return;
-    int world = weft_comm_world_rank(req->comm, req->peer);
+    int world = weft_comm_world_rank_of(req->comm, req->peer);
     if (!weft_g.p2p->peers[world].lost) return;
     req->cancel_reason = WEFT_ERR_PEER_LOST;
     weft_error(WEFT_ERR_PEER_LOST, "recv from rank %d (tag %d, comm %s): the rank is lost (%s)", req->peer, req->tag,
@@ -78,7 +78,7 @@ static void recv_done(void *ucx_req, ucs_status_t st, const ucp_tag_recv_info_t 
 int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm,
                    weft_request_t *out)
 {
-    int world = weft_comm_world_rank(comm, dest);
+    int world = weft_comm_world_rank_of(comm, dest);
     ucp_ep_h ep;
     int rc;
 
@@ -136,7 +136,7 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
     /* Connecting to a named source lets UCX notice if it dies while we wait. */
     if (source != WEFT_ANY_SOURCE && weft_cfg.peer_failure) {
         ucp_ep_h ep;
-        (void)weft_p2p_ep(weft_comm_world_rank(comm, source), &ep);
+        (void)weft_p2p_ep(weft_comm_world_rank_of(comm, source), &ep);
     }
     ucp_request_param_t param = {
         /* UCX 1.13 completes a receive of an already-arrived message inline
@@ -347,7 +347,7 @@ WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *st
         probe_once(source, tag, comm, &flag, status);
         if (flag) return WEFT_SUCCESS;
         if (!events) {
-            if (source != WEFT_ANY_SOURCE && weft_g.p2p->peers[weft_comm_world_rank(comm, source)].lost)
+            if (source != WEFT_ANY_SOURCE && weft_g.p2p->peers[weft_comm_world_rank_of(comm, source)].lost)
                 return weft_error(WEFT_ERR_PEER_LOST, "weft_probe: rank %d is lost", source);
             if (deadline > 0 && weft_wtime() >= deadline)
                 return weft_error_quiet(WEFT_ERR_TIMEOUT,

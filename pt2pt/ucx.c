@@ -70,10 +70,52 @@ int weft_p2p_progress(void)
     return (int)ucp_worker_progress(g_p2p->worker);
 }
 
+/* UCX 1.13 has no query for an endpoint's transports; its printed
+ * configuration lists every lane as "lane[i]: <rsc>:<tl>/<dev>.<path> ...".
+ * Collect the distinct tl/dev pairs in lane order. */
+static int p2p_peer_info(int world_rank, char *buf, size_t len)
+{
+    ucp_ep_h ep;
+    char *text = NULL;
+    size_t text_len = 0, used = 0;
+    int rc = weft_p2p_ep(world_rank, &ep);
+    if (rc) return rc;
+    /* Let wireup settle so the lanes are the final ones. */
+    for (int i = 0; i < 100; i++) ucp_worker_progress(g_p2p->worker);
+    FILE *f = open_memstream(&text, &text_len);
+    if (!f) return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_peer_info: out of memory");
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    buf[0] = '\0';
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *lane = strstr(line, "lane[");
+        if (!lane) continue;
+        char *colon = strchr(lane, ':');
+        if (!colon) continue;
+        char *rsc = colon + 1;
+        while (*rsc == ' ') rsc++;
+        char *tl = strchr(rsc, ':'); /* "<index>:<tl>/<dev>.<path>" */
+        tl = tl ? tl + 1 : rsc;
+        size_t n = strcspn(tl, " \t");
+        char item[96];
+        snprintf(item, sizeof(item), "%.*s", (int)n, tl);
+        char *dot = strrchr(item, '.'); /* drop the path index */
+        char *slash = strchr(item, '/');
+        if (dot && slash && dot > slash) *dot = '\0';
+        if (!slash || strstr(buf, item)) continue;
+        int w = snprintf(buf + used, len - used, "%s%s", used ? " " : "", item);
+        if (w > 0 && used + (size_t)w < len) used += (size_t)w;
+    }
+    free(text);
+    if (!buf[0]) snprintf(buf, len, "unknown (UCX printed no lanes for rank %d)", world_rank);
+    return WEFT_SUCCESS;
+}
+
 const weft_transport_ops_t weft_p2p_transport = {
     .isend = weft_p2p_isend,
     .irecv = weft_p2p_irecv,
     .progress = weft_p2p_progress,
+    .peer_info = p2p_peer_info,
 };
 
 int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)

@@ -1,28 +1,79 @@
-/* Communicator objects. The world communicator has context id 0; split
- * and friends arrive with the communicators work. */
+/* Communicator objects: world, dup, split (color/key), split_ranks (a
+ * member list per group, torchcomms style), split_type (node, NUMA,
+ * socket), free, abort, warm-up, and per-peer transport reports.
+ *
+ * Creation is one allgather over the parent: each member contributes its
+ * color and key (or its list's hash), its node / NUMA / socket, and its
+ * mask of free context ids. Every member then computes the same answer
+ * locally: the groups, the ranks in each, and the lowest context id free
+ * on every member of the parent (disjoint groups may share it: their
+ * traffic never meets). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap/bootstrap.h"
+#include "request.h"
+#include "topo/topo.h"
 #include "weft_internal.h"
 
+#define CTX_WORDS (WEFT_MAX_CONTEXTS / 64)
+
 static struct weft_comm_s world_comm;
+static uint64_t ctx_used[CTX_WORDS];
+static struct weft_comm_s *comm_free_list; /* freed objects, reused (a stale handle fails the magic check) */
+static int live_comms;
+
+/* ---- context ids -------------------------------------------------------- */
+
+static void ctx_release(uint32_t id)
+{
+    ctx_used[id / 64] &= ~(UINT64_C(1) << (id % 64));
+}
+
+/* ---- life cycle ---------------------------------------------------------- */
 
 int weft_comm_world_create(void)
 {
     memset(&world_comm, 0, sizeof(world_comm));
+    memset(ctx_used, 0, sizeof(ctx_used));
+    ctx_used[0] = 1; /* context 0 is the world's */
     world_comm.magic = WEFT_COMM_MAGIC;
     world_comm.context_id = 0;
     world_comm.rank = weft_g.rank;
     world_comm.size = weft_g.size;
     world_comm.world_ranks = NULL;
     world_comm.timeout = weft_cfg.timeout;
+    world_comm.device = -1;
     snprintf(world_comm.name, sizeof(world_comm.name), "world");
     weft_g.world = &world_comm;
+    live_comms = 0;
     return WEFT_SUCCESS;
+}
+
+static void comm_release(weft_comm_t c)
+{
+    ctx_release(c->context_id);
+    free(c->world_ranks);
+    weft_hints_free(c->hints, c->nhints);
+    c->world_ranks = NULL;
+    c->hints = NULL;
+    c->nhints = 0;
+    c->magic = 0;
+    c->next_free = comm_free_list;
+    comm_free_list = c;
+    live_comms--;
 }
 
 void weft_comm_world_destroy(void)
 {
+    if (live_comms > 0)
+        weft_info_log("weft_finalize: %d communicator%s not freed by the program", live_comms,
+                      live_comms == 1 ? " was" : "s were");
+    /* Objects stay on the free list (a stale handle fails the magic check)
+     * until the process ends; a new init reuses them. */
+    weft_hints_free(world_comm.hints, world_comm.nhints);
+    world_comm.hints = NULL;
+    world_comm.nhints = 0;
     world_comm.magic = 0;
     weft_g.world = WEFT_COMM_NULL;
 }
@@ -36,9 +87,332 @@ int weft_comm_check(weft_comm_t comm, const char *fn)
     return WEFT_SUCCESS;
 }
 
+void weft_comm_error_policy(weft_comm_t comm, int rc)
+{
+    if (!comm || comm->magic != WEFT_COMM_MAGIC || !comm->abort_on_error) return;
+    if (rc != WEFT_ERR_TIMEOUT && rc != WEFT_ERR_PEER_LOST && rc != WEFT_ERR_TRANSPORT) return;
+    weft_log(WEFT_LOG_ERROR, "comm %s asked to abort on errors: %s: %s", comm->name, weft_strerror(rc),
+             weft_last_error());
+    weft_comm_abort(comm, 1);
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+enum { MODE_SPLIT, MODE_RANKS };
+
+typedef struct {
+    int32_t color; /* MODE_SPLIT: color (WEFT_UNDEFINED = none); MODE_RANKS: list length */
+    int32_t key;
+    int32_t invalid; /* this member's own arguments were bad: it takes part in no group */
+    int32_t pad;
+    uint64_t list_hash;
+    uint64_t free_ctx[CTX_WORDS];
+} create_info_t;
+
+static uint64_t hash_ranks(const int *ranks, int n)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint32_t)ranks[i];
+        h *= UINT64_C(0x100000001b3);
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static weft_comm_t comm_alloc(void)
+{
+    weft_comm_t c = comm_free_list;
+    if (c) comm_free_list = c->next_free;
+    else if (!(c = malloc(sizeof(*c)))) return NULL;
+    memset(c, 0, sizeof(*c));
+    return c;
+}
+
+typedef struct {
+    int mode;
+    int color, key;
+    const int *ranks;
+    int nranks;
+    int invalid;
+    char why[200]; /* this rank's own argument error */
+    const char *fn;
+} create_args_t;
+
+/* One collective over parent; *out is the new communicator or WEFT_COMM_NULL. */
+static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts, weft_comm_t *out)
+{
+    int n = parent->size, me = parent->rank, rc;
+    create_info_t mine, *all = NULL;
+    int *members = NULL, nmembers = 0;
+    weft_comm_t c = NULL;
+
+    memset(&mine, 0, sizeof(mine));
+    mine.invalid = a->invalid;
+    if (a->mode == MODE_SPLIT) {
+        mine.color = a->color;
+        mine.key = a->key;
+    } else {
+        mine.color = a->nranks;
+        mine.list_hash = a->invalid ? (uint64_t)me ^ UINT64_C(0xdeadbeef) : hash_ranks(a->ranks, a->nranks);
+    }
+    for (int w = 0; w < CTX_WORDS; w++) mine.free_ctx[w] = ~ctx_used[w];
+
+    all = malloc(sizeof(*all) * (size_t)n);
+    members = malloc(sizeof(int) * (size_t)n);
+    if (!all || !members) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d members", a->fn, n);
+        goto out;
+    }
+    WEFT_CHECK_GOTO(weft_coll_svc->allgather(parent, &mine, all, sizeof(mine)), rc, out);
+    if (a->invalid) {
+        rc = weft_error(WEFT_ERR_ARG, "%s: %s", a->fn, a->why);
+        goto out;
+    }
+
+    if (a->mode == MODE_SPLIT) {
+        if (a->color == WEFT_UNDEFINED) {
+            rc = WEFT_SUCCESS;
+            goto out;
+        }
+        /* Members: equal color, ordered by (key, parent rank). */
+        for (int r = 0; r < n; r++)
+            if (!all[r].invalid && all[r].color == a->color) {
+                int i = nmembers++;
+                while (i > 0 && (all[members[i - 1]].key > all[r].key)) {
+                    members[i] = members[i - 1];
+                    i--;
+                }
+                members[i] = r;
+            }
+    } else {
+        if (a->nranks == 0) {
+            rc = WEFT_SUCCESS;
+            goto out;
+        }
+        /* Everyone on my list must have passed the same list. */
+        for (int i = 0; i < a->nranks; i++) {
+            int r = a->ranks[i];
+            if (all[r].invalid || all[r].color != a->nranks || all[r].list_hash != mine.list_hash) {
+                rc = weft_error(WEFT_ERR_ARG,
+                                "%s: rank %d's member list differs from rank %d's (%d ranks given here%s); every "
+                                "member of a group must pass the same list",
+                                a->fn, r, me, a->nranks, all[r].invalid ? ", and rank's own arguments were bad" : "");
+                goto out;
+            }
+            members[nmembers++] = r;
+        }
+    }
+
+    /* The lowest context id free on every member of the parent. */
+    int ctx = -1;
+    for (int w = 0; w < CTX_WORDS && ctx < 0; w++) {
+        uint64_t m = ~UINT64_C(0);
+        for (int r = 0; r < n; r++) m &= all[r].free_ctx[w];
+        if (m) ctx = w * 64 + __builtin_ctzll(m);
+    }
+    if (ctx < 0) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY,
+                        "%s: no context id is free on every member (at most %d live communicators per process)",
+                        a->fn, WEFT_MAX_CONTEXTS);
+        goto out;
+    }
+    if (!(c = comm_alloc())) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", a->fn);
+        goto out;
+    }
+    c->size = nmembers;
+    c->world_ranks = malloc(sizeof(int) * (size_t)nmembers);
+    if (!c->world_ranks) {
+        free(c);
+        c = NULL;
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", a->fn);
+        goto out;
+    }
+    for (int i = 0; i < nmembers; i++) {
+        c->world_ranks[i] = weft_comm_world_rank_of(parent, members[i]);
+        if (members[i] == me) c->rank = i;
+    }
+    c->magic = WEFT_COMM_MAGIC;
+    c->context_id = (uint32_t)ctx;
+    c->device = -1;
+    ctx_used[ctx / 64] |= UINT64_C(1) << (ctx % 64);
+    live_comms++;
+    char defname[64];
+    snprintf(defname, sizeof(defname), "%.40s.%u", parent->name, (unsigned)ctx);
+    if ((rc = weft_options_apply(c, parent, opts, defname))) {
+        comm_release(c);
+        c = NULL;
+        goto out;
+    }
+    weft_debug("%s: comm %s: rank %d of %d, context %d", a->fn, c->name, c->rank, c->size, ctx);
+    rc = WEFT_SUCCESS;
+out:
+    free(all);
+    free(members);
+    *out = c;
+    return rc;
+}
+
+static int create_prologue(weft_comm_t comm, weft_options_t opts, weft_comm_t *newcomm, const char *fn)
+{
+    int rc;
+    WEFT_CHECK_INIT(fn);
+    if ((rc = weft_comm_check(comm, fn))) return rc;
+    if (opts && opts->magic != WEFT_OPTIONS_MAGIC)
+        return weft_error(WEFT_ERR_ARG, "%s: %p is not a live options object", fn, (void *)opts);
+    if (!newcomm) return weft_error(WEFT_ERR_ARG, "%s: NULL output pointer", fn);
+    *newcomm = WEFT_COMM_NULL;
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_t opts, weft_comm_t *newcomm)
+{
+    int rc = create_prologue(comm, opts, newcomm, "weft_comm_split");
+    if (rc) return rc;
+    create_args_t a = {.mode = MODE_SPLIT, .color = color, .key = key, .fn = "weft_comm_split"};
+    if (color < 0 && color != WEFT_UNDEFINED) {
+        a.invalid = 1;
+        snprintf(a.why, sizeof(a.why), "color %d is negative (use WEFT_UNDEFINED to opt out)", color);
+    }
+    return comm_create(comm, &a, opts, newcomm);
+}
+
+WEFT_API int weft_comm_dup(weft_comm_t comm, weft_options_t opts, weft_comm_t *newcomm)
+{
+    int rc = create_prologue(comm, opts, newcomm, "weft_comm_dup");
+    if (rc) return rc;
+    create_args_t a = {.mode = MODE_SPLIT, .color = 0, .key = comm->rank, .fn = "weft_comm_dup"};
+    return comm_create(comm, &a, opts, newcomm);
+}
+
+WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nranks, const char *name,
+                                   weft_options_t opts, weft_comm_t *newcomm)
+{
+    int rc = create_prologue(comm, opts, newcomm, "weft_comm_split_ranks");
+    if (rc) return rc;
+    create_args_t a = {.mode = MODE_RANKS, .ranks = ranks, .nranks = nranks, .fn = "weft_comm_split_ranks"};
+    if (nranks < 0 || (nranks > 0 && !ranks)) {
+        a.invalid = 1;
+        snprintf(a.why, sizeof(a.why), "%s", nranks < 0 ? "negative number of ranks" : "NULL rank list");
+        a.nranks = 0;
+    } else if (name && strlen(name) >= sizeof(comm->name)) {
+        a.invalid = 1;
+        snprintf(a.why, sizeof(a.why), "name longer than %zu characters", sizeof(comm->name) - 1);
+    } else {
+        int self = 0;
+        for (int i = 0; i < nranks && !a.invalid; i++) {
+            if (ranks[i] < 0 || ranks[i] >= comm->size) {
+                a.invalid = 1;
+                snprintf(a.why, sizeof(a.why), "ranks[%d] = %d is out of range 0..%d of comm %s", i, ranks[i],
+                         comm->size - 1, comm->name);
+            }
+            for (int j = 0; j < i && !a.invalid; j++)
+                if (ranks[j] == ranks[i]) {
+                    a.invalid = 1;
+                    snprintf(a.why, sizeof(a.why), "rank %d is listed twice (positions %d and %d)", ranks[i], j, i);
+                }
+            if (ranks[i] == comm->rank) self = 1;
+        }
+        if (!a.invalid && nranks > 0 && !self) {
+            a.invalid = 1;
+            snprintf(a.why, sizeof(a.why), "the list of %d ranks does not contain the caller (rank %d)", nranks,
+                     comm->rank);
+        }
+    }
+    weft_options_t local = WEFT_OPTIONS_NULL;
+    if (!a.invalid && name && name[0] && !(opts && (opts->set & WEFT_OPT_NAME))) {
+        /* The name argument wins over an unnamed options object. */
+        if ((rc = weft_options_create(&local))) return rc;
+        if (opts) {
+            local->set = opts->set;
+            local->timeout = opts->timeout;
+            local->abort_on_error = opts->abort_on_error;
+            local->device = opts->device;
+            for (int i = 0; i < opts->nhints && !rc; i++)
+                rc = weft_options_set_hint(local, opts->hints[i].key, opts->hints[i].value);
+        }
+        if (!rc) rc = weft_options_set_name(local, name);
+        if (rc) {
+            weft_options_free(&local);
+            return rc;
+        }
+    }
+    rc = comm_create(comm, &a, local ? local : opts, newcomm);
+    weft_options_free(&local);
+    return rc;
+}
+
+WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t opts, weft_comm_t *newcomm)
+{
+    int rc = create_prologue(comm, opts, newcomm, "weft_comm_split_type");
+    if (rc) return rc;
+    create_args_t a = {.mode = MODE_SPLIT, .key = key, .fn = "weft_comm_split_type"};
+    int node = weft_g.node_of[weft_comm_world_rank_of(comm, comm->rank)];
+    if (type == WEFT_SPLIT_NODE) {
+        a.color = node;
+    } else if (type == WEFT_SPLIT_NUMA || type == WEFT_SPLIT_SOCKET) {
+        weft_placement_t p;
+        if ((rc = weft_topo_placement(&p))) {
+            a.invalid = 1;
+            snprintf(a.why, sizeof(a.why), "hwloc could not tell this rank's placement");
+        }
+        int where = type == WEFT_SPLIT_NUMA ? p.numa : p.socket;
+        /* Unbound ranks (binding spanning several) group together per node. */
+        a.color = node * 4096 + (where < 0 ? 4095 : where % 4095);
+        if (where < 0)
+            weft_info_log("weft_comm_split_type: rank %d's binding spans several %s; it joins the node's "
+                          "unbound group",
+                          comm->rank, type == WEFT_SPLIT_NUMA ? "NUMA nodes" : "sockets");
+    } else {
+        a.invalid = 1;
+        a.color = WEFT_UNDEFINED;
+        snprintf(a.why, sizeof(a.why), "unknown split type %d (WEFT_SPLIT_NODE, _NUMA or _SOCKET)", type);
+    }
+    return comm_create(comm, &a, opts, newcomm);
+}
+
+WEFT_API int weft_comm_free(weft_comm_t *comm)
+{
+    int rc;
+    WEFT_CHECK_INIT("weft_comm_free");
+    if (!comm) return weft_error(WEFT_ERR_ARG, "weft_comm_free: NULL pointer");
+    if ((rc = weft_comm_check(*comm, "weft_comm_free"))) return rc;
+    weft_comm_t c = *comm;
+    if (c == &world_comm) return weft_error(WEFT_ERR_COMM, "weft_comm_free: the world communicator cannot be freed");
+    if (c->pending > 0) {
+        char list[512];
+        weft_request_describe_pending(c, list, sizeof(list));
+        return weft_error(WEFT_ERR_ARG, "weft_comm_free: comm %s still has %d pending request%s: %s", c->name,
+                          c->pending, c->pending == 1 ? "" : "s", list);
+    }
+    comm_release(c);
+    *comm = WEFT_COMM_NULL;
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_comm_abort(weft_comm_t comm, int errorcode)
+{
+    const char *name = comm && comm->magic == WEFT_COMM_MAGIC ? comm->name : "?";
+    weft_log(WEFT_LOG_ERROR, "weft_comm_abort(comm %s, %d) called by rank %d: ending the job", name, errorcode,
+             weft_g.rank);
+    fflush(stdout);
+    fflush(stderr);
+    if (weft_g.bs && weft_g.bs->abort) weft_g.bs->abort(weft_g.bs, errorcode, "weft_comm_abort");
+    _exit(errorcode ? errorcode : 1);
+}
+
+/* ---- queries ------------------------------------------------------------- */
+
 WEFT_API weft_comm_t weft_comm_world(void)
 {
     return weft_g.initialized ? weft_g.world : WEFT_COMM_NULL;
+}
+
+WEFT_API const char *weft_comm_name(weft_comm_t comm)
+{
+    if (!weft_g.initialized || !comm || comm->magic != WEFT_COMM_MAGIC) return "";
+    return comm->name;
 }
 
 #define COMM_GETTER_PROLOGUE(fn, out)                                                                           \
@@ -68,6 +442,23 @@ WEFT_API int weft_comm_get_timeout(weft_comm_t comm, double *timeout_s)
     return WEFT_SUCCESS;
 }
 
+WEFT_API int weft_comm_get_device(weft_comm_t comm, int *device)
+{
+    COMM_GETTER_PROLOGUE("weft_comm_get_device", device);
+    *device = comm->device;
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_comm_world_rank(weft_comm_t comm, int rank, int *world_rank)
+{
+    COMM_GETTER_PROLOGUE("weft_comm_world_rank", world_rank);
+    if (rank < 0 || rank >= comm->size)
+        return weft_error(WEFT_ERR_ARG, "weft_comm_world_rank: rank %d out of range 0..%d of comm %s", rank,
+                          comm->size - 1, comm->name);
+    *world_rank = weft_comm_world_rank_of(comm, rank);
+    return WEFT_SUCCESS;
+}
+
 WEFT_API int weft_comm_set_timeout(weft_comm_t comm, double timeout_s)
 {
     int rc;
@@ -94,4 +485,55 @@ WEFT_API int weft_local_size(int *local_size)
     if (!local_size) return weft_error(WEFT_ERR_ARG, "weft_local_size: NULL output pointer");
     *local_size = weft_g.local_size;
     return WEFT_SUCCESS;
+}
+
+/* ---- warm-up and diagnostics --------------------------------------------- */
+
+#define WARMUP_ROUNDS 3
+
+WEFT_API int weft_comm_warmup(weft_comm_t comm)
+{
+    int rc;
+    WEFT_CHECK_INIT("weft_comm_warmup");
+    if ((rc = weft_comm_check(comm, "weft_comm_warmup"))) return rc;
+    int n = comm->size;
+    uint64_t *in = calloc((size_t)n, sizeof(uint64_t)), out = (uint64_t)comm->rank;
+    weft_request_t *reqs = calloc(2 * (size_t)n, sizeof(weft_request_t));
+    if (!in || !reqs) {
+        free(in);
+        free(reqs);
+        return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_warmup: out of memory");
+    }
+    /* Every pair exchanges small messages both ways: every endpoint is
+     * created and wired up before the first real collective. */
+    for (int round = 0; round < WARMUP_ROUNDS && !rc; round++) {
+        int nreq = 0;
+        for (int p = 0; p < n && !rc; p++)
+            rc = weft_xport->irecv(&in[p], sizeof(uint64_t), p, WEFT_TAG_CLASS_CTRL, round, comm, &reqs[nreq++]);
+        for (int p = 0; p < n && !rc; p++)
+            rc = weft_xport->isend(&out, sizeof(uint64_t), p, WEFT_TAG_CLASS_CTRL, round, comm, &reqs[nreq++]);
+        if (rc) nreq--;
+        int wrc = weft_waitall(nreq, reqs, NULL);
+        for (int i = 0; i < nreq; i++) weft_request_free(&reqs[i]);
+        if (!rc) rc = wrc;
+        for (int p = 0; p < n && !rc; p++)
+            if (in[p] != (uint64_t)p)
+                rc = weft_error(WEFT_ERR_INTERNAL, "weft_comm_warmup: rank %d sent %llu", p, (unsigned long long)in[p]);
+    }
+    free(in);
+    free(reqs);
+    if (rc) weft_comm_error_policy(comm, rc);
+    return rc;
+}
+
+WEFT_API int weft_comm_peer_info(weft_comm_t comm, int rank, char *buf, size_t len)
+{
+    int rc;
+    WEFT_CHECK_INIT("weft_comm_peer_info");
+    if ((rc = weft_comm_check(comm, "weft_comm_peer_info"))) return rc;
+    if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_comm_peer_info: NULL or empty buffer");
+    if (rank < 0 || rank >= comm->size)
+        return weft_error(WEFT_ERR_ARG, "weft_comm_peer_info: rank %d out of range 0..%d of comm %s", rank,
+                          comm->size - 1, comm->name);
+    return weft_xport->peer_info(weft_comm_world_rank_of(comm, rank), buf, len);
 }

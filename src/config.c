@@ -47,6 +47,15 @@ static const var_t vars[] = {
     {"WEFT_SPIN_BEFORE_YIELD", VAR_INT, "2000",
      "empty progress polls before a waiting rank yields its core (helps oversubscribed runs)",
      FIELD(spin_before_yield), 0},
+    {"WEFT_HOST_ID", VAR_STRING, "",
+     "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
+     sizeof(((weft_config_t *)0)->host_id)},
+    {"WEFT_NODE_ID", VAR_STRING, "",
+     "this rank's node id (a number), overriding host grouping: simulate nodes on one machine", FIELD(node_id),
+     sizeof(((weft_config_t *)0)->node_id)},
+    {"WEFT_RANKS_PER_NODE", VAR_INT, "0",
+     "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)",
+     FIELD(ranks_per_node), 0},
 };
 
 #define NVARS ((int)(sizeof(vars) / sizeof(vars[0])))

@@ -7,6 +7,7 @@
 #include "pt2pt/pt2pt.h"
 #include "request.h"
 #include "schedule.h"
+#include "topo/topo.h"
 #include "weft_internal.h"
 
 weft_state_t weft_g;
@@ -62,7 +63,7 @@ static int init_common(double deadline)
     weft_g.rank = g_bs.rank;
     weft_g.size = g_bs.size;
     weft_log_set_rank(g_bs.rank);
-    WEFT_CHECK_GOTO(weft_topo_local_ranks(&g_bs, deadline, &weft_g.local_rank, &weft_g.local_size), rc, fail);
+    WEFT_CHECK_GOTO(weft_topo_node_map(&g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_comm_world_create(), rc, fail);
     WEFT_CHECK_GOTO(weft_sched_init(), rc, fail);
@@ -80,6 +81,7 @@ fail:
     weft_g.p2p = NULL;
     g_bs.finalize(&g_bs, 0, 0);
     weft_g.bs = NULL;
+    weft_topo_node_map_free();
     return rc;
 }
 
@@ -134,6 +136,8 @@ WEFT_API int weft_finalize(void)
     g_bs.finalize(&g_bs, barrier_rc == WEFT_SUCCESS, deadline);
     weft_g.bs = NULL;
     weft_request_cleanup();
+    weft_topo_node_map_free();
+    weft_topo_release();
     weft_log_set_rank(-1);
     return rc;
 }

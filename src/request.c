@@ -6,6 +6,8 @@
 #include <string.h>
 
 static weft_request_t free_list;
+static weft_request_t live_list;
+static int live_count;
 
 weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm)
 {
@@ -18,6 +20,11 @@ weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t com
     req->magic = WEFT_REQUEST_MAGIC;
     req->ops = ops;
     req->comm = comm;
+    if (comm) comm->pending++;
+    req->live_next = live_list;
+    if (live_list) live_list->live_prev = req;
+    live_list = req;
+    live_count++;
     req->peer = WEFT_ANY_SOURCE;
     req->status.source = WEFT_ANY_SOURCE;
     req->status.tag = WEFT_ANY_TAG;
@@ -26,13 +33,42 @@ weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t com
 
 void weft_request_release(weft_request_t req)
 {
+    if (req->comm) req->comm->pending--;
+    if (req->live_prev) req->live_prev->live_next = req->live_next;
+    else live_list = req->live_next;
+    if (req->live_next) req->live_next->live_prev = req->live_prev;
+    live_count--;
     req->magic = 0;
     req->next_free = free_list;
     free_list = req;
 }
 
+void weft_request_describe_pending(weft_comm_t comm, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (weft_request_t r = live_list; r; r = r->live_next) {
+        if (r->comm != comm) continue;
+        char what[200];
+        if (!r->ops->describe || r->ops->describe(r, what, sizeof(what)) <= 0)
+            snprintf(what, sizeof(what), "%s %s rank %d tag %d%s", r->ops->kind,
+                     strcmp(r->ops->kind, "send") ? "from" : "to", r->peer, r->tag,
+                     r->orphaned ? " (released, still in flight)" : "");
+        int n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", what);
+        if (n < 0 || used + (size_t)n >= len) break;
+        used += (size_t)n;
+    }
+}
+
+int weft_request_live_count(void)
+{
+    return live_count;
+}
+
 void weft_request_cleanup(void)
 {
+    live_list = NULL;
+    live_count = 0;
     while (free_list) {
         weft_request_t next = free_list->next_free;
         free(free_list);
@@ -112,9 +148,14 @@ WEFT_API int weft_wait_timeout(weft_request_t *request, double timeout_s, weft_s
             *status = req->status;
             status->error = WEFT_ERR_TIMEOUT;
         }
-        return describe_timeout(req, t);
+        rc = describe_timeout(req, t);
+        weft_comm_error_policy(req->comm, rc);
+        return rc;
     }
-    return request_finish(request, status);
+    weft_comm_t comm = req->comm;
+    rc = request_finish(request, status);
+    if (rc) weft_comm_error_policy(comm, rc);
+    return rc;
 }
 
 WEFT_API int weft_wait(weft_request_t *request, weft_status_t *status)
@@ -168,10 +209,13 @@ WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double t
                 st->error = WEFT_ERR_TIMEOUT;
             }
             if (first_error == WEFT_SUCCESS) first_error = describe_timeout(req, t);
+            weft_comm_error_policy(req->comm, WEFT_ERR_TIMEOUT);
             continue;
         }
+        weft_comm_t comm = req->comm;
         int rc = request_finish(&requests[i], st);
         if (rc != WEFT_SUCCESS && first_error == WEFT_SUCCESS) first_error = rc;
+        if (rc != WEFT_SUCCESS) weft_comm_error_policy(comm, rc);
     }
     return first_error;
 }

@@ -38,6 +38,7 @@ struct weft_request_s {
      * receive's tag info here, also on later completion). */
     uint64_t owner_scratch[2];
     struct weft_request_s *next_free;
+    struct weft_request_s *live_prev, *live_next; /* every allocated request */
 };
 
 weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm);
@@ -51,6 +52,10 @@ static inline void weft_request_complete(weft_request_t req, int error)
 }
 /* Waits until complete or `deadline` (absolute, 0 = none). Does not release. */
 int weft_request_wait_until(weft_request_t req, double deadline);
+/* Lists comm's pending requests ("recv from rank 1 tag 5, ...") into buf. */
+void weft_request_describe_pending(weft_comm_t comm, char *buf, size_t len);
+/* Number of requests allocated and not yet released (at finalize). */
+int weft_request_live_count(void);
 /* Frees the free list (at finalize). */
 void weft_request_cleanup(void);
 

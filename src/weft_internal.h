@@ -56,6 +56,9 @@ typedef struct weft_config {
     int peer_failure;     /* UCX peer failure detection on endpoints */
     int log_level;
     int spin_before_yield; /* progress polls without news before sched_yield */
+    char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
+    char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
+    int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable; a malformed value fails with WEFT_ERR_ARG
@@ -71,6 +74,9 @@ typedef struct weft_state {
     int size;
     int local_rank;
     int local_size;
+    int node;          /* this rank's node index */
+    int nnodes;
+    int *node_of;      /* world rank -> node index (nodes numbered by first rank) */
     struct weft_bootstrap *bs;
     struct weft_pt2pt *p2p;
     weft_comm_t world;
@@ -90,8 +96,30 @@ static inline double weft_deadline_from(double timeout_s, double now)
     return timeout_s > 0 ? now + timeout_s : 0.0;
 }
 
+/* ---- options and hints (options.c) ------------------------------------ */
+typedef struct weft_hint {
+    char *key;
+    char *value;
+    int status;      /* WEFT_HINT_* */
+    char reason[160];
+} weft_hint_t;
+
+#define WEFT_OPTIONS_MAGIC 0x774f7074u /* "wOpt" */
+enum { WEFT_OPT_NAME = 1, WEFT_OPT_TIMEOUT = 2, WEFT_OPT_ABORT = 4, WEFT_OPT_DEVICE = 8 };
+struct weft_options_s {
+    uint32_t magic;
+    int set; /* WEFT_OPT_* fields given */
+    char name[64];
+    double timeout;
+    int abort_on_error;
+    int device;
+    weft_hint_t *hints; /* key/value only; status is evaluated per communicator */
+    int nhints;
+};
+
 /* ---- communicators (comm.c) ------------------------------------------- */
 #define WEFT_COMM_MAGIC 0x77436f6du /* "wCom" */
+#define WEFT_MAX_CONTEXTS 4096      /* live communicators per process, world included */
 struct weft_comm_s {
     uint32_t magic;
     uint32_t context_id; /* agreed by all members; part of every tag */
@@ -100,16 +128,30 @@ struct weft_comm_s {
     int *world_ranks; /* comm rank -> world rank (NULL for world: identity) */
     double timeout;   /* default wait deadline, seconds; 0 = none */
     unsigned coll_seq; /* collectives started on this communicator */
+    int abort_on_error;
+    int device;
+    int pending;        /* live requests on this communicator */
+    weft_hint_t *hints; /* evaluated hints */
+    int nhints;
     char name[64];
+    struct weft_comm_s *next_free;
 };
 int weft_comm_world_create(void);
 void weft_comm_world_destroy(void);
 /* Validates a communicator handle (fn names the caller in the message). */
 int weft_comm_check(weft_comm_t comm, const char *fn);
-static inline int weft_comm_world_rank(weft_comm_t comm, int rank)
+static inline int weft_comm_world_rank_of(weft_comm_t comm, int rank)
 {
     return comm->world_ranks ? comm->world_ranks[rank] : rank;
 }
+/* A wait on comm ended in rc: aborts the job if the communicator asked for
+ * that and rc is a timeout or a communication failure. */
+void weft_comm_error_policy(weft_comm_t comm, int rc);
+
+/* Applies options (and the parent's, inherited) to a new communicator and
+ * evaluates every hint; logs one line per hint not applied. */
+int weft_options_apply(weft_comm_t comm, weft_comm_t parent, weft_options_t opts, const char *default_name);
+void weft_hints_free(weft_hint_t *hints, int n);
 
 /* ---- datatypes (dtype.c) ---------------------------------------------- */
 /* Validates (buf, count, dtype) and returns the byte length in *bytes. */
@@ -137,6 +179,8 @@ typedef struct weft_transport_ops {
     int (*irecv)(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm,
                  weft_request_t *out);
     int (*progress)(void);
+    /* Which transports/devices reach a world rank ("sysv/memory cma/memory"). */
+    int (*peer_info)(int world_rank, char *buf, size_t len);
 } weft_transport_ops_t;
 extern const weft_transport_ops_t *weft_xport;
 
@@ -156,8 +200,13 @@ void weft_coll_finalize(void);
 int weft_topo_summary(char *buf, size_t len);
 /* This process's host identity: hash of hostname and boot id (topo/node.c). */
 uint64_t weft_topo_host_id(void);
-/* Local rank and size: the bootstrap's when it knows them, else derived by
- * grouping the ranks' host ids (one bootstrap allgather). */
-int weft_topo_local_ranks(struct weft_bootstrap *bs, double deadline, int *local_rank, int *local_size);
+/* The node map (one bootstrap allgather of node ids): fills weft_g.node,
+ * nnodes, node_of, local_rank, local_size. Node id = WEFT_NODE_ID, else
+ * the host id (WEFT_HOST_ID or hostname + boot id), split into simulated
+ * nodes of WEFT_RANKS_PER_NODE ranks when set. Local rank and size come
+ * from LOCAL_RANK / LOCAL_WORLD_SIZE or the launcher when given (and no
+ * simulated nodes), else from the node map. */
+int weft_topo_node_map(struct weft_bootstrap *bs, double deadline);
+void weft_topo_node_map_free(void);
 
 #endif

@@ -47,7 +47,6 @@ PID_SLURMD=$DIR/run/slurmd.pid
 LOG_MUNGED=$DIR/log/munged.log
 LOG_CTLD=$DIR/log/slurmctld.log
 LOG_SLURMD=$DIR/log/slurmd.log
-PLUGINDIR=/usr/lib/x86_64-linux-gnu/slurm-wlm
 
 # The clients and daemons started below read the config from here.
 export SLURM_CONF=$CONF
@@ -125,8 +124,8 @@ check_prereqs() {
     command -v srun >/dev/null || { missing+=(srun); pkgs+=(slurm-wlm); }
     command -v sinfo >/dev/null || { missing+=(sinfo); pkgs+=(slurm-wlm); }
     command -v scontrol >/dev/null || { missing+=(scontrol); pkgs+=(slurm-wlm); }
-    if [ ! -e "$PLUGINDIR/mpi_pmix.so" ] && [ ! -e "$PLUGINDIR/mpi_pmix_v4.so" ]; then
-        missing+=("$PLUGINDIR/mpi_pmix.so"); pkgs+=(slurm-wlm-basic-plugins)
+    if ! compgen -G '/usr/lib/*/slurm-wlm/mpi_pmix*.so' >/dev/null && ! compgen -G '/usr/lib*/slurm/mpi_pmix*.so' >/dev/null; then
+        missing+=(mpi_pmix.so); pkgs+=(slurm-wlm-basic-plugins)
     fi
     # Slurm's mpi/pmix plugin dlopen()s the unversioned "libpmix.so", which only
     # the -dev package ships; without it `srun --mpi=pmix` fails at step launch.
@@ -140,8 +139,8 @@ check_prereqs() {
         exit 2
     fi
     [ "$(id -u)" = 0 ] || die "must run as root (SlurmUser=root, SlurmdUser=root)"
-    # Unix socket paths (munge, slurmstepd, PMIx) must fit in 108 bytes.
     case $CPUS in '' | *[!0-9]*) die "WEFT_SLURM_CPUS must be a number: $CPUS" ;; esac
+    # Unix socket paths (munge, slurmstepd, PMIx) must fit in 108 bytes.
     [ ${#DIR} -le 64 ] || die "WEFT_SLURM_DIR is too long for unix socket paths (${#DIR} > 64 chars): $DIR"
     case $DIR in /*) ;; *) die "WEFT_SLURM_DIR must be an absolute path: $DIR" ;; esac
 }
@@ -203,12 +202,9 @@ NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
 PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
     mv -f "$CONF.new" "$CONF"
+    # Empty: no SPANK plugins from /etc/slurm/plugstack.conf.d. No cgroup.conf:
+    # nothing here uses cgroups.
     : >"$DIR/etc/plugstack.conf"
-    cat >"$DIR/etc/cgroup.conf" <<EOF
-# Not used (proctrack/linuxproc, task/none); present so no plugin looks in /etc.
-CgroupPlugin=autodetect
-IgnoreSystemd=yes
-EOF
     {
         echo "# source this file to use the one-node Slurm of slurm-local.sh"
         echo "export SLURM_CONF=$CONF"
@@ -253,8 +249,10 @@ start_munged() {
         msg "munged already running"
         return 0
     fi
-    local p
-    p=$(pid_of munged "$PID_MUNGED"); [ -n "$p" ] && kill_wait 5 "$p"
+    # A munged of ours that does not answer (or lost its pid file) goes first.
+    local pids=()
+    mapfile -t pids < <({ pid_of munged "$PID_MUNGED"; ours munged; } | sort -u)
+    kill_wait 5 ${pids[@]+"${pids[@]}"}
     ensure_munge_key || return 1
     rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock" "$PID_MUNGED"
     rotate_log "$LOG_MUNGED"
@@ -332,7 +330,10 @@ print_logs() {
     sinfo -N -l >&2 2>&1
 }
 
-print_env() { grep '^export ' "$ENVFILE"; }
+print_env() {
+    [ -r "$ENVFILE" ] || die "no $ENVFILE: run '$0 start' first"
+    grep '^export ' "$ENVFILE"
+}
 
 do_start() {
     check_prereqs
@@ -407,3 +408,21 @@ case ${1:-} in
         exit 2
         ;;
 esac
+
+# Notes (Debian 12: Slurm 22.05.8, PMIx 4.2.2, munge 0.5.15, as root in a VM):
+# - munged refuses to run as root without --force; it then only warns that
+#   /etc/munge/munge.key belongs to user munge. It runs on a private socket
+#   (AuthInfo=socket=...), so a system munged, if any, is left alone.
+# - Slurm's mpi/pmix_v4 plugin dlopen()s "libpmix.so", shipped only by
+#   libpmix-dev (libpmix2 has just libpmix.so.2).
+# - slurmd registers the real core count (2) unless SlurmdParameters=
+#   config_overrides; without it a node with CPUs=8 is marked invalid.
+# - No PMIX_MCA_* / SLURM_PMIX_* settings were needed: PMIx_Init, PMIx_Get
+#   (job size, local rank/size, hostname), Put/Commit/Fence(collect data) and
+#   Finalize work under `srun --mpi=pmix` with the defaults. Slurm's PMIx
+#   server does not provide PMIX_LOCALITY_STRING; PMIX_TMPDIR is TmpFS
+#   ($DIR/tmp).
+# - Daemons killed with SIGKILL stay zombies for a moment when PID 1 reaps
+#   slowly; the pid checks look at the process state, not just /proc/PID.
+# - munged logs "Unauthorized credential for client UID=0" (level Info) on
+#   each step launch; jobs run normally, so it is left alone.

@@ -24,6 +24,9 @@ struct weft_bootstrap {
     int (*allgather)(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
     /* Releases the bootstrap. Collective when `graceful` (all ranks call it). */
     void (*finalize)(weft_bootstrap_t *bs, int graceful, double deadline);
+    /* Ends the whole job when the launcher can (NULL: it cannot; the caller
+     * exits and relies on the launcher to end the other ranks). */
+    void (*abort)(weft_bootstrap_t *bs, int code, const char *msg);
     void *impl;
 };
 

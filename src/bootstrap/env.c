@@ -598,8 +598,8 @@ static void on_contrib(server_t *s, conn_t *c, double now)
     if (h->len != r->len) {
         char text[384];
         textf(text, sizeof(text),
-              "rank %d passed %llu bytes to allgather round %llu but rank %d passed %zu (every rank must pass "
-              "the same length)",
+              "rank %d passed %llu bytes to allgather round %llu but rank %d passed %zu bytes (every rank must "
+              "pass the same length)",
               rk, (unsigned long long)h->len, (unsigned long long)h->seq, r->len_rank, r->len);
         weft_warn("env store: %s", text);
         round_fail(s, r, WEFT_ERR_ARG, text);
@@ -678,6 +678,8 @@ static void on_header(server_t *s, conn_t *c, double now)
             weft_debug("env store at %s: rank %d said goodbye after %llu rounds, rank 0 expected %llu", s->where,
                        c->rank, (unsigned long long)h->seq, (unsigned long long)s->next_seq[c->rank]);
         rank_gone(s, c->rank, RANK_BYE, "said goodbye (finalized)");
+        /* Closing tells the client its goodbye was processed (see env_finalize). */
+        conn_kill(c, "said goodbye");
     } else {
         conn_kill(c, "sent an unexpected message (kind %u, %llu bytes)", h->kind, (unsigned long long)h->len);
     }
@@ -1481,9 +1483,19 @@ static void env_finalize(weft_bootstrap_t *bs, int graceful, double deadline)
     if (graceful && eb->fd >= 0 && !eb->broken) {
         uint8_t b[STORE_HDR];
         int err = 0;
+        /* Wait (briefly) for the store to close the connection: then it has
+         * seen the goodbye, and a re-init right after cannot race it. */
+        double io_dl = weft_wtime() + 10.0;
+        if (deadline > 0 && io_deadline_of(deadline) < io_dl) io_dl = io_deadline_of(deadline);
         hdr_pack(b, K_BYE, (uint32_t)eb->rank, (uint32_t)eb->size, eb->seq, 0, 0);
-        if (io_send(eb->fd, b, sizeof(b), 0, io_deadline_of(deadline), &err) != IO_OK)
-            weft_debug("env bootstrap: rank %d could not say goodbye to the store at %s", eb->rank, eb->where);
+        int io = io_send(eb->fd, b, sizeof(b), 0, io_dl, &err);
+        if (io == IO_OK) {
+            shutdown(eb->fd, SHUT_WR);
+            while ((io = io_recv(eb->fd, b, sizeof(b), io_dl, &err)) == IO_OK) {
+            }
+        }
+        if (io != IO_CLOSED)
+            weft_debug("env bootstrap: rank %d's goodbye to the store at %s was not acknowledged", eb->rank, eb->where);
     }
     /* Close before joining: rank 0's store sees this rank's goodbye, then EOF. */
     env_free(eb, graceful, deadline);

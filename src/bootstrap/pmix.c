@@ -149,6 +149,12 @@ static void pmix_finalize(weft_bootstrap_t *bs, int graceful, double deadline)
     bs->impl = NULL;
 }
 
+static void pmix_abort(weft_bootstrap_t *bs, int code, const char *msg)
+{
+    (void)bs;
+    PMIx_Abort(code, msg, NULL, 0);
+}
+
 static int get_uint(const pmix_proc_t *proc, const char *key, unsigned *out)
 {
     pmix_value_t *v = NULL;
@@ -189,6 +195,7 @@ int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline)
     bs->local_size = get_uint(&wild, PMIX_LOCAL_SIZE, &lsize) == 0 ? (int)lsize : -1;
     bs->allgather = pmix_allgather;
     bs->finalize = pmix_finalize;
+    bs->abort = pmix_abort;
     bs->impl = &g_pmix;
     return WEFT_SUCCESS;
 }

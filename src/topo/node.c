@@ -1,6 +1,9 @@
-/* Node map: which ranks share a host. Host identity is a hash of the
- * hostname and the kernel boot id (containers on one host with equal
- * hostnames still differ by boot id only if they are separate kernels). */
+/* Node map: which ranks share a node. Derived from one exchange of node
+ * ids at init; node, leader and rail groupings are computed from it
+ * locally. Host identity is a hash of the hostname and the kernel boot id
+ * (WEFT_HOST_ID overrides it); WEFT_NODE_ID or WEFT_RANKS_PER_NODE simulate
+ * several nodes on one machine for tests. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@ uint64_t weft_topo_host_id(void)
 {
     char host[256] = {0}, boot[64] = {0};
     uint64_t h = UINT64_C(0xcbf29ce484222325);
+    if (weft_cfg.host_id[0]) return fnv1a(h, weft_cfg.host_id, strlen(weft_cfg.host_id));
     gethostname(host, sizeof(host) - 1);
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
@@ -32,30 +36,105 @@ uint64_t weft_topo_host_id(void)
     return fnv1a(h, boot, strcspn(boot, "\n"));
 }
 
-int weft_topo_local_ranks(weft_bootstrap_t *bs, double deadline, int *local_rank, int *local_size)
+typedef struct {
+    uint64_t host;  /* host identity */
+    int64_t sim;    /* explicit node id, or -1 */
+} node_key_t;
+
+static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
 {
-    if (bs->local_rank >= 0 && bs->local_size > 0) {
-        if (bs->local_rank >= bs->local_size)
-            return weft_error(WEFT_ERR_ARG, "local rank %d is not below local size %d (LOCAL_RANK/LOCAL_WORLD_SIZE?)",
-                              bs->local_rank, bs->local_size);
-        *local_rank = bs->local_rank;
-        *local_size = bs->local_size;
-        return WEFT_SUCCESS;
+    k->host = weft_topo_host_id();
+    k->sim = -1;
+    if (weft_cfg.node_id[0]) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(weft_cfg.node_id, &end, 10);
+        if (errno || *end || v < 0)
+            return weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID='%s' is not a non-negative integer", weft_cfg.node_id);
+        k->sim = v;
+        k->host = 0; /* the explicit id alone names the node */
     }
-    uint64_t mine = weft_topo_host_id();
-    uint64_t *all = malloc(sizeof(uint64_t) * (size_t)bs->size);
-    if (!all) return weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map");
-    int rc = bs->allgather(bs, &mine, all, sizeof(mine), deadline);
-    if (rc == WEFT_SUCCESS) {
-        int lr = 0, ls = 0;
-        for (int r = 0; r < bs->size; r++)
-            if (all[r] == mine) {
-                if (r < bs->rank) lr++;
-                ls++;
+    (void)bs;
+    return WEFT_SUCCESS;
+}
+
+void weft_topo_node_map_free(void)
+{
+    free(weft_g.node_of);
+    weft_g.node_of = NULL;
+}
+
+int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
+{
+    int rc, n = bs->size;
+    node_key_t mine, *all = NULL;
+    int *host_rank = NULL;
+
+    WEFT_CHECK_GOTO(node_key(bs, &mine), rc, out);
+    all = malloc(sizeof(*all) * (size_t)n);
+    host_rank = malloc(sizeof(int) * (size_t)n);
+    weft_g.node_of = malloc(sizeof(int) * (size_t)n);
+    if (!all || !host_rank || !weft_g.node_of) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
+        goto out;
+    }
+    WEFT_CHECK_GOTO(bs->allgather(bs, &mine, all, sizeof(mine), deadline), rc, out);
+    /* With simulated nodes, a rank's position among its host's ranks decides its node. */
+    for (int r = 0; r < n; r++) {
+        host_rank[r] = 0;
+        for (int q = 0; q < r; q++)
+            if (all[q].host == all[r].host && all[q].sim == all[r].sim) host_rank[r]++;
+    }
+    int k = weft_cfg.ranks_per_node;
+    int nnodes = 0;
+    for (int r = 0; r < n; r++) {
+        weft_g.node_of[r] = -1;
+        for (int q = 0; q < r; q++) {
+            int same = all[q].host == all[r].host && all[q].sim == all[r].sim &&
+                       (k <= 0 || host_rank[q] / k == host_rank[r] / k);
+            if (same) {
+                weft_g.node_of[r] = weft_g.node_of[q];
+                break;
             }
-        *local_rank = lr;
-        *local_size = ls;
+        }
+        if (weft_g.node_of[r] < 0) weft_g.node_of[r] = nnodes++;
     }
+    weft_g.nnodes = nnodes;
+    weft_g.node = weft_g.node_of[bs->rank];
+    int lr = 0, ls = 0;
+    for (int r = 0; r < n; r++)
+        if (weft_g.node_of[r] == weft_g.node) {
+            if (r < bs->rank) lr++;
+            ls++;
+        }
+    int simulated = k > 0 || weft_cfg.node_id[0];
+    if (!simulated && bs->local_rank >= 0 && bs->local_size > 0) {
+        if (bs->local_rank >= bs->local_size) {
+            rc = weft_error(WEFT_ERR_ARG, "local rank %d is not below local size %d (LOCAL_RANK/LOCAL_WORLD_SIZE?)",
+                            bs->local_rank, bs->local_size);
+            goto out;
+        }
+        if (bs->local_size != ls)
+            weft_info_log("the launcher says %d local ranks, host grouping finds %d; using the launcher's",
+                          bs->local_size, ls);
+        lr = bs->local_rank;
+        ls = bs->local_size;
+    }
+    weft_g.local_rank = lr;
+    weft_g.local_size = ls;
+    rc = WEFT_SUCCESS;
+out:
     free(all);
+    free(host_rank);
+    if (rc) weft_topo_node_map_free();
     return rc;
+}
+
+WEFT_API int weft_node_info(int *node, int *nnodes)
+{
+    WEFT_CHECK_INIT("weft_node_info");
+    if (!node || !nnodes) return weft_error(WEFT_ERR_ARG, "weft_node_info: NULL output pointer");
+    *node = weft_g.node;
+    *nnodes = weft_g.nnodes;
+    return WEFT_SUCCESS;
 }
