@@ -245,6 +245,9 @@ WEFT_API int weft_comm_warmup(weft_comm_t comm);
 WEFT_API int weft_comm_peer_info(weft_comm_t comm, int rank, char *buf, size_t len);
 /* This rank's node (host) index among the job's nodes, and node count. */
 WEFT_API int weft_node_info(int *node, int *nnodes);
+/* This rank's placement from hwloc on one line: NUMA node, socket, CPU
+ * binding, nearest GPU and NIC ("numa 0 socket 0 cpus 0-3 (4) gpu - nic eth0"). */
+WEFT_API int weft_placement(char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* Point-to-point                                                      */

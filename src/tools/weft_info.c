@@ -3,15 +3,64 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "weft.h"
 
 static void usage(void)
 {
-    printf("usage: weft_info [--vars] [--no-init] [-h]\n"
+    printf("usage: weft_info [--vars] [--topo] [--peers] [--no-init] [-h]\n"
            "  (no option)  version, build, bootstrap, UCX version and transports, host, variables\n"
            "  --vars       only the WEFT_* variable table\n"
+           "  --topo       the node map and every rank's placement (run it under a launcher)\n"
+           "  --peers      which UCX transports connect rank 0 to every rank (after a warm-up)\n"
            "  --no-init    do not initialise weft (no bootstrap line)\n");
+}
+
+#define LINE 1024
+
+/* Every rank sends rank 0 one line; rank 0 prints them in rank order. */
+static int gather_lines(const char *mine, int rank, int size)
+{
+    weft_comm_t w = weft_comm_world();
+    if (rank != 0) return weft_send(mine, LINE, WEFT_BYTE, 0, 1, w);
+    printf("%s\n", mine);
+    for (int r = 1; r < size; r++) {
+        char line[LINE];
+        int rc = weft_recv(line, LINE, WEFT_BYTE, r, 1, w, NULL);
+        if (rc) return rc;
+        line[LINE - 1] = '\0';
+        printf("%s\n", line);
+    }
+    return WEFT_SUCCESS;
+}
+
+static int print_topo(int rank, int size)
+{
+    char host[64] = "?", place[256], line[LINE];
+    int node, nnodes, lr, ls;
+    gethostname(host, sizeof(host) - 1);
+    weft_node_info(&node, &nnodes);
+    weft_local_rank(&lr);
+    weft_local_size(&ls);
+    if (weft_placement(place, sizeof(place)) != WEFT_SUCCESS) snprintf(place, sizeof(place), "? (%s)", weft_last_error());
+    if (rank == 0) printf("node map: %d rank%s on %d node%s\n", size, size == 1 ? "" : "s", nnodes, nnodes == 1 ? "" : "s");
+    snprintf(line, sizeof(line), "  rank %-4d node %-3d local %d/%d  host %-16s %s", rank, node, lr, ls, host, place);
+    return gather_lines(line, rank, size);
+}
+
+static int print_peers(int rank, int size)
+{
+    char info[256], line[LINE];
+    int rc = weft_comm_warmup(weft_comm_world());
+    if (rc) return rc;
+    if (rank == 0) printf("transports from each rank to its neighbours (after weft_comm_warmup):\n");
+    char a[256], b[256];
+    weft_comm_peer_info(weft_comm_world(), (rank + 1) % size, a, sizeof(a));
+    weft_comm_peer_info(weft_comm_world(), rank, b, sizeof(b));
+    snprintf(info, sizeof(info), "%s", a);
+    snprintf(line, sizeof(line), "  rank %-4d -> rank %-4d %s   (self: %s)", rank, (rank + 1) % size, info, b);
+    return gather_lines(line, rank, size);
 }
 
 static void print_vars(void)
@@ -28,10 +77,12 @@ static void print_vars(void)
 
 int main(int argc, char **argv)
 {
-    int vars_only = 0, do_init = 1, rank = 0, size = 1, lrank = 0, lsize = 1;
+    int vars_only = 0, topo = 0, peers = 0, do_init = 1, rank = 0, size = 1, lrank = 0, lsize = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--vars")) vars_only = 1;
         else if (!strcmp(argv[i], "--no-init")) do_init = 0;
+        else if (!strcmp(argv[i], "--topo")) topo = 1;
+        else if (!strcmp(argv[i], "--peers")) peers = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
             return 0;
@@ -55,6 +106,14 @@ int main(int argc, char **argv)
         weft_comm_size(weft_comm_world(), &size);
         weft_local_rank(&lrank);
         weft_local_size(&lsize);
+    }
+    if (topo || peers) {
+        int rc = topo ? print_topo(rank, size) : WEFT_SUCCESS;
+        if (!rc && peers) rc = print_peers(rank, size);
+        if (rc) fprintf(stderr, "weft_info: rank %d: %s: %s\n", rank, weft_strerror(rc), weft_last_error());
+        fflush(stdout);
+        int frc = weft_finalize();
+        return rc || frc ? 1 : 0;
     }
     if (rank == 0) {
         char buf[4096];

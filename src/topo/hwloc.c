@@ -398,3 +398,13 @@ void weft_topo_placement_format(const weft_placement_t *p, char *buf, size_t len
     snprintf(buf, len, "numa %s socket %s cpus %.*s (%d) gpu %s nic %s", numa, sock, (int)sizeof(p->cpuset),
              p->cpuset[0] ? p->cpuset : "-", p->ncpus, gpu, nic);
 }
+
+WEFT_API int weft_placement(char *buf, size_t len)
+{
+    weft_placement_t p;
+    if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_placement: NULL or empty buffer");
+    int rc = weft_topo_placement(&p);
+    if (rc) return rc;
+    weft_topo_placement_format(&p, buf, len);
+    return WEFT_SUCCESS;
+}

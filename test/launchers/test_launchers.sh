@@ -110,6 +110,19 @@ check_line() {
 check_ring() { check_line "$1" "ring: token passed $NP ranks x $LAPS laps, ok"; }
 check_embed() { check_line "$1" "embed_mpi: weft bootstrapped from MPI_Allgather on $NP ranks, ok"; }
 
+# check_topo FILE NODES: weft_info --topo --peers printed the node map (NP
+# ranks on NODES nodes), one placement line and one transport line per rank.
+check_topo() {
+    local out=$1 nodes=$2 r
+    check_line "$out" "node map: $NP ranks on $nodes node$([ "$nodes" = 1 ] || echo s)" || return 1
+    for ((r = 0; r < NP; r++)); do
+        grep -qE "^  rank $r +node [0-9]+ +local [0-9]+/[0-9]+ +host .* numa .* cpus " "$out" ||
+            { echo "no placement line for rank $r"; return 1; }
+        grep -qE "^  rank $r +-> rank [0-9]+ +[a-z_0-9]+/" "$out" ||
+            { echo "no transport line for rank $r"; return 1; }
+    done
+}
+
 # run_case NAME CHECK [ARGS...] -- COMMAND...: run under a wall-clock limit,
 # then require exit status 0 and CHECK FILE ARGS... to pass.
 run_case() {
@@ -162,6 +175,9 @@ else
         run_case "mpirun hello" check_hello pmix -- "${mpirun_cmd[@]}" "$EX/hello"
     need_prog "mpirun ring" "$EX/ring" &&
         run_case "mpirun ring" check_ring -- "${mpirun_cmd[@]}" "$EX/ring"
+    need_prog "mpirun weft_info --topo" "$top_builddir/src/tools/weft_info" &&
+        run_case "mpirun weft_info --topo --peers" check_topo 1 -- "${mpirun_cmd[@]}" \
+            "$top_builddir/src/tools/weft_info" --topo --peers
     if [ ! -x "$EX/embed_mpi" ]; then
         skip "mpirun embed_mpi" "examples/embed_mpi not built: configure found no mpicc"
     elif [ -n "$is_ompi" ]; then
@@ -209,6 +225,11 @@ if need_prog "weftrun hello" "$WEFTRUN" && need_prog "weftrun hello" "$EX/hello"
 fi
 if need_prog "weftrun ring" "$WEFTRUN" && need_prog "weftrun ring" "$EX/ring"; then
     run_case "weftrun ring" check_ring -- "$WEFTRUN" -n "$NP" "$EX/ring"
+fi
+if need_prog "weftrun weft_info --topo" "$top_builddir/src/tools/weft_info"; then
+    # Simulated nodes of 2 ranks each: NP/2 nodes in the map.
+    run_case "weftrun weft_info --topo --peers (simulated nodes)" check_topo $(((NP + 1) / 2)) -- \
+        env WEFT_RANKS_PER_NODE=2 "$WEFTRUN" -n "$NP" "$top_builddir/src/tools/weft_info" --topo --peers
 fi
 
 [ "$skipped" = 0 ] || echo "($skipped skipped)"
