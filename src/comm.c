@@ -254,24 +254,39 @@ out:
     return rc;
 }
 
-static int create_prologue(weft_comm_t comm, weft_options_t opts, weft_comm_t *newcomm, const char *fn)
+/* Checks what must hold before this rank can take part at all. Bad
+ * arguments found later (a NULL output pointer, a bad color or list) still
+ * take part, flagged invalid, so the other members are never left waiting. */
+static int create_prologue(weft_comm_t comm, weft_options_t opts, const char *fn)
 {
     int rc;
     WEFT_CHECK_INIT(fn);
     if ((rc = weft_comm_check(comm, fn))) return rc;
     if (opts && opts->magic != WEFT_OPTIONS_MAGIC)
         return weft_error(WEFT_ERR_ARG, "%s: %p is not a live options object", fn, (void *)opts);
-    if (!newcomm) return weft_error(WEFT_ERR_ARG, "%s: NULL output pointer", fn);
-    *newcomm = WEFT_COMM_NULL;
     return WEFT_SUCCESS;
+}
+
+/* A NULL output pointer: this rank joins as invalid and gets WEFT_ERR_ARG. */
+static weft_comm_t *output_or_sink(weft_comm_t *newcomm, create_args_t *a, weft_comm_t *sink)
+{
+    if (newcomm) {
+        *newcomm = WEFT_COMM_NULL;
+        return newcomm;
+    }
+    a->invalid = 1;
+    snprintf(a->why, sizeof(a->why), "NULL output pointer");
+    return sink;
 }
 
 WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_t opts, weft_comm_t *newcomm)
 {
-    int rc = create_prologue(comm, opts, newcomm, "weft_comm_split");
+    int rc = create_prologue(comm, opts, "weft_comm_split");
     if (rc) return rc;
+    weft_comm_t sink;
     create_args_t a = {.mode = MODE_SPLIT, .color = color, .key = key, .fn = "weft_comm_split"};
-    if (color < 0 && color != WEFT_UNDEFINED) {
+    newcomm = output_or_sink(newcomm, &a, &sink);
+    if (!a.invalid && color < 0 && color != WEFT_UNDEFINED) {
         a.invalid = 1;
         snprintf(a.why, sizeof(a.why), "color %d is negative (use WEFT_UNDEFINED to opt out)", color);
     }
@@ -280,19 +295,25 @@ WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_
 
 WEFT_API int weft_comm_dup(weft_comm_t comm, weft_options_t opts, weft_comm_t *newcomm)
 {
-    int rc = create_prologue(comm, opts, newcomm, "weft_comm_dup");
+    int rc = create_prologue(comm, opts, "weft_comm_dup");
     if (rc) return rc;
+    weft_comm_t sink;
     create_args_t a = {.mode = MODE_SPLIT, .color = 0, .key = comm->rank, .fn = "weft_comm_dup"};
+    newcomm = output_or_sink(newcomm, &a, &sink);
     return comm_create(comm, &a, opts, newcomm);
 }
 
 WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nranks, const char *name,
                                    weft_options_t opts, weft_comm_t *newcomm)
 {
-    int rc = create_prologue(comm, opts, newcomm, "weft_comm_split_ranks");
+    int rc = create_prologue(comm, opts, "weft_comm_split_ranks");
     if (rc) return rc;
+    weft_comm_t sink;
     create_args_t a = {.mode = MODE_RANKS, .ranks = ranks, .nranks = nranks, .fn = "weft_comm_split_ranks"};
-    if (nranks < 0 || (nranks > 0 && !ranks)) {
+    newcomm = output_or_sink(newcomm, &a, &sink);
+    if (a.invalid) {
+        a.nranks = 0;
+    } else if (nranks < 0 || (nranks > 0 && !ranks)) {
         a.invalid = 1;
         snprintf(a.why, sizeof(a.why), "%s", nranks < 0 ? "negative number of ranks" : "NULL rank list");
         a.nranks = 0;
@@ -345,15 +366,18 @@ WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nrank
 
 WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t opts, weft_comm_t *newcomm)
 {
-    int rc = create_prologue(comm, opts, newcomm, "weft_comm_split_type");
+    int rc = create_prologue(comm, opts, "weft_comm_split_type");
     if (rc) return rc;
+    weft_comm_t sink;
     create_args_t a = {.mode = MODE_SPLIT, .key = key, .fn = "weft_comm_split_type"};
+    newcomm = output_or_sink(newcomm, &a, &sink);
     int node = weft_g.node_of[weft_comm_world_rank_of(comm, comm->rank)];
     if (type == WEFT_SPLIT_NODE) {
         a.color = node;
     } else if (type == WEFT_SPLIT_NUMA || type == WEFT_SPLIT_SOCKET) {
         weft_placement_t p;
         if ((rc = weft_topo_placement(&p))) {
+            p.numa = p.socket = -1;
             a.invalid = 1;
             snprintf(a.why, sizeof(a.why), "hwloc could not tell this rank's placement");
         }
@@ -364,7 +388,7 @@ WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_opti
             weft_info_log("weft_comm_split_type: rank %d's binding spans several %s; it joins the node's "
                           "unbound group",
                           comm->rank, type == WEFT_SPLIT_NUMA ? "NUMA nodes" : "sockets");
-    } else {
+    } else if (!a.invalid) {
         a.invalid = 1;
         a.color = WEFT_UNDEFINED;
         snprintf(a.why, sizeof(a.why), "unknown split type %d (WEFT_SPLIT_NODE, _NUMA or _SOCKET)", type);

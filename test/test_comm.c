@@ -400,20 +400,19 @@ static int body_bad(int rank, int size, void *arg)
     TH_CHECK(weft_comm_free(&c) == WEFT_ERR_COMM, "double free");
     weft_comm_t w2 = w;
     TH_CHECK(weft_comm_free(&w2) == WEFT_ERR_COMM, "freeing the world");
-    /* NULL output: only that rank fails; the others are not left hanging. */
+    /* NULL output: that rank fails, the others get a communicator without it. */
     weft_comm_t d;
-    if (rank == 1) TH_CHECK(weft_comm_split(w, 0, 0, WEFT_OPTIONS_NULL, NULL) == WEFT_ERR_ARG, "NULL out");
-    else {
-        /* Rank 1 takes no part, so this one times out rather than hangs. */
-        TH_OK(weft_comm_set_timeout(w, 1.5));
-        rc = weft_comm_split(w, 0, 0, WEFT_OPTIONS_NULL, &d);
-        TH_CHECK(rc == WEFT_ERR_TIMEOUT, "split without rank 1: %d", rc);
-        TH_OK(weft_comm_set_timeout(w, 600));
+    if (rank == 1) {
+        TH_CHECK(weft_comm_split(w, 0, 0, WEFT_OPTIONS_NULL, NULL) == WEFT_ERR_ARG, "NULL out");
+        TH_CHECK(strstr(weft_last_error(), "NULL output"), "%s", weft_last_error());
+    } else {
+        int without1[16], m1 = 0;
+        for (int i = 0; i < size; i++)
+            if (i != 1) without1[m1++] = i;
+        TH_OK(weft_comm_split(w, 0, 0, WEFT_OPTIONS_NULL, &d));
+        check_members(d, without1, m1, rank);
+        TH_OK(weft_comm_free(&d));
     }
-    /* Re-synchronise the collective sequence: everyone creates a fresh world dup. */
-    TH_OK(weft_finalize());
-    TH_OK(weft_init(NULL, NULL));
-    w = weft_comm_world();
     /* Duplicates, out of range, list without self, mismatched lists: all
      * reported on every rank concerned, within the timeout. */
     int dup_list[] = {0, 0};
@@ -477,4 +476,33 @@ Test(comm, warmup_and_peer_info, .timeout = 60)
 {
     th_result_t res = th_run(4, body_warmup, NULL, 50, NULL);
     cr_assert_eq(res.failed, 0);
+}
+
+/* ---- abort on error: a timeout ends the process instead of returning --- */
+static int body_abort(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int me, n, x;
+    weft_comm_t w = start(&me, &n);
+    weft_options_t o;
+    weft_comm_t c;
+    TH_OK(weft_options_create(&o));
+    TH_OK(weft_options_set_abort_on_error(o, 1));
+    TH_OK(weft_options_set_timeout(o, 0.5));
+    TH_OK(weft_comm_dup(w, o, &c));
+    if (rank == 0) {
+        weft_recv(&x, 1, WEFT_INT32, 1, 1, c, NULL); /* never sent: aborts */
+        return 0;                                     /* not reached */
+    }
+    weft_finalize(); /* rank 0 is gone: fails fast, does not hang */
+    return 0;
+}
+
+Test(comm, abort_on_error_ends_the_process, .timeout = 60)
+{
+    th_result_t res = th_run(2, body_abort, NULL, 40, NULL);
+    cr_assert_eq(res.timed_out, 0);
+    cr_assert_eq(res.exit_code[0], 1, "rank 0 returned instead of aborting (exit %d)", res.exit_code[0]);
+    cr_assert_eq(res.exit_code[1], 0);
 }
