@@ -3,7 +3,6 @@
  *   mpirun -np 4 ./embed_mpi */
 #include <mpi.h>
 #include <stdio.h>
-
 #include <weft.h>
 
 static int mpi_allgather(const void *sendbuf, void *recvbuf, size_t len, void *ctx)

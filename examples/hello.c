@@ -1,7 +1,6 @@
 /* The smallest weft program: start, say who we are, stop.
  *   mpirun -np 4 ./hello      srun --mpi=pmix -n 4 ./hello      weftrun -n 4 ./hello */
 #include <stdio.h>
-
 #include <weft.h>
 
 int main(int argc, char **argv)

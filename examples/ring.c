@@ -2,19 +2,18 @@
  * rank to the token, so every lap must add 0 + 1 + ... + (size-1). */
 #include <stdint.h>
 #include <stdio.h>
-
 #include <weft.h>
 
 #define LAPS 10
-#define TAG 7
+#define TAG  7
 
-#define CHECK(call)                                                                                            \
-    do {                                                                                                       \
-        int rc_ = (call);                                                                                      \
-        if (rc_ != WEFT_SUCCESS) {                                                                             \
-            fprintf(stderr, "%s failed: %s: %s\n", #call, weft_strerror(rc_), weft_last_error());             \
-            return 1;                                                                                          \
-        }                                                                                                      \
+#define CHECK(call)                                                                                                    \
+    do {                                                                                                               \
+        int rc_ = (call);                                                                                              \
+        if (rc_ != WEFT_SUCCESS) {                                                                                     \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, weft_strerror(rc_), weft_last_error());                      \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 int main(int argc, char **argv)

@@ -79,11 +79,11 @@ typedef enum weft_dtype {
 typedef struct weft_comm_s *weft_comm_t;
 typedef struct weft_request_s *weft_request_t;
 
-#define WEFT_COMM_NULL ((weft_comm_t)0)
+#define WEFT_COMM_NULL    ((weft_comm_t)0)
 #define WEFT_REQUEST_NULL ((weft_request_t)0)
 
 #define WEFT_ANY_SOURCE (-1)
-#define WEFT_ANY_TAG (-1)
+#define WEFT_ANY_TAG    (-1)
 /* User tags are 0..WEFT_TAG_UB. */
 #define WEFT_TAG_UB ((1 << 23) - 1)
 
@@ -219,8 +219,7 @@ WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_
  * differing between members is WEFT_ERR_ARG on every rank concerned. */
 WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nranks, const char *name,
                                    weft_options_t options, weft_comm_t *newcomm);
-WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t options,
-                                  weft_comm_t *newcomm);
+WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t options, weft_comm_t *newcomm);
 /* Frees a communicator and sets *comm to WEFT_COMM_NULL. Fails (naming
  * them) while requests on it are still pending; the world cannot be freed. */
 WEFT_API int weft_comm_free(weft_comm_t *comm);
@@ -283,8 +282,7 @@ WEFT_API int weft_wait_timeout(weft_request_t *request, double timeout_s, weft_s
  * which request failed). Requests that completed are released; on
  * WEFT_ERR_TIMEOUT the unfinished ones stay valid. statuses may be NULL. */
 WEFT_API int weft_waitall(int count, weft_request_t requests[], weft_status_t statuses[]);
-WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double timeout_s,
-                                  weft_status_t statuses[]);
+WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double timeout_s, weft_status_t statuses[]);
 /* Cancels a pending receive; a later wait returns WEFT_ERR_CANCELED.
  * Sends cannot be canceled (WEFT_ERR_UNSUPPORTED): UCX may already be
  * moving their data. */

@@ -11,25 +11,24 @@
 #ifndef WEFT_PT2PT_H
 #define WEFT_PT2PT_H
 
-#include <ucp/api/ucp.h>
-
 #include "src/request.h"
 #include "src/weft_internal.h"
 
-#define WEFT_TAG_CLASS_SHIFT 62
-#define WEFT_TAG_TAG_SHIFT 39
-#define WEFT_TAG_SRC_SHIFT 20
-#define WEFT_TAG_TAG_BITS 23
-#define WEFT_TAG_SRC_BITS 19
-#define WEFT_TAG_CTX_BITS 20
-#define WEFT_TAG_MAX_RANKS (1 << WEFT_TAG_SRC_BITS)
+#include <ucp/api/ucp.h>
+
+#define WEFT_TAG_CLASS_SHIFT  62
+#define WEFT_TAG_TAG_SHIFT    39
+#define WEFT_TAG_SRC_SHIFT    20
+#define WEFT_TAG_TAG_BITS     23
+#define WEFT_TAG_SRC_BITS     19
+#define WEFT_TAG_CTX_BITS     20
+#define WEFT_TAG_MAX_RANKS    (1 << WEFT_TAG_SRC_BITS)
 #define WEFT_TAG_MAX_CONTEXTS (1u << WEFT_TAG_CTX_BITS)
 
 #define WEFT_TAG_MASK_CLASS (UINT64_C(3) << WEFT_TAG_CLASS_SHIFT)
-#define WEFT_TAG_MASK_TAG (((UINT64_C(1) << WEFT_TAG_TAG_BITS) - 1) << WEFT_TAG_TAG_SHIFT)
-#define WEFT_TAG_MASK_SRC (((UINT64_C(1) << WEFT_TAG_SRC_BITS) - 1) << WEFT_TAG_SRC_SHIFT)
-#define WEFT_TAG_MASK_CTX ((UINT64_C(1) << WEFT_TAG_CTX_BITS) - 1)
-
+#define WEFT_TAG_MASK_TAG   (((UINT64_C(1) << WEFT_TAG_TAG_BITS) - 1) << WEFT_TAG_TAG_SHIFT)
+#define WEFT_TAG_MASK_SRC   (((UINT64_C(1) << WEFT_TAG_SRC_BITS) - 1) << WEFT_TAG_SRC_SHIFT)
+#define WEFT_TAG_MASK_CTX   ((UINT64_C(1) << WEFT_TAG_CTX_BITS) - 1)
 
 static inline ucp_tag_t weft_tag_make(unsigned cls, unsigned tag, unsigned src, unsigned ctx)
 {
@@ -76,7 +75,6 @@ int weft_p2p_flush(double deadline);
  * collective schedules (class WEFT_TAG_CLASS_COLL). */
 int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm,
                    weft_request_t *out);
-int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm,
-                   weft_request_t *out);
+int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out);
 
 #endif

@@ -1,8 +1,8 @@
 /* Tagged send / receive / probe on UCX. The host path adds no copy: user
  * buffers go straight to UCX, which picks eager or zero-copy rendezvous. */
-#include <string.h>
-
 #include "pt2pt/pt2pt.h"
+
+#include <string.h>
 
 static void p2p_orphan(weft_request_t req)
 {
@@ -95,9 +95,8 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
         .cb.send = send_done,
         .user_data = req,
     };
-    ucs_status_ptr_t sp = ucp_tag_send_nbx(ep, buf, bytes, weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank,
-                                                                         comm->context_id),
-                                           &param);
+    ucs_status_ptr_t sp = ucp_tag_send_nbx(
+        ep, buf, bytes, weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank, comm->context_id), &param);
     if (sp == NULL) {
         weft_request_complete(req, WEFT_SUCCESS);
     } else if (UCS_PTR_IS_ERR(sp)) {
@@ -121,8 +120,7 @@ static void recv_tag_mask(int source, unsigned cls, int tag, weft_comm_t comm, u
                        comm->context_id);
 }
 
-int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm,
-                   weft_request_t *out)
+int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out)
 {
     ucp_tag_t t, mask;
     weft_request_t req = weft_request_alloc(&recv_ops, comm);
@@ -173,8 +171,8 @@ static int check_peer(weft_comm_t comm, int rank, int any_ok, const char *fn, co
 {
     if (rank == WEFT_ANY_SOURCE && any_ok) return WEFT_SUCCESS;
     if (rank < 0 || rank >= comm->size)
-        return weft_error(WEFT_ERR_ARG, "%s: %s rank %d out of range 0..%d of comm %s", fn, what, rank,
-                          comm->size - 1, comm->name);
+        return weft_error(WEFT_ERR_ARG, "%s: %s rank %d out of range 0..%d of comm %s", fn, what, rank, comm->size - 1,
+                          comm->name);
     return WEFT_SUCCESS;
 }
 
@@ -203,8 +201,7 @@ static int check_recv(const void *buf, int64_t count, weft_dtype_t dtype, int so
 {
     int rc;
     WEFT_CHECK_INIT(fn);
-    if ((rc = weft_comm_check(comm, fn)) ||
-        (rc = weft_buffer_check(buf, count, dtype, fn, "receive buffer", bytes)) ||
+    if ((rc = weft_comm_check(comm, fn)) || (rc = weft_buffer_check(buf, count, dtype, fn, "receive buffer", bytes)) ||
         (rc = check_peer(comm, source, 1, fn, "source")) || (rc = check_tag(tag, 1, fn)))
         return rc;
     return WEFT_SUCCESS;

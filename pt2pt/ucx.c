@@ -1,11 +1,10 @@
 /* UCX context, worker and endpoints. */
 #include "pt2pt/pt2pt.h"
+#include "src/bootstrap/bootstrap.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <uct/api/uct.h>
-
-#include "src/bootstrap/bootstrap.h"
 
 static weft_pt2pt_t *g_p2p; /* the one per process, for the hot paths */
 static int g_finalizing;
@@ -81,7 +80,8 @@ static int p2p_peer_info(int world_rank, char *buf, size_t len)
     int rc = weft_p2p_ep(world_rank, &ep);
     if (rc) return rc;
     /* Let wireup settle so the lanes are the final ones. */
-    for (int i = 0; i < 100; i++) ucp_worker_progress(g_p2p->worker);
+    for (int i = 0; i < 100; i++)
+        ucp_worker_progress(g_p2p->worker);
     FILE *f = open_memstream(&text, &text_len);
     if (!f) return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_peer_info: out of memory");
     ucp_ep_print_info(ep, f);
@@ -93,7 +93,8 @@ static int p2p_peer_info(int world_rank, char *buf, size_t len)
         char *colon = strchr(lane, ':');
         if (!colon) continue;
         char *rsc = colon + 1;
-        while (*rsc == ' ') rsc++;
+        while (*rsc == ' ')
+            rsc++;
         char *tl = strchr(rsc, ':'); /* "<index>:<tl>/<dev>.<path>" */
         tl = tl ? tl + 1 : rsc;
         size_t n = strcspn(tl, " \t");
@@ -139,8 +140,8 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         goto out;
     }
     ucp_params_t params = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
-                      UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN,
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_PPN,
         .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
         .mt_workers_shared = 0,
         .estimated_num_eps = (size_t)bs->size,
@@ -163,8 +164,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_get_address failed: %s", ucs_status_string(st));
         goto out;
     }
-    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, addr, addr_len, &p2p->addrs, &p2p->addr_lens, &p2p->stride,
-                                              deadline),
+    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, addr, addr_len, &p2p->addrs, &p2p->addr_lens, &p2p->stride, deadline),
                     rc, out);
     p2p->npeers = bs->size;
     p2p->peers = calloc((size_t)bs->size, sizeof(*p2p->peers));

@@ -8,13 +8,13 @@
  * locally: the groups, the ranks in each, and the lowest context id free
  * on every member of the parent (disjoint groups may share it: their
  * traffic never meets). */
-#include <stdlib.h>
-#include <string.h>
-
 #include "bootstrap/bootstrap.h"
 #include "request.h"
 #include "topo/topo.h"
 #include "weft_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define CTX_WORDS (WEFT_MAX_CONTEXTS / 64)
 
@@ -123,8 +123,10 @@ static uint64_t hash_ranks(const int *ranks, int n)
 static weft_comm_t comm_alloc(void)
 {
     weft_comm_t c = comm_free_list;
-    if (c) comm_free_list = c->next_free;
-    else if (!(c = malloc(sizeof(*c)))) return NULL;
+    if (c)
+        comm_free_list = c->next_free;
+    else if (!(c = malloc(sizeof(*c))))
+        return NULL;
     memset(c, 0, sizeof(*c));
     return c;
 }
@@ -156,7 +158,8 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
         mine.color = a->nranks;
         mine.list_hash = a->invalid ? (uint64_t)me ^ UINT64_C(0xdeadbeef) : hash_ranks(a->ranks, a->nranks);
     }
-    for (int w = 0; w < CTX_WORDS; w++) mine.free_ctx[w] = ~ctx_used[w];
+    for (int w = 0; w < CTX_WORDS; w++)
+        mine.free_ctx[w] = ~ctx_used[w];
 
     all = malloc(sizeof(*all) * (size_t)n);
     members = malloc(sizeof(int) * (size_t)n);
@@ -208,13 +211,14 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     int ctx = -1;
     for (int w = 0; w < CTX_WORDS && ctx < 0; w++) {
         uint64_t m = ~UINT64_C(0);
-        for (int r = 0; r < n; r++) m &= all[r].free_ctx[w];
+        for (int r = 0; r < n; r++)
+            m &= all[r].free_ctx[w];
         if (m) ctx = w * 64 + __builtin_ctzll(m);
     }
     if (ctx < 0) {
         rc = weft_error(WEFT_ERR_NO_MEMORY,
-                        "%s: no context id is free on every member (at most %d live communicators per process)",
-                        a->fn, WEFT_MAX_CONTEXTS);
+                        "%s: no context id is free on every member (at most %d live communicators per process)", a->fn,
+                        WEFT_MAX_CONTEXTS);
         goto out;
     }
     if (!(c = comm_alloc())) {
@@ -439,10 +443,10 @@ WEFT_API const char *weft_comm_name(weft_comm_t comm)
     return comm->name;
 }
 
-#define COMM_GETTER_PROLOGUE(fn, out)                                                                           \
-    int rc;                                                                                                     \
-    WEFT_CHECK_INIT(fn);                                                                                        \
-    if ((rc = weft_comm_check(comm, fn))) return rc;                                                            \
+#define COMM_GETTER_PROLOGUE(fn, out)                                                                                  \
+    int rc;                                                                                                            \
+    WEFT_CHECK_INIT(fn);                                                                                               \
+    if ((rc = weft_comm_check(comm, fn))) return rc;                                                                   \
     if (!(out)) return weft_error(WEFT_ERR_ARG, "%s: NULL output pointer", fn)
 
 WEFT_API int weft_comm_rank(weft_comm_t comm, int *rank)
@@ -489,8 +493,7 @@ WEFT_API int weft_comm_set_timeout(weft_comm_t comm, double timeout_s)
     WEFT_CHECK_INIT("weft_comm_set_timeout");
     if ((rc = weft_comm_check(comm, "weft_comm_set_timeout"))) return rc;
     if (!(timeout_s >= 0))
-        return weft_error(WEFT_ERR_ARG, "weft_comm_set_timeout: timeout %g s is not >= 0 (0 = no deadline)",
-                          timeout_s);
+        return weft_error(WEFT_ERR_ARG, "weft_comm_set_timeout: timeout %g s is not >= 0 (0 = no deadline)", timeout_s);
     comm->timeout = timeout_s;
     return WEFT_SUCCESS;
 }
@@ -538,7 +541,8 @@ WEFT_API int weft_comm_warmup(weft_comm_t comm)
             rc = weft_xport->isend(&out, sizeof(uint64_t), p, WEFT_TAG_CLASS_CTRL, round, comm, &reqs[nreq++]);
         if (rc) nreq--;
         int wrc = weft_waitall(nreq, reqs, NULL);
-        for (int i = 0; i < nreq; i++) weft_request_free(&reqs[i]);
+        for (int i = 0; i < nreq; i++)
+            weft_request_free(&reqs[i]);
         if (!rc) rc = wrc;
         for (int p = 0; p < n && !rc; p++)
             if (in[p] != (uint64_t)p)

@@ -31,11 +31,9 @@ static const var_t vars[] = {
      "pmix, env, single",
      FIELD(bootstrap), sizeof(((weft_config_t *)0)->bootstrap)},
     {"WEFT_TIMEOUT", VAR_DOUBLE, "600",
-     "default deadline in seconds of every wait (communicators inherit it; 0 disables deadlines)", FIELD(timeout),
-     0},
+     "default deadline in seconds of every wait (communicators inherit it; 0 disables deadlines)", FIELD(timeout), 0},
     {"WEFT_INIT_TIMEOUT", VAR_DOUBLE, "120",
-     "deadline in seconds for all ranks to arrive at init; the error names the missing ranks", FIELD(init_timeout),
-     0},
+     "deadline in seconds for all ranks to arrive at init; the error names the missing ranks", FIELD(init_timeout), 0},
     {"WEFT_EAGER_CONNECT", VAR_BOOL, "0", "create every UCX endpoint at init instead of on first use",
      FIELD(eager_connect), 0},
     {"WEFT_PEER_FAILURE", VAR_BOOL, "0",
@@ -45,8 +43,8 @@ static const var_t vars[] = {
      FIELD(peer_failure), 0},
     {"WEFT_LOG_LEVEL", VAR_LOGLEVEL, "warn", "error, warn, info, debug or trace", FIELD(log_level), 0},
     {"WEFT_SPIN_BEFORE_YIELD", VAR_INT, "2000",
-     "empty progress polls before a waiting rank yields its core (helps oversubscribed runs)",
-     FIELD(spin_before_yield), 0},
+     "empty progress polls before a waiting rank yields its core (helps oversubscribed runs)", FIELD(spin_before_yield),
+     0},
     {"WEFT_HOST_ID", VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
      sizeof(((weft_config_t *)0)->host_id)},
@@ -54,8 +52,8 @@ static const var_t vars[] = {
      "this rank's node id (a number), overriding host grouping: simulate nodes on one machine", FIELD(node_id),
      sizeof(((weft_config_t *)0)->node_id)},
     {"WEFT_RANKS_PER_NODE", VAR_INT, "0",
-     "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)",
-     FIELD(ranks_per_node), 0},
+     "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)", FIELD(ranks_per_node),
+     0},
 };
 
 #define NVARS ((int)(sizeof(vars) / sizeof(vars[0])))
@@ -80,8 +78,7 @@ static int parse_var(const var_t *v, const char *text)
     switch (v->kind) {
     case VAR_STRING:
         if (strlen(text) >= v->size)
-            return weft_error(WEFT_ERR_ARG, "%s='%s' is too long (at most %zu characters)", v->name, text,
-                              v->size - 1);
+            return weft_error(WEFT_ERR_ARG, "%s='%s' is too long (at most %zu characters)", v->name, text, v->size - 1);
         strcpy(base, text);
         return WEFT_SUCCESS;
     case VAR_DOUBLE: {

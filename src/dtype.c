@@ -6,9 +6,9 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[WEFT_DTYPE_COUNT] = {
-    [WEFT_INT8] = {"int8", 1},       [WEFT_UINT8] = {"uint8", 1},     [WEFT_INT16] = {"int16", 2},
-    [WEFT_UINT16] = {"uint16", 2},   [WEFT_INT32] = {"int32", 4},     [WEFT_UINT32] = {"uint32", 4},
-    [WEFT_INT64] = {"int64", 8},     [WEFT_UINT64] = {"uint64", 8},   [WEFT_FLOAT16] = {"float16", 2},
+    [WEFT_INT8] = {"int8", 1},         [WEFT_UINT8] = {"uint8", 1},     [WEFT_INT16] = {"int16", 2},
+    [WEFT_UINT16] = {"uint16", 2},     [WEFT_INT32] = {"int32", 4},     [WEFT_UINT32] = {"uint32", 4},
+    [WEFT_INT64] = {"int64", 8},       [WEFT_UINT64] = {"uint64", 8},   [WEFT_FLOAT16] = {"float16", 2},
     [WEFT_BFLOAT16] = {"bfloat16", 2}, [WEFT_FLOAT32] = {"float32", 4}, [WEFT_FLOAT64] = {"float64", 8},
     [WEFT_BYTE] = {"byte", 1},
 };
@@ -32,8 +32,8 @@ int weft_buffer_check(const void *buf, int64_t count, weft_dtype_t dtype, const 
     if (esize == 0) return weft_error(WEFT_ERR_ARG, "%s: unknown datatype %d for %s", fn, (int)dtype, what);
     if (count < 0) return weft_error(WEFT_ERR_ARG, "%s: negative count %lld for %s", fn, (long long)count, what);
     if ((uint64_t)count > SIZE_MAX / esize)
-        return weft_error(WEFT_ERR_ARG, "%s: count %lld of %s overflows the address space for %s", fn,
-                          (long long)count, dtypes[dtype].name, what);
+        return weft_error(WEFT_ERR_ARG, "%s: count %lld of %s overflows the address space for %s", fn, (long long)count,
+                          dtypes[dtype].name, what);
     if (buf == NULL && count > 0)
         return weft_error(WEFT_ERR_ARG, "%s: NULL %s with count %lld", fn, what, (long long)count);
     *bytes = (size_t)count * esize;

@@ -1,14 +1,14 @@
 /* weft_init / weft_finalize: configuration, bootstrap, UCX, world. */
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
 #include "bootstrap/bootstrap.h"
 #include "pt2pt/pt2pt.h"
 #include "request.h"
 #include "schedule.h"
 #include "topo/topo.h"
 #include "weft_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 weft_state_t weft_g;
 static weft_bootstrap_t g_bs;
@@ -127,8 +127,10 @@ WEFT_API int weft_finalize(void)
     /* Every rank's sends are delivered before any rank closes its endpoints. */
     int flush_rc = weft_p2p_flush(deadline);
     int barrier_rc = weft_bootstrap_barrier(&g_bs, deadline);
-    if (flush_rc != WEFT_SUCCESS) rc = flush_rc;
-    else if (barrier_rc != WEFT_SUCCESS) rc = barrier_rc;
+    if (flush_rc != WEFT_SUCCESS)
+        rc = flush_rc;
+    else if (barrier_rc != WEFT_SUCCESS)
+        rc = barrier_rc;
     weft_g.initialized = 0;
     weft_comm_world_destroy();
     weft_p2p_finalize(weft_g.p2p, deadline);

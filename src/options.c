@@ -2,13 +2,13 @@
  * IGNORED (understood or not, with the reason nothing was done), or
  * REJECTED (a value weft cannot accept); one table says what each known
  * key means, and an unknown key is ignored with a reason, never dropped. */
+#include "weft_internal.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#include "weft_internal.h"
 
 static int options_check(weft_options_t o, const char *fn)
 {
@@ -147,9 +147,12 @@ static int parse_double(const char *v, double *out)
 
 static int parse_bool(const char *v, int *out)
 {
-    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on")) *out = 1;
-    else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off")) *out = 0;
-    else return -1;
+    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"))
+        *out = 1;
+    else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off"))
+        *out = 0;
+    else
+        return -1;
     return 0;
 }
 
@@ -163,16 +166,17 @@ static int parse_positive_int(const char *v, long *out)
     return 0;
 }
 
-#define SET(h, st, ...)                                                                                        \
-    do {                                                                                                       \
-        (h)->status = (st);                                                                                    \
-        snprintf((h)->reason, sizeof((h)->reason), __VA_ARGS__);                                              \
+#define SET(h, st, ...)                                                                                                \
+    do {                                                                                                               \
+        (h)->status = (st);                                                                                            \
+        snprintf((h)->reason, sizeof((h)->reason), __VA_ARGS__);                                                       \
     } while (0)
 
 static const char *const collectives[] = {
-    "allreduce", "allgather",      "allgatherv",           "bcast",  "reduce",  "reduce_scatter",
-    "alltoall",  "alltoallv",      "barrier",              "gather", "gatherv", "scatter",
-    "scatterv",  "scan",           "reduce_scatter_block", "exscan", NULL};
+    "allreduce",      "allgather", "allgatherv", "bcast",   "reduce",
+    "reduce_scatter", "alltoall",  "alltoallv",  "barrier", "gather",
+    "gatherv",        "scatter",   "scatterv",   "scan",    "reduce_scatter_block",
+    "exscan",         NULL};
 
 #ifdef WEFT_HAVE_CUDA
 #define NO_GPU_REASON "GPU collectives are not implemented yet in this build (CUDA headers were found)"
@@ -187,7 +191,8 @@ static void evaluate(weft_comm_t comm, weft_hint_t *h)
     int b;
     long l;
     if (!strcmp(k, "timeout")) {
-        if (parse_double(v, &d) || d < 0) SET(h, WEFT_HINT_REJECTED, "'%s' is not a number of seconds >= 0", v);
+        if (parse_double(v, &d) || d < 0)
+            SET(h, WEFT_HINT_REJECTED, "'%s' is not a number of seconds >= 0", v);
         else {
             comm->timeout = d;
             SET(h, WEFT_HINT_APPLIED, "default deadline of every wait on this communicator: %g s", d);
@@ -195,13 +200,17 @@ static void evaluate(weft_comm_t comm, weft_hint_t *h)
         return;
     }
     if (!strcmp(k, "is_high_priority_stream")) {
-        if (parse_bool(v, &b)) SET(h, WEFT_HINT_REJECTED, "'%s' is not a boolean", v);
-        else SET(h, WEFT_HINT_IGNORED, NO_GPU_REASON);
+        if (parse_bool(v, &b))
+            SET(h, WEFT_HINT_REJECTED, "'%s' is not a boolean", v);
+        else
+            SET(h, WEFT_HINT_IGNORED, NO_GPU_REASON);
         return;
     }
     if (!strcmp(k, "max_ctas") || !strcmp(k, "min_ctas") || !strcmp(k, "cga_cluster_size")) {
-        if (parse_positive_int(v, &l)) SET(h, WEFT_HINT_REJECTED, "'%s' is not a positive integer", v);
-        else SET(h, WEFT_HINT_IGNORED, NO_GPU_REASON);
+        if (parse_positive_int(v, &l))
+            SET(h, WEFT_HINT_REJECTED, "'%s' is not a positive integer", v);
+        else
+            SET(h, WEFT_HINT_IGNORED, NO_GPU_REASON);
         return;
     }
     size_t klen = strlen(k), slen = strlen("_algorithm");
@@ -217,8 +226,9 @@ static void evaluate(weft_comm_t comm, weft_hint_t *h)
         SET(h, WEFT_HINT_IGNORED, "'%.*s' is not a collective weft knows", (int)(klen - slen), k);
         return;
     }
-    SET(h, WEFT_HINT_IGNORED, "unknown hint: weft knows timeout, <collective>_algorithm, is_high_priority_stream, "
-                              "max_ctas, min_ctas, cga_cluster_size");
+    SET(h, WEFT_HINT_IGNORED,
+        "unknown hint: weft knows timeout, <collective>_algorithm, is_high_priority_stream, "
+        "max_ctas, min_ctas, cga_cluster_size");
 }
 
 int weft_options_apply(weft_comm_t comm, weft_comm_t parent, weft_options_t opts, const char *default_name)
@@ -244,8 +254,8 @@ int weft_options_apply(weft_comm_t comm, weft_comm_t parent, weft_options_t opts
         weft_hint_t *h = &comm->hints[i];
         evaluate(comm, h);
         if (h->status != WEFT_HINT_APPLIED)
-            weft_log(comm->rank == 0 ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, "comm %s: hint %s=%s %s: %s", comm->name,
-                     h->key, h->value, h->status == WEFT_HINT_REJECTED ? "rejected" : "ignored", h->reason);
+            weft_log(comm->rank == 0 ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, "comm %s: hint %s=%s %s: %s", comm->name, h->key,
+                     h->value, h->status == WEFT_HINT_REJECTED ? "rejected" : "ignored", h->reason);
     }
     return WEFT_SUCCESS;
 }

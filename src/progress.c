@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <stdlib.h>
 
-
 #define MAX_HOOKS 32
 
 static struct {
@@ -38,7 +37,8 @@ WEFT_API int weft_progress(void)
 {
     if (WEFT_UNLIKELY(!weft_xport)) return 0;
     int events = weft_xport->progress();
-    for (int i = 0; i < nhooks; i++) events += hooks[i].fn(hooks[i].arg);
+    for (int i = 0; i < nhooks; i++)
+        events += hooks[i].fn(hooks[i].arg);
     return events;
 }
 

@@ -34,8 +34,10 @@ weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t com
 void weft_request_release(weft_request_t req)
 {
     if (req->comm) req->comm->pending--;
-    if (req->live_prev) req->live_prev->live_next = req->live_next;
-    else live_list = req->live_next;
+    if (req->live_prev)
+        req->live_prev->live_next = req->live_next;
+    else
+        live_list = req->live_next;
     if (req->live_next) req->live_next->live_prev = req->live_prev;
     live_count--;
     req->magic = 0;
@@ -183,8 +185,7 @@ WEFT_API int weft_test(weft_request_t *request, int *flag, weft_status_t *status
     return request_finish(request, status);
 }
 
-WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double timeout_s,
-                                  weft_status_t statuses[])
+WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double timeout_s, weft_status_t statuses[])
 {
     if (count < 0) return weft_error(WEFT_ERR_ARG, "weft_waitall: negative count %d", count);
     if (count > 0 && requests == NULL) return weft_error(WEFT_ERR_ARG, "weft_waitall: NULL request array");
@@ -232,8 +233,7 @@ WEFT_API int weft_request_cancel(weft_request_t *request)
     weft_request_t req = *request;
     if (req == WEFT_REQUEST_NULL || req->complete) return WEFT_SUCCESS;
     if (!req->ops->cancel)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "weft_request_cancel: a pending %s cannot be canceled",
-                          req->ops->kind);
+        return weft_error(WEFT_ERR_UNSUPPORTED, "weft_request_cancel: a pending %s cannot be canceled", req->ops->kind);
     return req->ops->cancel(req);
 }
 

@@ -28,8 +28,8 @@ struct weft_request_s {
     int orphaned;          /* user let go while pending */
     int peer;              /* comm rank of the peer, or WEFT_ANY_SOURCE */
     int tag;
-    int cancel_reason; /* the error a cancel completes with (0: WEFT_ERR_CANCELED) */
-    size_t capacity;   /* receive buffer length in bytes */
+    int cancel_reason;    /* the error a cancel completes with (0: WEFT_ERR_CANCELED) */
+    size_t capacity;      /* receive buffer length in bytes */
     weft_status_t status; /* status.error holds the outcome */
     const weft_request_ops_t *ops;
     weft_comm_t comm;

@@ -45,7 +45,8 @@ static int grow(void **p, int *cap, int need, size_t elem)
 {
     if (need <= *cap) return WEFT_SUCCESS;
     int ncap = *cap ? *cap * 2 : 8;
-    while (ncap < need) ncap *= 2;
+    while (ncap < need)
+        ncap *= 2;
     void *n = realloc(*p, (size_t)ncap * elem);
     if (!n) return weft_error(WEFT_ERR_NO_MEMORY, "schedule: out of memory");
     *p = n;
@@ -120,7 +121,8 @@ void *weft_sched_scratch(weft_sched_t *s, size_t bytes)
 
 static void sched_free(weft_sched_t *s)
 {
-    for (int i = 0; i < s->nscratch; i++) free(s->scratch[i]);
+    for (int i = 0; i < s->nscratch; i++)
+        free(s->scratch[i]);
     free(s->scratch);
     free(s->ops);
     free(s->round_end);
@@ -169,7 +171,8 @@ static int run_locals(weft_sched_t *s)
     int start = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur];
     for (int i = start; i < end; i++) {
         sched_op_t *op = &s->ops[i];
-        if (op->kind == OP_COPY) memmove(op->buf, op->src, op->bytes);
+        if (op->kind == OP_COPY)
+            memmove(op->buf, op->src, op->bytes);
         else if (op->kind == OP_CALL) {
             int rc = op->fn(s, op->arg);
             if (rc) return rc;
@@ -207,8 +210,10 @@ static void finish(weft_sched_t *s, int rc)
     if (rc != WEFT_SUCCESS) weft_debug("collective %s (comm %s) failed: %s", s->name, s->comm->name, weft_strerror(rc));
     req->owner_data = NULL;
     sched_free(s);
-    if (req->orphaned) weft_request_release(req);
-    else weft_request_complete(req, rc);
+    if (req->orphaned)
+        weft_request_release(req);
+    else
+        weft_request_complete(req, rc);
 }
 
 /* Advances s as far as it can go now. Returns 1 if anything happened. */
@@ -234,8 +239,10 @@ static int advance(weft_sched_t *s)
             }
         }
         int rc = run_locals(s);
-        if (!rc && ++s->cur < s->nrounds) rc = post_round(s);
-        else s->nreqs = 0;
+        if (!rc && ++s->cur < s->nrounds)
+            rc = post_round(s);
+        else
+            s->nreqs = 0;
         moved = 1;
         if (rc) {
             finish(s, rc);

@@ -3,16 +3,15 @@
 #define WEFT_INTERNAL_H
 
 #include "config.h"
+#include "weft.h"
 
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "weft.h"
-
-#define WEFT_LOCAL __attribute__((visibility("hidden")))
-#define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
-#define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define WEFT_LOCAL        __attribute__((visibility("hidden")))
+#define WEFT_LIKELY(x)    __builtin_expect(!!(x), 1)
+#define WEFT_UNLIKELY(x)  __builtin_expect(!!(x), 0)
 #define WEFT_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
 /* ---- logging (log.c) --------------------------------------------------- */
@@ -21,13 +20,13 @@ extern int weft_log_level;
 void weft_log_init(void);
 void weft_log_set_rank(int rank);
 void weft_log_write(int level, const char *fmt, ...) WEFT_PRINTF(2, 3);
-#define weft_log(level, ...)                                                                                   \
-    do {                                                                                                       \
-        if (WEFT_UNLIKELY((level) <= weft_log_level)) weft_log_write((level), __VA_ARGS__);                    \
+#define weft_log(level, ...)                                                                                           \
+    do {                                                                                                               \
+        if (WEFT_UNLIKELY((level) <= weft_log_level)) weft_log_write((level), __VA_ARGS__);                            \
     } while (0)
-#define weft_warn(...) weft_log(WEFT_LOG_WARN, __VA_ARGS__)
+#define weft_warn(...)     weft_log(WEFT_LOG_WARN, __VA_ARGS__)
 #define weft_info_log(...) weft_log(WEFT_LOG_INFO, __VA_ARGS__)
-#define weft_debug(...) weft_log(WEFT_LOG_DEBUG, __VA_ARGS__)
+#define weft_debug(...)    weft_log(WEFT_LOG_DEBUG, __VA_ARGS__)
 
 /* ---- errors (error.c) -------------------------------------------------- */
 /* Records `status` with a message as this thread's last error, logs it at
@@ -41,19 +40,19 @@ int weft_error_at(int level, int status, const char *fmt, ...) WEFT_PRINTF(3, 4)
 void weft_error_clear(void);
 
 /* One error path per function: jump to the function's single cleanup label. */
-#define WEFT_CHECK_GOTO(expr, rc_var, label)                                                                   \
-    do {                                                                                                       \
-        (rc_var) = (expr);                                                                                     \
-        if (WEFT_UNLIKELY((rc_var) != WEFT_SUCCESS)) goto label;                                               \
+#define WEFT_CHECK_GOTO(expr, rc_var, label)                                                                           \
+    do {                                                                                                               \
+        (rc_var) = (expr);                                                                                             \
+        if (WEFT_UNLIKELY((rc_var) != WEFT_SUCCESS)) goto label;                                                       \
     } while (0)
 
 /* ---- configuration (config.c) ----------------------------------------- */
 typedef struct weft_config {
-    char bootstrap[16];   /* auto | pmix | env | single */
-    double timeout;       /* default wait deadline, seconds; 0 = none */
-    double init_timeout;  /* bootstrap deadline, seconds */
-    int eager_connect;    /* create every endpoint at init */
-    int peer_failure;     /* UCX peer failure detection on endpoints */
+    char bootstrap[16];  /* auto | pmix | env | single */
+    double timeout;      /* default wait deadline, seconds; 0 = none */
+    double init_timeout; /* bootstrap deadline, seconds */
+    int eager_connect;   /* create every endpoint at init */
+    int peer_failure;    /* UCX peer failure detection on endpoints */
     int log_level;
     int spin_before_yield; /* progress polls without news before sched_yield */
     char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
@@ -74,20 +73,19 @@ typedef struct weft_state {
     int size;
     int local_rank;
     int local_size;
-    int node;          /* this rank's node index */
+    int node; /* this rank's node index */
     int nnodes;
-    int *node_of;      /* world rank -> node index (nodes numbered by first rank) */
+    int *node_of; /* world rank -> node index (nodes numbered by first rank) */
     struct weft_bootstrap *bs;
     struct weft_pt2pt *p2p;
     weft_comm_t world;
 } weft_state_t;
 extern weft_state_t weft_g;
 
-#define WEFT_CHECK_INIT(fn)                                                                                    \
-    do {                                                                                                       \
-        if (WEFT_UNLIKELY(!weft_g.initialized))                                                                \
-            return weft_error(WEFT_ERR_NOT_INITIALIZED, "%s: weft is not initialized (or already finalized)", \
-                              (fn));                                                                           \
+#define WEFT_CHECK_INIT(fn)                                                                                            \
+    do {                                                                                                               \
+        if (WEFT_UNLIKELY(!weft_g.initialized))                                                                        \
+            return weft_error(WEFT_ERR_NOT_INITIALIZED, "%s: weft is not initialized (or already finalized)", (fn));   \
     } while (0)
 
 /* Deadline helpers: an absolute weft_wtime() value; 0 means none. */
@@ -100,7 +98,7 @@ static inline double weft_deadline_from(double timeout_s, double now)
 typedef struct weft_hint {
     char *key;
     char *value;
-    int status;      /* WEFT_HINT_* */
+    int status; /* WEFT_HINT_* */
     char reason[160];
 } weft_hint_t;
 
@@ -118,15 +116,15 @@ struct weft_options_s {
 };
 
 /* ---- communicators (comm.c) ------------------------------------------- */
-#define WEFT_COMM_MAGIC 0x77436f6du /* "wCom" */
-#define WEFT_MAX_CONTEXTS 4096      /* live communicators per process, world included */
+#define WEFT_COMM_MAGIC   0x77436f6du /* "wCom" */
+#define WEFT_MAX_CONTEXTS 4096        /* live communicators per process, world included */
 struct weft_comm_s {
     uint32_t magic;
     uint32_t context_id; /* agreed by all members; part of every tag */
     int rank;
     int size;
-    int *world_ranks; /* comm rank -> world rank (NULL for world: identity) */
-    double timeout;   /* default wait deadline, seconds; 0 = none */
+    int *world_ranks;  /* comm rank -> world rank (NULL for world: identity) */
+    double timeout;    /* default wait deadline, seconds; 0 = none */
     unsigned coll_seq; /* collectives started on this communicator */
     int abort_on_error;
     int device;
@@ -174,10 +172,8 @@ enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2
 /* Bits of the tag field a collective schedule may use. */
 #define WEFT_COLL_TAG_BITS 23
 typedef struct weft_transport_ops {
-    int (*isend)(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm,
-                 weft_request_t *out);
-    int (*irecv)(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm,
-                 weft_request_t *out);
+    int (*isend)(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out);
+    int (*irecv)(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out);
     int (*progress)(void);
     /* Which transports/devices reach a world rank ("sysv/memory cma/memory"). */
     int (*peer_info)(int world_rank, char *buf, size_t len);

@@ -60,7 +60,8 @@ th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const ch
             snprintf(buf, sizeof(buf), "%d", port);
             setenv("MASTER_PORT", buf, 1);
             setenv("WEFT_BOOTSTRAP", "env", 1);
-            for (int i = 0; env && env[i]; i++) putenv(strdup(env[i]));
+            for (int i = 0; env && env[i]; i++)
+                putenv(strdup(env[i]));
             /* Die with the test process rather than linger. */
             alarm((unsigned)timeout_s + 5);
             int rc = body(r, n, arg);
@@ -117,7 +118,8 @@ static inline uint8_t pattern_byte(size_t i, unsigned seed)
 void th_fill(void *buf, size_t bytes, unsigned seed)
 {
     uint8_t *p = buf;
-    for (size_t i = 0; i < bytes; i++) p[i] = pattern_byte(i, seed);
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = pattern_byte(i, seed);
 }
 
 int th_verify(const void *buf, size_t bytes, unsigned seed, size_t *bad_index)

@@ -31,23 +31,22 @@ int th_free_port(void);
 void th_fill(void *buf, size_t bytes, unsigned seed);
 int th_verify(const void *buf, size_t bytes, unsigned seed, size_t *bad_index);
 
-#define TH_CHECK(cond, ...)                                                                                    \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            fprintf(stderr, "[%s:%d] check failed: %s: ", __FILE__, __LINE__, #cond);                         \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, "\n");                                                                             \
-            fflush(stderr);                                                                                    \
-            exit(1);                                                                                           \
-        }                                                                                                      \
+#define TH_CHECK(cond, ...)                                                                                            \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "[%s:%d] check failed: %s: ", __FILE__, __LINE__, #cond);                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+            fflush(stderr);                                                                                            \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 /* A weft call that must succeed. */
-#define TH_OK(call)                                                                                            \
-    do {                                                                                                       \
-        int th_rc_ = (call);                                                                                   \
-        TH_CHECK(th_rc_ == 0, "%s returned %d (%s): %s", #call, th_rc_, weft_strerror(th_rc_),                \
-                 weft_last_error());                                                                           \
+#define TH_OK(call)                                                                                                    \
+    do {                                                                                                               \
+        int th_rc_ = (call);                                                                                           \
+        TH_CHECK(th_rc_ == 0, "%s returned %d (%s): %s", #call, th_rc_, weft_strerror(th_rc_), weft_last_error());     \
     } while (0)
 
 #endif

@@ -2,14 +2,14 @@
  * 1..8 ranks and simulated node layouts; nested splits; options and hint
  * inheritance; isolation of traffic between parent and child; 10,000
  * create/free; free with pending requests; bad arguments. */
+#include "harness.h"
+#include "weft.h"
+
 #include <criterion/criterion.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "harness.h"
-#include "weft.h"
 
 static weft_comm_t start(int *rank, int *size)
 {
@@ -71,7 +71,8 @@ static int body_split(int rank, int size, void *arg)
         TH_OK(weft_comm_size(c, &csize));
         TH_OK(weft_comm_split(c, 0, -crank, WEFT_OPTIONS_NULL, &g));
         int rev[64];
-        for (int i = 0; i < m; i++) rev[i] = expect[m - 1 - i];
+        for (int i = 0; i < m; i++)
+            rev[i] = expect[m - 1 - i];
         check_members(g, rev, m, rank);
         TH_OK(weft_comm_free(&g));
         TH_OK(weft_comm_free(&c));
@@ -80,7 +81,8 @@ static int body_split(int rank, int size, void *arg)
     weft_comm_t d;
     TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &d));
     int all[64];
-    for (int r = 0; r < size; r++) all[r] = r;
+    for (int r = 0; r < size; r++)
+        all[r] = r;
     check_members(d, all, size, rank);
     TH_OK(weft_comm_free(&d));
     TH_OK(weft_finalize());
@@ -153,7 +155,8 @@ static int body_split_node(int rank, int size, void *arg)
         if (lay->nodes[r] == lay->nodes[rank]) expect[m++] = r;
     for (int r = 0; r < size; r++) {
         int seen = 0;
-        for (int q = 0; q < r; q++) seen |= lay->nodes[q] == lay->nodes[r];
+        for (int q = 0; q < r; q++)
+            seen |= lay->nodes[q] == lay->nodes[r];
         distinct += !seen;
     }
     /* Reverse order by key within the node. */
@@ -319,8 +322,10 @@ static int body_isolation(int rank, int size, void *arg)
     weft_request_t reqs[4 * K];
     int q = 0;
     /* Post child receives first, then parent ones, all tag 5 from the same peer. */
-    for (int i = 0; i < K; i++) TH_OK(weft_irecv(&inc[i], 1, WEFT_INT32, left, 5, c, &reqs[q++]));
-    for (int i = 0; i < K; i++) TH_OK(weft_irecv(&inw[i], 1, WEFT_INT32, WEFT_ANY_SOURCE, WEFT_ANY_TAG, w, &reqs[q++]));
+    for (int i = 0; i < K; i++)
+        TH_OK(weft_irecv(&inc[i], 1, WEFT_INT32, left, 5, c, &reqs[q++]));
+    for (int i = 0; i < K; i++)
+        TH_OK(weft_irecv(&inw[i], 1, WEFT_INT32, WEFT_ANY_SOURCE, WEFT_ANY_TAG, w, &reqs[q++]));
     for (int i = 0; i < K; i++) {
         outw[i] = 1000 * rank + i;
         outc[i] = -1000 * rank - i - 1;
@@ -366,8 +371,10 @@ static int body_many(int rank, int size, void *arg)
     TH_CHECK(grew < 64 * 1024, "heap grew by %ld bytes over 10,000 communicators", grew);
     /* More live communicators than 4096 would fail if ids had leaked. */
     weft_comm_t keep[100];
-    for (int i = 0; i < 100; i++) TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &keep[i]));
-    for (int i = 0; i < 100; i++) TH_OK(weft_comm_free(&keep[i]));
+    for (int i = 0; i < 100; i++)
+        TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &keep[i]));
+    for (int i = 0; i < 100; i++)
+        TH_OK(weft_comm_free(&keep[i]));
     TH_OK(weft_finalize());
     return 0;
 }
@@ -418,10 +425,14 @@ static int body_bad(int rank, int size, void *arg)
     int dup_list[] = {0, 0};
     int bad_list[] = {0, size + 3};
     int all[16], mism[16];
-    for (int i = 0; i < size; i++) all[i] = i;
-    for (int i = 0; i < size; i++) mism[i] = size - 1 - i;
-    if (rank == 0) rc = weft_comm_split_ranks(w, dup_list, 2, NULL, WEFT_OPTIONS_NULL, &d);
-    else rc = weft_comm_split_ranks(w, all, size, NULL, WEFT_OPTIONS_NULL, &d);
+    for (int i = 0; i < size; i++)
+        all[i] = i;
+    for (int i = 0; i < size; i++)
+        mism[i] = size - 1 - i;
+    if (rank == 0)
+        rc = weft_comm_split_ranks(w, dup_list, 2, NULL, WEFT_OPTIONS_NULL, &d);
+    else
+        rc = weft_comm_split_ranks(w, all, size, NULL, WEFT_OPTIONS_NULL, &d);
     TH_CHECK(rc == WEFT_ERR_ARG && d == WEFT_COMM_NULL, "duplicates: rc %d", rc);
     if (rank == 0) TH_CHECK(strstr(weft_last_error(), "twice"), "%s", weft_last_error());
     rc = weft_comm_split_ranks(w, rank == 1 ? bad_list : all, size, NULL, WEFT_OPTIONS_NULL, &d);
@@ -493,7 +504,7 @@ static int body_abort(int rank, int size, void *arg)
     TH_OK(weft_comm_dup(w, o, &c));
     if (rank == 0) {
         weft_recv(&x, 1, WEFT_INT32, 1, 1, c, NULL); /* never sent: aborts */
-        return 0;                                     /* not reached */
+        return 0;                                    /* not reached */
     }
     weft_finalize(); /* rank 0 is gone: fails fast, does not hang */
     return 0;

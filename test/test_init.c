@@ -1,5 +1,8 @@
 /* Start-up: init deadlines that name missing ranks, the out-of-band
  * bootstrap, local ranks, and finalize next to a dead peer. */
+#include "harness.h"
+#include "weft.h"
+
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -8,9 +11,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include "harness.h"
-#include "weft.h"
 
 /* ---- a rank that never arrives ---------------------------------------- */
 typedef struct {
@@ -44,7 +44,8 @@ Test(init, deadline_names_the_missing_rank, .timeout = 60)
     missing_arg_t arg = {.missing = 2};
     th_result_t res = th_run(4, body_missing, &arg, 40, env);
     cr_assert_eq(res.timed_out, 0);
-    for (int r = 0; r < 4; r++) cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+    for (int r = 0; r < 4; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
 }
 
 Test(init, deadline_when_rank0_and_its_store_never_come, .timeout = 60)
@@ -53,7 +54,8 @@ Test(init, deadline_when_rank0_and_its_store_never_come, .timeout = 60)
     missing_arg_t arg = {.missing = 0};
     th_result_t res = th_run(3, body_missing, &arg, 40, env);
     cr_assert_eq(res.timed_out, 0);
-    for (int r = 0; r < 3; r++) cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+    for (int r = 0; r < 3; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
 }
 
 /* ---- the out-of-band bootstrap: a host's own allgather ----------------- */
@@ -80,7 +82,8 @@ static void shm_barrier(shm_ag_t *s)
         atomic_store(&s->arrived, 0);
         atomic_fetch_add(&s->generation, 1);
     } else {
-        while (atomic_load(&s->generation) == gen) usleep(100);
+        while (atomic_load(&s->generation) == gen)
+            usleep(100);
     }
 }
 
@@ -91,7 +94,8 @@ static int shm_allgather(const void *send, void *recv, size_t len, void *ctxp)
     ctx->calls++;
     memcpy(ctx->shm->slots[ctx->rank], send, len);
     shm_barrier(ctx->shm);
-    for (int r = 0; r < ctx->shm->size; r++) memcpy((char *)recv + (size_t)r * len, ctx->shm->slots[r], len);
+    for (int r = 0; r < ctx->shm->size; r++)
+        memcpy((char *)recv + (size_t)r * len, ctx->shm->slots[r], len);
     shm_barrier(ctx->shm);
     return 0;
 }
@@ -160,8 +164,10 @@ static int body_local(int rank, int size, void *arg)
     int lr, ls;
     TH_OK(weft_local_rank(&lr));
     TH_OK(weft_local_size(&ls));
-    if (expect_given) TH_CHECK(lr == rank % 2 && ls == 2, "LOCAL_RANK given: %d of %d", lr, ls);
-    else TH_CHECK(lr == rank && ls == size, "derived from host ids: %d of %d", lr, ls);
+    if (expect_given)
+        TH_CHECK(lr == rank % 2 && ls == 2, "LOCAL_RANK given: %d of %d", lr, ls);
+    else
+        TH_CHECK(lr == rank && ls == size, "derived from host ids: %d of %d", lr, ls);
     TH_CHECK(!strcmp(weft_bootstrap_name(), "env"), "%s", weft_bootstrap_name());
     TH_OK(weft_finalize());
     return 0;

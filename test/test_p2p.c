@@ -1,5 +1,8 @@
 /* Multi-rank point-to-point behaviour, ranks forked by the harness with
  * the env bootstrap on 127.0.0.1. */
+#include "harness.h"
+#include "weft.h"
+
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdint.h>
@@ -7,15 +10,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "weft.h"
-
-#define RUN(n, body, arg, timeout, env)                                                                        \
-    do {                                                                                                       \
-        th_result_t res_ = th_run((n), (body), (arg), (timeout), (env));                                       \
-        cr_assert_eq(res_.timed_out, 0, "ranks hung");                                                         \
-        for (int r_ = 0; r_ < (n); r_++) cr_expect_eq(res_.exit_code[r_], 0, "rank %d failed", r_);           \
-        cr_assert_eq(res_.failed, 0);                                                                          \
+#define RUN(n, body, arg, timeout, env)                                                                                \
+    do {                                                                                                               \
+        th_result_t res_ = th_run((n), (body), (arg), (timeout), (env));                                               \
+        cr_assert_eq(res_.timed_out, 0, "ranks hung");                                                                 \
+        for (int r_ = 0; r_ < (n); r_++)                                                                               \
+            cr_expect_eq(res_.exit_code[r_], 0, "rank %d failed", r_);                                                 \
+        cr_assert_eq(res_.failed, 0);                                                                                  \
     } while (0)
 
 static weft_comm_t start(int *rank, int *size)
@@ -34,8 +35,8 @@ static int body_sizes(int rank, int size, void *arg)
     int me, n;
     weft_comm_t w = start(&me, &n);
     TH_CHECK(me == rank && n == size, "rank %d size %d", me, n);
-    static const size_t sizes[] = {0,     1,      7,       64,       1000,     4096,     8192,     65536,
-                                   65537, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+    static const size_t sizes[] = {0,     1,     7,      64,      1000,    4096,     8192,
+                                   65536, 65537, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         size_t bytes = sizes[i];
         char *buf = malloc(bytes + 1);
@@ -91,7 +92,8 @@ static int body_any(int rank, int size, void *arg)
             seen[st.source] = 1;
         }
         /* ANY_TAG from a named source, ANY_SOURCE with a named tag. */
-        for (int k = 1; k < size; k++) TH_OK(weft_send(&k, 1, WEFT_INT32, k, 1, w));
+        for (int k = 1; k < size; k++)
+            TH_OK(weft_send(&k, 1, WEFT_INT32, k, 1, w));
         for (int k = 1; k < size; k++) {
             int v;
             weft_status_t st;
@@ -150,7 +152,8 @@ static int body_order(int rank, int size, void *arg)
         }
         TH_OK(weft_waitall(NORDER, reqs, NULL));
     } else {
-        for (int i = 0; i < NORDER; i++) TH_OK(weft_irecv(bufs + (size_t)i * big, (int64_t)big, WEFT_BYTE, 0, 5, w, &reqs[i]));
+        for (int i = 0; i < NORDER; i++)
+            TH_OK(weft_irecv(bufs + (size_t)i * big, (int64_t)big, WEFT_BYTE, 0, 5, w, &reqs[i]));
         weft_status_t st[NORDER];
         TH_OK(weft_waitall(NORDER, reqs, st));
         for (int i = 0; i < NORDER; i++) {
@@ -191,12 +194,14 @@ static int body_trunc(int rank, int size, void *arg)
             int rc = weft_recv(b, (int64_t)(len / 2), WEFT_BYTE, 0, i, w, &st);
             TH_CHECK(rc == WEFT_ERR_TRUNCATE, "len %zu: rc %d", len, rc);
             TH_CHECK(strstr(weft_last_error(), "does not fit"), "%s", weft_last_error());
-            for (size_t k = len / 2; k < len + 128; k++) TH_CHECK(b[k] == 0x11, "len %zu: byte %zu overwritten", len, k);
+            for (size_t k = len / 2; k < len + 128; k++)
+                TH_CHECK(b[k] == 0x11, "len %zu: byte %zu overwritten", len, k);
         }
         free(b);
         /* The pair stays usable after a truncation. */
         int v = 41 + i;
-        if (rank == 0) TH_OK(weft_send(&v, 1, WEFT_INT32, 1, 99, w));
+        if (rank == 0)
+            TH_OK(weft_send(&v, 1, WEFT_INT32, 1, 99, w));
         else {
             int got = 0;
             TH_OK(weft_recv(&got, 1, WEFT_INT32, 0, 99, w, NULL));
@@ -302,15 +307,18 @@ static int body_exchange(int rank, int size, void *arg)
         sendv[p] = rank * 100 + p;
         TH_OK(weft_irecv(&recvv[p], 1, WEFT_INT32, p, 6, w, &reqs[p]));
     }
-    for (int p = 0; p < size; p++) TH_OK(weft_isend(&sendv[p], 1, WEFT_INT32, p, 6, w, &reqs[size + p]));
+    for (int p = 0; p < size; p++)
+        TH_OK(weft_isend(&sendv[p], 1, WEFT_INT32, p, 6, w, &reqs[size + p]));
     TH_OK(weft_waitall(2 * size, reqs, NULL));
-    for (int p = 0; p < size; p++) TH_CHECK(recvv[p] == p * 100 + rank, "from %d: %d", p, recvv[p]);
+    for (int p = 0; p < size; p++)
+        TH_CHECK(recvv[p] == p * 100 + rank, "from %d: %d", p, recvv[p]);
     /* weft_test polls to completion. */
     int flag = 0, v = rank, got = -1;
     weft_request_t r;
     TH_OK(weft_irecv(&got, 1, WEFT_INT32, left, 9, w, &r));
     TH_OK(weft_send(&v, 1, WEFT_INT32, right, 9, w));
-    while (!flag) TH_OK(weft_test(&r, &flag, NULL));
+    while (!flag)
+        TH_OK(weft_test(&r, &flag, NULL));
     TH_CHECK(got == left && r == WEFT_REQUEST_NULL, "got %d", got);
     free(sendv);
     free(recvv);

@@ -1,14 +1,14 @@
 /* The schedule engine and the internal allgather: every rank count from
  * 1 to 9, several block sizes, concurrent schedules on one communicator
  * interleaved with user traffic that uses the same tag numbers. */
+#include "coll/coll.h"
+#include "harness.h"
+#include "weft.h"
+
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "coll/coll.h"
-#include "harness.h"
-#include "weft.h"
 
 static int body_allgather(int rank, int size, void *arg)
 {
@@ -63,11 +63,13 @@ static int body_concurrent(int rank, int size, void *arg)
         if (i == NCONC / 2) TH_OK(weft_isend(&uout, 1, WEFT_INT64, right, 0, w, &ureq[1]));
     }
     /* Complete them in reverse order. */
-    for (int i = NCONC - 1; i >= 0; i--) TH_OK(weft_wait(&reqs[i], NULL));
+    for (int i = NCONC - 1; i >= 0; i--)
+        TH_OK(weft_wait(&reqs[i], NULL));
     TH_OK(weft_waitall(2, ureq, NULL));
     TH_CHECK(uin == 1000 + left, "user message %lld", (long long)uin);
     for (int i = 0; i < NCONC; i++)
-        for (int r = 0; r < size; r++) TH_CHECK(recv[i][r] == r * 100 + i, "collective %d block %d: %lld", i, r, (long long)recv[i][r]);
+        for (int r = 0; r < size; r++)
+            TH_CHECK(recv[i][r] == r * 100 + i, "collective %d block %d: %lld", i, r, (long long)recv[i][r]);
     TH_OK(weft_finalize());
     return 0;
 }
@@ -102,5 +104,6 @@ Test(sched, missing_member_times_out_naming_a_rank, .timeout = 60)
 {
     th_result_t res = th_run(4, body_stuck, NULL, 40, NULL);
     cr_assert_eq(res.timed_out, 0);
-    for (int r = 0; r < 3; r++) cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+    for (int r = 0; r < 3; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
 }

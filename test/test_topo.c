@@ -3,6 +3,9 @@
  * hand-written XML topologies with GPUs and NICs on different sockets
  * (test/data/). Each Criterion test runs in its own process, so bindings,
  * environment variables and the cached topology do not leak between tests. */
+#include "topo/topo.h"
+#include "weft.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <hwloc.h>
@@ -10,9 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "topo/topo.h"
-#include "weft.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 

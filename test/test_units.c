@@ -1,13 +1,13 @@
 /* Single-process units: status names, datatypes, configuration, the tag
  * layout, and the singleton runtime (self traffic, bad arguments, use
  * after finalize). */
-#include <criterion/criterion.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "pt2pt/pt2pt.h"
 #include "weft.h"
 #include "weft_internal.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
 
 static void single_env(void)
 {
@@ -28,14 +28,16 @@ Test(units, status_codes_are_fixed_and_named)
     cr_assert_eq(WEFT_ERR_TRUNCATE, -5);
     cr_assert_eq(WEFT_ERR_NOT_INITIALIZED, -7);
     cr_assert_eq(WEFT_ERR_COMM, -13);
-    for (int s = 0; s >= -13; s--) cr_assert_str_neq(weft_strerror(s), "unknown status", "status %d unnamed", s);
+    for (int s = 0; s >= -13; s--)
+        cr_assert_str_neq(weft_strerror(s), "unknown status", "status %d unnamed", s);
     cr_assert_str_eq(weft_strerror(-999), "unknown status");
 }
 
 Test(units, dtype_sizes)
 {
     const size_t want[WEFT_DTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 1};
-    for (int d = 0; d < WEFT_DTYPE_COUNT; d++) cr_assert_eq(weft_dtype_size((weft_dtype_t)d), want[d], "dtype %d", d);
+    for (int d = 0; d < WEFT_DTYPE_COUNT; d++)
+        cr_assert_eq(weft_dtype_size((weft_dtype_t)d), want[d], "dtype %d", d);
     cr_assert_eq(weft_dtype_size((weft_dtype_t)13), 0);
     cr_assert_eq(weft_dtype_size((weft_dtype_t)-1), 0);
     cr_assert_str_eq(weft_dtype_name(WEFT_BFLOAT16), "bfloat16");
@@ -146,7 +148,8 @@ Test(units, singleton_self_traffic)
     cr_assert_eq(rank, 0);
     cr_assert_eq(size, 1);
     double in[100], out[100];
-    for (int i = 0; i < 100; i++) in[i] = i * 0.5;
+    for (int i = 0; i < 100; i++)
+        in[i] = i * 0.5;
     weft_request_t r;
     weft_status_t st;
     cr_assert_eq(weft_irecv(out, 100, WEFT_FLOAT64, 0, 42, world, &r), WEFT_SUCCESS);
@@ -249,7 +252,8 @@ Test(units, truncation_reports_and_writes_nothing_past_the_buffer)
         cr_assert_eq(weft_send(src, (int64_t)n, WEFT_BYTE, 0, 3, world), WEFT_SUCCESS);
         cr_assert_eq(weft_wait(&r, &st), WEFT_ERR_TRUNCATE, "size %zu", n);
         cr_assert_eq(st.error, WEFT_ERR_TRUNCATE);
-        for (size_t k = n / 2; k < n + 64; k++) cr_assert_eq(dst[k], 0x11, "byte %zu written past the buffer", k);
+        for (size_t k = n / 2; k < n + 64; k++)
+            cr_assert_eq(dst[k], 0x11, "byte %zu written past the buffer", k);
         free(src);
         free(dst);
     }

@@ -18,14 +18,12 @@ int weft_coll_allgather_bruck_build(weft_sched_t *s, const void *send, void *rec
     for (int k = 1; k < n; k <<= 1) {
         int count = k < n - k ? k : n - k;
         if ((rc = weft_sched_recv(s, tmp + (size_t)k * block, (size_t)count * block, (rank + k) % n)) ||
-            (rc = weft_sched_send(s, tmp, (size_t)count * block, (rank - k + n) % n)) ||
-            (rc = weft_sched_end_round(s)))
+            (rc = weft_sched_send(s, tmp, (size_t)count * block, (rank - k + n) % n)) || (rc = weft_sched_end_round(s)))
             return rc;
     }
     /* tmp[i] holds rank (rank + i) % n's block. */
     for (int i = 0; i < n; i++)
-        if ((rc = weft_sched_copy(s, (char *)recv + (size_t)((rank + i) % n) * block, tmp + (size_t)i * block,
-                                  block)))
+        if ((rc = weft_sched_copy(s, (char *)recv + (size_t)((rank + i) % n) * block, tmp + (size_t)i * block, block)))
             return rc;
     return weft_sched_end_round(s);
 }

@@ -1,9 +1,10 @@
 /* Helpers every bootstrap shares, built on its fixed-length allgather. */
+#include "bootstrap/bootstrap.h"
+
+#include "weft_internal.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-#include "bootstrap/bootstrap.h"
-#include "weft_internal.h"
 
 int weft_bootstrap_allgatherv(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t **lens,
                               size_t *stride, double deadline)

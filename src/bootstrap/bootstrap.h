@@ -5,9 +5,9 @@
 #ifndef WEFT_BOOTSTRAP_H
 #define WEFT_BOOTSTRAP_H
 
-#include <stddef.h>
-
 #include "weft.h"
+
+#include <stddef.h>
 
 typedef struct weft_bootstrap weft_bootstrap_t;
 

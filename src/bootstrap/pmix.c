@@ -1,13 +1,13 @@
 /* PMIx bootstrap: mpirun / prterun / srun --mpi=pmix. Each allgather is a
  * Put + Commit, a data-collecting fence, and a Get per rank. The fence is
  * nonblocking so weft's own deadline holds even if the server has none. */
+#include "bootstrap/bootstrap.h"
+#include "weft_internal.h"
+
 #include <pmix.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "bootstrap/bootstrap.h"
-#include "weft_internal.h"
 
 typedef struct {
     pmix_proc_t me;
@@ -70,7 +70,8 @@ static void name_missing(pmix_bs_t *p, int size, const char *key, char *out, siz
     }
     double until = weft_wtime() + 3.0;
     for (int r = 0; r < size; r++)
-        while (!__atomic_load_n(&probes[r].done, __ATOMIC_ACQUIRE) && weft_wtime() < until) sched_yield();
+        while (!__atomic_load_n(&probes[r].done, __ATOMIC_ACQUIRE) && weft_wtime() < until)
+            sched_yield();
     for (int r = 0; r < size; r++) {
         if (__atomic_load_n(&probes[r].done, __ATOMIC_ACQUIRE) && probes[r].status == PMIX_SUCCESS) continue;
         nmissing++;

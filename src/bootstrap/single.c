@@ -1,8 +1,8 @@
 /* A job of one rank: nothing to exchange. */
-#include <string.h>
-
 #include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
+
+#include <string.h>
 
 static int single_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
 {

@@ -1,11 +1,11 @@
 /* weft_info: what this weft is, how it was started, what UCX offers, and
  * every WEFT_* variable. Run it alone, or under a launcher (rank 0 prints). */
+#include "weft.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "weft.h"
 
 static void usage(void)
 {
@@ -43,8 +43,10 @@ static int print_topo(int rank, int size)
     weft_node_info(&node, &nnodes);
     weft_local_rank(&lr);
     weft_local_size(&ls);
-    if (weft_placement(place, sizeof(place)) != WEFT_SUCCESS) snprintf(place, sizeof(place), "? (%s)", weft_last_error());
-    if (rank == 0) printf("node map: %d rank%s on %d node%s\n", size, size == 1 ? "" : "s", nnodes, nnodes == 1 ? "" : "s");
+    if (weft_placement(place, sizeof(place)) != WEFT_SUCCESS)
+        snprintf(place, sizeof(place), "? (%s)", weft_last_error());
+    if (rank == 0)
+        printf("node map: %d rank%s on %d node%s\n", size, size == 1 ? "" : "s", nnodes, nnodes == 1 ? "" : "s");
     snprintf(line, sizeof(line), "  rank %-4d node %-3d local %d/%d  host %-16s %s", rank, node, lr, ls, host, place);
     return gather_lines(line, rank, size);
 }
@@ -79,10 +81,14 @@ int main(int argc, char **argv)
 {
     int vars_only = 0, topo = 0, peers = 0, do_init = 1, rank = 0, size = 1, lrank = 0, lsize = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--vars")) vars_only = 1;
-        else if (!strcmp(argv[i], "--no-init")) do_init = 0;
-        else if (!strcmp(argv[i], "--topo")) topo = 1;
-        else if (!strcmp(argv[i], "--peers")) peers = 1;
+        if (!strcmp(argv[i], "--vars"))
+            vars_only = 1;
+        else if (!strcmp(argv[i], "--no-init"))
+            do_init = 0;
+        else if (!strcmp(argv[i], "--topo"))
+            topo = 1;
+        else if (!strcmp(argv[i], "--peers"))
+            peers = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
             return 0;
@@ -120,8 +126,8 @@ int main(int argc, char **argv)
         printf("weft %s\n", weft_version_string());
         printf("  build:       %s\n", weft_build_info());
         if (do_init)
-            printf("  bootstrap:   %s (rank %d of %d, local rank %d of %d)\n", weft_bootstrap_name(), rank, size,
-                   lrank, lsize);
+            printf("  bootstrap:   %s (rank %d of %d, local rank %d of %d)\n", weft_bootstrap_name(), rank, size, lrank,
+                   lsize);
         printf("  UCX:         %s\n", weft_ucx_version());
         if (weft_ucx_transports(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  transports:  %s\n", buf);
         const char *tls = getenv("UCX_TLS");

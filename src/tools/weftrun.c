@@ -63,11 +63,16 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        if (!strcmp(a, "-n") || !strcmp(a, "-np")) n = atoi(argv[++i]);
-        else if (!strcmp(a, "--addr")) addr = argv[++i];
-        else if (!strcmp(a, "--port")) port = atoi(argv[++i]);
-        else if (!strcmp(a, "--timeout")) timeout = atof(argv[++i]);
-        else if (!strcmp(a, "--grace")) grace = atof(argv[++i]);
+        if (!strcmp(a, "-n") || !strcmp(a, "-np"))
+            n = atoi(argv[++i]);
+        else if (!strcmp(a, "--addr"))
+            addr = argv[++i];
+        else if (!strcmp(a, "--port"))
+            port = atoi(argv[++i]);
+        else if (!strcmp(a, "--timeout"))
+            timeout = atof(argv[++i]);
+        else if (!strcmp(a, "--grace"))
+            grace = atof(argv[++i]);
         else {
             fprintf(stderr, "weftrun: unknown option '%s'\n", a);
             usage();
@@ -130,8 +135,8 @@ int main(int argc, char **argv)
                 }
             continue;
         }
-        int sig_now = got_signal || (timeout > 0 && now() - start > timeout) ||
-                      (first_fail && now() - fail_time > grace);
+        int sig_now =
+            got_signal || (timeout > 0 && now() - start > timeout) || (first_fail && now() - fail_time > grace);
         if (sig_now && !term_sent) {
             if (timeout > 0 && now() - start > timeout)
                 fprintf(stderr, "weftrun: job exceeded --timeout %.0f s, terminating\n", timeout);

@@ -2,14 +2,14 @@
  * NUMA node, socket, CPU binding, nearest GPU and NIC. The topology used for
  * placement is loaded once per process with its I/O devices (PCI and OS
  * devices) and kept until weft_topo_release(). */
+#include "topo/topo.h"
+#include "weft_internal.h"
+
 #include <errno.h>
 #include <hwloc.h>
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
-
-#include "topo/topo.h"
-#include "weft_internal.h"
 
 int weft_topo_summary(char *buf, size_t len)
 {

@@ -3,13 +3,13 @@
  * locally. Host identity is a hash of the hostname and the kernel boot id
  * (WEFT_HOST_ID overrides it); WEFT_NODE_ID or WEFT_RANKS_PER_NODE simulate
  * several nodes on one machine for tests. */
+#include "bootstrap/bootstrap.h"
+#include "weft_internal.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "bootstrap/bootstrap.h"
-#include "weft_internal.h"
 
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
 {
@@ -37,8 +37,8 @@ uint64_t weft_topo_host_id(void)
 }
 
 typedef struct {
-    uint64_t host;  /* host identity */
-    int64_t sim;    /* explicit node id, or -1 */
+    uint64_t host; /* host identity */
+    int64_t sim;   /* explicit node id, or -1 */
 } node_key_t;
 
 static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
