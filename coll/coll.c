@@ -1,5 +1,530 @@
-/* The collective module's entry points. */
+/* The collective front end: argument checks, in-place resolution,
+ * selection with fallback, schedule start; and the registry. */
 #include "coll/coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the registry: one row per algorithm (coll/base/<coll>_<name>.c) ---- */
+extern const weft_coll_alg_t weft_alg_barrier_dissemination, weft_alg_bcast_binomial, weft_alg_reduce_binomial,
+    weft_alg_allreduce_recursive_doubling, weft_alg_allreduce_ring, weft_alg_allgather_bruck,
+    weft_alg_allgather_ring, weft_alg_allgatherv_ring, weft_alg_gather_linear, weft_alg_gatherv_linear,
+    weft_alg_scatter_linear, weft_alg_scatterv_linear, weft_alg_reduce_scatter_ring,
+    weft_alg_reduce_scatter_block_ring, weft_alg_alltoall_pairwise, weft_alg_alltoallv_pairwise,
+    weft_alg_scan_linear, weft_alg_exscan_linear;
+
+const weft_coll_alg_t *const weft_coll_algorithms[] = {
+    &weft_alg_barrier_dissemination,
+    &weft_alg_bcast_binomial,
+    &weft_alg_reduce_binomial,
+    &weft_alg_allreduce_recursive_doubling,
+    &weft_alg_allreduce_ring,
+    &weft_alg_allgather_bruck,
+    &weft_alg_allgather_ring,
+    &weft_alg_allgatherv_ring,
+    &weft_alg_gather_linear,
+    &weft_alg_gatherv_linear,
+    &weft_alg_scatter_linear,
+    &weft_alg_scatterv_linear,
+    &weft_alg_reduce_scatter_ring,
+    &weft_alg_reduce_scatter_block_ring,
+    &weft_alg_alltoall_pairwise,
+    &weft_alg_alltoallv_pairwise,
+    &weft_alg_scan_linear,
+    &weft_alg_exscan_linear,
+    NULL,
+};
+
+/* ---- posting: selection with fallback ----------------------------------- */
+
+static int coll_post(const weft_coll_args_t *a, weft_request_t *req)
+{
+    const weft_coll_alg_t *cands[32];
+    int n = weft_coll_select(a, cands, 32);
+    for (int i = 0; i < n; i++) {
+        weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
+        if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
+        int rc = cands[i]->build(s, a);
+        if (rc == WEFT_SUCCESS) return weft_sched_start(s, req);
+        weft_sched_discard(s);
+        if (rc != WEFT_ERR_UNSUPPORTED) return rc;
+        weft_debug("%s: algorithm %s declines this call; trying the next", weft_coll_kind_name(a->kind),
+                   cands[i]->name);
+    }
+    return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no algorithm accepts this call (%d tried)",
+                      weft_coll_kind_name(a->kind), n);
+}
+
+/* Blocking = post + wait (a timed-out one is canceled before returning). */
+static int coll_finish(const weft_coll_args_t *a, weft_request_t *user_req)
+{
+    weft_request_t req;
+    int rc = coll_post(a, user_req ? user_req : &req);
+    if (rc || user_req) return rc;
+    return weft_sched_wait(&req);
+}
+
+/* ---- argument checks ------------------------------------------------------ */
+
+typedef struct {
+    const char *fn;
+    int rc;
+} check_t;
+
+static int begin(weft_coll_args_t *a, weft_coll_kind_t kind, weft_comm_t comm, weft_dtype_t dtype, const char *fn,
+                 weft_request_t *req, int nonblocking)
+{
+    int rc;
+    WEFT_CHECK_INIT(fn);
+    if ((rc = weft_comm_check(comm, fn))) return rc;
+    if (nonblocking && !req) return weft_error(WEFT_ERR_ARG, "%s: NULL request pointer", fn);
+    memset(a, 0, sizeof(*a));
+    a->kind = kind;
+    a->comm = comm;
+    a->dtype = dtype;
+    a->esize = weft_dtype_size(dtype);
+    if (kind != WEFT_COLL_BARRIER && a->esize == 0)
+        return weft_error(WEFT_ERR_ARG, "%s: unknown datatype %d", fn, (int)dtype);
+    return WEFT_SUCCESS;
+}
+
+static int check_count(int64_t count, const char *fn, const char *what)
+{
+    if (count < 0) return weft_error(WEFT_ERR_ARG, "%s: negative %s %lld", fn, what, (long long)count);
+    return WEFT_SUCCESS;
+}
+
+static int check_buf(const void *buf, int64_t count, const char *fn, const char *what)
+{
+    if (count > 0 && buf == NULL) return weft_error(WEFT_ERR_ARG, "%s: NULL %s with count %lld", fn, what, (long long)count);
+    return WEFT_SUCCESS;
+}
+
+static int check_root(weft_comm_t comm, int root, const char *fn)
+{
+    if (root < 0 || root >= comm->size)
+        return weft_error(WEFT_ERR_ARG, "%s: root %d out of range 0..%d of comm %s", fn, root, comm->size - 1,
+                          comm->name);
+    return WEFT_SUCCESS;
+}
+
+/* A per-rank counts array (and optional displacements): non-NULL, counts >= 0. */
+static int check_vector(weft_comm_t comm, const int64_t *counts, const int64_t *displs, const char *fn,
+                        const char *what, int64_t *total)
+{
+    if (!counts) return weft_error(WEFT_ERR_ARG, "%s: NULL %s counts", fn, what);
+    *total = 0;
+    for (int r = 0; r < comm->size; r++) {
+        if (counts[r] < 0)
+            return weft_error(WEFT_ERR_ARG, "%s: %s count for rank %d is negative (%lld)", fn, what, r,
+                              (long long)counts[r]);
+        if (displs && displs[r] < 0)
+            return weft_error(WEFT_ERR_ARG, "%s: %s displacement for rank %d is negative (%lld)", fn, what, r,
+                              (long long)displs[r]);
+        *total += counts[r];
+    }
+    return WEFT_SUCCESS;
+}
+
+/* ---- the public calls ------------------------------------------------------- */
+
+static int barrier(weft_comm_t comm, weft_request_t *req, const char *fn)
+{
+    weft_coll_args_t a;
+    int rc = begin(&a, WEFT_COLL_BARRIER, comm, WEFT_BYTE, fn, req, req != NULL);
+    return rc ? rc : coll_finish(&a, req);
+}
+WEFT_API int weft_barrier(weft_comm_t comm)
+{
+    return barrier(comm, NULL, "weft_barrier");
+}
+WEFT_API int weft_ibarrier(weft_comm_t comm, weft_request_t *req)
+{
+    return req ? barrier(comm, req, "weft_ibarrier") : weft_error(WEFT_ERR_ARG, "weft_ibarrier: NULL request pointer");
+}
+
+static int bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req,
+                 const char *fn)
+{
+    weft_coll_args_t a;
+    int rc = begin(&a, WEFT_COLL_BCAST, comm, dtype, fn, req, req != NULL);
+    if (rc || (rc = check_count(count, fn, "count")) || (rc = check_buf(buf, count, fn, "buffer")) ||
+        (rc = check_root(comm, root, fn)))
+        return rc;
+    a.sendbuf = buf;
+    a.recvbuf = buf;
+    a.count = (size_t)count;
+    a.root = root;
+    a.bytes = a.count * a.esize;
+    return coll_finish(&a, req);
+}
+WEFT_API int weft_bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm)
+{
+    return bcast(buf, count, dtype, root, comm, NULL, "weft_bcast");
+}
+WEFT_API int weft_ibcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req)
+{
+    return req ? bcast(buf, count, dtype, root, comm, req, "weft_ibcast")
+               : weft_error(WEFT_ERR_ARG, "weft_ibcast: NULL request pointer");
+}
+
+/* reduce / allreduce / scan / exscan share their checks. */
+static int reduction(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype,
+                     weft_op_t op, int root, weft_comm_t comm, weft_request_t *req, const char *fn)
+{
+    weft_coll_args_t a;
+    int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
+    if (rc || (rc = check_count(count, fn, "count")) || (rc = weft_op_check(op, dtype, fn))) return rc;
+    int is_root = kind != WEFT_COLL_REDUCE || comm->rank == root;
+    if (kind == WEFT_COLL_REDUCE && (rc = check_root(comm, root, fn))) return rc;
+    if (sendbuf == WEFT_IN_PLACE) {
+        if (kind == WEFT_COLL_REDUCE && !is_root)
+            return weft_error(WEFT_ERR_ARG, "%s: WEFT_IN_PLACE is only for the root of a reduce", fn);
+        sendbuf = recvbuf;
+    }
+    if ((rc = check_buf(sendbuf, count, fn, "send buffer")) ||
+        (is_root && (rc = check_buf(recvbuf, count, fn, "receive buffer"))))
+        return rc;
+    a.sendbuf = sendbuf;
+    a.recvbuf = recvbuf;
+    a.count = (size_t)count;
+    a.op = op;
+    a.root = root;
+    a.bytes = a.count * a.esize;
+    return coll_finish(&a, req);
+}
+WEFT_API int weft_reduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root, weft_comm_t c)
+{
+    return reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, NULL, "weft_reduce");
+}
+WEFT_API int weft_ireduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root, weft_comm_t c,
+                          weft_request_t *req)
+{
+    return req ? reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, req, "weft_ireduce")
+               : weft_error(WEFT_ERR_ARG, "weft_ireduce: NULL request pointer");
+}
+WEFT_API int weft_allreduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
+{
+    return reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, NULL, "weft_allreduce");
+}
+WEFT_API int weft_iallreduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
+                             weft_request_t *req)
+{
+    return req ? reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, req, "weft_iallreduce")
+               : weft_error(WEFT_ERR_ARG, "weft_iallreduce: NULL request pointer");
+}
+WEFT_API int weft_scan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
+{
+    return reduction(WEFT_COLL_SCAN, s, r, n, d, op, 0, c, NULL, "weft_scan");
+}
+WEFT_API int weft_iscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
+                        weft_request_t *req)
+{
+    return req ? reduction(WEFT_COLL_SCAN, s, r, n, d, op, 0, c, req, "weft_iscan")
+               : weft_error(WEFT_ERR_ARG, "weft_iscan: NULL request pointer");
+}
+WEFT_API int weft_exscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
+{
+    return reduction(WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, NULL, "weft_exscan");
+}
+WEFT_API int weft_iexscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
+                          weft_request_t *req)
+{
+    return req ? reduction(WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, req, "weft_iexscan")
+               : weft_error(WEFT_ERR_ARG, "weft_iexscan: NULL request pointer");
+}
+
+/* allgather (contiguous or list), gather, scatter, alltoall: count per rank. */
+static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, void *const *recvbufs, int64_t count,
+                    weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req, const char *fn)
+{
+    weft_coll_args_t a;
+    int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
+    if (rc || (rc = check_count(count, fn, "count"))) return rc;
+    int rooted = kind == WEFT_COLL_GATHER || kind == WEFT_COLL_SCATTER;
+    if (rooted && (rc = check_root(comm, root, fn))) return rc;
+    int me = comm->rank, is_root = !rooted || me == root;
+    size_t block = (size_t)count * a.esize;
+    a.count = (size_t)count;
+    a.root = root;
+    a.bytes = block;
+    a.recvbufs = recvbufs;
+    if (recvbufs) {
+        for (int r = 0; r < comm->size; r++)
+            if (count > 0 && !recvbufs[r]) return weft_error(WEFT_ERR_ARG, "%s: recvbufs[%d] is NULL", fn, r);
+    } else if (is_root && kind != WEFT_COLL_SCATTER && (rc = check_buf(recvbuf, count, fn, "receive buffer"))) {
+        return rc;
+    }
+    if (kind == WEFT_COLL_SCATTER) {
+        if (is_root && (rc = check_buf(sendbuf, count, fn, "send buffer"))) return rc;
+        if (recvbuf == WEFT_IN_PLACE) {
+            if (!is_root) return weft_error(WEFT_ERR_ARG, "%s: WEFT_IN_PLACE is only for the root", fn);
+            recvbuf = (char *)sendbuf + (size_t)root * block;
+        }
+        if ((rc = check_buf(recvbuf, count, fn, "receive buffer"))) return rc;
+    } else if (sendbuf == WEFT_IN_PLACE) {
+        if (!is_root) return weft_error(WEFT_ERR_ARG, "%s: WEFT_IN_PLACE is only for the root", fn);
+        if (kind == WEFT_COLL_ALLTOALL) {
+            /* The algorithm sends from a copy of recvbuf it makes at post time. */
+            a.sendbuf = WEFT_IN_PLACE;
+            a.recvbuf = recvbuf;
+            return coll_finish(&a, req);
+        }
+        sendbuf = weft_coll_rblock(&(weft_coll_args_t){.recvbuf = recvbuf, .recvbufs = recvbufs, .count = a.count,
+                                                       .esize = a.esize},
+                                   kind == WEFT_COLL_GATHER ? root : me);
+    } else if ((rc = check_buf(sendbuf, kind == WEFT_COLL_ALLTOALL ? count * comm->size : count, fn, "send buffer"))) {
+        return rc;
+    }
+    a.sendbuf = sendbuf;
+    a.recvbuf = recvbuf;
+    return coll_finish(&a, req);
+}
+WEFT_API int weft_allgather(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c)
+{
+    return per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, NULL, "weft_allgather");
+}
+WEFT_API int weft_iallgather(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, weft_request_t *req)
+{
+    return req ? per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, req, "weft_iallgather")
+               : weft_error(WEFT_ERR_ARG, "weft_iallgather: NULL request pointer");
+}
+WEFT_API int weft_allgather_list(const void *s, void *const rs[], int64_t n, weft_dtype_t d, weft_comm_t c)
+{
+    if (!rs) return weft_error(WEFT_ERR_ARG, "weft_allgather_list: NULL recvbufs");
+    return per_rank(WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, NULL, "weft_allgather_list");
+}
+WEFT_API int weft_iallgather_list(const void *s, void *const rs[], int64_t n, weft_dtype_t d, weft_comm_t c,
+                                  weft_request_t *req)
+{
+    if (!rs || !req) return weft_error(WEFT_ERR_ARG, "weft_iallgather_list: NULL recvbufs or request pointer");
+    return per_rank(WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, req, "weft_iallgather_list");
+}
+WEFT_API int weft_gather(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c)
+{
+    return per_rank(WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, NULL, "weft_gather");
+}
+WEFT_API int weft_igather(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c,
+                          weft_request_t *req)
+{
+    return req ? per_rank(WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, req, "weft_igather")
+               : weft_error(WEFT_ERR_ARG, "weft_igather: NULL request pointer");
+}
+WEFT_API int weft_scatter(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c)
+{
+    return per_rank(WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, NULL, "weft_scatter");
+}
+WEFT_API int weft_iscatter(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c,
+                           weft_request_t *req)
+{
+    return req ? per_rank(WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, req, "weft_iscatter")
+               : weft_error(WEFT_ERR_ARG, "weft_iscatter: NULL request pointer");
+}
+WEFT_API int weft_alltoall(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c)
+{
+    return per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, NULL, "weft_alltoall");
+}
+WEFT_API int weft_ialltoall(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, weft_request_t *req)
+{
+    return req ? per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, req, "weft_ialltoall")
+               : weft_error(WEFT_ERR_ARG, "weft_ialltoall: NULL request pointer");
+}
+
+/* allgatherv / gatherv: each rank sends sendcount, the receiver(s) place
+ * rank r's block at displs[r] with recvcounts[r] elements. */
+static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendcount, void *recvbuf,
+                       const int64_t *recvcounts, const int64_t *displs, weft_dtype_t dtype, int root,
+                       weft_comm_t comm, weft_request_t *req, const char *fn)
+{
+    weft_coll_args_t a;
+    int64_t total;
+    int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
+    if (rc) return rc;
+    int rooted = kind == WEFT_COLL_GATHERV;
+    if (rooted && (rc = check_root(comm, root, fn))) return rc;
+    int is_root = !rooted || comm->rank == root;
+    if (is_root) {
+        if ((rc = check_vector(comm, recvcounts, displs, fn, "receive", &total))) return rc;
+        if (!displs) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+        if (total > 0 && !recvbuf) return weft_error(WEFT_ERR_ARG, "%s: NULL receive buffer", fn);
+    }
+    if (sendbuf == WEFT_IN_PLACE) {
+        if (!is_root) return weft_error(WEFT_ERR_ARG, "%s: WEFT_IN_PLACE is only for the root", fn);
+        sendcount = recvcounts[comm->rank];
+        sendbuf = (char *)recvbuf + (size_t)displs[comm->rank] * a.esize;
+    }
+    if ((rc = check_count(sendcount, fn, "send count")) || (rc = check_buf(sendbuf, sendcount, fn, "send buffer")))
+        return rc;
+    if (is_root && sendcount != recvcounts[comm->rank])
+        return weft_error(WEFT_ERR_ARG, "%s: this rank sends %lld elements but recvcounts[%d] is %lld", fn,
+                          (long long)sendcount, comm->rank, (long long)recvcounts[comm->rank]);
+    a.sendbuf = sendbuf;
+    a.recvbuf = recvbuf;
+    a.count = (size_t)sendcount;
+    a.rcounts = recvcounts;
+    a.rdispls = displs;
+    a.root = root;
+    a.bytes = (size_t)sendcount * a.esize;
+    return coll_finish(&a, req);
+}
+WEFT_API int weft_allgatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
+                             weft_dtype_t d, weft_comm_t c)
+{
+    return gathering_v(WEFT_COLL_ALLGATHERV, s, sc, r, rc, dp, d, 0, c, NULL, "weft_allgatherv");
+}
+WEFT_API int weft_iallgatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
+                              weft_dtype_t d, weft_comm_t c, weft_request_t *req)
+{
+    return req ? gathering_v(WEFT_COLL_ALLGATHERV, s, sc, r, rc, dp, d, 0, c, req, "weft_iallgatherv")
+               : weft_error(WEFT_ERR_ARG, "weft_iallgatherv: NULL request pointer");
+}
+WEFT_API int weft_gatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
+                          weft_dtype_t d, int root, weft_comm_t c)
+{
+    return gathering_v(WEFT_COLL_GATHERV, s, sc, r, rc, dp, d, root, c, NULL, "weft_gatherv");
+}
+WEFT_API int weft_igatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
+                           weft_dtype_t d, int root, weft_comm_t c, weft_request_t *req)
+{
+    return req ? gathering_v(WEFT_COLL_GATHERV, s, sc, r, rc, dp, d, root, c, req, "weft_igatherv")
+               : weft_error(WEFT_ERR_ARG, "weft_igatherv: NULL request pointer");
+}
+
+static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64_t *displs, void *recvbuf,
+                     int64_t recvcount, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req,
+                     const char *fn)
+{
+    weft_coll_args_t a;
+    int64_t total;
+    int rc = begin(&a, WEFT_COLL_SCATTERV, comm, dtype, fn, req, req != NULL);
+    if (rc || (rc = check_root(comm, root, fn))) return rc;
+    int is_root = comm->rank == root;
+    if (is_root) {
+        if ((rc = check_vector(comm, sendcounts, displs, fn, "send", &total))) return rc;
+        if (!displs) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+        if (total > 0 && !sendbuf) return weft_error(WEFT_ERR_ARG, "%s: NULL send buffer", fn);
+        if (recvbuf == WEFT_IN_PLACE) {
+            recvcount = sendcounts[root];
+            recvbuf = (char *)sendbuf + (size_t)displs[root] * a.esize;
+        }
+    } else if (recvbuf == WEFT_IN_PLACE) {
+        return weft_error(WEFT_ERR_ARG, "%s: WEFT_IN_PLACE is only for the root", fn);
+    }
+    if ((rc = check_count(recvcount, fn, "receive count")) ||
+        (rc = check_buf(recvbuf, recvcount, fn, "receive buffer")))
+        return rc;
+    if (is_root && recvcount != sendcounts[root])
+        return weft_error(WEFT_ERR_ARG, "%s: the root receives %lld elements but sendcounts[%d] is %lld", fn,
+                          (long long)recvcount, root, (long long)sendcounts[root]);
+    a.sendbuf = sendbuf;
+    a.recvbuf = recvbuf;
+    a.count = (size_t)recvcount;
+    a.scounts = sendcounts;
+    a.sdispls = displs;
+    a.root = root;
+    a.bytes = (size_t)recvcount * a.esize;
+    return coll_finish(&a, req);
+}
+WEFT_API int weft_scatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc,
+                           weft_dtype_t d, int root, weft_comm_t c)
+{
+    return scatter_v(s, sc, dp, r, rc, d, root, c, NULL, "weft_scatterv");
+}
+WEFT_API int weft_iscatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc,
+                            weft_dtype_t d, int root, weft_comm_t c, weft_request_t *req)
+{
+    return req ? scatter_v(s, sc, dp, r, rc, d, root, c, req, "weft_iscatterv")
+               : weft_error(WEFT_ERR_ARG, "weft_iscatterv: NULL request pointer");
+}
+
+/* reduce_scatter(_block): the input is the whole vector (sum of counts). */
+static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, const int64_t *recvcounts,
+                          int64_t blockcount, weft_dtype_t dtype, weft_op_t op, weft_comm_t comm,
+                          weft_request_t *req, const char *fn)
+{
+    weft_coll_args_t a;
+    int64_t total;
+    int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
+    if (rc || (rc = weft_op_check(op, dtype, fn))) return rc;
+    if (kind == WEFT_COLL_REDUCE_SCATTER) {
+        if ((rc = check_vector(comm, recvcounts, NULL, fn, "receive", &total))) return rc;
+        blockcount = recvcounts[comm->rank];
+    } else {
+        if ((rc = check_count(blockcount, fn, "receive count"))) return rc;
+        total = blockcount * comm->size;
+    }
+    if (sendbuf == WEFT_IN_PLACE) sendbuf = recvbuf;
+    if ((rc = check_buf(sendbuf, total, fn, "send buffer")) || (rc = check_buf(recvbuf, blockcount, fn, "receive buffer")))
+        return rc;
+    a.sendbuf = sendbuf;
+    a.recvbuf = recvbuf;
+    a.count = (size_t)blockcount;
+    a.rcounts = recvcounts;
+    a.op = op;
+    a.bytes = (size_t)total * a.esize;
+    return coll_finish(&a, req);
+}
+WEFT_API int weft_reduce_scatter(const void *s, void *r, const int64_t rc[], weft_dtype_t d, weft_op_t op,
+                                 weft_comm_t c)
+{
+    return reduce_scatter(WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, NULL, "weft_reduce_scatter");
+}
+WEFT_API int weft_ireduce_scatter(const void *s, void *r, const int64_t rc[], weft_dtype_t d, weft_op_t op,
+                                  weft_comm_t c, weft_request_t *req)
+{
+    return req ? reduce_scatter(WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, req, "weft_ireduce_scatter")
+               : weft_error(WEFT_ERR_ARG, "weft_ireduce_scatter: NULL request pointer");
+}
+WEFT_API int weft_reduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
+{
+    return reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, NULL, "weft_reduce_scatter_block");
+}
+WEFT_API int weft_ireduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op,
+                                        weft_comm_t c, weft_request_t *req)
+{
+    return req ? reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, req,
+                                "weft_ireduce_scatter_block")
+               : weft_error(WEFT_ERR_ARG, "weft_ireduce_scatter_block: NULL request pointer");
+}
+
+static int alltoall_v(const void *sendbuf, const int64_t *scounts, const int64_t *sdispls, void *recvbuf,
+                      const int64_t *rcounts, const int64_t *rdispls, weft_dtype_t dtype, weft_comm_t comm,
+                      weft_request_t *req, const char *fn)
+{
+    weft_coll_args_t a;
+    int64_t stotal, rtotal;
+    int rc = begin(&a, WEFT_COLL_ALLTOALLV, comm, dtype, fn, req, req != NULL);
+    if (rc) return rc;
+    if (sendbuf == WEFT_IN_PLACE)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: WEFT_IN_PLACE is not supported for alltoallv yet", fn);
+    if ((rc = check_vector(comm, scounts, sdispls, fn, "send", &stotal)) ||
+        (rc = check_vector(comm, rcounts, rdispls, fn, "receive", &rtotal)))
+        return rc;
+    if (!sdispls || !rdispls) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+    if ((rc = check_buf(sendbuf, stotal, fn, "send buffer")) || (rc = check_buf(recvbuf, rtotal, fn, "receive buffer")))
+        return rc;
+    a.sendbuf = sendbuf;
+    a.recvbuf = recvbuf;
+    a.scounts = scounts;
+    a.sdispls = sdispls;
+    a.rcounts = rcounts;
+    a.rdispls = rdispls;
+    a.bytes = (size_t)(stotal / (comm->size ? comm->size : 1)) * a.esize;
+    return coll_finish(&a, req);
+}
+WEFT_API int weft_alltoallv(const void *s, const int64_t sc[], const int64_t sd[], void *r, const int64_t rc[],
+                            const int64_t rd[], weft_dtype_t d, weft_comm_t c)
+{
+    return alltoall_v(s, sc, sd, r, rc, rd, d, c, NULL, "weft_alltoallv");
+}
+WEFT_API int weft_ialltoallv(const void *s, const int64_t sc[], const int64_t sd[], void *r, const int64_t rc[],
+                             const int64_t rd[], weft_dtype_t d, weft_comm_t c, weft_request_t *req)
+{
+    return req ? alltoall_v(s, sc, sd, r, rc, rd, d, c, req, "weft_ialltoallv")
+               : weft_error(WEFT_ERR_ARG, "weft_ialltoallv: NULL request pointer");
+}
+
+/* ---- services to the runtime --------------------------------------------- */
 
 static int internal_allgather(weft_comm_t comm, const void *send, void *recv, size_t bytes)
 {
@@ -13,11 +538,36 @@ static int internal_allgather(weft_comm_t comm, const void *send, void *recv, si
     return weft_sched_run(s);
 }
 
-static const weft_coll_services_t services = {.allgather = internal_allgather};
+static int find_algorithm(const char *coll, size_t len, const char *name, int *kind, const void **alg, char *why,
+                          size_t why_len)
+{
+    for (int k = 0; k < WEFT_COLL_KINDS; k++) {
+        const char *kn = weft_coll_kind_name((weft_coll_kind_t)k);
+        if (strlen(kn) != len || strncmp(kn, coll, len)) continue;
+        const weft_coll_alg_t *a = weft_coll_find((weft_coll_kind_t)k, name);
+        if (a) {
+            *kind = k;
+            *alg = a;
+            return 1;
+        }
+        size_t used = (size_t)snprintf(why, why_len, "no %s algorithm '%s'; known:", kn, name);
+        for (int i = 0; weft_coll_algorithms[i] && used < why_len; i++)
+            if ((int)weft_coll_algorithms[i]->kind == k)
+                used += (size_t)snprintf(why + used, why_len - used, " %s", weft_coll_algorithms[i]->name);
+        return -2;
+    }
+    snprintf(why, why_len, "'%.*s' is not a collective weft knows", (int)len, coll);
+    return -1;
+}
+
+static const weft_coll_services_t services = {.allgather = internal_allgather, .find_algorithm = find_algorithm};
 const weft_coll_services_t *weft_coll_svc;
 
 int weft_coll_init(void)
 {
+    _Static_assert(WEFT_COLL_KINDS <= WEFT_COLL_KINDS_MAX, "raise WEFT_COLL_KINDS_MAX");
+    int rc = weft_coll_select_init();
+    if (rc) return rc;
     weft_coll_svc = &services;
     return WEFT_SUCCESS;
 }
@@ -25,4 +575,5 @@ int weft_coll_init(void)
 void weft_coll_finalize(void)
 {
     weft_coll_svc = NULL;
+    weft_coll_select_finalize();
 }

@@ -1,15 +1,93 @@
-/* The collective module: algorithms are schedules built over pt2pt. The
- * registry and selection table arrive with the collectives work; for now
- * the module provides the runtime's internal services (communicator
- * creation needs an allgather). */
+/* The collective framework: a registry of algorithms (one file each under
+ * coll/base/), a selection table, and the front end that validates
+ * arguments, selects, builds a schedule and starts it.
+ *
+ * An algorithm builds its schedule from normalised arguments; it may
+ * decline a shape it cannot handle (WEFT_ERR_UNSUPPORTED), and the next
+ * candidate in the selection runs instead. */
 #ifndef WEFT_COLL_H
 #define WEFT_COLL_H
 
+#include "src/op.h"
 #include "src/schedule.h"
 #include "src/weft_internal.h"
 
-/* coll/base/allgather_bruck.c: adds Bruck's allgather of `block` bytes per
- * rank to s (ceil(log2 n) rounds, n * block bytes of scratch). */
+typedef enum weft_coll_kind {
+    WEFT_COLL_BARRIER,
+    WEFT_COLL_BCAST,
+    WEFT_COLL_REDUCE,
+    WEFT_COLL_ALLREDUCE,
+    WEFT_COLL_ALLGATHER,
+    WEFT_COLL_ALLGATHERV,
+    WEFT_COLL_GATHER,
+    WEFT_COLL_GATHERV,
+    WEFT_COLL_SCATTER,
+    WEFT_COLL_SCATTERV,
+    WEFT_COLL_REDUCE_SCATTER,
+    WEFT_COLL_REDUCE_SCATTER_BLOCK,
+    WEFT_COLL_ALLTOALL,
+    WEFT_COLL_ALLTOALLV,
+    WEFT_COLL_SCAN,
+    WEFT_COLL_EXSCAN,
+    WEFT_COLL_KINDS
+} weft_coll_kind_t;
+
+/* Arguments after the front end's checks: in-place forms resolved (sendbuf
+ * points at the data to contribute, possibly inside recvbuf), counts in
+ * elements of dtype. */
+typedef struct weft_coll_args {
+    weft_coll_kind_t kind;
+    weft_comm_t comm;
+    const void *sendbuf; /* WEFT_IN_PLACE only for alltoall (the algorithm copies recvbuf) */
+    void *recvbuf;
+    void *const *recvbufs; /* allgather into a list: rank r's block goes to recvbufs[r] */
+    size_t count;          /* per rank (allgather, gather, scatter, alltoall, reduce_scatter_block) or total */
+    weft_dtype_t dtype;
+    size_t esize;
+    weft_op_t op;
+    int root;
+    const int64_t *scounts, *sdispls, *rcounts, *rdispls; /* v-variants */
+    size_t bytes; /* message size the selection looks at */
+} weft_coll_args_t;
+
+typedef struct weft_coll_alg {
+    const char *name; /* unique within its collective, e.g. "ring" */
+    weft_coll_kind_t kind;
+    const char *description;
+    /* Adds the algorithm to s, or declines with WEFT_ERR_UNSUPPORTED. */
+    int (*build)(weft_sched_t *s, const weft_coll_args_t *a);
+} weft_coll_alg_t;
+
+const char *weft_coll_kind_name(weft_coll_kind_t kind);
+
+/* Where rank r's block of an allgather-like result lives. */
+static inline char *weft_coll_rblock(const weft_coll_args_t *a, int r)
+{
+    return a->recvbufs ? (char *)a->recvbufs[r] : (char *)a->recvbuf + (size_t)r * a->count * a->esize;
+}
+
+/* Selection (select.c): the candidates for a call, best first, ending
+ * with every other algorithm of the collective as a fallback. */
+int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int max);
+int weft_coll_select_init(void);
+void weft_coll_select_finalize(void);
+const weft_coll_alg_t *weft_coll_find(weft_coll_kind_t kind, const char *name);
+/* The registry (coll.c). */
+extern const weft_coll_alg_t *const weft_coll_algorithms[];
+
+/* Block i of count elements split n ways as evenly as possible. */
+static inline void weft_coll_block(size_t count, int n, int i, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n, ui = (size_t)i;
+    *off = ui * base + (ui < extra ? ui : extra);
+    *len = base + (ui < extra ? 1 : 0);
+}
+static inline int weft_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* Shared builders other algorithms reuse. */
 int weft_coll_allgather_bruck_build(weft_sched_t *s, const void *send, void *recv, size_t block);
 
 #endif

@@ -74,6 +74,26 @@ typedef enum weft_dtype {
 } weft_dtype_t;
 
 /* ------------------------------------------------------------------ */
+/* Reduction operators (fixed values)                                  */
+/* ------------------------------------------------------------------ */
+/* sum/prod/min/max/avg on every numeric type (float16 and bfloat16
+ * computed in float32, each result rounded to nearest even; integers
+ * wrap; min/max propagate NaN; avg of integers truncates toward zero);
+ * band/bor/bxor on integer types and byte. Anything else is WEFT_ERR_ARG. */
+#define WEFT_OP_DEFINED 1
+typedef enum weft_op {
+    WEFT_SUM = 0,
+    WEFT_PROD = 1,
+    WEFT_MIN = 2,
+    WEFT_MAX = 3,
+    WEFT_AVG = 4,
+    WEFT_BAND = 5,
+    WEFT_BOR = 6,
+    WEFT_BXOR = 7,
+    WEFT_OP_COUNT = 8
+} weft_op_t;
+
+/* ------------------------------------------------------------------ */
 /* Handles and special values                                          */
 /* ------------------------------------------------------------------ */
 typedef struct weft_comm_s *weft_comm_t;
@@ -269,6 +289,91 @@ WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *st
 WEFT_API int weft_iprobe(int source, int tag, weft_comm_t comm, int *flag, weft_status_t *status);
 
 /* ------------------------------------------------------------------ */
+/* Collectives                                                         */
+/* ------------------------------------------------------------------ */
+/* Every member calls the same collectives on a communicator in the same
+ * order. Blocking calls wait at most the communicator's timeout; each has a
+ * nonblocking twin (weft_i...) returning a request for test / wait /
+ * wait_timeout. Counts are elements of dtype; v-variants take per-rank
+ * counts and displacements (in elements). WEFT_IN_PLACE as the send buffer
+ * means: the data is already in the receive buffer, where MPI allows it. */
+#define WEFT_IN_PLACE ((void *)1)
+
+WEFT_API int weft_barrier(weft_comm_t comm);
+WEFT_API int weft_ibarrier(weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm);
+WEFT_API int weft_ibcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm,
+                         weft_request_t *request);
+WEFT_API int weft_reduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op, int root,
+                         weft_comm_t comm);
+WEFT_API int weft_ireduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                          int root, weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_allreduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                            weft_comm_t comm);
+WEFT_API int weft_iallreduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                             weft_comm_t comm, weft_request_t *request);
+/* count: elements each rank contributes. */
+WEFT_API int weft_allgather(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_comm_t comm);
+WEFT_API int weft_iallgather(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype,
+                             weft_comm_t comm, weft_request_t *request);
+/* torch's all_gather into a list: recvbufs[r] receives rank r's count elements. */
+WEFT_API int weft_allgather_list(const void *sendbuf, void *const recvbufs[], int64_t count, weft_dtype_t dtype,
+                                 weft_comm_t comm);
+WEFT_API int weft_iallgather_list(const void *sendbuf, void *const recvbufs[], int64_t count, weft_dtype_t dtype,
+                                  weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_allgatherv(const void *sendbuf, int64_t sendcount, void *recvbuf, const int64_t recvcounts[],
+                             const int64_t displs[], weft_dtype_t dtype, weft_comm_t comm);
+WEFT_API int weft_iallgatherv(const void *sendbuf, int64_t sendcount, void *recvbuf, const int64_t recvcounts[],
+                              const int64_t displs[], weft_dtype_t dtype, weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_gather(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, int root,
+                         weft_comm_t comm);
+WEFT_API int weft_igather(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, int root,
+                          weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_gatherv(const void *sendbuf, int64_t sendcount, void *recvbuf, const int64_t recvcounts[],
+                          const int64_t displs[], weft_dtype_t dtype, int root, weft_comm_t comm);
+WEFT_API int weft_igatherv(const void *sendbuf, int64_t sendcount, void *recvbuf, const int64_t recvcounts[],
+                           const int64_t displs[], weft_dtype_t dtype, int root, weft_comm_t comm,
+                           weft_request_t *request);
+WEFT_API int weft_scatter(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, int root,
+                          weft_comm_t comm);
+WEFT_API int weft_iscatter(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, int root,
+                           weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_scatterv(const void *sendbuf, const int64_t sendcounts[], const int64_t displs[], void *recvbuf,
+                           int64_t recvcount, weft_dtype_t dtype, int root, weft_comm_t comm);
+WEFT_API int weft_iscatterv(const void *sendbuf, const int64_t sendcounts[], const int64_t displs[], void *recvbuf,
+                            int64_t recvcount, weft_dtype_t dtype, int root, weft_comm_t comm,
+                            weft_request_t *request);
+/* Rank r receives recvcounts[r] elements of the reduction. */
+WEFT_API int weft_reduce_scatter(const void *sendbuf, void *recvbuf, const int64_t recvcounts[], weft_dtype_t dtype,
+                                 weft_op_t op, weft_comm_t comm);
+WEFT_API int weft_ireduce_scatter(const void *sendbuf, void *recvbuf, const int64_t recvcounts[],
+                                  weft_dtype_t dtype, weft_op_t op, weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_reduce_scatter_block(const void *sendbuf, void *recvbuf, int64_t recvcount, weft_dtype_t dtype,
+                                       weft_op_t op, weft_comm_t comm);
+WEFT_API int weft_ireduce_scatter_block(const void *sendbuf, void *recvbuf, int64_t recvcount, weft_dtype_t dtype,
+                                        weft_op_t op, weft_comm_t comm, weft_request_t *request);
+/* count: elements sent to (and received from) each rank. */
+WEFT_API int weft_alltoall(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_comm_t comm);
+WEFT_API int weft_ialltoall(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_comm_t comm,
+                            weft_request_t *request);
+WEFT_API int weft_alltoallv(const void *sendbuf, const int64_t sendcounts[], const int64_t sdispls[], void *recvbuf,
+                            const int64_t recvcounts[], const int64_t rdispls[], weft_dtype_t dtype,
+                            weft_comm_t comm);
+WEFT_API int weft_ialltoallv(const void *sendbuf, const int64_t sendcounts[], const int64_t sdispls[],
+                             void *recvbuf, const int64_t recvcounts[], const int64_t rdispls[], weft_dtype_t dtype,
+                             weft_comm_t comm, weft_request_t *request);
+/* Inclusive and exclusive prefix reductions (exscan leaves rank 0's
+ * recvbuf untouched). */
+WEFT_API int weft_scan(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                       weft_comm_t comm);
+WEFT_API int weft_iscan(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                        weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_exscan(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                         weft_comm_t comm);
+WEFT_API int weft_iexscan(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                          weft_comm_t comm, weft_request_t *request);
+
+/* ------------------------------------------------------------------ */
 /* Requests                                                            */
 /* ------------------------------------------------------------------ */
 /* test / wait release a completed request and set *request to
@@ -301,6 +406,9 @@ WEFT_API int weft_ucx_transports(char *buf, size_t len);
 WEFT_API int weft_var_count(void);
 WEFT_API int weft_var_get(int index, const char **name, const char **type, const char **default_value,
                           const char **description);
+/* The collective algorithms and the effective selection table (built-in
+ * rules plus WEFT_COLL_TUNE), as text; weft_info --coll prints it. */
+WEFT_API int weft_coll_table(char *buf, size_t len);
 /* Build facts, "key=value" space separated (cuda=yes|no, ...). */
 WEFT_API const char *weft_build_info(void);
 /* Short hwloc summary of this host ("2 cores, 1 NUMA node, 1 package"). */

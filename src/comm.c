@@ -44,6 +44,7 @@ int weft_comm_world_create(void)
     world_comm.world_ranks = NULL;
     world_comm.timeout = weft_cfg.timeout;
     world_comm.device = -1;
+    world_comm.nnodes = weft_g.nnodes;
     snprintf(world_comm.name, sizeof(world_comm.name), "world");
     weft_g.world = &world_comm;
     live_comms = 0;
@@ -236,6 +237,12 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     for (int i = 0; i < nmembers; i++) {
         c->world_ranks[i] = weft_comm_world_rank_of(parent, members[i]);
         if (members[i] == me) c->rank = i;
+    }
+    for (int i = 0; i < nmembers; i++) {
+        int first = 1;
+        for (int j = 0; j < i && first; j++)
+            first = weft_g.node_of[c->world_ranks[j]] != weft_g.node_of[c->world_ranks[i]];
+        c->nnodes += first;
     }
     c->magic = WEFT_COMM_MAGIC;
     c->context_id = (uint32_t)ctx;

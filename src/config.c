@@ -54,6 +54,10 @@ static const var_t vars[] = {
     {"WEFT_RANKS_PER_NODE", VAR_INT, "0",
      "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)", FIELD(ranks_per_node),
      0},
+    {"WEFT_COLL_TUNE", VAR_STRING, "",
+     "collective selection rules ahead of the built-in table, e.g. "
+     "allreduce:0-4k:recursive_doubling,allreduce:4k-inf:ring (weft_info --coll shows the result)",
+     FIELD(coll_tune), sizeof(((weft_config_t *)0)->coll_tune)},
 };
 
 #define NVARS ((int)(sizeof(vars) / sizeof(vars[0])))

@@ -172,12 +172,6 @@ static int parse_positive_int(const char *v, long *out)
         snprintf((h)->reason, sizeof((h)->reason), __VA_ARGS__);                                                       \
     } while (0)
 
-static const char *const collectives[] = {
-    "allreduce",      "allgather", "allgatherv", "bcast",   "reduce",
-    "reduce_scatter", "alltoall",  "alltoallv",  "barrier", "gather",
-    "gatherv",        "scatter",   "scatterv",   "scan",    "reduce_scatter_block",
-    "exscan",         NULL};
-
 #ifdef WEFT_HAVE_CUDA
 #define NO_GPU_REASON "GPU collectives are not implemented yet in this build (CUDA headers were found)"
 #else
@@ -215,15 +209,19 @@ static void evaluate(weft_comm_t comm, weft_hint_t *h)
     }
     size_t klen = strlen(k), slen = strlen("_algorithm");
     if (klen > slen && !strcmp(k + klen - slen, "_algorithm")) {
-        for (int i = 0; collectives[i]; i++)
-            if (strlen(collectives[i]) == klen - slen && !strncmp(k, collectives[i], klen - slen)) {
-                SET(h, WEFT_HINT_IGNORED,
-                    "the %s algorithm cannot be chosen yet: this build has no public collectives (only the "
-                    "internal allgather used to create communicators)",
-                    collectives[i]);
-                return;
-            }
-        SET(h, WEFT_HINT_IGNORED, "'%.*s' is not a collective weft knows", (int)(klen - slen), k);
+        int kind;
+        const void *alg;
+        char why[140];
+        int found = weft_coll_svc->find_algorithm(k, klen - slen, v, &kind, &alg, why, sizeof(why));
+        if (found == 1) {
+            comm->coll_forced[kind] = alg;
+            SET(h, WEFT_HINT_APPLIED, "%.*s runs %s first on this communicator (the next candidate if it declines)",
+                (int)(klen - slen), k, v);
+        } else if (found == -2) {
+            SET(h, WEFT_HINT_REJECTED, "%s", why);
+        } else {
+            SET(h, WEFT_HINT_IGNORED, "%s", why);
+        }
         return;
     }
     SET(h, WEFT_HINT_IGNORED,

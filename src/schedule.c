@@ -1,14 +1,15 @@
 /* The schedule engine (see schedule.h). Collective traffic uses the
- * collective tag class: tag = (sequence mod 2^16) << 7 | (round mod 2^7),
- * so concurrent collectives on one communicator never match each other
- * while fewer than 65536 are in flight; messages between one pair are
- * ordered, so a wrapped round number still matches correctly. */
+ * collective tag class with tag = sequence number mod 2^23, so concurrent
+ * collectives on one communicator never match each other while fewer than
+ * 2^23 are in flight. */
 #include "schedule.h"
+
+#include "op.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL };
+enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE };
 
 typedef struct {
     int kind;
@@ -18,6 +19,8 @@ typedef struct {
     size_t bytes;
     weft_sched_fn fn;
     void *arg;
+    int rop;   /* OP_REDUCE: the weft_op_t */
+    int dtype; /* OP_REDUCE: the weft_dtype_t */
 } sched_op_t;
 
 struct weft_sched {
@@ -60,7 +63,6 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     if (!s) return NULL;
     s->comm = comm;
     s->name = name;
-    s->seq = comm->coll_seq++;
     s->waiting_peer = -1;
     return s;
 }
@@ -87,6 +89,19 @@ int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0 || dst == src) return WEFT_SUCCESS;
     return add_op(s, (sched_op_t){.kind = OP_COPY, .buf = dst, .src = src, .bytes = bytes});
+}
+
+int weft_sched_reduce(weft_sched_t *s, int op, int dtype, void *inout, const void *in, size_t count)
+{
+    if (count == 0) return WEFT_SUCCESS;
+    return add_op(s, (sched_op_t){.kind = OP_REDUCE, .buf = inout, .src = in, .bytes = count, .rop = op, .dtype = dtype});
+}
+
+int weft_sched_op_finalize(weft_sched_t *s, int op, int dtype, void *buf, size_t count, int nranks)
+{
+    if (count == 0 || op != WEFT_AVG) return WEFT_SUCCESS;
+    return add_op(s, (sched_op_t){
+                         .kind = OP_FINALIZE, .buf = buf, .bytes = count, .rop = op, .dtype = dtype, .peer = nranks});
 }
 
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg)
@@ -135,9 +150,16 @@ void weft_sched_discard(weft_sched_t *s)
     if (s) sched_free(s);
 }
 
+/* All messages of one collective carry its sequence number. Ranks run
+ * different numbers of rounds (a tree's leaves, recursive doubling's
+ * extra ranks), so the round cannot be part of the tag; within a pair,
+ * UCX matches messages with equal tags in the order they were sent, and
+ * every algorithm posts a pair's messages in the same order on both
+ * sides. */
 static unsigned round_tag(const weft_sched_t *s, int round)
 {
-    return ((s->seq & 0xFFFFu) << 7) | ((unsigned)round & 0x7Fu);
+    (void)round;
+    return s->seq & ((1u << WEFT_COLL_TAG_BITS) - 1);
 }
 
 /* Posts the transport operations of round s->cur. */
@@ -173,6 +195,10 @@ static int run_locals(weft_sched_t *s)
         sched_op_t *op = &s->ops[i];
         if (op->kind == OP_COPY)
             memmove(op->buf, op->src, op->bytes);
+        else if (op->kind == OP_REDUCE)
+            weft_op_reduce((weft_op_t)op->rop, (weft_dtype_t)op->dtype, op->buf, op->src, op->bytes);
+        else if (op->kind == OP_FINALIZE)
+            weft_op_finalize((weft_op_t)op->rop, (weft_dtype_t)op->dtype, op->buf, op->bytes, op->peer);
         else if (op->kind == OP_CALL) {
             int rc = op->fn(s, op->arg);
             if (rc) return rc;
@@ -282,8 +308,20 @@ static int sched_describe(weft_request_t req, char *buf, size_t len)
                     s->nrounds);
 }
 
-static const weft_request_ops_t sched_ops = {
-    .kind = "collective", .cancel = NULL, .check = NULL, .orphan = sched_orphan, .describe = sched_describe};
+/* Stops a running schedule: its posted receives are canceled (no more data
+ * lands in the caller's buffers); its sends finish in the background. */
+static int sched_cancel(weft_request_t req)
+{
+    weft_sched_t *s = req->owner_data;
+    if (s) finish(s, WEFT_ERR_CANCELED);
+    return WEFT_SUCCESS;
+}
+
+static const weft_request_ops_t sched_ops = {.kind = "collective",
+                                             .cancel = sched_cancel,
+                                             .check = NULL,
+                                             .orphan = sched_orphan,
+                                             .describe = sched_describe};
 
 int weft_sched_start(weft_sched_t *s, weft_request_t *out)
 {
@@ -295,6 +333,9 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
         goto fail;
     }
     s->req->owner_data = s;
+    /* The sequence number is taken only by schedules that run, so a
+     * schedule an algorithm declined leaves no gap. */
+    s->seq = s->comm->coll_seq++;
     *out = s->req;
     if (s->nrounds == 0) {
         s->req->owner_data = NULL;
@@ -321,9 +362,20 @@ int weft_sched_run(weft_sched_t *s)
     weft_request_t req;
     int rc = weft_sched_start(s, &req);
     if (rc) return rc;
-    rc = weft_wait(&req, NULL);
-    /* A timed-out internal collective keeps running until it ends. */
-    if (rc == WEFT_ERR_TIMEOUT) weft_request_free(&req);
+    return weft_sched_wait(&req);
+}
+
+int weft_sched_wait(weft_request_t *req)
+{
+    int rc = weft_wait(req, NULL);
+    if (rc == WEFT_ERR_TIMEOUT) {
+        /* The caller's buffers go out of scope: stop the schedule first. */
+        char saved[1024];
+        snprintf(saved, sizeof(saved), "%s", weft_last_error());
+        weft_request_cancel(req);
+        weft_request_free(req);
+        rc = weft_error(WEFT_ERR_TIMEOUT, "%s", saved);
+    }
     return rc;
 }
 

@@ -14,14 +14,18 @@ typedef struct weft_sched weft_sched_t;
 typedef int (*weft_sched_fn)(weft_sched_t *s, void *arg);
 
 /* A new, empty schedule on comm, named for messages ("allgather_bruck").
- * Takes the communicator's next collective sequence number: every member
- * must create its schedules for comm in the same order. */
+ * Starting it takes the communicator's next collective sequence number:
+ * every member must start its schedules on comm in the same order. */
 weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name);
 /* Adds to the current round. buf must stay valid until the schedule ends. */
 int weft_sched_send(weft_sched_t *s, const void *buf, size_t bytes, int peer);
 int weft_sched_recv(weft_sched_t *s, void *buf, size_t bytes, int peer);
 int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes);
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg);
+/* inout[i] = inout[i] op in[i] for count elements (op: weft_op_t, dtype: weft_dtype_t). */
+int weft_sched_reduce(weft_sched_t *s, int op, int dtype, void *inout, const void *in, size_t count);
+/* After a reduction of nranks contributions: WEFT_AVG divides (no-op otherwise). */
+int weft_sched_op_finalize(weft_sched_t *s, int op, int dtype, void *buf, size_t count, int nranks);
 /* Ends the current round; later additions go to the next one. */
 int weft_sched_end_round(weft_sched_t *s);
 /* The communicator a schedule runs on. */
@@ -35,6 +39,9 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *req);
 void weft_sched_discard(weft_sched_t *s);
 /* Starts and waits with the communicator's deadline (internal blocking use). */
 int weft_sched_run(weft_sched_t *s);
+/* Waits on a schedule's request; on timeout the schedule is canceled
+ * before returning, so the caller may release its buffers. */
+int weft_sched_wait(weft_request_t *req);
 
 int weft_sched_init(void);
 void weft_sched_finalize(void);

@@ -58,6 +58,7 @@ typedef struct weft_config {
     char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
     char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
     int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
+    char coll_tune[4096];  /* WEFT_COLL_TUNE: selection rules ahead of the defaults */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable; a malformed value fails with WEFT_ERR_ARG
@@ -118,6 +119,7 @@ struct weft_options_s {
 /* ---- communicators (comm.c) ------------------------------------------- */
 #define WEFT_COMM_MAGIC   0x77436f6du /* "wCom" */
 #define WEFT_MAX_CONTEXTS 4096        /* live communicators per process, world included */
+#define WEFT_COLL_KINDS_MAX 24        /* >= the collective module's number of collectives */
 struct weft_comm_s {
     uint32_t magic;
     uint32_t context_id; /* agreed by all members; part of every tag */
@@ -131,6 +133,8 @@ struct weft_comm_s {
     int pending;        /* live requests on this communicator */
     weft_hint_t *hints; /* evaluated hints */
     int nhints;
+    int nnodes;                          /* distinct nodes among the members */
+    const void *coll_forced[WEFT_COLL_KINDS_MAX]; /* per collective: an algorithm a hint chose */
     char name[64];
     struct weft_comm_s *next_free;
 };
@@ -138,6 +142,10 @@ int weft_comm_world_create(void);
 void weft_comm_world_destroy(void);
 /* Validates a communicator handle (fn names the caller in the message). */
 int weft_comm_check(weft_comm_t comm, const char *fn);
+static inline int weft_comm_spans_nodes(weft_comm_t comm)
+{
+    return comm->nnodes > 1;
+}
 static inline int weft_comm_world_rank_of(weft_comm_t comm, int rank)
 {
     return comm->world_ranks ? comm->world_ranks[rank] : rank;
@@ -186,6 +194,11 @@ extern const weft_transport_ops_t *weft_xport;
 typedef struct weft_coll_services {
     /* Gathers `bytes` from every member of comm into recv (rank order). */
     int (*allgather)(weft_comm_t comm, const void *send, void *recv, size_t bytes);
+    /* For a "<collective>_algorithm" hint: finds the algorithm; returns 1
+     * and sets *kind and *alg, 0 with a reason when the collective is
+     * unknown (-1) or has no such algorithm (-2). */
+    int (*find_algorithm)(const char *collective, size_t len, const char *name, int *kind, const void **alg,
+                          char *why, size_t why_len);
 } weft_coll_services_t;
 extern const weft_coll_services_t *weft_coll_svc;
 int weft_coll_init(void);

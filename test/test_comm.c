@@ -249,6 +249,8 @@ static int body_options(int rank, int size, void *arg)
     TH_OK(weft_options_set_hint(o, "max_ctas", "16"));
     TH_OK(weft_options_set_hint(o, "min_ctas", "lots"));
     TH_OK(weft_options_set_hint(o, "frobnicate", "yes"));
+    TH_OK(weft_options_set_hint(o, "allgather_algorithm", "warp"));
+    TH_OK(weft_options_set_hint(o, "teleport_algorithm", "now"));
     weft_comm_t c;
     TH_OK(weft_comm_split(w, 0, rank, o, &c));
     double t;
@@ -264,18 +266,22 @@ static int body_options(int rank, int size, void *arg)
     TH_OK(weft_comm_hint_status(c, "frobnicate", &st, why, sizeof(why)));
     TH_CHECK(st == WEFT_HINT_IGNORED && strstr(why, "unknown"), "frobnicate: %d %s", st, why);
     TH_OK(weft_comm_hint_status(c, "allreduce_algorithm", &st, why, sizeof(why)));
-    TH_CHECK(st == WEFT_HINT_IGNORED && strstr(why, "allreduce"), "allreduce_algorithm: %d %s", st, why);
+    TH_CHECK(st == WEFT_HINT_APPLIED && strstr(why, "ring"), "allreduce_algorithm: %d %s", st, why);
+    TH_OK(weft_comm_hint_status(c, "allgather_algorithm", &st, why, sizeof(why)));
+    TH_CHECK(st == WEFT_HINT_REJECTED && strstr(why, "bruck"), "allgather_algorithm=warp: %d %s", st, why);
+    TH_OK(weft_comm_hint_status(c, "teleport_algorithm", &st, why, sizeof(why)));
+    TH_CHECK(st == WEFT_HINT_IGNORED && strstr(why, "teleport"), "teleport_algorithm: %d %s", st, why);
     TH_OK(weft_comm_hint_status(c, "bcast_algorithm", &st, NULL, 0));
     TH_CHECK(st == WEFT_HINT_NOT_SET, "not given: %d", st);
     int count;
     TH_OK(weft_comm_hint_count(c, &count));
-    TH_CHECK(count == 4, "%d hints", count);
+    TH_CHECK(count == 6, "%d hints", count);
     /* A child inherits everything; its own options override per field. */
     weft_comm_t d, e;
     TH_OK(weft_comm_dup(c, WEFT_OPTIONS_NULL, &d));
     TH_OK(weft_comm_get_timeout(d, &t));
     TH_OK(weft_comm_hint_count(d, &count));
-    TH_CHECK(t == 42 && count == 4, "inherited timeout %g, %d hints", t, count);
+    TH_CHECK(t == 42 && count == 6, "inherited timeout %g, %d hints", t, count);
     weft_options_t o2;
     TH_OK(weft_options_create(&o2));
     TH_OK(weft_options_set_hint(o2, "timeout", "7.5"));

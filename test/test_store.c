@@ -378,6 +378,38 @@ Test(store, rank_0_dies, .timeout = 60)
     run_death(3, &d);
 }
 
+/* Rank 0 gives up and closes its store while the others are between
+ * rounds: their next round fails at once and says so. */
+static int body_store_closes(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    uint64_t v = 1, out[4];
+    (void)size, (void)arg;
+    boot(&bs, 20);
+    check_round(&bs, 0, 8, weft_wtime() + 20);
+    if (rank == 0) {
+        bs.finalize(&bs, 0, 0);
+        usleep(1000 * 1000); /* alive: the notice, not a dead process, explains */
+        return 0;
+    }
+    usleep(300 * 1000);
+    double t0 = weft_wtime();
+    int rc = bs.allgather(&bs, &v, out, sizeof(v), t0 + 15);
+    TH_CHECK(rc == WEFT_ERR_PEER_LOST && weft_wtime() - t0 < 2, "rank %d: %d after %.2f s: %s", rank, rc,
+             weft_wtime() - t0, weft_last_error());
+    TH_CHECK(strstr(weft_last_error(), "rank 0 closed its store at 127.0.0.1:"), "rank %d: %s", rank,
+             weft_last_error());
+    bs.finalize(&bs, 1, weft_wtime() + 1);
+    return 0;
+}
+
+Test(store, store_closes_early, .timeout = 60)
+{
+    th_result_t res = th_run(3, body_store_closes, NULL, 30, NULL);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+}
+
 /* A graceful finalize on rank 0 does not wait past its deadline for a rank
  * that never says goodbye. */
 static int body_slow_bye(int rank, int size, void *arg)

@@ -14,8 +14,12 @@
  *                            (0: no deadline), len bytes of data
  *   RESULT  store -> client  round `seq` complete: size * len bytes, rank-major
  *   ERROR   store -> client  round `seq` (or the HELLO) failed: arg = the
- *                            weft status, payload = the message text
- *   BYE     client -> store  graceful finalize, seq = rounds done, len 0
+ *                            weft status, payload = the message text (<= 4 KiB).
+ *                            WEFT_ERR_ALREADY refusing a HELLO means "a previous
+ *                            run's store, retry"; seq = UINT64_MAX is the notice
+ *                            a closing store sends every rank still connected.
+ *   BYE     client -> store  graceful finalize, seq = rounds done, len 0; the
+ *                            store acknowledges by closing the connection.
  * Limits the store enforces: magic and version, kind valid for the
  * connection's state, rank < size, size == WORLD_SIZE, one connection per
  * rank, seq == that rank's next round, a contribution <= 64 MiB, a round
@@ -66,6 +70,7 @@
 #define STORE_HELLO_TIMEOUT   10.0              /* a connection must say HELLO this soon */
 #define STORE_CLOSING_TIMEOUT 5.0               /* time to flush a refusal before closing */
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
+#define STORE_NOTICE_SEQ      UINT64_MAX        /* an ERROR not tied to a round: the store is closing */
 #define CLIENT_GRACE          1.0               /* how long a client waits past its deadline for the store's verdict */
 
 enum { K_HELLO = 1, K_WELCOME = 2, K_CONTRIB = 3, K_RESULT = 4, K_ERROR = 5, K_BYE = 6 };
@@ -851,8 +856,8 @@ static void server_accept(server_t *s, double now)
     }
 }
 
-/* Returns 1 when the thread should leave. */
-static int server_should_stop(server_t *s, double now)
+/* Returns why the thread should leave now, or NULL to go on. */
+static const char *server_should_stop(server_t *s, double now)
 {
     int stop, fin;
     double fin_deadline;
@@ -862,11 +867,11 @@ static int server_should_stop(server_t *s, double now)
     fin = s->finalizing;
     fin_deadline = s->fin_deadline;
     pthread_mutex_unlock(&s->lock);
-    if (stop) return 1;
-    if (!fin) return 0;
+    if (stop) return "it finalized without waiting for the others, or gave up";
+    if (!fin) return NULL;
     if (s->nbye + s->nlost == s->size) {
         if (s->nlost) weft_debug("env store at %s: closing; %d ranks were lost", s->where, s->nlost);
-        return 1;
+        return "every rank said goodbye";
     }
     if (fin_deadline > 0 && now >= fin_deadline) {
         int *left = malloc(sizeof(int) * (size_t)s->size), n = 0;
@@ -878,21 +883,49 @@ static int server_should_stop(server_t *s, double now)
             free(left);
         }
         weft_warn("env store at %s: finalize deadline passed; %s never said goodbye", s->where, list);
-        return 1;
+        return "its finalize deadline passed before every rank said goodbye";
     }
-    return 0;
+    return NULL;
+}
+
+/* Leaving while ranks are still connected: tell each why (best effort, one
+ * nonblocking send), so a rank that comes late to a round does not just see
+ * the connection drop. The last failed round is usually the real cause. */
+static void server_notify_close(server_t *s, const char *why)
+{
+    char text[1024];
+    blob_t *b;
+
+    const failed_t *first = s->failed;
+    while (first && first->next) /* the list is newest first; the oldest is the cause */
+        first = first->next;
+    if (first) {
+        const blob_t *e = first->err;
+        textf(text, sizeof(text), "rank 0 closed its store at %s (%s) after allgather round %llu failed: %.*s",
+              s->where, why, (unsigned long long)first->seq, (int)(e->len - STORE_HDR), e->data + STORE_HDR);
+    } else {
+        textf(text, sizeof(text), "rank 0 closed its store at %s (%s)", s->where, why);
+    }
+    if (!(b = blob_error(STORE_NOTICE_SEQ, WEFT_ERR_PEER_LOST, text))) return;
+    for (int i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c->rank >= 0 && s->rank_state[c->rank] == RANK_LIVE && !c->out_head && !c->dead)
+            (void)send(c->fd, b->data, b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    blob_put(b);
 }
 
 static void *server_main(void *arg)
 {
     server_t *s = arg;
+    const char *why;
 
     for (;;) {
         double now = weft_wtime();
         double next = now + 1.0; /* wake at least once a second */
         int npoll;
 
-        if (server_should_stop(s, now)) break;
+        if ((why = server_should_stop(s, now))) break;
         /* Deadlines: rounds, silent strangers, refusals that cannot be flushed. */
         for (round_t *r = s->rounds, *rn; r; r = rn) {
             rn = r->next;
@@ -932,6 +965,7 @@ static void *server_main(void *arg)
         if (n < 0) {
             if (errno == EINTR) continue;
             weft_warn("env store at %s: poll failed: %s; the store stops", s->where, strerror(errno));
+            why = "its poll() failed";
             break;
         }
         now = weft_wtime();
@@ -961,6 +995,7 @@ static void *server_main(void *arg)
         server_reap(s);
     }
 
+    server_notify_close(s, why);
     for (int i = 0; i < s->nconns; i++) {
         s->conns[i]->rank = -1; /* no round bookkeeping on the way out */
         conn_finish(s, s->conns[i]);
@@ -1447,9 +1482,19 @@ static int env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, siz
     hdr_pack(b, K_CONTRIB, (uint32_t)eb->rank, (uint32_t)eb->size, seq, left_ms, len);
     io = io_send(eb->fd, b, sizeof(b), len > 0, io_dl, &err);
     if (io == IO_OK && len > 0) io = io_send(eb->fd, send, len, 0, io_dl, &err);
-    if (io == IO_OK) io = io_recv(eb->fd, b, sizeof(b), io_dl, &err);
+    if (io == IO_OK || io == IO_CLOSED) {
+        /* Even when the send failed, the store may have left a closing notice. */
+        int rio = io_recv(eb->fd, b, sizeof(b), io == IO_OK ? io_dl : weft_wtime() + 0.1, &err);
+        if (io == IO_OK || rio == IO_OK) io = rio;
+    }
     if (io != IO_OK) return client_io_failure(eb, io, err, seq);
     hdr_unpack(b, &h);
+    if (h.magic == STORE_MAGIC && h.kind == K_ERROR && h.seq == STORE_NOTICE_SEQ) {
+        eb->broken = 1;
+        if (read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK)
+            textf(text, sizeof(text), "rank 0 closed its store at %s", eb->where);
+        return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: allgather round %llu: %s", (unsigned long long)seq, text);
+    }
     if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.seq != seq ||
         (h.kind == K_RESULT && h.len != total) || (h.kind != K_RESULT && h.kind != K_ERROR)) {
         eb->broken = 1;
@@ -1471,8 +1516,9 @@ static int env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, siz
 
 static void env_free(env_boot_t *eb, int graceful, double deadline)
 {
-    if (eb->fd >= 0) close(eb->fd);
+    /* Store first: rank 0's own connection closing is no news to report. */
     if (eb->srv) server_stop(eb->srv, eb->thread, graceful, deadline);
+    if (eb->fd >= 0) close(eb->fd);
     free(eb);
 }
 
@@ -1497,7 +1543,6 @@ static void env_finalize(weft_bootstrap_t *bs, int graceful, double deadline)
         if (io != IO_CLOSED)
             weft_debug("env bootstrap: rank %d's goodbye to the store at %s was not acknowledged", eb->rank, eb->where);
     }
-    /* Close before joining: rank 0's store sees this rank's goodbye, then EOF. */
     env_free(eb, graceful, deadline);
     bs->impl = NULL;
 }

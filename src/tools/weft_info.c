@@ -9,9 +9,10 @@
 
 static void usage(void)
 {
-    printf("usage: weft_info [--vars] [--topo] [--peers] [--no-init] [-h]\n"
+    printf("usage: weft_info [--vars] [--coll] [--topo] [--peers] [--no-init] [-h]\n"
            "  (no option)  version, build, bootstrap, UCX version and transports, host, variables\n"
            "  --vars       only the WEFT_* variable table\n"
+           "  --coll       the collective algorithms and the selection table in effect\n"
            "  --topo       the node map and every rank's placement (run it under a launcher)\n"
            "  --peers      which UCX transports connect rank 0 to every rank (after a warm-up)\n"
            "  --no-init    do not initialise weft (no bootstrap line)\n");
@@ -79,7 +80,7 @@ static void print_vars(void)
 
 int main(int argc, char **argv)
 {
-    int vars_only = 0, topo = 0, peers = 0, do_init = 1, rank = 0, size = 1, lrank = 0, lsize = 1;
+    int vars_only = 0, coll = 0, topo = 0, peers = 0, do_init = 1, rank = 0, size = 1, lrank = 0, lsize = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--vars"))
             vars_only = 1;
@@ -89,6 +90,8 @@ int main(int argc, char **argv)
             topo = 1;
         else if (!strcmp(argv[i], "--peers"))
             peers = 1;
+        else if (!strcmp(argv[i], "--coll"))
+            coll = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
             return 0;
@@ -112,6 +115,14 @@ int main(int argc, char **argv)
         weft_comm_size(weft_comm_world(), &size);
         weft_local_rank(&lrank);
         weft_local_size(&lsize);
+    }
+    if (coll) {
+        static char table[65536];
+        int rc = do_init ? weft_coll_table(table, sizeof(table)) : WEFT_ERR_NOT_INITIALIZED;
+        if (rc) fprintf(stderr, "weft_info --coll: %s: %s\n", weft_strerror(rc), weft_last_error());
+        else if (rank == 0) fputs(table, stdout);
+        int frc = do_init ? weft_finalize() : 0;
+        return rc || frc ? 1 : 0;
     }
     if (topo || peers) {
         int rc = topo ? print_topo(rank, size) : WEFT_SUCCESS;

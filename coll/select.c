@@ -1,0 +1,283 @@
+/* The selection table. Rules map (collective, message-size range,
+ * communicator shape) to an algorithm with a score; the defaults below are
+ * written in the same grammar as WEFT_COLL_TUNE, which users set:
+ *
+ *   rule  := coll ":" [lo "-" hi ":"] [cond ":"]* algorithm
+ *   cond  := "np=" a ["-" b]  |  "nodes=" ("1" | "multi")
+ *   sizes are bytes per rank with optional k/m/g (powers of 1024) or "inf";
+ *   lo is inclusive, hi exclusive; rules are separated by "," or ";".
+ *   e.g. WEFT_COLL_TUNE="allreduce:0-4k:recursive_doubling,allreduce:4k-inf:ring"
+ *
+ * Candidates for a call: a communicator's <coll>_algorithm hint first,
+ * then matching WEFT_COLL_TUNE rules, then matching defaults, then every
+ * other algorithm of the collective, so a declined algorithm always has a
+ * successor. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+
+/* Thresholds: first guesses, to be replaced by measured ones (the
+ * benchmarks and the numbers behind them arrive with the OSU harness). */
+static const char default_rules[] = "barrier:dissemination,"
+                                    "bcast:0-inf:binomial,"
+                                    "reduce:0-inf:binomial,"
+                                    "allreduce:0-16k:recursive_doubling,"
+                                    "allreduce:16k-inf:ring,"
+                                    "allgather:0-8k:bruck,"
+                                    "allgather:8k-inf:ring,"
+                                    "allgatherv:ring,"
+                                    "gather:linear,"
+                                    "gatherv:linear,"
+                                    "scatter:linear,"
+                                    "scatterv:linear,"
+                                    "reduce_scatter:ring,"
+                                    "reduce_scatter_block:ring,"
+                                    "alltoall:pairwise,"
+                                    "alltoallv:pairwise,"
+                                    "scan:linear,"
+                                    "exscan:linear";
+
+enum { NODES_ANY = 0, NODES_ONE = 1, NODES_MULTI = 2 };
+
+typedef struct {
+    weft_coll_kind_t kind;
+    size_t lo, hi;
+    int np_lo, np_hi;
+    int nodes;
+    const weft_coll_alg_t *alg;
+    int score;
+    int user; /* from WEFT_COLL_TUNE */
+} rule_t;
+
+static rule_t *rules;
+static int nrules;
+
+static const char *const kind_names[WEFT_COLL_KINDS] = {
+    [WEFT_COLL_BARRIER] = "barrier",
+    [WEFT_COLL_BCAST] = "bcast",
+    [WEFT_COLL_REDUCE] = "reduce",
+    [WEFT_COLL_ALLREDUCE] = "allreduce",
+    [WEFT_COLL_ALLGATHER] = "allgather",
+    [WEFT_COLL_ALLGATHERV] = "allgatherv",
+    [WEFT_COLL_GATHER] = "gather",
+    [WEFT_COLL_GATHERV] = "gatherv",
+    [WEFT_COLL_SCATTER] = "scatter",
+    [WEFT_COLL_SCATTERV] = "scatterv",
+    [WEFT_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [WEFT_COLL_REDUCE_SCATTER_BLOCK] = "reduce_scatter_block",
+    [WEFT_COLL_ALLTOALL] = "alltoall",
+    [WEFT_COLL_ALLTOALLV] = "alltoallv",
+    [WEFT_COLL_SCAN] = "scan",
+    [WEFT_COLL_EXSCAN] = "exscan",
+};
+
+const char *weft_coll_kind_name(weft_coll_kind_t kind)
+{
+    return (int)kind >= 0 && kind < WEFT_COLL_KINDS ? kind_names[kind] : "?";
+}
+
+static int kind_from_name(const char *s, size_t n)
+{
+    for (int k = 0; k < WEFT_COLL_KINDS; k++)
+        if (strlen(kind_names[k]) == n && !strncmp(kind_names[k], s, n)) return k;
+    return -1;
+}
+
+const weft_coll_alg_t *weft_coll_find(weft_coll_kind_t kind, const char *name)
+{
+    for (int i = 0; weft_coll_algorithms[i]; i++)
+        if (weft_coll_algorithms[i]->kind == kind && !strcmp(weft_coll_algorithms[i]->name, name))
+            return weft_coll_algorithms[i];
+    return NULL;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    if (!strcmp(s, "inf")) {
+        *out = SIZE_MAX;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *s == '-') return -1;
+    switch (tolower((unsigned char)*end)) {
+    case 'k': v <<= 10; end++; break;
+    case 'm': v <<= 20; end++; break;
+    case 'g': v <<= 30; end++; break;
+    default: break;
+    }
+    if (*end) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+/* Parses one rule (NUL-terminated, no separators) into r. */
+static int parse_rule(char *text, rule_t *r, const char *source)
+{
+    char *fields[8];
+    int nf = 0;
+    for (char *tok = strtok(text, ":"); tok && nf < 8; tok = strtok(NULL, ":")) fields[nf++] = tok;
+    memset(r, 0, sizeof(*r));
+    r->hi = SIZE_MAX;
+    r->np_hi = 1 << 30;
+    if (nf < 2) return weft_error(WEFT_ERR_ARG, "%s: rule '%s' needs at least collective:algorithm", source, text);
+    int k = kind_from_name(fields[0], strlen(fields[0]));
+    if (k < 0) return weft_error(WEFT_ERR_ARG, "%s: '%s' is not a collective", source, fields[0]);
+    r->kind = (weft_coll_kind_t)k;
+    for (int i = 1; i < nf - 1; i++) {
+        char *f = fields[i];
+        if (!strncmp(f, "np=", 3)) {
+            char *end;
+            long a = strtol(f + 3, &end, 10), b = a;
+            if (*end == '-') b = strtol(end + 1, &end, 10);
+            if (*end || a < 1 || b < a)
+                return weft_error(WEFT_ERR_ARG, "%s: '%s' is not np=A or np=A-B", source, f);
+            r->np_lo = (int)a;
+            r->np_hi = (int)b;
+        } else if (!strcmp(f, "nodes=1")) {
+            r->nodes = NODES_ONE;
+        } else if (!strcmp(f, "nodes=multi")) {
+            r->nodes = NODES_MULTI;
+        } else {
+            char *dash = strchr(f, '-');
+            if (!dash) return weft_error(WEFT_ERR_ARG, "%s: '%s' is not a size range lo-hi", source, f);
+            *dash = '\0';
+            if (parse_size(f, &r->lo) || parse_size(dash + 1, &r->hi) || r->hi <= r->lo) {
+                *dash = '-';
+                return weft_error(WEFT_ERR_ARG, "%s: '%s' is not a size range lo-hi (k/m/g, inf)", source, f);
+            }
+        }
+    }
+    r->alg = weft_coll_find(r->kind, fields[nf - 1]);
+    if (!r->alg) {
+        char known[256] = "";
+        for (int i = 0; weft_coll_algorithms[i]; i++)
+            if (weft_coll_algorithms[i]->kind == r->kind) {
+                strncat(known, " ", sizeof(known) - strlen(known) - 1);
+                strncat(known, weft_coll_algorithms[i]->name, sizeof(known) - strlen(known) - 1);
+            }
+        return weft_error(WEFT_ERR_ARG, "%s: no %s algorithm '%s' (known:%s)", source, kind_names[k],
+                          fields[nf - 1], known);
+    }
+    return WEFT_SUCCESS;
+}
+
+static int parse_rules(const char *text, int score, int user, const char *source)
+{
+    char *copy = strdup(text);
+    if (!copy) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", source);
+    int rc = WEFT_SUCCESS;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",; \t\n", &save); tok; tok = strtok_r(NULL, ",; \t\n", &save)) {
+        rule_t r;
+        char one[256];
+        snprintf(one, sizeof(one), "%s", tok);
+        if ((rc = parse_rule(one, &r, source))) break;
+        r.score = score--;
+        r.user = user;
+        rule_t *n = realloc(rules, sizeof(rule_t) * (size_t)(nrules + 1));
+        if (!n) {
+            rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", source);
+            break;
+        }
+        rules = n;
+        rules[nrules++] = r;
+    }
+    free(copy);
+    return rc;
+}
+
+int weft_coll_select_init(void)
+{
+    weft_coll_select_finalize();
+    int rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
+    if (rc) return rc;
+    if (weft_cfg.coll_tune[0]) rc = parse_rules(weft_cfg.coll_tune, 100000, 1, "WEFT_COLL_TUNE");
+    return rc;
+}
+
+void weft_coll_select_finalize(void)
+{
+    free(rules);
+    rules = NULL;
+    nrules = 0;
+}
+
+static int add_candidate(const weft_coll_alg_t **out, int n, int max, const weft_coll_alg_t *alg)
+{
+    for (int i = 0; i < n; i++)
+        if (out[i] == alg) return n;
+    if (n < max) out[n++] = alg;
+    return n;
+}
+
+int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int max)
+{
+    int n = 0, np = a->comm->size;
+    int multi = weft_comm_spans_nodes(a->comm);
+    const weft_coll_alg_t *forced = a->comm->coll_forced[a->kind];
+    if (forced) n = add_candidate(out, n, max, forced);
+    /* Matching rules, best score first (scores are distinct). */
+    int used[256] = {0};
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < nrules && i < 256; i++) {
+            const rule_t *r = &rules[i];
+            if (used[i] || r->kind != a->kind || a->bytes < r->lo || a->bytes >= r->hi || np < r->np_lo ||
+                np > r->np_hi || (r->nodes == NODES_ONE && multi) || (r->nodes == NODES_MULTI && !multi))
+                continue;
+            if (best < 0 || r->score > rules[best].score) best = i;
+        }
+        if (best < 0) break;
+        used[best] = 1;
+        n = add_candidate(out, n, max, rules[best].alg);
+    }
+    for (int i = 0; weft_coll_algorithms[i]; i++)
+        if (weft_coll_algorithms[i]->kind == a->kind) n = add_candidate(out, n, max, weft_coll_algorithms[i]);
+    return n;
+}
+
+static void size_text(size_t v, char *buf, size_t len)
+{
+    if (v == SIZE_MAX) snprintf(buf, len, "inf");
+    else if (v && v % (1u << 30) == 0) snprintf(buf, len, "%zug", v >> 30);
+    else if (v && v % (1u << 20) == 0) snprintf(buf, len, "%zum", v >> 20);
+    else if (v && v % 1024 == 0) snprintf(buf, len, "%zuk", v >> 10);
+    else snprintf(buf, len, "%zu", v);
+}
+
+WEFT_API int weft_coll_table(char *buf, size_t len)
+{
+    WEFT_CHECK_INIT("weft_coll_table");
+    if (!buf || !len) return weft_error(WEFT_ERR_ARG, "weft_coll_table: NULL or empty buffer");
+    size_t used = 0;
+#define OUT(...)                                                                                               \
+    do {                                                                                                       \
+        int w_ = snprintf(buf + used, len - used, __VA_ARGS__);                                                \
+        if (w_ > 0) used = used + (size_t)w_ < len ? used + (size_t)w_ : len - 1;                             \
+    } while (0)
+    OUT("algorithms:\n");
+    for (int i = 0; weft_coll_algorithms[i]; i++)
+        OUT("  %-22s %-22s %s\n", kind_names[weft_coll_algorithms[i]->kind], weft_coll_algorithms[i]->name,
+            weft_coll_algorithms[i]->description);
+    OUT("selection (first match by score; a declined algorithm falls back to the next, then to any other):\n");
+    for (int pass = 1; pass >= 0; pass--)
+        for (int i = 0; i < nrules; i++) {
+            const rule_t *r = &rules[i];
+            if (r->user != pass) continue;
+            char lo[32], hi[32], cond[48] = "";
+            size_text(r->lo, lo, sizeof(lo));
+            size_text(r->hi, hi, sizeof(hi));
+            if (r->np_lo) snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
+            if (r->nodes) snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
+                                   r->nodes == NODES_ONE ? "1" : "multi");
+            OUT("  %s:%s-%s%s:%s   (%s, score %d)\n", kind_names[r->kind], lo, hi, cond, r->alg->name,
+                r->user ? "WEFT_COLL_TUNE" : "default", r->score);
+        }
+#undef OUT
+    return WEFT_SUCCESS;
+}

@@ -1,0 +1,85 @@
+/* Reduction operators for the collectives: validity of (op, dtype), the
+ * element-wise kernels (one vectorised loop per op and datatype), AVG's
+ * final division, and IEEE binary16 / bfloat16 conversions.
+ *
+ * Semantics, identical on every rank and on every code path:
+ *   - integers wrap (computed in the unsigned type of the same width);
+ *   - float16 / bfloat16: each element is computed in float32 and rounded
+ *     to nearest even back to 16 bits; since float32 has 24 >= 2*11+2 bits,
+ *     this equals the correctly rounded 16-bit sum / product;
+ *   - MIN / MAX on floats propagate NaN (as torch.minimum / maximum): if
+ *     exactly one operand is NaN the result is that NaN, bit for bit; if
+ *     both are, the bitwise OR of the two (a NaN; commutative). -0 < +0:
+ *     min(-0, +0) = -0 and max(-0, +0) = +0 in either order. So MIN / MAX
+ *     are commutative bit for bit and the result does not depend on which
+ *     rank holds which operand;
+ *   - AVG reduces as SUM; weft_op_finalize then divides by the number of
+ *     contributions: integers truncate toward zero (as NCCL's ncclAvg),
+ *     floats are correctly rounded quotients x / n (never x * (1/n)).
+ * Floating point assumes the default environment (round to nearest, no
+ * flush-to-zero / denormals-are-zero). */
+#ifndef WEFT_OP_H
+#define WEFT_OP_H
+
+#include "weft.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef WEFT_OP_DEFINED
+#define WEFT_OP_DEFINED 1
+typedef enum weft_op {
+    WEFT_SUM = 0,
+    WEFT_PROD = 1,
+    WEFT_MIN = 2,
+    WEFT_MAX = 3,
+    WEFT_AVG = 4,
+    WEFT_BAND = 5,
+    WEFT_BOR = 6,
+    WEFT_BXOR = 7,
+    WEFT_OP_COUNT = 8
+} weft_op_t;
+#endif
+
+/* WEFT_SUCCESS, or WEFT_ERR_ARG through weft_error() with a message naming
+ * fn, the op and the dtype: unknown op or dtype, bitwise ops on float16 /
+ * bfloat16 / float32 / float64, any op on WEFT_BYTE but BAND / BOR / BXOR. */
+int weft_op_check(weft_op_t op, weft_dtype_t dtype, const char *fn);
+
+/* inout[i] = inout[i] op in[i] for i < count. AVG reduces as SUM here.
+ * inout and in are either the same buffer or disjoint. An invalid
+ * (op, dtype) does nothing: check it first with weft_op_check. */
+void weft_op_reduce(weft_op_t op, weft_dtype_t dtype, void *inout, const void *in, size_t count);
+
+/* out[i] = a[i] op b[i]. out may be a, b, or both (the same pointer);
+ * otherwise the three buffers must not overlap. */
+void weft_op_reduce3(weft_op_t op, weft_dtype_t dtype, void *out, const void *a, const void *b, size_t count);
+
+/* After a reduction of nranks contributions: AVG divides every element by
+ * nranks (integers: truncation toward zero; floats: correctly rounded
+ * division); every other op, and nranks <= 1, does nothing. */
+void weft_op_finalize(weft_op_t op, weft_dtype_t dtype, void *buf, size_t count, int nranks);
+
+/* "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"; "unknown" otherwise. */
+const char *weft_op_name(weft_op_t op);
+
+/* IEEE binary16 and bfloat16 <-> float32. To float: exact (a signaling
+ * NaN comes back quiet, payload kept, as F16C's vcvtph2ps does; bfloat16
+ * is a plain shift). From float: round to nearest even, overflow to
+ * +-Inf, subnormals exact, NaN stays NaN (quieted, the payload's top bits kept). */
+float weft_fp16_to_float(uint16_t h);
+uint16_t weft_float_to_fp16(float f);
+float weft_bf16_to_float(uint16_t b);
+uint16_t weft_float_to_bf16(float f);
+
+/* The same conversions over arrays (F16C when the CPU has it, bit-exact
+ * with the scalar functions). */
+void weft_fp16_to_float_n(float *out, const uint16_t *in, size_t count);
+void weft_float_to_fp16_n(uint16_t *out, const float *in, size_t count);
+
+/* Which float16 path the kernels and array conversions use, for tests and
+ * diagnostics: mode 0 forces the portable code, 1 selects F16C + AVX2 when
+ * the CPU has them, -1 only asks. Returns 1 when the F16C path is in use. */
+int weft_op_fp16_hw(int mode);
+
+#endif
