@@ -145,10 +145,10 @@ static inline uint16_t f32_to_bf16(float f)
 #define FLOAT_MINMAX(name, F, U, from_bits, bits, CMP, TIE)                                                            \
     static inline F name(F a, F b)                                                                                     \
     {                                                                                                                  \
-        F tie = from_bits((U)(bits(a) TIE bits(b))); /* equal values: only +-0 differ in bits; two NaNs */             \
+        F tie = from_bits((U)(bits(a) TIE bits(b))); /* equal values: only +-0 differ in bits */                       \
         F r = a CMP b ? a : b;                                                                                         \
         r = a == b ? tie : r;                                                                                          \
-        F nan = a != a ? (b != b ? tie : a) : b;                                                                       \
+        F nan = a != a ? (b != b ? from_bits((U)(bits(a) | bits(b))) : a) : b;                                         \
         return a != a || b != b ? nan : r;                                                                             \
     }
 FLOAT_MINMAX(min_f32, float, uint32_t, f32_from_bits, f32_bits, <, |)
