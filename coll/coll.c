@@ -7,11 +7,10 @@
 
 /* ---- the registry: one row per algorithm (coll/base/<coll>_<name>.c) ---- */
 extern const weft_coll_alg_t weft_alg_barrier_dissemination, weft_alg_bcast_binomial, weft_alg_reduce_binomial,
-    weft_alg_allreduce_recursive_doubling, weft_alg_allreduce_ring, weft_alg_allgather_bruck,
-    weft_alg_allgather_ring, weft_alg_allgatherv_ring, weft_alg_gather_linear, weft_alg_gatherv_linear,
-    weft_alg_scatter_linear, weft_alg_scatterv_linear, weft_alg_reduce_scatter_ring,
-    weft_alg_reduce_scatter_block_ring, weft_alg_alltoall_pairwise, weft_alg_alltoallv_pairwise,
-    weft_alg_scan_linear, weft_alg_exscan_linear;
+    weft_alg_allreduce_recursive_doubling, weft_alg_allreduce_ring, weft_alg_allgather_bruck, weft_alg_allgather_ring,
+    weft_alg_allgatherv_ring, weft_alg_gather_linear, weft_alg_gatherv_linear, weft_alg_scatter_linear,
+    weft_alg_scatterv_linear, weft_alg_reduce_scatter_ring, weft_alg_reduce_scatter_block_ring,
+    weft_alg_alltoall_pairwise, weft_alg_alltoallv_pairwise, weft_alg_scan_linear, weft_alg_exscan_linear;
 
 const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_barrier_dissemination,
@@ -96,7 +95,8 @@ static int check_count(int64_t count, const char *fn, const char *what)
 
 static int check_buf(const void *buf, int64_t count, const char *fn, const char *what)
 {
-    if (count > 0 && buf == NULL) return weft_error(WEFT_ERR_ARG, "%s: NULL %s with count %lld", fn, what, (long long)count);
+    if (count > 0 && buf == NULL)
+        return weft_error(WEFT_ERR_ARG, "%s: NULL %s with count %lld", fn, what, (long long)count);
     return WEFT_SUCCESS;
 }
 
@@ -270,9 +270,9 @@ static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, v
             a.recvbuf = recvbuf;
             return coll_finish(&a, req);
         }
-        sendbuf = weft_coll_rblock(&(weft_coll_args_t){.recvbuf = recvbuf, .recvbufs = recvbufs, .count = a.count,
-                                                       .esize = a.esize},
-                                   kind == WEFT_COLL_GATHER ? root : me);
+        sendbuf = weft_coll_rblock(
+            &(weft_coll_args_t){.recvbuf = recvbuf, .recvbufs = recvbufs, .count = a.count, .esize = a.esize},
+            kind == WEFT_COLL_GATHER ? root : me);
     } else if ((rc = check_buf(sendbuf, kind == WEFT_COLL_ALLTOALL ? count * comm->size : count, fn, "send buffer"))) {
         return rc;
     }
@@ -333,8 +333,8 @@ WEFT_API int weft_ialltoall(const void *s, void *r, int64_t n, weft_dtype_t d, w
 /* allgatherv / gatherv: each rank sends sendcount, the receiver(s) place
  * rank r's block at displs[r] with recvcounts[r] elements. */
 static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendcount, void *recvbuf,
-                       const int64_t *recvcounts, const int64_t *displs, weft_dtype_t dtype, int root,
-                       weft_comm_t comm, weft_request_t *req, const char *fn)
+                       const int64_t *recvcounts, const int64_t *displs, weft_dtype_t dtype, int root, weft_comm_t comm,
+                       weft_request_t *req, const char *fn)
 {
     weft_coll_args_t a;
     int64_t total;
@@ -367,8 +367,8 @@ static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendc
     a.bytes = (size_t)sendcount * a.esize;
     return coll_finish(&a, req);
 }
-WEFT_API int weft_allgatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
-                             weft_dtype_t d, weft_comm_t c)
+WEFT_API int weft_allgatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[], weft_dtype_t d,
+                             weft_comm_t c)
 {
     return gathering_v(WEFT_COLL_ALLGATHERV, s, sc, r, rc, dp, d, 0, c, NULL, "weft_allgatherv");
 }
@@ -378,13 +378,13 @@ WEFT_API int weft_iallgatherv(const void *s, int64_t sc, void *r, const int64_t 
     return req ? gathering_v(WEFT_COLL_ALLGATHERV, s, sc, r, rc, dp, d, 0, c, req, "weft_iallgatherv")
                : weft_error(WEFT_ERR_ARG, "weft_iallgatherv: NULL request pointer");
 }
-WEFT_API int weft_gatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
-                          weft_dtype_t d, int root, weft_comm_t c)
+WEFT_API int weft_gatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[], weft_dtype_t d,
+                          int root, weft_comm_t c)
 {
     return gathering_v(WEFT_COLL_GATHERV, s, sc, r, rc, dp, d, root, c, NULL, "weft_gatherv");
 }
-WEFT_API int weft_igatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
-                           weft_dtype_t d, int root, weft_comm_t c, weft_request_t *req)
+WEFT_API int weft_igatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[], weft_dtype_t d,
+                           int root, weft_comm_t c, weft_request_t *req)
 {
     return req ? gathering_v(WEFT_COLL_GATHERV, s, sc, r, rc, dp, d, root, c, req, "weft_igatherv")
                : weft_error(WEFT_ERR_ARG, "weft_igatherv: NULL request pointer");
@@ -425,13 +425,13 @@ static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64
     a.bytes = (size_t)recvcount * a.esize;
     return coll_finish(&a, req);
 }
-WEFT_API int weft_scatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc,
-                           weft_dtype_t d, int root, weft_comm_t c)
+WEFT_API int weft_scatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc, weft_dtype_t d,
+                           int root, weft_comm_t c)
 {
     return scatter_v(s, sc, dp, r, rc, d, root, c, NULL, "weft_scatterv");
 }
-WEFT_API int weft_iscatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc,
-                            weft_dtype_t d, int root, weft_comm_t c, weft_request_t *req)
+WEFT_API int weft_iscatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc, weft_dtype_t d,
+                            int root, weft_comm_t c, weft_request_t *req)
 {
     return req ? scatter_v(s, sc, dp, r, rc, d, root, c, req, "weft_iscatterv")
                : weft_error(WEFT_ERR_ARG, "weft_iscatterv: NULL request pointer");
@@ -439,8 +439,8 @@ WEFT_API int weft_iscatterv(const void *s, const int64_t sc[], const int64_t dp[
 
 /* reduce_scatter(_block): the input is the whole vector (sum of counts). */
 static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, const int64_t *recvcounts,
-                          int64_t blockcount, weft_dtype_t dtype, weft_op_t op, weft_comm_t comm,
-                          weft_request_t *req, const char *fn)
+                          int64_t blockcount, weft_dtype_t dtype, weft_op_t op, weft_comm_t comm, weft_request_t *req,
+                          const char *fn)
 {
     weft_coll_args_t a;
     int64_t total;
@@ -454,7 +454,8 @@ static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recv
         total = blockcount * comm->size;
     }
     if (sendbuf == WEFT_IN_PLACE) sendbuf = recvbuf;
-    if ((rc = check_buf(sendbuf, total, fn, "send buffer")) || (rc = check_buf(recvbuf, blockcount, fn, "receive buffer")))
+    if ((rc = check_buf(sendbuf, total, fn, "send buffer")) ||
+        (rc = check_buf(recvbuf, blockcount, fn, "receive buffer")))
         return rc;
     a.sendbuf = sendbuf;
     a.recvbuf = recvbuf;
@@ -479,8 +480,8 @@ WEFT_API int weft_reduce_scatter_block(const void *s, void *r, int64_t n, weft_d
 {
     return reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, NULL, "weft_reduce_scatter_block");
 }
-WEFT_API int weft_ireduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op,
-                                        weft_comm_t c, weft_request_t *req)
+WEFT_API int weft_ireduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
+                                        weft_request_t *req)
 {
     return req ? reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, req,
                                 "weft_ireduce_scatter_block")

@@ -47,7 +47,7 @@ typedef struct weft_coll_args {
     weft_op_t op;
     int root;
     const int64_t *scounts, *sdispls, *rcounts, *rdispls; /* v-variants */
-    size_t bytes; /* message size the selection looks at */
+    size_t bytes;                                         /* message size the selection looks at */
 } weft_coll_args_t;
 
 typedef struct weft_coll_alg {

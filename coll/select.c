@@ -12,12 +12,12 @@
  * then matching WEFT_COLL_TUNE rules, then matching defaults, then every
  * other algorithm of the collective, so a declined algorithm always has a
  * successor. */
+#include "coll/coll.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "coll/coll.h"
 
 /* Thresholds: first guesses, to be replaced by measured ones (the
  * benchmarks and the numbers behind them arrive with the OSU harness). */
@@ -105,9 +105,18 @@ static int parse_size(const char *s, size_t *out)
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s || *s == '-') return -1;
     switch (tolower((unsigned char)*end)) {
-    case 'k': v <<= 10; end++; break;
-    case 'm': v <<= 20; end++; break;
-    case 'g': v <<= 30; end++; break;
+    case 'k':
+        v <<= 10;
+        end++;
+        break;
+    case 'm':
+        v <<= 20;
+        end++;
+        break;
+    case 'g':
+        v <<= 30;
+        end++;
+        break;
     default: break;
     }
     if (*end) return -1;
@@ -120,7 +129,8 @@ static int parse_rule(char *text, rule_t *r, const char *source)
 {
     char *fields[8];
     int nf = 0;
-    for (char *tok = strtok(text, ":"); tok && nf < 8; tok = strtok(NULL, ":")) fields[nf++] = tok;
+    for (char *tok = strtok(text, ":"); tok && nf < 8; tok = strtok(NULL, ":"))
+        fields[nf++] = tok;
     memset(r, 0, sizeof(*r));
     r->hi = SIZE_MAX;
     r->np_hi = 1 << 30;
@@ -134,8 +144,7 @@ static int parse_rule(char *text, rule_t *r, const char *source)
             char *end;
             long a = strtol(f + 3, &end, 10), b = a;
             if (*end == '-') b = strtol(end + 1, &end, 10);
-            if (*end || a < 1 || b < a)
-                return weft_error(WEFT_ERR_ARG, "%s: '%s' is not np=A or np=A-B", source, f);
+            if (*end || a < 1 || b < a) return weft_error(WEFT_ERR_ARG, "%s: '%s' is not np=A or np=A-B", source, f);
             r->np_lo = (int)a;
             r->np_hi = (int)b;
         } else if (!strcmp(f, "nodes=1")) {
@@ -160,8 +169,8 @@ static int parse_rule(char *text, rule_t *r, const char *source)
                 strncat(known, " ", sizeof(known) - strlen(known) - 1);
                 strncat(known, weft_coll_algorithms[i]->name, sizeof(known) - strlen(known) - 1);
             }
-        return weft_error(WEFT_ERR_ARG, "%s: no %s algorithm '%s' (known:%s)", source, kind_names[k],
-                          fields[nf - 1], known);
+        return weft_error(WEFT_ERR_ARG, "%s: no %s algorithm '%s' (known:%s)", source, kind_names[k], fields[nf - 1],
+                          known);
     }
     return WEFT_SUCCESS;
 }
@@ -243,11 +252,16 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
 
 static void size_text(size_t v, char *buf, size_t len)
 {
-    if (v == SIZE_MAX) snprintf(buf, len, "inf");
-    else if (v && v % (1u << 30) == 0) snprintf(buf, len, "%zug", v >> 30);
-    else if (v && v % (1u << 20) == 0) snprintf(buf, len, "%zum", v >> 20);
-    else if (v && v % 1024 == 0) snprintf(buf, len, "%zuk", v >> 10);
-    else snprintf(buf, len, "%zu", v);
+    if (v == SIZE_MAX)
+        snprintf(buf, len, "inf");
+    else if (v && v % (1u << 30) == 0)
+        snprintf(buf, len, "%zug", v >> 30);
+    else if (v && v % (1u << 20) == 0)
+        snprintf(buf, len, "%zum", v >> 20);
+    else if (v && v % 1024 == 0)
+        snprintf(buf, len, "%zuk", v >> 10);
+    else
+        snprintf(buf, len, "%zu", v);
 }
 
 WEFT_API int weft_coll_table(char *buf, size_t len)
@@ -255,10 +269,10 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
     WEFT_CHECK_INIT("weft_coll_table");
     if (!buf || !len) return weft_error(WEFT_ERR_ARG, "weft_coll_table: NULL or empty buffer");
     size_t used = 0;
-#define OUT(...)                                                                                               \
-    do {                                                                                                       \
-        int w_ = snprintf(buf + used, len - used, __VA_ARGS__);                                                \
-        if (w_ > 0) used = used + (size_t)w_ < len ? used + (size_t)w_ : len - 1;                             \
+#define OUT(...)                                                                                                       \
+    do {                                                                                                               \
+        int w_ = snprintf(buf + used, len - used, __VA_ARGS__);                                                        \
+        if (w_ > 0) used = used + (size_t)w_ < len ? used + (size_t)w_ : len - 1;                                      \
     } while (0)
     OUT("algorithms:\n");
     for (int i = 0; weft_coll_algorithms[i]; i++)
@@ -273,8 +287,9 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
             size_text(r->lo, lo, sizeof(lo));
             size_text(r->hi, hi, sizeof(hi));
             if (r->np_lo) snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
-            if (r->nodes) snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
-                                   r->nodes == NODES_ONE ? "1" : "multi");
+            if (r->nodes)
+                snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
+                         r->nodes == NODES_ONE ? "1" : "multi");
             OUT("  %s:%s-%s%s:%s   (%s, score %d)\n", kind_names[r->kind], lo, hi, cond, r->alg->name,
                 r->user ? "WEFT_COLL_TUNE" : "default", r->score);
         }

@@ -404,13 +404,14 @@ UNARY_KERNEL(avg_u64, uint64_t, x / (uint64_t)nranks)
 /* Floats: the correctly rounded quotient x / n.
  * - float64: n is exact in a double, one IEEE division.
  * - float32, n <= 2^24: n is exact in a float, one IEEE division.
- * - float16 (bfloat16), n <= 2^12 (2^15): the float32 quotient rounded
+ * - float16 (bfloat16), n < 2^13 (2^16): the float32 quotient rounded
  *   again to 16 bits. Double rounding is harmless here: x/n differs from
- *   a 16-bit rounding boundary m by a multiple of 2^(f-1)/n (2^f: the
- *   result's quantum) unless it equals m, so |x/n - m| >= 2^(f-13)
- *   (2^(f-16)), more than float32's error of at most 2^(f-14) (2^(f-17)).
- * - larger n (more ranks than that): a scalar loop divides in double with
- *   round-to-odd, which any later rounding to <= 51 bits does not spoil. */
+ *   a 16-bit rounding boundary m inside a binade by a multiple of
+ *   2^(f-1)/n (2^f: the result's quantum) unless it equals m, so
+ *   |x/n - m| > 2^(f-14) (2^(f-17)), float32's largest error there. (The
+ *   first float16 value that the float32 path gets wrong is at n = 8195.)
+ * - larger n: a scalar loop divides in double with round-to-odd, which any
+ *   later rounding to <= 51 bits does not spoil. */
 UNARY_KERNEL(avg_f64, double, x / (double)nranks)
 UNARY_KERNEL(avg_f32_small, float, x / (float)nranks)
 UNARY_KERNEL(avg_fp16_small, uint16_t, f32_to_fp16(fp16_to_f32(x) / (float)nranks))
@@ -451,7 +452,7 @@ static void avg_f32(void *buf, size_t n, int nranks)
 static void avg_fp16(void *buf, size_t n, int nranks)
 {
     uint16_t *o = buf;
-    if (nranks <= (1 << 12)) {
+    if (nranks < (1 << 13)) {
         avg_fp16_small(buf, n, nranks);
         return;
     }
@@ -461,7 +462,7 @@ static void avg_fp16(void *buf, size_t n, int nranks)
 static void avg_bf16(void *buf, size_t n, int nranks)
 {
     uint16_t *o = buf;
-    if (nranks <= (1 << 15)) {
+    if (nranks < (1 << 16)) {
         avg_bf16_small(buf, n, nranks);
         return;
     }

@@ -94,14 +94,15 @@ int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes)
 int weft_sched_reduce(weft_sched_t *s, int op, int dtype, void *inout, const void *in, size_t count)
 {
     if (count == 0) return WEFT_SUCCESS;
-    return add_op(s, (sched_op_t){.kind = OP_REDUCE, .buf = inout, .src = in, .bytes = count, .rop = op, .dtype = dtype});
+    return add_op(s,
+                  (sched_op_t){.kind = OP_REDUCE, .buf = inout, .src = in, .bytes = count, .rop = op, .dtype = dtype});
 }
 
 int weft_sched_op_finalize(weft_sched_t *s, int op, int dtype, void *buf, size_t count, int nranks)
 {
     if (count == 0 || op != WEFT_AVG) return WEFT_SUCCESS;
-    return add_op(s, (sched_op_t){
-                         .kind = OP_FINALIZE, .buf = buf, .bytes = count, .rop = op, .dtype = dtype, .peer = nranks});
+    return add_op(
+        s, (sched_op_t){.kind = OP_FINALIZE, .buf = buf, .bytes = count, .rop = op, .dtype = dtype, .peer = nranks});
 }
 
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg)
@@ -317,11 +318,8 @@ static int sched_cancel(weft_request_t req)
     return WEFT_SUCCESS;
 }
 
-static const weft_request_ops_t sched_ops = {.kind = "collective",
-                                             .cancel = sched_cancel,
-                                             .check = NULL,
-                                             .orphan = sched_orphan,
-                                             .describe = sched_describe};
+static const weft_request_ops_t sched_ops = {
+    .kind = "collective", .cancel = sched_cancel, .check = NULL, .orphan = sched_orphan, .describe = sched_describe};
 
 int weft_sched_start(weft_sched_t *s, weft_request_t *out)
 {

@@ -7,15 +7,15 @@
  * Reduction inputs are small integers held in each dtype, so every
  * reduction order gives the same bits and results compare exactly; copies
  * (bcast, gather, scatter, allgather, alltoall) compare bit for bit. */
+#include "coll/coll.h"
+#include "harness.h"
+#include "weft.h"
+
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "coll/coll.h"
-#include "harness.h"
-#include "weft.h"
 
 static const int64_t counts[] = {0, 1, 13, 1031};
 #define NCOUNTS 4
@@ -71,8 +71,7 @@ static void *reference(weft_dtype_t d, weft_op_t op, int64_t n, int lo, int hi, 
     return ref;
 }
 
-#define CHECK_EQ(got, want, bytes, ...)                                                                        \
-    TH_CHECK(!memcmp((got), (want), (bytes)), __VA_ARGS__)
+#define CHECK_EQ(got, want, bytes, ...) TH_CHECK(!memcmp((got), (want), (bytes)), __VA_ARGS__)
 
 static const char *cur_alg;
 #define WHERE "seed %u alg %s"
@@ -97,7 +96,8 @@ static void check_reductions(weft_comm_t c, weft_coll_kind_t kind)
                 int64_t rcounts[16];
                 if (kind == WEFT_COLL_REDUCE_SCATTER) {
                     total = 0;
-                    for (int r = 0; r < n; r++) total += rcounts[r] = cnt ? cnt + r % 3 : 0;
+                    for (int r = 0; r < n; r++)
+                        total += rcounts[r] = cnt ? cnt + r % 3 : 0;
                 } else if (kind == WEFT_COLL_REDUCE_SCATTER_BLOCK) {
                     total = cnt * n;
                 }
@@ -136,8 +136,10 @@ static void check_reductions(weft_comm_t c, weft_coll_kind_t kind)
                 case WEFT_COLL_EXSCAN: {
                     int ex = kind == WEFT_COLL_EXSCAN;
                     memset(out, 0x5A, (size_t)total * es);
-                    if (ex) TH_OK(weft_exscan(in, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
-                    else TH_OK(weft_scan(in, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
+                    if (ex)
+                        TH_OK(weft_exscan(in, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
+                    else
+                        TH_OK(weft_scan(in, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
                     if (!ex || me > 0) {
                         char *ref = reference((weft_dtype_t)d, (weft_op_t)op, total, 0, ex ? me : me + 1, salt);
                         CHECK_EQ(out, ref, (size_t)total * es, WHERE " %sscan %s %s count %lld", WARGS, ex ? "ex" : "",
@@ -153,7 +155,8 @@ static void check_reductions(weft_comm_t c, weft_coll_kind_t kind)
                 case WEFT_COLL_REDUCE_SCATTER_BLOCK: {
                     char *ref = reference((weft_dtype_t)d, (weft_op_t)op, total, 0, n, salt);
                     int64_t off = 0, mine = kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[me] : cnt;
-                    for (int r = 0; r < me; r++) off += kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[r] : cnt;
+                    for (int r = 0; r < me; r++)
+                        off += kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[r] : cnt;
                     if (kind == WEFT_COLL_REDUCE_SCATTER)
                         TH_OK(weft_reduce_scatter(in, out, rcounts, (weft_dtype_t)d, (weft_op_t)op, c));
                     else
@@ -199,7 +202,8 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
             case WEFT_COLL_BCAST:
                 if (me == root) fill_bytes(out, block, root, salt);
                 TH_OK(weft_bcast(out, cnt, d, root, c));
-                TH_CHECK(bytes_ok(out, block, root, salt), WHERE " bcast count %lld root %d", WARGS, (long long)cnt, root);
+                TH_CHECK(bytes_ok(out, block, root, salt), WHERE " bcast count %lld root %d", WARGS, (long long)cnt,
+                         root);
                 break;
             case WEFT_COLL_ALLGATHER: {
                 fill_bytes(in, block, me, salt);
@@ -214,7 +218,8 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
                              WARGS, r, (long long)cnt);
                 /* The list form writes each rank's block to its own buffer. */
                 void *list[16];
-                for (int r = 0; r < n; r++) list[r] = calloc(block + 1, 1);
+                for (int r = 0; r < n; r++)
+                    list[r] = calloc(block + 1, 1);
                 TH_OK(weft_allgather_list(in, list, cnt, d, c));
                 for (int r = 0; r < n; r++) {
                     TH_CHECK(bytes_ok(list[r], block, r, salt), WHERE " allgather_list block %d", WARGS, r);
@@ -233,13 +238,16 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
                 char *big = calloc((size_t)(pos + 1) * es, 1);
                 memset(big, 0xEE, (size_t)(pos + 1) * es);
                 fill_bytes(in, (size_t)rc[me] * es, me, salt);
-                if (kind == WEFT_COLL_ALLGATHERV) TH_OK(weft_allgatherv(in, rc[me], big, rc, dp, d, c));
-                else TH_OK(weft_gatherv(in, rc[me], me == root ? big : NULL, rc, dp, d, root, c));
+                if (kind == WEFT_COLL_ALLGATHERV)
+                    TH_OK(weft_allgatherv(in, rc[me], big, rc, dp, d, c));
+                else
+                    TH_OK(weft_gatherv(in, rc[me], me == root ? big : NULL, rc, dp, d, root, c));
                 if (kind == WEFT_COLL_ALLGATHERV || me == root)
                     for (int r = 0; r < n; r++) {
-                        TH_CHECK(bytes_ok(big + (size_t)dp[r] * es, (size_t)rc[r] * es, r, salt),
-                                 WHERE " %s block %d", WARGS, kind == WEFT_COLL_GATHERV ? "gatherv" : "allgatherv", r);
-                        TH_CHECK((unsigned char)big[(size_t)(dp[r] - 1) * es] == 0xEE, "gap before block %d written", r);
+                        TH_CHECK(bytes_ok(big + (size_t)dp[r] * es, (size_t)rc[r] * es, r, salt), WHERE " %s block %d",
+                                 WARGS, kind == WEFT_COLL_GATHERV ? "gatherv" : "allgatherv", r);
+                        TH_CHECK((unsigned char)big[(size_t)(dp[r] - 1) * es] == 0xEE, "gap before block %d written",
+                                 r);
                     }
                 free(big);
                 break;
@@ -258,13 +266,15 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
                 break;
             case WEFT_COLL_SCATTER:
                 if (me == root)
-                    for (int r = 0; r < n; r++) fill_bytes(in + (size_t)r * block, block, r, salt);
+                    for (int r = 0; r < n; r++)
+                        fill_bytes(in + (size_t)r * block, block, r, salt);
                 if (inplace && me == root) {
                     TH_OK(weft_scatter(in, WEFT_IN_PLACE, cnt, d, root, c));
                     TH_CHECK(bytes_ok(in + (size_t)me * block, block, me, salt), WHERE " scatter in place", WARGS);
                 } else {
                     TH_OK(weft_scatter(me == root ? in : NULL, out, cnt, d, root, c));
-                    TH_CHECK(bytes_ok(out, block, me, salt), WHERE " scatter count %lld root %d", WARGS, (long long)cnt, root);
+                    TH_CHECK(bytes_ok(out, block, me, salt), WHERE " scatter count %lld root %d", WARGS, (long long)cnt,
+                             root);
                 }
                 break;
             case WEFT_COLL_SCATTERV: {
@@ -276,14 +286,16 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
                 }
                 char *big = calloc((size_t)(pos + 1) * es, 1);
                 if (me == root)
-                    for (int r = 0; r < n; r++) fill_bytes(big + (size_t)dp[r] * es, (size_t)sc[r] * es, r, salt);
+                    for (int r = 0; r < n; r++)
+                        fill_bytes(big + (size_t)dp[r] * es, (size_t)sc[r] * es, r, salt);
                 TH_OK(weft_scatterv(me == root ? big : NULL, sc, dp, out, sc[me], d, root, c));
                 TH_CHECK(bytes_ok(out, (size_t)sc[me] * es, me, salt), WHERE " scatterv", WARGS);
                 free(big);
                 break;
             }
             case WEFT_COLL_ALLTOALL:
-                for (int r = 0; r < n; r++) fill_bytes(in + (size_t)r * block, block, me * 64 + r, salt);
+                for (int r = 0; r < n; r++)
+                    fill_bytes(in + (size_t)r * block, block, me * 64 + r, salt);
                 if (inplace) {
                     memcpy(out, in, all);
                     TH_OK(weft_alltoall(WEFT_IN_PLACE, out, cnt, d, c));
@@ -291,7 +303,8 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
                     TH_OK(weft_alltoall(in, out, cnt, d, c));
                 }
                 for (int r = 0; r < n; r++)
-                    TH_CHECK(bytes_ok(out + (size_t)r * block, block, r * 64 + me, salt), WHERE " alltoall from %d", WARGS, r);
+                    TH_CHECK(bytes_ok(out + (size_t)r * block, block, r * 64 + me, salt), WHERE " alltoall from %d",
+                             WARGS, r);
                 break;
             case WEFT_COLL_ALLTOALLV: {
                 /* Rank p sends (p + q) % 3 + cnt elements to rank q. */
@@ -305,7 +318,8 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
                     rpos += rc[r];
                 }
                 char *sb = calloc((size_t)spos * es + 1, 1), *rb = calloc((size_t)rpos * es + 1, 1);
-                for (int r = 0; r < n; r++) fill_bytes(sb + (size_t)sd[r] * es, (size_t)sc[r] * es, me * 64 + r, salt);
+                for (int r = 0; r < n; r++)
+                    fill_bytes(sb + (size_t)sd[r] * es, (size_t)sc[r] * es, me * 64 + r, salt);
                 TH_OK(weft_alltoallv(sb, sc, sd, rb, rc, rd, d, c));
                 for (int r = 0; r < n; r++)
                     TH_CHECK(bytes_ok(rb + (size_t)rd[r] * es, (size_t)rc[r] * es, r * 64 + me, salt),
@@ -344,7 +358,8 @@ static int body_all(int rank, int size, void *arg)
         cur_alg = alg->name;
         switch (alg->kind) {
         case WEFT_COLL_BARRIER:
-            for (int k = 0; k < 3; k++) TH_OK(weft_barrier(c));
+            for (int k = 0; k < 3; k++)
+                TH_OK(weft_barrier(c));
             break;
         case WEFT_COLL_REDUCE:
         case WEFT_COLL_ALLREDUCE:
@@ -370,13 +385,13 @@ static void seed_once(void)
     fprintf(stderr, "test_coll: seed %u (set WEFT_TEST_SEED to repeat)\n", g_seed);
 }
 
-#define RANKS_TEST(N)                                                                                          \
-    Test(coll, every_algorithm_on_##N##_ranks, .timeout = 300)                                                 \
-    {                                                                                                          \
-        seed_once();                                                                                           \
-        th_result_t res = th_run(N, body_all, NULL, 280, quiet_env);                                                \
-        cr_assert_eq(res.timed_out, 0, "hung (seed %u)", g_seed);                                              \
-        cr_assert_eq(res.failed, 0, "seed %u", g_seed);                                                        \
+#define RANKS_TEST(N)                                                                                                  \
+    Test(coll, every_algorithm_on_##N##_ranks, .timeout = 300)                                                         \
+    {                                                                                                                  \
+        seed_once();                                                                                                   \
+        th_result_t res = th_run(N, body_all, NULL, 280, quiet_env);                                                   \
+        cr_assert_eq(res.timed_out, 0, "hung (seed %u)", g_seed);                                                      \
+        cr_assert_eq(res.failed, 0, "seed %u", g_seed);                                                                \
     }
 RANKS_TEST(1)
 RANKS_TEST(2)

@@ -12,7 +12,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     int n = a->comm->size, r = a->comm->rank, rc;
     size_t bytes = a->count * a->esize;
     int p = 1;
-    while (p * 2 <= n) p *= 2;
+    while (p * 2 <= n)
+        p *= 2;
     int rem = n - p;
     char *acc = a->recvbuf, *tmp = weft_sched_scratch(s, bytes);
     if (!tmp) return weft_error(WEFT_ERR_NO_MEMORY, "allreduce_recursive_doubling: out of memory (%zu bytes)", bytes);
@@ -41,7 +42,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
             (rc = weft_sched_reduce(s, a->op, a->dtype, acc, tmp, a->count)) || (rc = weft_sched_end_round(s)))
             return rc;
     }
-    if ((rc = weft_sched_op_finalize(s, a->op, a->dtype, acc, a->count, n)) || (rc = weft_sched_end_round(s))) return rc;
+    if ((rc = weft_sched_op_finalize(s, a->op, a->dtype, acc, a->count, n)) || (rc = weft_sched_end_round(s)))
+        return rc;
     if (r < 2 * rem && (rc = weft_sched_send(s, acc, bytes, r - 1))) return rc;
     return weft_sched_end_round(s);
 }

@@ -23,7 +23,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
         size_t soff, slen, roff, rlen;
         weft_coll_block(a->count, n, weft_mod(r - k - 1, n), &soff, &slen);
         weft_coll_block(a->count, n, weft_mod(r - k - 2, n), &roff, &rlen);
-        if ((rc = weft_sched_recv(s, tmp, rlen * es, left)) || (rc = weft_sched_send(s, acc + soff * es, slen * es, right)) ||
+        if ((rc = weft_sched_recv(s, tmp, rlen * es, left)) ||
+            (rc = weft_sched_send(s, acc + soff * es, slen * es, right)) ||
             (rc = weft_sched_reduce(s, a->op, a->dtype, acc + roff * es, tmp, rlen)) || (rc = weft_sched_end_round(s)))
             return rc;
     }

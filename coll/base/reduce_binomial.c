@@ -12,7 +12,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     int root = vr == 0;
     char *acc = root ? a->recvbuf : weft_sched_scratch(s, bytes);
     char *tmp = n > 1 ? weft_sched_scratch(s, bytes) : NULL;
-    if (!acc || (n > 1 && !tmp)) return weft_error(WEFT_ERR_NO_MEMORY, "reduce_binomial: out of memory (%zu bytes)", bytes);
+    if (!acc || (n > 1 && !tmp))
+        return weft_error(WEFT_ERR_NO_MEMORY, "reduce_binomial: out of memory (%zu bytes)", bytes);
     if ((rc = weft_sched_copy(s, acc, a->sendbuf, bytes)) || (rc = weft_sched_end_round(s))) return rc;
     while (mask < n) {
         if (vr & mask) {

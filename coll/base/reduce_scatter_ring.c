@@ -22,7 +22,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
         if (block_count(a, i) > maxblock) maxblock = block_count(a, i);
     }
     char *acc = weft_sched_scratch(s, total * es), *tmp = weft_sched_scratch(s, maxblock * es);
-    if (!acc || !tmp) return weft_error(WEFT_ERR_NO_MEMORY, "reduce_scatter_ring: out of memory (%zu bytes)", total * es);
+    if (!acc || !tmp)
+        return weft_error(WEFT_ERR_NO_MEMORY, "reduce_scatter_ring: out of memory (%zu bytes)", total * es);
     if ((rc = weft_sched_copy(s, acc, a->sendbuf, total * es)) || (rc = weft_sched_end_round(s))) return rc;
     for (int k = 0; k < n - 1; k++) {
         int sb = weft_mod(r - k - 1, n), rb = weft_mod(r - k - 2, n);
@@ -33,7 +34,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
             return rc;
     }
     if ((rc = weft_sched_op_finalize(s, a->op, a->dtype, acc + off[r] * es, block_count(a, r), n)) ||
-        (rc = weft_sched_end_round(s)) || (rc = weft_sched_copy(s, a->recvbuf, acc + off[r] * es, block_count(a, r) * es)))
+        (rc = weft_sched_end_round(s)) ||
+        (rc = weft_sched_copy(s, a->recvbuf, acc + off[r] * es, block_count(a, r) * es)))
         return rc;
     return weft_sched_end_round(s);
 }

@@ -1,0 +1,309 @@
+/* Collectives beyond correctness of one call: many nonblocking ones in
+ * flight on one and several communicators mixed with user traffic on the
+ * same tags, selection through WEFT_COLL_TUNE, reproducibility, float16 /
+ * bfloat16 accuracy on real-valued data, bad arguments, and a rank killed
+ * mid-allreduce. */
+#include "coll/coll.h"
+#include "harness.h"
+#include "weft.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const quiet_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", NULL};
+
+static weft_comm_t start(int *rank, int *size)
+{
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    TH_OK(weft_comm_rank(w, rank));
+    TH_OK(weft_comm_size(w, size));
+    return w;
+}
+
+/* ---- many collectives in flight, two communicators, user traffic ------- */
+#define K 8
+static int body_inflight(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n), c;
+    TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &c));
+    int64_t ar_in[K], ar_out[K], ag_out[K][16], bc[K];
+    float big_in[4096], big_out[4096];
+    weft_request_t reqs[4 * K + 8];
+    int q = 0;
+    int right = (rank + 1) % size, left = (rank + size - 1) % size, uin[2] = {-1, -1}, uout[2] = {rank, -rank};
+    /* User messages on tags 0 and 1, the collectives' first sequence numbers. */
+    TH_OK(weft_irecv(&uin[0], 1, WEFT_INT32, left, 0, w, &reqs[q++]));
+    TH_OK(weft_irecv(&uin[1], 1, WEFT_INT32, left, 1, c, &reqs[q++]));
+    for (int i = 0; i < 4096; i++)
+        big_in[i] = (float)((rank + i) % 7);
+    for (int i = 0; i < K; i++) {
+        ar_in[i] = rank * 10 + i;
+        bc[i] = rank == i % size ? 1000 + i : -1;
+        weft_comm_t on = i % 2 ? c : w;
+        TH_OK(weft_iallreduce(&ar_in[i], &ar_out[i], 1, WEFT_INT64, WEFT_SUM, on, &reqs[q++]));
+        TH_OK(weft_iallgather(&ar_in[i], ag_out[i], 1, WEFT_INT64, on, &reqs[q++]));
+        TH_OK(weft_ibcast(&bc[i], 1, WEFT_INT64, i % size, on, &reqs[q++]));
+        if (i == K / 2) {
+            TH_OK(weft_isend(&uout[0], 1, WEFT_INT32, right, 0, w, &reqs[q++]));
+            TH_OK(weft_isend(&uout[1], 1, WEFT_INT32, right, 1, c, &reqs[q++]));
+            TH_OK(weft_iallreduce(big_in, big_out, 4096, WEFT_FLOAT32, WEFT_MAX, c, &reqs[q++]));
+        }
+    }
+    TH_OK(weft_ibarrier(w, &reqs[q++]));
+    /* Wait in reverse order of posting. */
+    for (int i = q - 1; i >= 0; i--)
+        TH_OK(weft_wait(&reqs[i], NULL));
+    int64_t sum_ranks = (int64_t)size * (size - 1) / 2;
+    for (int i = 0; i < K; i++) {
+        TH_CHECK(ar_out[i] == 10 * sum_ranks + (int64_t)size * i, "allreduce %d: %lld", i, (long long)ar_out[i]);
+        for (int r = 0; r < size; r++)
+            TH_CHECK(ag_out[i][r] == r * 10 + i, "allgather %d block %d", i, r);
+        TH_CHECK(bc[i] == 1000 + i, "bcast %d: %lld", i, (long long)bc[i]);
+    }
+    for (int i = 0; i < 4096; i++) {
+        float want = 0;
+        for (int r = 0; r < size; r++)
+            want = fmaxf(want, (float)((r + i) % 7));
+        TH_CHECK(big_out[i] == want, "max at %d", i);
+    }
+    TH_CHECK(uin[0] == left && uin[1] == -left, "user traffic mixed up: %d %d", uin[0], uin[1]);
+    /* weft_test drives a collective to completion too. */
+    weft_request_t r;
+    int flag = 0;
+    TH_OK(weft_iallreduce(WEFT_IN_PLACE, ar_in, K, WEFT_INT64, WEFT_MAX, w, &r));
+    while (!flag)
+        TH_OK(weft_test(&r, &flag, NULL));
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, many_in_flight_with_user_traffic, .timeout = 120)
+{
+    for (int n = 2; n <= 6; n += 2) {
+        th_result_t res = th_run(n, body_inflight, NULL, 100, quiet_env);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}
+
+/* ---- WEFT_COLL_TUNE picks the algorithm -------------------------------- */
+static int body_tune(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    const weft_coll_alg_t *c[32];
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE, .comm = w, .bytes = 100};
+    TH_CHECK(weft_coll_select(&a, c, 32) >= 2 && !strcmp(c[0]->name, "ring"), "small allreduce: %s", c[0]->name);
+    a.bytes = 1 << 20;
+    TH_CHECK(weft_coll_select(&a, c, 32) >= 2 && !strcmp(c[0]->name, "recursive_doubling"), "large: %s", c[0]->name);
+    a.kind = WEFT_COLL_ALLGATHER;
+    a.bytes = 10;
+    TH_CHECK(weft_coll_select(&a, c, 32) >= 2 && !strcmp(c[0]->name, "ring"), "allgather np rule: %s", c[0]->name);
+    int64_t x = 1, y = 0;
+    TH_OK(weft_allreduce(&x, &y, 1, WEFT_INT64, WEFT_SUM, w));
+    TH_CHECK(y == n, "sum %lld", (long long)y);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, tune_variable_overrides_defaults, .timeout = 60)
+{
+    const char *env[] = {"WEFT_COLL_TUNE=allreduce:0-4k:ring;allreduce:4k-inf:recursive_doubling,"
+                         "allgather:np=2-8:ring",
+                         NULL};
+    th_result_t res = th_run(3, body_tune, NULL, 50, env);
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- reproducible, identical on every rank; fp16/bf16 accuracy ---------- */
+static double real_value(int rank, int i)
+{
+    unsigned x = (unsigned)(rank * 2654435761u) ^ (unsigned)(i * 40503u);
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    return ((double)(x % 20001) - 10000.0) / 997.0; /* about -10..10, not exact in 16 bits */
+}
+
+static int body_accuracy(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    enum { N = 3001 };
+    static const char *algs[] = {"recursive_doubling", "ring"};
+    for (int ai = 0; ai < 2; ai++) {
+        weft_options_t o;
+        weft_comm_t c;
+        TH_OK(weft_options_create(&o));
+        TH_OK(weft_options_set_hint(o, "allreduce_algorithm", algs[ai]));
+        TH_OK(weft_comm_dup(w, o, &c));
+        TH_OK(weft_options_free(&o));
+        static const weft_dtype_t dts[] = {WEFT_FLOAT16, WEFT_BFLOAT16, WEFT_FLOAT32, WEFT_FLOAT64};
+        for (int di = 0; di < 4; di++) {
+            weft_dtype_t d = dts[di];
+            size_t es = weft_dtype_size(d);
+            char *in = malloc(N * es), *out1 = malloc(N * es), *out2 = malloc(N * es), *all = malloc(N * es * 16);
+            for (int i = 0; i < N; i++) {
+                double v = real_value(rank, i);
+                if (d == WEFT_FLOAT16)
+                    ((uint16_t *)in)[i] = weft_float_to_fp16((float)v);
+                else if (d == WEFT_BFLOAT16)
+                    ((uint16_t *)in)[i] = weft_float_to_bf16((float)v);
+                else if (d == WEFT_FLOAT32)
+                    ((float *)in)[i] = (float)v;
+                else
+                    ((double *)in)[i] = v;
+            }
+            TH_OK(weft_allreduce(in, out1, N, d, WEFT_SUM, c));
+            TH_OK(weft_allreduce(in, out2, N, d, WEFT_SUM, c));
+            TH_CHECK(!memcmp(out1, out2, N * es), "%s %s: not reproducible run to run", algs[ai], weft_dtype_name(d));
+            /* Every rank holds the same bits. */
+            TH_OK(weft_allgather(out1, all, (int64_t)(N * es), WEFT_BYTE, c));
+            for (int r = 0; r < size; r++)
+                TH_CHECK(!memcmp(all + (size_t)r * N * es, out1, N * es), "%s %s: rank %d differs", algs[ai],
+                         weft_dtype_name(d), r);
+            /* Against a float64 sum of the values as stored: each of the
+             * n - 1 additions rounds with relative error <= u (2^-11 for
+             * float16, 2^-8 for bfloat16), so |error| <= (n-1) u sum|x_i|
+             * (+ u |result| for the final rounding), with a margin of 2. */
+            double u = d == WEFT_FLOAT16    ? 0x1p-11
+                       : d == WEFT_BFLOAT16 ? 0x1p-8
+                       : d == WEFT_FLOAT32  ? 0x1p-24
+                                            : 0x1p-53;
+            for (int i = 0; i < N; i++) {
+                double exact = 0, mag = 0, got;
+                for (int r = 0; r < size; r++) {
+                    double x = real_value(r, i), stored;
+                    if (d == WEFT_FLOAT16)
+                        stored = weft_fp16_to_float(weft_float_to_fp16((float)x));
+                    else if (d == WEFT_BFLOAT16)
+                        stored = weft_bf16_to_float(weft_float_to_bf16((float)x));
+                    else if (d == WEFT_FLOAT32)
+                        stored = (float)x;
+                    else
+                        stored = x;
+                    exact += stored;
+                    mag += fabs(stored);
+                }
+                if (d == WEFT_FLOAT16)
+                    got = weft_fp16_to_float(((uint16_t *)out1)[i]);
+                else if (d == WEFT_BFLOAT16)
+                    got = weft_bf16_to_float(((uint16_t *)out1)[i]);
+                else if (d == WEFT_FLOAT32)
+                    got = ((float *)out1)[i];
+                else
+                    got = ((double *)out1)[i];
+                double bound = 2 * ((size - 1) * u * mag + u * fabs(exact)) + 1e-300;
+                TH_CHECK(fabs(got - exact) <= bound, "%s %s element %d: %.9g vs %.9g (bound %.3g)", algs[ai],
+                         weft_dtype_name(d), i, got, exact, bound);
+            }
+            free(in);
+            free(out1);
+            free(out2);
+            free(all);
+        }
+        TH_OK(weft_comm_free(&c));
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, reproducible_and_accurate_half_precision, .timeout = 120)
+{
+    for (int n = 3; n <= 8; n += 5) {
+        th_result_t res = th_run(n, body_accuracy, NULL, 100, quiet_env);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}
+
+/* ---- bad arguments -------------------------------------------------------- */
+static int body_bad(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    float f[4] = {0}, g[64] = {0};
+    int64_t counts[8] = {1, 1, 1, 1, 1, 1, 1, 1}, neg[8] = {1, -1, 1, 1, 1, 1, 1, 1},
+            displs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    weft_request_t r;
+    TH_CHECK(weft_bcast(f, 1, WEFT_FLOAT32, size, w) == WEFT_ERR_ARG, "root out of range");
+    TH_CHECK(strstr(weft_last_error(), "root"), "%s", weft_last_error());
+    TH_CHECK(weft_reduce(f, g, 1, WEFT_FLOAT32, WEFT_SUM, -1, w) == WEFT_ERR_ARG, "negative root");
+    TH_CHECK(weft_allreduce(f, g, -1, WEFT_FLOAT32, WEFT_SUM, w) == WEFT_ERR_ARG, "negative count");
+    TH_CHECK(weft_allreduce(NULL, g, 4, WEFT_FLOAT32, WEFT_SUM, w) == WEFT_ERR_ARG, "NULL send");
+    TH_CHECK(weft_allreduce(f, NULL, 4, WEFT_FLOAT32, WEFT_SUM, w) == WEFT_ERR_ARG, "NULL recv");
+    TH_CHECK(weft_allreduce(f, g, 4, WEFT_FLOAT32, WEFT_BXOR, w) == WEFT_ERR_ARG, "bxor on float32");
+    TH_CHECK(strstr(weft_last_error(), "bxor") && strstr(weft_last_error(), "float32"), "%s", weft_last_error());
+    TH_CHECK(weft_allreduce(f, g, 4, WEFT_BYTE, WEFT_SUM, w) == WEFT_ERR_ARG, "sum on byte");
+    TH_CHECK(weft_allreduce(f, g, 4, WEFT_FLOAT32, (weft_op_t)42, w) == WEFT_ERR_ARG, "unknown op");
+    TH_CHECK(weft_allreduce(f, g, 4, (weft_dtype_t)42, WEFT_SUM, w) == WEFT_ERR_ARG, "unknown dtype");
+    TH_CHECK(weft_allgatherv(f, 1, g, neg, displs, WEFT_FLOAT32, w) == WEFT_ERR_ARG, "negative recvcount");
+    TH_CHECK(weft_allgatherv(f, 2, g, counts, displs, WEFT_FLOAT32, w) == WEFT_ERR_ARG, "sendcount != recvcounts[me]");
+    TH_CHECK(strstr(weft_last_error(), "recvcounts"), "%s", weft_last_error());
+    TH_CHECK(weft_allgatherv(f, 1, g, NULL, displs, WEFT_FLOAT32, w) == WEFT_ERR_ARG, "NULL counts");
+    TH_CHECK(weft_alltoallv(f, counts, displs, g, counts, NULL, WEFT_FLOAT32, w) == WEFT_ERR_ARG, "NULL displs");
+    TH_CHECK(weft_iallreduce(f, g, 4, WEFT_FLOAT32, WEFT_SUM, w, NULL) == WEFT_ERR_ARG, "NULL request");
+    TH_CHECK(weft_barrier(WEFT_COMM_NULL) == WEFT_ERR_COMM, "null comm");
+    TH_CHECK(weft_allgather(WEFT_IN_PLACE, NULL, 1, WEFT_FLOAT32, w) == WEFT_ERR_ARG, "in place without a buffer");
+    TH_CHECK(weft_scatter(f, WEFT_IN_PLACE, 1, WEFT_FLOAT32, (rank + 1) % size, w) == WEFT_ERR_ARG || size == 1,
+             "in place off the root");
+    /* None of that disturbed the communicator: a real collective works. */
+    TH_OK(weft_iallreduce(WEFT_IN_PLACE, f, 4, WEFT_FLOAT32, WEFT_SUM, w, &r));
+    TH_OK(weft_wait(&r, NULL));
+    TH_OK(weft_finalize());
+    TH_CHECK(weft_barrier(w) == WEFT_ERR_NOT_INITIALIZED, "after finalize");
+    return 0;
+}
+
+Test(coll_async, bad_arguments, .timeout = 60)
+{
+    th_result_t res = th_run(3, body_bad, NULL, 50, quiet_env);
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- a rank killed during an allreduce ------------------------------------ */
+static int body_killed(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    TH_OK(weft_comm_set_timeout(w, 4));
+    enum { N = 1 << 18 };
+    float *buf = calloc(N, sizeof(float));
+    TH_OK(weft_allreduce(WEFT_IN_PLACE, buf, N, WEFT_FLOAT32, WEFT_SUM, w)); /* everyone connected */
+    if (rank == size - 1) {
+        usleep(50 * 1000);
+        kill(getpid(), SIGKILL);
+    }
+    double t0 = weft_wtime();
+    int rc = WEFT_SUCCESS;
+    for (int i = 0; i < 50 && rc == WEFT_SUCCESS; i++)
+        rc = weft_allreduce(WEFT_IN_PLACE, buf, N, WEFT_FLOAT32, WEFT_SUM, w);
+    double took = weft_wtime() - t0;
+    TH_CHECK(rc == WEFT_ERR_TIMEOUT || rc == WEFT_ERR_PEER_LOST, "rank %d: rc %d", rank, rc);
+    TH_CHECK(took < 4 + 3, "rank %d: took %.1f s with a 4 s timeout", rank, took);
+    TH_CHECK(strstr(weft_last_error(), "rank "), "rank %d: the error names no rank: %s", rank, weft_last_error());
+    free(buf);
+    weft_finalize();
+    return 0;
+}
+
+Test(coll_async, rank_killed_during_allreduce, .timeout = 90)
+{
+    th_result_t res = th_run(4, body_killed, NULL, 60, quiet_env);
+    cr_assert_eq(res.timed_out, 0, "survivors hung");
+    for (int r = 0; r < 3; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+    cr_assert_eq(res.exit_code[3], 128 + SIGKILL);
+}
