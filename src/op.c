@@ -16,6 +16,7 @@
  * element is read, then written, at the same index). GCC then vectorises
  * without runtime alias checks, as it would with restrict. */
 #include "op.h"
+
 #include "weft_internal.h"
 
 #include <math.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
 #else
@@ -138,18 +140,19 @@ static inline uint16_t f32_to_bf16(float f)
 /* bit (see op.h). Results are always one operand's bits (or the OR of  */
 /* two NaNs / two zeros), so 16-bit floats need no rounding.            */
 /* ------------------------------------------------------------------ */
-/* The selects stay on float / double values (SSE2 has no 64-bit integer
- * select on a double compare, so integer-typed code would not vectorise);
- * selects and compares never change bits, only the OR / AND of a tie is
- * formed on the bit patterns. */
+/* a CMP b ? a : b is exactly minps / maxps (b when equal or unordered),
+ * so only ties and a NaN a need fixing: a tie takes a TIE b (equal values
+ * differ in bits only as +-0), a NaN a is returned unless b is a NaN too.
+ * The selects stay on float / double values: SSE2 has no 64-bit integer
+ * select on a double compare, so integer-typed code would not vectorise;
+ * selects never change bits. */
 #define FLOAT_MINMAX(name, F, U, from_bits, bits, CMP, TIE)                                                            \
     static inline F name(F a, F b)                                                                                     \
     {                                                                                                                  \
-        F tie = from_bits((U)(bits(a) TIE bits(b))); /* equal values: only +-0 differ in bits */                       \
         F r = a CMP b ? a : b;                                                                                         \
-        r = a == b ? tie : r;                                                                                          \
-        F nan = a != a ? (b != b ? from_bits((U)(bits(a) | bits(b))) : a) : b;                                         \
-        return a != a || b != b ? nan : r;                                                                             \
+        r = a == b ? from_bits((U)(bits(a) TIE bits(b))) : r;                                                          \
+        F nan = b != b ? from_bits((U)(bits(a) | bits(b))) : a;                                                        \
+        return a != a ? nan : r;                                                                                       \
     }
 FLOAT_MINMAX(min_f32, float, uint32_t, f32_from_bits, f32_bits, <, |)
 FLOAT_MINMAX(max_f32, float, uint32_t, f32_from_bits, f32_bits, >, &)
@@ -163,7 +166,7 @@ FLOAT_MINMAX(max_f64, double, uint64_t, f64_from_bits, f64_bits, >, &)
     static inline uint16_t name(uint16_t A, uint16_t B)                                                                \
     {                                                                                                                  \
         int16_t va = (int16_t)(A & 0x7fff), vb = (int16_t)(B & 0x7fff);                                                \
-        int16_t sa = (int16_t)-(A >> 15), sb = (int16_t)-(B >> 15); /* 0 or -1 */                                    \
+        int16_t sa = (int16_t)(0 - (A >> 15)), sb = (int16_t)(0 - (B >> 15)); /* 0 or -1 */                            \
         int16_t ka = (int16_t)((va ^ sa) - sa), kb = (int16_t)((vb ^ sb) - sb);                                        \
         uint16_t r = ka CMP kb ? A : B;                                                                                \
         r = ka == kb ? (uint16_t)(A TIE B) : r;                                                                        \
@@ -268,11 +271,18 @@ BINARY_KERNEL(max_fp16k, uint16_t, max_fp16(x, y))
 /* ------------------------------------------------------------------ */
 static atomic_int fp16_hw_mode = -1; /* -1: not yet decided */
 
+/* CPUID rather than __builtin_cpu_supports, which clang < 15 lacks for
+ * "f16c": F16C and AVX (leaf 1 ECX bits 29, 28), the OS saving the YMM
+ * registers (OSXSAVE, bit 27, then XCR0 bits 1-2), AVX2 (leaf 7 EBX bit 5). */
 static int fp16_hw_detect(void)
 {
 #if HAVE_F16C_PATH
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+    unsigned a, b, c, d, xcr0_lo, xcr0_hi;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 29 & 1) || !(c >> 28 & 1) || !(c >> 27 & 1)) return 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 6) != 6 || __get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return b >> 5 & 1;
 #else
     return 0;
 #endif
@@ -326,8 +336,10 @@ F16C_BINARY(prod_fp16_f16c, _mm256_mul_ps)
 __attribute__((target("avx2,f16c"))) static void fp16_to_f32_f16c(float *out, const uint16_t *in, size_t n)
 {
     size_t i = 0;
-    for (; n - i >= 8; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
-    for (; i < n; i++) out[i] = _cvtsh_ss(in[i]);
+    for (; n - i >= 8; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
+    for (; i < n; i++)
+        out[i] = _cvtsh_ss(in[i]);
 }
 
 __attribute__((target("avx2,f16c"))) static void f32_to_fp16_f16c(uint16_t *out, const float *in, size_t n)
@@ -335,7 +347,8 @@ __attribute__((target("avx2,f16c"))) static void f32_to_fp16_f16c(uint16_t *out,
     size_t i = 0;
     for (; n - i >= 8; i += 8)
         _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), F16C_RNE));
-    for (; i < n; i++) out[i] = (uint16_t)_cvtss_sh(in[i], F16C_RNE);
+    for (; i < n; i++)
+        out[i] = (uint16_t)_cvtss_sh(in[i], F16C_RNE);
 }
 #endif
 
@@ -446,7 +459,8 @@ static void avg_f32(void *buf, size_t n, int nranks)
         avg_f32_small(buf, n, nranks);
         return;
     }
-    for (size_t i = 0; i < n; i++) o[i] = (float)div_round_odd(o[i], nranks);
+    for (size_t i = 0; i < n; i++)
+        o[i] = (float)div_round_odd(o[i], nranks);
 }
 
 static void avg_fp16(void *buf, size_t n, int nranks)
@@ -456,7 +470,8 @@ static void avg_fp16(void *buf, size_t n, int nranks)
         avg_fp16_small(buf, n, nranks);
         return;
     }
-    for (size_t i = 0; i < n; i++) o[i] = f32_to_fp16(f32_round_odd(div_round_odd(fp16_to_f32(o[i]), nranks)));
+    for (size_t i = 0; i < n; i++)
+        o[i] = f32_to_fp16(f32_round_odd(div_round_odd(fp16_to_f32(o[i]), nranks)));
 }
 
 static void avg_bf16(void *buf, size_t n, int nranks)
@@ -466,7 +481,8 @@ static void avg_bf16(void *buf, size_t n, int nranks)
         avg_bf16_small(buf, n, nranks);
         return;
     }
-    for (size_t i = 0; i < n; i++) o[i] = f32_to_bf16(f32_round_odd(div_round_odd(bf16_to_f32(o[i]), nranks)));
+    for (size_t i = 0; i < n; i++)
+        o[i] = f32_to_bf16(f32_round_odd(div_round_odd(bf16_to_f32(o[i]), nranks)));
 }
 
 /* ------------------------------------------------------------------ */
@@ -500,8 +516,8 @@ static const binary_fn kernels[WEFT_DTYPE_COUNT][WEFT_OP_COUNT] = {
 };
 
 static const avg_fn avg_kernels[WEFT_DTYPE_COUNT] = {
-    [WEFT_INT8] = avg_i8,     [WEFT_UINT8] = avg_u8,       [WEFT_INT16] = avg_i16,   [WEFT_UINT16] = avg_u16,
-    [WEFT_INT32] = avg_i32,   [WEFT_UINT32] = avg_u32,     [WEFT_INT64] = avg_i64,   [WEFT_UINT64] = avg_u64,
+    [WEFT_INT8] = avg_i8,      [WEFT_UINT8] = avg_u8,      [WEFT_INT16] = avg_i16,   [WEFT_UINT16] = avg_u16,
+    [WEFT_INT32] = avg_i32,    [WEFT_UINT32] = avg_u32,    [WEFT_INT64] = avg_i64,   [WEFT_UINT64] = avg_u64,
     [WEFT_FLOAT16] = avg_fp16, [WEFT_BFLOAT16] = avg_bf16, [WEFT_FLOAT32] = avg_f32, [WEFT_FLOAT64] = avg_f64,
 };
 
@@ -598,9 +614,11 @@ void weft_fp16_to_float_n(float *out, const uint16_t *in, size_t count)
     for (; count - i >= BLOCK; i += BLOCK) {
         float *ob = out + i;
         const uint16_t *ib = in + i;
-        for (size_t j = 0; j < BLOCK; j++) ob[j] = fp16_to_f32(ib[j]);
+        for (size_t j = 0; j < BLOCK; j++)
+            ob[j] = fp16_to_f32(ib[j]);
     }
-    for (; i < count; i++) out[i] = fp16_to_f32(in[i]);
+    for (; i < count; i++)
+        out[i] = fp16_to_f32(in[i]);
 }
 
 void weft_float_to_fp16_n(uint16_t *out, const float *in, size_t count)
@@ -615,7 +633,9 @@ void weft_float_to_fp16_n(uint16_t *out, const float *in, size_t count)
     for (; count - i >= BLOCK; i += BLOCK) {
         uint16_t *ob = out + i;
         const float *ib = in + i;
-        for (size_t j = 0; j < BLOCK; j++) ob[j] = f32_to_fp16(ib[j]);
+        for (size_t j = 0; j < BLOCK; j++)
+            ob[j] = f32_to_fp16(ib[j]);
     }
-    for (; i < count; i++) out[i] = f32_to_fp16(in[i]);
+    for (; i < count; i++)
+        out[i] = f32_to_fp16(in[i]);
 }

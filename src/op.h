@@ -2,11 +2,17 @@
  * element-wise kernels (one vectorised loop per op and datatype), AVG's
  * final division, and IEEE binary16 / bfloat16 conversions.
  *
- * Semantics, identical on every rank and on every code path:
+ * Semantics, the same on every rank and on every code path (portable or
+ * F16C), bit for bit, with one exception noted below:
  *   - integers wrap (computed in the unsigned type of the same width);
  *   - float16 / bfloat16: each element is computed in float32 and rounded
- *     to nearest even back to 16 bits; since float32 has 24 >= 2*11+2 bits,
- *     this equals the correctly rounded 16-bit sum / product;
+ *     to nearest even back to 16 bits; since float32 has 24 >= 2p+2 bits
+ *     (p = 11, 8), this equals the correctly rounded 16-bit sum / product;
+ *   - SUM / PROD / AVG on floats are IEEE operations; a NaN operand gives
+ *     that NaN, quieted. The exception: when BOTH operands are NaN the
+ *     result is one of them, the hardware's and the compiler's choice, so
+ *     its payload may differ between ranks or code paths (it is a NaN
+ *     everywhere). Payloads are not worth a compare in these loops;
  *   - MIN / MAX on floats propagate NaN (as torch.minimum / maximum): if
  *     exactly one operand is NaN the result is that NaN, bit for bit; if
  *     both are, the bitwise OR of the two (a NaN; commutative). -0 < +0:
