@@ -80,7 +80,6 @@ typedef enum weft_dtype {
  * computed in float32, each result rounded to nearest even; integers
  * wrap; min/max propagate NaN; avg of integers truncates toward zero);
  * band/bor/bxor on integer types and byte. Anything else is WEFT_ERR_ARG. */
-#define WEFT_OP_DEFINED 1
 typedef enum weft_op {
     WEFT_SUM = 0,
     WEFT_PROD = 1,

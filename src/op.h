@@ -32,20 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifndef WEFT_OP_DEFINED
-#define WEFT_OP_DEFINED 1
-typedef enum weft_op {
-    WEFT_SUM = 0,
-    WEFT_PROD = 1,
-    WEFT_MIN = 2,
-    WEFT_MAX = 3,
-    WEFT_AVG = 4,
-    WEFT_BAND = 5,
-    WEFT_BOR = 6,
-    WEFT_BXOR = 7,
-    WEFT_OP_COUNT = 8
-} weft_op_t;
-#endif
+/* weft_op_t and its values are public: include/weft.h. */
 
 /* WEFT_SUCCESS, or WEFT_ERR_ARG through weft_error() with a message naming
  * fn, the op and the dtype: unknown op or dtype, bitwise ops on float16 /
