@@ -141,8 +141,12 @@ static int body_accuracy(int rank, int size, void *arg)
     int me, n;
     weft_comm_t w = start(&me, &n);
     enum { N = 3001 };
-    static const char *algs[] = {"recursive_doubling", "ring"};
-    for (int ai = 0; ai < 2; ai++) {
+    /* Every allreduce algorithm in the registry. */
+    const char *algs[16];
+    int nalgs = 0;
+    for (int i = 0; weft_coll_algorithms[i] && nalgs < 16; i++)
+        if (weft_coll_algorithms[i]->kind == WEFT_COLL_ALLREDUCE) algs[nalgs++] = weft_coll_algorithms[i]->name;
+    for (int ai = 0; ai < nalgs; ai++) {
         weft_options_t o;
         weft_comm_t c;
         TH_OK(weft_options_create(&o));
