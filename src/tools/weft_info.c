@@ -119,8 +119,10 @@ int main(int argc, char **argv)
     if (coll) {
         static char table[65536];
         int rc = do_init ? weft_coll_table(table, sizeof(table)) : WEFT_ERR_NOT_INITIALIZED;
-        if (rc) fprintf(stderr, "weft_info --coll: %s: %s\n", weft_strerror(rc), weft_last_error());
-        else if (rank == 0) fputs(table, stdout);
+        if (rc)
+            fprintf(stderr, "weft_info --coll: %s: %s\n", weft_strerror(rc), weft_last_error());
+        else if (rank == 0)
+            fputs(table, stdout);
         int frc = do_init ? weft_finalize() : 0;
         return rc || frc ? 1 : 0;
     }
