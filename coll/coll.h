@@ -87,6 +87,19 @@ static inline int weft_mod(int a, int n)
     return ((a % n) + n) % n;
 }
 
+/* Binomial trees (gather, scatter): the number of blocks in the subtree of
+ * the rank at distance v from the root, and how many of a root child's
+ * blocks come before the wrap past rank n - 1. */
+static inline int weft_coll_binomial_subtree(int v, int n)
+{
+    int low = v & -v;
+    return v == 0 ? n : low < n - v ? low : n - v;
+}
+static inline size_t weft_coll_binomial_first_part(int rank, int blocks, int n)
+{
+    return (size_t)(blocks < n - rank ? blocks : n - rank);
+}
+
 /* Shared builders other algorithms reuse. */
 int weft_coll_allgather_bruck_build(weft_sched_t *s, const void *send, void *recv, size_t block);
 

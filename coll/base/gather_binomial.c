@@ -8,27 +8,15 @@
  * child whose blocks wrap past rank n - 1 sends them as two messages). */
 #include "coll/coll.h"
 
-static int subtree(int v, int n)
-{
-    int low = v & -v;
-    return v == 0 ? n : low < n - v ? low : n - v;
-}
-
-/* A child of the root sends its blocks in two pieces where they wrap past rank n - 1. */
-static size_t first_part(int rank, int blocks, int n)
-{
-    return (size_t)(blocks < n - rank ? blocks : n - rank);
-}
-
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     int n = a->comm->size, r = a->comm->rank, root = a->root, vr = weft_mod(r - root, n), rc;
     size_t block = a->count * a->esize;
-    int sub = subtree(vr, n);
+    int sub = weft_coll_binomial_subtree(vr, n);
     if (vr == 0) {
         for (int mask = 1; mask < n; mask <<= 1) {
-            int child = (root + mask) % n, cs = subtree(mask, n);
-            size_t first = first_part(child, cs, n);
+            int child = (root + mask) % n, cs = weft_coll_binomial_subtree(mask, n);
+            size_t first = weft_coll_binomial_first_part(child, cs, n);
             if ((rc = weft_sched_recv(s, weft_coll_rblock(a, child), first * block, child)) ||
                 ((size_t)cs > first &&
                  (rc = weft_sched_recv(s, weft_coll_rblock(a, 0), ((size_t)cs - first) * block, child))))
@@ -42,14 +30,14 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
         char *pk = weft_sched_scratch(s, (size_t)sub * block);
         if (!pk) return weft_error(WEFT_ERR_NO_MEMORY, "gather_binomial: out of memory for %d x %zu bytes", sub, block);
         for (int mask = 1; mask < sub; mask <<= 1)
-            if ((rc = weft_sched_recv(s, pk + (size_t)mask * block, (size_t)subtree(vr + mask, n) * block,
-                                      (r + mask) % n)))
+            if ((rc = weft_sched_recv(s, pk + (size_t)mask * block,
+                                      (size_t)weft_coll_binomial_subtree(vr + mask, n) * block, (r + mask) % n)))
                 return rc;
         if ((rc = weft_sched_copy(s, pk, a->sendbuf, block)) || (rc = weft_sched_end_round(s))) return rc;
         data = pk;
     }
     int parent = vr - (vr & -vr);
-    size_t first = parent == 0 ? first_part(r, sub, n) : (size_t)sub;
+    size_t first = parent == 0 ? weft_coll_binomial_first_part(r, sub, n) : (size_t)sub;
     if ((rc = weft_sched_send(s, data, first * block, (parent + root) % n)) ||
         ((size_t)sub > first &&
          (rc = weft_sched_send(s, data + first * block, ((size_t)sub - first) * block, (parent + root) % n))))

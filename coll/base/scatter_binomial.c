@@ -8,30 +8,18 @@
  * rank n - 1 it sends them as two messages). */
 #include "coll/coll.h"
 
-static int subtree(int v, int n)
-{
-    int low = v & -v;
-    return v == 0 ? n : low < n - v ? low : n - v;
-}
-
-/* The root sends a child's blocks in two pieces where they wrap past rank n - 1. */
-static size_t first_part(int rank, int blocks, int n)
-{
-    return (size_t)(blocks < n - rank ? blocks : n - rank);
-}
-
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     int n = a->comm->size, r = a->comm->rank, root = a->root, vr = weft_mod(r - root, n), rc;
     size_t block = a->count * a->esize;
-    int sub = subtree(vr, n), top = 1;
+    int sub = weft_coll_binomial_subtree(vr, n), top = 1;
     while (top * 2 < sub)
         top *= 2;
     if (vr == 0) {
         const char *send = a->sendbuf;
         for (int mask = top; mask > 0 && mask < n; mask >>= 1) {
-            int child = (root + mask) % n, cs = subtree(mask, n);
-            size_t first = first_part(child, cs, n);
+            int child = (root + mask) % n, cs = weft_coll_binomial_subtree(mask, n);
+            size_t first = weft_coll_binomial_first_part(child, cs, n);
             if ((rc = weft_sched_send(s, send + (size_t)child * block, first * block, child)) ||
                 ((size_t)cs > first && (rc = weft_sched_send(s, send, ((size_t)cs - first) * block, child))))
                 return rc;
@@ -46,13 +34,14 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     }
     char *pk = weft_sched_scratch(s, (size_t)sub * block);
     if (!pk) return weft_error(WEFT_ERR_NO_MEMORY, "scatter_binomial: out of memory for %d x %zu bytes", sub, block);
-    size_t first = parent == root ? first_part(r, sub, n) : (size_t)sub;
+    size_t first = parent == root ? weft_coll_binomial_first_part(r, sub, n) : (size_t)sub;
     if ((rc = weft_sched_recv(s, pk, first * block, parent)) ||
         ((size_t)sub > first && (rc = weft_sched_recv(s, pk + first * block, ((size_t)sub - first) * block, parent))) ||
         (rc = weft_sched_copy(s, a->recvbuf, pk, block)) || (rc = weft_sched_end_round(s)))
         return rc;
     for (int mask = top; mask > 0; mask >>= 1)
-        if ((rc = weft_sched_send(s, pk + (size_t)mask * block, (size_t)subtree(vr + mask, n) * block, (r + mask) % n)))
+        if ((rc = weft_sched_send(s, pk + (size_t)mask * block,
+                                  (size_t)weft_coll_binomial_subtree(vr + mask, n) * block, (r + mask) % n)))
             return rc;
     return weft_sched_end_round(s);
 }
