@@ -62,14 +62,10 @@ typedef struct weft_pt2pt {
 } weft_pt2pt_t;
 
 /* ucx.c */
-int weft_p2p_init(weft_pt2pt_t **out, struct weft_bootstrap *bs, double deadline);
-void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline);
 int weft_p2p_progress(void);
 /* The endpoint to a world rank, created on first use. */
 int weft_p2p_ep(int world_rank, ucp_ep_h *ep);
 int weft_p2p_status_to_weft(ucs_status_t status);
-/* Completes every outstanding operation of this process's worker. */
-int weft_p2p_flush(double deadline);
 
 /* tag.c: the engine behind the public send/recv family, also used by the
  * collective schedules (class WEFT_TAG_CLASS_COLL). */

@@ -138,7 +138,8 @@ typedef struct {
     const int *ranks;
     int nranks;
     int invalid;
-    char why[200]; /* this rank's own argument error */
+    char why[200];    /* this rank's own argument error */
+    const char *name; /* default name (split_ranks), else derived from the parent */
     const char *fn;
 } create_args_t;
 
@@ -250,7 +251,10 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     ctx_used[ctx / 64] |= UINT64_C(1) << (ctx % 64);
     live_comms++;
     char defname[64];
-    snprintf(defname, sizeof(defname), "%.40s.%u", parent->name, (unsigned)ctx);
+    if (a->name)
+        snprintf(defname, sizeof(defname), "%s", a->name);
+    else
+        snprintf(defname, sizeof(defname), "%.40s.%u", parent->name, (unsigned)ctx);
     if ((rc = weft_options_apply(c, parent, opts, defname))) {
         comm_release(c);
         c = NULL;
@@ -352,27 +356,9 @@ WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nrank
                      comm->rank);
         }
     }
-    weft_options_t local = WEFT_OPTIONS_NULL;
-    if (!a.invalid && name && name[0] && !(opts && (opts->set & WEFT_OPT_NAME))) {
-        /* The name argument wins over an unnamed options object. */
-        if ((rc = weft_options_create(&local))) return rc;
-        if (opts) {
-            local->set = opts->set;
-            local->timeout = opts->timeout;
-            local->abort_on_error = opts->abort_on_error;
-            local->device = opts->device;
-            for (int i = 0; i < opts->nhints && !rc; i++)
-                rc = weft_options_set_hint(local, opts->hints[i].key, opts->hints[i].value);
-        }
-        if (!rc) rc = weft_options_set_name(local, name);
-        if (rc) {
-            weft_options_free(&local);
-            return rc;
-        }
-    }
-    rc = comm_create(comm, &a, local ? local : opts, newcomm);
-    weft_options_free(&local);
-    return rc;
+    /* The name argument names the communicator unless the options do. */
+    if (!a.invalid && name && name[0]) a.name = name;
+    return comm_create(comm, &a, opts, newcomm);
 }
 
 WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t opts, weft_comm_t *newcomm)

@@ -1,6 +1,5 @@
 /* weft_init / weft_finalize: configuration, bootstrap, UCX, world. */
 #include "bootstrap/bootstrap.h"
-#include "pt2pt/pt2pt.h"
 #include "request.h"
 #include "schedule.h"
 #include "topo/topo.h"

@@ -173,7 +173,7 @@ static int parse_positive_int(const char *v, long *out)
     } while (0)
 
 #ifdef WEFT_HAVE_CUDA
-#define NO_GPU_REASON "GPU collectives are not implemented yet in this build (CUDA headers were found)"
+#define NO_GPU_REASON "this build has no GPU collectives (CUDA headers were found, but no GPU code paths are compiled)"
 #else
 #define NO_GPU_REASON "no CUDA in this build"
 #endif

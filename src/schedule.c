@@ -157,9 +157,8 @@ void weft_sched_discard(weft_sched_t *s)
  * UCX matches messages with equal tags in the order they were sent, and
  * every algorithm posts a pair's messages in the same order on both
  * sides. */
-static unsigned round_tag(const weft_sched_t *s, int round)
+static unsigned coll_tag(const weft_sched_t *s)
 {
-    (void)round;
     return s->seq & ((1u << WEFT_COLL_TAG_BITS) - 1);
 }
 
@@ -167,7 +166,7 @@ static unsigned round_tag(const weft_sched_t *s, int round)
 static int post_round(weft_sched_t *s)
 {
     int start = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur], rc;
-    int tag = (int)round_tag(s, s->cur);
+    int tag = (int)coll_tag(s);
     s->nreqs = 0;
     if ((rc = grow((void **)&s->reqs, &s->reqs_cap, end - start, sizeof(weft_request_t)))) return rc;
     /* Receives first, so matching sends find them posted. */

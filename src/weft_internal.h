@@ -117,9 +117,9 @@ struct weft_options_s {
 };
 
 /* ---- communicators (comm.c) ------------------------------------------- */
-#define WEFT_COMM_MAGIC   0x77436f6du /* "wCom" */
-#define WEFT_MAX_CONTEXTS 4096        /* live communicators per process, world included */
-#define WEFT_COLL_KINDS_MAX 24        /* >= the collective module's number of collectives */
+#define WEFT_COMM_MAGIC     0x77436f6du /* "wCom" */
+#define WEFT_MAX_CONTEXTS   4096        /* live communicators per process, world included */
+#define WEFT_COLL_KINDS_MAX 24          /* >= the collective module's number of collectives */
 struct weft_comm_s {
     uint32_t magic;
     uint32_t context_id; /* agreed by all members; part of every tag */
@@ -133,7 +133,7 @@ struct weft_comm_s {
     int pending;        /* live requests on this communicator */
     weft_hint_t *hints; /* evaluated hints */
     int nhints;
-    int nnodes;                          /* distinct nodes among the members */
+    int nnodes;                                   /* distinct nodes among the members */
     const void *coll_forced[WEFT_COLL_KINDS_MAX]; /* per collective: an algorithm a hint chose */
     char name[64];
     struct weft_comm_s *next_free;
@@ -187,6 +187,11 @@ typedef struct weft_transport_ops {
     int (*peer_info)(int world_rank, char *buf, size_t len);
 } weft_transport_ops_t;
 extern const weft_transport_ops_t *weft_xport;
+/* The transport's life cycle, called by the composition root (init.c);
+ * pt2pt/ defines them and registers weft_xport in weft_p2p_init. */
+int weft_p2p_init(struct weft_pt2pt **out, struct weft_bootstrap *bs, double deadline);
+void weft_p2p_finalize(struct weft_pt2pt *p2p, double deadline);
+int weft_p2p_flush(double deadline);
 
 /* ---- collective services (registered by coll/ at init) ---------------- */
 /* What the runtime core needs from the collectives module, e.g. to create
@@ -197,8 +202,8 @@ typedef struct weft_coll_services {
     /* For a "<collective>_algorithm" hint: finds the algorithm; returns 1
      * and sets *kind and *alg, 0 with a reason when the collective is
      * unknown (-1) or has no such algorithm (-2). */
-    int (*find_algorithm)(const char *collective, size_t len, const char *name, int *kind, const void **alg,
-                          char *why, size_t why_len);
+    int (*find_algorithm)(const char *collective, size_t len, const char *name, int *kind, const void **alg, char *why,
+                          size_t why_len);
 } weft_coll_services_t;
 extern const weft_coll_services_t *weft_coll_svc;
 int weft_coll_init(void);
