@@ -14,7 +14,7 @@ make -j"$JOBS" check || status=$?
 # One summary line over every runner, counted from the test logs.
 passed=0
 failed=0
-for log in test/*.log test/launchers/*.log; do
+for log in test/*.log test/*/*.log; do
     [ -f "$log" ] || continue
     case "$log" in */test-suite.log) continue ;; esac
     if line=$(grep -E "Synthesis: Tested: [0-9]+" "$log" | tail -1); then
@@ -31,7 +31,7 @@ for log in test/*.log test/launchers/*.log; do
 done
 if [ "$status" -ne 0 ]; then
     echo "--- failing test logs ---"
-    for log in test/*.log test/launchers/*.log; do
+    for log in test/*.log test/*/*.log; do
         [ -f "$log" ] || continue
         case "$log" in */test-suite.log) continue ;; esac
         trs="${log%.log}.trs"

@@ -1,0 +1,89 @@
+/* weft's OSU-style microbenchmarks: what the benchmark bodies share
+ * (options, rotating buffers, statistics over ranks, the table and CSV
+ * output, validation patterns). Written once over bench.h. */
+#ifndef WEFT_OSU_H
+#define WEFT_OSU_H
+
+#include "bench.h"
+
+#include <stdio.h>
+
+/* Messages above this many bytes use the "large" iteration counts, as OSU. */
+#define OSU_LARGE_MESSAGE 8192
+
+typedef struct {
+    size_t min_size, max_size;
+    int iters, warmup;             /* small messages */
+    int iters_large, warmup_large; /* above OSU_LARGE_MESSAGE bytes */
+    int validate;                  /* -c */
+    int full;                      /* -f: min / avg / max over ranks, iterations */
+    int window;                    /* -W: messages in flight for bw/bibw/mbw_mr */
+    int test_calls;                /* -t: bk_test calls during the overlap compute */
+    size_t rotate_bytes;           /* --rotate: bytes the rotating buffers span */
+    const char *csv_path;          /* --csv FILE */
+    FILE *csv;
+} osu_opts_t;
+
+extern osu_opts_t osu_opt;
+
+typedef enum { OSU_PT2PT, OSU_COLL, OSU_ICOLL } osu_family_t;
+typedef enum { PT_LATENCY, PT_BW, PT_BIBW, PT_MBW_MR, PT_MULTI_LAT } osu_pt2pt_kind_t;
+
+typedef struct osu_bench {
+    const char *name;  /* program suffix: "allreduce", "mbw-mr", "iallreduce" */
+    const char *title; /* "Allreduce Latency Test" */
+    osu_family_t family;
+    bk_coll_t coll; /* collectives */
+    osu_pt2pt_kind_t pt2pt_kind;
+    size_t default_min; /* bytes */
+    size_t default_max;
+    int (*run)(const struct osu_bench *b);
+} osu_bench_t;
+
+/* Iterations and warm-up for one message size. */
+int osu_iters(size_t size);
+int osu_warmup(size_t size);
+/* The message sizes of the run: min, then powers of two up to max. */
+size_t osu_first_size(void);
+size_t osu_next_size(size_t size);
+
+/* A set of equally sized buffers used in turn, one per iteration, spanning
+ * at least --rotate bytes so large messages are not measured out of one
+ * cached buffer; allocated page-aligned and touched before timing. */
+typedef struct {
+    char **slot;
+    int nslots;
+    size_t bytes;
+} osu_pool_t;
+void osu_pool_init(osu_pool_t *p, size_t bytes);
+void osu_pool_free(osu_pool_t *p);
+static inline void *osu_pool_get(const osu_pool_t *p, int iteration)
+{
+    return p->slot[iteration % p->nslots];
+}
+
+/* Validation data: a small integer from (source rank, destination rank,
+ * element index, iteration), exact in float and in sums over many ranks. */
+static inline int osu_value(int src, int dst, size_t idx, int it)
+{
+    return (int)((unsigned)src * 7u + (unsigned)dst * 13u + (unsigned)(idx % 1021) * 3u + (unsigned)it) % 61;
+}
+void osu_fill(void *buf, bk_type_t type, size_t count, int src, int dst, size_t first_idx, int it);
+/* Counts elements of buf that differ from what osu_fill would write. */
+size_t osu_check(const void *buf, bk_type_t type, size_t count, int src, int dst, size_t first_idx, int it);
+
+/* Statistics over ranks, returned on rank 0. */
+typedef struct {
+    double min, avg, max;
+} osu_stat_t;
+osu_stat_t osu_stat(double value);
+/* Sum over ranks of an error count; every rank gets the total. */
+long osu_errors_total(long mine);
+
+/* Output: the header lines, one row per size, CSV rows. */
+void osu_print_header(const osu_bench_t *b, const char *columns);
+void osu_csv_row(const osu_bench_t *b, size_t size, const osu_stat_t *lat, double bw_mbs, double msg_rate,
+                 const double overlap[4], int iters, int valid);
+const char *osu_valid_text(long errors);
+
+#endif
