@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Side-by-side OSU-style numbers: weft and peer MPIs run the same benchmark
+# program (one harness, contrib/bench/osu), with the same ranks and binding,
+# alternating A B A B ... for several rounds; prints the median over rounds
+# per size and the weft/peer ratio.
+#
+#   contrib/bench/compare.sh [options] PROGRAM [benchmark options]
+#     -n NP            ranks (default 2)
+#     -r ROUNDS        alternating rounds (default 5)
+#     -p PEERS         comma list of peers: openmpi, mpich (default: those installed)
+#     -b BUILDDIR      weft build tree with contrib/bench/weft-osu (default: .)
+#     -o OUTDIR        where CSVs go (default: bench-results)
+#     --bind POLICY    core (default; needs NP <= cores) or none
+#     -e VAR=VALUE     environment for the weft runs only (e.g. WEFT_COLL_TUNE=...)
+#   PROGRAM: latency, bw, allreduce, iallreduce, ... (weft-osu --list)
+#   e.g. contrib/bench/compare.sh -n 2 -r 5 allreduce -m 8:1m -i 200
+#
+# weft runs under Open MPI's mpirun (PMIx bootstrap), like the Open MPI runs;
+# MPICH runs under its own mpiexec (hydra) with the same binding. The MPICH
+# binary is built here from the same sources with mpicc.mpich when missing.
+# Output: OUTDIR/PROGRAM-npNP-LIB-rK.csv per run, OUTDIR/PROGRAM-npNP.csv
+# with the medians, and the table on stdout. Ratio: weft / peer of the
+# program's main metric (time: below 1 is weft faster; bandwidth: above 1).
+set -euo pipefail
+
+np=2 rounds=5 peers="" builddir=. outdir=bench-results bind=core
+weft_env=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        -n) np=$2; shift 2 ;;
+        -r) rounds=$2; shift 2 ;;
+        -p) peers=$2; shift 2 ;;
+        -b) builddir=$2; shift 2 ;;
+        -o) outdir=$2; shift 2 ;;
+        --bind) bind=$2; shift 2 ;;
+        -e) weft_env+=("$2"); shift 2 ;;
+        -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+        -*) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+        *) break ;;
+    esac
+done
+[ $# -ge 1 ] || { echo "compare.sh: which program? (see -h)" >&2; exit 2; }
+prog=$1
+shift
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+builddir=$(cd "$builddir" && pwd)
+bench=$builddir/contrib/bench
+mkdir -p "$outdir"
+outdir=$(cd "$outdir" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+[ -x "$bench/weft-osu" ] || { echo "compare.sh: $bench/weft-osu not built (make first)" >&2; exit 2; }
+if ! "$bench/weft-osu" --list | grep -qx "$prog"; then
+    echo "compare.sh: unknown program '$prog'; one of:" $("$bench/weft-osu" --list) >&2
+    exit 2
+fi
+command -v mpirun >/dev/null || { echo "compare.sh: mpirun (Open MPI) not found" >&2; exit 2; }
+
+# Peers present on this machine.
+if [ -z "$peers" ]; then
+    peers=openmpi
+    command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null && peers="$peers,mpich"
+fi
+mpich_bin=$bench/mpich-osu
+if [[ ",$peers," == *,mpich,* ]] && [ ! -x "$mpich_bin" ]; then
+    osu=$srcdir/contrib/bench/osu
+    mpicc.mpich -std=c11 -O2 -D_GNU_SOURCE -o "$mpich_bin" "$osu/osu.c" "$osu/pt2pt.c" "$osu/coll.c" \
+        "$osu/backend_mpi.c"
+fi
+[[ ",$peers," != *,openmpi,* ]] || [ -x "$bench/mpi-osu" ] ||
+    { echo "compare.sh: $bench/mpi-osu not built (configure found no mpicc)" >&2; exit 2; }
+
+case $bind in
+    core) ompi_bind=(--bind-to core --map-by core) hydra_bind=(-bind-to core) ;;
+    none) ompi_bind=(--bind-to none --oversubscribe) hydra_bind=(-bind-to none) ;;
+    *) echo "compare.sh: --bind core|none" >&2; exit 2 ;;
+esac
+
+run_one() { # lib round
+    local lib=$1 k=$2 csv="$outdir/$prog-np$np-$1-r$2.csv"
+    shift 2
+    rm -f "$csv"
+    case $lib in
+        weft) env "${weft_env[@]}" mpirun -np "$np" "${ompi_bind[@]}" "$bench/weft-osu" "$prog" --csv "$csv" "$@" ;;
+        openmpi) mpirun -np "$np" "${ompi_bind[@]}" "$bench/mpi-osu" "$prog" --csv "$csv" "$@" ;;
+        mpich) mpiexec.mpich -n "$np" "${hydra_bind[@]}" "$mpich_bin" "$prog" --csv "$csv" "$@" ;;
+    esac >"$outdir/$prog-np$np-$lib-r$k.out" 2>&1 || {
+        echo "compare.sh: $lib round $k failed:" >&2
+        tail -20 "$outdir/$prog-np$np-$lib-r$k.out" >&2
+        exit 1
+    }
+}
+
+libs=(weft ${peers//,/ })
+echo "# $prog on $np ranks (bind: $bind), $rounds rounds alternating ${libs[*]}; options: $*"
+pml=$(ompi_info --parsable 2>/dev/null | grep -o 'mca:pml:[a-z0-9]*' | sort -u | sed 's/mca:pml://' | tr '\n' ' ' || true)
+echo "# Open MPI pml components available: ${pml:-unknown}"
+for ((k = 1; k <= rounds; k++)); do
+    for lib in "${libs[@]}"; do run_one "$lib" "$k" "$@"; done
+done
+
+python3 - "$outdir" "$prog" "$np" "${libs[@]}" <<'EOF'
+import csv, glob, os, statistics, sys
+outdir, prog, np, libs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+# The main metric: bandwidth programs report MB/s, the others time in us.
+metric = "bw_mbs" if prog in ("bw", "bibw", "mbw-mr") else ("overall_us" if prog.startswith("i") else "avg_us")
+higher_better = metric == "bw_mbs"
+values = {}  # (lib, size) -> [per-round values]
+for lib in libs:
+    for path in sorted(glob.glob(os.path.join(outdir, f"{prog}-np{np}-{lib}-r*.csv"))):
+        for row in csv.DictReader(open(path)):
+            if row[metric]:
+                values.setdefault((lib, int(row["size"])), []).append(float(row[metric]))
+sizes = sorted({s for (_, s) in values})
+med = {k: statistics.median(v) for k, v in values.items()}
+unit = "MB/s" if higher_better else "us"
+print(f"# median over rounds of {metric} ({unit}); ratio = weft / peer ({'above' if higher_better else 'below'} 1: weft better)")
+head = f"{'size':>10} {'weft':>12}"
+for p in libs[1:]:
+    head += f" {p:>12} {'weft/' + p:>14}"
+print(head)
+summary = os.path.join(outdir, f"{prog}-np{np}.csv")
+with open(summary, "w") as f:
+    f.write("benchmark,ranks,size,library,median,rounds,metric\n")
+    for s in sizes:
+        line = f"{s:>10}"
+        w = med.get(("weft", s))
+        line += f" {w:>12.2f}" if w is not None else f" {'-':>12}"
+        for p in libs[1:]:
+            v = med.get((p, s))
+            line += f" {v:>12.2f}" if v is not None else f" {'-':>12}"
+            line += f" {w / v:>14.2f}" if w is not None and v else f" {'-':>14}"
+        print(line)
+        for lib in libs:
+            if (lib, s) in med:
+                f.write(f"{prog},{np},{s},{lib},{med[(lib, s)]:.4f},{len(values[(lib, s)])},{metric}\n")
+print(f"# medians: {summary}")
+EOF
