@@ -19,7 +19,8 @@
 # MPICH runs under its own mpiexec (hydra) with the same binding. The MPICH
 # binary is built here from the same sources with mpicc.mpich when missing.
 # Output: OUTDIR/PROGRAM-npNP-LIB-rK.csv per run, OUTDIR/PROGRAM-npNP.csv
-# with the medians, and the table on stdout. Ratio: weft / peer of the
+# with the medians, and the table on stdout (with a column for ucx_perftest
+# when contrib/bench/ucx-floor.sh wrote its rows into OUTDIR). Ratio: weft / peer of the
 # program's main metric (time: below 1 is weft faster; bandwidth: above 1).
 set -euo pipefail
 
@@ -95,6 +96,7 @@ libs=(weft ${peers//,/ })
 echo "# $prog on $np ranks (bind: $bind), $rounds rounds alternating ${libs[*]}; options: $*"
 pml=$(ompi_info --parsable 2>/dev/null | grep -o 'mca:pml:[a-z0-9]*' | sort -u | sed 's/mca:pml://' | tr '\n' ' ' || true)
 echo "# Open MPI pml components available: ${pml:-unknown}"
+for lib in "${libs[@]}"; do rm -f "$outdir/$prog-np$np-$lib-r"*.csv; done # an earlier run's rounds
 for ((k = 1; k <= rounds; k++)); do
     for lib in "${libs[@]}"; do run_one "$lib" "$k" "$@"; done
 done
@@ -105,6 +107,12 @@ outdir, prog, np, libs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 # The main metric: bandwidth programs report MB/s, the others time in us.
 metric = "bw_mbs" if prog in ("bw", "bibw", "mbw-mr") else ("overall_us" if prog.startswith("i") else "avg_us")
 higher_better = metric == "bw_mbs"
+# Other libraries with rows for this program in OUTDIR (ucx-floor.sh's
+# ucx_perftest) join the table as further columns.
+for path in glob.glob(os.path.join(outdir, f"{prog}-np{np}-*-r*.csv")):
+    lib = os.path.basename(path)[len(f"{prog}-np{np}-"):].rsplit("-r", 1)[0]
+    if lib not in libs:
+        libs.append(lib)
 values = {}  # (lib, size) -> [per-round values]
 for lib in libs:
     for path in sorted(glob.glob(os.path.join(outdir, f"{prog}-np{np}-{lib}-r*.csv"))):
