@@ -39,10 +39,19 @@ struct weft_sched {
     int waiting_peer; /* for timeout messages: a peer the round still waits on */
     weft_request_t req;
     struct weft_sched *next_active;
+    void *spare;    /* SCHED_SCRATCH_KEEP bytes kept across uses */
+    int spare_used; /* handed out by weft_sched_scratch */
 };
 
 static weft_sched_t *active;
 static int hook_registered;
+
+/* Finished schedules keep their arrays and one small scratch buffer for
+ * the next collective: a small-message collective then allocates nothing. */
+#define SCHED_CACHE_MAX 16
+#define SCHED_SCRATCH_KEEP 65536
+static weft_sched_t *sched_cache;
+static int sched_cached;
 
 static int grow(void **p, int *cap, int need, size_t elem)
 {
@@ -59,8 +68,14 @@ static int grow(void **p, int *cap, int need, size_t elem)
 
 weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
 {
-    weft_sched_t *s = calloc(1, sizeof(*s));
-    if (!s) return NULL;
+    weft_sched_t *s = sched_cache;
+    if (s) {
+        sched_cache = s->next_active;
+        sched_cached--;
+        s->next_active = NULL;
+    } else if (!(s = calloc(1, sizeof(*s)))) {
+        return NULL;
+    }
     s->comm = comm;
     s->name = name;
     s->waiting_peer = -1;
@@ -127,6 +142,13 @@ void weft_sched_comm(const weft_sched_t *s, weft_comm_t *comm)
 
 void *weft_sched_scratch(weft_sched_t *s, size_t bytes)
 {
+    if (!s->spare_used && bytes <= SCHED_SCRATCH_KEEP) { /* the kept buffer serves one small request */
+        if (!s->spare) s->spare = malloc(SCHED_SCRATCH_KEEP);
+        if (s->spare) {
+            s->spare_used = 1;
+            return s->spare;
+        }
+    }
     void **n = realloc(s->scratch, sizeof(void *) * (size_t)(s->nscratch + 1));
     if (!n) return NULL;
     s->scratch = n;
@@ -135,15 +157,34 @@ void *weft_sched_scratch(weft_sched_t *s, size_t bytes)
     return p;
 }
 
-static void sched_free(weft_sched_t *s)
+static void sched_destroy(weft_sched_t *s)
 {
     for (int i = 0; i < s->nscratch; i++)
         free(s->scratch[i]);
     free(s->scratch);
+    free(s->spare);
     free(s->ops);
     free(s->round_end);
     free(s->reqs);
     free(s);
+}
+
+/* Returns s to the cache (or frees it): its arrays stay allocated. */
+static void sched_free(weft_sched_t *s)
+{
+    if (sched_cached >= SCHED_CACHE_MAX) {
+        sched_destroy(s);
+        return;
+    }
+    for (int i = 0; i < s->nscratch; i++)
+        free(s->scratch[i]);
+    s->spare_used = 0;
+    s->nscratch = 0;
+    s->nops = s->nrounds = s->cur = s->nreqs = 0;
+    s->req = NULL;
+    s->next_active = sched_cache;
+    sched_cache = s;
+    sched_cached++;
 }
 
 void weft_sched_discard(weft_sched_t *s)
@@ -394,6 +435,12 @@ void weft_sched_finalize(void)
         finish(s, WEFT_ERR_CANCELED);
     }
     if (n) weft_warn("weft_finalize: %d collective%s still in progress were canceled", n, n == 1 ? "" : "s");
+    while (sched_cache) {
+        weft_sched_t *s = sched_cache;
+        sched_cache = s->next_active;
+        sched_destroy(s);
+    }
+    sched_cached = 0;
     if (hook_registered) weft_progress_unregister(sched_progress, NULL);
     hook_registered = 0;
 }

@@ -83,8 +83,9 @@ static void usage(FILE *f, const char *prog)
             "  -d cuda|host     buffer location (cuda needs weft's GPU support; this build has none)\n"
             "  --rotate BYTES   rotate buffers spanning this many bytes (default 32m; 0 = one buffer)\n"
             "  --csv FILE       also append one CSV row per size to FILE\n"
+            "  --label NAME     library name in the CSV rows (default %s; e.g. one per algorithm)\n"
             "programs:",
-            prog, bk_short_name(), OSU_LARGE_MESSAGE, OSU_LARGE_MESSAGE);
+            prog, bk_short_name(), OSU_LARGE_MESSAGE, OSU_LARGE_MESSAGE, bk_short_name());
     for (int i = 0; i < NBENCH; i++)
         fprintf(f, " %s", benches[i].name);
     fprintf(f, "\n");
@@ -138,7 +139,8 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
         } else if (!strcmp(a, "-f")) {
             osu_opt.full = 1;
         } else if (!v && (!strcmp(a, "-m") || !strcmp(a, "-i") || !strcmp(a, "-x") || !strcmp(a, "-W") ||
-                          !strcmp(a, "-t") || !strcmp(a, "-d") || !strcmp(a, "--rotate") || !strcmp(a, "--csv"))) {
+                          !strcmp(a, "-t") || !strcmp(a, "-d") || !strcmp(a, "--rotate") || !strcmp(a, "--csv") ||
+                          !strcmp(a, "--label"))) {
             if (rank0) fprintf(stderr, "%s: option %s needs a value\n", prog, a);
             return -1;
         } else if (!strcmp(a, "-m")) {
@@ -183,6 +185,9 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             i++;
         } else if (!strcmp(a, "--csv")) {
             osu_opt.csv_path = v;
+            i++;
+        } else if (!strcmp(a, "--label")) {
+            osu_opt.label = v;
             i++;
         } else {
             if (rank0) {
@@ -385,7 +390,7 @@ void osu_csv_row(const osu_bench_t *b, size_t size, const osu_stat_t *lat, doubl
 {
     FILE *f = osu_opt.csv;
     if (!f || bk_rank() != 0) return;
-    fprintf(f, "%s,%s,%d,%zu", b->name, bk_short_name(), bk_size(), size);
+    fprintf(f, "%s,%s,%d,%zu", b->name, osu_opt.label ? osu_opt.label : bk_short_name(), bk_size(), size);
     csv_num(f, lat ? lat->avg : -1);
     csv_num(f, lat ? lat->min : -1);
     csv_num(f, lat ? lat->max : -1);

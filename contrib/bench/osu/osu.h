@@ -21,6 +21,7 @@ typedef struct {
     int test_calls;                /* -t: bk_test calls during the overlap compute */
     size_t rotate_bytes;           /* --rotate: bytes the rotating buffers span */
     const char *csv_path;          /* --csv FILE */
+    const char *label;             /* --label: library column of the CSV */
     FILE *csv;
 } osu_opts_t;
 
