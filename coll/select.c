@@ -3,7 +3,7 @@
  * written in the same grammar as WEFT_COLL_TUNE, which users set:
  *
  *   rule  := coll ":" [lo "-" hi ":"] [cond ":"]* algorithm
- *   cond  := "np=" a ["-" b]  |  "nodes=" ("1" | "multi")
+ *   cond  := "np=" a ["-" (b | "inf")]  |  "nodes=" ("1" | "multi")
  *   sizes are bytes per rank with optional k/m/g (powers of 1024) or "inf";
  *   lo is inclusive, hi exclusive; rules are separated by "," or ";".
  *   e.g. WEFT_COLL_TUNE="allreduce:0-4k:recursive_doubling,allreduce:4k-inf:ring"
@@ -15,26 +15,49 @@
 #include "coll/coll.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Thresholds: first guesses, to be replaced by measured ones (the
- * benchmarks and the numbers behind them arrive with the OSU harness). */
+/* Thresholds measured with contrib/bench/sweep.sh algs (every algorithm
+ * forced, 8 B - 4 MiB, 8 / 16 / 32 ranks on a 32-core host; 2 ranks on a
+ * 2-core one). The medians behind each row are in docs/perf/ (algs-*.csv)
+ * and docs/COLLECTIVES.md says which numbers decided each threshold.
+ * Sizes are bytes per rank (allgather, gather, scatter, alltoall: one
+ * rank's block; reduce_scatter: the whole vector). */
 static const char default_rules[] = "barrier:dissemination,"
+                                    /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
                                     "bcast:0-inf:binomial,"
-                                    "reduce:0-inf:binomial,"
+                                    /* reduce-scatter + gather wins from 64 KiB (32 ranks) / 128 KiB (8, 16) */
+                                    "reduce:0-64k:binomial,"
+                                    "reduce:64k-inf:reduce_scatter_gather,"
+                                    /* RD below 16 KiB; Rabenseifner 16 KiB - 2 MiB (1.5-3x over RD);
+                                     * ring from 2 MiB (ties Rabenseifner at 16 ranks, wins at 32) */
                                     "allreduce:0-16k:recursive_doubling,"
-                                    "allreduce:16k-inf:ring,"
-                                    "allgather:0-8k:bruck,"
-                                    "allgather:8k-inf:ring,"
+                                    "allreduce:16k-2m:rabenseifner,"
+                                    "allreduce:2m-inf:ring,"
+                                    /* RD below 32 KiB at every rank count; ring above (RD is 10-20%
+                                     * faster again from 256 KiB at 32 ranks, but needs extra steps
+                                     * for other rank counts) */
+                                    "allgather:0-32k:recursive_doubling,"
+                                    "allgather:32k-inf:ring,"
                                     "allgatherv:ring,"
-                                    "gather:linear,"
+                                    /* binomial to 128 KiB (16 ranks: to 1 MiB), linear above */
+                                    "gather:0-128k:binomial,"
+                                    "gather:128k-inf:linear,"
                                     "gatherv:linear,"
-                                    "scatter:linear,"
+                                    /* binomial below 8 KiB at 8, 16, 32 ranks */
+                                    "scatter:0-8k:binomial,"
+                                    "scatter:8k-inf:linear,"
                                     "scatterv:linear,"
-                                    "reduce_scatter:ring,"
-                                    "reduce_scatter_block:ring,"
+                                    /* recursive halving to 512 KiB; ring above at 8, 16 ranks */
+                                    "reduce_scatter:0-512k:recursive_halving,"
+                                    "reduce_scatter:512k-inf:ring,"
+                                    "reduce_scatter_block:0-512k:recursive_halving,"
+                                    "reduce_scatter_block:512k-inf:ring,"
+                                    /* Bruck for 128 B - 2 KiB blocks from 16 ranks; pairwise otherwise */
+                                    "alltoall:0-4k:np=16-inf:bruck,"
                                     "alltoall:pairwise,"
                                     "alltoallv:pairwise,"
                                     "scan:linear,"
@@ -143,8 +166,14 @@ static int parse_rule(char *text, rule_t *r, const char *source)
         if (!strncmp(f, "np=", 3)) {
             char *end;
             long a = strtol(f + 3, &end, 10), b = a;
-            if (*end == '-') b = strtol(end + 1, &end, 10);
-            if (*end || a < 1 || b < a) return weft_error(WEFT_ERR_ARG, "%s: '%s' is not np=A or np=A-B", source, f);
+            if (*end == '-' && !strcmp(end + 1, "inf")) {
+                b = INT_MAX;
+                end += 4;
+            } else if (*end == '-') {
+                b = strtol(end + 1, &end, 10);
+            }
+            if (*end || a < 1 || b < a || b > INT_MAX)
+                return weft_error(WEFT_ERR_ARG, "%s: '%s' is not np=A, np=A-B or np=A-inf", source, f);
             r->np_lo = (int)a;
             r->np_hi = (int)b;
         } else if (!strcmp(f, "nodes=1")) {
@@ -286,7 +315,9 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
             char lo[32], hi[32], cond[48] = "";
             size_text(r->lo, lo, sizeof(lo));
             size_text(r->hi, hi, sizeof(hi));
-            if (r->np_lo) snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
+            if (r->np_lo == r->np_hi) snprintf(cond, sizeof(cond), ":np=%d", r->np_lo);
+            else if (r->np_hi == INT_MAX) snprintf(cond, sizeof(cond), ":np=%d-inf", r->np_lo);
+            else if (r->np_lo) snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
             if (r->nodes)
                 snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
                          r->nodes == NODES_ONE ? "1" : "multi");
