@@ -15,15 +15,17 @@ static int recv_cancel(weft_request_t req)
     return WEFT_SUCCESS;
 }
 
-/* A receive from a rank UCX has declared lost can never complete. */
+/* A receive from a rank known to be lost (UCX's endpoint error, the
+ * bootstrap's notice) can never complete. */
 static void recv_check(weft_request_t req)
 {
-    if (req->peer < 0 || weft_g.p2p->lost_count == 0 || !req->owner_data) return;
-    int world = weft_comm_world_rank_of(req->comm, req->peer);
-    if (!weft_g.p2p->peers[world].lost) return;
+    if (req->peer < 0 || weft_lost_count == 0 || !req->owner_data) return;
+    char why[320];
+    if (!weft_rank_lost_why(weft_comm_world_rank_of(req->comm, req->peer))) return;
+    weft_lost_describe(req->comm, req->peer, why, sizeof(why));
     req->cancel_reason = WEFT_ERR_PEER_LOST;
-    weft_error(WEFT_ERR_PEER_LOST, "recv from rank %d (tag %d, comm %s): the rank is lost (%s)", req->peer, req->tag,
-               req->comm->name, ucs_status_string(weft_g.p2p->peers[world].why));
+    weft_error(WEFT_ERR_PEER_LOST, "recv from rank %d (tag %d, comm %s): %s", req->peer, req->tag, req->comm->name,
+               why);
     ucp_request_cancel(weft_g.p2p->worker, req->owner_data);
 }
 
@@ -344,9 +346,14 @@ WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *st
         probe_once(source, tag, comm, &flag, status);
         if (flag) return WEFT_SUCCESS;
         if (!events) {
-            if (source != WEFT_ANY_SOURCE && weft_g.p2p->peers[weft_comm_world_rank_of(comm, source)].lost)
-                return weft_error(WEFT_ERR_PEER_LOST, "weft_probe: rank %d is lost", source);
-            if (deadline > 0 && weft_wtime() >= deadline)
+            double now = weft_wtime();
+            weft_liveness_poll(now, 0);
+            if (source != WEFT_ANY_SOURCE && weft_rank_lost_why(weft_comm_world_rank_of(comm, source))) {
+                char why[320];
+                weft_lost_describe(comm, source, why, sizeof(why));
+                return weft_error(WEFT_ERR_PEER_LOST, "weft_probe (comm %s): %s", comm->name, why);
+            }
+            if (deadline > 0 && now >= deadline)
                 return weft_error_quiet(WEFT_ERR_TIMEOUT,
                                         "weft_probe: no message from rank %d (tag %d, comm %s) within %.3g s", source,
                                         tag, comm->name, comm->timeout);

@@ -34,7 +34,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (!g_p2p->peers[rank].lost) g_p2p->lost_count++;
     g_p2p->peers[rank].lost = 1;
     g_p2p->peers[rank].why = status;
-    if (!g_finalizing) weft_warn("rank %d lost: UCX reports %s on its endpoint", rank, ucs_status_string(status));
+    if (!g_finalizing) weft_rank_lost(rank, "UCX reports %s on its endpoint", ucs_status_string(status));
 }
 
 int weft_p2p_ep(int world_rank, ucp_ep_h *ep)

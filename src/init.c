@@ -62,6 +62,7 @@ static int init_common(double deadline)
     weft_g.rank = g_bs.rank;
     weft_g.size = g_bs.size;
     weft_log_set_rank(g_bs.rank);
+    WEFT_CHECK_GOTO(weft_liveness_init(g_bs.size), rc, fail);
     WEFT_CHECK_GOTO(weft_topo_node_map(&g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_comm_world_create(), rc, fail);
@@ -81,6 +82,7 @@ fail:
     g_bs.finalize(&g_bs, 0, 0);
     weft_g.bs = NULL;
     weft_topo_node_map_free();
+    weft_liveness_finalize();
     return rc;
 }
 
@@ -137,6 +139,7 @@ WEFT_API int weft_finalize(void)
     g_bs.finalize(&g_bs, barrier_rc == WEFT_SUCCESS, deadline);
     weft_g.bs = NULL;
     weft_request_cleanup();
+    weft_liveness_finalize();
     weft_topo_node_map_free();
     weft_topo_release();
     weft_log_set_rank(-1);

@@ -1,8 +1,11 @@
 /* The progress engine: drives UCX and every registered hook (collective
- * schedules later). All waiting in weft goes through weft_progress(). */
+ * schedules later). All waiting in weft goes through weft_progress().
+ * Also the liveness record: which ranks are known dead, and why. */
+#include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
 
 #include <sched.h>
+#include <stdarg.h>
 #include <stdlib.h>
 
 #define MAX_HOOKS 32
@@ -52,4 +55,81 @@ void weft_progress_idle(unsigned *idle_polls, int events)
         *idle_polls = 0;
         sched_yield();
     }
+}
+
+/* ---- liveness ------------------------------------------------------------ */
+
+#define LOST_WHY_LEN 256
+
+unsigned weft_lost_count;
+static char (*lost_why)[LOST_WHY_LEN]; /* per world rank; "" while alive */
+static int lost_size;
+static double next_poll;
+
+int weft_liveness_init(int size)
+{
+    weft_liveness_finalize();
+    lost_why = calloc((size_t)size, sizeof(*lost_why));
+    if (!lost_why) return weft_error(WEFT_ERR_NO_MEMORY, "liveness: out of memory for %d ranks", size);
+    lost_size = size;
+    return WEFT_SUCCESS;
+}
+
+void weft_liveness_finalize(void)
+{
+    free(lost_why);
+    lost_why = NULL;
+    lost_size = 0;
+    weft_lost_count = 0;
+    next_poll = 0;
+}
+
+void weft_rank_lost(int world_rank, const char *fmt, ...)
+{
+    if (!lost_why || world_rank < 0 || world_rank >= lost_size || lost_why[world_rank][0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(lost_why[world_rank], LOST_WHY_LEN, fmt, ap);
+    va_end(ap);
+    if (!lost_why[world_rank][0]) snprintf(lost_why[world_rank], LOST_WHY_LEN, "no reason given");
+    weft_lost_count++;
+    /* The first loss is news; more are usually the job coming apart. */
+    weft_log(weft_lost_count == 1 ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, "rank %d lost: %s", world_rank,
+             lost_why[world_rank]);
+}
+
+const char *weft_rank_lost_why(int world_rank)
+{
+    if (!weft_lost_count || world_rank < 0 || world_rank >= lost_size || !lost_why[world_rank][0]) return NULL;
+    return lost_why[world_rank];
+}
+
+int weft_comm_lost_member(weft_comm_t comm)
+{
+    if (!weft_lost_count || !comm) return -1;
+    for (int r = 0; r < comm->size; r++)
+        if (weft_rank_lost_why(weft_comm_world_rank_of(comm, r))) return r;
+    return -1;
+}
+
+int weft_world_lost_rank(void)
+{
+    for (int r = 0; weft_lost_count && r < lost_size; r++)
+        if (lost_why[r][0]) return r;
+    return -1;
+}
+
+void weft_lost_describe(weft_comm_t comm, int rank, char *buf, size_t len)
+{
+    int world = comm ? weft_comm_world_rank_of(comm, rank) : rank;
+    const char *why = weft_rank_lost_why(world);
+    snprintf(buf, len, "rank %d (world rank %d) lost: %s", rank, world, why ? why : "no reason given");
+}
+
+void weft_liveness_poll(double now, int force)
+{
+    weft_bootstrap_t *bs = weft_g.bs;
+    if (!bs || !bs->poll_lost || (!force && now < next_poll)) return;
+    next_poll = now + WEFT_LIVENESS_POLL_S;
+    bs->poll_lost(bs);
 }

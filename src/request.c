@@ -56,7 +56,10 @@ void weft_request_describe_pending(weft_comm_t comm, char *buf, size_t len)
             snprintf(what, sizeof(what), "%s %s rank %d tag %d%s", r->ops->kind,
                      strcmp(r->ops->kind, "send") ? "from" : "to", r->peer, r->tag,
                      r->orphaned ? " (released, still in flight)" : "");
-        int n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", what);
+        int waiting = r->ops->waiting_for ? r->ops->waiting_for(r) : -1;
+        char wf[48] = "";
+        if (waiting >= 0) snprintf(wf, sizeof(wf), " waiting for rank %d", waiting);
+        int n = snprintf(buf + used, len - used, "%s%s%s", used ? ", " : "", what, wf);
         if (n < 0 || used + (size_t)n >= len) break;
         used += (size_t)n;
     }
@@ -87,18 +90,30 @@ static int request_check(weft_request_t *request, const char *fn)
     return WEFT_SUCCESS;
 }
 
+/* The timeout's message names what the request waits for and, when the
+ * liveness record knows of a dead rank, that rank: the likelier culprit. */
 static int describe_timeout(weft_request_t req, double timeout_s)
 {
     const char *name = req->comm ? req->comm->name : "?";
-    char what[256];
+    char what[256], waiting[48] = "", lost[320] = "";
+    int r = weft_comm_lost_member(req->comm), w;
+    if (r >= 0) {
+        char d[300];
+        weft_lost_describe(req->comm, r, d, sizeof(d));
+        snprintf(lost, sizeof(lost), "; %s", d);
+    } else if ((w = weft_world_lost_rank()) >= 0) {
+        snprintf(lost, sizeof(lost), "; world rank %d (not in comm %s) lost: %s", w, name, weft_rank_lost_why(w));
+    }
+    if (req->ops->waiting_for && (r = req->ops->waiting_for(req)) >= 0)
+        snprintf(waiting, sizeof(waiting), " waiting for rank %d", r);
     if (req->ops->describe && req->ops->describe(req, what, sizeof(what)) > 0)
-        return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s did not complete within %.3g s", what, timeout_s);
+        return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s timed out after %.3g s%s%s", what, timeout_s, waiting, lost);
     if (req->peer >= 0)
-        return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s %s rank %d (tag %d, comm %s) did not complete within %.3g s",
+        return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s %s rank %d (tag %d, comm %s) did not complete within %.3g s%s",
                                 req->ops->kind, strcmp(req->ops->kind, "send") ? "from" : "to", req->peer, req->tag,
-                                name, timeout_s);
-    return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s from any rank (tag %d, comm %s) did not complete within %.3g s",
-                            req->ops->kind, req->tag, name, timeout_s);
+                                name, timeout_s, lost);
+    return weft_error_quiet(WEFT_ERR_TIMEOUT, "%s from any rank (tag %d, comm %s) did not complete within %.3g s%s",
+                            req->ops->kind, req->tag, name, timeout_s, lost);
 }
 
 int weft_request_wait_until(weft_request_t req, double deadline)
@@ -108,9 +123,12 @@ int weft_request_wait_until(weft_request_t req, double deadline)
         int events = weft_progress();
         if (req->complete) break;
         if (events == 0) {
+            double now = weft_wtime();
+            int late = deadline > 0 && now >= deadline;
+            weft_liveness_poll(now, late);
             if (req->ops->check) req->ops->check(req);
             if (req->complete) break;
-            if (deadline > 0 && weft_wtime() >= deadline) return WEFT_ERR_TIMEOUT;
+            if (late) return WEFT_ERR_TIMEOUT;
         }
         weft_progress_idle(&idle, events);
     }
@@ -177,8 +195,11 @@ WEFT_API int weft_test(weft_request_t *request, int *flag, weft_status_t *status
     }
     weft_request_t req = *request;
     if (!req->complete) {
-        weft_progress();
-        if (!req->complete && req->ops->check) req->ops->check(req);
+        int events = weft_progress();
+        if (!req->complete) {
+            if (!events) weft_liveness_poll(weft_wtime(), 0);
+            if (req->ops->check) req->ops->check(req);
+        }
     }
     *flag = req->complete;
     if (!req->complete) return WEFT_SUCCESS;

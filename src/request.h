@@ -16,8 +16,11 @@ typedef struct weft_request_ops {
     /* The user released a still-pending request: the owner completes it in
      * the background and then calls weft_request_release. */
     void (*orphan)(weft_request_t req);
-    /* Optional: what the request is waiting for, for timeout messages. */
+    /* Optional: what the request is, for timeout messages and pending lists. */
     int (*describe)(weft_request_t req, char *buf, size_t len);
+    /* Optional: the comm rank a pending request is waiting for now, or -1
+     * (a schedule: the peer of its round's first unfinished exchange). */
+    int (*waiting_for)(weft_request_t req);
 } weft_request_ops_t;
 
 #define WEFT_REQUEST_MAGIC 0x77526571u /* "wReq" */
@@ -50,7 +53,10 @@ static inline void weft_request_complete(weft_request_t req, int error)
     req->status.error = error;
     req->complete = 1;
 }
-/* Waits until complete or `deadline` (absolute, 0 = none). Does not release. */
+/* Waits until complete or `deadline` (absolute, 0 = none). Does not release.
+ * While idle it asks for news of dead ranks (weft_liveness_poll) and lets
+ * the owner fail the request early (ops->check); once more, forced, at the
+ * deadline, so a timeout is reported as such only when no loss explains it. */
 int weft_request_wait_until(weft_request_t req, double deadline);
 /* Lists comm's pending requests ("recv from rank 1 tag 5, ...") into buf. */
 void weft_request_describe_pending(weft_comm_t comm, char *buf, size_t len);

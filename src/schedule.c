@@ -36,7 +36,8 @@ struct weft_sched {
     int nreqs, reqs_cap;
     void **scratch;
     int nscratch;
-    int waiting_peer; /* for timeout messages: a peer the round still waits on */
+    int waiting_peer;   /* for timeout messages: a peer the round still waits on */
+    unsigned lost_seen; /* weft_lost_count when the members were last checked */
     weft_request_t req;
     struct weft_sched *next_active;
     void *spare;    /* SCHED_SCRATCH_KEEP bytes kept across uses */
@@ -248,12 +249,14 @@ static int run_locals(weft_sched_t *s)
     return WEFT_SUCCESS;
 }
 
-/* Cancels what the current round still has posted (after a failure). */
+/* Cancels what the current round still has posted (after a failure);
+ * sends cannot be canceled and finish in the background. Asking anyway
+ * would overwrite the failure's message with a cancel error. */
 static void abandon_round(weft_sched_t *s)
 {
     for (int i = 0; i < s->nreqs; i++)
         if (s->reqs[i]) {
-            weft_request_cancel(&s->reqs[i]);
+            if (!s->reqs[i]->complete && s->reqs[i]->ops->cancel) weft_request_cancel(&s->reqs[i]);
             weft_request_free(&s->reqs[i]);
         }
     s->nreqs = 0;
@@ -283,6 +286,17 @@ static void finish(weft_sched_t *s, int rc)
         weft_request_complete(req, rc);
 }
 
+/* Fails s with a message; set after finish(), which cancels the round's
+ * receives, so nothing on the way overwrites it. */
+static void fail(weft_sched_t *s, int err, const char *why)
+{
+    char msg[640];
+    snprintf(msg, sizeof(msg), "collective %s (comm %s) failed in round %d of %d: %s", s->name, s->comm->name,
+             s->cur + 1, s->nrounds, why);
+    finish(s, err);
+    weft_error(err, "%s", msg);
+}
+
 /* Advances s as far as it can go now. Returns 1 if anything happened. */
 static int advance(weft_sched_t *s)
 {
@@ -300,8 +314,12 @@ static int advance(weft_sched_t *s)
             s->reqs[i] = NULL;
             moved = 1;
             if (err) {
-                finish(s, weft_error(err, "collective %s (comm %s): exchange with rank %d failed: %s", s->name,
-                                     s->comm->name, peer, weft_strerror(err)));
+                char why[320];
+                if (err == WEFT_ERR_PEER_LOST && weft_rank_lost_why(weft_comm_world_rank_of(s->comm, peer)))
+                    weft_lost_describe(s->comm, peer, why, sizeof(why));
+                else
+                    snprintf(why, sizeof(why), "exchange with rank %d failed: %s", peer, weft_strerror(err));
+                fail(s, err, why);
                 return 1;
             }
         }
@@ -342,11 +360,30 @@ static int sched_describe(weft_request_t req, char *buf, size_t len)
 {
     weft_sched_t *s = req->owner_data;
     if (!s) return 0;
-    if (s->waiting_peer >= 0)
-        return snprintf(buf, len, "collective %s (comm %s) in round %d of %d, waiting on rank %d", s->name,
-                        s->comm->name, s->cur + 1, s->nrounds, s->waiting_peer);
     return snprintf(buf, len, "collective %s (comm %s) in round %d of %d", s->name, s->comm->name, s->cur + 1,
                     s->nrounds);
+}
+
+static int sched_waiting_for(weft_request_t req)
+{
+    weft_sched_t *s = req->owner_data;
+    return s ? s->waiting_peer : -1;
+}
+
+/* Called while a wait on the schedule is idle: a collective cannot finish
+ * once any member is dead, whichever peer this rank happens to wait on (in
+ * a ring, a live neighbour stuck behind the dead rank). Rescans the members
+ * only when the liveness record has news. */
+static void sched_check(weft_request_t req)
+{
+    weft_sched_t *s = req->owner_data;
+    if (!s || s->lost_seen == weft_lost_count) return;
+    s->lost_seen = weft_lost_count;
+    int r = weft_comm_lost_member(s->comm);
+    if (r < 0) return;
+    char why[320];
+    weft_lost_describe(s->comm, r, why, sizeof(why));
+    fail(s, WEFT_ERR_PEER_LOST, why);
 }
 
 /* Stops a running schedule: its posted receives are canceled (no more data
@@ -358,8 +395,12 @@ static int sched_cancel(weft_request_t req)
     return WEFT_SUCCESS;
 }
 
-static const weft_request_ops_t sched_ops = {
-    .kind = "collective", .cancel = sched_cancel, .check = NULL, .orphan = sched_orphan, .describe = sched_describe};
+static const weft_request_ops_t sched_ops = {.kind = "collective",
+                                             .cancel = sched_cancel,
+                                             .check = sched_check,
+                                             .orphan = sched_orphan,
+                                             .describe = sched_describe,
+                                             .waiting_for = sched_waiting_for};
 
 int weft_sched_start(weft_sched_t *s, weft_request_t *out)
 {

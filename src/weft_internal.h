@@ -173,6 +173,30 @@ void weft_progress_unregister(weft_progress_fn fn, void *arg);
 /* Yields the CPU after many empty polls, so oversubscribed ranks share cores. */
 void weft_progress_idle(unsigned *idle_polls, int events);
 
+/* ---- liveness (progress.c) ---------------------------------------------- */
+/* Ranks known to be dead, from whichever source noticed first: the
+ * bootstrap (the env store's notices, PMIx events) or UCX endpoint errors.
+ * Nothing per message consults it: waits do, and only while idle. Main
+ * thread only (a source with its own thread queues and reports through the
+ * bootstrap's poll_lost). */
+extern unsigned weft_lost_count; /* world ranks known lost; 0 on the happy path */
+int weft_liveness_init(int size);
+void weft_liveness_finalize(void);
+/* Records a world rank as lost; the first reason stays. Ignored before init. */
+void weft_rank_lost(int world_rank, const char *fmt, ...) WEFT_PRINTF(2, 3);
+/* Why a world rank is lost, or NULL while it is not known to be. */
+const char *weft_rank_lost_why(int world_rank);
+/* The lowest rank of comm known lost, or -1. */
+int weft_comm_lost_member(weft_comm_t comm);
+/* The lowest world rank known lost, or -1. */
+int weft_world_lost_rank(void);
+/* "rank R (world rank W) lost: why" for comm rank R of comm. */
+void weft_lost_describe(weft_comm_t comm, int rank, char *buf, size_t len);
+/* Asks the bootstrap for news of dead ranks: at most every
+ * WEFT_LIVENESS_POLL_S unless `force`. Called from idle waits only. */
+#define WEFT_LIVENESS_POLL_S 0.01
+void weft_liveness_poll(double now, int force);
+
 /* ---- the transport below (registered by pt2pt/ at init) ---------------- */
 /* Tag classes: user point-to-point, collective schedules, control traffic
  * never match each other (pt2pt/pt2pt.h has the bit layout). */

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static const char *const quiet_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", NULL};
@@ -277,37 +278,104 @@ Test(coll_async, bad_arguments, .timeout = 60)
 }
 
 /* ---- a rank killed during an allreduce ------------------------------------ */
+/* The victim SIGKILLs itself while the others are blocked in an allreduce.
+ * Every survivor must fail with WEFT_ERR_PEER_LOST long before the deadline
+ * (the env store notices the dead connection and tells every rank), and its
+ * message must name the dead rank, also where it was waiting on a live
+ * neighbour stuck behind it (ring), in communicator terms. */
+#define KILL_TIMEOUT 20.0 /* far above the detection latency: a timeout would show */
+
+typedef struct kill_shared {
+    double killed_at;  /* weft_wtime() (CLOCK_MONOTONIC) just before the kill */
+    double latency[8]; /* per survivor: from the kill to the error */
+} kill_shared_t;
+
+typedef struct kill_case {
+    int victim;        /* world rank that dies */
+    const char *alg;   /* allreduce algorithm forced by hint (NULL: the default choice) */
+    int reversed;      /* run on a communicator whose ranks are the world's reversed */
+    kill_shared_t *sh; /* MAP_SHARED: written by the children, read by the parent */
+} kill_case_t;
+
 static int body_killed(int rank, int size, void *arg)
 {
-    (void)arg;
+    const kill_case_t *kc = arg;
     int me, n;
-    weft_comm_t w = start(&me, &n);
-    TH_OK(weft_comm_set_timeout(w, 4));
+    weft_comm_t w = start(&me, &n), c = w;
+    if (kc->alg || kc->reversed) {
+        weft_options_t o;
+        TH_OK(weft_options_create(&o));
+        if (kc->alg) TH_OK(weft_options_set_hint(o, "allreduce_algorithm", kc->alg));
+        TH_OK(weft_comm_split(w, 0, kc->reversed ? size - 1 - rank : rank, o, &c));
+        TH_OK(weft_options_free(&o));
+    }
+    TH_OK(weft_comm_set_timeout(c, KILL_TIMEOUT));
+    int victim_in_c = kc->reversed ? size - 1 - kc->victim : kc->victim;
     enum { N = 1 << 18 };
     float *buf = calloc(N, sizeof(float));
-    TH_OK(weft_allreduce(WEFT_IN_PLACE, buf, N, WEFT_FLOAT32, WEFT_SUM, w)); /* everyone connected */
-    if (rank == size - 1) {
+    TH_OK(weft_allreduce(WEFT_IN_PLACE, buf, N, WEFT_FLOAT32, WEFT_SUM, c)); /* everyone connected */
+    if (rank == kc->victim) {
         usleep(50 * 1000);
+        kc->sh->killed_at = weft_wtime();
         kill(getpid(), SIGKILL);
     }
     double t0 = weft_wtime();
     int rc = WEFT_SUCCESS;
     for (int i = 0; i < 50 && rc == WEFT_SUCCESS; i++)
-        rc = weft_allreduce(WEFT_IN_PLACE, buf, N, WEFT_FLOAT32, WEFT_SUM, w);
-    double took = weft_wtime() - t0;
-    TH_CHECK(rc == WEFT_ERR_TIMEOUT || rc == WEFT_ERR_PEER_LOST, "rank %d: rc %d", rank, rc);
-    TH_CHECK(took < 4 + 3, "rank %d: took %.1f s with a 4 s timeout", rank, took);
-    TH_CHECK(strstr(weft_last_error(), "rank "), "rank %d: the error names no rank: %s", rank, weft_last_error());
+        rc = weft_allreduce(WEFT_IN_PLACE, buf, N, WEFT_FLOAT32, WEFT_SUM, c);
+    double end = weft_wtime(), took = end - t0;
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d (world rank %d) lost", victim_in_c, kc->victim);
+    TH_CHECK(rc == WEFT_ERR_PEER_LOST, "rank %d: rc %d (%s): %s", rank, rc, weft_strerror(rc), weft_last_error());
+    TH_CHECK(strstr(weft_last_error(), want), "rank %d: the error does not say \"%s\": %s", rank, want,
+             weft_last_error());
+    TH_CHECK(took < 5, "rank %d: took %.1f s with a %.0f s timeout", rank, took, KILL_TIMEOUT);
+    if (rank < 8) kc->sh->latency[rank] = end - kc->sh->killed_at;
     free(buf);
     weft_finalize();
     return 0;
 }
 
+static void run_killed(int victim, const char *alg, int reversed)
+{
+    const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", NULL};
+    kill_shared_t *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(sh != MAP_FAILED);
+    memset(sh, 0, sizeof(*sh));
+    kill_case_t kc = {.victim = victim, .alg = alg, .reversed = reversed, .sh = sh};
+    th_result_t res = th_run(4, body_killed, &kc, 60, env);
+    cr_assert_eq(res.timed_out, 0, "survivors hung");
+    double worst = 0;
+    for (int r = 0; r < 4; r++) {
+        if (r == victim) continue;
+        cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+        if (sh->latency[r] > worst) worst = sh->latency[r];
+    }
+    cr_assert_eq(res.exit_code[victim], 128 + SIGKILL);
+    cr_log_info("rank %d killed (%s%s): slowest survivor returned %.1f ms after the kill", victim,
+                alg ? alg : "default algorithm", reversed ? ", reversed communicator" : "", worst * 1e3);
+    munmap(sh, sizeof(*sh));
+}
+
 Test(coll_async, rank_killed_during_allreduce, .timeout = 90)
 {
-    th_result_t res = th_run(4, body_killed, NULL, 60, quiet_env);
-    cr_assert_eq(res.timed_out, 0, "survivors hung");
-    for (int r = 0; r < 3; r++)
-        cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
-    cr_assert_eq(res.exit_code[3], 128 + SIGKILL);
+    run_killed(3, NULL, 0);
+}
+
+/* Ring: most survivors wait on a live neighbour, not on the dead rank. */
+Test(coll_async, rank_killed_during_ring_allreduce, .timeout = 90)
+{
+    run_killed(3, "ring", 1);
+}
+
+/* Recursive doubling, a middle rank: survivors meet the loss in different rounds. */
+Test(coll_async, rank_killed_during_recursive_doubling, .timeout = 90)
+{
+    run_killed(1, "recursive_doubling", 0);
+}
+
+/* Rank 0 hosts the env store: the others see its connection close. */
+Test(coll_async, rank_killed_is_the_store_host, .timeout = 90)
+{
+    run_killed(0, "ring", 0);
 }

@@ -27,6 +27,10 @@ struct weft_bootstrap {
     /* Ends the whole job when the launcher can (NULL: it cannot; the caller
      * exits and relies on the launcher to end the other ranks). */
     void (*abort)(weft_bootstrap_t *bs, int code, const char *msg);
+    /* Reports the ranks the bootstrap has learnt are dead since the last
+     * call, through weft_rank_lost, without blocking (NULL: it learns
+     * nothing of the kind). Called by idle waits, every few milliseconds. */
+    void (*poll_lost)(weft_bootstrap_t *bs);
     void *impl;
 };
 

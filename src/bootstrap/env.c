@@ -7,7 +7,8 @@
  * bytes; integers are big-endian.
  *   u32 magic "WFTS" | u16 version | u16 kind | u32 rank | u32 size |
  *   u64 seq | u64 arg | u64 len
- *   HELLO   client -> store  first message: rank, size = WORLD_SIZE, len 0
+ *   HELLO   client -> store  first message: rank, size = WORLD_SIZE, len 0,
+ *                            arg bit 0: send this client LOST notices
  *   WELCOME store -> client  the HELLO was accepted, len 0
  *   CONTRIB client -> store  round `seq` (0, 1, 2, ... on every client),
  *                            arg = the client's remaining time in ms
@@ -20,6 +21,13 @@
  *                            a closing store sends every rank still connected.
  *   BYE     client -> store  graceful finalize, seq = rounds done, len 0; the
  *                            store acknowledges by closing the connection.
+ *   LOST    store -> client  (only to clients that asked in their HELLO) rank
+ *                            `rank` is gone without a goodbye: arg = the weft
+ *                            status, payload = why (<= 4 KiB). Sent between
+ *                            other messages, at any time, before the failures
+ *                            of rounds it causes; clients read it between
+ *                            rounds without blocking (env_poll_lost) and while
+ *                            they wait for a round's answer.
  * Limits the store enforces: magic and version, kind valid for the
  * connection's state, rank < size, size == WORLD_SIZE, one connection per
  * rank, seq == that rank's next round, a contribution <= 64 MiB, a round
@@ -37,6 +45,13 @@
  * CLIENT_GRACE, then fail by themselves (rank 0's store is hung or gone).
  * A rank that disconnects, or says goodbye, fails the pending and all later
  * rounds at once with WEFT_ERR_PEER_LOST instead of waiting for a deadline.
+ *
+ * Liveness: a rank's connection closing without a goodbye means its process
+ * ended (the kernel closes a killed process's sockets), so the store tells
+ * every other rank at once with a LOST notice, and the progress engine of
+ * each fails the collectives that rank was part of (weft_rank_lost). When
+ * rank 0 itself dies, every client sees its store connection close without
+ * a notice and reports rank 0 lost the same way.
  */
 #include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
@@ -73,7 +88,9 @@
 #define STORE_NOTICE_SEQ      UINT64_MAX        /* an ERROR not tied to a round: the store is closing */
 #define CLIENT_GRACE          1.0               /* how long a client waits past its deadline for the store's verdict */
 
-enum { K_HELLO = 1, K_WELCOME = 2, K_CONTRIB = 3, K_RESULT = 4, K_ERROR = 5, K_BYE = 6 };
+enum { K_HELLO = 1, K_WELCOME = 2, K_CONTRIB = 3, K_RESULT = 4, K_ERROR = 5, K_BYE = 6, K_LOST = 7 };
+
+#define HELLO_WANTS_LOST 1u /* HELLO arg bit: send LOST notices */
 
 typedef struct store_hdr {
     uint32_t magic;
@@ -196,6 +213,7 @@ typedef struct conn {
     int rank;    /* -1 until its HELLO is accepted */
     int dead;    /* closed by server_reap */
     int closing; /* a refusal is queued: flush it, then close */
+    int notices; /* its HELLO asked for LOST notices */
     double opened;
     double closing_since;
     char peer[64];
@@ -493,6 +511,25 @@ static void fail_rounds_gone(server_t *s, int rank, const char *why)
     }
 }
 
+/* Tells every other live rank that asked for it that `rank` is lost, ahead
+ * of the round failures this causes. Best effort: out of memory, the rounds
+ * still fail. */
+static void notify_lost(server_t *s, int rank, const char *why)
+{
+    char text[512];
+    textf(text, sizeof(text), "%s at the store %s", why, s->where);
+    size_t n = strnlen(text, STORE_MAX_TEXT);
+    blob_t *b = blob_new(STORE_HDR + n);
+    if (!b) return;
+    hdr_pack(b->data, K_LOST, (uint32_t)rank, (uint32_t)s->size, 0, (uint64_t)(int64_t)WEFT_ERR_PEER_LOST, n);
+    memcpy(b->data + STORE_HDR, text, n);
+    for (int rk = 0; rk < s->size; rk++) {
+        conn_t *c = s->by_rank[rk];
+        if (c && rk != rank && c->notices && s->rank_state[rk] == RANK_LIVE) conn_queue(c, b);
+    }
+    blob_put(b);
+}
+
 static void rank_gone(server_t *s, int rank, int state, const char *why)
 {
     s->rank_state[rank] = (uint8_t)state;
@@ -504,6 +541,7 @@ static void rank_gone(server_t *s, int rank, int state, const char *why)
         s->gone_rank = rank;
         textf(s->gone_why, sizeof(s->gone_why), "%s", why);
     }
+    if (state == RANK_LOST) notify_lost(s, rank, why);
     fail_rounds_gone(s, rank, why);
 }
 
@@ -535,6 +573,7 @@ static void on_hello(server_t *s, conn_t *c)
             return;
         }
         c->rank = (int)h->rank;
+        c->notices = (h->arg & HELLO_WANTS_LOST) != 0;
         s->by_rank[c->rank] = c;
         s->rank_state[c->rank] = RANK_LIVE;
         hdr_pack(w->data, K_WELCOME, h->rank, (uint32_t)s->size, 0, 0, 0);
@@ -1193,7 +1232,8 @@ typedef struct env_boot {
     int fd;
     int rank, size;
     uint64_t seq;
-    int broken; /* a round ended mid-message: the stream cannot be trusted */
+    int broken;           /* a round ended mid-message: the stream cannot be trusted */
+    char broken_why[400]; /* set when the stream ended outside a round (env_poll_lost) */
     char addr[256];
     int port;
     char where[300];
@@ -1366,7 +1406,7 @@ static int client_hello(env_boot_t *eb, int fd, double deadline, char *last, siz
     double io_dl = io_deadline_of(deadline);
     int err = 0, io;
 
-    hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0, 0, 0);
+    hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0, HELLO_WANTS_LOST, 0);
     io = io_send(fd, b, sizeof(b), 0, io_dl, &err);
     if (io == IO_OK) io = io_recv(fd, b, sizeof(b), io_dl, &err);
     if (io == IO_CLOSED || io == IO_ERROR) {
@@ -1436,9 +1476,31 @@ static int client_connect(env_boot_t *eb, double deadline)
     }
 }
 
+static void client_note_lost(env_boot_t *eb, const store_hdr_t *h, const char *text)
+{
+    if (h->rank < (uint32_t)eb->size && (int)h->rank != eb->rank) weft_rank_lost((int)h->rank, "%s", text);
+}
+
+/* Reads the next message's header, taking LOST notices on the way. */
+static int client_recv_hdr(env_boot_t *eb, uint8_t *b, store_hdr_t *h, double io_deadline, int *err)
+{
+    char text[STORE_MAX_TEXT + 1];
+    for (;;) {
+        int io = io_recv(eb->fd, b, STORE_HDR, io_deadline, err);
+        if (io != IO_OK) return io;
+        hdr_unpack(b, h);
+        if (h->magic != STORE_MAGIC || h->version != STORE_VERSION || h->kind != K_LOST) return IO_OK;
+        if ((io = read_error_text(eb->fd, h, text, sizeof(text), io_deadline, err)) != IO_OK) return io;
+        client_note_lost(eb, h, text);
+    }
+}
+
 static int client_io_failure(env_boot_t *eb, int io, int err, uint64_t seq)
 {
     eb->broken = 1;
+    if (io == IO_CLOSED && eb->rank != 0)
+        weft_rank_lost(0, "the connection to its store at %s closed during allgather round %llu", eb->where,
+                       (unsigned long long)seq);
     if (io == IO_TIMEOUT)
         return weft_error(WEFT_ERR_TIMEOUT,
                           "env bootstrap: rank 0's store at %s did not answer allgather round %llu by the deadline "
@@ -1463,6 +1525,7 @@ static int env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, siz
     int err = 0, io;
 
     if (!eb || eb->fd < 0) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather on a closed bootstrap");
+    if (eb->broken && eb->broken_why[0]) return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: %s", eb->broken_why);
     if (eb->broken)
         return weft_error(WEFT_ERR_PEER_LOST,
                           "env bootstrap: the connection to rank 0's store at %s broke in an earlier round", eb->where);
@@ -1484,11 +1547,10 @@ static int env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, siz
     if (io == IO_OK && len > 0) io = io_send(eb->fd, send, len, 0, io_dl, &err);
     if (io == IO_OK || io == IO_CLOSED) {
         /* Even when the send failed, the store may have left a closing notice. */
-        int rio = io_recv(eb->fd, b, sizeof(b), io == IO_OK ? io_dl : weft_wtime() + 0.1, &err);
+        int rio = client_recv_hdr(eb, b, &h, io == IO_OK ? io_dl : weft_wtime() + 0.1, &err);
         if (io == IO_OK || rio == IO_OK) io = rio;
     }
     if (io != IO_OK) return client_io_failure(eb, io, err, seq);
-    hdr_unpack(b, &h);
     if (h.magic == STORE_MAGIC && h.kind == K_ERROR && h.seq == STORE_NOTICE_SEQ) {
         eb->broken = 1;
         if (read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK)
@@ -1512,6 +1574,45 @@ static int env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, siz
     io = read_error_text(eb->fd, &h, text, sizeof(text), io_dl, &err);
     if (io != IO_OK) return client_io_failure(eb, io, err, seq);
     return weft_error(status_from_wire(h.arg), "env bootstrap: %s", text);
+}
+
+/* Between rounds: takes the LOST notices the store has sent, without
+ * blocking, and notices the store's connection closing without a word
+ * (rank 0 died). Peeks first, so a partly arrived notice stays in the
+ * socket for the next call and anything else for the next round. */
+static void env_poll_lost(weft_bootstrap_t *bs)
+{
+    env_boot_t *eb = bs ? bs->impl : NULL;
+    uint8_t b[STORE_HDR + STORE_MAX_TEXT];
+    char text[STORE_MAX_TEXT + 1];
+    store_hdr_t h;
+    int err = 0;
+
+    while (eb && eb->fd >= 0 && !eb->broken) {
+        ssize_t k = recv(eb->fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (k <= 0) {
+            eb->broken = 1;
+            textf(eb->broken_why, sizeof(eb->broken_why),
+                  "the connection to rank 0's store at %s closed without notice (%s): rank 0 exited or was killed",
+                  eb->where, k == 0 ? "end of stream" : strerror(errno));
+            if (eb->rank != 0)
+                weft_rank_lost(0, "its store at %s closed the connection without notice (%s)", eb->where,
+                               k == 0 ? "end of stream" : strerror(errno));
+            return;
+        }
+        if ((size_t)k < STORE_HDR) return;
+        hdr_unpack(b, &h);
+        if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.kind != K_LOST) return;
+        if (h.len >= STORE_MAX_TEXT || (size_t)k < STORE_HDR + h.len) return;
+        if (io_recv(eb->fd, b, STORE_HDR, weft_wtime() + 1.0, &err) != IO_OK ||
+            read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK) {
+            eb->broken = 1;
+            return;
+        }
+        client_note_lost(eb, &h, text);
+    }
 }
 
 static void env_free(env_boot_t *eb, int graceful, double deadline)
@@ -1630,6 +1731,7 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
     bs->local_size = have_lsize ? (int)lsize : -1;
     bs->allgather = env_allgather;
     bs->finalize = env_finalize;
+    bs->poll_lost = env_poll_lost;
     bs->impl = eb;
     return WEFT_SUCCESS;
 out:
