@@ -1,10 +1,16 @@
 /* PMIx bootstrap: mpirun / prterun / srun --mpi=pmix. Each allgather is a
  * Put + Commit, a data-collecting fence, and a Get per rank. The fence is
- * nonblocking so weft's own deadline holds even if the server has none. */
+ * nonblocking so weft's own deadline holds even if the server has none.
+ *
+ * Liveness: an event handler for process-termination events records the
+ * ranks a launcher reports dead. Launchers differ: Open MPI's mpirun usually
+ * kills the whole job when one rank dies, so the event may never arrive (or
+ * arrive with the job's own end); then waits end at their deadline. */
 #include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
 
 #include <pmix.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +45,81 @@ static void probe_cb(pmix_status_t status, pmix_value_t *kv, void *cbdata)
     (void)kv;
     p->status = status;
     __atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
+}
+
+/* PMIx calls the handler on its own thread: it queues, pmix_poll_lost
+ * reports on the main thread. A full queue drops events (the deadline
+ * still holds). */
+#define LOST_QUEUE 64
+static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    pmix_rank_t rank;
+    pmix_status_t status;
+} lost_queue[LOST_QUEUE];
+static int lost_queued;
+
+static void lost_push(const pmix_proc_t *proc, pmix_status_t status)
+{
+    if (!proc || !PMIX_CHECK_NSPACE(proc->nspace, g_pmix.me.nspace) || proc->rank >= PMIX_RANK_VALID ||
+        proc->rank == g_pmix.me.rank)
+        return;
+    pthread_mutex_lock(&lost_lock);
+    if (lost_queued < LOST_QUEUE) {
+        lost_queue[lost_queued].rank = proc->rank;
+        lost_queue[lost_queued].status = status;
+        __atomic_store_n(&lost_queued, lost_queued + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&lost_lock);
+}
+
+static void lost_handler(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[], size_t ninfo,
+                         pmix_info_t *results, size_t nresults, pmix_event_notification_cbfunc_fn_t cbfunc,
+                         void *cbdata)
+{
+    int found = 0;
+    (void)id, (void)results, (void)nresults;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC) && info[i].value.type == PMIX_PROC) {
+            lost_push(info[i].value.data.proc, status);
+            found = 1;
+        } else if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROCS) && info[i].value.type == PMIX_DATA_ARRAY &&
+                   info[i].value.data.darray && info[i].value.data.darray->type == PMIX_PROC) {
+            const pmix_proc_t *procs = info[i].value.data.darray->array;
+            for (size_t k = 0; k < info[i].value.data.darray->size; k++)
+                lost_push(&procs[k], status);
+            found = 1;
+        }
+    }
+    if (!found) lost_push(source, status); /* older servers name the dead process as the source */
+    if (cbfunc) cbfunc(PMIX_EVENT_NO_ACTION_TAKEN, NULL, 0, NULL, NULL, cbdata);
+}
+
+static void pmix_poll_lost(weft_bootstrap_t *bs)
+{
+    (void)bs;
+    if (!__atomic_load_n(&lost_queued, __ATOMIC_ACQUIRE)) return; /* the common case: no lock */
+    pthread_mutex_lock(&lost_lock);
+    for (int i = 0; i < lost_queued; i++)
+        weft_rank_lost((int)lost_queue[i].rank, "the launcher (PMIx) reports %s",
+                       PMIx_Error_string(lost_queue[i].status));
+    __atomic_store_n(&lost_queued, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lost_lock);
+}
+
+/* Best effort: without the handler, waits end at their deadline. */
+static void register_lost_handler(void)
+{
+    pmix_status_t codes[] = {PMIX_EVENT_PROC_TERMINATED,   PMIX_PROC_TERMINATED,        PMIX_ERR_PROC_TERM_WO_SYNC,
+                             PMIX_ERR_PROC_ABORTED_BY_SIG, PMIX_ERR_PROC_KILLED_BY_CMD, PMIX_ERR_PROC_REQUESTED_ABORT,
+                             PMIX_ERR_EXIT_NONZERO_TERM};
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, PMIX_EVENT_HDLR_NAME, "weft-liveness", PMIX_STRING);
+    /* No callback: the call blocks and returns the handler's id (>= 0) or an error. */
+    pmix_status_t st =
+        PMIx_Register_event_handler(codes, sizeof(codes) / sizeof(codes[0]), &info, 1, lost_handler, NULL, NULL);
+    PMIX_INFO_DESTRUCT(&info);
+    if (st < 0)
+        weft_debug("PMIx: no process-termination events (registering the handler failed: %s)", PMIx_Error_string(st));
 }
 
 int weft_bootstrap_pmix_detected(void)
@@ -197,6 +278,9 @@ int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline)
     bs->allgather = pmix_allgather;
     bs->finalize = pmix_finalize;
     bs->abort = pmix_abort;
+    bs->poll_lost = pmix_poll_lost;
     bs->impl = &g_pmix;
+    lost_queued = 0;
+    register_lost_handler();
     return WEFT_SUCCESS;
 }
