@@ -378,6 +378,81 @@ Test(store, rank_0_dies, .timeout = 60)
     run_death(3, &d);
 }
 
+/* Liveness: the store announces a rank that dies (a LOST notice) to every
+ * other rank. Between rounds poll_lost takes it without blocking; during a
+ * round the client takes it on the way to the round's failure, which it
+ * precedes. Rank 0 dying shows as its store's connection closing. */
+typedef struct lost_arg {
+    int victim;
+    int during_round; /* 1: the others are waiting in a round when it dies */
+    const char *expect;
+} lost_arg_t;
+
+static int body_lost_notice(int rank, int size, void *arg)
+{
+    const lost_arg_t *l = arg;
+    weft_bootstrap_t bs;
+    uint64_t v = (uint64_t)rank, out[8];
+
+    TH_OK(weft_liveness_init(size));
+    boot(&bs, 20);
+    TH_CHECK(bs.poll_lost, "the env bootstrap has no poll_lost");
+    check_round(&bs, 0, 8, weft_wtime() + 20);
+    if (rank == l->victim) {
+        usleep(300 * 1000);
+        _exit(0); /* no goodbye */
+    }
+    double t0 = weft_wtime();
+    if (l->during_round) {
+        int rc = bs.allgather(&bs, &v, out, sizeof(v), t0 + 15);
+        TH_CHECK(rc == WEFT_ERR_PEER_LOST, "rank %d: got %d: %s", rank, rc, weft_last_error());
+    } else {
+        while (!weft_rank_lost_why(l->victim) && weft_wtime() - t0 < 5) {
+            bs.poll_lost(&bs);
+            usleep(1000);
+        }
+    }
+    double took = weft_wtime() - t0;
+    const char *why = weft_rank_lost_why(l->victim);
+    TH_CHECK(why, "rank %d: rank %d not recorded lost after %.2f s", rank, l->victim, took);
+    TH_CHECK(took < 2, "rank %d: took %.2f s", rank, took);
+    TH_CHECK(strstr(why, l->expect), "rank %d: \"%s\" lacks \"%s\"", rank, why, l->expect);
+    TH_CHECK(weft_lost_count == 1, "rank %d: %u ranks recorded lost", rank, weft_lost_count);
+    if (!l->during_round) { /* the next round fails as before */
+        int rc = bs.allgather(&bs, &v, out, sizeof(v), weft_wtime() + 15);
+        TH_CHECK(rc == WEFT_ERR_PEER_LOST, "rank %d: next round: %d: %s", rank, rc, weft_last_error());
+    }
+    bs.finalize(&bs, 0, 0);
+    weft_liveness_finalize();
+    return 0;
+}
+
+static void run_lost_notice(int n, const lost_arg_t *l)
+{
+    th_result_t res = th_run(n, body_lost_notice, (void *)l, 30, NULL);
+    cr_assert(!res.timed_out);
+    for (int r = 0; r < n; r++)
+        if (r != l->victim) cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+}
+
+Test(store, lost_notice_between_rounds, .timeout = 60)
+{
+    lost_arg_t l = {.victim = 2, .during_round = 0, .expect = "disconnected"};
+    run_lost_notice(4, &l);
+}
+
+Test(store, lost_notice_during_round, .timeout = 60)
+{
+    lost_arg_t l = {.victim = 1, .during_round = 1, .expect = "disconnected"};
+    run_lost_notice(4, &l);
+}
+
+Test(store, lost_store_host, .timeout = 60)
+{
+    lost_arg_t l = {.victim = 0, .during_round = 0, .expect = "closed the connection without notice"};
+    run_lost_notice(3, &l);
+}
+
 /* Rank 0 gives up and closes its store while the others are between
  * rounds: their next round fails at once and says so. */
 static int body_store_closes(int rank, int size, void *arg)
