@@ -59,26 +59,33 @@ void weft_progress_idle(unsigned *idle_polls, int events)
 
 /* ---- liveness ------------------------------------------------------------ */
 
-#define LOST_WHY_LEN 256
+/* Per world rank: order = 1 for the first rank recorded lost, 2 for the
+ * next, ...; 0 while alive. A dead rank's neighbours fail and leave after
+ * it, and their departures are reported too: naming the earliest loss
+ * names the cause. */
+typedef struct {
+    unsigned order;
+    char why[256];
+} lost_rank_t;
 
 unsigned weft_lost_count;
-static char (*lost_why)[LOST_WHY_LEN]; /* per world rank; "" while alive */
+static lost_rank_t *lost;
 static int lost_size;
 static double next_poll;
 
 int weft_liveness_init(int size)
 {
     weft_liveness_finalize();
-    lost_why = calloc((size_t)size, sizeof(*lost_why));
-    if (!lost_why) return weft_error(WEFT_ERR_NO_MEMORY, "liveness: out of memory for %d ranks", size);
+    lost = calloc((size_t)size, sizeof(*lost));
+    if (!lost) return weft_error(WEFT_ERR_NO_MEMORY, "liveness: out of memory for %d ranks", size);
     lost_size = size;
     return WEFT_SUCCESS;
 }
 
 void weft_liveness_finalize(void)
 {
-    free(lost_why);
-    lost_why = NULL;
+    free(lost);
+    lost = NULL;
     lost_size = 0;
     weft_lost_count = 0;
     next_poll = 0;
@@ -86,36 +93,44 @@ void weft_liveness_finalize(void)
 
 void weft_rank_lost(int world_rank, const char *fmt, ...)
 {
-    if (!lost_why || world_rank < 0 || world_rank >= lost_size || lost_why[world_rank][0]) return;
+    if (!lost || world_rank < 0 || world_rank >= lost_size || lost[world_rank].order) return;
+    lost_rank_t *l = &lost[world_rank];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(lost_why[world_rank], LOST_WHY_LEN, fmt, ap);
+    vsnprintf(l->why, sizeof(l->why), fmt, ap);
     va_end(ap);
-    if (!lost_why[world_rank][0]) snprintf(lost_why[world_rank], LOST_WHY_LEN, "no reason given");
-    weft_lost_count++;
+    if (!l->why[0]) snprintf(l->why, sizeof(l->why), "no reason given");
+    l->order = ++weft_lost_count;
     /* The first loss is news; more are usually the job coming apart. */
-    weft_log(weft_lost_count == 1 ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, "rank %d lost: %s", world_rank,
-             lost_why[world_rank]);
+    weft_log(l->order == 1 ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, "rank %d lost: %s", world_rank, l->why);
 }
 
 const char *weft_rank_lost_why(int world_rank)
 {
-    if (!weft_lost_count || world_rank < 0 || world_rank >= lost_size || !lost_why[world_rank][0]) return NULL;
-    return lost_why[world_rank];
+    if (!weft_lost_count || world_rank < 0 || world_rank >= lost_size || !lost[world_rank].order) return NULL;
+    return lost[world_rank].why;
 }
 
 int weft_comm_lost_member(weft_comm_t comm)
 {
+    int found = -1;
+    unsigned first = 0;
     if (!weft_lost_count || !comm) return -1;
-    for (int r = 0; r < comm->size; r++)
-        if (weft_rank_lost_why(weft_comm_world_rank_of(comm, r))) return r;
-    return -1;
+    for (int r = 0; r < comm->size; r++) {
+        int w = weft_comm_world_rank_of(comm, r);
+        unsigned o = w >= 0 && w < lost_size ? lost[w].order : 0;
+        if (o && (!first || o < first)) {
+            first = o;
+            found = r;
+        }
+    }
+    return found;
 }
 
 int weft_world_lost_rank(void)
 {
     for (int r = 0; weft_lost_count && r < lost_size; r++)
-        if (lost_why[r][0]) return r;
+        if (lost[r].order == 1) return r;
     return -1;
 }
 

@@ -186,9 +186,9 @@ void weft_liveness_finalize(void);
 void weft_rank_lost(int world_rank, const char *fmt, ...) WEFT_PRINTF(2, 3);
 /* Why a world rank is lost, or NULL while it is not known to be. */
 const char *weft_rank_lost_why(int world_rank);
-/* The lowest rank of comm known lost, or -1. */
+/* The rank of comm recorded lost first (the likely cause), or -1. */
 int weft_comm_lost_member(weft_comm_t comm);
-/* The lowest world rank known lost, or -1. */
+/* The world rank recorded lost first, or -1. */
 int weft_world_lost_rank(void);
 /* "rank R (world rank W) lost: why" for comm rank R of comm. */
 void weft_lost_describe(weft_comm_t comm, int rank, char *buf, size_t len);
