@@ -282,7 +282,8 @@ Test(coll_async, bad_arguments, .timeout = 60)
  * Every survivor must fail with WEFT_ERR_PEER_LOST long before the deadline
  * (the env store notices the dead connection and tells every rank), and its
  * message must name the dead rank, also where it was waiting on a live
- * neighbour stuck behind it (ring), in communicator terms. */
+ * neighbour stuck behind it (ring), in communicator terms. A communicator
+ * of the survivors keeps working. */
 #define KILL_TIMEOUT 20.0 /* far above the detection latency: a timeout would show */
 
 typedef struct kill_shared {
@@ -310,6 +311,9 @@ static int body_killed(int rank, int size, void *arg)
         TH_OK(weft_options_free(&o));
     }
     TH_OK(weft_comm_set_timeout(c, KILL_TIMEOUT));
+    /* The survivors' own communicator must keep working after the loss. */
+    weft_comm_t alive;
+    TH_OK(weft_comm_split(w, rank == kc->victim ? WEFT_UNDEFINED : 0, rank, WEFT_OPTIONS_NULL, &alive));
     int victim_in_c = kc->reversed ? size - 1 - kc->victim : kc->victim;
     enum { N = 1 << 18 };
     float *buf = calloc(N, sizeof(float));
@@ -331,6 +335,10 @@ static int body_killed(int rank, int size, void *arg)
              weft_last_error());
     TH_CHECK(took < 5, "rank %d: took %.1f s with a %.0f s timeout", rank, took, KILL_TIMEOUT);
     if (rank < 8) kc->sh->latency[rank] = end - kc->sh->killed_at;
+    int64_t one = 1, sum = 0;
+    TH_OK(weft_allreduce(&one, &sum, 1, WEFT_INT64, WEFT_SUM, alive));
+    TH_CHECK(sum == size - 1, "rank %d: the survivors' allreduce gave %lld", rank, (long long)sum);
+    TH_OK(weft_comm_free(&alive));
     free(buf);
     weft_finalize();
     return 0;
