@@ -80,6 +80,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->comm = comm;
     s->name = name;
     s->waiting_peer = -1;
+    s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     return s;
 }
 
