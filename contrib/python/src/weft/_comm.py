@@ -225,23 +225,43 @@ class Work:
         """For a completed receive: its source, tag and byte count (None before)."""
         return self._status
 
+    def _release_pending(self) -> None:
+        """Lets go of a pending request: cancels it where the library can (receives,
+        collectives) and waits briefly for the cancellation; otherwise (sends) the
+        request is released to finish in the background. The buffers stay
+        referenced for good unless the request is known to be over."""
+        lib = _lib.load()
+        over = False
+        if lib.weft_request_cancel(byref(self._req)) == 0:
+            flag = c_int(0)
+            deadline = lib.weft_wtime() + 1.0
+            while self._req.value is not None and lib.weft_wtime() < deadline:
+                lib.weft_test(byref(self._req), byref(flag), None)  # no error policy here
+                if flag.value:
+                    over = True
+                    break
+        if self._req.value is not None:
+            lib.weft_request_free(byref(self._req))
+        if not over:
+            _rt.abandoned.append(self._keep)
+        self._keep = None
+
     def _abandon(self) -> None:
         """Gives up on a pending operation (a blocking call timed out)."""
         if self._done or not self._posted:
             return
         self._done = True
         if self._alive() and self._req.value is not None:
-            lib = _lib.load()
-            lib.weft_request_cancel(byref(self._req))  # receives and collectives; sends refuse
-            lib.weft_request_free(byref(self._req))
-        _rt.abandoned.append(self._keep)
-        self._keep = None
+            self._release_pending()
+        else:
+            _rt.abandoned.append(self._keep)
+            self._keep = None
 
     def __del__(self) -> None:
         try:
             if not self._done and self._posted and self._alive() and self._req.value is not None:
-                _lib.load().weft_request_free(byref(self._req))
-                _rt.abandoned.append(self._keep)
+                self._done = True
+                self._release_pending()
         except Exception:
             pass
 

@@ -82,19 +82,19 @@ class WeftError(Exception):
     def __init__(self, detail: str = "", code: Optional[int] = None, strerror: Optional[str] = None):
         if code is None:
             code = getattr(type(self), "default_code", None)
-        self.code = code
-        self.status_name = STATUS_NAMES.get(code, "unknown status") if code is not None else ""
         if strerror is None and code is not None:
             strerror = _strerror(code)
+        name = STATUS_NAMES.get(code, "unknown status") if code is not None else ""
+        if code is None:
+            message = detail
+        else:
+            message = f"{strerror} ({name} = {code})" + (f": {detail}" if detail else "")
+        super().__init__(message)
+        # Set after Exception.__init__: OSError subclasses (TimeoutError) reset strerror there.
+        self.code = code
+        self.status_name = name
         self.strerror = strerror or ""
         self.detail = detail
-        super().__init__(self._format())
-
-    def _format(self) -> str:
-        if self.code is None:
-            return self.detail
-        head = f"{self.strerror} ({self.status_name} = {self.code})"
-        return f"{head}: {self.detail}" if self.detail else head
 
 
 class WeftArgumentError(WeftError, ValueError):
