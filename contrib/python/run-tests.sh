@@ -2,7 +2,8 @@
 # Runs the Python package's pytest suite on several local ranks:
 #   - the env bootstrap (weftrun: RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1,
 #     MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE) on 2 and on 3 ranks;
-#   - mpirun -np 2 (PMIx bootstrap), when mpirun is installed.
+#   - mpirun -np 2 (PMIx bootstrap), when mpirun is installed;
+# then runs examples/python/*.py on 3 ranks (each checks its own results).
 # Every rank runs pytest on the same tests; a test counts as failed when it
 # fails on any rank, and a rank that dies without a report counts as a failure.
 # Prints "N passed, M failed[, K skipped]" last; exits non-zero on any failure.
@@ -82,6 +83,17 @@ else
     echo "mpirun2: skipped (mpirun not installed)"
 fi
 
+# The examples a new user copies from: each on 3 ranks, checked by its own asserts.
+for ex in "$build"/examples/python/*.py "$here"/../../examples/python/*.py; do
+    [ -f "$ex" ] || continue
+    name="example-$(basename "$ex" .py)"
+    case " ${configs[*]} " in *" $name:"*) continue ;; esac
+    timeout -k 10 70 "$weftrun" -n 3 --timeout 60 "$PYTHON" "$ex" >"$logs/$name.log" 2>&1
+    rc=$?
+    echo "$name: 3 ranks, exit status $rc"
+    configs+=("$name:0:$rc")
+done
+
 # Merge the ranks' reports: a test passes when it passed on every rank.
 "$PYTHON" - "$logs" "${configs[@]}" <<'EOF'
 import os, sys
@@ -92,6 +104,14 @@ passed = failed = skipped = 0
 bad_logs = []
 for cfg in configs:
     name, n, status = cfg.split(":")
+    if n == "0":  # an example: its exit status is its result
+        if status == "0":
+            passed += 1
+        else:
+            failed += 1
+            print(f"{name}: FAILED (exit status {status})")
+            bad_logs.append(os.path.join(logs, f"{name}.log"))
+        continue
     outcome = {}  # test id -> worst outcome over ranks
     rank_failures = 0
     for r in range(int(n)):
