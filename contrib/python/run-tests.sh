@@ -55,6 +55,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PYTHON logs
 
 # One rank: pytest with its own log and JUnit report, named after its rank.
+# shellcheck disable=SC2016 # expanded by each rank's shell
 rank_cmd='r=${RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}
 exec "$PYTHON" -m pytest -q -p no:cacheprovider -o junit_family=xunit2 \
     --junitxml="$logs/$CFG-rank$r.xml" tests >"$logs/$CFG-rank$r.log" 2>&1'
@@ -73,12 +74,16 @@ run_config() { # name nranks launcher...
     echo "$name: $n ranks, exit status $rc, $((SECONDS - t0)) s"
     configs+=("$name:$n:$rc")
 }
-WEFT_TEST_BOOTSTRAP=env run_config env2 2 "$weftrun" -n 2 --timeout 100
-WEFT_TEST_BOOTSTRAP=env run_config env3 3 "$weftrun" -n 3 --timeout 100
+WEFT_TEST_BOOTSTRAP="env" run_config env2 2 "$weftrun" -n 2 --timeout 100
+WEFT_TEST_BOOTSTRAP="env" run_config env3 3 "$weftrun" -n 3 --timeout 100
 if command -v mpirun >/dev/null 2>&1; then
-    WEFT_TEST_BOOTSTRAP=pmix run_config mpirun2 2 mpirun -np 2 \
-        -x PYTHONPATH -x WEFT_LIBRARY -x WEFT_TIMEOUT -x WEFT_INIT_TIMEOUT -x WEFT_TEST_TIMEOUT \
-        -x WEFT_TEST_BOOTSTRAP -x PYTHON -x logs -x CFG
+    pass_env=()
+    for v in PYTHONPATH WEFT_LIBRARY WEFT_TIMEOUT WEFT_INIT_TIMEOUT WEFT_TEST_TIMEOUT \
+        WEFT_TEST_BOOTSTRAP PYTHON logs CFG; do
+        [ -n "${!v+x}" ] || [ "$v" = WEFT_TEST_BOOTSTRAP ] || [ "$v" = CFG ] || continue
+        pass_env+=(-x "$v")
+    done
+    WEFT_TEST_BOOTSTRAP=pmix run_config mpirun2 2 mpirun -np 2 "${pass_env[@]}"
 else
     echo "mpirun2: skipped (mpirun not installed)"
 fi

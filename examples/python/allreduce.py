@@ -1,7 +1,7 @@
 """All-reduce with weft from Python: every rank adds its numbers, every rank gets the sum.
 
-    weftrun -n 4 python3 examples/python/allreduce.py
-    mpirun -np 4 python3 examples/python/allreduce.py
+weftrun -n 4 python3 examples/python/allreduce.py
+mpirun -np 4 python3 examples/python/allreduce.py
 """
 
 import numpy as np

@@ -45,7 +45,9 @@ comm.all_gather(everyone, w)
 assert all(np.array_equal(everyone[0], v) for v in everyone)
 assert last < first / 100, (first, last)
 if rank == 0:
-    print(f"{size} ranks, {steps} steps: loss {first:.4f} -> {last:.6f}, "
-          f"|w - w_true| = {np.linalg.norm(w - w_true):.4f}")
+    print(
+        f"{size} ranks, {steps} steps: loss {first:.4f} -> {last:.6f}, "
+        f"|w - w_true| = {np.linalg.norm(w - w_true):.4f}"
+    )
 comm.finalize()
 weft.finalize()

@@ -1,7 +1,7 @@
 """Splitting communicators, torchcomms style and MPI style, with hints.
 
-    weftrun -n 4 python3 examples/python/split.py
-    mpirun -np 4 python3 examples/python/split.py
+weftrun -n 4 python3 examples/python/split.py
+mpirun -np 4 python3 examples/python/split.py
 """
 
 import numpy as np
@@ -15,7 +15,9 @@ rank, size = world.rank, world.size
 evens = list(range(0, size, 2))
 odds = list(range(1, size, 2))
 mine = evens if rank % 2 == 0 else odds
-half = world.split(mine, name="evens" if rank % 2 == 0 else "odds", hints={"max_ctas": 8}, timeout=30)
+half = world.split(
+    mine, name="evens" if rank % 2 == 0 else "odds", hints={"max_ctas": 8}, timeout=30
+)
 
 total = np.array([rank], dtype=np.int64)
 half.all_reduce(total)  # the sum over my group only

@@ -242,7 +242,9 @@ def test_scatter(comm, dt, async_op, seed):
     root = comm.size - 1
     stack = all_inputs(comm, dt, (N,), seed)  # block r goes to rank r
     out = np.zeros(N, dtype=dt)
-    finish(comm.scatter(out, stack if comm.rank == root else None, root, async_op=async_op), async_op)
+    finish(
+        comm.scatter(out, stack if comm.rank == root else None, root, async_op=async_op), async_op
+    )
     assert_close(out, stack[comm.rank])
     out2 = np.zeros(N, dtype=dt)
     inputs = [stack[r] for r in range(comm.size)] if comm.rank == root else None
@@ -260,7 +262,9 @@ def test_bitwise_ops_on_every_integer_dtype(comm, seed):
     for dt in INT_DTYPES:
         stack = np.stack(
             [
-                np.random.default_rng([seed, r]).integers(0, 256, size=N * dt.itemsize, dtype=np.uint8).view(dt)
+                np.random.default_rng([seed, r])
+                .integers(0, 256, size=N * dt.itemsize, dtype=np.uint8)
+                .view(dt)
                 for r in range(comm.size)
             ]
         )

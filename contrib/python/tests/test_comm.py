@@ -87,9 +87,7 @@ def test_split_torchcomms_even_odd(comm):
     assert sub is not None
     assert sub.size == len(mine) and sub.rank == mine.index(comm.rank)
     assert sub.name == "parity" and sub.timeout == 15
-    assert [sub.world_rank(i) for i in range(sub.size)] == [
-        comm.world_rank(r) for r in mine
-    ]
+    assert [sub.world_rank(i) for i in range(sub.size)] == [comm.world_rank(r) for r in mine]
     assert sub.hint_status("allreduce_algorithm").state == HintState.APPLIED
     x = np.array([comm.rank], dtype=np.int64)
     sub.all_reduce(x)

@@ -119,7 +119,12 @@ def test_bad_timeout_values(comm):
 
 def test_device_arrays_not_supported(comm):
     class FakeCuda:
-        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3}
+        __cuda_array_interface__ = {
+            "shape": (4,),
+            "typestr": "<f4",
+            "data": (0, False),
+            "version": 3,
+        }
 
     class FakeDLPackGPU:
         def __dlpack__(self, stream=None):
@@ -193,7 +198,13 @@ def test_library_not_found_lists_every_place(tmp_path):
     assert "WEFT_LIBRARY" in p.stdout
     p = _run_python(code, WEFT_LIBRARY="", PATH=str(tmp_path), LD_LIBRARY_PATH="")
     if "could not load" in p.stdout:  # (a weft installed system-wide would load)
-        for where in ("WEFT_LIBRARY: not set", "pkg-config", "weft_info", "/usr/local/lib", "system loader"):
+        for where in (
+            "WEFT_LIBRARY: not set",
+            "pkg-config",
+            "weft_info",
+            "/usr/local/lib",
+            "system loader",
+        ):
             assert where in p.stdout, p.stdout
 
 

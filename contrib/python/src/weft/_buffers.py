@@ -195,7 +195,9 @@ def _numpy_dtype(dt: Any, what: str) -> DType:
     name = getattr(dt, "name", str(dt))
     order = getattr(dt, "byteorder", "=")
     if order == ("<" if not _LITTLE else ">"):
-        raise WeftArgumentError(f"{what}: byte-swapped dtype {dt.str}; weft needs native byte order")
+        raise WeftArgumentError(
+            f"{what}: byte-swapped dtype {dt.str}; weft needs native byte order"
+        )
     code = _NUMPY_NAMES.get(name)
     if code is None:
         hint = ""

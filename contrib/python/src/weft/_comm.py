@@ -96,7 +96,9 @@ def _seconds(timeout: Timeout, what: str) -> float:
         try:
             t = float(timeout)
         except (TypeError, ValueError):
-            raise WeftArgumentError(f"{what}: timeout {timeout!r} is not a number of seconds") from None
+            raise WeftArgumentError(
+                f"{what}: timeout {timeout!r} is not a number of seconds"
+            ) from None
     if t == float("inf"):
         return _TIMEOUT_NONE
     if not t > 0:
@@ -310,10 +312,14 @@ class _Options:
             if timeout is not None:
                 _lib.check(lib.weft_options_set_timeout(self.handle, _seconds(timeout, "timeout")))
             if abort_on_error is not None:
-                _lib.check(lib.weft_options_set_abort_on_error(self.handle, 1 if abort_on_error else 0))
+                _lib.check(
+                    lib.weft_options_set_abort_on_error(self.handle, 1 if abort_on_error else 0)
+                )
             for key, value in (hints or {}).items():
                 _lib.check(
-                    lib.weft_options_set_hint(self.handle, _encode(key), _encode(_hint_value(value)))
+                    lib.weft_options_set_hint(
+                        self.handle, _encode(key), _encode(_hint_value(value))
+                    )
                 )
         except BaseException:
             self.close()
@@ -659,7 +665,11 @@ class Comm:
         return w
 
     def irecv(
-        self, tensor: Any, src: Optional[int] = None, tag: Optional[int] = 0, timeout: Timeout = None
+        self,
+        tensor: Any,
+        src: Optional[int] = None,
+        tag: Optional[int] = 0,
+        timeout: Timeout = None,
     ) -> Work:
         """Nonblocking receive: ``recv(..., async_op=True)``."""
         w = self.recv(tensor, src, tag, True, timeout)
@@ -728,7 +738,11 @@ class Comm:
         return self._run(w, async_op)
 
     def all_gather(
-        self, tensor_list: Sequence[Any], tensor: Any, async_op: bool = False, timeout: Timeout = None
+        self,
+        tensor_list: Sequence[Any],
+        tensor: Any,
+        async_op: bool = False,
+        timeout: Timeout = None,
     ) -> Optional[Work]:
         """Gathers every rank's ``tensor`` into ``tensor_list`` (one buffer per rank,
         each written directly)."""

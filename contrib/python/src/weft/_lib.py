@@ -184,7 +184,9 @@ def candidates() -> Tuple[List[Tuple[str, str]], List[str]]:
     if info:
         prefix = os.path.dirname(os.path.dirname(os.path.realpath(info)))
         for sub in ("lib", "lib64"):
-            found += [(f"weft_info on PATH ({info})", p) for p in _files_in(os.path.join(prefix, sub))]
+            found += [
+                (f"weft_info on PATH ({info})", p) for p in _files_in(os.path.join(prefix, sub))
+            ]
     else:
         notes.append("weft_info: not on PATH")
     found += [("default prefix", p) for p in _files_in("/usr/local/lib")]

@@ -79,7 +79,9 @@ class WeftError(Exception):
 
     code: Optional[int]
 
-    def __init__(self, detail: str = "", code: Optional[int] = None, strerror: Optional[str] = None):
+    def __init__(
+        self, detail: str = "", code: Optional[int] = None, strerror: Optional[str] = None
+    ):
         if code is None:
             code = getattr(type(self), "default_code", None)
         if strerror is None and code is not None:
