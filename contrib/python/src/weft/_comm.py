@@ -5,7 +5,9 @@ from __future__ import annotations
 import ctypes
 import datetime
 import enum
+import atexit
 import operator
+import sys
 import threading
 from ctypes import byref, c_char_p, c_double, c_int, c_int64, c_void_p
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -80,9 +82,38 @@ class _Runtime:
         # Buffers of operations given up on (timed out, dropped while pending):
         # the C side may still touch them, so they are never released.
         self.abandoned: List[Any] = []
+        self.exit_hooks = False
+        self.uncaught = False  # an uncaught exception is ending the program
 
 
 _rt = _Runtime()
+
+
+def _install_exit_hooks() -> None:
+    """weft.finalize() at exit for programs that do not call it (mpirun counts a
+    PMIx process that exits unfinalized as failed), except after an uncaught
+    exception: finalizing then would wait for ranks that may be waiting for
+    this one, so the process exits at once and the launcher ends the job."""
+    if _rt.exit_hooks:
+        return
+    _rt.exit_hooks = True
+    previous = sys.excepthook
+
+    def excepthook(*args: Any) -> None:
+        _rt.uncaught = True
+        previous(*args)
+
+    sys.excepthook = excepthook
+    atexit.register(_finalize_at_exit)
+
+
+def _finalize_at_exit() -> None:
+    if _rt.uncaught:
+        return
+    try:
+        finalize()
+    except Exception as e:  # the program is ending: report, do not raise
+        sys.stderr.write(f"weft: finalize at exit: {e}\n")
 
 
 def _seconds(timeout: Timeout, what: str) -> float:
@@ -1000,7 +1031,11 @@ def init() -> Comm:
     """Initialises weft (once; later calls return the same world) and returns the
     world communicator. The bootstrap is chosen by the library: PMIx under
     mpirun / srun, RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (weftrun,
-    torchrun), else a singleton. WEFT_* variables configure it."""
+    torchrun), else a singleton. WEFT_* variables configure it.
+
+    A program that does not call finalize() is finalized at exit, unless it
+    ends with an uncaught exception (then it exits at once, and the launcher
+    ends the other ranks)."""
     with _rt.lock:
         lib = _lib.load()
         if _rt.world is not None and is_initialized():
@@ -1010,6 +1045,7 @@ def init() -> Comm:
             if rc != ERR_ALREADY:
                 _lib.check(rc)
         _rt.world = Comm(c_void_p(lib.weft_comm_world()), is_world=True)
+        _install_exit_hooks()
         return _rt.world
 
 
