@@ -908,12 +908,12 @@ class Comm:
                 outs = self._out_list(output, "gather: output", inp)
                 tmp = ctypes.create_string_buffer(max(inp.nbytes * self._size, 1))
                 keep += [outs, tmp]
-                recv = ctypes.addressof(tmp)
+                recv = staging = ctypes.addressof(tmp)
 
                 def finish() -> None:
                     for r, o in enumerate(outs):
                         if o.nbytes:
-                            ctypes.memmove(o.addr, recv + r * inp.nbytes, o.nbytes)
+                            ctypes.memmove(o.addr, staging + r * inp.nbytes, o.nbytes)
 
             else:
                 out = as_buffer(output, "gather: output", output=True)

@@ -10,7 +10,7 @@ output buffer, a dtype mismatch) raise the same classes with the same fields.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Callable, Dict, Optional, Type
 
 # Status codes of include/weft.h (fixed values).
 SUCCESS = 0
@@ -111,7 +111,7 @@ class WeftNoMemoryError(WeftError, MemoryError):
     default_code = ERR_NO_MEMORY
 
 
-class WeftTimeoutError(WeftError, TimeoutError):
+class WeftTimeoutError(WeftError, TimeoutError):  # type: ignore[misc]  # strerror: str
     """WEFT_ERR_TIMEOUT: a deadline passed (the message names the peer and tag)."""
 
     default_code = ERR_TIMEOUT
@@ -177,7 +177,7 @@ class WeftCommError(WeftError):
     default_code = ERR_COMM
 
 
-class WeftLibraryNotFoundError(WeftError, OSError):
+class WeftLibraryNotFoundError(WeftError, OSError):  # type: ignore[misc]
     """libweft.so could not be loaded; the message lists every place tried."""
 
     default_code = None
@@ -200,7 +200,7 @@ _CLASSES: Dict[int, Type[WeftError]] = {
 }
 
 # Set by weft._lib once the library is loaded: int -> weft_strerror text.
-_strerror_hook = None
+_strerror_hook: Optional[Callable[[int], str]] = None
 
 
 def _strerror(code: int) -> str:
