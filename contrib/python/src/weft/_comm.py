@@ -1,0 +1,1082 @@
+"""The runtime, communicators and work handles (torchcomms-shaped)."""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import enum
+import atexit
+import operator
+import sys
+import threading
+from ctypes import byref, c_char_p, c_double, c_int, c_int64, c_void_p
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import _lib
+from ._buffers import DTYPE_SIZE, Buffer, as_buffer, check_count, same_dtype
+from .errors import (
+    ERR_ALREADY,
+    ERR_TIMEOUT,
+    WeftArgumentError,
+    WeftCommError,
+    WeftNotInitializedError,
+    WeftTimeoutError,
+    make_error,
+)
+
+ANY_SOURCE = -1
+ANY_TAG = -1
+TAG_UB = (1 << 23) - 1
+UNDEFINED = -32766
+_IN_PLACE = c_void_p(1)  # WEFT_IN_PLACE
+_TIMEOUT_DEFAULT = -1.0  # WEFT_TIMEOUT_DEFAULT
+_TIMEOUT_NONE = 0.0  # WEFT_TIMEOUT_NONE
+
+Timeout = Union[None, float, int, datetime.timedelta]
+
+
+class ReduceOp(enum.IntEnum):
+    """weft_op_t. SUM/PRODUCT/MIN/MAX/AVG on every numeric dtype, BAND/BOR/BXOR on
+    integers and bytes; the library rejects other pairings (WeftArgumentError)."""
+
+    SUM = 0
+    PRODUCT = 1
+    MIN = 2
+    MAX = 3
+    AVG = 4
+    BAND = 5
+    BOR = 6
+    BXOR = 7
+
+
+class HintState(enum.IntEnum):
+    """What became of a hint (WEFT_HINT_*)."""
+
+    APPLIED = 0
+    IGNORED = 1
+    REJECTED = 2
+    NOT_SET = 3
+
+
+class HintStatus(NamedTuple):
+    """``comm.hint_status(key)``: the hint's state and why."""
+
+    state: HintState
+    reason: str
+
+
+class RecvStatus(NamedTuple):
+    """What a receive got: the sender's rank and tag, and the bytes received."""
+
+    source: int
+    tag: int
+    nbytes: int
+
+
+class _Runtime:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        # Bumped by finalize(): handles of an older generation are stale.
+        self.generation = 0
+        self.world: Optional[Comm] = None
+        # Buffers of operations given up on (timed out, dropped while pending):
+        # the C side may still touch them, so they are never released.
+        self.abandoned: List[Any] = []
+        self.exit_hooks = False
+        self.uncaught = False  # an uncaught exception is ending the program
+
+
+_rt = _Runtime()
+
+
+def _install_exit_hooks() -> None:
+    """weft.finalize() at exit for programs that do not call it (mpirun counts a
+    PMIx process that exits unfinalized as failed), except after an uncaught
+    exception: finalizing then would wait for ranks that may be waiting for
+    this one, so the process exits at once and the launcher ends the job."""
+    if _rt.exit_hooks:
+        return
+    _rt.exit_hooks = True
+    previous = sys.excepthook
+
+    def excepthook(*args: Any) -> None:
+        _rt.uncaught = True
+        previous(*args)
+
+    sys.excepthook = excepthook
+    atexit.register(_finalize_at_exit)
+
+
+def _finalize_at_exit() -> None:
+    if _rt.uncaught:
+        return
+    try:
+        finalize()
+    except Exception as e:  # the program is ending: report, do not raise
+        sys.stderr.write(f"weft: finalize at exit: {e}\n")
+
+
+def _seconds(timeout: Timeout, what: str) -> float:
+    """A Python timeout as the C argument: None -> the communicator's default,
+    inf -> no deadline, else seconds > 0."""
+    if timeout is None:
+        return _TIMEOUT_DEFAULT
+    if isinstance(timeout, datetime.timedelta):
+        t = timeout.total_seconds()
+    else:
+        try:
+            t = float(timeout)
+        except (TypeError, ValueError):
+            raise WeftArgumentError(
+                f"{what}: timeout {timeout!r} is not a number of seconds"
+            ) from None
+    if t == float("inf"):
+        return _TIMEOUT_NONE
+    if not t > 0:
+        raise WeftArgumentError(
+            f"{what}: timeout {timeout!r} must be > 0 seconds (None: the communicator's default, "
+            "float('inf'): no deadline; poll with is_completed())"
+        )
+    return t
+
+
+def _op(op: Any) -> int:
+    try:
+        return int(op)
+    except (TypeError, ValueError):
+        raise WeftArgumentError(f"op {op!r} is not a weft.ReduceOp") from None
+
+
+def _int(value: Any, what: str) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise WeftArgumentError(f"{what} must be an integer, not {type(value).__name__}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Work
+# --------------------------------------------------------------------------------------------
+
+
+class Work:
+    """The handle of a nonblocking operation (``async_op=True``, isend, irecv).
+
+    It keeps every buffer of the operation alive until the operation has
+    completed. ``wait()`` raises the operation's error, if any; a wait that
+    times out raises WeftTimeoutError and leaves the work pending (wait
+    again). Dropping a pending Work releases its request (a pending receive
+    is canceled, anything else finishes in the background) and keeps its
+    buffers alive for good, since the library may still use them.
+    """
+
+    def __init__(
+        self,
+        comm: "Comm",
+        kind: str,
+        keep: Tuple[Any, ...],
+        timeout: Timeout = None,
+        finish: Optional[Callable[[], None]] = None,
+    ):
+        self._comm = comm
+        self._kind = kind
+        self._keep: Optional[Tuple[Any, ...]] = keep
+        self._timeout = timeout
+        self._finish = finish
+        self._req = c_void_p()
+        self._gen = _rt.generation
+        self._done = False
+        self._posted = False
+        self._error: Optional[BaseException] = None
+        self._status: Optional[RecvStatus] = None
+
+    def _post(self, fn: Callable[..., int], *args: Any) -> None:
+        _lib.check(fn(*args, byref(self._req)))
+        self._posted = True
+
+    def _alive(self) -> bool:
+        return self._gen == _rt.generation
+
+    def _check_alive(self) -> None:
+        if not self._alive():
+            raise WeftNotInitializedError(
+                f"{self._kind}: this work belongs to a weft runtime that weft.finalize() ended"
+            )
+
+    def _complete(self, rc: int, status: _lib.WeftStatus) -> None:
+        self._done = True
+        self._req = c_void_p()
+        if rc != 0:
+            self._error = make_error(rc, _lib.last_error())
+        else:
+            if self._kind == "recv":
+                self._status = RecvStatus(status.source, status.tag, int(status.bytes))
+            if self._finish is not None:
+                try:
+                    self._finish()
+                except BaseException as e:  # surface copy-out failures at wait()
+                    self._error = e
+        self._keep = None
+        self._finish = None
+
+    def is_completed(self) -> bool:
+        """True once the operation has finished (successfully or not); never blocks."""
+        if self._done:
+            return True
+        self._check_alive()
+        flag = c_int(0)
+        status = _lib.WeftStatus()
+        rc = _lib.load().weft_test(byref(self._req), byref(flag), byref(status))
+        if flag.value:
+            self._complete(rc, status)
+            return True
+        _lib.check(rc)
+        return False
+
+    def wait(self, timeout: Timeout = None) -> bool:
+        """Waits for completion and returns True, or raises the operation's error.
+
+        timeout: seconds or a timedelta; None: the timeout given to the call
+        that started the work, else the communicator's default. A wait that
+        times out raises WeftTimeoutError and the work stays pending.
+        """
+        if not self._done:
+            self._check_alive()
+            t = _seconds(timeout if timeout is not None else self._timeout, f"{self._kind}.wait")
+            status = _lib.WeftStatus()
+            rc = _lib.load().weft_wait_timeout(byref(self._req), t, byref(status))
+            if rc != 0 and self._req.value is not None:
+                # Timed out (the request stays valid) or the wait itself was refused.
+                raise make_error(rc, _lib.last_error())
+            self._complete(rc, status)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    @property
+    def status(self) -> Optional[RecvStatus]:
+        """For a completed receive: its source, tag and byte count (None before)."""
+        return self._status
+
+    def _release_pending(self) -> None:
+        """Lets go of a pending request: cancels it where the library can (receives,
+        collectives) and waits briefly for the cancellation; otherwise (sends) the
+        request is released to finish in the background. The buffers stay
+        referenced for good unless the request is known to be over."""
+        lib = _lib.load()
+        over = False
+        if lib.weft_request_cancel(byref(self._req)) == 0:
+            flag = c_int(0)
+            deadline = lib.weft_wtime() + 1.0
+            while self._req.value is not None and lib.weft_wtime() < deadline:
+                lib.weft_test(byref(self._req), byref(flag), None)  # no error policy here
+                if flag.value:
+                    over = True
+                    break
+        if self._req.value is not None:
+            lib.weft_request_free(byref(self._req))
+        if not over:
+            _rt.abandoned.append(self._keep)
+        self._keep = None
+
+    def _abandon(self) -> None:
+        """Gives up on a pending operation (a blocking call timed out)."""
+        if self._done or not self._posted:
+            return
+        self._done = True
+        if self._alive() and self._req.value is not None:
+            self._release_pending()
+        else:
+            _rt.abandoned.append(self._keep)
+            self._keep = None
+
+    def __del__(self) -> None:
+        try:
+            if not self._done and self._posted and self._alive() and self._req.value is not None:
+                self._done = True
+                self._release_pending()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "completed" if self._done else "pending"
+        if self._error is not None:
+            state = f"failed: {self._error}"
+        return f"<weft.Work {self._kind} {state}>"
+
+
+# --------------------------------------------------------------------------------------------
+# Communicators
+# --------------------------------------------------------------------------------------------
+
+
+def _encode(s: Optional[str]) -> Optional[bytes]:
+    return None if s is None else str(s).encode("utf-8")
+
+
+def _hint_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, datetime.timedelta):
+        return repr(v.total_seconds())
+    return str(v)
+
+
+class _Options:
+    """A weft_options_t for one creation call (WEFT_OPTIONS_NULL when nothing is set)."""
+
+    def __init__(
+        self,
+        name: Optional[str],
+        timeout: Timeout,
+        abort_on_error: Optional[bool],
+        hints: Optional[Dict[str, Any]],
+    ):
+        self.handle = c_void_p()
+        if name is None and timeout is None and abort_on_error is None and not hints:
+            return
+        lib = _lib.load()
+        _lib.check(lib.weft_options_create(byref(self.handle)))
+        try:
+            if name is not None:
+                _lib.check(lib.weft_options_set_name(self.handle, _encode(name)))
+            if timeout is not None:
+                _lib.check(lib.weft_options_set_timeout(self.handle, _seconds(timeout, "timeout")))
+            if abort_on_error is not None:
+                _lib.check(
+                    lib.weft_options_set_abort_on_error(self.handle, 1 if abort_on_error else 0)
+                )
+            for key, value in (hints or {}).items():
+                _lib.check(
+                    lib.weft_options_set_hint(
+                        self.handle, _encode(key), _encode(_hint_value(value))
+                    )
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.handle.value is not None:
+            _lib.load().weft_options_free(byref(self.handle))
+
+    def __enter__(self) -> c_void_p:
+        return self.handle
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _concat(bufs: Sequence[Buffer]) -> ctypes.Array:
+    """One contiguous copy of several input buffers (inputs only: never for outputs)."""
+    total = sum(b.nbytes for b in bufs)
+    tmp = ctypes.create_string_buffer(max(total, 1))
+    off = 0
+    for b in bufs:
+        if b.nbytes:
+            ctypes.memmove(ctypes.addressof(tmp) + off, b.addr, b.nbytes)
+        off += b.nbytes
+    return tmp
+
+
+class Comm:
+    """A communicator: a group of ranks with its own traffic, name, timeout and hints.
+
+    Collectives are called by every member, in the same order. Each operation
+    takes ``async_op`` (return a :class:`Work` instead of waiting) and
+    ``timeout`` (seconds or timedelta; None: the communicator's default, see
+    :attr:`timeout`). Buffers are numpy arrays or anything with the buffer
+    protocol; outputs must be writable and C-contiguous and are written in
+    place.
+    """
+
+    def __init__(self, handle: c_void_p, *, is_world: bool = False):
+        lib = _lib.load()
+        self._h = c_void_p(handle.value)
+        self._gen = _rt.generation
+        self._is_world = is_world
+        r, s = c_int(), c_int()
+        _lib.check(lib.weft_comm_rank(self._h, byref(r)))
+        _lib.check(lib.weft_comm_size(self._h, byref(s)))
+        self._rank = r.value
+        self._size = s.value
+        self._name = (lib.weft_comm_name(self._h) or b"").decode("utf-8", "replace")
+
+    # ---- identity -----------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the communicator."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return self._size
+
+    @property
+    def name(self) -> str:
+        """The communicator's name ("world", or as given / derived at creation)."""
+        return self._name
+
+    def get_rank(self) -> int:
+        return self._rank
+
+    def get_size(self) -> int:
+        return self._size
+
+    def get_name(self) -> str:
+        return self._name
+
+    def _handle(self) -> c_void_p:
+        if self._gen != _rt.generation:
+            raise WeftCommError(f"communicator {self._name}: weft.finalize() released it")
+        if self._h.value is None:
+            raise WeftCommError(f"communicator {self._name} was finalized")
+        return self._h
+
+    @property
+    def timeout(self) -> float:
+        """Default deadline (seconds) of every wait on this communicator (inf: none)."""
+        t = c_double()
+        _lib.check(_lib.load().weft_comm_get_timeout(self._handle(), byref(t)))
+        return float("inf") if t.value == 0 else t.value
+
+    @timeout.setter
+    def timeout(self, value: Timeout) -> None:
+        if value is None:
+            raise WeftArgumentError("timeout: None is not a number of seconds")
+        _lib.check(_lib.load().weft_comm_set_timeout(self._handle(), _seconds(value, "timeout")))
+
+    def world_rank(self, rank: int) -> int:
+        """The world rank of ``rank`` of this communicator."""
+        out = c_int()
+        _lib.check(_lib.load().weft_comm_world_rank(self._handle(), _int(rank, "rank"), byref(out)))
+        return out.value
+
+    def __repr__(self) -> str:
+        state = "" if self._h.value is not None and self._gen == _rt.generation else " finalized"
+        return f"<weft.Comm {self._name!r} rank {self._rank} of {self._size}{state}>"
+
+    # ---- creation (collective over this communicator) ------------------------------------
+
+    def _new(self, out: c_void_p) -> Optional["Comm"]:
+        return Comm(out) if out.value is not None else None
+
+    def split(
+        self,
+        ranks: Sequence[int],
+        name: Optional[str] = None,
+        hints: Optional[Dict[str, Any]] = None,
+        timeout: Timeout = None,
+        abort_process_on_timeout_or_error: Optional[bool] = None,
+    ) -> Optional["Comm"]:
+        """torchcomms's split. Every rank of this communicator calls it, each
+        passing the ranks (of this communicator) of its own new group, in new-rank
+        order; a rank that joins no group passes an empty list and gets None.
+        A list without the caller, with duplicates or out-of-range ranks, or
+        differing between the members of a group raises WeftArgumentError (on
+        every rank concerned, within the timeout).
+        """
+        lst = [_int(r, "split: ranks[]") for r in ranks]
+        arr = (c_int * max(len(lst), 1))(*lst)
+        out = c_void_p()
+        with _Options(None, timeout, abort_process_on_timeout_or_error, hints) as opts:
+            _lib.check(
+                _lib.load().weft_comm_split_ranks(
+                    self._handle(), arr if lst else None, len(lst), _encode(name), opts, byref(out)
+                )
+            )
+        return self._new(out)
+
+    def split_color(
+        self,
+        color: Optional[int],
+        key: int = 0,
+        name: Optional[str] = None,
+        hints: Optional[Dict[str, Any]] = None,
+        timeout: Timeout = None,
+        abort_process_on_timeout_or_error: Optional[bool] = None,
+    ) -> Optional["Comm"]:
+        """MPI's split: ranks with equal ``color`` form a communicator, ordered by
+        ``key`` (ties by rank). ``color=None`` joins none and returns None."""
+        c = UNDEFINED if color is None else _int(color, "split_color: color")
+        out = c_void_p()
+        with _Options(name, timeout, abort_process_on_timeout_or_error, hints) as opts:
+            _lib.check(
+                _lib.load().weft_comm_split(
+                    self._handle(), c, _int(key, "split_color: key"), opts, byref(out)
+                )
+            )
+        return self._new(out)
+
+    def split_node(
+        self,
+        key: int = 0,
+        name: Optional[str] = None,
+        hints: Optional[Dict[str, Any]] = None,
+        timeout: Timeout = None,
+        abort_process_on_timeout_or_error: Optional[bool] = None,
+    ) -> "Comm":
+        """The ranks on this rank's node (host, or simulated node with
+        WEFT_RANKS_PER_NODE / WEFT_NODE_ID), ordered by ``key`` then rank."""
+        return self._split_type(0, key, name, hints, timeout, abort_process_on_timeout_or_error)
+
+    def _split_type(
+        self,
+        kind: int,
+        key: int,
+        name: Optional[str],
+        hints: Optional[Dict[str, Any]],
+        timeout: Timeout,
+        abort: Optional[bool],
+    ) -> "Comm":
+        out = c_void_p()
+        with _Options(name, timeout, abort, hints) as opts:
+            _lib.check(
+                _lib.load().weft_comm_split_type(
+                    self._handle(), kind, _int(key, "key"), opts, byref(out)
+                )
+            )
+        comm = self._new(out)
+        assert comm is not None
+        return comm
+
+    def dup(
+        self,
+        name: Optional[str] = None,
+        hints: Optional[Dict[str, Any]] = None,
+        timeout: Timeout = None,
+        abort_process_on_timeout_or_error: Optional[bool] = None,
+    ) -> "Comm":
+        """Same members and order, a new context (traffic apart from this one's)."""
+        out = c_void_p()
+        with _Options(name, timeout, abort_process_on_timeout_or_error, hints) as opts:
+            _lib.check(_lib.load().weft_comm_dup(self._handle(), opts, byref(out)))
+        comm = self._new(out)
+        assert comm is not None
+        return comm
+
+    # ---- hints and diagnostics ----------------------------------------------------------
+
+    def hint_status(self, key: str) -> HintStatus:
+        """Whether hint ``key`` was APPLIED, IGNORED or REJECTED (or NOT_SET), and why."""
+        st = c_int()
+        reason = ctypes.create_string_buffer(512)
+        _lib.check(
+            _lib.load().weft_comm_hint_status(
+                self._handle(), _encode(key), byref(st), reason, len(reason)
+            )
+        )
+        return HintStatus(HintState(st.value), reason.value.decode("utf-8", "replace"))
+
+    def hints(self) -> Dict[str, Tuple[str, HintStatus]]:
+        """Every hint this communicator was given: key -> (value, status)."""
+        lib = _lib.load()
+        h = self._handle()
+        n = c_int()
+        _lib.check(lib.weft_comm_hint_count(h, byref(n)))
+        out: Dict[str, Tuple[str, HintStatus]] = {}
+        for i in range(n.value):
+            k, v, r = c_char_p(), c_char_p(), c_char_p()
+            st = c_int()
+            _lib.check(lib.weft_comm_hint_get(h, i, byref(k), byref(v), byref(st), byref(r)))
+            dec = lambda b: (b.value or b"").decode("utf-8", "replace")  # noqa: E731
+            out[dec(k)] = (dec(v), HintStatus(HintState(st.value), dec(r)))
+        return out
+
+    def peer_info(self, rank: int) -> str:
+        """The UCX transports/devices that reach ``rank`` (connects if needed)."""
+        buf = ctypes.create_string_buffer(1024)
+        _lib.check(
+            _lib.load().weft_comm_peer_info(self._handle(), _int(rank, "rank"), buf, len(buf))
+        )
+        return buf.value.decode("utf-8", "replace")
+
+    def warmup(self) -> None:
+        """Collective: connects every endpoint now, not at the first operation."""
+        _lib.check(_lib.load().weft_comm_warmup(self._handle()))
+
+    # ---- life cycle ---------------------------------------------------------------------
+
+    def finalize(self) -> None:
+        """Releases the communicator (for the world: finalizes the runtime, as
+        weft.finalize()). Fails while operations on it are still pending."""
+        if self._is_world:
+            if self._gen == _rt.generation:
+                finalize()
+            return
+        if self._h.value is None or self._gen != _rt.generation:
+            return
+        _lib.check(_lib.load().weft_comm_free(byref(self._h)))
+
+    def abort(self, code: int = 1) -> None:
+        """Terminates every process of the job (the launcher ends the others)."""
+        _lib.check(_lib.load().weft_comm_abort(self._handle(), _int(code, "code")))
+
+    def __enter__(self) -> "Comm":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.finalize()
+
+    def __del__(self) -> None:
+        try:
+            if not self._is_world and self._h.value is not None and self._gen == _rt.generation:
+                _lib.load().weft_comm_free(byref(self._h))
+        except Exception:
+            pass
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _run(self, work: Work, async_op: bool) -> Optional[Work]:
+        if async_op:
+            return work
+        try:
+            work.wait()
+        except WeftTimeoutError:
+            work._abandon()
+            raise
+        return None
+
+    def _root(self, root: Any, what: str) -> int:
+        return _int(root, f"{what}: root")
+
+    # ---- point-to-point -----------------------------------------------------------------
+
+    def send(
+        self, tensor: Any, dst: int, tag: int = 0, async_op: bool = False, timeout: Timeout = None
+    ) -> Optional[Work]:
+        """Sends ``tensor`` to rank ``dst`` (messages between a pair arrive in order)."""
+        b = as_buffer(tensor, "send: tensor", output=False)
+        w = Work(self, "send", (b,), timeout)
+        w._post(
+            _lib.load().weft_isend,
+            b.ptr,
+            b.count,
+            b.dtype,
+            _int(dst, "send: dst"),
+            _int(tag, "send: tag"),
+            self._handle(),
+        )
+        return self._run(w, async_op)
+
+    def recv(
+        self,
+        tensor: Any,
+        src: Optional[int] = None,
+        tag: Optional[int] = 0,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Union[RecvStatus, Work]:
+        """Receives into ``tensor`` from ``src`` (None: any source) with ``tag``
+        (None: any tag). Returns a RecvStatus (or a Work whose ``status`` tells
+        after completion). A longer message raises WeftTruncateError."""
+        b = as_buffer(tensor, "recv: tensor", output=True)
+        w = Work(self, "recv", (b,), timeout)
+        w._post(
+            _lib.load().weft_irecv,
+            b.ptr,
+            b.count,
+            b.dtype,
+            ANY_SOURCE if src is None else _int(src, "recv: src"),
+            ANY_TAG if tag is None else _int(tag, "recv: tag"),
+            self._handle(),
+        )
+        if async_op:
+            return w
+        self._run(w, False)
+        assert w.status is not None
+        return w.status
+
+    def isend(self, tensor: Any, dst: int, tag: int = 0, timeout: Timeout = None) -> Work:
+        """Nonblocking send: ``send(..., async_op=True)``."""
+        w = self.send(tensor, dst, tag, True, timeout)
+        assert w is not None
+        return w
+
+    def irecv(
+        self,
+        tensor: Any,
+        src: Optional[int] = None,
+        tag: Optional[int] = 0,
+        timeout: Timeout = None,
+    ) -> Work:
+        """Nonblocking receive: ``recv(..., async_op=True)``."""
+        w = self.recv(tensor, src, tag, True, timeout)
+        assert isinstance(w, Work)
+        return w
+
+    # ---- collectives --------------------------------------------------------------------
+
+    def barrier(self, async_op: bool = False, timeout: Timeout = None) -> Optional[Work]:
+        """Returns once every member has entered the barrier."""
+        w = Work(self, "barrier", (), timeout)
+        w._post(_lib.load().weft_ibarrier, self._handle())
+        return self._run(w, async_op)
+
+    def all_reduce(
+        self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False, timeout: Timeout = None
+    ) -> Optional[Work]:
+        """Reduces ``tensor`` over all ranks, in place: every rank gets the result."""
+        b = as_buffer(tensor, "all_reduce: tensor", output=True)
+        w = Work(self, "all_reduce", (b,), timeout)
+        w._post(
+            _lib.load().weft_iallreduce,
+            _IN_PLACE,
+            b.ptr,
+            b.count,
+            b.dtype,
+            _op(op),
+            self._handle(),
+        )
+        return self._run(w, async_op)
+
+    def reduce(
+        self,
+        tensor: Any,
+        root: int,
+        op: Any = ReduceOp.SUM,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Optional[Work]:
+        """Reduces ``tensor`` over all ranks into ``root``'s ``tensor`` (in place);
+        the other ranks' tensors are only read."""
+        root = self._root(root, "reduce")
+        is_root = root == self._rank
+        b = as_buffer(tensor, "reduce: tensor", output=is_root)
+        w = Work(self, "reduce", (b,), timeout)
+        w._post(
+            _lib.load().weft_ireduce,
+            _IN_PLACE if is_root else b.ptr,
+            b.ptr if is_root else None,
+            b.count,
+            b.dtype,
+            _op(op),
+            root,
+            self._handle(),
+        )
+        return self._run(w, async_op)
+
+    def broadcast(
+        self, tensor: Any, root: int, async_op: bool = False, timeout: Timeout = None
+    ) -> Optional[Work]:
+        """Copies ``root``'s ``tensor`` into every other rank's ``tensor``."""
+        root = self._root(root, "broadcast")
+        b = as_buffer(tensor, "broadcast: tensor", output=root != self._rank)
+        w = Work(self, "broadcast", (b,), timeout)
+        w._post(_lib.load().weft_ibcast, b.ptr, b.count, b.dtype, root, self._handle())
+        return self._run(w, async_op)
+
+    def all_gather(
+        self,
+        tensor_list: Sequence[Any],
+        tensor: Any,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Optional[Work]:
+        """Gathers every rank's ``tensor`` into ``tensor_list`` (one buffer per rank,
+        each written directly)."""
+        inp = as_buffer(tensor, "all_gather: tensor", output=False)
+        outs = self._out_list(tensor_list, "all_gather: tensor_list", inp)
+        ptrs = (c_void_p * self._size)(*[o.ptr for o in outs])
+        w = Work(self, "all_gather", (inp, outs, ptrs), timeout)
+        w._post(
+            _lib.load().weft_iallgather_list, inp.ptr, ptrs, inp.count, inp.dtype, self._handle()
+        )
+        return self._run(w, async_op)
+
+    def all_gather_single(
+        self, output: Any, input: Any, async_op: bool = False, timeout: Timeout = None
+    ) -> Optional[Work]:
+        """Gathers every rank's ``input`` into ``output`` (size x input elements, rank order)."""
+        inp = as_buffer(input, "all_gather_single: input", output=False)
+        out = as_buffer(output, "all_gather_single: output", output=True)
+        dt = same_dtype("all_gather_single", inp, out)
+        check_count(out, inp.count * self._size, f"{self._size} ranks x {inp.count}")
+        w = Work(self, "all_gather_single", (inp, out), timeout)
+        w._post(_lib.load().weft_iallgather, inp.ptr, out.ptr, inp.count, dt, self._handle())
+        return self._run(w, async_op)
+
+    def reduce_scatter(
+        self,
+        output: Any,
+        input_list: Sequence[Any],
+        op: Any = ReduceOp.SUM,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Optional[Work]:
+        """Reduces ``input_list[r]`` over all ranks into rank r's ``output``.
+        (The inputs are copied into one contiguous vector first.)"""
+        out = as_buffer(output, "reduce_scatter: output", output=True)
+        ins = self._in_list(input_list, "reduce_scatter: input_list", out)
+        tmp = _concat(ins)
+        w = Work(self, "reduce_scatter", (out, ins, tmp), timeout)
+        w._post(
+            _lib.load().weft_ireduce_scatter_block,
+            ctypes.addressof(tmp),
+            out.ptr,
+            out.count,
+            out.dtype,
+            _op(op),
+            self._handle(),
+        )
+        return self._run(w, async_op)
+
+    def reduce_scatter_single(
+        self,
+        output: Any,
+        input: Any,
+        op: Any = ReduceOp.SUM,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Optional[Work]:
+        """Reduces ``input`` (size x output elements) over all ranks; rank r gets block r."""
+        inp = as_buffer(input, "reduce_scatter_single: input", output=False)
+        out = as_buffer(output, "reduce_scatter_single: output", output=True)
+        dt = same_dtype("reduce_scatter_single", out, inp)
+        check_count(inp, out.count * self._size, f"{self._size} ranks x output's {out.count}")
+        w = Work(self, "reduce_scatter_single", (inp, out), timeout)
+        w._post(
+            _lib.load().weft_ireduce_scatter_block,
+            inp.ptr,
+            out.ptr,
+            out.count,
+            dt,
+            _op(op),
+            self._handle(),
+        )
+        return self._run(w, async_op)
+
+    def all_to_all_single(
+        self,
+        output: Any,
+        input: Any,
+        output_split_sizes: Optional[Sequence[int]] = None,
+        input_split_sizes: Optional[Sequence[int]] = None,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Optional[Work]:
+        """Rank r's block i of ``input`` goes to rank i's block r of ``output``.
+
+        Without split sizes the blocks are equal (input and output hold the
+        same count, a multiple of size). With them (torch semantics), the sizes
+        count rows along dimension 0: ``input_split_sizes[i]`` rows go to rank
+        i, ``output_split_sizes[i]`` rows come from rank i; a None side splits
+        its rows equally.
+        """
+        inp = as_buffer(input, "all_to_all_single: input", output=False)
+        out = as_buffer(output, "all_to_all_single: output", output=True)
+        dt = same_dtype("all_to_all_single", inp, out)
+        n = self._size
+        lib = _lib.load()
+        if output_split_sizes is None and input_split_sizes is None:
+            check_count(out, inp.count, "the same count as input")
+            if inp.count % n:
+                raise WeftArgumentError(
+                    f"all_to_all_single: input: {inp.count} elements do not split into {n} "
+                    "equal blocks; pass split sizes"
+                )
+            w = Work(self, "all_to_all_single", (inp, out), timeout)
+            w._post(lib.weft_ialltoall, inp.ptr, out.ptr, inp.count // n, dt, self._handle())
+            return self._run(w, async_op)
+        sc, sd = self._splits(inp, input_split_sizes, "input_split_sizes")
+        rc, rd = self._splits(out, output_split_sizes, "output_split_sizes")
+        w = Work(self, "all_to_all_single", (inp, out, sc, sd, rc, rd), timeout)
+        w._post(lib.weft_ialltoallv, inp.ptr, sc, sd, out.ptr, rc, rd, dt, self._handle())
+        return self._run(w, async_op)
+
+    def gather(
+        self,
+        output: Any,
+        input: Any,
+        root: int,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Optional[Work]:
+        """Gathers every rank's ``input`` at ``root``: ``output`` is a list of size
+        buffers or one buffer of size x input elements (only used at the root;
+        pass None elsewhere). A list is filled from a staging buffer on completion."""
+        root = self._root(root, "gather")
+        inp = as_buffer(input, "gather: input", output=False)
+        lib = _lib.load()
+        keep: List[Any] = [inp]
+        finish = None
+        recv: Optional[int] = None
+        if root == self._rank:
+            if isinstance(output, (list, tuple)):
+                outs = self._out_list(output, "gather: output", inp)
+                tmp = ctypes.create_string_buffer(max(inp.nbytes * self._size, 1))
+                keep += [outs, tmp]
+                recv = staging = ctypes.addressof(tmp)
+
+                def finish() -> None:
+                    for r, o in enumerate(outs):
+                        if o.nbytes:
+                            ctypes.memmove(o.addr, staging + r * inp.nbytes, o.nbytes)
+
+            else:
+                out = as_buffer(output, "gather: output", output=True)
+                same_dtype("gather", inp, out)
+                check_count(out, inp.count * self._size, f"{self._size} ranks x {inp.count}")
+                keep.append(out)
+                recv = out.ptr
+        w = Work(self, "gather", tuple(keep), timeout, finish)
+        w._post(lib.weft_igather, inp.ptr, recv, inp.count, inp.dtype, root, self._handle())
+        return self._run(w, async_op)
+
+    def scatter(
+        self,
+        output: Any,
+        input: Any,
+        root: int,
+        async_op: bool = False,
+        timeout: Timeout = None,
+    ) -> Optional[Work]:
+        """Sends block r of ``root``'s ``input`` to rank r's ``output``. ``input``
+        is a list of size buffers or one buffer of size x output elements (only
+        read at the root; pass None elsewhere)."""
+        root = self._root(root, "scatter")
+        out = as_buffer(output, "scatter: output", output=True)
+        keep: List[Any] = [out]
+        send: Optional[int] = None
+        if root == self._rank:
+            if isinstance(input, (list, tuple)):
+                ins = self._in_list(input, "scatter: input", out)
+                tmp = _concat(ins)
+                keep += [ins, tmp]
+                send = ctypes.addressof(tmp)
+            else:
+                inp = as_buffer(input, "scatter: input", output=False)
+                same_dtype("scatter", out, inp)
+                check_count(inp, out.count * self._size, f"{self._size} ranks x {out.count}")
+                keep.append(inp)
+                send = inp.ptr
+        w = Work(self, "scatter", tuple(keep), timeout)
+        w._post(
+            _lib.load().weft_iscatter, send, out.ptr, out.count, out.dtype, root, self._handle()
+        )
+        return self._run(w, async_op)
+
+    # ---- argument helpers ---------------------------------------------------------------
+
+    def _out_list(self, lst: Sequence[Any], what: str, like: Buffer) -> List[Buffer]:
+        if not isinstance(lst, (list, tuple)) or len(lst) != self._size:
+            got = len(lst) if isinstance(lst, (list, tuple)) else type(lst).__name__
+            raise WeftArgumentError(f"{what}: needs a list of {self._size} buffers (got {got})")
+        outs = [as_buffer(t, f"{what}[{i}]", output=True) for i, t in enumerate(lst)]
+        for o in outs:
+            same_dtype(what.split(":")[0], like, o)
+            check_count(o, like.count, "the input's count")
+        return outs
+
+    def _in_list(self, lst: Sequence[Any], what: str, like: Buffer) -> List[Buffer]:
+        if not isinstance(lst, (list, tuple)) or len(lst) != self._size:
+            got = len(lst) if isinstance(lst, (list, tuple)) else type(lst).__name__
+            raise WeftArgumentError(f"{what}: needs a list of {self._size} buffers (got {got})")
+        ins = [as_buffer(t, f"{what}[{i}]", output=False) for i, t in enumerate(lst)]
+        for b in ins:
+            same_dtype(what.split(":")[0], like, b)
+            check_count(b, like.count, "the output's count")
+        return ins
+
+    def _splits(
+        self, buf: Buffer, sizes: Optional[Sequence[int]], what: str
+    ) -> Tuple[ctypes.Array, ctypes.Array]:
+        n = self._size
+        rows, per_row = buf.rows()
+        if sizes is None:
+            if rows % n:
+                raise WeftArgumentError(
+                    f"all_to_all_single: {buf.what}: {rows} rows do not split into {n} equal "
+                    f"parts; pass {what}"
+                )
+            split = [rows // n] * n
+        else:
+            split = [_int(s, f"all_to_all_single: {what}[]") for s in sizes]
+            if len(split) != n:
+                raise WeftArgumentError(
+                    f"all_to_all_single: {what}: {len(split)} sizes for {n} ranks"
+                )
+            if any(s < 0 for s in split):
+                raise WeftArgumentError(f"all_to_all_single: {what}: negative size in {split}")
+            if sum(split) != rows:
+                raise WeftArgumentError(
+                    f"all_to_all_single: {what} add up to {sum(split)} rows but {buf.what} has "
+                    f"{rows} (along dimension 0)"
+                )
+        counts = (c_int64 * n)(*[s * per_row for s in split])
+        displs = (c_int64 * n)()
+        off = 0
+        for i in range(n):
+            displs[i] = off
+            off += counts[i]
+        return counts, displs
+
+
+# --------------------------------------------------------------------------------------------
+# The runtime
+# --------------------------------------------------------------------------------------------
+
+
+def is_initialized() -> bool:
+    """True between init() and finalize()."""
+    lib = _lib.load()
+    flag = c_int(0)
+    _lib.check(lib.weft_initialized(byref(flag)))
+    return bool(flag.value)
+
+
+def init() -> Comm:
+    """Initialises weft (once; later calls return the same world) and returns the
+    world communicator. The bootstrap is chosen by the library: PMIx under
+    mpirun / srun, RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (weftrun,
+    torchrun), else a singleton. WEFT_* variables configure it.
+
+    A program that does not call finalize() is finalized at exit, unless it
+    ends with an uncaught exception (then it exits at once, and the launcher
+    ends the other ranks)."""
+    with _rt.lock:
+        lib = _lib.load()
+        if _rt.world is not None and is_initialized():
+            return _rt.world
+        if not is_initialized():
+            rc = lib.weft_init(None, None)
+            if rc != ERR_ALREADY:
+                _lib.check(rc)
+        _rt.world = Comm(c_void_p(lib.weft_comm_world()), is_world=True)
+        _install_exit_hooks()
+        return _rt.world
+
+
+def world() -> Comm:
+    """The world communicator (WeftNotInitializedError before init())."""
+    if _rt.world is None or not is_initialized():
+        raise WeftNotInitializedError("weft.world(): call weft.init() first")
+    return _rt.world
+
+
+def finalize() -> None:
+    """Completes outstanding work, synchronises with the other ranks and releases
+    everything; communicators and pending work become invalid. Does nothing
+    when weft is not initialized. weft.init() may be called again."""
+    with _rt.lock:
+        if _lib.path() is None or not is_initialized():
+            return
+        rc = _lib.load().weft_finalize()
+        _rt.generation += 1
+        _rt.world = None
+        _lib.check(rc)
+
+
+def new_comm(
+    name: Optional[str] = None,
+    timeout: Timeout = None,
+    abort_process_on_timeout_or_error: Optional[bool] = None,
+    hints: Optional[Dict[str, Any]] = None,
+) -> Comm:
+    """A new communicator over every rank (initialising weft if needed), with its
+    own name, default timeout (seconds or timedelta), abort-on-error flag and
+    string hints (see Comm.hint_status). Collective: every rank calls it."""
+    w = init()
+    return w.dup(name, hints, timeout, abort_process_on_timeout_or_error)
