@@ -12,7 +12,7 @@ extern const weft_coll_alg_t weft_alg_barrier_dissemination, weft_alg_bcast_bino
     weft_alg_scatterv_linear, weft_alg_reduce_scatter_ring, weft_alg_reduce_scatter_block_ring,
     weft_alg_alltoall_pairwise, weft_alg_alltoallv_pairwise, weft_alg_scan_linear, weft_alg_exscan_linear;
 extern const weft_coll_alg_t weft_alg_allgather_recursive_doubling, weft_alg_bcast_scatter_allgather,
-    weft_alg_alltoall_bruck, weft_alg_gather_binomial, weft_alg_scatter_binomial;
+    weft_alg_alltoall_bruck, weft_alg_alltoall_linear, weft_alg_gather_binomial, weft_alg_scatter_binomial;
 extern const weft_coll_alg_t weft_alg_allreduce_rabenseifner, weft_alg_allreduce_knomial,
     weft_alg_reduce_scatter_recursive_halving, weft_alg_reduce_scatter_block_recursive_halving,
     weft_alg_reduce_reduce_scatter_gather;
@@ -43,6 +43,7 @@ const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_reduce_scatter_block_recursive_halving,
     &weft_alg_alltoall_pairwise,
     &weft_alg_alltoall_bruck,
+    &weft_alg_alltoall_linear,
     &weft_alg_alltoallv_pairwise,
     &weft_alg_scan_linear,
     &weft_alg_exscan_linear,

@@ -11,6 +11,18 @@ make -j"$JOBS"
 status=0
 make -j"$JOBS" check || status=$?
 
+# The Python package (contrib/python): pytest on 2 and 3 ranks under weftrun
+# and on 2 under mpirun, then examples/python; its last line "N passed, M
+# failed, K skipped" joins the summary.
+py_status=0
+contrib/python/run-tests.sh "$PWD" >test/python.log 2>&1 || py_status=$?
+tail -n 1 test/python.log
+if [ "$py_status" -ne 0 ]; then
+    status=$py_status
+    echo "=== test/python.log"
+    tail -n 80 test/python.log
+fi
+
 # One summary line over every runner, counted from the test logs.
 passed=0
 failed=0

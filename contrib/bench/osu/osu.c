@@ -76,6 +76,7 @@ static void usage(FILE *f, const char *prog)
             "                   sizes above %d bytes use N/10)\n"
             "  -x N             warm-up iterations per size (default 200 collectives, 1000 latency;\n"
             "                   sizes above %d bytes use N/10)\n"
+            "  --iters-large N, --warmup-large N   the counts above %d bytes instead of N/10\n"
             "  -c               validate every result (adds a Validation column; exit 1 on a mismatch)\n"
             "  -f               full statistics: min / avg / max over ranks and the iteration count\n"
             "  -W N             window of messages in flight for bw, bibw, mbw-mr (default 64)\n"
@@ -85,7 +86,7 @@ static void usage(FILE *f, const char *prog)
             "  --csv FILE       also append one CSV row per size to FILE\n"
             "  --label NAME     library name in the CSV rows (default %s; e.g. one per algorithm)\n"
             "programs:",
-            prog, bk_short_name(), OSU_LARGE_MESSAGE, OSU_LARGE_MESSAGE, bk_short_name());
+            prog, bk_short_name(), OSU_LARGE_MESSAGE, OSU_LARGE_MESSAGE, OSU_LARGE_MESSAGE, bk_short_name());
     for (int i = 0; i < NBENCH; i++)
         fprintf(f, " %s", benches[i].name);
     fprintf(f, "\n");
@@ -122,7 +123,7 @@ static int parse_int(const char *s, int *out)
 static int parse_options(int argc, char **argv, const osu_bench_t *b, const char *prog)
 {
     int rank0 = bk_rank() == 0;
-    int iters = -1, warmup = -1;
+    int iters = -1, warmup = -1, iters_large = -1, warmup_large = -1;
     osu_opt.min_size = b->default_min;
     osu_opt.max_size = b->default_max;
     osu_opt.window = 64;
@@ -140,7 +141,7 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             osu_opt.full = 1;
         } else if (!v && (!strcmp(a, "-m") || !strcmp(a, "-i") || !strcmp(a, "-x") || !strcmp(a, "-W") ||
                           !strcmp(a, "-t") || !strcmp(a, "-d") || !strcmp(a, "--rotate") || !strcmp(a, "--csv") ||
-                          !strcmp(a, "--label"))) {
+                          !strcmp(a, "--label") || !strcmp(a, "--iters-large") || !strcmp(a, "--warmup-large"))) {
             if (rank0) fprintf(stderr, "%s: option %s needs a value\n", prog, a);
             return -1;
         } else if (!strcmp(a, "-m")) {
@@ -159,6 +160,12 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             i++;
         } else if (!strcmp(a, "-i")) {
             bad = parse_int(v, &iters) || iters < 1;
+            i++;
+        } else if (!strcmp(a, "--iters-large")) {
+            bad = parse_int(v, &iters_large) || iters_large < 1;
+            i++;
+        } else if (!strcmp(a, "--warmup-large")) {
+            bad = parse_int(v, &warmup_large);
             i++;
         } else if (!strcmp(a, "-x")) {
             bad = parse_int(v, &warmup);
@@ -208,8 +215,8 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
     if (warmup < 0) warmup = pt2pt_latency ? 1000 : pt2pt_bw ? 10 : 200;
     osu_opt.iters = iters;
     osu_opt.warmup = warmup;
-    osu_opt.iters_large = iters / 10 > 0 ? iters / 10 : 1;
-    osu_opt.warmup_large = warmup / 10;
+    osu_opt.iters_large = iters_large > 0 ? iters_large : iters / 10 > 0 ? iters / 10 : 1;
+    osu_opt.warmup_large = warmup_large >= 0 ? warmup_large : warmup / 10;
     if (osu_opt.csv_path && rank0) {
         osu_opt.csv = fopen(osu_opt.csv_path, "a");
         if (!osu_opt.csv) {
