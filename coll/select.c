@@ -56,9 +56,12 @@ static const char default_rules[] = "barrier:dissemination,"
                                     "reduce_scatter:512k-inf:ring,"
                                     "reduce_scatter_block:0-512k:recursive_halving,"
                                     "reduce_scatter_block:512k-inf:ring,"
-                                    /* Bruck for 128 B - 2 KiB blocks from 16 ranks; pairwise otherwise */
-                                    "alltoall:0-4k:np=16-inf:bruck,"
-                                    "alltoall:pairwise,"
+                                    /* linear (one round) wins to 64 KiB at 8, 16, 32 ranks; Bruck
+                                     * wins 16-256 B blocks at 32 ranks; pairwise ties linear at 64 KiB
+                                     * and keeps one message in flight per rank above */
+                                    "alltoall:0-512:np=24-inf:bruck,"
+                                    "alltoall:0-64k:linear,"
+                                    "alltoall:64k-inf:pairwise,"
                                     "alltoallv:pairwise,"
                                     "scan:linear,"
                                     "exscan:linear";
