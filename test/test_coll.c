@@ -2,7 +2,8 @@
  * x dtype x op against straightforward references, fresh random data each
  * run (the seed is printed on failure), counts 0, 1, a prime and a larger
  * one, 1..9 ranks, in-place forms, nonblocking calls in flight together,
- * and bad arguments.
+ * and bad arguments; the segmented algorithms also on messages of several
+ * segments plus a remainder (3, 4 and 7 ranks).
  *
  * Reduction inputs are small integers held in each dtype, so every
  * reduction order gives the same bits and results compare exactly; copies
