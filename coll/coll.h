@@ -82,6 +82,33 @@ static inline void weft_coll_block(size_t count, int n, int i, size_t *off, size
     *off = ui * base + (ui < extra ? ui : extra);
     *len = base + (ui < extra ? 1 : 0);
 }
+/* Segmented algorithms (reduce binomial, reduce_scatter ring, scan linear)
+ * move large messages in segments of at most this many bytes, so their
+ * scratch is a couple of segments whatever the message size. 64 KiB is
+ * above UCX's eager/rendezvous switch (8 KiB on shared memory and TCP), so
+ * each segment goes zero-copy and the receiver paces the sender (nothing
+ * piles up unexpected); it amortises a round's overhead, and two segments
+ * stay in a core's L2 cache while they are reduced. */
+#define WEFT_COLL_SEG_BYTES ((size_t)64 * 1024)
+
+/* Elements per segment for an element size: segments end on element
+ * boundaries. */
+static inline size_t weft_coll_seg_elems(size_t esize)
+{
+    size_t n = WEFT_COLL_SEG_BYTES / (esize ? esize : 1);
+    return n ? n : 1;
+}
+/* Number of segments of count elements (0 for an empty message). */
+static inline size_t weft_coll_nsegs(size_t count, size_t seg)
+{
+    return (count + seg - 1) / seg;
+}
+/* Segment j of count elements: its first element and its length (0 past the end). */
+static inline void weft_coll_seg(size_t count, size_t seg, size_t j, size_t *off, size_t *len)
+{
+    *off = j * seg < count ? j * seg : count;
+    *len = count - *off < seg ? count - *off : seg;
+}
 static inline int weft_mod(int a, int n)
 {
     return ((a % n) + n) % n;

@@ -2,7 +2,8 @@
  * x dtype x op against straightforward references, fresh random data each
  * run (the seed is printed on failure), counts 0, 1, a prime and a larger
  * one, 1..9 ranks, in-place forms, nonblocking calls in flight together,
- * and bad arguments.
+ * and bad arguments; the segmented algorithms also on messages of several
+ * segments plus a remainder (3, 4 and 7 ranks).
  *
  * Reduction inputs are small integers held in each dtype, so every
  * reduction order gives the same bits and results compare exactly; copies
@@ -78,100 +79,154 @@ static const char *cur_alg;
 #define WARGS g_seed, cur_alg
 
 /* ---- reductions -------------------------------------------------------- */
-static void check_reductions(weft_comm_t c, weft_coll_kind_t kind)
+/* One call of a reduction collective on total elements (reduce_scatter:
+ * rcounts per rank; reduce_scatter_block: cnt per rank), checked against
+ * the reference. inplace uses WEFT_IN_PLACE (reduce: at the root). */
+static void check_reduction(weft_comm_t c, weft_coll_kind_t kind, weft_dtype_t d, weft_op_t op, int64_t cnt,
+                            const int64_t *rcounts, int salt, int root, int inplace)
 {
     int me, n;
     TH_OK(weft_comm_rank(c, &me));
+    TH_OK(weft_comm_size(c, &n));
+    size_t es = weft_dtype_size(d);
+    int64_t total = cnt;
+    if (kind == WEFT_COLL_REDUCE_SCATTER) {
+        total = 0;
+        for (int r = 0; r < n; r++)
+            total += rcounts[r];
+    } else if (kind == WEFT_COLL_REDUCE_SCATTER_BLOCK) {
+        total = cnt * n;
+    }
+    char *in = calloc((size_t)total + 1, es), *out = calloc((size_t)total + 1, es);
+    fill_input(in, d, total, me, salt);
+    switch (kind) {
+    case WEFT_COLL_ALLREDUCE: {
+        char *ref = reference(d, op, total, 0, n, salt);
+        if (inplace) {
+            memcpy(out, in, (size_t)total * es);
+            TH_OK(weft_allreduce(WEFT_IN_PLACE, out, total, d, op, c));
+        } else {
+            TH_OK(weft_allreduce(in, out, total, d, op, c));
+        }
+        CHECK_EQ(out, ref, (size_t)total * es, WHERE " allreduce %s %s count %lld", WARGS, weft_dtype_name(d),
+                 weft_op_name(op), (long long)total);
+        free(ref);
+        break;
+    }
+    case WEFT_COLL_REDUCE: {
+        char *ref = reference(d, op, total, 0, n, salt);
+        if (inplace && me == root) {
+            memcpy(out, in, (size_t)total * es);
+            TH_OK(weft_reduce(WEFT_IN_PLACE, out, total, d, op, root, c));
+        } else {
+            TH_OK(weft_reduce(in, me == root ? out : NULL, total, d, op, root, c));
+        }
+        if (me == root)
+            CHECK_EQ(out, ref, (size_t)total * es, WHERE " reduce %s %s count %lld root %d", WARGS, weft_dtype_name(d),
+                     weft_op_name(op), (long long)total, root);
+        free(ref);
+        break;
+    }
+    case WEFT_COLL_SCAN:
+    case WEFT_COLL_EXSCAN: {
+        int ex = kind == WEFT_COLL_EXSCAN;
+        const void *send = in;
+        if (inplace) {
+            memcpy(out, in, (size_t)total * es);
+            send = WEFT_IN_PLACE;
+        } else {
+            memset(out, 0x5A, (size_t)total * es);
+        }
+        if (ex)
+            TH_OK(weft_exscan(send, out, total, d, op, c));
+        else
+            TH_OK(weft_scan(send, out, total, d, op, c));
+        if (!ex || me > 0) {
+            char *ref = reference(d, op, total, 0, ex ? me : me + 1, salt);
+            CHECK_EQ(out, ref, (size_t)total * es, WHERE " %sscan %s %s count %lld%s", WARGS, ex ? "ex" : "",
+                     weft_dtype_name(d), weft_op_name(op), (long long)total, inplace ? " in place" : "");
+            free(ref);
+        } else if (inplace) {
+            CHECK_EQ(out, in, (size_t)total * es, "exscan wrote rank 0's buffer (in place)");
+        } else {
+            for (size_t b = 0; b < (size_t)total * es; b++)
+                TH_CHECK((unsigned char)out[b] == 0x5A, "exscan wrote rank 0's buffer");
+        }
+        break;
+    }
+    case WEFT_COLL_REDUCE_SCATTER:
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: {
+        char *ref = reference(d, op, total, 0, n, salt);
+        int64_t off = 0, mine = kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[me] : cnt;
+        for (int r = 0; r < me; r++)
+            off += kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[r] : cnt;
+        /* In place the input is the whole vector in recvbuf; the result goes to its front. */
+        const void *send = in;
+        if (inplace) {
+            memcpy(out, in, (size_t)total * es);
+            send = WEFT_IN_PLACE;
+        }
+        if (kind == WEFT_COLL_REDUCE_SCATTER)
+            TH_OK(weft_reduce_scatter(send, out, rcounts, d, op, c));
+        else
+            TH_OK(weft_reduce_scatter_block(send, out, cnt, d, op, c));
+        CHECK_EQ(out, ref + (size_t)off * es, (size_t)mine * es, WHERE " reduce_scatter %s %s count %lld%s", WARGS,
+                 weft_dtype_name(d), weft_op_name(op), (long long)mine, inplace ? " in place" : "");
+        free(ref);
+        break;
+    }
+    default: break;
+    }
+    free(in);
+    free(out);
+}
+
+static void check_reductions(weft_comm_t c, weft_coll_kind_t kind)
+{
+    int n;
     TH_OK(weft_comm_size(c, &n));
     for (int d = 0; d < WEFT_DTYPE_COUNT; d++)
         for (int op = 0; op < WEFT_OP_COUNT; op++) {
             if (weft_op_check((weft_op_t)op, (weft_dtype_t)d, "test") != WEFT_SUCCESS) continue;
             /* The full op matrix on the allreduce algorithms; SUM and MAX elsewhere. */
             if (kind != WEFT_COLL_ALLREDUCE && op != WEFT_SUM && op != WEFT_MAX && op != WEFT_BXOR) continue;
-            size_t es = weft_dtype_size((weft_dtype_t)d);
             for (int ci = 0; ci < NCOUNTS; ci++) {
-                int64_t cnt = counts[ci];
-                int salt = d * 100 + op * 10 + ci;
-                int64_t total = cnt;
-                int64_t rcounts[16];
-                if (kind == WEFT_COLL_REDUCE_SCATTER) {
-                    total = 0;
-                    for (int r = 0; r < n; r++)
-                        total += rcounts[r] = cnt ? cnt + r % 3 : 0;
-                } else if (kind == WEFT_COLL_REDUCE_SCATTER_BLOCK) {
-                    total = cnt * n;
-                }
-                char *in = calloc((size_t)total + 1, es), *out = calloc((size_t)total + 1, es);
-                fill_input(in, (weft_dtype_t)d, total, me, salt);
-                int root = (ci + n - 1) % n, inplace = ci % 2 == 1;
-                switch (kind) {
-                case WEFT_COLL_ALLREDUCE: {
-                    char *ref = reference((weft_dtype_t)d, (weft_op_t)op, total, 0, n, salt);
-                    if (inplace) {
-                        memcpy(out, in, (size_t)total * es);
-                        TH_OK(weft_allreduce(WEFT_IN_PLACE, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
-                    } else {
-                        TH_OK(weft_allreduce(in, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
-                    }
-                    CHECK_EQ(out, ref, (size_t)total * es, WHERE " allreduce %s %s count %lld", WARGS,
-                             weft_dtype_name(d), weft_op_name(op), (long long)total);
-                    free(ref);
-                    break;
-                }
-                case WEFT_COLL_REDUCE: {
-                    char *ref = reference((weft_dtype_t)d, (weft_op_t)op, total, 0, n, salt);
-                    if (inplace && me == root) {
-                        memcpy(out, in, (size_t)total * es);
-                        TH_OK(weft_reduce(WEFT_IN_PLACE, out, total, (weft_dtype_t)d, (weft_op_t)op, root, c));
-                    } else {
-                        TH_OK(weft_reduce(in, me == root ? out : NULL, total, (weft_dtype_t)d, (weft_op_t)op, root, c));
-                    }
-                    if (me == root)
-                        CHECK_EQ(out, ref, (size_t)total * es, WHERE " reduce %s %s count %lld root %d", WARGS,
-                                 weft_dtype_name(d), weft_op_name(op), (long long)total, root);
-                    free(ref);
-                    break;
-                }
-                case WEFT_COLL_SCAN:
-                case WEFT_COLL_EXSCAN: {
-                    int ex = kind == WEFT_COLL_EXSCAN;
-                    memset(out, 0x5A, (size_t)total * es);
-                    if (ex)
-                        TH_OK(weft_exscan(in, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
-                    else
-                        TH_OK(weft_scan(in, out, total, (weft_dtype_t)d, (weft_op_t)op, c));
-                    if (!ex || me > 0) {
-                        char *ref = reference((weft_dtype_t)d, (weft_op_t)op, total, 0, ex ? me : me + 1, salt);
-                        CHECK_EQ(out, ref, (size_t)total * es, WHERE " %sscan %s %s count %lld", WARGS, ex ? "ex" : "",
-                                 weft_dtype_name(d), weft_op_name(op), (long long)total);
-                        free(ref);
-                    } else {
-                        for (size_t b = 0; b < (size_t)total * es; b++)
-                            TH_CHECK((unsigned char)out[b] == 0x5A, "exscan wrote rank 0's buffer");
-                    }
-                    break;
-                }
-                case WEFT_COLL_REDUCE_SCATTER:
-                case WEFT_COLL_REDUCE_SCATTER_BLOCK: {
-                    char *ref = reference((weft_dtype_t)d, (weft_op_t)op, total, 0, n, salt);
-                    int64_t off = 0, mine = kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[me] : cnt;
-                    for (int r = 0; r < me; r++)
-                        off += kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[r] : cnt;
-                    if (kind == WEFT_COLL_REDUCE_SCATTER)
-                        TH_OK(weft_reduce_scatter(in, out, rcounts, (weft_dtype_t)d, (weft_op_t)op, c));
-                    else
-                        TH_OK(weft_reduce_scatter_block(in, out, cnt, (weft_dtype_t)d, (weft_op_t)op, c));
-                    CHECK_EQ(out, ref + (size_t)off * es, (size_t)mine * es, WHERE " reduce_scatter %s %s count %lld",
-                             WARGS, weft_dtype_name(d), weft_op_name(op), (long long)mine);
-                    free(ref);
-                    break;
-                }
-                default: break;
-                }
-                free(in);
-                free(out);
+                int64_t cnt = counts[ci], rcounts[16];
+                for (int r = 0; r < n; r++)
+                    rcounts[r] = cnt ? cnt + r % 3 : 0;
+                check_reduction(c, kind, (weft_dtype_t)d, (weft_op_t)op, cnt, rcounts, d * 100 + op * 10 + ci,
+                                (ci + n - 1) % n, ci % 2 == 1);
             }
         }
+}
+
+/* Segmented algorithms move WEFT_COLL_SEG_BYTES at a time: counts of
+ * several segments plus a remainder (3 segments + 1 element), just under
+ * and exactly on a segment boundary, for every element size; blocks of
+ * unequal segment counts (and empty ones) for reduce_scatter; in place and
+ * not; AVG, whose division runs per segment. */
+static void check_segmented(weft_comm_t c, weft_coll_kind_t kind)
+{
+    static const weft_dtype_t dts[] = {WEFT_INT8, WEFT_BFLOAT16, WEFT_FLOAT16, WEFT_FLOAT32, WEFT_INT64};
+    static const weft_op_t ops[] = {WEFT_SUM, WEFT_AVG};
+    int n;
+    TH_OK(weft_comm_size(c, &n));
+    for (size_t di = 0; di < sizeof(dts) / sizeof(dts[0]); di++) {
+        int64_t seg = (int64_t)weft_coll_seg_elems(weft_dtype_size(dts[di]));
+        /* rcounts: some blocks of several segments, some of a few elements, one empty. */
+        const int64_t pattern[] = {3 * seg + 1, 2 * seg, 0, 2 * seg - 1, 1};
+        const int64_t cnts[] = {3 * seg + 1, 2 * seg - 1, 2 * seg};
+        for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++)
+            for (size_t ci = 0; ci < sizeof(cnts) / sizeof(cnts[0]); ci++) {
+                /* The large cases on every dtype, the boundary cases on the first one. */
+                if (ci > 0 && di > 0) continue;
+                int64_t rcounts[16];
+                for (int r = 0; r < n; r++)
+                    rcounts[r] = pattern[(r + (int)ci) % 5];
+                int salt = 7000 + (int)(di * 100 + oi * 10 + ci), root = (int)(di + ci) % n;
+                check_reduction(c, kind, dts[di], ops[oi], cnts[ci], rcounts, salt, root, (int)(di + oi + ci) % 2);
+            }
+    }
 }
 
 /* ---- copies -------------------------------------------------------------- */
@@ -375,6 +430,38 @@ static int body_all(int rank, int size, void *arg)
     return 0;
 }
 
+/* The segmented algorithms, forced, on messages of several segments. */
+static int body_segmented(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)rank;
+    (void)size;
+    static const struct {
+        weft_coll_kind_t kind;
+        const char *alg;
+    } algs[] = {{WEFT_COLL_REDUCE, "binomial"},
+                {WEFT_COLL_REDUCE_SCATTER, "ring"},
+                {WEFT_COLL_REDUCE_SCATTER_BLOCK, "ring"},
+                {WEFT_COLL_SCAN, "linear"},
+                {WEFT_COLL_EXSCAN, "linear"}};
+    TH_OK(weft_init(NULL, NULL));
+    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "%s_algorithm", weft_coll_kind_name(algs[i].kind));
+        weft_options_t o;
+        weft_comm_t c;
+        TH_OK(weft_options_create(&o));
+        TH_OK(weft_options_set_hint(o, key, algs[i].alg));
+        TH_OK(weft_comm_dup(weft_comm_world(), o, &c));
+        TH_OK(weft_options_free(&o));
+        cur_alg = algs[i].alg;
+        check_segmented(c, algs[i].kind);
+        TH_OK(weft_comm_free(&c));
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
 /* Invalid (op, dtype) pairs are skipped through weft_op_check, which logs. */
 static const char *const quiet_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", NULL};
 
@@ -402,3 +489,15 @@ RANKS_TEST(6)
 RANKS_TEST(7)
 RANKS_TEST(8)
 RANKS_TEST(9)
+
+#define SEGMENTED_TEST(N)                                                                                              \
+    Test(coll, segmented_on_##N##_ranks, .timeout = 120)                                                               \
+    {                                                                                                                  \
+        seed_once();                                                                                                   \
+        th_result_t res = th_run(N, body_segmented, NULL, 100, quiet_env);                                             \
+        cr_assert_eq(res.timed_out, 0, "hung (seed %u)", g_seed);                                                      \
+        cr_assert_eq(res.failed, 0, "seed %u", g_seed);                                                                \
+    }
+SEGMENTED_TEST(3)
+SEGMENTED_TEST(4)
+SEGMENTED_TEST(7)

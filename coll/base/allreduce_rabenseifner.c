@@ -10,8 +10,8 @@
  * holds the same bits, run after run. 2 log2(p) steps (+ 2 when n is not a
  * power of two); about 2 (p-1)/p of the vector crosses each link, in
  * log-many messages: large messages on any number of ranks.
- * Extra memory: half the vector (the whole vector on the 2(n - p) ranks of
- * the pre-step that absorb a partner). */
+ * Extra memory: half the vector (the whole vector on the n - p ranks of the
+ * pre-step that absorb a partner, none on the n - p that hand theirs over). */
 #include "coll/coll.h"
 
 /* Offset of block i of p (block p starts at count). */
@@ -35,8 +35,9 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     while (p * 2 <= n)
         p *= 2;
     int rem = n - p, newrank;
-    /* The first half is the larger one (weft_coll_block puts the remainder first). */
-    size_t tmp_elems = r < 2 * rem ? count : block_off(count, p, p / 2);
+    /* The first half is the larger one (weft_coll_block puts the remainder
+     * first); an even rank of the pre-step only sends and receives in place. */
+    size_t tmp_elems = r < 2 * rem ? (r % 2 ? count : 0) : block_off(count, p, p / 2);
     char *tmp = weft_sched_scratch(s, tmp_elems * es);
     if (!tmp)
         return weft_error(WEFT_ERR_NO_MEMORY, "allreduce_rabenseifner: out of memory (%zu bytes)", tmp_elems * es);

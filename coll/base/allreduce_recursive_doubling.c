@@ -4,7 +4,8 @@
  * distance 1, 2, 4, ...; the odd ranks hand the result back. log2(p) + 2
  * steps. Every pairwise step computes x op y on both sides, which is
  * bit-identical for commutative ops, so all ranks hold the same bits.
- * Extra memory: one message-sized buffer. Best for small messages. */
+ * Extra memory: one message-sized buffer (none on the ranks that hand their
+ * data over in the pre-step). Best for small messages. */
 #include "coll/coll.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -15,8 +16,11 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     while (p * 2 <= n)
         p *= 2;
     int rem = n - p;
-    char *acc = a->recvbuf, *tmp = weft_sched_scratch(s, bytes);
-    if (!tmp) return weft_error(WEFT_ERR_NO_MEMORY, "allreduce_recursive_doubling: out of memory (%zu bytes)", bytes);
+    /* An even rank of the pre-step only sends and receives in place: no scratch. */
+    int hands_over = r < 2 * rem && r % 2 == 0;
+    char *acc = a->recvbuf, *tmp = hands_over ? NULL : weft_sched_scratch(s, bytes);
+    if (!hands_over && !tmp)
+        return weft_error(WEFT_ERR_NO_MEMORY, "allreduce_recursive_doubling: out of memory (%zu bytes)", bytes);
     if ((rc = weft_sched_copy(s, acc, a->sendbuf, bytes)) || (rc = weft_sched_end_round(s))) return rc;
     int newrank;
     if (r < 2 * rem) {
