@@ -53,9 +53,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
         for (int k = 0; k < nkids; k++) {
             if ((rc = weft_sched_recv(s, tmp, len * es, kids[k]))) return rc;
             if (k == 0) {
-                /* The previous segment goes up while this one starts; it
-                 * left part before part is overwritten (locals run after
-                 * the round's messages). */
+                /* The previous segment goes up in this round; the local
+                 * steps that overwrite part run after that send is done. */
                 if (j > 0 && vr != 0 && (rc = weft_sched_send(s, part, prev_len * es, parent))) return rc;
                 if ((rc = weft_sched_copy(s, acc, mine + off * es, len * es))) return rc;
             }
