@@ -58,6 +58,9 @@ static inline void weft_request_complete(weft_request_t req, int error)
  * the owner fail the request early (ops->check); once more, forced, at the
  * deadline, so a timeout is reported as such only when no loss explains it. */
 int weft_request_wait_until(weft_request_t req, double deadline);
+/* The same with a relative timeout (seconds, 0 = none), the clock read only
+ * once the wait turns out not to be immediate. */
+int weft_request_wait_for(weft_request_t req, double timeout_s);
 /* Lists comm's pending requests ("recv from rank 1 tag 5, ...") into buf. */
 void weft_request_describe_pending(weft_comm_t comm, char *buf, size_t len);
 /* Number of requests allocated and not yet released (at finalize). */

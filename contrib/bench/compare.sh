@@ -7,7 +7,9 @@
 #   contrib/bench/compare.sh [options] PROGRAM [benchmark options]
 #     -n NP            ranks (default 2)
 #     -r ROUNDS        alternating rounds (default 5)
-#     -p PEERS         comma list of peers: openmpi, mpich (default: those installed)
+#     -p PEERS         comma list of peers: openmpi (its default pml), openmpi-ucx (pml ucx
+#                      forced onto every UCX transport), mpich (default: openmpi,openmpi-ucx and
+#                      mpich when installed)
 #     -b BUILDDIR      weft build tree with contrib/bench/weft-osu (default: .)
 #     -o OUTDIR        where CSVs go (default: bench-results)
 #     --bind POLICY    core (default; needs NP <= cores) or none
@@ -59,16 +61,17 @@ command -v mpirun >/dev/null || { echo "compare.sh: mpirun (Open MPI) not found"
 
 # Peers present on this machine.
 if [ -z "$peers" ]; then
-    peers=openmpi
+    peers=openmpi,openmpi-ucx
     command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null && peers="$peers,mpich"
 fi
 mpich_bin=$bench/mpich-osu
-if [[ ",$peers," == *,mpich,* ]] && [ ! -x "$mpich_bin" ]; then
-    osu=$srcdir/contrib/bench/osu
+osu=$srcdir/contrib/bench/osu
+# (Re)built when missing or older than a harness source.
+if [[ ",$peers," == *,mpich,* ]] && { [ ! -x "$mpich_bin" ] || [ -n "$(find "$osu" -newer "$mpich_bin" -name '*.[ch]')" ]; }; then
     mpicc.mpich -std=c11 -O2 -D_GNU_SOURCE -o "$mpich_bin" "$osu/osu.c" "$osu/pt2pt.c" "$osu/coll.c" \
         "$osu/backend_mpi.c"
 fi
-[[ ",$peers," != *,openmpi,* ]] || [ -x "$bench/mpi-osu" ] ||
+[[ ",$peers," != *,openmpi* ]] || [ -x "$bench/mpi-osu" ] ||
     { echo "compare.sh: $bench/mpi-osu not built (configure found no mpicc)" >&2; exit 2; }
 
 case $bind in
@@ -84,6 +87,11 @@ run_one() { # lib round
     case $lib in
         weft) env "${weft_env[@]}" mpirun -np "$np" "${ompi_bind[@]}" "$bench/weft-osu" "$prog" --csv "$csv" "$@" ;;
         openmpi) mpirun -np "$np" "${ompi_bind[@]}" "$bench/mpi-osu" "$prog" --csv "$csv" "$@" ;;
+        # Open MPI 4.1's pml ucx declines hosts without InfiniBand unless told
+        # to use any transport; then it runs over the same UCX as weft.
+        openmpi-ucx)
+            mpirun -np "$np" "${ompi_bind[@]}" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+                "$bench/mpi-osu" "$prog" --csv "$csv" --label openmpi-ucx "$@" ;;
         mpich) mpiexec.mpich -n "$np" "${hydra_bind[@]}" "$mpich_bin" "$prog" --csv "$csv" "$@" ;;
     esac >"$outdir/$prog-np$np-$lib-r$k.out" 2>&1 || {
         echo "compare.sh: $lib round $k failed:" >&2
