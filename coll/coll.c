@@ -55,8 +55,11 @@ const weft_coll_alg_t *const weft_coll_algorithms[] = {
 static int coll_post(const weft_coll_args_t *a, weft_request_t *req)
 {
     const weft_coll_alg_t *cands[32];
-    int n = weft_coll_select(a, cands, 32);
+    /* The first candidate nearly always builds: ask for two, and for the
+     * whole list only when both decline (the order is the same). */
+    int n = weft_coll_select(a, cands, 2);
     for (int i = 0; i < n; i++) {
+        if (i == 1 && n == 2) n = weft_coll_select(a, cands, 32);
         weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
         int rc = cands[i]->build(s, a);

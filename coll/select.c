@@ -232,12 +232,20 @@ static int parse_rules(const char *text, int score, int user, const char *source
     return rc;
 }
 
+static int by_score_desc(const void *x, const void *y)
+{
+    const rule_t *a = x, *b = y;
+    return (a->score < b->score) - (a->score > b->score);
+}
+
 int weft_coll_select_init(void)
 {
     weft_coll_select_finalize();
     int rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
     if (rc) return rc;
     if (weft_cfg.coll_tune[0]) rc = parse_rules(weft_cfg.coll_tune, 100000, 1, "WEFT_COLL_TUNE");
+    /* Best score first, so a call's selection is one pass over the rules. */
+    if (!rc && nrules > 1) qsort(rules, (size_t)nrules, sizeof(rule_t), by_score_desc);
     return rc;
 }
 
@@ -262,22 +270,15 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
     int multi = weft_comm_spans_nodes(a->comm);
     const weft_coll_alg_t *forced = a->comm->coll_forced[a->kind];
     if (forced) n = add_candidate(out, n, max, forced);
-    /* Matching rules, best score first (scores are distinct). */
-    int used[256] = {0};
-    for (;;) {
-        int best = -1;
-        for (int i = 0; i < nrules && i < 256; i++) {
-            const rule_t *r = &rules[i];
-            if (used[i] || r->kind != a->kind || a->bytes < r->lo || a->bytes >= r->hi || np < r->np_lo ||
-                np > r->np_hi || (r->nodes == NODES_ONE && multi) || (r->nodes == NODES_MULTI && !multi))
-                continue;
-            if (best < 0 || r->score > rules[best].score) best = i;
-        }
-        if (best < 0) break;
-        used[best] = 1;
-        n = add_candidate(out, n, max, rules[best].alg);
+    /* Matching rules, best score first (the table is kept sorted). */
+    for (int i = 0; i < nrules && n < max; i++) {
+        const rule_t *r = &rules[i];
+        if (r->kind != a->kind || a->bytes < r->lo || a->bytes >= r->hi || np < r->np_lo || np > r->np_hi ||
+            (r->nodes == NODES_ONE && multi) || (r->nodes == NODES_MULTI && !multi))
+            continue;
+        n = add_candidate(out, n, max, r->alg);
     }
-    for (int i = 0; weft_coll_algorithms[i]; i++)
+    for (int i = 0; weft_coll_algorithms[i] && n < max; i++)
         if (weft_coll_algorithms[i]->kind == a->kind) n = add_candidate(out, n, max, weft_coll_algorithms[i]);
     return n;
 }
