@@ -10,7 +10,7 @@ PKGS="build-essential autoconf automake libtool pkg-config
       openmpi-bin libopenmpi-dev
       slurm-wlm slurm-wlm-basic-plugins munge
       iproute2 procps psmisc python3
-      python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel python3-venv"
+      python3-numpy python3-pytest python3-pip python3-venv"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,6 +1,7 @@
 #!/bin/bash
 # From a fresh Debian 12 machine to weft running: installs the dependencies,
-# builds, and runs the examples on 4 local ranks under each launcher.
+# builds, runs the examples on 4 local ranks under each launcher, then prints
+# OSU-style tables (weft alone, and weft next to Open MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 contrib/install-deps.sh
@@ -19,4 +20,11 @@ timeout 120 mpirun -np 4 --oversubscribe ./examples/ring
 if [ -x examples/embed_mpi ]; then
     echo "== embed_mpi, 4 ranks: weft bootstrapped from MPI_Allgather"
     timeout 120 mpirun -np 4 --oversubscribe ./examples/embed_mpi
+fi
+echo "== OSU-style tables (weft; docs/PERFORMANCE.md has the side-by-side numbers)"
+./src/tools/weftrun -n 2 --timeout 120 ./contrib/bench/weft-osu-latency -m 0:4k -i 2000 -x 200
+./src/tools/weftrun -n 4 --timeout 120 ./contrib/bench/weft-osu-allreduce -m 8:64k -i 200 -x 20
+if [ -x contrib/bench/mpi-osu ]; then
+    echo "== the same allreduce benchmark over Open MPI, median of 3 alternating rounds each"
+    contrib/bench/compare.sh -n 4 -r 3 --bind none -p openmpi -o /tmp/weft-quickstart allreduce -m 8:64k -i 200 -x 20
 fi
