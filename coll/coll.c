@@ -52,6 +52,18 @@ const weft_coll_alg_t *const weft_coll_algorithms[] = {
 
 /* ---- posting: selection with fallback ----------------------------------- */
 
+const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, size_t bytes, const char *alg)
+{
+    if (a->sendbuf != WEFT_IN_PLACE) return a->sendbuf;
+    char *copy = weft_sched_scratch(s, bytes);
+    if (!copy) {
+        weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for the in-place copy (%zu bytes)", alg, bytes);
+        return NULL;
+    }
+    if (bytes) memcpy(copy, a->recvbuf, bytes);
+    return copy;
+}
+
 static int coll_post(const weft_coll_args_t *a, weft_request_t *req)
 {
     const weft_coll_alg_t *cands[32];

@@ -66,6 +66,12 @@ static inline char *weft_coll_rblock(const weft_coll_args_t *a, int r)
     return a->recvbufs ? (char *)a->recvbufs[r] : (char *)a->recvbuf + (size_t)r * a->count * a->esize;
 }
 
+/* The data an exchange sends: a->sendbuf, or for the in-place form a copy
+ * of the `bytes` in recvbuf taken now (schedule scratch), so the algorithm
+ * can receive into recvbuf while still sending its old contents. NULL when
+ * out of memory (the error is set, naming `alg`). */
+const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, size_t bytes, const char *alg);
+
 /* Selection (select.c): the candidates for a call, best first, ending
  * with every other algorithm of the collective as a fallback. */
 int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int max);

@@ -5,20 +5,13 @@
  * the in-place form: a copy of the buffer). */
 #include "coll/coll.h"
 
-#include <string.h>
-
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     int n = a->comm->size, r = a->comm->rank, rc;
     size_t block = a->count * a->esize;
-    const char *send = a->sendbuf;
+    const char *send = weft_coll_send_source(s, a, block * (size_t)n, "alltoall_linear");
     char *recv = a->recvbuf;
-    if (a->sendbuf == WEFT_IN_PLACE) {
-        char *copy = weft_sched_scratch(s, block * (size_t)n);
-        if (!copy) return weft_error(WEFT_ERR_NO_MEMORY, "alltoall_linear: out of memory for the in-place copy");
-        if (block) memcpy(copy, recv, block * (size_t)n);
-        send = copy;
-    }
+    if (!send) return WEFT_ERR_NO_MEMORY;
     for (int k = 1; k < n; k++) {
         int to = (r + k) % n, from = weft_mod(r - k, n);
         if ((rc = weft_sched_recv(s, recv + (size_t)from * block, block, from)) ||

@@ -4,21 +4,13 @@
  * a copy of the buffer). */
 #include "coll/coll.h"
 
-#include <string.h>
-
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     int n = a->comm->size, r = a->comm->rank, rc;
     size_t block = a->count * a->esize;
-    const char *send = a->sendbuf;
+    const char *send = weft_coll_send_source(s, a, block * (size_t)n, "alltoall_pairwise");
     char *recv = a->recvbuf;
-    if (a->sendbuf == WEFT_IN_PLACE) {
-        /* The data to send is in recv, which receives: send from a copy made now. */
-        char *copy = weft_sched_scratch(s, block * (size_t)n);
-        if (!copy) return weft_error(WEFT_ERR_NO_MEMORY, "alltoall_pairwise: out of memory for the in-place copy");
-        if (block) memcpy(copy, recv, block * (size_t)n);
-        send = copy;
-    }
+    if (!send) return WEFT_ERR_NO_MEMORY;
     if ((rc = weft_sched_copy(s, recv + (size_t)r * block, send + (size_t)r * block, block)) ||
         (rc = weft_sched_end_round(s)))
         return rc;

@@ -195,48 +195,6 @@ static int size_runs(const coll_ctx_t *c, size_t size)
     return elems(c, size) > 0;
 }
 
-int osu_run_coll(const osu_bench_t *b)
-{
-    coll_ctx_t c;
-    ctx_init(&c, b);
-    char cols[256];
-    snprintf(cols, sizeof(cols), "# Size       Avg Latency(us)%s%s",
-             osu_opt.full ? "   Min Latency(us)   Max Latency(us)  Iterations" : "",
-             osu_opt.validate ? "        Validation" : "");
-    osu_print_header(b, cols);
-    long total_errors = 0;
-    for (size_t size = osu_first_size(); size <= osu_opt.max_size; size = osu_next_size(size)) {
-        if (!size_runs(&c, size)) continue;
-        size_t count = elems(&c, size);
-        int iters = osu_iters(size), skip = osu_warmup(size);
-        long errors = 0;
-        double timer = 0;
-        barrier();
-        for (int i = 0; i < iters + skip; i++) {
-            bk_coll_args_t a = make_args(&c, count, i);
-            if (osu_opt.validate) fill_inputs(&c, &a, count, i);
-            double t0 = bk_wtime();
-            bk_coll(&a);
-            double t1 = bk_wtime();
-            if (i >= skip) timer += t1 - t0;
-            if (osu_opt.validate) errors += (long)check_outputs(&c, &a, count, i);
-        }
-        osu_stat_t s = osu_stat(timer * 1e6 / iters);
-        errors = osu_errors_total(errors);
-        total_errors += errors;
-        if (c.me == 0) {
-            printf("%-10zu%18.2f", b->coll == BK_BARRIER ? (size_t)0 : size, s.avg);
-            if (osu_opt.full) printf("%18.2f%18.2f%12d", s.min, s.max, iters);
-            if (osu_opt.validate) printf("%18s", osu_valid_text(errors));
-            printf("\n");
-            fflush(stdout);
-        }
-        osu_csv_row(b, size, &s, -1, -1, NULL, iters, osu_opt.validate ? !errors : -1);
-    }
-    ctx_free(&c);
-    return total_errors ? 1 : 0;
-}
-
 /* Busy "compute" for `secs`, calling test `tests` times at even intervals. */
 static void compute(double secs, int tests, bk_req_t *req)
 {
@@ -256,6 +214,74 @@ static void compute(double secs, int tests, bk_req_t *req)
     }
 }
 
+/* One timed loop for every mode: blocking calls, nonblocking post + wait
+ * (pure communication), or post + `overlap_secs` of compute + wait. Adds
+ * the timed iterations' seconds to *total (and the compute part to
+ * *compute_total); validation stays outside the timer. */
+enum { MODE_BLOCKING, MODE_NB_PURE, MODE_NB_OVERLAP };
+static long timed_loop(coll_ctx_t *c, size_t count, int iters, int skip, int mode, double overlap_secs, double *total,
+                       double *compute_total)
+{
+    long errors = 0;
+    bk_req_t req;
+    barrier();
+    for (int i = 0; i < iters + skip; i++) {
+        bk_coll_args_t a = make_args(c, count, i);
+        if (osu_opt.validate) fill_inputs(c, &a, count, i);
+        double t0 = bk_wtime(), tc = 0;
+        if (mode == MODE_BLOCKING) {
+            bk_coll(&a);
+        } else {
+            bk_icoll(&a, &req);
+            if (mode == MODE_NB_OVERLAP) {
+                tc = bk_wtime();
+                compute(overlap_secs, osu_opt.test_calls, &req);
+                tc = bk_wtime() - tc;
+            }
+            bk_waitall(1, &req);
+        }
+        double t1 = bk_wtime();
+        if (i >= skip) {
+            *total += t1 - t0;
+            if (compute_total) *compute_total += tc;
+        }
+        if (osu_opt.validate) errors += (long)check_outputs(c, &a, count, i);
+    }
+    return errors;
+}
+
+int osu_run_coll(const osu_bench_t *b)
+{
+    coll_ctx_t c;
+    ctx_init(&c, b);
+    char cols[256];
+    snprintf(cols, sizeof(cols), "# Size       Avg Latency(us)%s%s",
+             osu_opt.full ? "   Min Latency(us)   Max Latency(us)  Iterations" : "",
+             osu_opt.validate ? "        Validation" : "");
+    osu_print_header(b, cols);
+    long total_errors = 0;
+    for (size_t size = osu_first_size(); size <= osu_opt.max_size; size = osu_next_size(size)) {
+        if (!size_runs(&c, size)) continue;
+        size_t count = elems(&c, size);
+        int iters = osu_iters(size), skip = osu_warmup(size);
+        double timer = 0;
+        long errors = timed_loop(&c, count, iters, skip, MODE_BLOCKING, 0, &timer, NULL);
+        osu_stat_t s = osu_stat(timer * 1e6 / iters);
+        errors = osu_errors_total(errors);
+        total_errors += errors;
+        if (c.me == 0) {
+            printf("%-10zu%18.2f", b->coll == BK_BARRIER ? (size_t)0 : size, s.avg);
+            if (osu_opt.full) printf("%18.2f%18.2f%12d", s.min, s.max, iters);
+            if (osu_opt.validate) printf("%18s", osu_valid_text(errors));
+            printf("\n");
+            fflush(stdout);
+        }
+        osu_csv_row(b, size, &s, -1, -1, NULL, iters, osu_opt.validate ? !errors : -1);
+    }
+    ctx_free(&c);
+    return total_errors ? 1 : 0;
+}
+
 int osu_run_icoll(const osu_bench_t *b)
 {
     coll_ctx_t c;
@@ -271,38 +297,11 @@ int osu_run_icoll(const osu_bench_t *b)
         if (!size_runs(&c, size)) continue;
         size_t count = elems(&c, size);
         int iters = osu_iters(size), skip = osu_warmup(size);
-        long errors = 0;
-        bk_req_t req;
-        /* Pure communication time. */
-        double pure = 0;
-        barrier();
-        for (int i = 0; i < iters + skip; i++) {
-            bk_coll_args_t a = make_args(&c, count, i);
-            if (osu_opt.validate) fill_inputs(&c, &a, count, i);
-            double t0 = bk_wtime();
-            bk_icoll(&a, &req);
-            bk_waitall(1, &req);
-            double t1 = bk_wtime();
-            if (i >= skip) pure += t1 - t0;
-            if (osu_opt.validate) errors += (long)check_outputs(&c, &a, count, i);
-        }
+        /* Pure communication time, then overlapped with compute of that length. */
+        double pure = 0, overall = 0, comp = 0;
+        long errors = timed_loop(&c, count, iters, skip, MODE_NB_PURE, 0, &pure, NULL);
         pure /= iters;
-        /* Overlapped with compute of the same length. */
-        double overall = 0, comp = 0;
-        barrier();
-        for (int i = 0; i < iters + skip; i++) {
-            bk_coll_args_t a = make_args(&c, count, i);
-            if (osu_opt.validate) fill_inputs(&c, &a, count, i);
-            double t0 = bk_wtime();
-            bk_icoll(&a, &req);
-            double tc = bk_wtime();
-            compute(pure, osu_opt.test_calls, &req);
-            tc = bk_wtime() - tc;
-            bk_waitall(1, &req);
-            double t1 = bk_wtime();
-            if (i >= skip) overall += t1 - t0, comp += tc;
-            if (osu_opt.validate) errors += (long)check_outputs(&c, &a, count, i);
-        }
+        errors += timed_loop(&c, count, iters, skip, MODE_NB_OVERLAP, pure, &overall, &comp);
         osu_stat_t so = osu_stat(overall * 1e6 / iters);
         osu_stat_t sc = osu_stat(comp * 1e6 / iters);
         osu_stat_t sp = osu_stat(pure * 1e6);
