@@ -12,6 +12,10 @@
 #   netns-nodes.sh run NODES PPN PROG [ARGS...]
 #                                           NODES x PPN ranks, rank = node * PPN + local rank,
 #                                           bound to core `rank` (WEFT_NETNS_NOBIND=1: unbound)
+#   netns-nodes.sh mpirun NODES PPN PROG [ARGS...]
+#                                           the same layout under Open MPI's mpirun (its own
+#                                           bootstrap; btl tcp between all ranks, PMIx over
+#                                           the bridge) for an MPI built program
 #   netns-nodes.sh down
 #   netns-nodes.sh status
 #
@@ -71,6 +75,19 @@ run() {
     return $rc
 }
 
+# Open MPI: each rank enters its node's namespace before MPI_Init; its PMIx
+# client reaches mpirun over the bridge (PMIx's TCP listener on weftbr), and
+# the tcp BTL uses the veth links. vader would join ranks across namespaces
+# (same host, same /dev/shm) and bypass the links, so it is left out.
+ompi() {
+    local nodes=$1 ppn=$2
+    shift 2
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_MCA_ptl_tcp_if_include=$BR \
+        mpirun -np $((nodes * ppn)) --oversubscribe --bind-to core --mca btl tcp,self \
+        --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$BR" -x PPN="$ppn" \
+        bash -c 'exec ip netns exec "weftnode$((OMPI_COMM_WORLD_RANK / PPN))" "$0" "$@"' "$@"
+}
+
 cmd=${1:-}
 shift || true
 case $cmd in
@@ -78,5 +95,6 @@ case $cmd in
     down) down ;;
     status) status ;;
     run) run "$@" ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    mpirun) ompi "$@" ;;
+    *) sed -n '2,26p' "$0"; exit 2 ;;
 esac
