@@ -12,7 +12,7 @@
 
 weft_config_t weft_cfg;
 
-typedef enum { VAR_STRING, VAR_DOUBLE, VAR_BOOL, VAR_INT, VAR_LOGLEVEL } var_kind_t;
+typedef enum { VAR_STRING, VAR_DOUBLE, VAR_BOOL, VAR_INT, VAR_INT_AUTO, VAR_LOGLEVEL } var_kind_t;
 
 typedef struct {
     const char *name;
@@ -42,9 +42,10 @@ static const var_t vars[] = {
      "traffic to TCP",
      FIELD(peer_failure), 0},
     {"WEFT_LOG_LEVEL", VAR_LOGLEVEL, "warn", "error, warn, info, debug or trace", FIELD(log_level), 0},
-    {"WEFT_SPIN_BEFORE_YIELD", VAR_INT, "2000",
-     "empty progress polls before a waiting rank yields its core (helps oversubscribed runs)", FIELD(spin_before_yield),
-     0},
+    {"WEFT_SPIN_BEFORE_YIELD", VAR_INT_AUTO, "auto",
+     "empty progress polls before a waiting rank yields its core; auto: 2000, or 1 when this host runs more ranks "
+     "than it has CPUs (oversubscribed)",
+     FIELD(spin_before_yield), 0},
     {"WEFT_HOST_ID", VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
      sizeof(((weft_config_t *)0)->host_id)},
@@ -69,6 +70,7 @@ static const char *kind_name(var_kind_t k)
     case VAR_DOUBLE: return "seconds";
     case VAR_BOOL: return "bool";
     case VAR_INT: return "int";
+    case VAR_INT_AUTO: return "int|auto";
     case VAR_LOGLEVEL: return "level";
     }
     return "?";
@@ -93,6 +95,12 @@ static int parse_var(const var_t *v, const char *text)
         *(double *)base = d;
         return WEFT_SUCCESS;
     }
+    case VAR_INT_AUTO:
+        if (!strcmp(text, "auto")) {
+            *(int *)base = -1; /* resolved at init */
+            return WEFT_SUCCESS;
+        }
+        /* fall through */
     case VAR_INT: {
         errno = 0;
         long l = strtol(text, &end, 10);

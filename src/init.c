@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 weft_state_t weft_g;
 static weft_bootstrap_t g_bs;
@@ -64,6 +65,18 @@ static int init_common(double deadline)
     weft_log_set_rank(g_bs.rank);
     WEFT_CHECK_GOTO(weft_liveness_init(g_bs.size), rc, fail);
     WEFT_CHECK_GOTO(weft_topo_node_map(&g_bs, deadline), rc, fail);
+    /* Spinning only helps when every rank of this host has a CPU; when
+     * they share CPUs, a waiting rank must yield at once or it steals the
+     * time of the rank it waits for. */
+    if (weft_cfg.spin_before_yield < 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        int host_ranks = g_bs.local_size > 0 ? g_bs.local_size : weft_g.local_size; /* real host, not simulated */
+        int oversubscribed = cpus > 0 && host_ranks > cpus;
+        weft_cfg.spin_before_yield = oversubscribed ? 1 : 2000;
+        if (oversubscribed)
+            weft_info_log("%d ranks on %ld CPUs: waiting ranks yield at once (WEFT_SPIN_BEFORE_YIELD)", host_ranks,
+                          cpus);
+    }
     WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_comm_world_create(), rc, fail);
     WEFT_CHECK_GOTO(weft_sched_init(), rc, fail);
