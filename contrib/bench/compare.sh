@@ -14,6 +14,12 @@
 #     -o OUTDIR        where CSVs go (default: bench-results)
 #     --bind POLICY    core (default; needs NP <= cores) or none
 #     -e VAR=VALUE     environment for the weft runs only (e.g. WEFT_COLL_TUNE=...)
+#     -v LABEL:VAR=VALUE[;VAR=VALUE]
+#                      one more weft configuration as its own column, e.g.
+#                      -v flat:WEFT_COLL_TUNE=allreduce:recursive_doubling (repeatable)
+#     --netns NODES    simulated nodes in network namespaces (contrib/scripts/netns-nodes.sh,
+#                      which must be "up" with NODES nodes): NP / NODES ranks per node; weft
+#                      runs with the env bootstrap, Open MPI with its tcp BTL (peer openmpi only)
 #   PROGRAM: latency, bw, allreduce, iallreduce, ... (weft-osu --list)
 #   e.g. contrib/bench/compare.sh -n 2 -r 5 allreduce -m 8:1m -i 200
 #
@@ -26,8 +32,8 @@
 # program's main metric (time: below 1 is weft faster; bandwidth: above 1).
 set -euo pipefail
 
-np=2 rounds=5 peers="" builddir=. outdir=bench-results bind=core
-weft_env=()
+np=2 rounds=5 peers="" builddir=. outdir=bench-results bind=core netns=0
+weft_env=() variants=()
 while [ $# -gt 0 ]; do
     case $1 in
         -n) np=$2; shift 2 ;;
@@ -37,7 +43,9 @@ while [ $# -gt 0 ]; do
         -o) outdir=$2; shift 2 ;;
         --bind) bind=$2; shift 2 ;;
         -e) weft_env+=("$2"); shift 2 ;;
-        -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+        -v) variants+=("$2"); shift 2 ;;
+        --netns) netns=$2; shift 2 ;;
+        -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
         -*) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
@@ -60,7 +68,9 @@ fi
 command -v mpirun >/dev/null || { echo "compare.sh: mpirun (Open MPI) not found" >&2; exit 2; }
 
 # Peers present on this machine.
-if [ -z "$peers" ]; then
+if [ -z "$peers" ] && [ "$netns" -gt 0 ]; then
+    peers=openmpi
+elif [ -z "$peers" ]; then
     peers=openmpi,openmpi-ucx
     command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null && peers="$peers,mpich"
 fi
@@ -80,19 +90,44 @@ case $bind in
     *) echo "compare.sh: --bind core|none" >&2; exit 2 ;;
 esac
 
+# weft with extra environment (VAR=VALUE words first, then the program's arguments).
+run_weft() {
+    local envs=()
+    while [ $# -gt 0 ] && [[ $1 == *=* ]]; do envs+=("$1"); shift; done
+    if [ "$netns" -gt 0 ]; then
+        env "${weft_env[@]}" "${envs[@]}" "$srcdir/contrib/scripts/netns-nodes.sh" run "$netns" $((np / netns)) \
+            "$bench/weft-osu" "$prog" "$@"
+    else
+        env "${weft_env[@]}" "${envs[@]}" mpirun -np "$np" "${ompi_bind[@]}" "$bench/weft-osu" "$prog" "$@"
+    fi
+}
+
 run_one() { # lib round
     local lib=$1 k=$2 csv="$outdir/$prog-np$np-$1-r$2.csv"
     shift 2
     rm -f "$csv"
     case $lib in
-        weft) env "${weft_env[@]}" mpirun -np "$np" "${ompi_bind[@]}" "$bench/weft-osu" "$prog" --csv "$csv" "$@" ;;
-        openmpi) mpirun -np "$np" "${ompi_bind[@]}" "$bench/mpi-osu" "$prog" --csv "$csv" "$@" ;;
+        weft) run_weft --csv "$csv" "$@" ;;
+        openmpi)
+            if [ "$netns" -gt 0 ]; then
+                "$srcdir/contrib/scripts/netns-nodes.sh" mpirun "$netns" $((np / netns)) "$bench/mpi-osu" "$prog" \
+                    --csv "$csv" "$@"
+            else
+                mpirun -np "$np" "${ompi_bind[@]}" "$bench/mpi-osu" "$prog" --csv "$csv" "$@"
+            fi ;;
         # Open MPI 4.1's pml ucx declines hosts without InfiniBand unless told
         # to use any transport; then it runs over the same UCX as weft.
         openmpi-ucx)
             mpirun -np "$np" "${ompi_bind[@]}" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
                 "$bench/mpi-osu" "$prog" --csv "$csv" --label openmpi-ucx "$@" ;;
         mpich) mpiexec.mpich -n "$np" "${hydra_bind[@]}" "$mpich_bin" "$prog" --csv "$csv" "$@" ;;
+        *) # a weft variant (-v LABEL:VAR=VALUE;VAR=VALUE)
+            local spec words
+            for spec in "${variants[@]}"; do
+                [ "${spec%%:*}" = "$lib" ] || continue
+                IFS=';' read -r -a words <<<"${spec#*:}"
+                run_weft "${words[@]}" --csv "$csv" --label "$lib" "$@"
+            done ;;
     esac >"$outdir/$prog-np$np-$lib-r$k.out" 2>&1 || {
         echo "compare.sh: $lib round $k failed:" >&2
         tail -20 "$outdir/$prog-np$np-$lib-r$k.out" >&2
@@ -100,7 +135,10 @@ run_one() { # lib round
     }
 }
 
-libs=(weft ${peers//,/ })
+[ "$netns" -gt 0 ] && [ $((np % netns)) -ne 0 ] && { echo "compare.sh: $np ranks do not split into $netns nodes" >&2; exit 2; }
+libs=(weft)
+for v in "${variants[@]}"; do libs+=("${v%%:*}"); done
+libs+=(${peers//,/ })
 echo "# $prog on $np ranks (bind: $bind), $rounds rounds alternating ${libs[*]}; options: $*"
 pml=$(ompi_info --parsable 2>/dev/null | grep -o 'mca:pml:[a-z0-9]*' | sort -u | sed 's/mca:pml://' | tr '\n' ' ' || true)
 echo "# Open MPI pml components available: ${pml:-unknown}"

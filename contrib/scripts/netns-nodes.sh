@@ -83,7 +83,7 @@ ompi() {
     local nodes=$1 ppn=$2
     shift 2
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_MCA_ptl_tcp_if_include=$BR \
-        mpirun -np $((nodes * ppn)) --oversubscribe --bind-to core --mca btl tcp,self \
+        mpirun -np $((nodes * ppn)) --oversubscribe --bind-to "$([ $((nodes * ppn)) -le "$(nproc)" ] && echo core || echo none)" --mca btl tcp,self \
         --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$BR" -x PPN="$ppn" \
         bash -c 'exec ip netns exec "weftnode$((OMPI_COMM_WORLD_RANK / PPN))" "$0" "$@"' "$@"
 }
