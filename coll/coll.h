@@ -88,8 +88,8 @@ static inline void weft_coll_block(size_t count, int n, int i, size_t *off, size
     *off = ui * base + (ui < extra ? ui : extra);
     *len = base + (ui < extra ? 1 : 0);
 }
-/* Segmented algorithms (reduce binomial, reduce_scatter ring, scan linear)
- * move large messages in segments of at most this many bytes, so their
+/* Segmented algorithms (reduce binomial, reduce_scatter ring, allreduce
+ * ring, scan linear) move large messages in segments of at most this many bytes, so their
  * scratch is a couple of segments whatever the message size. 64 KiB is
  * above UCX's eager/rendezvous switch (8 KiB on shared memory and TCP), so
  * each segment goes zero-copy and the receiver paces the sender (nothing
@@ -135,5 +135,12 @@ static inline size_t weft_coll_binomial_first_part(int rank, int blocks, int n)
 
 /* Shared builders other algorithms reuse. */
 int weft_coll_allgather_bruck_build(weft_sched_t *s, const void *send, void *recv, size_t block);
+/* The segmented ring reduce-scatter (reduce_scatter_ring.c), also allreduce
+ * ring's first phase: block i of the input is len[i] elements at element
+ * off[i] of in; this rank's block, reduced over every rank (and finalised,
+ * for AVG), goes to out, which may be that block of in itself (in place).
+ * Two segments of scratch; `alg` names the caller in errors. */
+int weft_coll_reduce_scatter_ring_build(weft_sched_t *s, const weft_coll_args_t *a, const char *in, char *out,
+                                        const size_t *off, const size_t *len, const char *alg);
 
 #endif

@@ -203,8 +203,9 @@ static void check_reductions(weft_comm_t c, weft_coll_kind_t kind)
 /* Segmented algorithms move WEFT_COLL_SEG_BYTES at a time: counts of
  * several segments plus a remainder (3 segments + 1 element), just under
  * and exactly on a segment boundary, for every element size; blocks of
- * unequal segment counts (and empty ones) for reduce_scatter; in place and
- * not; AVG, whose division runs per segment. */
+ * unequal segment counts (and empty ones) for reduce_scatter, and for
+ * allreduce (ring: n blocks) blocks of those sizes and one element fewer;
+ * in place and not; AVG, whose division runs per segment. */
 static void check_segmented(weft_comm_t c, weft_coll_kind_t kind)
 {
     static const weft_dtype_t dts[] = {WEFT_INT8, WEFT_BFLOAT16, WEFT_FLOAT16, WEFT_FLOAT32, WEFT_INT64};
@@ -224,7 +225,9 @@ static void check_segmented(weft_comm_t c, weft_coll_kind_t kind)
                 for (int r = 0; r < n; r++)
                     rcounts[r] = pattern[(r + (int)ci) % 5];
                 int salt = 7000 + (int)(di * 100 + oi * 10 + ci), root = (int)(di + ci) % n;
-                check_reduction(c, kind, dts[di], ops[oi], cnts[ci], rcounts, salt, root, (int)(di + oi + ci) % 2);
+                /* allreduce ring segments its n blocks: cnts[ci] elements in the first n - 1, one fewer in the last. */
+                int64_t cnt = kind == WEFT_COLL_ALLREDUCE ? cnts[ci] * n - 1 : cnts[ci];
+                check_reduction(c, kind, dts[di], ops[oi], cnt, rcounts, salt, root, (int)(di + oi + ci) % 2);
             }
     }
 }
@@ -439,11 +442,9 @@ static int body_segmented(int rank, int size, void *arg)
     static const struct {
         weft_coll_kind_t kind;
         const char *alg;
-    } algs[] = {{WEFT_COLL_REDUCE, "binomial"},
-                {WEFT_COLL_REDUCE_SCATTER, "ring"},
-                {WEFT_COLL_REDUCE_SCATTER_BLOCK, "ring"},
-                {WEFT_COLL_SCAN, "linear"},
-                {WEFT_COLL_EXSCAN, "linear"}};
+    } algs[] = {{WEFT_COLL_REDUCE, "binomial"},     {WEFT_COLL_ALLREDUCE, "ring"},
+                {WEFT_COLL_REDUCE_SCATTER, "ring"}, {WEFT_COLL_REDUCE_SCATTER_BLOCK, "ring"},
+                {WEFT_COLL_SCAN, "linear"},         {WEFT_COLL_EXSCAN, "linear"}};
     TH_OK(weft_init(NULL, NULL));
     for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
         char key[64];
