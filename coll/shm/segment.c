@@ -170,14 +170,14 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         set_pointers(sh);
         sh->mapped = 1;
         h = (shm_header_t *)sh->base;
+        atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
     }
-    h = (shm_header_t *)sh->base;
-    if (atomic_load_explicit(&h->attached, memory_order_acquire) < (uint32_t)sh->n) {
-        weft_sched_waiting(s, -1, "the shared-memory segment's attach count (every member maps it)");
+    /* Every member mapped it (the name is gone): a rank that never comes
+     * is named in the timeout. */
+    if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, mapped), 1, -1, "attach flag (has it mapped the segment?)"))
         return 0;
-    }
     sh->ready = 1;
     return 1;
 }

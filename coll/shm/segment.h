@@ -37,7 +37,8 @@ typedef struct weft_shm_ctrl {
     _Atomic uint64_t arrived; /* this rank's data for collective k is in its slot */
     _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
     _Atomic uint64_t done;    /* this rank finished reading collective k */
-    char pad[128 - 3 * sizeof(uint64_t)];
+    _Atomic uint64_t mapped;  /* 1 once this rank mapped the segment */
+    char pad[128 - 4 * sizeof(uint64_t)];
 } weft_shm_ctrl_t;
 
 typedef struct weft_shm {
