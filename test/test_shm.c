@@ -232,7 +232,7 @@ static int body_nonblocking(int rank, int size, void *arg)
         TH_OK(weft_isend(x, 2, WEFT_INT32, (rank + 1) % size, 7, w, &req[nr++]));
         TH_OK(weft_iallreduce(WEFT_IN_PLACE, &bar, 0, WEFT_INT32, WEFT_SUM, w, &req[nr++]));
         TH_OK(weft_waitall(nr, req, NULL));
-        TH_CHECK(ar[0] == size * (size - 1) / 2 && ar[1] == size && ar[2] == rep * size, "iallreduce rep %d", rep);
+        TH_CHECK(ar[0] == size * (size - 1) / 2 && ar[1] == size && ar[2] == rep * size, "iallreduce rep %d: %d %d %d", rep, ar[0], ar[1], ar[2]);
         for (int i = 0; i < 5; i++)
             TH_CHECK(b[i] == rep * 10 + i, "ibcast rep %d", rep);
         for (int r = 0; r < size; r++)

@@ -194,6 +194,10 @@ int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
         weft_sched_waiting(s, -1, "this rank's previous shared-memory collective on the communicator");
         return 0;
     }
+    /* Another op may have finished the attach this one was waiting in:
+     * the next wait scans every rank again. */
+    op->scan = 0;
+    op->waited_rank = -1;
     return 1;
 }
 
