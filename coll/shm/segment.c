@@ -367,7 +367,7 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     size_t bytes = a->count * a->esize;
     weft_shm_t *sh = bytes ? weft_shm_get(a->comm, bytes) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
-    int chunked = bytes >= WEFT_SHM_CHUNKED_MIN;
+    int chunked = bytes >= WEFT_SHM_CHUNKED_MIN && sh->n >= WEFT_SHM_CHUNKED_RANKS;
     size_t chunk = (a->count / (size_t)sh->n + 1) * a->esize;
     shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), chunked ? chunk : 0, alg);
     if (!x) return WEFT_ERR_NO_MEMORY;

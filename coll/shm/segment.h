@@ -30,8 +30,11 @@
  * whole vector otherwise) the shared-memory algorithms take; above it they
  * decline and a base algorithm runs. 16 KiB x 2 slots x 64 ranks = 2 MiB. */
 #define WEFT_SHM_SLOT ((size_t)16 * 1024)
-/* Messages from this size on are reduced in chunks, one per rank. */
-#define WEFT_SHM_CHUNKED_MIN ((size_t)2048)
+/* Messages from this size on, on at least this many ranks, are reduced in
+ * chunks, one per rank (with fewer ranks the extra flag round costs more
+ * than the reduction work it spreads: 2 ranks measured on 2 cores). */
+#define WEFT_SHM_CHUNKED_MIN   ((size_t)2048)
+#define WEFT_SHM_CHUNKED_RANKS 4
 
 typedef struct weft_shm_ctrl {
     _Atomic uint64_t arrived; /* this rank's data for collective k is in its slot */
