@@ -28,8 +28,8 @@
  * rank's block; reduce_scatter: the whole vector). */
 static const char default_rules[] = /* coll/shm inside one node, up to a slot (16 KiB; larger calls
                                      * decline to the rules below). These thresholds await measurement
-                                     * on a many-core host: on 2 shared cores shm beat recursive
-                                     * doubling / binomial at every size it serves (COLLECTIVES.md) */
+                                     * on a many-core host; 2 ranks on 2 shared cores are in
+                                     * COLLECTIVES.md (bcast, allreduce faster; reduce, barrier tie) */
                                     "barrier:nodes=1:shm,"
                                     "bcast:0-16k:nodes=1:shm,"
                                     "reduce:0-16k:nodes=1:shm,"
