@@ -13,6 +13,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_allreduce_shm = {
     .name = "shm",
     .kind = WEFT_COLL_ALLREDUCE,
-    .description = "one node, up to 16 KiB: slots in a shared segment, reduced in rank order (chunked from 2 KiB)",
+    .description =
+        "one node, up to 16 KiB: slots in a shared segment, reduced in rank order (chunked from 2 KiB on 4+ ranks)",
     .build = build,
 };

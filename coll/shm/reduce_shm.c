@@ -1,5 +1,5 @@
 /* reduce, shared memory: every rank writes its input to its slot; the root
- * reduces in rank order (below 2 KiB), or each rank reduces 1/n of the
+ * reduces in rank order (below 2 KiB or < 4 ranks), or each rank reduces 1/n of the
  * vector and the root copies the chunks out (from 2 KiB). No messages. Up
  * to one slot (16 KiB); larger vectors decline. */
 #include "coll/shm/segment.h"
