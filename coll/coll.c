@@ -2,6 +2,8 @@
  * selection with fallback, schedule start; and the registry. */
 #include "coll/coll.h"
 
+#include "coll/shm/segment.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,9 @@ extern const weft_coll_alg_t weft_alg_allgather_recursive_doubling, weft_alg_bca
 extern const weft_coll_alg_t weft_alg_allreduce_rabenseifner, weft_alg_allreduce_knomial,
     weft_alg_reduce_scatter_recursive_halving, weft_alg_reduce_scatter_block_recursive_halving,
     weft_alg_reduce_reduce_scatter_gather;
+/* coll/shm: one node, through a shared segment (coll/shm/segment.h). */
+extern const weft_coll_alg_t weft_alg_barrier_shm, weft_alg_bcast_shm, weft_alg_reduce_shm, weft_alg_allreduce_shm,
+    weft_alg_allgather_shm, weft_alg_reduce_scatter_shm, weft_alg_reduce_scatter_block_shm;
 
 const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_barrier_dissemination,
@@ -47,6 +52,13 @@ const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_alltoallv_pairwise,
     &weft_alg_scan_linear,
     &weft_alg_exscan_linear,
+    &weft_alg_barrier_shm,
+    &weft_alg_bcast_shm,
+    &weft_alg_reduce_shm,
+    &weft_alg_allreduce_shm,
+    &weft_alg_allgather_shm,
+    &weft_alg_reduce_scatter_shm,
+    &weft_alg_reduce_scatter_block_shm,
     NULL,
 };
 
@@ -592,7 +604,8 @@ static int find_algorithm(const char *coll, size_t len, const char *name, int *k
     return -1;
 }
 
-static const weft_coll_services_t services = {.allgather = internal_allgather, .find_algorithm = find_algorithm};
+static const weft_coll_services_t services = {
+    .allgather = internal_allgather, .find_algorithm = find_algorithm, .comm_release = weft_shm_comm_release};
 const weft_coll_services_t *weft_coll_svc;
 
 int weft_coll_init(void)
@@ -600,12 +613,16 @@ int weft_coll_init(void)
     _Static_assert(WEFT_COLL_KINDS <= WEFT_COLL_KINDS_MAX, "raise WEFT_COLL_KINDS_MAX");
     int rc = weft_coll_select_init();
     if (rc) return rc;
+    /* Segments of jobs killed before all their ranks attached (rare: the
+     * name is unlinked once every rank mapped it). */
+    weft_shm_sweep();
     weft_coll_svc = &services;
     return WEFT_SUCCESS;
 }
 
 void weft_coll_finalize(void)
 {
+    if (weft_g.world) weft_shm_comm_release(weft_g.world);
     weft_coll_svc = NULL;
     weft_coll_select_finalize();
 }

@@ -26,7 +26,18 @@
  * and docs/COLLECTIVES.md says which numbers decided each threshold.
  * Sizes are bytes per rank (allgather, gather, scatter, alltoall: one
  * rank's block; reduce_scatter: the whole vector). */
-static const char default_rules[] = "barrier:dissemination,"
+static const char default_rules[] = /* coll/shm inside one node, up to a slot (16 KiB; larger calls
+                                     * decline to the rules below). These thresholds await measurement
+                                     * on a many-core host; 2 ranks on 2 shared cores are in
+                                     * COLLECTIVES.md (bcast, allreduce faster; reduce, barrier tie) */
+                                    "barrier:nodes=1:shm,"
+                                    "bcast:0-16k:nodes=1:shm,"
+                                    "reduce:0-16k:nodes=1:shm,"
+                                    "allreduce:0-16k:nodes=1:shm,"
+                                    "allgather:0-16k:nodes=1:shm,"
+                                    "reduce_scatter:0-16k:nodes=1:shm,"
+                                    "reduce_scatter_block:0-16k:nodes=1:shm,"
+                                    "barrier:dissemination,"
                                     /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
                                     "bcast:0-inf:binomial,"
                                     /* reduce-scatter + gather wins from 64 KiB (32 ranks) / 128 KiB (8, 16) */

@@ -53,6 +53,7 @@ int weft_comm_world_create(void)
 
 static void comm_release(weft_comm_t c)
 {
+    if (c->shm && weft_coll_svc && weft_coll_svc->comm_release) weft_coll_svc->comm_release(c);
     ctx_release(c->context_id);
     free(c->world_ranks);
     weft_hints_free(c->hints, c->nhints);

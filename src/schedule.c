@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE };
+enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE, OP_POLL };
 
 typedef struct {
     int kind;
@@ -18,6 +18,7 @@ typedef struct {
     const void *src;
     size_t bytes;
     weft_sched_fn fn;
+    weft_sched_poll_fn poll;
     void *arg;
     int rop;   /* OP_REDUCE: the weft_op_t */
     int dtype; /* OP_REDUCE: the weft_dtype_t */
@@ -36,8 +37,10 @@ struct weft_sched {
     int nreqs, reqs_cap;
     void **scratch;
     int nscratch;
-    int waiting_peer;   /* for timeout messages: a peer the round still waits on */
-    unsigned lost_seen; /* weft_lost_count when the members were last checked */
+    int waiting_peer;         /* for timeout messages: a peer the round still waits on */
+    const char *waiting_what; /* a polling step's description of what it waits for (NULL: a message) */
+    int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
+    unsigned lost_seen;       /* weft_lost_count when the members were last checked */
     weft_request_t req;
     struct weft_sched *next_active;
     void *spare;    /* SCHED_SCRATCH_KEEP bytes kept across uses */
@@ -49,7 +52,7 @@ static int hook_registered;
 
 /* Finished schedules keep their arrays and one small scratch buffer for
  * the next collective: a small-message collective then allocates nothing. */
-#define SCHED_CACHE_MAX 16
+#define SCHED_CACHE_MAX    16
 #define SCHED_SCRATCH_KEEP 65536
 static weft_sched_t *sched_cache;
 static int sched_cached;
@@ -80,6 +83,8 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->comm = comm;
     s->name = name;
     s->waiting_peer = -1;
+    s->waiting_what = NULL;
+    s->local_pos = 0;
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     return s;
 }
@@ -125,6 +130,17 @@ int weft_sched_op_finalize(weft_sched_t *s, int op, int dtype, void *buf, size_t
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg)
 {
     return add_op(s, (sched_op_t){.kind = OP_CALL, .fn = fn, .arg = arg});
+}
+
+int weft_sched_poll(weft_sched_t *s, weft_sched_poll_fn fn, void *arg)
+{
+    return add_op(s, (sched_op_t){.kind = OP_POLL, .poll = fn, .arg = arg});
+}
+
+void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
+{
+    s->waiting_peer = peer;
+    s->waiting_what = what;
 }
 
 int weft_sched_end_round(weft_sched_t *s)
@@ -182,7 +198,7 @@ static void sched_free(weft_sched_t *s)
         free(s->scratch[i]);
     s->spare_used = 0;
     s->nscratch = 0;
-    s->nops = s->nrounds = s->cur = s->nreqs = 0;
+    s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = 0;
     s->req = NULL;
     s->next_active = sched_cache;
     sched_cache = s;
@@ -231,12 +247,25 @@ static int post_round(weft_sched_t *s)
     return WEFT_SUCCESS;
 }
 
+/* Runs round s->cur's local steps in order: WEFT_SUCCESS, an error, or
+ * SCHED_PENDING when a polling step is not done yet (the round resumes at
+ * that step on the next pass; the steps before it are not repeated). */
+#define SCHED_PENDING 1
 static int run_locals(weft_sched_t *s)
 {
-    int start = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur];
+    int start = s->local_pos ? s->local_pos : s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur];
     for (int i = start; i < end; i++) {
         sched_op_t *op = &s->ops[i];
-        if (op->kind == OP_COPY)
+        if (op->kind == OP_POLL) {
+            int rc = op->poll(s, op->arg);
+            if (rc == 0) {
+                s->local_pos = i;
+                return SCHED_PENDING;
+            }
+            if (rc < 0) return rc;
+            s->local_pos = 0;
+            s->waiting_what = NULL;
+        } else if (op->kind == OP_COPY)
             memmove(op->buf, op->src, op->bytes);
         else if (op->kind == OP_REDUCE)
             weft_op_reduce((weft_op_t)op->rop, (weft_dtype_t)op->dtype, op->buf, op->src, op->bytes);
@@ -325,6 +354,8 @@ static int advance(weft_sched_t *s)
             }
         }
         int rc = run_locals(s);
+        if (rc == SCHED_PENDING) return moved;
+        s->local_pos = 0;
         if (!rc && ++s->cur < s->nrounds)
             rc = post_round(s);
         else
@@ -361,6 +392,9 @@ static int sched_describe(weft_request_t req, char *buf, size_t len)
 {
     weft_sched_t *s = req->owner_data;
     if (!s) return 0;
+    if (s->waiting_what)
+        return snprintf(buf, len, "collective %s (comm %s) in round %d of %d, polling %s", s->name, s->comm->name,
+                        s->cur + 1, s->nrounds, s->waiting_what);
     return snprintf(buf, len, "collective %s (comm %s) in round %d of %d", s->name, s->comm->name, s->cur + 1,
                     s->nrounds);
 }

@@ -22,6 +22,17 @@ int weft_sched_send(weft_sched_t *s, const void *buf, size_t bytes, int peer);
 int weft_sched_recv(weft_sched_t *s, void *buf, size_t bytes, int peer);
 int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes);
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg);
+/* A polling local step: waits on memory (flags in a shared segment), not
+ * on messages. fn returns 1 when done, 0 for "not yet" (the round stays
+ * pending and the progress engine calls fn again; the steps before it are
+ * not repeated), or a negative status that fails the schedule. A pending
+ * poll times out like any wait; fn names what it waits on with
+ * weft_sched_waiting for the timeout message. */
+typedef int (*weft_sched_poll_fn)(weft_sched_t *s, void *arg);
+int weft_sched_poll(weft_sched_t *s, weft_sched_poll_fn fn, void *arg);
+/* For messages about a pending poll: the comm rank it waits on (-1: none
+ * in particular) and what, e.g. "rank 3's arrival flag" (a static string). */
+void weft_sched_waiting(weft_sched_t *s, int peer, const char *what);
 /* inout[i] = inout[i] op in[i] for count elements (op: weft_op_t, dtype: weft_dtype_t). */
 int weft_sched_reduce(weft_sched_t *s, int op, int dtype, void *inout, const void *in, size_t count);
 /* After a reduction of nranks contributions: WEFT_AVG divides (no-op otherwise). */

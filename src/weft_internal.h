@@ -77,6 +77,8 @@ typedef struct weft_state {
     int node; /* this rank's node index */
     int nnodes;
     int *node_of; /* world rank -> node index (nodes numbered by first rank) */
+    uint64_t
+        job_id; /* the same on every rank, different for every job: world rank 0's host id, pid and start time hashed */
     struct weft_bootstrap *bs;
     struct weft_pt2pt *p2p;
     weft_comm_t world;
@@ -136,6 +138,7 @@ struct weft_comm_s {
     int nnodes;                                   /* distinct nodes among the members */
     const void *coll_forced[WEFT_COLL_KINDS_MAX]; /* per collective: an algorithm a hint chose */
     char name[64];
+    void *shm; /* coll/shm's segment state (NULL until a shared-memory collective runs); released on free */
     struct weft_comm_s *next_free;
 };
 int weft_comm_world_create(void);
@@ -228,6 +231,8 @@ typedef struct weft_coll_services {
      * unknown (-1) or has no such algorithm (-2). */
     int (*find_algorithm)(const char *collective, size_t len, const char *name, int *kind, const void **alg, char *why,
                           size_t why_len);
+    /* A communicator is being freed: releases what coll/ keeps on it (comm->shm). */
+    void (*comm_release)(weft_comm_t comm);
 } weft_coll_services_t;
 extern const weft_coll_services_t *weft_coll_svc;
 int weft_coll_init(void);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
@@ -39,12 +40,17 @@ uint64_t weft_topo_host_id(void)
 typedef struct {
     uint64_t host; /* host identity */
     int64_t sim;   /* explicit node id, or -1 */
+    uint64_t job;  /* hash of host, pid and start time: world rank 0's names the job */
 } node_key_t;
 
 static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
 {
     k->host = weft_topo_host_id();
     k->sim = -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t pid = (uint64_t)getpid(), t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    k->job = fnv1a(fnv1a(k->host, (const char *)&pid, sizeof(pid)), (const char *)&t, sizeof(t));
     if (weft_cfg.node_id[0]) {
         char *end;
         errno = 0;
@@ -100,6 +106,7 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
         if (weft_g.node_of[r] < 0) weft_g.node_of[r] = nnodes++;
     }
     weft_g.nnodes = nnodes;
+    weft_g.job_id = all[0].job;
     weft_g.node = weft_g.node_of[bs->rank];
     int lr = 0, ls = 0;
     for (int r = 0; r < n; r++)

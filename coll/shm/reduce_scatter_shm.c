@@ -1,0 +1,91 @@
+/* reduce_scatter and reduce_scatter_block, shared memory: every rank
+ * writes its whole input vector to its slot and, once all arrived, reduces
+ * its own block across the slots in rank order. Vectors up to one slot
+ * (16 KiB); larger ones decline. */
+#include "coll/shm/segment.h"
+
+#include <string.h>
+
+typedef struct {
+    weft_shm_op_t op;
+    const void *send;
+    void *recv;
+    size_t total, off, len, esize; /* elements: the vector, this rank's block */
+    int dtype, rop;
+} reduce_scatter_t;
+
+static int step(weft_sched_t *s, void *arg)
+{
+    reduce_scatter_t *x = arg;
+    weft_shm_op_t *op = &x->op;
+    int rc, n = op->sh->n;
+    switch (op->phase) {
+    case 0:
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        if (!weft_shm_wait_reuse(s, op)) return 0;
+        memcpy(weft_shm_slot(op, op->sh->me), x->send, x->total * x->esize);
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        if (x->len) {
+            size_t at = x->off * x->esize;
+            weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, weft_shm_slot(op, 0) + at,
+                            weft_shm_slot(op, 1) + at, x->len);
+            for (int r = 2; r < n; r++)
+                weft_op_reduce((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, weft_shm_slot(op, r) + at, x->len);
+            weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->len, n);
+        }
+        weft_shm_op_end(op);
+        return 1;
+    }
+    return WEFT_ERR_INTERNAL;
+}
+
+static int build(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    weft_comm_t c = a->comm;
+    size_t off = 0, len = a->count, total = a->count * (size_t)c->size;
+    if (a->kind == WEFT_COLL_REDUCE_SCATTER) {
+        total = 0;
+        for (int r = 0; r < c->size; r++) {
+            if (r == c->rank) off = total;
+            total += (size_t)a->rcounts[r];
+        }
+        len = (size_t)a->rcounts[c->rank];
+    } else {
+        off = (size_t)c->rank * a->count;
+    }
+    weft_shm_t *sh = total ? weft_shm_get(c, total * a->esize) : NULL;
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    reduce_scatter_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, "reduce_scatter_shm");
+    if (!x) return WEFT_ERR_NO_MEMORY;
+    x->send = a->sendbuf;
+    x->recv = a->recvbuf;
+    x->total = total;
+    x->off = off;
+    x->len = len;
+    x->esize = a->esize;
+    x->dtype = (int)a->dtype;
+    x->rop = (int)a->op;
+    return weft_sched_poll(s, step, x);
+}
+
+const weft_coll_alg_t weft_alg_reduce_scatter_shm = {
+    .name = "shm",
+    .kind = WEFT_COLL_REDUCE_SCATTER,
+    .description =
+        "one node, vectors up to 16 KiB: slots in a shared segment, each rank reduces its block in rank order",
+    .build = build,
+};
+const weft_coll_alg_t weft_alg_reduce_scatter_block_shm = {
+    .name = "shm",
+    .kind = WEFT_COLL_REDUCE_SCATTER_BLOCK,
+    .description =
+        "one node, vectors up to 16 KiB: slots in a shared segment, each rank reduces its block in rank order",
+    .build = build,
+};

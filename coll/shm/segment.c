@@ -1,0 +1,384 @@
+/* coll/shm's segment: creation without any collective, attach, the flag
+ * waits, release and the stale-segment sweep (segment.h has the layout).
+ *
+ * Name: /weft-<job>-<host>-<context id>-<members hash>, all of which every
+ * member knows (the job id is world rank 0's, from the init exchange).
+ * Communicator rank 0 creates it (O_CREAT | O_EXCL, mode 0600), sizes it
+ * and marks it ready; the others open it when it appears, and every rank
+ * counts itself in the header. The last to attach unlinks the name, so
+ * from then on the memory lives exactly as long as some rank maps it: a
+ * killed job leaves nothing. A job killed before every rank attached
+ * leaves the name; the header records the creator's pid and host, and the
+ * next weft_init on the host removes segments whose creator is gone. */
+#include "coll/shm/segment.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC  UINT64_C(0x77656674736d3031) /* "weftsm01" */
+#define SHM_HEADER ((size_t)4096)
+
+typedef struct shm_header {
+    _Atomic uint64_t ready; /* SHM_MAGIC once the creator filled the header */
+    int64_t creator_pid;
+    uint64_t host_id;
+    uint64_t len;
+    uint32_t nranks;
+    _Atomic uint32_t attached;
+} shm_header_t;
+
+static size_t segment_len(int n)
+{
+    return SHM_HEADER + (size_t)n * sizeof(weft_shm_ctrl_t) + (size_t)n * 2 * WEFT_SHM_SLOT;
+}
+
+static uint64_t members_hash(weft_comm_t comm)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (int r = 0; r < comm->size; r++) {
+        h ^= (uint32_t)weft_comm_world_rank_of(comm, r);
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes)
+{
+    weft_shm_t *sh = comm->shm;
+    if (WEFT_LIKELY(sh)) return sh->gave_up || bytes > WEFT_SHM_SLOT ? NULL : sh;
+    if (comm->size < 2 || weft_comm_spans_nodes(comm) || bytes > WEFT_SHM_SLOT) return NULL;
+    if (!(sh = calloc(1, sizeof(*sh)))) return NULL;
+    sh->n = comm->size;
+    sh->me = comm->rank;
+    sh->len = segment_len(comm->size);
+    snprintf(sh->name, sizeof(sh->name), "/weft-%016llx-%016llx-%x-%08x", (unsigned long long)weft_g.job_id,
+             (unsigned long long)weft_topo_host_id(), (unsigned)comm->context_id, (unsigned)(members_hash(comm) >> 32));
+    comm->shm = sh;
+    return sh;
+}
+
+static void set_pointers(weft_shm_t *sh)
+{
+    sh->ctrl = (weft_shm_ctrl_t *)(sh->base + SHM_HEADER);
+    sh->data = sh->base + SHM_HEADER + (size_t)sh->n * sizeof(weft_shm_ctrl_t);
+}
+
+/* Removes a name this process's creator is sure is stale: a segment of a
+ * process that is gone, or of an earlier communicator of this process. */
+static int stale_name(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd < 0) return errno == ENOENT;
+    struct stat st;
+    int stale = 0;
+    if (!fstat(fd, &st) && st.st_uid == getuid() && (size_t)st.st_size >= sizeof(shm_header_t)) {
+        shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+        if (h != MAP_FAILED) {
+            pid_t pid = (pid_t)h->creator_pid;
+            stale = pid == getpid() || (kill(pid, 0) && errno == ESRCH);
+            munmap(h, sizeof(*h));
+        }
+    }
+    close(fd);
+    if (stale) shm_unlink(name);
+    return stale;
+}
+
+/* Creator: 1 done, < 0 error. */
+static int create(weft_shm_t *sh)
+{
+    int fd = shm_open(sh->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST && stale_name(sh->name)) fd = shm_open(sh->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot create shared-memory segment %s: %s", sh->name,
+                          strerror(errno));
+    int err = 0;
+    if (ftruncate(fd, (off_t)sh->len)) err = errno;
+    void *p = err ? MAP_FAILED : mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (!err && p == MAP_FAILED) err = errno;
+    close(fd);
+    if (err) {
+        shm_unlink(sh->name);
+        return weft_error(WEFT_ERR_NO_MEMORY, "coll/shm: cannot size or map segment %s (%zu bytes): %s", sh->name,
+                          sh->len, strerror(err));
+    }
+    sh->base = p;
+    shm_header_t *h = p;
+    h->creator_pid = getpid();
+    h->host_id = weft_topo_host_id();
+    h->len = sh->len;
+    h->nranks = (uint32_t)sh->n;
+    atomic_store_explicit(&h->attached, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->ready, SHM_MAGIC, memory_order_release);
+    return 1;
+}
+
+/* The others: 1 mapped, 0 not there (or not ready) yet, < 0 error. */
+static int open_existing(weft_shm_t *sh)
+{
+    int fd = shm_open(sh->name, O_RDWR, 0);
+    if (fd < 0)
+        return errno == ENOENT ? 0
+                               : weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot open shared-memory segment %s: %s",
+                                            sh->name, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || (size_t)st.st_size < sh->len) { /* the creator has not sized it yet */
+        close(fd);
+        return 0;
+    }
+    void *p = mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return weft_error(WEFT_ERR_NO_MEMORY, "coll/shm: cannot map segment %s: %s", sh->name, strerror(err));
+    shm_header_t *h = p;
+    if (atomic_load_explicit(&h->ready, memory_order_acquire) != SHM_MAGIC) {
+        munmap(p, sh->len);
+        return 0;
+    }
+    if (h->nranks != (uint32_t)sh->n || h->len != sh->len) {
+        munmap(p, sh->len);
+        return weft_error(WEFT_ERR_INTERNAL, "coll/shm: segment %s is for %u ranks, this communicator has %d", sh->name,
+                          h->nranks, sh->n);
+    }
+    sh->base = p;
+    return 1;
+}
+
+static int attach(weft_sched_t *s, weft_shm_op_t *op)
+{
+    weft_shm_t *sh = op->sh;
+    shm_header_t *h;
+    if (!sh->mapped) {
+        int rc = sh->me == 0 ? create(sh) : open_existing(sh);
+        if (rc < 0) {
+            sh->gave_up = 1;
+            return rc;
+        }
+        if (rc == 0) {
+            weft_sched_waiting(s, 0, "rank 0's shared-memory segment (not created yet)");
+            return 0;
+        }
+        set_pointers(sh);
+        sh->mapped = 1;
+        h = (shm_header_t *)sh->base;
+        atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
+        if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
+            shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
+    }
+    /* Every member mapped it (the name is gone): a rank that never comes
+     * is named in the timeout. */
+    if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, mapped), 1, -1, "attach flag (has it mapped the segment?)"))
+        return 0;
+    sh->ready = 1;
+    return 1;
+}
+
+int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
+{
+    weft_shm_t *sh = op->sh;
+    if (op->k == UINT64_MAX) op->k = sh->ops++; /* first call: at the schedule's start */
+    if (WEFT_UNLIKELY(!sh->ready)) {
+        int rc = attach(s, op);
+        if (rc <= 0) return rc;
+    }
+    if (WEFT_UNLIKELY(sh->completed != op->k)) {
+        weft_sched_waiting(s, -1, "this rank's previous shared-memory collective on the communicator");
+        return 0;
+    }
+    /* Another op may have finished the attach this one was waiting in:
+     * the next wait scans every rank again. */
+    op->scan = 0;
+    op->waited_rank = -1;
+    return 1;
+}
+
+int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t target, int only, const char *flag)
+{
+    weft_shm_t *sh = op->sh;
+    int lo = only >= 0 ? only : op->scan, hi = only >= 0 ? only + 1 : sh->n;
+    for (int r = lo; r < hi; r++) {
+        _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)&sh->ctrl[r] + field);
+        if (atomic_load_explicit(f, memory_order_acquire) < target) {
+            if (only < 0) op->scan = r;
+            if (op->waited_rank != r) { /* format once per rank waited on */
+                op->waited_rank = r;
+                snprintf(op->what, sizeof(op->what), "rank %d's %s in shared memory", r, flag);
+            }
+            weft_sched_waiting(s, r, op->what);
+            return 0;
+        }
+    }
+    op->scan = 0;
+    op->waited_rank = -1;
+    return 1;
+}
+
+void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t extra, const char *alg)
+{
+    size_t head = (size + 63) & ~(size_t)63;
+    weft_shm_op_t *op = weft_sched_scratch(s, head + extra);
+    if (!op) {
+        weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory (%zu bytes)", alg, head + extra);
+        return NULL;
+    }
+    memset(op, 0, size);
+    op->sh = sh;
+    op->k = UINT64_MAX;
+    op->waited_rank = -1;
+    return op;
+}
+
+void weft_shm_comm_release(weft_comm_t comm)
+{
+    weft_shm_t *sh = comm->shm;
+    if (!sh) return;
+    /* A member never attached (it died, or timed out): the name is still
+     * there, and the creator removes it. */
+    if (sh->me == 0 && sh->mapped && !sh->ready) shm_unlink(sh->name);
+    if (sh->base) munmap(sh->base, sh->len);
+    free(sh);
+    comm->shm = NULL;
+}
+
+int weft_shm_sweep(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    uint64_t host = weft_topo_host_id();
+    int removed = 0;
+    time_t now = time(NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, "weft-", 5)) continue;
+        char name[300];
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        int fd = shm_open(name, O_RDONLY, 0);
+        if (fd < 0) continue;
+        struct stat st;
+        int stale = 0;
+        if (!fstat(fd, &st) && st.st_uid == getuid()) {
+            if ((size_t)st.st_size < sizeof(shm_header_t)) {
+                stale = now - st.st_mtime > 60; /* its creator died before sizing it */
+            } else {
+                shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+                if (h != MAP_FAILED) {
+                    if (atomic_load_explicit(&h->ready, memory_order_acquire) == SHM_MAGIC && h->host_id == host)
+                        stale = kill((pid_t)h->creator_pid, 0) && errno == ESRCH;
+                    else if (atomic_load_explicit(&h->ready, memory_order_acquire) != SHM_MAGIC)
+                        stale = now - st.st_mtime > 60;
+                    munmap(h, sizeof(*h));
+                }
+            }
+        }
+        close(fd);
+        if (stale && !shm_unlink(name)) {
+            removed++;
+            weft_debug("coll/shm: removed stale segment %s (its creator is gone)", name);
+        }
+    }
+    closedir(d);
+    return removed;
+}
+
+/* ---- reduce and allreduce ------------------------------------------------ */
+
+typedef struct {
+    weft_shm_op_t op;
+    const void *send;
+    void *recv;
+    size_t count, esize;
+    int dtype, rop, root; /* root < 0: allreduce */
+    int chunked;
+    char *tmp; /* chunked: this rank's chunk of the result */
+} shm_reduce_t;
+
+/* dst[0, len) = slot[0] op slot[1] op ... op slot[n-1] from element off,
+ * always in rank order: every rank computes the same bits. */
+static void reduce_slots(shm_reduce_t *x, void *dst, size_t off, size_t len)
+{
+    weft_shm_op_t *op = &x->op;
+    size_t at = off * x->esize;
+    weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, weft_shm_slot(op, 0) + at,
+                    weft_shm_slot(op, 1) + at, len);
+    for (int r = 2; r < op->sh->n; r++)
+        weft_op_reduce((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, weft_shm_slot(op, r) + at, len);
+    weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, len, op->sh->n);
+}
+
+static int reduce_step(weft_sched_t *s, void *arg)
+{
+    shm_reduce_t *x = arg;
+    weft_shm_op_t *op = &x->op;
+    weft_shm_t *sh = op->sh;
+    int rc, gets = x->root < 0 || sh->me == x->root; /* this rank receives the result */
+    size_t off, len;
+    switch (op->phase) {
+    case 0:
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        if (!weft_shm_wait_reuse(s, op)) return 0;
+        memcpy(weft_shm_slot(op, sh->me), x->send, x->count * x->esize);
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
+        if (!x->chunked && !gets) break; /* the root reads our slot; nothing to wait for */
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        if (!x->chunked) {
+            reduce_slots(x, x->recv, 0, x->count);
+            break;
+        }
+        /* Chunked: reduce this rank's chunk of every slot, then put it in
+         * place of the same chunk of its own slot (only it reads that). */
+        weft_coll_block(x->count, sh->n, sh->me, &off, &len);
+        if (len) {
+            reduce_slots(x, x->tmp, off, len);
+            memcpy(weft_shm_slot(op, sh->me) + off * x->esize, x->tmp, len * x->esize);
+        }
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced));
+        if (!gets) break;
+        op->phase = 3;
+        /* fall through */
+    case 3:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, reduced), op->k + 1, -1, "reduced-chunk flag")) return 0;
+        for (int r = 0; r < sh->n; r++) {
+            weft_coll_block(x->count, sh->n, r, &off, &len);
+            memcpy((char *)x->recv + off * x->esize, weft_shm_slot(op, r) + off * x->esize, len * x->esize);
+        }
+        break;
+    default: return WEFT_ERR_INTERNAL;
+    }
+    weft_shm_op_end(op);
+    return 1;
+}
+
+int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, const char *alg)
+{
+    size_t bytes = a->count * a->esize;
+    weft_shm_t *sh = bytes ? weft_shm_get(a->comm, bytes) : NULL;
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    int chunked = bytes >= WEFT_SHM_CHUNKED_MIN && sh->n >= WEFT_SHM_CHUNKED_RANKS;
+    size_t chunk = (a->count / (size_t)sh->n + 1) * a->esize;
+    shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), chunked ? chunk : 0, alg);
+    if (!x) return WEFT_ERR_NO_MEMORY;
+    x->send = a->sendbuf;
+    x->recv = a->recvbuf;
+    x->count = a->count;
+    x->esize = a->esize;
+    x->dtype = (int)a->dtype;
+    x->rop = (int)a->op;
+    x->root = root;
+    x->chunked = chunked;
+    x->tmp = (char *)x + ((sizeof(*x) + 63) & ~(size_t)63);
+    return weft_sched_poll(s, reduce_step, x);
+}

@@ -1,0 +1,123 @@
+/* The shared-memory segment of a communicator whose members share one
+ * node, and the flag protocol the coll/shm algorithms run on it.
+ *
+ * Layout (one segment per communicator, created on first use):
+ *   header            one page: magic, creator pid, host id, size, ranks,
+ *                     the attach count
+ *   ctrl[n]           per rank, 128 bytes (two cache lines, so the adjacent
+ *                     line prefetcher does not couple neighbours): the
+ *                     rank's arrived / reduced / done sequence counters,
+ *                     written only by that rank
+ *   data[n][2]        per rank two slots of WEFT_SHM_SLOT bytes
+ *                     (double buffering: collective k uses slot k % 2)
+ *
+ * Collective k (the k-th shared-memory collective on the communicator,
+ * counted by every member in the same order) publishes a counter by
+ * storing k + 1 with release order; readers load with acquire order and
+ * compare with >=. A rank writes its slot k % 2 only when every member's
+ * done counter is >= k - 1 (everyone finished collective k - 2, the last
+ * one that used that slot), so a fast rank never overwrites data a slow
+ * one still reads. */
+#ifndef WEFT_COLL_SHM_SEGMENT_H
+#define WEFT_COLL_SHM_SEGMENT_H
+
+#include "coll/coll.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* Bytes one slot holds: the largest message (per rank for allgather, the
+ * whole vector otherwise) the shared-memory algorithms take; above it they
+ * decline and a base algorithm runs. 16 KiB x 2 slots x 64 ranks = 2 MiB. */
+#define WEFT_SHM_SLOT ((size_t)16 * 1024)
+/* Messages from this size on, on at least this many ranks, are reduced in
+ * chunks, one per rank (with fewer ranks the extra flag round costs more
+ * than the reduction work it spreads: 2 ranks measured on 2 cores). */
+#define WEFT_SHM_CHUNKED_MIN   ((size_t)2048)
+#define WEFT_SHM_CHUNKED_RANKS 4
+
+typedef struct weft_shm_ctrl {
+    _Atomic uint64_t arrived; /* this rank's data for collective k is in its slot */
+    _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
+    _Atomic uint64_t done;    /* this rank finished reading collective k */
+    _Atomic uint64_t mapped;  /* 1 once this rank mapped the segment */
+    char pad[128 - 4 * sizeof(uint64_t)];
+} weft_shm_ctrl_t;
+
+typedef struct weft_shm {
+    char name[96];
+    char *base; /* the mapping, NULL until attached */
+    size_t len;
+    int n, me;
+    int mapped;         /* this rank mapped the segment and counted itself */
+    int ready;          /* every member attached (the name is gone) */
+    int gave_up;        /* creation failed here: later calls decline */
+    uint64_t ops;       /* collectives assigned a number (the next k) */
+    uint64_t completed; /* collectives finished here, in order */
+    weft_shm_ctrl_t *ctrl;
+    char *data;
+} weft_shm_t;
+
+/* One collective's state (schedule scratch). */
+typedef struct weft_shm_op {
+    weft_shm_t *sh;
+    uint64_t k;
+    int phase;
+    int scan; /* the next rank a wait over every member looks at */
+    int waited_rank;
+    char what[80]; /* what a pending poll waits for, for timeout messages */
+} weft_shm_op_t;
+
+/* The communicator's segment state, or NULL when the shared-memory
+ * algorithms must decline (several nodes, one rank, bytes over a slot,
+ * out of memory, creation failed before). Takes no collective action. */
+weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
+/* The op's start: takes its number (at the schedule's start, so in start
+ * order), attaches (creating or opening the segment), and waits until the
+ * previous shared-memory collective on this communicator finished here.
+ * 1 when done, 0 not yet, < 0 an error (as a polling step). */
+int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op);
+/* Waits until field (offsetof in weft_shm_ctrl_t) of every member (or of
+ * `only` when >= 0) is >= target. 1 / 0 as a polling step. */
+int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t target, int only, const char *flag);
+/* Slot k % 2 of rank r. */
+static inline char *weft_shm_slot(const weft_shm_op_t *op, int r)
+{
+    return op->sh->data + ((size_t)r * 2 + (size_t)(op->k & 1)) * WEFT_SHM_SLOT;
+}
+static inline void weft_shm_publish(weft_shm_op_t *op, size_t field)
+{
+    atomic_store_explicit((_Atomic uint64_t *)((char *)&op->sh->ctrl[op->sh->me] + field), op->k + 1,
+                          memory_order_release);
+}
+/* Waits until every member is done with collective k - 2 (this rank may
+ * then write its slot k % 2). */
+static inline int weft_shm_wait_reuse(weft_sched_t *s, weft_shm_op_t *op)
+{
+    return op->k < 2 ? 1 : weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k - 1, -1, "done flag");
+}
+/* Marks collective k done here (publishes done, lets the next one start). */
+static inline void weft_shm_op_end(weft_shm_op_t *op)
+{
+    weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done));
+    op->sh->completed = op->k + 1;
+}
+/* A new op's state in schedule scratch with `extra` bytes after it
+ * (aligned to 64); NULL and an error when out of memory. */
+void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t extra, const char *alg);
+
+/* reduce (root >= 0) and allreduce (root < 0) through the slots: every
+ * rank writes its input; below WEFT_SHM_CHUNKED_MIN bytes the receivers
+ * reduce the whole vector, from it each rank reduces one chunk (1/n of
+ * the vector) and the receivers copy the chunks out. Rank order always,
+ * so every rank gets the same bits. */
+int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, const char *alg);
+
+/* Releases comm->shm (comm free, finalize). */
+void weft_shm_comm_release(weft_comm_t comm);
+/* At init: removes this user's weft-* segments in /dev/shm whose creator
+ * no longer runs on this host (a job killed before every rank attached).
+ * Returns the number removed. */
+int weft_shm_sweep(void);
+
+#endif

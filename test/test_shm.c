@@ -1,0 +1,416 @@
+/* coll/shm: the shared-memory algorithms forced on 1..8 ranks of one node
+ * (every dtype x op runs in test_coll, which forces every registered
+ * algorithm; here: counts at the slot and chunking boundaries, over the
+ * slot (declines, the next candidate runs), in-place forms, 1000
+ * back-to-back collectives (slot reuse), nonblocking ones in flight
+ * together with user pt2pt), simulated nodes (decline), and killed runs:
+ * survivors fail within the timeout and no segment of the run stays in
+ * /dev/shm (unlink once attached, the creator's unlink on release, the
+ * sweep at the next init). */
+#include "coll/shm/segment.h"
+#include "harness.h"
+#include "weft.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const quiet_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", NULL};
+
+/* Rank r's element i of input `salt`: a small integer, exact in every dtype. */
+static int val(int r, size_t i, int salt)
+{
+    return (int)((r * 7 + i * 13 + (size_t)salt * 31) % 9) - 4;
+}
+
+static weft_comm_t forced(const char *coll, const char *alg)
+{
+    char key[64];
+    weft_options_t o;
+    weft_comm_t c;
+    snprintf(key, sizeof(key), "%s_algorithm", coll);
+    TH_OK(weft_options_create(&o));
+    TH_OK(weft_options_set_hint(o, key, alg));
+    TH_OK(weft_comm_dup(weft_comm_world(), o, &c));
+    TH_OK(weft_options_free(&o));
+    return c;
+}
+
+/* Shared-memory collectives run so far on c. */
+static uint64_t shm_ops(weft_comm_t c)
+{
+    return c->shm ? ((weft_shm_t *)c->shm)->ops : 0;
+}
+
+/* The counts: empty, one, a prime, around the chunking threshold, a whole
+ * slot, one element over it (declines). In int32 elements. */
+static const int64_t counts[] = {0, 1, 13, 511, 512, 4096, 4097};
+#define NCOUNTS ((int)(sizeof(counts) / sizeof(counts[0])))
+
+static void check_allreduce(weft_comm_t c, int64_t n, weft_op_t op, int inplace, int salt)
+{
+    int me, np;
+    TH_OK(weft_comm_rank(c, &me));
+    TH_OK(weft_comm_size(c, &np));
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)(n + 1)), *out = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++)
+        in[i] = val(me, (size_t)i, salt);
+    if (inplace) memcpy(out, in, sizeof(int32_t) * (size_t)n);
+    TH_OK(weft_allreduce(inplace ? WEFT_IN_PLACE : in, out, n, WEFT_INT32, op, c));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t want = val(0, (size_t)i, salt);
+        for (int r = 1; r < np; r++) {
+            int v = val(r, (size_t)i, salt);
+            want = op == WEFT_MAX ? (v > want ? v : want) : want + v;
+        }
+        if (op == WEFT_AVG) want /= np;
+        TH_CHECK(out[i] == want, "allreduce n %lld op %d elem %lld: %d != %lld", (long long)n, op, (long long)i, out[i],
+                 (long long)want);
+    }
+    free(in);
+    free(out);
+}
+
+static int body_forced(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t c;
+    /* allreduce: SUM, MAX, AVG; in place and not; the slot boundary. */
+    c = forced("allreduce", "shm");
+    for (int ci = 0; ci < NCOUNTS; ci++)
+        for (int op = 0; op < 3; op++) {
+            uint64_t before = shm_ops(c);
+            weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
+            check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
+            int ran = shm_ops(c) > before;
+            int want = size > 1 && counts[ci] > 0 && counts[ci] * 4 <= (int64_t)WEFT_SHM_SLOT;
+            TH_CHECK(ran == want, "allreduce count %lld: shm %s", (long long)counts[ci], ran ? "ran" : "declined");
+        }
+    TH_OK(weft_comm_free(&c));
+    /* reduce: every root, SUM. */
+    c = forced("reduce", "shm");
+    for (int ci = 0; ci < NCOUNTS; ci++) {
+        int64_t n = counts[ci];
+        int root = ci % size;
+        int32_t *in = malloc(4 * (size_t)(n + 1)), *out = calloc((size_t)n + 1, 4);
+        for (int64_t i = 0; i < n; i++)
+            in[i] = val(rank, (size_t)i, ci);
+        if (rank == root && ci % 2) memcpy(out, in, 4 * (size_t)n);
+        TH_OK(weft_reduce(rank == root && ci % 2 ? WEFT_IN_PLACE : in, out, n, WEFT_INT32, WEFT_SUM, root, c));
+        for (int64_t i = 0; rank == root && i < n; i++) {
+            int want = 0;
+            for (int r = 0; r < size; r++)
+                want += val(r, (size_t)i, ci);
+            TH_CHECK(out[i] == want, "reduce n %lld root %d elem %lld", (long long)n, root, (long long)i);
+        }
+        free(in);
+        free(out);
+    }
+    TH_OK(weft_comm_free(&c));
+    /* bcast, allgather: bytes, up to a slot and one over. */
+    c = forced("bcast", "shm");
+    weft_comm_t g = forced("allgather", "shm");
+    static const int64_t bytes[] = {0, 1, 13, 16384, 16385};
+    for (int bi = 0; bi < 5; bi++) {
+        int64_t n = bytes[bi];
+        int root = (bi + 1) % size;
+        unsigned char *b = malloc((size_t)n + 1), *all = malloc((size_t)(n + 1) * (size_t)size);
+        if (rank == root) th_fill(b, (size_t)n, 100u + (unsigned)bi);
+        TH_OK(weft_bcast(b, n, WEFT_BYTE, root, c));
+        TH_CHECK(th_verify(b, (size_t)n, 100u + (unsigned)bi, NULL), "bcast %lld bytes root %d", (long long)n, root);
+        th_fill(all + (size_t)rank * (size_t)n, (size_t)n, 200u + (unsigned)(bi * 64 + rank));
+        TH_OK(weft_allgather(WEFT_IN_PLACE, all, n, WEFT_BYTE, g));
+        for (int r = 0; r < size; r++)
+            TH_CHECK(th_verify(all + (size_t)r * (size_t)n, (size_t)n, 200u + (unsigned)(bi * 64 + r), NULL),
+                     "allgather %lld bytes block %d", (long long)n, r);
+        free(b);
+        free(all);
+    }
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_comm_free(&g));
+    /* reduce_scatter (uneven blocks, one empty) and _block; barrier. */
+    c = forced("reduce_scatter", "shm");
+    g = forced("reduce_scatter_block", "shm");
+    for (int ci = 0; ci < NCOUNTS; ci++) {
+        int64_t rc[64], total = 0, off = 0, blk = counts[ci] / (size > 1 ? size : 1);
+        for (int r = 0; r < size; r++) {
+            rc[r] = r == 1 ? 0 : counts[ci] / size + (r % 2);
+            if (r < rank) off += rc[r];
+            total += rc[r];
+        }
+        int32_t *in = malloc(4 * (size_t)(total + blk * size + 1)), *out = malloc(4 * (size_t)(total + 1));
+        for (int pass = 0; pass < 2; pass++) {
+            int64_t t = pass ? blk * size : total, o = pass ? blk * rank : off, mine = pass ? blk : rc[rank];
+            for (int64_t i = 0; i < t; i++)
+                in[i] = val(rank, (size_t)i, ci + pass);
+            if (pass)
+                TH_OK(weft_reduce_scatter_block(in, out, blk, WEFT_INT32, WEFT_SUM, g));
+            else
+                TH_OK(weft_reduce_scatter(WEFT_IN_PLACE, (memcpy(out, in, 4 * (size_t)t), out), rc, WEFT_INT32,
+                                          WEFT_SUM, c));
+            for (int64_t i = 0; i < mine; i++) {
+                int want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, (size_t)(o + i), ci + pass);
+                TH_CHECK(out[i] == want, "reduce_scatter%s total %lld elem %lld", pass ? "_block" : "", (long long)t,
+                         (long long)i);
+            }
+        }
+        free(in);
+        free(out);
+    }
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_comm_free(&g));
+    c = forced("barrier", "shm");
+    for (int i = 0; i < 20; i++)
+        TH_OK(weft_barrier(c));
+    TH_CHECK(size == 1 || shm_ops(c) == 20, "barrier: %llu shm ops", (unsigned long long)shm_ops(c));
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+/* 1000 back-to-back allreduces (small and chunked, data changing every
+ * time), with bcasts of a rotating root and allgathers between them: a
+ * fast rank reuses slots while slow ones still read the previous ones. */
+static int body_reuse(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    int32_t in[700], out[700], all[64 * 4];
+    for (int it = 0; it < 1000; it++) {
+        int n = it % 3 == 2 ? 700 : 1 + it % 17;
+        for (int i = 0; i < n; i++)
+            in[i] = val(rank, (size_t)i, it);
+        TH_OK(weft_allreduce(in, out, n, WEFT_INT32, WEFT_SUM, w));
+        for (int i = 0; i < n; i++) {
+            int want = 0;
+            for (int r = 0; r < size; r++)
+                want += val(r, (size_t)i, it);
+            TH_CHECK(out[i] == want, "iteration %d elem %d: %d != %d", it, i, out[i], want);
+        }
+        if (it % 10 == 0) {
+            int32_t b[4] = {it, it + 1, rank, -it};
+            TH_OK(weft_bcast(b, 4, WEFT_INT32, it % size, w));
+            TH_CHECK(b[0] == it && b[2] == it % size, "bcast iteration %d", it);
+            TH_OK(weft_allgather(b, all, 4, WEFT_INT32, w));
+            for (int r = 0; r < size; r++)
+                TH_CHECK(all[r * 4] == it && all[r * 4 + 2] == it % size, "allgather iteration %d", it);
+        }
+    }
+    TH_CHECK(size == 1 || shm_ops(w) == 1000 + 200, "default selection ran %llu shm collectives, not 1200",
+             (unsigned long long)shm_ops(w));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+/* Nonblocking shm collectives (more in flight than slot buffers) with a
+ * ring of user messages. */
+static int body_nonblocking(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    for (int rep = 0; rep < 20; rep++) {
+        weft_request_t req[8];
+        int32_t a[3] = {rank, 1, rep}, ar[3], b[5], g[64], x[2] = {rank, rep}, y[2] = {-1, -1}, bar;
+        if (rank == rep % size)
+            for (int i = 0; i < 5; i++)
+                b[i] = rep * 10 + i;
+        int nr = 0;
+        TH_OK(weft_irecv(y, 2, WEFT_INT32, (rank + size - 1) % size, 7, w, &req[nr++]));
+        TH_OK(weft_iallreduce(a, ar, 3, WEFT_INT32, WEFT_SUM, w, &req[nr++]));
+        TH_OK(weft_ibcast(b, 5, WEFT_INT32, rep % size, w, &req[nr++]));
+        TH_OK(weft_ibarrier(w, &req[nr++]));
+        TH_OK(weft_iallgather(&rank, g, 1, WEFT_INT32, w, &req[nr++]));
+        TH_OK(weft_isend(x, 2, WEFT_INT32, (rank + 1) % size, 7, w, &req[nr++]));
+        TH_OK(weft_iallreduce(WEFT_IN_PLACE, &bar, 0, WEFT_INT32, WEFT_SUM, w, &req[nr++]));
+        TH_OK(weft_waitall(nr, req, NULL));
+        TH_CHECK(ar[0] == size * (size - 1) / 2 && ar[1] == size && ar[2] == rep * size, "iallreduce rep %d: %d %d %d", rep, ar[0], ar[1], ar[2]);
+        for (int i = 0; i < 5; i++)
+            TH_CHECK(b[i] == rep * 10 + i, "ibcast rep %d", rep);
+        for (int r = 0; r < size; r++)
+            TH_CHECK(g[r] == r, "iallgather rep %d", rep);
+        TH_CHECK(y[0] == (rank + size - 1) % size && y[1] == rep, "ring message rep %d", rep);
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+/* Simulated nodes of two: world spans nodes (shm declines, the base
+ * algorithm gives the right answer); a node communicator runs shm. */
+static int body_nodes(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t c = forced("allreduce", "shm"), node;
+    check_allreduce(c, 100, WEFT_SUM, 0, 1);
+    TH_CHECK(shm_ops(c) == 0 && c->shm == NULL, "shm ran on a communicator spanning nodes");
+    TH_OK(weft_comm_split_type(c, WEFT_SPLIT_NODE, rank, NULL, &node));
+    check_allreduce(node, 100, WEFT_SUM, 0, 2);
+    int ns;
+    TH_OK(weft_comm_size(node, &ns));
+    TH_CHECK(ns == 2 && shm_ops(node) == 1, "the node communicator (%d ranks) did not use shm", ns);
+    TH_OK(weft_comm_free(&node));
+    TH_OK(weft_comm_free(&c));
+    (void)size;
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+#define RANKS_TEST(name, body, N, t)                                                                                   \
+    Test(shm, name##_##N, .timeout = 60)                                                                               \
+    {                                                                                                                  \
+        th_result_t res = th_run(N, body, NULL, t, quiet_env);                                                         \
+        cr_assert_eq(res.timed_out, 0, "hung");                                                                        \
+        cr_assert_eq(res.failed, 0);                                                                                   \
+    }
+RANKS_TEST(forced, body_forced, 1, 30)
+RANKS_TEST(forced, body_forced, 2, 30)
+RANKS_TEST(forced, body_forced, 3, 30)
+RANKS_TEST(forced, body_forced, 5, 30)
+RANKS_TEST(forced, body_forced, 8, 40)
+RANKS_TEST(reuse, body_reuse, 3, 30)
+RANKS_TEST(reuse, body_reuse, 4, 30)
+RANKS_TEST(nonblocking, body_nonblocking, 4, 30)
+
+Test(shm, simulated_nodes_decline, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_RANKS_PER_NODE=2", NULL};
+    th_result_t res = th_run(4, body_nodes, NULL, 30, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- killed runs ----------------------------------------------------------- */
+
+typedef struct {
+    int victim; /* the rank that kills itself */
+    int when;   /* 0: before any collective (never attaches); 1: after 20 allreduces (mid-run) */
+    char name_file[64];
+} kill_arg_t;
+
+/* Rank 0 writes the segment's name (its /dev/shm entry) for the parent. */
+static void publish_name(weft_comm_t w, const char *file)
+{
+    weft_shm_t *sh = weft_shm_get(w, 0);
+    FILE *f = fopen(file, "w");
+    if (f && sh) fprintf(f, "%s\n", sh->name + 1);
+    if (f) fclose(f);
+}
+
+static int body_killed(int rank, int size, void *arg)
+{
+    kill_arg_t *k = arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    if (rank == 0) publish_name(w, k->name_file);
+    int32_t x[4] = {1, 2, 3, 4}, y[4];
+    if (k->when == 1)
+        for (int i = 0; i < 20; i++)
+            TH_OK(weft_allreduce(x, y, 4, WEFT_INT32, WEFT_SUM, w));
+    if (rank == k->victim) raise(SIGKILL);
+    double t0 = weft_wtime();
+    int rc = WEFT_SUCCESS;
+    for (int i = 0; i < 5 && rc == WEFT_SUCCESS; i++)
+        rc = weft_allreduce(x, y, 4, WEFT_INT32, WEFT_SUM, w);
+    TH_CHECK(rc != WEFT_SUCCESS, "the allreduce succeeded without rank %d", k->victim);
+    TH_CHECK(weft_wtime() - t0 < 10, "the error took %.1f s", weft_wtime() - t0);
+    weft_finalize(); /* fails (a rank is gone) but releases the segment */
+    return 0;
+}
+
+static int shm_exists(const char *name)
+{
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof(path), "/dev/shm/%s", name);
+    return stat(path, &st) == 0;
+}
+
+static void read_name(const char *file, char *name, size_t len)
+{
+    FILE *f = fopen(file, "r");
+    cr_assert(f, "rank 0 did not write the segment name");
+    cr_assert(fgets(name, (int)len, f));
+    name[strcspn(name, "\n")] = '\0';
+    fclose(f);
+    unlink(file);
+}
+
+static void killed_run(int victim, int when)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=3", NULL};
+    kill_arg_t k = {.victim = victim, .when = when};
+    snprintf(k.name_file, sizeof(k.name_file), "/tmp/weft-test-shm-%d", (int)getpid());
+    th_result_t res = th_run(4, body_killed, &k, 30, env);
+    cr_assert_eq(res.timed_out, 0, "survivors hung");
+    for (int r = 0; r < 4; r++)
+        if (r != victim) cr_assert_eq(res.exit_code[r], 0, "rank %d failed", r);
+    char name[200];
+    read_name(k.name_file, name, sizeof(name));
+    cr_assert(!shm_exists(name), "segment %s was left in /dev/shm", name);
+}
+
+Test(shm, killed_before_attach, .timeout = 60)
+{
+    killed_run(3, 0);
+}
+Test(shm, killed_mid_run, .timeout = 60)
+{
+    killed_run(2, 1);
+}
+
+/* The creator dies right after creating the segment, before anyone else
+ * attached: the name stays until the next weft_init on the host sweeps it. */
+static int body_creator_dies(int rank, int size, void *arg)
+{
+    kill_arg_t *k = arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    int token = 0;
+    if (rank != 0) { /* tell rank 0 this rank's init is over (rank 0 serves the bootstrap store) */
+        TH_OK(weft_send(&token, 1, WEFT_INT32, 0, 1, w));
+        usleep(300000);
+        _exit(0); /* never attaches */
+    }
+    TH_OK(weft_recv(&token, 1, WEFT_INT32, 1, 1, w, NULL));
+    weft_request_t req;
+    TH_OK(weft_ibarrier(w, &req)); /* its first step creates the segment */
+    publish_name(w, k->name_file);
+    raise(SIGKILL);
+    return 1;
+}
+
+static int body_sweep(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, stale_segment_swept_at_init, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=3", NULL};
+    kill_arg_t k = {.victim = 0};
+    snprintf(k.name_file, sizeof(k.name_file), "/tmp/weft-test-shm-%d", (int)getpid());
+    th_run(2, body_creator_dies, &k, 30, env);
+    char name[200];
+    read_name(k.name_file, name, sizeof(name));
+    cr_assert(shm_exists(name), "segment %s should be there until the sweep", name);
+    static const char *const single[] = {"WEFT_LOG_LEVEL=error", "WEFT_BOOTSTRAP=single", NULL};
+    th_result_t res = th_run(1, body_sweep, NULL, 30, single);
+    cr_assert_eq(res.failed, 0);
+    cr_assert(!shm_exists(name), "the sweep left %s", name);
+}
