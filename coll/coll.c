@@ -16,6 +16,9 @@ extern const weft_coll_alg_t weft_alg_allgather_recursive_doubling, weft_alg_bca
 extern const weft_coll_alg_t weft_alg_allreduce_rabenseifner, weft_alg_allreduce_knomial,
     weft_alg_reduce_scatter_recursive_halving, weft_alg_reduce_scatter_block_recursive_halving,
     weft_alg_reduce_reduce_scatter_gather;
+/* coll/hier/: compositions across nodes (decline on one node) */
+extern const weft_coll_alg_t weft_alg_barrier_hier, weft_alg_bcast_hier, weft_alg_reduce_hier, weft_alg_allreduce_hier,
+    weft_alg_allreduce_hier_rail, weft_alg_allgather_hier, weft_alg_alltoall_hier, weft_alg_alltoallv_hier;
 
 const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_barrier_dissemination,
@@ -47,6 +50,14 @@ const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_alltoallv_pairwise,
     &weft_alg_scan_linear,
     &weft_alg_exscan_linear,
+    &weft_alg_barrier_hier,
+    &weft_alg_bcast_hier,
+    &weft_alg_reduce_hier,
+    &weft_alg_allreduce_hier,
+    &weft_alg_allreduce_hier_rail,
+    &weft_alg_allgather_hier,
+    &weft_alg_alltoall_hier,
+    &weft_alg_alltoallv_hier,
     NULL,
 };
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE };
+enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE, OP_CHILD };
 
 typedef struct {
     int kind;
@@ -18,6 +18,7 @@ typedef struct {
     const void *src;
     size_t bytes;
     weft_sched_fn fn;
+    weft_sched_post_fn post; /* OP_CHILD */
     void *arg;
     int rop;   /* OP_REDUCE: the weft_op_t */
     int dtype; /* OP_REDUCE: the weft_dtype_t */
@@ -49,7 +50,7 @@ static int hook_registered;
 
 /* Finished schedules keep their arrays and one small scratch buffer for
  * the next collective: a small-message collective then allocates nothing. */
-#define SCHED_CACHE_MAX 16
+#define SCHED_CACHE_MAX    16
 #define SCHED_SCRATCH_KEEP 65536
 static weft_sched_t *sched_cache;
 static int sched_cached;
@@ -125,6 +126,16 @@ int weft_sched_op_finalize(weft_sched_t *s, int op, int dtype, void *buf, size_t
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg)
 {
     return add_op(s, (sched_op_t){.kind = OP_CALL, .fn = fn, .arg = arg});
+}
+
+int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, void *arg)
+{
+    return add_op(s, (sched_op_t){.kind = OP_CHILD, .peer = -1, .post = post, .arg = arg});
+}
+
+unsigned weft_sched_seq(const weft_sched_t *s)
+{
+    return s->seq;
 }
 
 int weft_sched_end_round(weft_sched_t *s)
@@ -212,8 +223,8 @@ static int post_round(weft_sched_t *s)
     int tag = (int)coll_tag(s);
     s->nreqs = 0;
     if ((rc = grow((void **)&s->reqs, &s->reqs_cap, end - start, sizeof(weft_request_t)))) return rc;
-    /* Receives first, so matching sends find them posted. */
-    for (int pass = 0; pass < 2; pass++)
+    /* Receives first, so matching sends find them posted; children last. */
+    for (int pass = 0; pass < 3; pass++)
         for (int i = start; i < end; i++) {
             sched_op_t *op = &s->ops[i];
             if (pass == 0 && op->kind == OP_RECV)
@@ -222,6 +233,8 @@ static int post_round(weft_sched_t *s)
             else if (pass == 1 && op->kind == OP_SEND)
                 rc = weft_xport->isend(op->src, op->bytes, op->peer, WEFT_TAG_CLASS_COLL, tag, s->comm,
                                        &s->reqs[s->nreqs]);
+            else if (pass == 2 && op->kind == OP_CHILD)
+                rc = op->post(s, op->arg, &s->reqs[s->nreqs]);
             else
                 continue;
             if (rc) return rc;
@@ -316,7 +329,12 @@ static int advance(weft_sched_t *s)
             moved = 1;
             if (err) {
                 char why[320];
-                if (err == WEFT_ERR_PEER_LOST && weft_rank_lost_why(weft_comm_world_rank_of(s->comm, peer)))
+                int lost = peer < 0 ? weft_comm_lost_member(s->comm) : -1; /* a child: find who */
+                if (lost >= 0)
+                    weft_lost_describe(s->comm, lost, why, sizeof(why));
+                else if (peer < 0)
+                    snprintf(why, sizeof(why), "a step on a sub-communicator failed: %s", weft_strerror(err));
+                else if (err == WEFT_ERR_PEER_LOST && weft_rank_lost_why(weft_comm_world_rank_of(s->comm, peer)))
                     weft_lost_describe(s->comm, peer, why, sizeof(why));
                 else
                     snprintf(why, sizeof(why), "exchange with rank %d failed: %s", peer, weft_strerror(err));

@@ -22,6 +22,14 @@ int weft_sched_send(weft_sched_t *s, const void *buf, size_t bytes, int peer);
 int weft_sched_recv(weft_sched_t *s, void *buf, size_t bytes, int peer);
 int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes);
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg);
+/* A child step: posts one nonblocking operation (a collective on a
+ * sub-communicator) when its round starts, and the round waits for its
+ * request with the round's messages. post returns a status and *req. */
+typedef int (*weft_sched_post_fn)(weft_sched_t *s, void *arg, weft_request_t *req);
+int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, void *arg);
+/* The sequence number a started schedule took (a child collective derives
+ * its own from it, so concurrent parents never cross on a sub-comm). */
+unsigned weft_sched_seq(const weft_sched_t *s);
 /* inout[i] = inout[i] op in[i] for count elements (op: weft_op_t, dtype: weft_dtype_t). */
 int weft_sched_reduce(weft_sched_t *s, int op, int dtype, void *inout, const void *in, size_t count);
 /* After a reduction of nranks contributions: WEFT_AVG divides (no-op otherwise). */
