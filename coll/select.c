@@ -15,8 +15,8 @@
 #include "coll/coll.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <limits.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,62 +26,63 @@
  * and docs/COLLECTIVES.md says which numbers decided each threshold.
  * Sizes are bytes per rank (allgather, gather, scatter, alltoall: one
  * rank's block; reduce_scatter: the whole vector). */
-static const char default_rules[] = /* Across nodes (coll/hier/): ahead of the flat rules, so a communicator
-                                     * spanning several nodes composes node, leader and rail steps; each
-                                     * declines on one node or one rank per node and the flat rules below
-                                     * run. The thresholds are guesses that await measurement on the
-                                     * many-core host with simulated nodes (WEFT_RANKS_PER_NODE): 64 KiB for
-                                     * the rail allreduce (where Rabenseifner overtakes RD flat, times 4),
-                                     * hier for every size elsewhere. hier_rail declines on uneven nodes and
-                                     * hier takes over. */
-    "barrier:nodes=multi:hier,"
-    "bcast:nodes=multi:hier,"
-    "reduce:nodes=multi:hier,"
-    "allreduce:0-64k:nodes=multi:hier,"
-    "allreduce:64k-inf:nodes=multi:hier_rail,"
-    "allreduce:64k-inf:nodes=multi:hier,"
-    "allgather:nodes=multi:hier,"
-    "alltoall:nodes=multi:hier,"
-    "alltoallv:nodes=multi:hier,"
-    "barrier:dissemination,"
-    /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
-    "bcast:0-inf:binomial,"
-    /* reduce-scatter + gather wins from 64 KiB (32 ranks) / 128 KiB (8, 16) */
-    "reduce:0-64k:binomial,"
-    "reduce:64k-inf:reduce_scatter_gather,"
-    /* RD below 16 KiB; Rabenseifner 16 KiB - 2 MiB (1.5-3x over RD);
-     * ring from 2 MiB (ties Rabenseifner at 16 ranks, wins at 32) */
-    "allreduce:0-16k:recursive_doubling,"
-    "allreduce:16k-2m:rabenseifner,"
-    "allreduce:2m-inf:ring,"
-    /* RD below 32 KiB at every rank count; ring above (RD is 10-20%
-     * faster again from 256 KiB at 32 ranks, but needs extra steps
-     * for other rank counts) */
-    "allgather:0-32k:recursive_doubling,"
-    "allgather:32k-inf:ring,"
-    "allgatherv:ring,"
-    /* binomial to 128 KiB (16 ranks: to 1 MiB), linear above */
-    "gather:0-128k:binomial,"
-    "gather:128k-inf:linear,"
-    "gatherv:linear,"
-    /* binomial below 8 KiB at 8, 16, 32 ranks */
-    "scatter:0-8k:binomial,"
-    "scatter:8k-inf:linear,"
-    "scatterv:linear,"
-    /* recursive halving to 512 KiB; ring above at 8, 16 ranks */
-    "reduce_scatter:0-512k:recursive_halving,"
-    "reduce_scatter:512k-inf:ring,"
-    "reduce_scatter_block:0-512k:recursive_halving,"
-    "reduce_scatter_block:512k-inf:ring,"
-    /* linear (one round) wins to 64 KiB at 8, 16, 32 ranks; Bruck
-     * wins 16-256 B blocks at 32 ranks; pairwise ties linear at 64 KiB
-     * and keeps one message in flight per rank above */
-    "alltoall:0-512:np=24-inf:bruck,"
-    "alltoall:0-64k:linear,"
-    "alltoall:64k-inf:pairwise,"
-    "alltoallv:pairwise,"
-    "scan:linear,"
-    "exscan:linear";
+static const char default_rules[] = "barrier:dissemination,"
+                                    /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
+                                    "bcast:0-inf:binomial,"
+                                    /* reduce-scatter + gather wins from 64 KiB (32 ranks) / 128 KiB (8, 16) */
+                                    "reduce:0-64k:binomial,"
+                                    "reduce:64k-inf:reduce_scatter_gather,"
+                                    /* RD below 16 KiB; Rabenseifner 16 KiB - 2 MiB (1.5-3x over RD);
+                                     * ring from 2 MiB (ties Rabenseifner at 16 ranks, wins at 32) */
+                                    "allreduce:0-16k:recursive_doubling,"
+                                    "allreduce:16k-2m:rabenseifner,"
+                                    "allreduce:2m-inf:ring,"
+                                    /* RD below 32 KiB at every rank count; ring above (RD is 10-20%
+                                     * faster again from 256 KiB at 32 ranks, but needs extra steps
+                                     * for other rank counts) */
+                                    "allgather:0-32k:recursive_doubling,"
+                                    "allgather:32k-inf:ring,"
+                                    "allgatherv:ring,"
+                                    /* binomial to 128 KiB (16 ranks: to 1 MiB), linear above */
+                                    "gather:0-128k:binomial,"
+                                    "gather:128k-inf:linear,"
+                                    "gatherv:linear,"
+                                    /* binomial below 8 KiB at 8, 16, 32 ranks */
+                                    "scatter:0-8k:binomial,"
+                                    "scatter:8k-inf:linear,"
+                                    "scatterv:linear,"
+                                    /* recursive halving to 512 KiB; ring above at 8, 16 ranks */
+                                    "reduce_scatter:0-512k:recursive_halving,"
+                                    "reduce_scatter:512k-inf:ring,"
+                                    "reduce_scatter_block:0-512k:recursive_halving,"
+                                    "reduce_scatter_block:512k-inf:ring,"
+                                    /* linear (one round) wins to 64 KiB at 8, 16, 32 ranks; Bruck
+                                     * wins 16-256 B blocks at 32 ranks; pairwise ties linear at 64 KiB
+                                     * and keeps one message in flight per rank above */
+                                    "alltoall:0-512:np=24-inf:bruck,"
+                                    "alltoall:0-64k:linear,"
+                                    "alltoall:64k-inf:pairwise,"
+                                    "alltoallv:pairwise,"
+                                    "scan:linear,"
+                                    "exscan:linear";
+
+/* Across nodes (coll/hier/), parsed ahead of default_rules (higher
+ * scores): a communicator spanning several nodes composes node, leader and
+ * rail steps; each algorithm declines on one node or one rank per node and
+ * the flat rules run. Not measured yet: the thresholds await a sweep on the
+ * many-core host with simulated nodes (WEFT_RANKS_PER_NODE). 64 KiB for the
+ * rail allreduce is a guess (where Rabenseifner overtakes RD flat, times
+ * 4); hier at every size elsewhere is a guess too. hier_rail declines on
+ * uneven nodes and hier takes over. */
+static const char hier_rules[] = "barrier:nodes=multi:hier,"
+                                 "bcast:nodes=multi:hier,"
+                                 "reduce:nodes=multi:hier,"
+                                 "allreduce:0-64k:nodes=multi:hier,"
+                                 "allreduce:64k-inf:nodes=multi:hier_rail,"
+                                 "allreduce:64k-inf:nodes=multi:hier,"
+                                 "allgather:nodes=multi:hier,"
+                                 "alltoall:nodes=multi:hier,"
+                                 "alltoallv:nodes=multi:hier";
 
 enum { NODES_ANY = 0, NODES_ONE = 1, NODES_MULTI = 2 };
 
@@ -258,7 +259,8 @@ static int by_score_desc(const void *x, const void *y)
 int weft_coll_select_init(void)
 {
     weft_coll_select_finalize();
-    int rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
+    int rc = parse_rules(hier_rules, 2000, 0, "built-in selection table");
+    if (!rc) rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
     if (rc) return rc;
     if (weft_cfg.coll_tune[0]) rc = parse_rules(weft_cfg.coll_tune, 100000, 1, "WEFT_COLL_TUNE");
     /* Best score first, so a call's selection is one pass over the rules. */
@@ -336,12 +338,9 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
             char lo[32], hi[32], cond[48] = "";
             size_text(r->lo, lo, sizeof(lo));
             size_text(r->hi, hi, sizeof(hi));
-            if (r->np_lo == r->np_hi)
-                snprintf(cond, sizeof(cond), ":np=%d", r->np_lo);
-            else if (r->np_hi == INT_MAX)
-                snprintf(cond, sizeof(cond), ":np=%d-inf", r->np_lo);
-            else if (r->np_lo)
-                snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
+            if (r->np_lo == r->np_hi) snprintf(cond, sizeof(cond), ":np=%d", r->np_lo);
+            else if (r->np_hi == INT_MAX) snprintf(cond, sizeof(cond), ":np=%d-inf", r->np_lo);
+            else if (r->np_lo) snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
             if (r->nodes)
                 snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
                          r->nodes == NODES_ONE ? "1" : "multi");
