@@ -77,6 +77,24 @@ static const char default_rules[] = /* coll/shm inside one node, up to a slot (1
                                     "scan:linear,"
                                     "exscan:linear";
 
+/* Across nodes (coll/hier/), parsed ahead of default_rules (higher
+ * scores): a communicator spanning several nodes composes node, leader and
+ * rail steps; each algorithm declines on one node or one rank per node and
+ * the flat rules run. Not measured yet: the thresholds await a sweep on the
+ * many-core host with simulated nodes (WEFT_RANKS_PER_NODE). 64 KiB for the
+ * rail allreduce is a guess (where Rabenseifner overtakes RD flat, times
+ * 4); hier at every size elsewhere is a guess too. hier_rail declines on
+ * uneven nodes and hier takes over. */
+static const char hier_rules[] = "barrier:nodes=multi:hier,"
+                                 "bcast:nodes=multi:hier,"
+                                 "reduce:nodes=multi:hier,"
+                                 "allreduce:0-64k:nodes=multi:hier,"
+                                 "allreduce:64k-inf:nodes=multi:hier_rail,"
+                                 "allreduce:64k-inf:nodes=multi:hier,"
+                                 "allgather:nodes=multi:hier,"
+                                 "alltoall:nodes=multi:hier,"
+                                 "alltoallv:nodes=multi:hier";
+
 enum { NODES_ANY = 0, NODES_ONE = 1, NODES_MULTI = 2 };
 
 typedef struct {
@@ -252,7 +270,8 @@ static int by_score_desc(const void *x, const void *y)
 int weft_coll_select_init(void)
 {
     weft_coll_select_finalize();
-    int rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
+    int rc = parse_rules(hier_rules, 2000, 0, "built-in selection table");
+    if (!rc) rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
     if (rc) return rc;
     if (weft_cfg.coll_tune[0]) rc = parse_rules(weft_cfg.coll_tune, 100000, 1, "WEFT_COLL_TUNE");
     /* Best score first, so a call's selection is one pass over the rules. */

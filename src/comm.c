@@ -7,7 +7,10 @@
  * mask of free context ids. Every member then computes the same answer
  * locally: the groups, the ranks in each, and the lowest context id free
  * on every member of the parent (disjoint groups may share it: their
- * traffic never meets). */
+ * traffic never meets), plus the next three free ones, reserved for the
+ * communicator's derived node, leader and rail sub-communicators. Those
+ * are built later, locally, from the node map (weft_comm_derived): no
+ * member needs to talk to another to build them. */
 #include "bootstrap/bootstrap.h"
 #include "request.h"
 #include "topo/topo.h"
@@ -30,13 +33,20 @@ static void ctx_release(uint32_t id)
     ctx_used[id / 64] &= ~(UINT64_C(1) << (id % 64));
 }
 
+static void ctx_take(uint32_t id)
+{
+    ctx_used[id / 64] |= UINT64_C(1) << (id % 64);
+}
+
+static void topo_free(weft_comm_t c);
+
 /* ---- life cycle ---------------------------------------------------------- */
 
 int weft_comm_world_create(void)
 {
     memset(&world_comm, 0, sizeof(world_comm));
     memset(ctx_used, 0, sizeof(ctx_used));
-    ctx_used[0] = 1; /* context 0 is the world's */
+    ctx_used[0] = 0xf; /* context 0 is the world's, 1..3 its node, leader and rail comms' */
     world_comm.magic = WEFT_COMM_MAGIC;
     world_comm.context_id = 0;
     world_comm.rank = weft_g.rank;
@@ -45,6 +55,8 @@ int weft_comm_world_create(void)
     world_comm.timeout = weft_cfg.timeout;
     world_comm.device = -1;
     world_comm.nnodes = weft_g.nnodes;
+    for (int k = 0; k < WEFT_SUB_KINDS; k++)
+        world_comm.sub_ctx[k] = (uint32_t)(1 + k);
     snprintf(world_comm.name, sizeof(world_comm.name), "world");
     weft_g.world = &world_comm;
     live_comms = 0;
@@ -55,6 +67,9 @@ static void comm_release(weft_comm_t c)
 {
     if (c->shm && weft_coll_svc && weft_coll_svc->comm_release) weft_coll_svc->comm_release(c);
     ctx_release(c->context_id);
+    for (int k = 0; k < WEFT_SUB_KINDS; k++)
+        if (c->sub_ctx[k] != WEFT_SUB_NONE) ctx_release(c->sub_ctx[k]);
+    topo_free(c);
     free(c->world_ranks);
     weft_hints_free(c->hints, c->nhints);
     c->world_ranks = NULL;
@@ -73,6 +88,7 @@ void weft_comm_world_destroy(void)
                       live_comms == 1 ? " was" : "s were");
     /* Objects stay on the free list (a stale handle fails the magic check)
      * until the process ends; a new init reuses them. */
+    topo_free(&world_comm);
     weft_hints_free(world_comm.hints, world_comm.nhints);
     world_comm.hints = NULL;
     world_comm.nhints = 0;
@@ -210,18 +226,22 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
         }
     }
 
-    /* The lowest context id free on every member of the parent. */
-    int ctx = -1;
-    for (int w = 0; w < CTX_WORDS && ctx < 0; w++) {
+    /* The lowest context ids free on every member of the parent: the
+     * communicator's, then its derived node, leader and rail comms'. */
+    int ids[1 + WEFT_SUB_KINDS], nids = 0;
+    for (int w = 0; w < CTX_WORDS && nids < 1 + WEFT_SUB_KINDS; w++) {
         uint64_t m = ~UINT64_C(0);
         for (int r = 0; r < n; r++)
             m &= all[r].free_ctx[w];
-        if (m) ctx = w * 64 + __builtin_ctzll(m);
+        for (; m && nids < 1 + WEFT_SUB_KINDS; m &= m - 1)
+            ids[nids++] = w * 64 + __builtin_ctzll(m);
     }
+    int ctx = nids == 1 + WEFT_SUB_KINDS ? ids[0] : -1;
     if (ctx < 0) {
         rc = weft_error(WEFT_ERR_NO_MEMORY,
-                        "%s: no context id is free on every member (at most %d live communicators per process)", a->fn,
-                        WEFT_MAX_CONTEXTS);
+                        "%s: no 4 context ids (a communicator's and its node, leader and rail comms') are free on "
+                        "every member (at most %d context ids per process)",
+                        a->fn, WEFT_MAX_CONTEXTS);
         goto out;
     }
     if (!(c = comm_alloc())) {
@@ -249,7 +269,11 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     c->magic = WEFT_COMM_MAGIC;
     c->context_id = (uint32_t)ctx;
     c->device = -1;
-    ctx_used[ctx / 64] |= UINT64_C(1) << (ctx % 64);
+    ctx_take((uint32_t)ctx);
+    for (int k = 0; k < WEFT_SUB_KINDS; k++) {
+        c->sub_ctx[k] = (uint32_t)ids[1 + k];
+        ctx_take(c->sub_ctx[k]);
+    }
     live_comms++;
     char defname[64];
     if (a->name)
@@ -422,6 +446,120 @@ WEFT_API int weft_comm_abort(weft_comm_t comm, int errorcode)
     fflush(stderr);
     if (weft_g.bs && weft_g.bs->abort) weft_g.bs->abort(weft_g.bs, errorcode, "weft_comm_abort");
     _exit(errorcode ? errorcode : 1);
+}
+
+/* ---- derived sub-communicators (node, leader, rail) ------------------------ */
+
+static void derived_release(weft_comm_t c)
+{
+    free(c->world_ranks);
+    c->world_ranks = NULL;
+    c->magic = 0;
+    c->next_free = comm_free_list;
+    comm_free_list = c;
+}
+
+static void topo_free(weft_comm_t c)
+{
+    weft_comm_topo_t *t = c->topo;
+    if (!t) return;
+    for (int k = 0; k < WEFT_SUB_KINDS; k++)
+        if (t->sub[k]) derived_release(t->sub[k]);
+    free(t->node_of);
+    free(t->local_of);
+    free(t->node_size);
+    free(t->leader_of);
+    free(t);
+    c->topo = NULL;
+}
+
+const weft_comm_topo_t *weft_comm_topo(weft_comm_t comm)
+{
+    if (comm->topo) return comm->topo;
+    int n = comm->size;
+    weft_comm_topo_t *t = calloc(1, sizeof(*t));
+    if (t) {
+        t->node_of = malloc(sizeof(int) * (size_t)n);
+        t->local_of = malloc(sizeof(int) * (size_t)n);
+        t->node_size = calloc((size_t)n, sizeof(int));
+        t->leader_of = malloc(sizeof(int) * (size_t)n);
+    }
+    if (!t || !t->node_of || !t->local_of || !t->node_size || !t->leader_of) {
+        comm->topo = t;
+        if (t) topo_free(comm);
+        weft_error(WEFT_ERR_NO_MEMORY, "comm %s: out of memory for its node map", comm->name);
+        return NULL;
+    }
+    /* Nodes numbered by first member: a quadratic scan, done once per comm. */
+    for (int r = 0; r < n; r++) {
+        int wn = weft_g.node_of[weft_comm_world_rank_of(comm, r)], node = -1;
+        for (int q = 0; q < r && node < 0; q++)
+            if (weft_g.node_of[weft_comm_world_rank_of(comm, q)] == wn) node = t->node_of[q];
+        if (node < 0) {
+            node = t->nnodes++;
+            t->leader_of[node] = r;
+        }
+        t->node_of[r] = node;
+        t->local_of[r] = t->node_size[node]++;
+    }
+    t->equal = 1;
+    for (int k = 1; k < t->nnodes; k++)
+        t->equal &= t->node_size[k] == t->node_size[0];
+    t->my_node = t->node_of[comm->rank];
+    t->my_local = t->local_of[comm->rank];
+    comm->topo = t;
+    return t;
+}
+
+static int derived_member(const weft_comm_topo_t *t, int kind, int r)
+{
+    if (kind == WEFT_SUB_NODE) return t->node_of[r] == t->my_node;
+    if (kind == WEFT_SUB_LEADER) return t->local_of[r] == 0;
+    return t->local_of[r] == t->my_local;
+}
+
+int weft_comm_derived(weft_comm_t comm, int kind, weft_comm_t *out)
+{
+    static const char *const suffix[WEFT_SUB_KINDS] = {"node", "leader", "rail"};
+    *out = WEFT_COMM_NULL;
+    if (kind < 0 || kind >= WEFT_SUB_KINDS || comm->sub_ctx[kind] == WEFT_SUB_NONE)
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "comm %s has no derived %s communicator", comm->name,
+                                kind >= 0 && kind < WEFT_SUB_KINDS ? suffix[kind] : "?");
+    weft_comm_topo_t *t = (weft_comm_topo_t *)weft_comm_topo(comm);
+    if (!t) return WEFT_ERR_NO_MEMORY;
+    if (t->built[kind]) {
+        *out = t->sub[kind];
+        return WEFT_SUCCESS;
+    }
+    if (kind == WEFT_SUB_LEADER && t->my_local != 0) { /* not a member */
+        t->built[kind] = 1;
+        return WEFT_SUCCESS;
+    }
+    weft_comm_t c = comm_alloc();
+    if (!c || !(c->world_ranks = malloc(sizeof(int) * (size_t)comm->size))) {
+        if (c) derived_release(c);
+        return weft_error(WEFT_ERR_NO_MEMORY, "comm %s: out of memory for its %s communicator", comm->name,
+                          suffix[kind]);
+    }
+    for (int r = 0; r < comm->size; r++)
+        if (derived_member(t, kind, r)) {
+            if (r == comm->rank) c->rank = c->size;
+            c->world_ranks[c->size++] = weft_comm_world_rank_of(comm, r);
+        }
+    c->magic = WEFT_COMM_MAGIC;
+    c->context_id = comm->sub_ctx[kind];
+    for (int k = 0; k < WEFT_SUB_KINDS; k++)
+        c->sub_ctx[k] = WEFT_SUB_NONE; /* a derived comm derives nothing (it has no ids for it) */
+    c->timeout = comm->timeout;
+    c->device = comm->device;
+    c->nnodes = kind == WEFT_SUB_NODE ? 1 : c->size;
+    snprintf(c->name, sizeof(c->name), "%.50s.%s", comm->name, suffix[kind]);
+    t->sub[kind] = c;
+    t->built[kind] = 1;
+    *out = c;
+    weft_debug("comm %s: derived %s: rank %d of %d, context %u", comm->name, c->name, c->rank, c->size,
+               (unsigned)c->context_id);
+    return WEFT_SUCCESS;
 }
 
 /* ---- queries ------------------------------------------------------------- */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE, OP_POLL };
+enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE, OP_POLL, OP_CHILD };
 
 typedef struct {
     int kind;
@@ -19,6 +19,7 @@ typedef struct {
     size_t bytes;
     weft_sched_fn fn;
     weft_sched_poll_fn poll;
+    weft_sched_post_fn post; /* OP_CHILD */
     void *arg;
     int rop;   /* OP_REDUCE: the weft_op_t */
     int dtype; /* OP_REDUCE: the weft_dtype_t */
@@ -40,6 +41,7 @@ struct weft_sched {
     int waiting_peer;         /* for timeout messages: a peer the round still waits on */
     const char *waiting_what; /* a polling step's description of what it waits for (NULL: a message) */
     int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
+    int child_next;           /* op index of the current round's next child to post (-1: all posted) */
     unsigned lost_seen;       /* weft_lost_count when the members were last checked */
     weft_request_t req;
     struct weft_sched *next_active;
@@ -85,6 +87,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->waiting_peer = -1;
     s->waiting_what = NULL;
     s->local_pos = 0;
+    s->child_next = -1;
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     return s;
 }
@@ -141,6 +144,16 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
 {
     s->waiting_peer = peer;
     s->waiting_what = what;
+}
+
+int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, weft_sched_fn reserve, void *arg)
+{
+    return add_op(s, (sched_op_t){.kind = OP_CHILD, .peer = -1, .post = post, .fn = reserve, .arg = arg});
+}
+
+unsigned weft_sched_seq(const weft_sched_t *s)
+{
+    return s->seq;
 }
 
 int weft_sched_end_round(weft_sched_t *s)
@@ -221,6 +234,40 @@ static unsigned coll_tag(const weft_sched_t *s)
     return s->seq & ((1u << WEFT_COLL_TAG_BITS) - 1);
 }
 
+/* Posts the current round's children from s->child_next on, in order,
+ * until one may not post yet (it is retried on later progress). */
+static int post_children(weft_sched_t *s)
+{
+    int end = s->round_end[s->cur];
+    for (int i = s->child_next; i >= 0 && i < end; i++) {
+        sched_op_t *op = &s->ops[i];
+        if (op->kind != OP_CHILD) continue;
+        int rc = op->post(s, op->arg, &s->reqs[s->nreqs]);
+        if (rc == WEFT_SCHED_AGAIN) {
+            s->child_next = i;
+            return WEFT_SUCCESS;
+        }
+        if (rc) {
+            s->child_next = i + 1; /* this one failed: it is not abandoned again */
+            return rc;
+        }
+        s->reqs[s->nreqs]->peer = op->peer;
+        s->nreqs++;
+    }
+    s->child_next = -1;
+    return WEFT_SUCCESS;
+}
+
+/* Tells the children this schedule never posted that they will not be. */
+static void abandon_children(weft_sched_t *s)
+{
+    if (s->cur >= s->nrounds) return;
+    int from = s->child_next >= 0 ? s->child_next : s->round_end[s->cur];
+    for (int i = from; i < s->nops; i++)
+        if (s->ops[i].kind == OP_CHILD) s->ops[i].post(s, s->ops[i].arg, NULL);
+    s->child_next = -1;
+}
+
 /* Posts the transport operations of round s->cur. */
 static int post_round(weft_sched_t *s)
 {
@@ -228,7 +275,7 @@ static int post_round(weft_sched_t *s)
     int tag = (int)coll_tag(s);
     s->nreqs = 0;
     if ((rc = grow((void **)&s->reqs, &s->reqs_cap, end - start, sizeof(weft_request_t)))) return rc;
-    /* Receives first, so matching sends find them posted. */
+    /* Receives first, so matching sends find them posted; children last. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = start; i < end; i++) {
             sched_op_t *op = &s->ops[i];
@@ -244,7 +291,8 @@ static int post_round(weft_sched_t *s)
             s->reqs[s->nreqs]->peer = op->peer;
             s->nreqs++;
         }
-    return WEFT_SUCCESS;
+    s->child_next = start;
+    return post_children(s);
 }
 
 /* Runs round s->cur's local steps in order: WEFT_SUCCESS, an error, or
@@ -307,6 +355,7 @@ static void finish(weft_sched_t *s, int rc)
     weft_request_t req = s->req;
     unlink_active(s);
     abandon_round(s);
+    abandon_children(s);
     if (rc != WEFT_SUCCESS) weft_debug("collective %s (comm %s) failed: %s", s->name, s->comm->name, weft_strerror(rc));
     req->owner_data = NULL;
     sched_free(s);
@@ -332,6 +381,14 @@ static int advance(weft_sched_t *s)
 {
     int moved = 0;
     while (s->cur < s->nrounds) {
+        if (s->child_next >= 0) { /* children that could not post yet */
+            int rc = post_children(s);
+            if (rc) {
+                fail(s, rc, "a step on a sub-communicator could not start");
+                return 1;
+            }
+            if (s->child_next >= 0) return moved;
+        }
         for (int i = 0; i < s->nreqs; i++) {
             weft_request_t r = s->reqs[i];
             if (!r) continue;
@@ -345,7 +402,12 @@ static int advance(weft_sched_t *s)
             moved = 1;
             if (err) {
                 char why[320];
-                if (err == WEFT_ERR_PEER_LOST && weft_rank_lost_why(weft_comm_world_rank_of(s->comm, peer)))
+                int lost = peer < 0 ? weft_comm_lost_member(s->comm) : -1; /* a child: find who */
+                if (lost >= 0)
+                    weft_lost_describe(s->comm, lost, why, sizeof(why));
+                else if (peer < 0)
+                    snprintf(why, sizeof(why), "a step on a sub-communicator failed: %s", weft_strerror(err));
+                else if (err == WEFT_ERR_PEER_LOST && weft_rank_lost_why(weft_comm_world_rank_of(s->comm, peer)))
                     weft_lost_describe(s->comm, peer, why, sizeof(why));
                 else
                     snprintf(why, sizeof(why), "exchange with rank %d failed: %s", peer, weft_strerror(err));
@@ -459,6 +521,10 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
     }
     s->next_active = active;
     active = s;
+    /* Children reserve their turn on their sub-communicators now: schedules
+     * start in the user's call order, the same on every rank. */
+    for (int i = 0; i < s->nops; i++)
+        if (s->ops[i].kind == OP_CHILD && s->ops[i].fn) s->ops[i].fn(s, s->ops[i].arg);
     if ((rc = post_round(s))) {
         finish(s, rc);
         return WEFT_SUCCESS; /* the request carries the error */

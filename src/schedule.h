@@ -33,6 +33,22 @@ int weft_sched_poll(weft_sched_t *s, weft_sched_poll_fn fn, void *arg);
 /* For messages about a pending poll: the comm rank it waits on (-1: none
  * in particular) and what, e.g. "rank 3's arrival flag" (a static string). */
 void weft_sched_waiting(weft_sched_t *s, int peer, const char *what);
+/* A child step: posts one nonblocking operation (a collective on a
+ * sub-communicator) when its round starts, and the round waits for its
+ * request with the round's messages. post returns a status and *req, or
+ * WEFT_SCHED_AGAIN when it may not post yet (collectives on a
+ * sub-communicator must start in the same order on all its members; the
+ * engine retries on later progress, posting a round's children in order).
+ * post is called with req == NULL when the schedule ends without having
+ * posted the child (failure, cancel). reserve, if not NULL, runs for every
+ * child of the schedule, in order, when the schedule starts (which is in
+ * the user's call order on every rank): the place to take a ticket. */
+#define WEFT_SCHED_AGAIN 1
+typedef int (*weft_sched_post_fn)(weft_sched_t *s, void *arg, weft_request_t *req);
+int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, weft_sched_fn reserve, void *arg);
+/* The sequence number a started schedule took (a child collective derives
+ * its own from it, so concurrent parents never cross on a sub-comm). */
+unsigned weft_sched_seq(const weft_sched_t *s);
 /* inout[i] = inout[i] op in[i] for count elements (op: weft_op_t, dtype: weft_dtype_t). */
 int weft_sched_reduce(weft_sched_t *s, int op, int dtype, void *inout, const void *in, size_t count);
 /* After a reduction of nranks contributions: WEFT_AVG divides (no-op otherwise). */

@@ -130,6 +130,12 @@ struct weft_comm_s {
     int *world_ranks;  /* comm rank -> world rank (NULL for world: identity) */
     double timeout;    /* default wait deadline, seconds; 0 = none */
     unsigned coll_seq; /* collectives started on this communicator */
+    /* A derived comm's child collectives (coll/hier) start in ticket order:
+     * tickets are taken when parent schedules start (the user's order), so
+     * every member starts them in the same order. Broken once a parent gave
+     * up a ticket unposted: later children fail at once. */
+    unsigned child_tickets, child_turn;
+    int child_broken;
     int abort_on_error;
     int device;
     int pending;        /* live requests on this communicator */
@@ -140,6 +146,11 @@ struct weft_comm_s {
     char name[64];
     void *shm; /* coll/shm's segment state (NULL until a shared-memory collective runs); released on free */
     struct weft_comm_s *next_free;
+    /* Derived sub-communicators (node, leader, rail): their context ids are
+     * agreed with this one's at creation (WEFT_SUB_NONE on a derived comm,
+     * which has none); the objects are built locally on first use. */
+    uint32_t sub_ctx[3];
+    struct weft_comm_topo *topo; /* NULL until first asked for */
 };
 int weft_comm_world_create(void);
 void weft_comm_world_destroy(void);
@@ -153,6 +164,33 @@ static inline int weft_comm_world_rank_of(weft_comm_t comm, int rank)
 {
     return comm->world_ranks ? comm->world_ranks[rank] : rank;
 }
+/* ---- topology of a communicator and its derived sub-communicators ------ */
+/* Built from the node map on first use, without communication, and cached
+ * on the communicator (freed with it). Nodes are numbered by their first
+ * member in comm-rank order; a node's leader is its lowest comm rank; a
+ * rank's local index is its position among its node's members. */
+enum { WEFT_SUB_NODE = 0, WEFT_SUB_LEADER = 1, WEFT_SUB_RAIL = 2, WEFT_SUB_KINDS = 3 };
+#define WEFT_SUB_NONE UINT32_MAX
+typedef struct weft_comm_topo {
+    int nnodes;
+    int *node_of;   /* comm rank -> node index */
+    int *local_of;  /* comm rank -> local index on its node */
+    int *node_size; /* node index -> members */
+    int *leader_of; /* node index -> the leader's comm rank */
+    int equal;      /* every node has the same number of members */
+    int my_node, my_local;
+    int built[WEFT_SUB_KINDS];
+    struct weft_comm_s *sub[WEFT_SUB_KINDS];
+} weft_comm_topo_t;
+/* comm's topology, or NULL with the error set (out of memory). */
+const weft_comm_topo_t *weft_comm_topo(weft_comm_t comm);
+/* The node, leader or rail sub-communicator containing this rank: members
+ * in comm-rank order; the leader comm has one rank (the leader) per node
+ * and *out is NULL on other ranks; rail r holds the ranks of local index r.
+ * Built locally on first use (the context ids were agreed at comm's
+ * creation), cached on comm. WEFT_ERR_UNSUPPORTED on a derived comm. */
+int weft_comm_derived(weft_comm_t comm, int kind, weft_comm_t *out);
+
 /* A wait on comm ended in rc: aborts the job if the communicator asked for
  * that and rc is a timeout or a communication failure. */
 void weft_comm_error_policy(weft_comm_t comm, int rc);

@@ -1,0 +1,84 @@
+/* Shape checks and child steps for coll/hier/ (see hier.h). */
+#include "coll/hier/hier.h"
+
+#include <string.h>
+
+int weft_hier_shape(const weft_coll_args_t *a, int need_equal, const char *alg, const weft_comm_topo_t **out)
+{
+    weft_comm_t c = a->comm;
+    if (c->sub_ctx[WEFT_SUB_NODE] == WEFT_SUB_NONE)
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "%s: comm %s is itself derived", alg, c->name);
+    if (c->nnodes <= 1) return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "%s: comm %s is on one node", alg, c->name);
+    if (c->nnodes == c->size)
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "%s: comm %s has one rank per node", alg, c->name);
+    const weft_comm_topo_t *t = weft_comm_topo(c);
+    if (!t) return WEFT_ERR_NO_MEMORY;
+    if (need_equal && !t->equal)
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "%s: the nodes of comm %s hold different numbers of ranks", alg,
+                                c->name);
+    *out = t;
+    return WEFT_SUCCESS;
+}
+
+typedef struct {
+    weft_hier_child_t c;
+    weft_comm_t comm;
+    unsigned ticket; /* this child's turn on comm */
+} child_t;
+
+/* At the parent's start: the child's turn among all children on its
+ * sub-communicator (see weft_sched_child). */
+static int child_reserve(weft_sched_t *s, void *arg)
+{
+    (void)s;
+    child_t *ch = arg;
+    ch->ticket = ch->comm->child_tickets++;
+    return WEFT_SUCCESS;
+}
+
+static int child_post(weft_sched_t *s, void *arg, weft_request_t *req)
+{
+    child_t *ch = arg;
+    const weft_hier_child_t *c = &ch->c;
+    weft_comm_t sub = ch->comm;
+    int64_t n = (int64_t)c->count;
+    if (!req) { /* the parent ends without posting this child */
+        sub->child_broken = 1;
+        return WEFT_SUCCESS;
+    }
+    if (sub->child_broken)
+        return weft_error(WEFT_ERR_CANCELED, "hier: an earlier collective gave up its step on %s", sub->name);
+    if (sub->child_turn != ch->ticket) return WEFT_SCHED_AGAIN; /* an earlier parent's child goes first */
+    sub->child_turn++;
+    /* The sub-communicator's sequence number comes from the parent's, not
+     * from the order schedules happen to reach this step: concurrent parent
+     * collectives progress differently on different ranks. */
+    sub->coll_seq = (weft_sched_seq(s) << 3) + (unsigned)c->idx;
+    switch (c->kind) {
+    case WEFT_COLL_BARRIER: return weft_ibarrier(sub, req);
+    case WEFT_COLL_BCAST: return weft_ibcast(c->recvbuf, n, c->dtype, c->root, sub, req);
+    case WEFT_COLL_REDUCE: return weft_ireduce(c->sendbuf, c->recvbuf, n, c->dtype, c->op, c->root, sub, req);
+    case WEFT_COLL_ALLREDUCE: return weft_iallreduce(c->sendbuf, c->recvbuf, n, c->dtype, c->op, sub, req);
+    case WEFT_COLL_REDUCE_SCATTER:
+        return weft_ireduce_scatter(c->sendbuf, c->recvbuf, c->rcounts, c->dtype, c->op, sub, req);
+    case WEFT_COLL_ALLGATHERV:
+        return weft_iallgatherv(c->sendbuf, n, c->recvbuf, c->rcounts, c->displs, c->dtype, sub, req);
+    default: return weft_error(WEFT_ERR_INTERNAL, "hier: no child step for %s", weft_coll_kind_name(c->kind));
+    }
+}
+
+int weft_hier_child(weft_sched_t *s, const weft_hier_child_t *c)
+{
+    weft_comm_t parent, sub;
+    weft_sched_comm(s, &parent);
+    int rc = weft_comm_derived(parent, c->sub, &sub);
+    if (rc) return rc;
+    if (!sub)
+        return weft_error(WEFT_ERR_INTERNAL, "hier: rank %d is not in the leader comm of %s", parent->rank,
+                          parent->name);
+    child_t *ch = weft_sched_scratch(s, sizeof(*ch));
+    if (!ch) return weft_error(WEFT_ERR_NO_MEMORY, "hier: out of memory for a child step");
+    ch->c = *c;
+    ch->comm = sub;
+    return weft_sched_child(s, child_post, child_reserve, ch);
+}
