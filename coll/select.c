@@ -27,12 +27,15 @@
  * Sizes are bytes per rank (allgather, gather, scatter, alltoall: one
  * rank's block; reduce_scatter: the whole vector). */
 static const char default_rules[] = /* coll/shm inside one node, up to a slot (16 KiB; larger calls
-                                     * decline to the rules below). These thresholds await measurement
-                                     * on a many-core host; 2 ranks on 2 shared cores are in
-                                     * COLLECTIVES.md (bcast, allreduce faster; reduce, barrier tie) */
+                                     * decline to the rules below). Measured at 8/16/32 ranks of one
+                                     * 32-core node (docs/PERFORMANCE.md, section 6): allreduce and
+                                     * bcast beat the flat algorithms 1.5-5x at 8 B - 8 KiB, barrier
+                                     * 1.9-2.4x; shm reduce loses to binomial below 4 KiB (every call
+                                     * waits for the slowest rank) and wins at 4-8 KiB. allgather and
+                                     * reduce_scatter are not measured yet. */
                                     "barrier:nodes=1:shm,"
                                     "bcast:0-16k:nodes=1:shm,"
-                                    "reduce:0-16k:nodes=1:shm,"
+                                    "reduce:4k-16k:nodes=1:shm,"
                                     "allreduce:0-16k:nodes=1:shm,"
                                     "allgather:0-16k:nodes=1:shm,"
                                     "reduce_scatter:0-16k:nodes=1:shm,"
