@@ -83,18 +83,21 @@ static const char default_rules[] = /* coll/shm inside one node, up to a slot (1
 /* Across nodes (coll/hier/), parsed ahead of default_rules (higher
  * scores): a communicator spanning several nodes composes node, leader and
  * rail steps; each algorithm declines on one node or one rank per node and
- * the flat rules run. Not measured yet: the thresholds await a sweep on the
- * many-core host with simulated nodes (WEFT_RANKS_PER_NODE). 64 KiB for the
- * rail allreduce is a guess (where Rabenseifner overtakes RD flat, times
- * 4); hier at every size elsewhere is a guess too. hier_rail declines on
- * uneven nodes and hier takes over. */
+ * the flat rules run. Measured with 4 simulated nodes x 8 ranks in network
+ * namespaces, 10 Gbit/s tbf links, TCP between ranks (docs/PERFORMANCE.md,
+ * section 6): allreduce hier is 1.3-3.7x faster than flat at every size
+ * (hier_rail from 64 KiB: 2-3x at 256 KiB - 1 MiB); bcast hier 1.2-2x
+ * faster to 16 KiB and ~1.1-1.3x slower from 32 KiB; allgather hier wins
+ * 4-16 KiB (2-5x) and loses below 2 KiB (2-3.5x). barrier, reduce and
+ * alltoall(v) hier are not measured yet. hier_rail declines on uneven
+ * nodes and hier takes over. */
 static const char hier_rules[] = "barrier:nodes=multi:hier,"
-                                 "bcast:nodes=multi:hier,"
+                                 "bcast:0-32k:nodes=multi:hier,"
                                  "reduce:nodes=multi:hier,"
                                  "allreduce:0-64k:nodes=multi:hier,"
                                  "allreduce:64k-inf:nodes=multi:hier_rail,"
                                  "allreduce:64k-inf:nodes=multi:hier,"
-                                 "allgather:nodes=multi:hier,"
+                                 "allgather:4k-32k:nodes=multi:hier,"
                                  "alltoall:nodes=multi:hier,"
                                  "alltoallv:nodes=multi:hier";
 

@@ -561,7 +561,7 @@ static int body_tune(int rank, int size, void *arg)
     char table[16384];
     TH_OK(weft_coll_table(table, sizeof(table)));
     TH_CHECK(strstr(table, "allreduce:64k-inf:nodes=multi:hier_rail") &&
-                 strstr(table, "allgather:0-inf:nodes=multi:hier"),
+                 strstr(table, "allgather:4k-32k:nodes=multi:hier"),
              "the table does not show the hier rules:\n%s", table);
     TH_CHECK(strstr(table, "allreduce:0-inf:nodes=multi:hier_rail   (WEFT_COLL_TUNE"), "tuned rule missing:\n%s",
              table);
