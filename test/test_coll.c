@@ -491,6 +491,25 @@ RANKS_TEST(7)
 RANKS_TEST(8)
 RANKS_TEST(9)
 
+/* The same on simulated nodes (WEFT_RANKS_PER_NODE consecutive ranks per
+ * node): the hierarchical algorithms run (or decline on uneven nodes) and
+ * the node-local ones decline, and every collective must still be right. */
+#define LAYOUT_TEST(N, PER, NAME)                                                                                      \
+    Test(coll, every_algorithm_on_##NAME, .timeout = 300)                                                              \
+    {                                                                                                                  \
+        static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_RANKS_PER_NODE=" #PER,      \
+                                          NULL};                                                                       \
+        seed_once();                                                                                                   \
+        th_result_t res = th_run(N, body_all, NULL, 280, env);                                                         \
+        cr_assert_eq(res.timed_out, 0, "hung (seed %u)", g_seed);                                                      \
+        cr_assert_eq(res.failed, 0, "seed %u", g_seed);                                                                \
+    }
+LAYOUT_TEST(4, 2, nodes_2x2)
+LAYOUT_TEST(6, 3, nodes_2x3)
+LAYOUT_TEST(6, 2, nodes_3x2)
+LAYOUT_TEST(4, 1, nodes_4x1)
+LAYOUT_TEST(5, 2, nodes_2_2_1)
+
 #define SEGMENTED_TEST(N)                                                                                              \
     Test(coll, segmented_on_##N##_ranks, .timeout = 120)                                                               \
     {                                                                                                                  \
