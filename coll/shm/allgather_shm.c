@@ -19,14 +19,8 @@ static int step(weft_sched_t *s, void *arg)
     int rc;
     switch (op->phase) {
     case 0:
-        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        op->phase = 1;
-        /* fall through */
     case 1:
-        if (!weft_shm_wait_reuse(s, op)) return 0;
-        memcpy(weft_shm_slot(op, op->sh->me), g->send, g->bytes);
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
-        op->phase = 2;
+        if ((rc = weft_shm_contribute(s, op, g->send, g->bytes)) <= 0) return rc;
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;

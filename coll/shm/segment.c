@@ -322,15 +322,9 @@ static int reduce_step(weft_sched_t *s, void *arg)
     size_t off, len;
     switch (op->phase) {
     case 0:
-        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        op->phase = 1;
-        /* fall through */
     case 1:
-        if (!weft_shm_wait_reuse(s, op)) return 0;
-        memcpy(weft_shm_slot(op, sh->me), x->send, x->count * x->esize);
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
+        if ((rc = weft_shm_contribute(s, op, x->send, x->count * x->esize)) <= 0) return rc;
         if (!x->chunked && !gets) break; /* the root reads our slot; nothing to wait for */
-        op->phase = 2;
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;

@@ -24,7 +24,9 @@
 #include "coll/coll.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Bytes one slot holds: the largest message (per rank for allgather, the
  * whole vector otherwise) the shared-memory algorithms take; above it they
@@ -97,6 +99,25 @@ static inline int weft_shm_wait_reuse(weft_sched_t *s, weft_shm_op_t *op)
     return op->k < 2 ? 1 : weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k - 1, -1, "done flag");
 }
 /* Marks collective k done here (publishes done, lets the next one start). */
+/* The first two phases of a contribution: start the operation, wait until
+ * this rank's slot may be reused, copy src into it and publish the arrival.
+ * 1: done (op->phase is 2), 0: not yet, < 0: an error. */
+static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const void *src, size_t bytes)
+{
+    if (op->phase == 0) {
+        int rc = weft_shm_op_begin(s, op);
+        if (rc <= 0) return rc;
+        op->phase = 1;
+    }
+    if (op->phase == 1) {
+        if (!weft_shm_wait_reuse(s, op)) return 0;
+        memcpy(weft_shm_slot(op, op->sh->me), src, bytes);
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
+        op->phase = 2;
+    }
+    return 1;
+}
+
 static inline void weft_shm_op_end(weft_shm_op_t *op)
 {
     weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done));
