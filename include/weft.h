@@ -294,8 +294,11 @@ WEFT_API int weft_iprobe(int source, int tag, weft_comm_t comm, int *flag, weft_
  * order. Blocking calls wait at most the communicator's timeout; each has a
  * nonblocking twin (weft_i...) returning a request for test / wait /
  * wait_timeout. Counts are elements of dtype; v-variants take per-rank
- * counts and displacements (in elements). WEFT_IN_PLACE as the send buffer
- * means: the data is already in the receive buffer, where MPI allows it. */
+ * counts and displacements (in elements). A nonblocking call keeps using
+ * its buffers and these arrays (and allgather_list's array of buffers)
+ * until it completes: keep them valid until then, as in MPI. WEFT_IN_PLACE
+ * as the send buffer means: the data is already in the receive buffer,
+ * where MPI allows it. */
 #define WEFT_IN_PLACE ((void *)1)
 
 WEFT_API int weft_barrier(weft_comm_t comm);
