@@ -1232,8 +1232,10 @@ typedef struct env_boot {
     int fd;
     int rank, size;
     uint64_t seq;
-    int broken;           /* a round ended mid-message: the stream cannot be trusted */
-    char broken_why[400]; /* set when the stream ended outside a round (env_poll_lost) */
+    int broken;                              /* a round ended mid-message: the stream cannot be trusted */
+    char broken_why[400];                    /* set when the stream ended outside a round (env_poll_lost) */
+    int first_lost;                          /* the first rank a LOST notice named (-1: none yet) ... */
+    char first_lost_why[STORE_MAX_TEXT + 1]; /* ... and why */
     char addr[256];
     int port;
     char where[300];
@@ -1478,7 +1480,12 @@ static int client_connect(env_boot_t *eb, double deadline)
 
 static void client_note_lost(env_boot_t *eb, const store_hdr_t *h, const char *text)
 {
-    if (h->rank < (uint32_t)eb->size && (int)h->rank != eb->rank) weft_rank_lost((int)h->rank, "%s", text);
+    if (h->rank >= (uint32_t)eb->size || (int)h->rank == eb->rank) return;
+    if (eb->first_lost < 0) {
+        eb->first_lost = (int)h->rank;
+        snprintf(eb->first_lost_why, sizeof(eb->first_lost_why), "%s", text);
+    }
+    weft_rank_lost((int)h->rank, "%s", text);
 }
 
 /* Reads the next message's header, taking LOST notices on the way. */
@@ -1506,11 +1513,19 @@ static int client_io_failure(env_boot_t *eb, int io, int err, uint64_t seq)
                           "env bootstrap: rank 0's store at %s did not answer allgather round %llu by the deadline "
                           "(+%.0f s grace): rank 0 is hung or overloaded",
                           eb->where, (unsigned long long)seq, CLIENT_GRACE);
-    if (io == IO_CLOSED)
+    if (io == IO_CLOSED) {
+        /* A LOST notice read before the close names the cause: the store
+         * host may simply have finished after failing the round. */
+        if (eb->first_lost >= 0)
+            return weft_error(WEFT_ERR_PEER_LOST,
+                              "env bootstrap: rank %d %s (then the connection to rank 0's store at %s closed during "
+                              "allgather round %llu)",
+                              eb->first_lost, eb->first_lost_why, eb->where, (unsigned long long)seq);
         return weft_error(WEFT_ERR_PEER_LOST,
                           "env bootstrap: the connection to rank 0's store at %s closed during allgather round %llu "
                           "(rank 0 died, or the store dropped rank %d)",
                           eb->where, (unsigned long long)seq, eb->rank);
+    }
     return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: allgather round %llu with rank 0's store at %s failed: %s",
                       (unsigned long long)seq, eb->where, strerror(err));
 }
@@ -1715,6 +1730,7 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
         goto out;
     }
     eb->fd = -1;
+    eb->first_lost = -1;
     eb->rank = (int)rank;
     eb->size = (int)size;
     eb->port = (int)port;
