@@ -178,6 +178,9 @@ class Work:
         timeout: Timeout = None,
         finish: Optional[Callable[[], None]] = None,
     ):
+        # A bad timeout is refused before anything is posted: an operation
+        # posted and then dropped would leave this rank out of step.
+        _seconds(timeout, kind)
         self._comm = comm
         self._kind = kind
         self._keep: Optional[Tuple[Any, ...]] = keep
