@@ -15,8 +15,8 @@
 #include "coll/coll.h"
 
 #include <ctype.h>
-#include <limits.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,52 +33,57 @@ static const char default_rules[] = /* coll/shm inside one node, up to a slot (1
                                      * 1.9-2.4x; shm reduce loses to binomial below 4 KiB (every call
                                      * waits for the slowest rank) and wins at 4-8 KiB. allgather and
                                      * reduce_scatter are not measured yet. */
-                                    "barrier:nodes=1:shm,"
-                                    "bcast:0-16k:nodes=1:shm,"
-                                    "reduce:4k-16k:nodes=1:shm,"
-                                    "allreduce:0-16k:nodes=1:shm,"
-                                    "allgather:0-16k:nodes=1:shm,"
-                                    "reduce_scatter:0-16k:nodes=1:shm,"
-                                    "reduce_scatter_block:0-16k:nodes=1:shm,"
-                                    "barrier:dissemination,"
-                                    /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
-                                    "bcast:0-inf:binomial,"
-                                    /* reduce-scatter + gather wins from 64 KiB (32 ranks) / 128 KiB (8, 16) */
-                                    "reduce:0-64k:binomial,"
-                                    "reduce:64k-inf:reduce_scatter_gather,"
-                                    /* RD below 16 KiB; Rabenseifner 16 KiB - 2 MiB (1.5-3x over RD);
-                                     * ring from 2 MiB (ties Rabenseifner at 16 ranks, wins at 32) */
-                                    "allreduce:0-16k:recursive_doubling,"
-                                    "allreduce:16k-2m:rabenseifner,"
-                                    "allreduce:2m-inf:ring,"
-                                    /* RD below 32 KiB at every rank count; ring above (RD is 10-20%
-                                     * faster again from 256 KiB at 32 ranks, but needs extra steps
-                                     * for other rank counts) */
-                                    "allgather:0-32k:recursive_doubling,"
-                                    "allgather:32k-inf:ring,"
-                                    "allgatherv:ring,"
-                                    /* binomial to 128 KiB (16 ranks: to 1 MiB), linear above */
-                                    "gather:0-128k:binomial,"
-                                    "gather:128k-inf:linear,"
-                                    "gatherv:linear,"
-                                    /* binomial below 8 KiB at 8, 16, 32 ranks */
-                                    "scatter:0-8k:binomial,"
-                                    "scatter:8k-inf:linear,"
-                                    "scatterv:linear,"
-                                    /* recursive halving to 512 KiB; ring above at 8, 16 ranks */
-                                    "reduce_scatter:0-512k:recursive_halving,"
-                                    "reduce_scatter:512k-inf:ring,"
-                                    "reduce_scatter_block:0-512k:recursive_halving,"
-                                    "reduce_scatter_block:512k-inf:ring,"
-                                    /* linear (one round) wins to 64 KiB at 8, 16, 32 ranks; Bruck
-                                     * wins 16-256 B blocks at 32 ranks; pairwise ties linear at 64 KiB
-                                     * and keeps one message in flight per rank above */
-                                    "alltoall:0-512:np=24-inf:bruck,"
-                                    "alltoall:0-64k:linear,"
-                                    "alltoall:64k-inf:pairwise,"
-                                    "alltoallv:pairwise,"
-                                    "scan:linear,"
-                                    "exscan:linear";
+    "barrier:nodes=1:shm,"
+    "bcast:0-16k:nodes=1:shm,"
+    "reduce:4k-16k:nodes=1:shm,"
+    "allreduce:0-16k:nodes=1:shm,"
+    "allgather:0-16k:nodes=1:shm,"
+    "reduce_scatter:0-16k:nodes=1:shm,"
+    "reduce_scatter_block:0-16k:nodes=1:shm,"
+    /* over a slot, one node: single copy with CMA (declines where
+     * process_vm_readv does not work). The thresholds await
+     * measurement (only a 2-rank check on 2 cores so far). */
+    "bcast:16k-inf:nodes=1:shm_cma,"
+    "allgather:16k-inf:nodes=1:shm_cma,"
+    "barrier:dissemination,"
+    /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
+    "bcast:0-inf:binomial,"
+    /* reduce-scatter + gather wins from 64 KiB (32 ranks) / 128 KiB (8, 16) */
+    "reduce:0-64k:binomial,"
+    "reduce:64k-inf:reduce_scatter_gather,"
+    /* RD below 16 KiB; Rabenseifner 16 KiB - 2 MiB (1.5-3x over RD);
+     * ring from 2 MiB (ties Rabenseifner at 16 ranks, wins at 32) */
+    "allreduce:0-16k:recursive_doubling,"
+    "allreduce:16k-2m:rabenseifner,"
+    "allreduce:2m-inf:ring,"
+    /* RD below 32 KiB at every rank count; ring above (RD is 10-20%
+     * faster again from 256 KiB at 32 ranks, but needs extra steps
+     * for other rank counts) */
+    "allgather:0-32k:recursive_doubling,"
+    "allgather:32k-inf:ring,"
+    "allgatherv:ring,"
+    /* binomial to 128 KiB (16 ranks: to 1 MiB), linear above */
+    "gather:0-128k:binomial,"
+    "gather:128k-inf:linear,"
+    "gatherv:linear,"
+    /* binomial below 8 KiB at 8, 16, 32 ranks */
+    "scatter:0-8k:binomial,"
+    "scatter:8k-inf:linear,"
+    "scatterv:linear,"
+    /* recursive halving to 512 KiB; ring above at 8, 16 ranks */
+    "reduce_scatter:0-512k:recursive_halving,"
+    "reduce_scatter:512k-inf:ring,"
+    "reduce_scatter_block:0-512k:recursive_halving,"
+    "reduce_scatter_block:512k-inf:ring,"
+    /* linear (one round) wins to 64 KiB at 8, 16, 32 ranks; Bruck
+     * wins 16-256 B blocks at 32 ranks; pairwise ties linear at 64 KiB
+     * and keeps one message in flight per rank above */
+    "alltoall:0-512:np=24-inf:bruck,"
+    "alltoall:0-64k:linear,"
+    "alltoall:64k-inf:pairwise,"
+    "alltoallv:pairwise,"
+    "scan:linear,"
+    "exscan:linear";
 
 /* Across nodes (coll/hier/), parsed ahead of default_rules (higher
  * scores): a communicator spanning several nodes composes node, leader and
@@ -355,9 +360,12 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
             char lo[32], hi[32], cond[48] = "";
             size_text(r->lo, lo, sizeof(lo));
             size_text(r->hi, hi, sizeof(hi));
-            if (r->np_lo == r->np_hi) snprintf(cond, sizeof(cond), ":np=%d", r->np_lo);
-            else if (r->np_hi == INT_MAX) snprintf(cond, sizeof(cond), ":np=%d-inf", r->np_lo);
-            else if (r->np_lo) snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
+            if (r->np_lo == r->np_hi)
+                snprintf(cond, sizeof(cond), ":np=%d", r->np_lo);
+            else if (r->np_hi == INT_MAX)
+                snprintf(cond, sizeof(cond), ":np=%d-inf", r->np_lo);
+            else if (r->np_lo)
+                snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
             if (r->nodes)
                 snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
                          r->nodes == NODES_ONE ? "1" : "multi");

@@ -265,6 +265,56 @@ static int body_nodes(int rank, int size, void *arg)
     return 0;
 }
 
+/* shm_cma (single copy, process_vm_readv) bcast and allgather from a full
+ * slot on: every root, contiguous and in place, checked exactly; with
+ * CMA usable each call runs as one shared-memory collective, otherwise
+ * (and on one rank, or on simulated nodes of one rank) the base
+ * algorithm runs and the result is the same. */
+static int body_cma(int rank, int size, void *arg)
+{
+    int nodes = arg != NULL; /* WEFT_RANKS_PER_NODE=1: must decline */
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t c = forced("bcast", "shm_cma"), g = forced("allgather", "shm_cma");
+    int cma = size > 1 && !nodes && weft_shm_cma_usable();
+    static const size_t sizes[] = {16384, 16385, (1u << 20) + 13};
+    for (int si = 0; si < 3; si++) {
+        size_t n = sizes[si];
+        unsigned char *b = malloc(n), *all = malloc(n * (size_t)size), *mine = malloc(n);
+        for (int root = 0; root < size; root++) {
+            unsigned seed = 300u + (unsigned)(si * 16 + root);
+            if (rank == root)
+                th_fill(b, n, seed);
+            else
+                memset(b, 0xa5, n);
+            uint64_t before = shm_ops(c);
+            TH_OK(weft_bcast(b, (int64_t)n, WEFT_BYTE, root, c));
+            TH_CHECK(th_verify(b, n, seed, NULL), "bcast %zu bytes root %d", n, root);
+            TH_CHECK(shm_ops(c) == before + (uint64_t)cma, "bcast %zu bytes: shm_cma ran %llu times (expected %d)", n,
+                     (unsigned long long)(shm_ops(c) - before), cma);
+        }
+        for (int inplace = 0; inplace < 2; inplace++) {
+            unsigned seed = 400u + (unsigned)(si * 4 + inplace) * 64u;
+            memset(all, 0xa5, n * (size_t)size);
+            th_fill(inplace ? all + (size_t)rank * n : mine, n, seed + (unsigned)rank);
+            uint64_t before = shm_ops(g);
+            TH_OK(weft_allgather(inplace ? WEFT_IN_PLACE : mine, all, (int64_t)n, WEFT_BYTE, g));
+            for (int r = 0; r < size; r++)
+                TH_CHECK(th_verify(all + (size_t)r * n, n, seed + (unsigned)r, NULL), "allgather %zu bytes%s block %d",
+                         n, inplace ? " in place" : "", r);
+            TH_CHECK(shm_ops(g) == before + (uint64_t)cma, "allgather %zu bytes: shm_cma ran %llu times (expected %d)",
+                     n, (unsigned long long)(shm_ops(g) - before), cma);
+        }
+        free(b);
+        free(all);
+        free(mine);
+    }
+    if (nodes) TH_CHECK(c->shm == NULL && g->shm == NULL, "shm_cma ran on a communicator spanning nodes");
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_comm_free(&g));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
 #define RANKS_TEST(name, body, N, t)                                                                                   \
     Test(shm, name##_##N, .timeout = 60)                                                                               \
     {                                                                                                                  \
@@ -280,6 +330,18 @@ RANKS_TEST(forced, body_forced, 8, 40)
 RANKS_TEST(reuse, body_reuse, 3, 30)
 RANKS_TEST(reuse, body_reuse, 4, 30)
 RANKS_TEST(nonblocking, body_nonblocking, 4, 30)
+RANKS_TEST(cma, body_cma, 1, 30)
+RANKS_TEST(cma, body_cma, 2, 30)
+RANKS_TEST(cma, body_cma, 3, 30)
+RANKS_TEST(cma, body_cma, 5, 30)
+
+Test(shm, cma_simulated_nodes_decline, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_RANKS_PER_NODE=1", NULL};
+    th_result_t res = th_run(3, body_cma, (void *)1, 30, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
 
 Test(shm, simulated_nodes_decline, .timeout = 60)
 {

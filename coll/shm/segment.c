@@ -16,10 +16,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,11 +52,13 @@ static uint64_t members_hash(weft_comm_t comm)
     return h;
 }
 
-weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes)
+/* The communicator's state, created (not attached) on first use; NULL on
+ * several nodes, one rank, out of memory or after a failed creation. */
+static weft_shm_t *comm_shm(weft_comm_t comm)
 {
     weft_shm_t *sh = comm->shm;
-    if (WEFT_LIKELY(sh)) return sh->gave_up || bytes > WEFT_SHM_SLOT ? NULL : sh;
-    if (comm->size < 2 || weft_comm_spans_nodes(comm) || bytes > WEFT_SHM_SLOT) return NULL;
+    if (WEFT_LIKELY(sh)) return sh->gave_up ? NULL : sh;
+    if (comm->size < 2 || weft_comm_spans_nodes(comm)) return NULL;
     if (!(sh = calloc(1, sizeof(*sh)))) return NULL;
     sh->n = comm->size;
     sh->me = comm->rank;
@@ -63,6 +67,54 @@ weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes)
              (unsigned long long)weft_topo_host_id(), (unsigned)comm->context_id, (unsigned)(members_hash(comm) >> 32));
     comm->shm = sh;
     return sh;
+}
+
+weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes)
+{
+    return bytes > WEFT_SHM_SLOT ? NULL : comm_shm(comm);
+}
+
+weft_shm_t *weft_shm_get_cma(weft_comm_t comm)
+{
+    return weft_shm_cma_usable() ? comm_shm(comm) : NULL;
+}
+
+int weft_shm_cma_usable(void)
+{
+    static int usable = -1; /* probed once per process */
+    if (WEFT_LIKELY(usable >= 0)) return usable;
+    int ok = 1;
+    const char *env = getenv("WEFT_SHM_CMA");
+    if (env && !strcmp(env, "0")) ok = 0;
+    FILE *f = ok ? fopen("/proc/sys/kernel/yama/ptrace_scope", "r") : NULL;
+    if (f) { /* 1: only descendants may attach (our peers are siblings); 2, 3: admin only / never */
+        int scope = 0;
+        if (fscanf(f, "%d", &scope) == 1 && scope != 0) ok = 0;
+        fclose(f);
+    }
+    if (ok) { /* ENOSYS (no CONFIG_CROSS_MEMORY_ATTACH), EPERM (seccomp) */
+        volatile uint64_t src = UINT64_C(0x636d6170726f6265), dst = 0;
+        struct iovec l = {(void *)&dst, sizeof(dst)}, r = {(void *)&src, sizeof(src)};
+        ok = process_vm_readv(getpid(), &l, 1, &r, 1, 0) == (ssize_t)sizeof(dst) && dst == src;
+    }
+    if (!ok) weft_debug("coll/shm: cross-memory attach unavailable: the shm_cma algorithms decline");
+    usable = ok;
+    return usable;
+}
+
+int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const char *alg)
+{
+    size_t got = 0;
+    while (got < len) {
+        struct iovec l = {(char *)dst + got, len - got}, r = {(void *)(uintptr_t)(raddr + got), len - got};
+        ssize_t n = process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return weft_error(WEFT_ERR_INTERNAL, "%s: process_vm_readv from pid %lld failed after %zu of %zu bytes: %s",
+                              alg, (long long)pid, got, len, n < 0 ? strerror(errno) : "no progress");
+        got += (size_t)n;
+    }
+    return 0;
 }
 
 static void set_pointers(weft_shm_t *sh)

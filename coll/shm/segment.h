@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Bytes one slot holds: the largest message (per rank for allgather, the
  * whole vector otherwise) the shared-memory algorithms take; above it they
@@ -43,7 +44,13 @@ typedef struct weft_shm_ctrl {
     _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
     _Atomic uint64_t done;    /* this rank finished reading collective k */
     _Atomic uint64_t mapped;  /* 1 once this rank mapped the segment */
-    char pad[128 - 4 * sizeof(uint64_t)];
+    /* shm_cma: the buffer this rank lends for its current collective (its
+     * pid, address, length), written before it publishes `arrived` and
+     * left alone until every member's `done` says the readers finished. */
+    int64_t cma_pid;
+    uint64_t cma_addr;
+    uint64_t cma_len;
+    char pad[128 - 7 * sizeof(uint64_t)];
 } weft_shm_ctrl_t;
 
 typedef struct weft_shm {
@@ -74,6 +81,27 @@ typedef struct weft_shm_op {
  * algorithms must decline (several nodes, one rank, bytes over a slot,
  * out of memory, creation failed before). Takes no collective action. */
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
+/* The same for the single-copy (CMA) algorithms: any size, but NULL also
+ * when cross-memory attach does not work here (weft_shm_cma_usable). */
+weft_shm_t *weft_shm_get_cma(weft_comm_t comm);
+/* 1 when process_vm_readv works in this process (probed once: a read of
+ * our own memory, and Yama's ptrace_scope is 0 or absent, since peers are
+ * not our descendants) and WEFT_SHM_CMA is not 0. Every rank of a node
+ * answers the same (one kernel, one environment), so the algorithms
+ * agree on declining. */
+int weft_shm_cma_usable(void);
+/* Copies len bytes at raddr in process pid into dst (partial reads are
+ * continued). 0 or an error code (the op's name in the message). */
+int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const char *alg);
+/* Publishes this rank's lent buffer for collective op->k (then arrived). */
+static inline void weft_shm_cma_lend(weft_shm_op_t *op, const void *buf, size_t len)
+{
+    weft_shm_ctrl_t *c = &op->sh->ctrl[op->sh->me];
+    c->cma_pid = (int64_t)getpid();
+    c->cma_addr = (uint64_t)(uintptr_t)buf;
+    c->cma_len = len;
+    atomic_store_explicit((_Atomic uint64_t *)&c->arrived, op->k + 1, memory_order_release);
+}
 /* The op's start: takes its number (at the schedule's start, so in start
  * order), attaches (creating or opening the segment), and waits until the
  * previous shared-memory collective on this communicator finished here.

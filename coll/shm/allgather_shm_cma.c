@@ -1,0 +1,75 @@
+/* allgather, shared memory, single copy: every rank lends its block (its
+ * pid, address and length in its flag line, then its arrival flag; in
+ * place the block already in its receive buffer) and, once all arrived,
+ * copies every peer's block straight from the peer's memory into its
+ * result with process_vm_readv (cross-memory attach): one copy per block
+ * and reader, no staging. A rank returns only when every member's done
+ * flag says it finished reading (its block must stay valid until then).
+ * Blocks from a full slot on (the slot algorithm "shm" serves the smaller ones);
+ * declines where CMA does not work. */
+#include "coll/shm/segment.h"
+
+typedef struct {
+    weft_shm_op_t op;
+    const void *send;
+    size_t bytes;
+    int rc;     /* the first failed read */
+    char **dst; /* where rank r's block goes (resolved at post time) */
+} allgather_t;
+
+static int step(weft_sched_t *s, void *arg)
+{
+    allgather_t *g = arg;
+    weft_shm_op_t *op = &g->op;
+    int rc, n, me;
+    switch (op->phase) {
+    case 0:
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        weft_shm_cma_lend(op, g->send, g->bytes);
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        n = op->sh->n;
+        me = op->sh->me;
+        if (g->dst[me] != g->send) memcpy(g->dst[me], g->send, g->bytes);
+        for (int i = 1; i < n && !g->rc; i++) { /* from the next rank on: readers spread over the owners */
+            int r = (me + i) % n;
+            const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
+            g->rc = c->cma_len != g->bytes
+                        ? weft_error(WEFT_ERR_ARG, "allgather_shm_cma: rank %d lends %llu bytes, this rank expects %zu",
+                                     r, (unsigned long long)c->cma_len, g->bytes)
+                        : weft_shm_cma_read(g->dst[r], c->cma_pid, c->cma_addr, g->bytes, "allgather_shm_cma");
+        }
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* even after a failed read */
+        op->phase = 2;
+        /* fall through */
+    case 2: /* this rank's block stays valid until every reader is done */
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
+        op->sh->completed = op->k + 1;
+        return g->rc ? g->rc : 1;
+    }
+    return WEFT_ERR_INTERNAL;
+}
+
+static int build(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    size_t bytes = a->count * a->esize;
+    weft_shm_t *sh = bytes >= WEFT_SHM_SLOT ? weft_shm_get_cma(a->comm) : NULL;
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    allgather_t *g = weft_shm_op_alloc(s, sh, sizeof(*g), sizeof(char *) * (size_t)sh->n, "allgather_shm_cma");
+    if (!g) return WEFT_ERR_NO_MEMORY;
+    g->send = a->sendbuf;
+    g->bytes = bytes;
+    g->dst = (char **)((char *)g + ((sizeof(*g) + 63) & ~(size_t)63));
+    for (int r = 0; r < sh->n; r++)
+        g->dst[r] = weft_coll_rblock(a, r);
+    return weft_sched_poll(s, step, g);
+}
+
+const weft_coll_alg_t weft_alg_allgather_shm_cma = {
+    .name = "shm_cma",
+    .kind = WEFT_COLL_ALLGATHER,
+    .description = "one node, blocks over 16 KiB, CMA: each rank copies every block straight from its owner's buffer",
+    .build = build,
+};
