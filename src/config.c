@@ -59,6 +59,9 @@ static const var_t vars[] = {
      "collective selection rules ahead of the built-in table, e.g. "
      "allreduce:0-4k:recursive_doubling,allreduce:4k-inf:ring (weft_info --coll shows the result)",
      FIELD(coll_tune), sizeof(((weft_config_t *)0)->coll_tune)},
+    {"WEFT_SHM_CMA", VAR_INT, "1",
+     "0: the single-copy shared-memory collectives (shm_cma, process_vm_readv) decline and the base algorithms run",
+     FIELD(shm_cma), 0},
 };
 
 #define NVARS ((int)(sizeof(vars) / sizeof(vars[0])))

@@ -59,6 +59,7 @@ typedef struct weft_config {
     char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
     int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
     char coll_tune[4096];  /* WEFT_COLL_TUNE: selection rules ahead of the defaults */
+    int shm_cma;           /* WEFT_SHM_CMA: 0 turns the single-copy (CMA) algorithms off */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable; a malformed value fails with WEFT_ERR_ARG

@@ -275,7 +275,7 @@ static int body_cma(int rank, int size, void *arg)
     int nodes = arg != NULL; /* WEFT_RANKS_PER_NODE=1: must decline */
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c = forced("bcast", "shm_cma"), g = forced("allgather", "shm_cma");
-    int cma = size > 1 && !nodes && weft_shm_cma_usable();
+    int cma = size > 1 && !nodes && weft_shm_cma_usable(); /* WEFT_SHM_CMA=0: 0 */
     static const size_t sizes[] = {16384, 16385, (1u << 20) + 13};
     for (int si = 0; si < 3; si++) {
         size_t n = sizes[si];
@@ -334,6 +334,14 @@ RANKS_TEST(cma, body_cma, 1, 30)
 RANKS_TEST(cma, body_cma, 2, 30)
 RANKS_TEST(cma, body_cma, 3, 30)
 RANKS_TEST(cma, body_cma, 5, 30)
+
+Test(shm, cma_off_declines, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_CMA=0", NULL};
+    th_result_t res = th_run(3, body_cma, NULL, 30, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
 
 Test(shm, cma_simulated_nodes_decline, .timeout = 60)
 {

@@ -81,25 +81,24 @@ weft_shm_t *weft_shm_get_cma(weft_comm_t comm)
 
 int weft_shm_cma_usable(void)
 {
-    static int usable = -1; /* probed once per process */
-    if (WEFT_LIKELY(usable >= 0)) return usable;
-    int ok = 1;
-    const char *env = getenv("WEFT_SHM_CMA");
-    if (env && !strcmp(env, "0")) ok = 0;
-    FILE *f = ok ? fopen("/proc/sys/kernel/yama/ptrace_scope", "r") : NULL;
-    if (f) { /* 1: only descendants may attach (our peers are siblings); 2, 3: admin only / never */
-        int scope = 0;
-        if (fscanf(f, "%d", &scope) == 1 && scope != 0) ok = 0;
-        fclose(f);
+    static int works = -1; /* probed once per process */
+    if (WEFT_UNLIKELY(works < 0)) {
+        int ok = 1;
+        FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+        if (f) { /* 1: only descendants may attach (our peers are siblings); 2, 3: admin only / never */
+            int scope = 0;
+            if (fscanf(f, "%d", &scope) == 1 && scope != 0) ok = 0;
+            fclose(f);
+        }
+        if (ok) { /* ENOSYS (no CONFIG_CROSS_MEMORY_ATTACH), EPERM (seccomp) */
+            volatile uint64_t src = UINT64_C(0x636d6170726f6265), dst = 0;
+            struct iovec l = {(void *)&dst, sizeof(dst)}, r = {(void *)&src, sizeof(src)};
+            ok = process_vm_readv(getpid(), &l, 1, &r, 1, 0) == (ssize_t)sizeof(dst) && dst == src;
+        }
+        if (!ok) weft_debug("coll/shm: cross-memory attach unavailable: the shm_cma algorithms decline");
+        works = ok;
     }
-    if (ok) { /* ENOSYS (no CONFIG_CROSS_MEMORY_ATTACH), EPERM (seccomp) */
-        volatile uint64_t src = UINT64_C(0x636d6170726f6265), dst = 0;
-        struct iovec l = {(void *)&dst, sizeof(dst)}, r = {(void *)&src, sizeof(src)};
-        ok = process_vm_readv(getpid(), &l, 1, &r, 1, 0) == (ssize_t)sizeof(dst) && dst == src;
-    }
-    if (!ok) weft_debug("coll/shm: cross-memory attach unavailable: the shm_cma algorithms decline");
-    usable = ok;
-    return usable;
+    return works && weft_cfg.shm_cma;
 }
 
 int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const char *alg)
