@@ -41,9 +41,12 @@ static const char default_rules[] = /* coll/shm inside one node, up to a slot (1
     "reduce_scatter:0-16k:nodes=1:shm,"
     "reduce_scatter_block:0-16k:nodes=1:shm,"
     /* over a slot, one node: single copy with CMA (declines where
-     * process_vm_readv does not work). The thresholds await
-     * measurement (only a 2-rank check on 2 cores so far). */
-    "bcast:16k-inf:nodes=1:shm_cma,"
+     * process_vm_readv does not work). Measured at 8/16/32 ranks of one
+     * node (PERFORMANCE.md section 6): allgather 1.2-2.8x faster than
+     * Open MPI at 16 KiB - 4 MiB; bcast 2-6x SLOWER from 32 KiB (every
+     * reader reads the root's memory at once, serialised in the root's
+     * address space), so bcast keeps the base algorithms; shm_cma bcast
+     * stays available through WEFT_COLL_TUNE. */
     "allgather:16k-inf:nodes=1:shm_cma,"
     "barrier:dissemination,"
     /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
