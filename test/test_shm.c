@@ -167,9 +167,26 @@ static int body_forced(int rank, int size, void *arg)
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));
     c = forced("barrier", "shm");
-    for (int i = 0; i < 20; i++)
+    /* Nobody leaves a barrier before the last rank arrived: one rank (a
+     * different one each time) arrives late; arrival and exit times
+     * (CLOCK_MONOTONIC, one clock for the host) are compared afterwards. */
+    double times[2 * 20], *all = malloc(sizeof(double) * 2 * 20 * (size_t)size);
+    TH_CHECK(all != NULL, "out of memory");
+    for (int i = 0; i < 20; i++) {
+        if (rank == i % size) usleep(2000);
+        times[2 * i] = weft_wtime();
         TH_OK(weft_barrier(c));
+        times[2 * i + 1] = weft_wtime();
+    }
     TH_CHECK(size == 1 || shm_ops(c) == 20, "barrier: %llu shm ops", (unsigned long long)shm_ops(c));
+    TH_OK(weft_allgather(times, all, 2 * 20, WEFT_FLOAT64, weft_comm_world()));
+    for (int i = 0; i < 20; i++)
+        for (int r = 0; r < size; r++)
+            for (int q = 0; q < size; q++)
+                TH_CHECK(all[(size_t)q * 40 + 2 * (size_t)i + 1] >= all[(size_t)r * 40 + 2 * (size_t)i],
+                         "barrier %d: rank %d left at %.6f before rank %d arrived at %.6f", i, q,
+                         all[(size_t)q * 40 + 2 * (size_t)i + 1], r, all[(size_t)r * 40 + 2 * (size_t)i]);
+    free(all);
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_finalize());
     return 0;

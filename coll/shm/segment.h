@@ -44,13 +44,14 @@ typedef struct weft_shm_ctrl {
     _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
     _Atomic uint64_t done;    /* this rank finished reading collective k */
     _Atomic uint64_t mapped;  /* 1 once this rank mapped the segment */
+    _Atomic uint64_t step;    /* barrier: the last dissemination round passed (k x rounds + round + 1) */
     /* shm_cma: the buffer this rank lends for its current collective (its
      * pid, address, length), written before it publishes `arrived` and
      * left alone until every member's `done` says the readers finished. */
     int64_t cma_pid;
     uint64_t cma_addr;
     uint64_t cma_len;
-    char pad[128 - 7 * sizeof(uint64_t)];
+    char pad[128 - 8 * sizeof(uint64_t)];
 } weft_shm_ctrl_t;
 
 typedef struct weft_shm {
