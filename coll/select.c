@@ -26,13 +26,33 @@
  * and docs/COLLECTIVES.md says which numbers decided each threshold.
  * Sizes are bytes per rank (allgather, gather, scatter, alltoall: one
  * rank's block; reduce_scatter: the whole vector). */
-static const char default_rules[] = /* coll/shm inside one node, up to a slot (16 KiB; larger calls
-                                     * decline to the rules below). Measured at 8/16/32 ranks of one
-                                     * 32-core node (docs/PERFORMANCE.md, section 6): allreduce and
-                                     * bcast beat the flat algorithms 1.5-5x at 8 B - 8 KiB, barrier
-                                     * 1.9-2.4x; shm reduce loses to binomial below 4 KiB (every call
-                                     * waits for the slowest rank) and wins at 4-8 KiB. allgather and
-                                     * reduce_scatter are not measured yet. */
+static const char default_rules[] =
+    /* Across nodes (coll/hier/), first: a communicator spanning several
+     * nodes composes node, leader and rail steps; each algorithm declines
+     * on one node or one rank per node and the flat rules run. Measured with 4 simulated nodes x 8 ranks in network
+     * namespaces, 10 Gbit/s tbf links, TCP between ranks (docs/PERFORMANCE.md,
+     * section 6): allreduce hier is 1.3-3.7x faster than flat at every size
+     * (hier_rail from 64 KiB: 2-3x at 256 KiB - 1 MiB); bcast hier 1.2-2x
+     * faster to 16 KiB and ~1.1-1.3x slower from 32 KiB; allgather hier wins
+     * 4-16 KiB (2-5x) and loses below 2 KiB (2-3.5x). barrier, reduce and
+     * alltoall(v) hier are not measured yet. hier_rail declines on uneven
+     * nodes and hier takes over. */
+    "barrier:nodes=multi:hier,"
+    "bcast:0-32k:nodes=multi:hier,"
+    "reduce:nodes=multi:hier,"
+    "allreduce:0-64k:nodes=multi:hier,"
+    "allreduce:64k-inf:nodes=multi:hier_rail,"
+    "allreduce:64k-inf:nodes=multi:hier,"
+    "allgather:4k-32k:nodes=multi:hier,"
+    "alltoall:nodes=multi:hier,"
+    "alltoallv:nodes=multi:hier,"
+    /* coll/shm inside one node, up to a slot (16 KiB; larger calls
+     * decline to the rules below). Measured at 8/16/32 ranks of one
+     * 32-core node (docs/PERFORMANCE.md, section 6): allreduce and
+     * bcast beat the flat algorithms 1.5-5x at 8 B - 8 KiB, barrier
+     * 1.9-2.4x; shm reduce loses to binomial below 4 KiB (every call
+     * waits for the slowest rank) and wins at 4-8 KiB. allgather and
+     * reduce_scatter are not measured yet. */
     "barrier:nodes=1:shm,"
     "bcast:0-16k:nodes=1:shm,"
     "reduce:4k-16k:nodes=1:shm,"
@@ -87,27 +107,6 @@ static const char default_rules[] = /* coll/shm inside one node, up to a slot (1
     "alltoallv:pairwise,"
     "scan:linear,"
     "exscan:linear";
-
-/* Across nodes (coll/hier/), parsed ahead of default_rules (higher
- * scores): a communicator spanning several nodes composes node, leader and
- * rail steps; each algorithm declines on one node or one rank per node and
- * the flat rules run. Measured with 4 simulated nodes x 8 ranks in network
- * namespaces, 10 Gbit/s tbf links, TCP between ranks (docs/PERFORMANCE.md,
- * section 6): allreduce hier is 1.3-3.7x faster than flat at every size
- * (hier_rail from 64 KiB: 2-3x at 256 KiB - 1 MiB); bcast hier 1.2-2x
- * faster to 16 KiB and ~1.1-1.3x slower from 32 KiB; allgather hier wins
- * 4-16 KiB (2-5x) and loses below 2 KiB (2-3.5x). barrier, reduce and
- * alltoall(v) hier are not measured yet. hier_rail declines on uneven
- * nodes and hier takes over. */
-static const char hier_rules[] = "barrier:nodes=multi:hier,"
-                                 "bcast:0-32k:nodes=multi:hier,"
-                                 "reduce:nodes=multi:hier,"
-                                 "allreduce:0-64k:nodes=multi:hier,"
-                                 "allreduce:64k-inf:nodes=multi:hier_rail,"
-                                 "allreduce:64k-inf:nodes=multi:hier,"
-                                 "allgather:4k-32k:nodes=multi:hier,"
-                                 "alltoall:nodes=multi:hier,"
-                                 "alltoallv:nodes=multi:hier";
 
 enum { NODES_ANY = 0, NODES_ONE = 1, NODES_MULTI = 2 };
 
@@ -284,8 +283,7 @@ static int by_score_desc(const void *x, const void *y)
 int weft_coll_select_init(void)
 {
     weft_coll_select_finalize();
-    int rc = parse_rules(hier_rules, 2000, 0, "built-in selection table");
-    if (!rc) rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
+    int rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
     if (rc) return rc;
     if (weft_cfg.coll_tune[0]) rc = parse_rules(weft_cfg.coll_tune, 100000, 1, "WEFT_COLL_TUNE");
     /* Best score first, so a call's selection is one pass over the rules. */

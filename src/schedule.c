@@ -42,6 +42,7 @@ struct weft_sched {
     const char *waiting_what; /* a polling step's description of what it waits for (NULL: a message) */
     int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
     int child_next;           /* op index of the current round's next child to post (-1: all posted) */
+    int nchildren;            /* child steps in the schedule (most have none: no child pass at all) */
     unsigned lost_seen;       /* weft_lost_count when the members were last checked */
     weft_request_t req;
     struct weft_sched *next_active;
@@ -88,6 +89,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->waiting_what = NULL;
     s->local_pos = 0;
     s->child_next = -1;
+    s->nchildren = 0;
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     return s;
 }
@@ -148,7 +150,9 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
 
 int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, weft_sched_fn reserve, void *arg)
 {
-    return add_op(s, (sched_op_t){.kind = OP_CHILD, .peer = -1, .post = post, .fn = reserve, .arg = arg});
+    int rc = add_op(s, (sched_op_t){.kind = OP_CHILD, .peer = -1, .post = post, .fn = reserve, .arg = arg});
+    if (!rc) s->nchildren++;
+    return rc;
 }
 
 unsigned weft_sched_seq(const weft_sched_t *s)
@@ -211,7 +215,7 @@ static void sched_free(weft_sched_t *s)
         free(s->scratch[i]);
     s->spare_used = 0;
     s->nscratch = 0;
-    s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = 0;
+    s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = s->nchildren = 0;
     s->req = NULL;
     s->next_active = sched_cache;
     sched_cache = s;
@@ -261,7 +265,7 @@ static int post_children(weft_sched_t *s)
 /* Tells the children this schedule never posted that they will not be. */
 static void abandon_children(weft_sched_t *s)
 {
-    if (s->cur >= s->nrounds) return;
+    if (!s->nchildren || s->cur >= s->nrounds) return;
     int from = s->child_next >= 0 ? s->child_next : s->round_end[s->cur];
     for (int i = from; i < s->nops; i++)
         if (s->ops[i].kind == OP_CHILD) s->ops[i].post(s, s->ops[i].arg, NULL);
@@ -291,6 +295,7 @@ static int post_round(weft_sched_t *s)
             s->reqs[s->nreqs]->peer = op->peer;
             s->nreqs++;
         }
+    if (!s->nchildren) return WEFT_SUCCESS;
     s->child_next = start;
     return post_children(s);
 }
@@ -523,7 +528,7 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
     active = s;
     /* Children reserve their turn on their sub-communicators now: schedules
      * start in the user's call order, the same on every rank. */
-    for (int i = 0; i < s->nops; i++)
+    for (int i = 0; s->nchildren && i < s->nops; i++)
         if (s->ops[i].kind == OP_CHILD && s->ops[i].fn) s->ops[i].fn(s, s->ops[i].arg);
     if ((rc = post_round(s))) {
         finish(s, rc);
