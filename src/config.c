@@ -62,6 +62,10 @@ static const var_t vars[] = {
     {"WEFT_SHM_CMA", VAR_INT, "1",
      "0: the single-copy shared-memory collectives (shm_cma, process_vm_readv) decline and the base algorithms run",
      FIELD(shm_cma), 0},
+    {"WEFT_SHM_RADIX", VAR_INT, "8",
+     "radix of the flag tree of the shared-memory barrier, bcast, reduce and allreduce (small messages): groups of "
+     "this many consecutive ranks meet first; 2 or more, the segment's creator decides for every member",
+     FIELD(shm_radix), 0},
 };
 
 #define NVARS ((int)(sizeof(vars) / sizeof(vars[0])))

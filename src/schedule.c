@@ -40,6 +40,7 @@ struct weft_sched {
     int nscratch;
     int waiting_peer;         /* for timeout messages: a peer the round still waits on */
     const char *waiting_what; /* a polling step's description of what it waits for (NULL: a message) */
+    int waiting_flag;         /* waiting_what is a flag of rank waiting_peer in shared memory */
     int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
     int child_next;           /* op index of the current round's next child to post (-1: all posted) */
     int nchildren;            /* child steps in the schedule (most have none: no child pass at all) */
@@ -146,6 +147,14 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
 {
     s->waiting_peer = peer;
     s->waiting_what = what;
+    s->waiting_flag = 0;
+}
+
+void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag)
+{
+    s->waiting_peer = peer;
+    s->waiting_what = flag;
+    s->waiting_flag = 1;
 }
 
 int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, weft_sched_fn reserve, void *arg)
@@ -459,6 +468,9 @@ static int sched_describe(weft_request_t req, char *buf, size_t len)
 {
     weft_sched_t *s = req->owner_data;
     if (!s) return 0;
+    if (s->waiting_what && s->waiting_flag)
+        return snprintf(buf, len, "collective %s (comm %s) in round %d of %d, polling rank %d's %s in shared memory",
+                        s->name, s->comm->name, s->cur + 1, s->nrounds, s->waiting_peer, s->waiting_what);
     if (s->waiting_what)
         return snprintf(buf, len, "collective %s (comm %s) in round %d of %d, polling %s", s->name, s->comm->name,
                         s->cur + 1, s->nrounds, s->waiting_what);

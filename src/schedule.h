@@ -33,6 +33,10 @@ int weft_sched_poll(weft_sched_t *s, weft_sched_poll_fn fn, void *arg);
 /* For messages about a pending poll: the comm rank it waits on (-1: none
  * in particular) and what, e.g. "rank 3's arrival flag" (a static string). */
 void weft_sched_waiting(weft_sched_t *s, int peer, const char *what);
+/* The same for a flag of comm rank peer in shared memory (flag: a static
+ * string such as "arrival flag"); the message is formatted only when a
+ * timeout needs it, so a poll that waits costs no formatting. */
+void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
 /* A child step: posts one nonblocking operation (a collective on a
  * sub-communicator) when its round starts, and the round waits for its
  * request with the round's messages. post returns a status and *req, or

@@ -227,6 +227,46 @@ static int body_reuse(int rank, int size, void *arg)
     return 0;
 }
 
+/* Roots that lag: reduce's non-roots and bcast's root leave at once, so
+ * fast ranks run up to WEFT_SHM_NBUF - 1 collectives ahead and must then
+ * wait for the slow ones before reusing a slot. Rotating roots, a root
+ * that sleeps now and then, results checked every time. */
+static int body_runahead(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t r = forced("reduce", "shm"), b = forced("bcast", "shm");
+    weft_comm_t w = weft_comm_world();
+    for (int it = 0; it < 300; it++) {
+        int root = it % size, n = 1 + it % 37;
+        int32_t in[40], out[40], bb[40];
+        for (int i = 0; i < n; i++)
+            in[i] = val(rank, (size_t)i, it);
+        if (rank == root && it % 7 == 3) usleep(2000);
+        TH_OK(weft_reduce(in, out, n, WEFT_INT32, WEFT_SUM, root, r));
+        if (rank == root)
+            for (int i = 0; i < n; i++) {
+                int want = 0;
+                for (int q = 0; q < size; q++)
+                    want += val(q, (size_t)i, it);
+                TH_CHECK(out[i] == want, "reduce iteration %d root %d elem %d: %d != %d", it, root, i, out[i], want);
+            }
+        if (rank != root && it % 11 == 5) usleep(1000);
+        for (int i = 0; i < n; i++)
+            bb[i] = rank == root ? it * 100 + i : -1;
+        TH_OK(weft_bcast(bb, n, WEFT_INT32, root, b));
+        for (int i = 0; i < n; i++)
+            TH_CHECK(bb[i] == it * 100 + i, "bcast iteration %d root %d elem %d: %d", it, root, i, bb[i]);
+        if (it % 50 == 49) TH_OK(weft_barrier(w));
+    }
+    TH_CHECK(size == 1 || (shm_ops(r) == 300 && shm_ops(b) == 300), "shm ran %llu reduces and %llu bcasts, not 300",
+             (unsigned long long)shm_ops(r), (unsigned long long)shm_ops(b));
+    TH_OK(weft_comm_free(&r));
+    TH_OK(weft_comm_free(&b));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
 /* Nonblocking shm collectives (more in flight than slot buffers) with a
  * ring of user messages. */
 static int body_nonblocking(int rank, int size, void *arg)
@@ -347,6 +387,23 @@ RANKS_TEST(forced, body_forced, 8, 40)
 RANKS_TEST(reuse, body_reuse, 3, 30)
 RANKS_TEST(reuse, body_reuse, 4, 30)
 RANKS_TEST(nonblocking, body_nonblocking, 4, 30)
+RANKS_TEST(runahead, body_runahead, 2, 30)
+RANKS_TEST(runahead, body_runahead, 5, 30)
+
+/* Deep trees: radix 2 and 3 on 7 ranks (three and two levels, groups
+ * that do not fill up), every forced algorithm and the reuse loop. */
+#define RADIX_TEST(name, body, N, R)                                                                                   \
+    Test(shm, name##_##N##_radix##R, .timeout = 90)                                                                    \
+    {                                                                                                                  \
+        static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_RADIX=" #R, NULL};      \
+        th_result_t res = th_run(N, body, NULL, 60, env);                                                              \
+        cr_assert_eq(res.timed_out, 0, "hung");                                                                        \
+        cr_assert_eq(res.failed, 0);                                                                                   \
+    }
+RADIX_TEST(forced, body_forced, 7, 2)
+RADIX_TEST(forced, body_forced, 7, 3)
+RADIX_TEST(reuse, body_reuse, 6, 2)
+RADIX_TEST(runahead, body_runahead, 7, 3)
 RANKS_TEST(cma, body_cma, 1, 30)
 RANKS_TEST(cma, body_cma, 2, 30)
 RANKS_TEST(cma, body_cma, 3, 30)

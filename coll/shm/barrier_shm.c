@@ -1,15 +1,18 @@
-/* barrier, shared memory: a dissemination barrier over flags. In round j
- * each rank raises its step counter and waits for rank - 2^j's counter to
- * reach the same round, so after ceil(log2 n) rounds every rank knows that
- * every member arrived. One cache line written and one read per round
- * instead of n reads; no data, no messages. The counter only grows
- * (collective k, round j: k x rounds + j + 1), so a rank already in a
- * later barrier satisfies the wait too. */
+/* barrier, shared memory: a k-way dissemination barrier over flags
+ * (k = WEFT_SHM_RADIX). In round j each rank raises its step counter and
+ * waits until the k - 1 ranks rank - i k^j (i = 1..k-1, mod n) reached the
+ * same round, so after ceil(log_k n) rounds every rank knows that every
+ * member arrived. One cache line written and k - 1 read per round (the
+ * reads overlap), no round trip through a root, no data, no messages.
+ * With k >= n it is one round: every rank reads every flag. The counter
+ * only grows (collective c, round j: c x rounds + j + 1), so a rank
+ * already in a later barrier satisfies the wait too. */
 #include "coll/shm/segment.h"
 
 typedef struct {
     weft_shm_op_t op;
-    int rounds, round, raised;
+    int rounds, round, raised, peer;
+    long stride;
 } barrier_t;
 
 static int step(weft_sched_t *s, void *arg)
@@ -21,17 +24,24 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        for (b->rounds = 0, b->stride = 1; b->stride < sh->n; b->rounds++)
+            b->stride *= sh->radix;
+        b->round = b->raised = 0;
+        b->stride = 1;
+        b->peer = 1;
         op->phase = 1;
         /* fall through */
     case 1:
-        for (; b->round < b->rounds; b->round++, b->raised = 0) {
+        for (; b->round < b->rounds; b->round++, b->raised = 0, b->peer = 1, b->stride *= sh->radix) {
             uint64_t target = op->k * (uint64_t)b->rounds + (uint64_t)b->round + 1;
             if (!b->raised) {
                 atomic_store_explicit(&sh->ctrl[sh->me].step, target, memory_order_release);
                 b->raised = 1;
             }
-            int from = (sh->me - (1 << b->round) % sh->n + sh->n) % sh->n;
-            if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, step), target, from, "barrier flag")) return 0;
+            for (; b->peer < sh->radix && b->peer * b->stride < sh->n; b->peer++) {
+                int from = (int)((sh->me - (long)b->peer * b->stride % sh->n + sh->n) % sh->n);
+                if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, step), target, from, "barrier flag")) return 0;
+            }
         }
         weft_shm_op_end(op);
         return 1;
@@ -45,16 +55,13 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     if (!sh) return WEFT_ERR_UNSUPPORTED;
     barrier_t *b = weft_shm_op_alloc(s, sh, sizeof(*b), 0, "barrier_shm");
     if (!b) return WEFT_ERR_NO_MEMORY;
-    b->rounds = 0;
-    while ((1 << b->rounds) < sh->n)
-        b->rounds++;
-    b->round = b->raised = 0;
     return weft_sched_poll(s, step, b);
 }
 
 const weft_coll_alg_t weft_alg_barrier_shm = {
     .name = "shm",
     .kind = WEFT_COLL_BARRIER,
-    .description = "one node: a dissemination barrier over flags in a shared segment, ceil(log2 n) rounds, no messages",
+    .description = "one node: a k-way dissemination barrier over flags in a shared segment (k = WEFT_SHM_RADIX), "
+                   "ceil(log_k n) rounds, no messages",
     .build = build,
 };

@@ -1,7 +1,10 @@
 /* bcast, shared memory: the root copies the message into its slot and
- * publishes its arrival flag; the others copy it out (two copies in all,
- * whatever the number of ranks). Messages up to one slot (WEFT_SHM_SLOT);
- * larger ones decline. */
+ * raises its arrival counter; down the flag tree (radix WEFT_SHM_RADIX,
+ * see segment.h) each rank waits for its parent's arrival, copies the
+ * parent's slot into its own (when it has children) and raises its own
+ * arrival, and copies the message out. A rank polls one parent, never
+ * the root with everyone else; the root leaves as soon as its slot is
+ * written. Messages up to one slot (WEFT_SHM_SLOT); larger ones decline. */
 #include "coll/shm/segment.h"
 
 #include <string.h>
@@ -17,25 +20,36 @@ static int step(weft_sched_t *s, void *arg)
 {
     bcast_t *b = arg;
     weft_shm_op_t *op = &b->op;
-    int rc;
+    weft_shm_t *sh = op->sh;
+    int rc, v, parent;
     switch (op->phase) {
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         op->phase = 1;
         /* fall through */
     case 1:
-        if (op->sh->me == b->root) {
+        v = weft_shm_vrank(sh, b->root);
+        if (v == 0) {
             if (!weft_shm_wait_reuse(s, op)) return 0;
-            memcpy(weft_shm_slot(op, b->root), b->buf, b->bytes);
+            memcpy(weft_shm_slot(op, sh->me), b->buf, b->bytes);
             weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
-        } else {
-            if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, b->root, "arrival flag")) return 0;
-            memcpy(b->buf, weft_shm_slot(op, b->root), b->bytes);
+            break;
         }
-        weft_shm_op_end(op);
-        return 1;
+        parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), b->root);
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, parent, "arrival flag")) return 0;
+        if (weft_shm_has_children(v, sh->radix, sh->n)) {
+            if (!weft_shm_wait_reuse(s, op)) return 0;
+            memcpy(weft_shm_slot(op, sh->me), weft_shm_slot(op, parent), b->bytes);
+            weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
+            memcpy(b->buf, weft_shm_slot(op, sh->me), b->bytes);
+        } else {
+            memcpy(b->buf, weft_shm_slot(op, parent), b->bytes);
+        }
+        break;
+    default: return WEFT_ERR_INTERNAL;
     }
-    return WEFT_ERR_INTERNAL;
+    weft_shm_op_end(op);
+    return 1;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -54,6 +68,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_bcast_shm = {
     .name = "shm",
     .kind = WEFT_COLL_BCAST,
-    .description = "one node, up to 16 KiB: the root writes its slot of a shared segment, the others copy it out",
+    .description = "one node, up to 16 KiB: the root writes its slot of a shared segment, the data flows down a "
+                   "flag tree (radix WEFT_SHM_RADIX)",
     .build = build,
 };

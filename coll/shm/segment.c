@@ -35,11 +35,12 @@ typedef struct shm_header {
     uint64_t len;
     uint32_t nranks;
     _Atomic uint32_t attached;
+    uint32_t radix; /* the creator's WEFT_SHM_RADIX: every member uses it, so all agree on the tree */
 } shm_header_t;
 
 static size_t segment_len(int n)
 {
-    return SHM_HEADER + (size_t)n * sizeof(weft_shm_ctrl_t) + (size_t)n * 2 * WEFT_SHM_SLOT;
+    return SHM_HEADER + (size_t)n * sizeof(weft_shm_ctrl_t) + (size_t)n * WEFT_SHM_NBUF * WEFT_SHM_SLOT;
 }
 
 static uint64_t members_hash(weft_comm_t comm)
@@ -167,6 +168,8 @@ static int create(weft_shm_t *sh)
     h->host_id = weft_topo_host_id();
     h->len = sh->len;
     h->nranks = (uint32_t)sh->n;
+    if (weft_cfg.shm_radix < 2) weft_warn("WEFT_SHM_RADIX=%d is below 2: coll/shm uses 2", weft_cfg.shm_radix);
+    h->radix = (uint32_t)(weft_cfg.shm_radix < 2 ? 2 : weft_cfg.shm_radix);
     atomic_store_explicit(&h->attached, 0, memory_order_relaxed);
     atomic_store_explicit(&h->ready, SHM_MAGIC, memory_order_release);
     return 1;
@@ -221,6 +224,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         set_pointers(sh);
         sh->mapped = 1;
         h = (shm_header_t *)sh->base;
+        sh->radix = h->radix >= 2 ? (int)h->radix : 2;
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
@@ -248,7 +252,7 @@ int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
     /* Another op may have finished the attach this one was waiting in:
      * the next wait scans every rank again. */
     op->scan = 0;
-    op->waited_rank = -1;
+    op->child = 0;
     return 1;
 }
 
@@ -260,16 +264,47 @@ int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t tar
         _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)&sh->ctrl[r] + field);
         if (atomic_load_explicit(f, memory_order_acquire) < target) {
             if (only < 0) op->scan = r;
-            if (op->waited_rank != r) { /* format once per rank waited on */
-                op->waited_rank = r;
-                snprintf(op->what, sizeof(op->what), "rank %d's %s in shared memory", r, flag);
-            }
-            weft_sched_waiting(s, r, op->what);
+            weft_sched_waiting_flag(s, r, flag);
             return 0;
         }
     }
     op->scan = 0;
-    op->waited_rank = -1;
+    return 1;
+}
+
+int weft_shm_reuse_scan(weft_sched_t *s, weft_shm_op_t *op)
+{
+    weft_shm_t *sh = op->sh;
+    uint64_t need = op->k - WEFT_SHM_NBUF + 1;
+    if (op->scan == 0) op->seen = UINT64_MAX;
+    for (int r = op->scan; r < sh->n; r++) {
+        uint64_t d = atomic_load_explicit(&sh->ctrl[r].done, memory_order_acquire);
+        if (d < need) {
+            op->scan = r;
+            weft_sched_waiting_flag(s, r, "done flag (it still reads a slot this rank reuses)");
+            return 0;
+        }
+        if (d < op->seen) op->seen = d;
+    }
+    op->scan = 0;
+    sh->min_done = op->seen; /* every counter was >= this when read, and counters only grow */
+    return 1;
+}
+
+int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, const char *flag)
+{
+    weft_shm_t *sh = op->sh;
+    int v = weft_shm_vrank(sh, root), i = 0;
+    WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
+        if (i++ < op->child) continue;
+        _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)&sh->ctrl[c] + field);
+        if (atomic_load_explicit(f, memory_order_acquire) < op->k + 1) {
+            op->child = i - 1;
+            weft_sched_waiting_flag(s, c, flag);
+            return 0;
+        }
+    });
+    op->child = 0;
     return 1;
 }
 
@@ -284,7 +319,6 @@ void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t ext
     memset(op, 0, size);
     op->sh = sh;
     op->k = UINT64_MAX;
-    op->waited_rank = -1;
     return op;
 }
 
@@ -364,6 +398,71 @@ static void reduce_slots(shm_reduce_t *x, void *dst, size_t off, size_t len)
     weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, len, op->sh->n);
 }
 
+/* Small vectors, up the tree: dst = own input op each child's slot, in
+ * the tree's fixed child order (every run, every rank of an allreduce
+ * gets the root's bits). */
+static void reduce_children(shm_reduce_t *x, void *dst, int v, int root)
+{
+    weft_shm_op_t *op = &x->op;
+    weft_shm_t *sh = op->sh;
+    const void *acc = x->send;
+    WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
+        weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, acc, weft_shm_slot(op, c), x->count);
+        acc = dst;
+    });
+    if (acc != dst) memcpy(dst, acc, x->count * x->esize); /* a leaf */
+}
+
+/* Below WEFT_SHM_CHUNKED_MIN (or on few ranks): up the flag tree, each
+ * rank reduces its children's slots into its own and raises its arrival;
+ * a reduce's non-roots leave right there (nothing waits for the root).
+ * allreduce: the root (rank 0) raises `reduced` on the result in its slot
+ * and it flows down the tree like a bcast. */
+static int tree_step(weft_sched_t *s, shm_reduce_t *x)
+{
+    weft_shm_op_t *op = &x->op;
+    weft_shm_t *sh = op->sh;
+    int root = x->root < 0 ? 0 : x->root, v = weft_shm_vrank(sh, root), parent;
+    size_t bytes = x->count * x->esize;
+    switch (op->phase) {
+    case 1:
+        if (!weft_shm_wait_children(s, op, root, offsetof(weft_shm_ctrl_t, arrived), "arrival flag")) return 0;
+        if (v == 0 && x->root >= 0) { /* reduce's root: straight into the result */
+            reduce_children(x, x->recv, v, root);
+            weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
+            break;
+        }
+        if (!weft_shm_wait_reuse(s, op)) return 0;
+        reduce_children(x, weft_shm_slot(op, sh->me), v, root);
+        if (v != 0) {
+            weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
+            if (x->root >= 0) break; /* reduce: this rank's part is done */
+            op->phase = 2; /* allreduce: the result comes down the tree */
+            goto down;
+        }
+        weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, weft_shm_slot(op, sh->me), x->count, sh->n);
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced));
+        memcpy(x->recv, weft_shm_slot(op, sh->me), bytes);
+        break;
+    case 2: /* allreduce, not the root: the result from the parent */
+    down:
+        parent = weft_shm_parent(v, sh->radix);
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, reduced), op->k + 1, parent, "reduced (result) flag"))
+            return 0;
+        if (weft_shm_has_children(v, sh->radix, sh->n)) {
+            memcpy(weft_shm_slot(op, sh->me), weft_shm_slot(op, parent), bytes);
+            weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced));
+            memcpy(x->recv, weft_shm_slot(op, sh->me), bytes);
+        } else {
+            memcpy(x->recv, weft_shm_slot(op, parent), bytes);
+        }
+        break;
+    default: return WEFT_ERR_INTERNAL;
+    }
+    weft_shm_op_end(op);
+    return 1;
+}
+
 static int reduce_step(weft_sched_t *s, void *arg)
 {
     shm_reduce_t *x = arg;
@@ -371,20 +470,20 @@ static int reduce_step(weft_sched_t *s, void *arg)
     weft_shm_t *sh = op->sh;
     int rc, gets = x->root < 0 || sh->me == x->root; /* this rank receives the result */
     size_t off, len;
+    if (op->phase == 0) {
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        op->phase = 1;
+    }
+    if (!x->chunked) return tree_step(s, x);
     switch (op->phase) {
-    case 0:
     case 1:
         if ((rc = weft_shm_contribute(s, op, x->send, x->count * x->esize)) <= 0) return rc;
-        if (!x->chunked && !gets) break; /* the root reads our slot; nothing to wait for */
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        if (!x->chunked) {
-            reduce_slots(x, x->recv, 0, x->count);
-            break;
-        }
-        /* Chunked: reduce this rank's chunk of every slot, then put it in
-         * place of the same chunk of its own slot (only it reads that). */
+        /* Reduce this rank's chunk of every slot, in rank order, then put
+         * it in place of the same chunk of its own slot (only it reads
+         * that). */
         weft_coll_block(x->count, sh->n, sh->me, &off, &len);
         if (len) {
             reduce_slots(x, x->tmp, off, len);

@@ -8,16 +8,27 @@
  *                     line prefetcher does not couple neighbours): the
  *                     rank's arrived / reduced / done sequence counters,
  *                     written only by that rank
- *   data[n][2]        per rank two slots of WEFT_SHM_SLOT bytes
- *                     (double buffering: collective k uses slot k % 2)
+ *   data[n][NBUF]     per rank WEFT_SHM_NBUF slots of WEFT_SHM_SLOT bytes
+ *                     (collective k uses slot k % NBUF)
  *
  * Collective k (the k-th shared-memory collective on the communicator,
  * counted by every member in the same order) publishes a counter by
  * storing k + 1 with release order; readers load with acquire order and
- * compare with >=. A rank writes its slot k % 2 only when every member's
- * done counter is >= k - 1 (everyone finished collective k - 2, the last
- * one that used that slot), so a fast rank never overwrites data a slow
- * one still reads. */
+ * compare with >=. A rank publishes done = k + 1 once it will not read
+ * any slot of collective k again, and writes its slot for collective k
+ * only when every member's done counter is >= k - NBUF + 1 (everyone
+ * finished collective k - NBUF, the last one that used that slot). That
+ * check is lazy: the smallest done counter seen is cached, so the n
+ * counters are read about once every NBUF - 1 collectives, not on every
+ * call.
+ *
+ * Small messages move along a tree of radix R (WEFT_SHM_RADIX) over the
+ * ranks relative to the root, v = (rank - root) mod n: v's parent is v
+ * with its lowest nonzero base-R digit cleared, so groups of R
+ * consecutive ranks (neighbouring cores under the usual packed binding)
+ * meet first and the depth is ceil(log_R n). A parent polls its children
+ * (arrivals, partial reductions) and its children poll it (release,
+ * data); with R >= n the tree is flat. */
 #ifndef WEFT_COLL_SHM_SEGMENT_H
 #define WEFT_COLL_SHM_SEGMENT_H
 
@@ -31,8 +42,12 @@
 
 /* Bytes one slot holds: the largest message (per rank for allgather, the
  * whole vector otherwise) the shared-memory algorithms take; above it they
- * decline and a base algorithm runs. 16 KiB x 2 slots x 64 ranks = 2 MiB. */
+ * decline and a base algorithm runs. 16 KiB x 4 slots x 64 ranks = 4 MiB. */
 #define WEFT_SHM_SLOT ((size_t)16 * 1024)
+/* Slots per rank: up to NBUF - 1 collectives may be in flight between the
+ * fastest and the slowest rank before the fastest waits (a reduce's
+ * leaves, a bcast's root leave at once). */
+#define WEFT_SHM_NBUF 4
 /* Messages from this size on, on at least this many ranks, are reduced in
  * chunks, one per rank (with fewer ranks the extra flag round costs more
  * than the reduction work it spreads: 2 ranks measured on 2 cores). */
@@ -44,7 +59,7 @@ typedef struct weft_shm_ctrl {
     _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
     _Atomic uint64_t done;    /* this rank finished reading collective k */
     _Atomic uint64_t mapped;  /* 1 once this rank mapped the segment */
-    _Atomic uint64_t step;    /* barrier: the last dissemination round passed (k x rounds + round + 1) */
+    _Atomic uint64_t step;    /* barrier: the last round passed (k x rounds + round + 1) */
     /* shm_cma: the buffer this rank lends for its current collective (its
      * pid, address, length), written before it publishes `arrived` and
      * left alone until every member's `done` says the readers finished. */
@@ -59,6 +74,8 @@ typedef struct weft_shm {
     char *base; /* the mapping, NULL until attached */
     size_t len;
     int n, me;
+    int radix;          /* the tree's radix (WEFT_SHM_RADIX, at least 2) */
+    uint64_t min_done;  /* a lower bound of every member's done counter (the lazy reuse check) */
     int mapped;         /* this rank mapped the segment and counted itself */
     int ready;          /* every member attached (the name is gone) */
     int gave_up;        /* creation failed here: later calls decline */
@@ -73,9 +90,9 @@ typedef struct weft_shm_op {
     weft_shm_t *sh;
     uint64_t k;
     int phase;
-    int scan; /* the next rank a wait over every member looks at */
-    int waited_rank;
-    char what[80]; /* what a pending poll waits for, for timeout messages */
+    int scan;      /* the next rank a wait over every member looks at */
+    int child;     /* the next child (index in weft_shm_children order) a tree wait looks at */
+    uint64_t seen; /* the reuse scan: the smallest done counter seen so far */
 } weft_shm_op_t;
 
 /* The communicator's segment state, or NULL when the shared-memory
@@ -111,22 +128,51 @@ int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op);
 /* Waits until field (offsetof in weft_shm_ctrl_t) of every member (or of
  * `only` when >= 0) is >= target. 1 / 0 as a polling step. */
 int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t target, int only, const char *flag);
-/* Slot k % 2 of rank r. */
+/* Slot k % NBUF of rank r. */
 static inline char *weft_shm_slot(const weft_shm_op_t *op, int r)
 {
-    return op->sh->data + ((size_t)r * 2 + (size_t)(op->k & 1)) * WEFT_SHM_SLOT;
+    return op->sh->data + ((size_t)r * WEFT_SHM_NBUF + (size_t)(op->k % WEFT_SHM_NBUF)) * WEFT_SHM_SLOT;
 }
 static inline void weft_shm_publish(weft_shm_op_t *op, size_t field)
 {
     atomic_store_explicit((_Atomic uint64_t *)((char *)&op->sh->ctrl[op->sh->me] + field), op->k + 1,
                           memory_order_release);
 }
-/* Waits until every member is done with collective k - 2 (this rank may
- * then write its slot k % 2). */
+/* Waits until every member is done with collective k - NBUF (this rank
+ * may then write its slot k % NBUF). Reads the members' counters only
+ * when the cached lower bound is too small. */
+int weft_shm_reuse_scan(weft_sched_t *s, weft_shm_op_t *op);
 static inline int weft_shm_wait_reuse(weft_sched_t *s, weft_shm_op_t *op)
 {
-    return op->k < 2 ? 1 : weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k - 1, -1, "done flag");
+    if (WEFT_LIKELY(op->k < WEFT_SHM_NBUF || op->sh->min_done >= op->k - WEFT_SHM_NBUF + 1)) return 1;
+    return weft_shm_reuse_scan(s, op);
 }
+
+/* The tree (see the top of this file) over v = (rank - root) mod n. */
+static inline int weft_shm_vrank(const weft_shm_t *sh, int root) { return (sh->me - root + sh->n) % sh->n; }
+static inline int weft_shm_rank_of(const weft_shm_t *sh, int v, int root) { return (v + root) % sh->n; }
+/* v's parent (v != 0). */
+static inline int weft_shm_parent(int v, int radix)
+{
+    int p = 1;
+    while ((v / p) % radix == 0)
+        p *= radix;
+    return v - ((v / p) % radix) * p;
+}
+/* 1 when v has children (v's lowest digit is 0 and v + 1 < n). */
+static inline int weft_shm_has_children(int v, int radix, int n) { return v % radix == 0 && v + 1 < n; }
+/* Waits until counter field of every child of this rank is >= k + 1
+ * (children in a fixed order: stride 1 first, then R, R^2...). */
+int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, const char *flag);
+/* Calls fn(arg, child rank) for every child in the same fixed order. */
+#define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body)                                                                    \
+    do {                                                                                                               \
+        for (long stride_ = 1; stride_ < (sh)->n && (v) % (stride_ * (sh)->radix) == 0; stride_ *= (sh)->radix)       \
+            for (long j_ = 1; j_ < (sh)->radix && (v) + j_ * stride_ < (sh)->n; j_++) {                               \
+                int c = weft_shm_rank_of((sh), (int)((v) + j_ * stride_), (root));                                     \
+                body;                                                                                                  \
+            }                                                                                                          \
+    } while (0)
 /* Marks collective k done here (publishes done, lets the next one start). */
 /* The first two phases of a contribution: start the operation, wait until
  * this rank's slot may be reused, copy src into it and publish the arrival.
