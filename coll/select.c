@@ -54,9 +54,9 @@ static const char default_rules[] =
      * waits for the slowest rank) and wins at 4-8 KiB. allgather and
      * reduce_scatter are not measured yet. */
     "barrier:nodes=1:shm,"
-    "bcast:0-16k:nodes=1:shm,"
-    "reduce:4k-16k:nodes=1:shm,"
-    "allreduce:0-16k:nodes=1:shm,"
+    "bcast:0-64k:nodes=1:shm,"
+    "reduce:0-64k:nodes=1:shm,"
+    "allreduce:0-64k:nodes=1:shm,"
     "allgather:0-16k:nodes=1:shm,"
     "reduce_scatter:0-16k:nodes=1:shm,"
     "reduce_scatter_block:0-16k:nodes=1:shm,"
@@ -68,6 +68,7 @@ static const char default_rules[] =
      * address space), so bcast keeps the base algorithms; shm_cma bcast
      * stays available through WEFT_COLL_TUNE. */
     "allgather:16k-inf:nodes=1:shm_cma,"
+    "allreduce:64k-inf:nodes=1:shm_cma,"
     "barrier:dissemination,"
     /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
     "bcast:0-inf:binomial,"

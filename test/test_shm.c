@@ -48,7 +48,7 @@ static uint64_t shm_ops(weft_comm_t c)
 
 /* The counts: empty, one, a prime, around the chunking threshold, a whole
  * slot, one element over it (declines). In int32 elements. */
-static const int64_t counts[] = {0, 1, 13, 511, 512, 4096, 4097};
+static const int64_t counts[] = {0, 1, 13, 511, 512, 4097, 16384, 16385};
 #define NCOUNTS ((int)(sizeof(counts) / sizeof(counts[0])))
 
 static void check_allreduce(weft_comm_t c, int64_t n, weft_op_t op, int inplace, int salt)
@@ -88,7 +88,10 @@ static int body_forced(int rank, int size, void *arg)
             weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
             check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
             int ran = shm_ops(c) > before;
-            int want = size > 1 && counts[ci] > 0 && counts[ci] * 4 <= (int64_t)WEFT_SHM_SLOT;
+            /* over a slot the default table's next candidate, shm_cma
+             * from 64 KiB, uses the segment too */
+            int want = size > 1 && counts[ci] > 0 &&
+                       (counts[ci] * 4 <= (int64_t)WEFT_SHM_SLOT || (weft_shm_cma_usable() && counts[ci] * 4 >= 65536));
             TH_CHECK(ran == want, "allreduce count %lld: shm %s", (long long)counts[ci], ran ? "ran" : "declined");
         }
     TH_OK(weft_comm_free(&c));
@@ -346,8 +349,10 @@ static int body_cma(int rank, int size, void *arg)
             uint64_t before = shm_ops(c);
             TH_OK(weft_bcast(b, (int64_t)n, WEFT_BYTE, root, c));
             TH_CHECK(th_verify(b, n, seed, NULL), "bcast %zu bytes root %d", n, root);
-            TH_CHECK(shm_ops(c) == before + (uint64_t)cma, "bcast %zu bytes: shm_cma ran %llu times (expected %d)", n,
-                     (unsigned long long)(shm_ops(c) - before), cma);
+            /* declined: the default's next candidate, the slot algorithm, takes up to a slot */
+            int ran = cma || (size > 1 && !nodes && n <= WEFT_SHM_SLOT);
+            TH_CHECK(shm_ops(c) == before + (uint64_t)ran, "bcast %zu bytes: shm ran %llu times (expected %d)", n,
+                     (unsigned long long)(shm_ops(c) - before), ran);
         }
         for (int inplace = 0; inplace < 2; inplace++) {
             unsigned seed = 400u + (unsigned)(si * 4 + inplace) * 64u;
@@ -365,6 +370,48 @@ static int body_cma(int rank, int size, void *arg)
         free(all);
         free(mine);
     }
+    /* allreduce: chunks of uneven length (a count no rank count divides),
+     * several pieces per chunk, in place, and an AVG in fp32. */
+    weft_comm_t ar = forced("allreduce", "shm_cma");
+    static const int64_t acounts[] = {4096, 4099, (1 << 18) + 13};
+    for (int ci = 0; ci < 3; ci++) {
+        int64_t n = acounts[ci];
+        int32_t *in = malloc(sizeof(int32_t) * (size_t)n), *out = malloc(sizeof(int32_t) * (size_t)n);
+        float *f = malloc(sizeof(float) * (size_t)n);
+        for (int inplace = 0; inplace < 2; inplace++) {
+            for (int64_t i = 0; i < n; i++)
+                in[i] = val(rank, (size_t)i, ci + inplace);
+            uint64_t before = shm_ops(ar);
+            TH_OK(weft_allreduce(inplace ? WEFT_IN_PLACE : in, inplace ? in : out, n, WEFT_INT32, WEFT_SUM, ar));
+            int32_t *res = inplace ? in : out;
+            for (int64_t i = 0; i < n; i++) {
+                int want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, (size_t)i, ci + inplace);
+                if (res[i] != want) {
+                    TH_CHECK(0, "allreduce shm_cma %lld%s elem %lld: %d != %d", (long long)n, inplace ? " in place" : "",
+                             (long long)i, res[i], want);
+                    break;
+                }
+            }
+            int ran = cma || (size > 1 && !nodes && n * 4 <= (int64_t)WEFT_SHM_SLOT); /* or the slot algorithm */
+            TH_CHECK(shm_ops(ar) == before + (uint64_t)ran, "allreduce %lld: shm ran %llu times (expected %d)",
+                     (long long)n, (unsigned long long)(shm_ops(ar) - before), ran);
+        }
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)(rank * 4);
+        TH_OK(weft_allreduce(WEFT_IN_PLACE, f, n, WEFT_FLOAT32, WEFT_AVG, ar));
+        for (int64_t i = 0; i < n; i++)
+            if (f[i] != (float)(2 * (size - 1))) {
+                TH_CHECK(0, "allreduce shm_cma AVG %lld elem %lld: %g", (long long)n, (long long)i, (double)f[i]);
+                break;
+            }
+        free(in);
+        free(out);
+        free(f);
+    }
+    if (nodes) TH_CHECK(ar->shm == NULL, "allreduce shm_cma ran on a communicator spanning nodes");
+    TH_OK(weft_comm_free(&ar));
     if (nodes) TH_CHECK(c->shm == NULL && g->shm == NULL, "shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));

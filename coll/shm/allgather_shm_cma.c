@@ -55,7 +55,7 @@ static int step(weft_sched_t *s, void *arg)
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     size_t bytes = a->count * a->esize;
-    weft_shm_t *sh = bytes >= WEFT_SHM_SLOT ? weft_shm_get_cma(a->comm) : NULL;
+    weft_shm_t *sh = bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
     allgather_t *g = weft_shm_op_alloc(s, sh, sizeof(*g), sizeof(char *) * (size_t)sh->n, "allgather_shm_cma");
     if (!g) return WEFT_ERR_NO_MEMORY;

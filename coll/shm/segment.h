@@ -42,8 +42,11 @@
 
 /* Bytes one slot holds: the largest message (per rank for allgather, the
  * whole vector otherwise) the shared-memory algorithms take; above it they
- * decline and a base algorithm runs. 16 KiB x 4 slots x 64 ranks = 4 MiB. */
-#define WEFT_SHM_SLOT ((size_t)16 * 1024)
+ * decline and a base algorithm runs. 64 KiB x 4 slots x 64 ranks = 16 MiB
+ * of address space (pages are touched only by the sizes used). */
+#define WEFT_SHM_SLOT ((size_t)64 * 1024)
+/* The single-copy (CMA) algorithms take messages (blocks) from this size on. */
+#define WEFT_SHM_CMA_MIN ((size_t)16 * 1024)
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
  * fastest and the slowest rank before the fastest waits (a reduce's
  * leaves, a bcast's root leave at once). */
@@ -66,7 +69,8 @@ typedef struct weft_shm_ctrl {
     int64_t cma_pid;
     uint64_t cma_addr;
     uint64_t cma_len;
-    char pad[128 - 8 * sizeof(uint64_t)];
+    uint64_t cma_addr2; /* a second lent buffer (allreduce_shm_cma: the result) */
+    char pad[128 - 9 * sizeof(uint64_t)];
 } weft_shm_ctrl_t;
 
 typedef struct weft_shm {

@@ -1,0 +1,137 @@
+/* allreduce, shared memory, single copy: a reduce-scatter and an
+ * allgather read straight from the other ranks' buffers with
+ * process_vm_readv (cross-memory attach), no staging in a segment.
+ * Every rank lends its input and its result buffer (pids and addresses in
+ * its flag line, then its arrival flag). Rank r reduces chunk r (1/n of
+ * the vector) of every rank's input, in rank order, in pieces of
+ * PIECE bytes (read a peer's piece, reduce it into an accumulator), and
+ * writes it into chunk r of its own result (`reduced` flag); then it reads
+ * chunk q of rank q's result for every q. Each byte crosses between
+ * processes twice, the scratch is two pieces whatever the vector, and
+ * every rank gets the same bits (one rank reduces each chunk, in rank
+ * order). In place works: chunk q of a rank's buffer is overwritten only
+ * after rank q, its only reader, raised `reduced`. A rank returns when
+ * every member is done reading its buffers. Vectors from a full slot on;
+ * declines where CMA does not work. */
+#include "coll/shm/segment.h"
+
+#include <string.h>
+
+#define PIECE ((size_t)16 * 1024)
+
+typedef struct {
+    weft_shm_op_t op;
+    const void *send;
+    void *recv;
+    size_t count, esize;
+    int dtype, rop;
+    int rc;   /* the first failed read */
+    int next; /* phase 2: the next peer (offset from this rank) to read */
+    char *acc, *tmp;
+} allreduce_t;
+
+/* One rank's input piece: a pointer to it (local, or read into tmp). */
+static const char *piece_of(allreduce_t *x, int q, size_t at, size_t bytes)
+{
+    weft_shm_t *sh = x->op.sh;
+    if (q == sh->me) return (const char *)x->send + at;
+    const weft_shm_ctrl_t *c = &sh->ctrl[q];
+    if (c->cma_len != x->count * x->esize) {
+        x->rc = weft_error(WEFT_ERR_ARG, "allreduce_shm_cma: rank %d reduces %llu bytes, this rank %zu", q,
+                           (unsigned long long)c->cma_len, x->count * x->esize);
+        return NULL;
+    }
+    int rc = weft_shm_cma_read(x->tmp, c->cma_pid, c->cma_addr + at, bytes, "allreduce_shm_cma");
+    if (rc) x->rc = rc;
+    return rc ? NULL : x->tmp;
+}
+
+/* Chunk `me` of the result, reduced in rank order, piece by piece. */
+static void reduce_chunk(allreduce_t *x)
+{
+    weft_shm_t *sh = x->op.sh;
+    size_t off, len, per = PIECE / x->esize;
+    weft_coll_block(x->count, sh->n, sh->me, &off, &len);
+    for (size_t p = 0; p < len && !x->rc; p += per) {
+        size_t cnt = len - p < per ? len - p : per, at = (off + p) * x->esize, bytes = cnt * x->esize;
+        for (int q = 0; q < sh->n; q++) {
+            const char *in = piece_of(x, q, at, bytes);
+            if (!in) return;
+            if (q == 0)
+                memcpy(x->acc, in, bytes);
+            else
+                weft_op_reduce((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->acc, in, cnt);
+        }
+        weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->acc, cnt, sh->n);
+        memcpy((char *)x->recv + at, x->acc, bytes);
+    }
+}
+
+static int step(weft_sched_t *s, void *arg)
+{
+    allreduce_t *x = arg;
+    weft_shm_op_t *op = &x->op;
+    weft_shm_t *sh = op->sh;
+    int rc;
+    switch (op->phase) {
+    case 0:
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        sh->ctrl[sh->me].cma_addr2 = (uint64_t)(uintptr_t)x->recv;
+        weft_shm_cma_lend(op, x->send, x->count * x->esize);
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        reduce_chunk(x);
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced)); /* even after a failed read */
+        x->next = 1;
+        op->phase = 2;
+        /* fall through */
+    case 2: /* the other chunks, from their owners' results, next rank first */
+        for (; x->next < sh->n; x->next++) {
+            int q = (sh->me + x->next) % sh->n;
+            if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, reduced), op->k + 1, q, "reduced-chunk flag"))
+                return 0;
+            size_t off, len;
+            weft_coll_block(x->count, sh->n, q, &off, &len);
+            if (len && !x->rc)
+                x->rc = weft_shm_cma_read((char *)x->recv + off * x->esize, sh->ctrl[q].cma_pid,
+                                          sh->ctrl[q].cma_addr2 + off * x->esize, len * x->esize,
+                                          "allreduce_shm_cma");
+        }
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done));
+        op->phase = 3;
+        /* fall through */
+    case 3: /* this rank's buffers stay valid until every reader is done */
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
+        sh->completed = op->k + 1;
+        return x->rc ? x->rc : 1;
+    }
+    return WEFT_ERR_INTERNAL;
+}
+
+static int build(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    size_t bytes = a->count * a->esize;
+    weft_shm_t *sh = bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL;
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    allreduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 2 * PIECE, "allreduce_shm_cma");
+    if (!x) return WEFT_ERR_NO_MEMORY;
+    x->send = a->sendbuf;
+    x->recv = a->recvbuf;
+    x->count = a->count;
+    x->esize = a->esize;
+    x->dtype = (int)a->dtype;
+    x->rop = (int)a->op;
+    x->acc = (char *)x + ((sizeof(*x) + 63) & ~(size_t)63);
+    x->tmp = x->acc + PIECE;
+    return weft_sched_poll(s, step, x);
+}
+
+const weft_coll_alg_t weft_alg_allreduce_shm_cma = {
+    .name = "shm_cma",
+    .kind = WEFT_COLL_ALLREDUCE,
+    .description = "one node, from 16 KiB, CMA: each rank reduces 1/n straight from the others' inputs, then reads "
+                   "the other chunks from their owners' results (process_vm_readv)",
+    .build = build,
+};
