@@ -246,6 +246,11 @@ static long timed_loop(coll_ctx_t *c, size_t count, int iters, int skip, int mod
             if (compute_total) *compute_total += tc;
         }
         if (osu_opt.validate) errors += (long)check_outputs(c, &a, count, i);
+        /* As OSU's collective tests: a barrier after every blocking call,
+         * outside the timed region, so each call starts from a common
+         * point (otherwise a rooted collective's ranks run ahead of the
+         * root and the average measures buffering, not latency). */
+        if (mode == MODE_BLOCKING && c->b->coll != BK_BARRIER) barrier();
     }
     return errors;
 }
