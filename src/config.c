@@ -66,6 +66,10 @@ static const var_t vars[] = {
      "radix of the flag tree of the shared-memory barrier, bcast, reduce and allreduce (small messages): groups of "
      "this many consecutive ranks meet first; 2 or more, the segment's creator decides for every member",
      FIELD(shm_radix), 0},
+    {"WEFT_SHM_CHUNK_MIN", VAR_INT, "2048",
+     "shared-memory reduce and allreduce: vectors from this many bytes (on 4 or more ranks) are reduced one chunk "
+     "per rank; smaller ones go up the flag tree",
+     FIELD(shm_chunk_min), 0},
 };
 
 #define NVARS ((int)(sizeof(vars) / sizeof(vars[0])))

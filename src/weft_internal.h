@@ -61,6 +61,7 @@ typedef struct weft_config {
     char coll_tune[4096];  /* WEFT_COLL_TUNE: selection rules ahead of the defaults */
     int shm_cma;           /* WEFT_SHM_CMA: 0 turns the single-copy (CMA) algorithms off */
     int shm_radix;         /* WEFT_SHM_RADIX: the shm flag tree's radix */
+    int shm_chunk_min;     /* WEFT_SHM_CHUNK_MIN: chunked shm reductions from this many bytes */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable; a malformed value fails with WEFT_ERR_ARG

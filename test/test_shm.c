@@ -451,6 +451,16 @@ RADIX_TEST(forced, body_forced, 7, 2)
 RADIX_TEST(forced, body_forced, 7, 3)
 RADIX_TEST(reuse, body_reuse, 6, 2)
 RADIX_TEST(runahead, body_runahead, 7, 3)
+
+/* Every reduce and allreduce up the tree (no chunked path) to 64 KiB. */
+Test(shm, forced_6_tree_only, .timeout = 90)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_RADIX=4",
+                                      "WEFT_SHM_CHUNK_MIN=1000000", NULL};
+    th_result_t res = th_run(6, body_forced, NULL, 60, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
 RANKS_TEST(cma, body_cma, 1, 30)
 RANKS_TEST(cma, body_cma, 2, 30)
 RANKS_TEST(cma, body_cma, 3, 30)

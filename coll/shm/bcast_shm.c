@@ -30,7 +30,7 @@ static int step(weft_sched_t *s, void *arg)
     case 1:
         v = weft_shm_vrank(sh, b->root);
         if (v == 0) {
-            if (!weft_shm_wait_reuse(s, op)) return 0;
+            if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, b->root)) return 0;
             memcpy(weft_shm_slot(op, sh->me), b->buf, b->bytes);
             weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
             break;
@@ -38,7 +38,7 @@ static int step(weft_sched_t *s, void *arg)
         parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), b->root);
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, parent, "arrival flag")) return 0;
         if (weft_shm_has_children(v, sh->radix, sh->n)) {
-            if (!weft_shm_wait_reuse(s, op)) return 0;
+            if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, b->root)) return 0;
             memcpy(weft_shm_slot(op, sh->me), weft_shm_slot(op, parent), b->bytes);
             weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
             memcpy(b->buf, weft_shm_slot(op, sh->me), b->bytes);

@@ -35,7 +35,8 @@ typedef struct shm_header {
     uint64_t len;
     uint32_t nranks;
     _Atomic uint32_t attached;
-    uint32_t radix; /* the creator's WEFT_SHM_RADIX: every member uses it, so all agree on the tree */
+    uint32_t radix;     /* the creator's WEFT_SHM_RADIX: every member uses it, so all agree on the tree */
+    uint64_t chunk_min; /* the creator's WEFT_SHM_CHUNK_MIN, likewise */
 } shm_header_t;
 
 static size_t segment_len(int n)
@@ -61,6 +62,10 @@ static weft_shm_t *comm_shm(weft_comm_t comm)
     if (WEFT_LIKELY(sh)) return sh->gave_up ? NULL : sh;
     if (comm->size < 2 || weft_comm_spans_nodes(comm)) return NULL;
     if (!(sh = calloc(1, sizeof(*sh)))) return NULL;
+    if (!(sh->seen_done = calloc((size_t)comm->size, sizeof(uint64_t)))) {
+        free(sh);
+        return NULL;
+    }
     sh->n = comm->size;
     sh->me = comm->rank;
     sh->len = segment_len(comm->size);
@@ -170,6 +175,7 @@ static int create(weft_shm_t *sh)
     h->nranks = (uint32_t)sh->n;
     if (weft_cfg.shm_radix < 2) weft_warn("WEFT_SHM_RADIX=%d is below 2: coll/shm uses 2", weft_cfg.shm_radix);
     h->radix = (uint32_t)(weft_cfg.shm_radix < 2 ? 2 : weft_cfg.shm_radix);
+    h->chunk_min = weft_cfg.shm_chunk_min < 0 ? 0 : (uint64_t)weft_cfg.shm_chunk_min;
     atomic_store_explicit(&h->attached, 0, memory_order_relaxed);
     atomic_store_explicit(&h->ready, SHM_MAGIC, memory_order_release);
     return 1;
@@ -225,6 +231,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         sh->mapped = 1;
         h = (shm_header_t *)sh->base;
         sh->radix = h->radix >= 2 ? (int)h->radix : 2;
+        sh->chunk_min = (size_t)h->chunk_min;
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
@@ -272,22 +279,44 @@ int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t tar
     return 1;
 }
 
-int weft_shm_reuse_scan(weft_sched_t *s, weft_shm_op_t *op)
+/* 1 when member r finished collective need - 1 (from the cache, or
+ * reloading its counter); 0 after naming it as the one waited on. */
+static int done_by(weft_sched_t *s, weft_shm_t *sh, int r, uint64_t need)
+{
+    if (sh->seen_done[r] >= need) return 1;
+    sh->seen_done[r] = atomic_load_explicit(&sh->ctrl[r].done, memory_order_acquire);
+    if (sh->seen_done[r] >= need) return 1;
+    weft_sched_waiting_flag(s, r, "done flag (it still reads a slot this rank reuses)");
+    return 0;
+}
+
+int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
 {
     weft_shm_t *sh = op->sh;
-    uint64_t need = op->k - WEFT_SHM_NBUF + 1;
-    if (op->scan == 0) op->seen = UINT64_MAX;
-    for (int r = op->scan; r < sh->n; r++) {
-        uint64_t d = atomic_load_explicit(&sh->ctrl[r].done, memory_order_acquire);
-        if (d < need) {
-            op->scan = r;
-            weft_sched_waiting_flag(s, r, "done flag (it still reads a slot this rank reuses)");
-            return 0;
+    int b = (int)(op->k % WEFT_SHM_NBUF);
+    uint64_t need = sh->use[b].k;
+    if (need && need != op->k + 1) { /* the previous use's readers */
+        int prev = sh->use[b].readers, proot = sh->use[b].root;
+        if (prev & WEFT_SHM_READ_ALL) {
+            for (int r = 0; r < sh->n; r++)
+                if (r != sh->me && !done_by(s, sh, r, need)) return 0;
+        } else {
+            int v = weft_shm_vrank(sh, proot);
+            if ((prev & WEFT_SHM_READ_PARENT) && v != 0 &&
+                !done_by(s, sh, weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), proot), need))
+                return 0;
+            if (prev & WEFT_SHM_READ_CHILDREN) {
+                int ok = 1;
+                WEFT_SHM_FOR_CHILDREN(sh, v, proot, c, {
+                    if (ok && !done_by(s, sh, c, need)) ok = 0;
+                });
+                if (!ok) return 0;
+            }
         }
-        if (d < op->seen) op->seen = d;
     }
-    op->scan = 0;
-    sh->min_done = op->seen; /* every counter was >= this when read, and counters only grow */
+    sh->use[b].k = op->k + 1;
+    sh->use[b].readers = readers;
+    sh->use[b].root = root;
     return 1;
 }
 
@@ -330,6 +359,7 @@ void weft_shm_comm_release(weft_comm_t comm)
      * there, and the creator removes it. */
     if (sh->me == 0 && sh->mapped && !sh->ready) shm_unlink(sh->name);
     if (sh->base) munmap(sh->base, sh->len);
+    free(sh->seen_done);
     free(sh);
     comm->shm = NULL;
 }
@@ -413,7 +443,7 @@ static void reduce_children(shm_reduce_t *x, void *dst, int v, int root)
     if (acc != dst) memcpy(dst, acc, x->count * x->esize); /* a leaf */
 }
 
-/* Below WEFT_SHM_CHUNKED_MIN (or on few ranks): up the flag tree, each
+/* Below WEFT_SHM_CHUNK_MIN (or on few ranks): up the flag tree, each
  * rank reduces its children's slots into its own and raises its arrival;
  * a reduce's non-roots leave right there (nothing waits for the root).
  * allreduce: the root (rank 0) raises `reduced` on the result in its slot
@@ -432,7 +462,12 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
             weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
             break;
         }
-        if (!weft_shm_wait_reuse(s, op)) return 0;
+        /* readers: the parent (the partial), the children (allreduce's result) */
+        if (!weft_shm_claim(s, op,
+                            v == 0 ? WEFT_SHM_READ_CHILDREN
+                                   : WEFT_SHM_READ_PARENT | (x->root < 0 ? WEFT_SHM_READ_CHILDREN : 0),
+                            root))
+            return 0;
         reduce_children(x, weft_shm_slot(op, sh->me), v, root);
         if (v != 0) {
             weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
@@ -472,6 +507,8 @@ static int reduce_step(weft_sched_t *s, void *arg)
     size_t off, len;
     if (op->phase == 0) {
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        /* decided once attached: every member uses the creator's threshold */
+        x->chunked = x->count * x->esize >= sh->chunk_min && sh->n >= WEFT_SHM_CHUNKED_RANKS;
         op->phase = 1;
     }
     if (!x->chunked) return tree_step(s, x);
@@ -511,9 +548,8 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     size_t bytes = a->count * a->esize;
     weft_shm_t *sh = bytes ? weft_shm_get(a->comm, bytes) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
-    int chunked = bytes >= WEFT_SHM_CHUNKED_MIN && sh->n >= WEFT_SHM_CHUNKED_RANKS;
-    size_t chunk = (a->count / (size_t)sh->n + 1) * a->esize;
-    shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), chunked ? chunk : 0, alg);
+    size_t chunk = sh->n >= WEFT_SHM_CHUNKED_RANKS ? (a->count / (size_t)sh->n + 1) * a->esize : 0;
+    shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), chunk, alg);
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->send = a->sendbuf;
     x->recv = a->recvbuf;
@@ -522,7 +558,7 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
     x->root = root;
-    x->chunked = chunked;
+    x->chunked = 0; /* decided at the start (weft_shm_op_begin attaches) */
     x->tmp = (char *)x + ((sizeof(*x) + 63) & ~(size_t)63);
     return weft_sched_poll(s, reduce_step, x);
 }

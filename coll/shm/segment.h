@@ -16,11 +16,10 @@
  * storing k + 1 with release order; readers load with acquire order and
  * compare with >=. A rank publishes done = k + 1 once it will not read
  * any slot of collective k again, and writes its slot for collective k
- * only when every member's done counter is >= k - NBUF + 1 (everyone
- * finished collective k - NBUF, the last one that used that slot). That
- * check is lazy: the smallest done counter seen is cached, so the n
- * counters are read about once every NBUF - 1 collectives, not on every
- * call.
+ * only when the ranks that read it in its previous use (collective
+ * k - NBUF or earlier: its parent, its children or everyone, recorded
+ * when it wrote it) published done for that collective. Done counters
+ * read are cached, so a tree collective usually reads none.
  *
  * Small messages move along a tree of radix R (WEFT_SHM_RADIX) over the
  * ranks relative to the root, v = (rank - root) mod n: v's parent is v
@@ -51,10 +50,10 @@
  * fastest and the slowest rank before the fastest waits (a reduce's
  * leaves, a bcast's root leave at once). */
 #define WEFT_SHM_NBUF 4
-/* Messages from this size on, on at least this many ranks, are reduced in
- * chunks, one per rank (with fewer ranks the extra flag round costs more
- * than the reduction work it spreads: 2 ranks measured on 2 cores). */
-#define WEFT_SHM_CHUNKED_MIN   ((size_t)2048)
+/* Vectors from WEFT_SHM_CHUNK_MIN bytes (the creator's setting, in the
+ * header), on at least this many ranks, are reduced in chunks, one per
+ * rank (with fewer ranks the extra flag round costs more than the
+ * reduction work it spreads: 2 ranks measured on 2 cores). */
 #define WEFT_SHM_CHUNKED_RANKS 4
 
 typedef struct weft_shm_ctrl {
@@ -79,7 +78,13 @@ typedef struct weft_shm {
     size_t len;
     int n, me;
     int radix;          /* the tree's radix (WEFT_SHM_RADIX, at least 2) */
-    uint64_t min_done;  /* a lower bound of every member's done counter (the lazy reuse check) */
+    size_t chunk_min;   /* WEFT_SHM_CHUNK_MIN: chunked reductions from this many bytes */
+    uint64_t *seen_done; /* per member, the done counter last read (a lower bound of it) */
+    struct {
+        uint64_t k;  /* 1 + the collective that last wrote this rank's slot (0: never) */
+        int readers; /* WEFT_SHM_READ_* of that collective */
+        int root;    /* and its tree's root */
+    } use[WEFT_SHM_NBUF];
     int mapped;         /* this rank mapped the segment and counted itself */
     int ready;          /* every member attached (the name is gone) */
     int gave_up;        /* creation failed here: later calls decline */
@@ -142,15 +147,16 @@ static inline void weft_shm_publish(weft_shm_op_t *op, size_t field)
     atomic_store_explicit((_Atomic uint64_t *)((char *)&op->sh->ctrl[op->sh->me] + field), op->k + 1,
                           memory_order_release);
 }
-/* Waits until every member is done with collective k - NBUF (this rank
- * may then write its slot k % NBUF). Reads the members' counters only
- * when the cached lower bound is too small. */
-int weft_shm_reuse_scan(weft_sched_t *s, weft_shm_op_t *op);
-static inline int weft_shm_wait_reuse(weft_sched_t *s, weft_shm_op_t *op)
-{
-    if (WEFT_LIKELY(op->k < WEFT_SHM_NBUF || op->sh->min_done >= op->k - WEFT_SHM_NBUF + 1)) return 1;
-    return weft_shm_reuse_scan(s, op);
-}
+/* Who reads a slot a rank writes (recorded per slot, so the next write
+ * to it waits for exactly those readers): its parent or its children in
+ * the tree of `root`, or every member. */
+enum { WEFT_SHM_READ_PARENT = 1, WEFT_SHM_READ_CHILDREN = 2, WEFT_SHM_READ_ALL = 4 };
+/* Claims this rank's slot k % NBUF for collective k: waits until the
+ * readers recorded by its previous use finished that collective (their
+ * done counters; the last value read of each is cached, so a reader seen
+ * far enough ahead costs nothing), then records `readers` (of the tree of
+ * `root`). 1 when the slot may be written, 0 not yet (a polling step). */
+int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root);
 
 /* The tree (see the top of this file) over v = (rank - root) mod n. */
 static inline int weft_shm_vrank(const weft_shm_t *sh, int root) { return (sh->me - root + sh->n) % sh->n; }
@@ -189,7 +195,7 @@ static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const 
         op->phase = 1;
     }
     if (op->phase == 1) {
-        if (!weft_shm_wait_reuse(s, op)) return 0;
+        if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         memcpy(weft_shm_slot(op, op->sh->me), src, bytes);
         weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
         op->phase = 2;
@@ -207,7 +213,7 @@ static inline void weft_shm_op_end(weft_shm_op_t *op)
 void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t extra, const char *alg);
 
 /* reduce (root >= 0) and allreduce (root < 0) through the slots: every
- * rank writes its input; below WEFT_SHM_CHUNKED_MIN bytes the receivers
+ * rank writes its input; below WEFT_SHM_CHUNK_MIN bytes the receivers
  * reduce the whole vector, from it each rank reduces one chunk (1/n of
  * the vector) and the receivers copy the chunks out. Rank order always,
  * so every rank gets the same bits. */
