@@ -88,10 +88,8 @@ static int body_forced(int rank, int size, void *arg)
             weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
             check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
             int ran = shm_ops(c) > before;
-            /* over a slot the default table's next candidate, shm_cma
-             * from 64 KiB, uses the segment too */
-            int want = size > 1 && counts[ci] > 0 &&
-                       (counts[ci] * 4 <= (int64_t)WEFT_SHM_SLOT || (weft_shm_cma_usable() && counts[ci] * 4 >= 65536));
+            /* over a slot the next candidate (Rabenseifner below 512 KiB) does not */
+            int want = size > 1 && counts[ci] > 0 && counts[ci] * 4 <= (int64_t)WEFT_SHM_SLOT;
             TH_CHECK(ran == want, "allreduce count %lld: shm %s", (long long)counts[ci], ran ? "ran" : "declined");
         }
     TH_OK(weft_comm_free(&c));
