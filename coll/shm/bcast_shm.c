@@ -21,30 +21,21 @@ static int step(weft_sched_t *s, void *arg)
     bcast_t *b = arg;
     weft_shm_op_t *op = &b->op;
     weft_shm_t *sh = op->sh;
-    int rc, v, parent;
+    int rc;
     switch (op->phase) {
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         op->phase = 1;
         /* fall through */
     case 1:
-        v = weft_shm_vrank(sh, b->root);
-        if (v == 0) {
+        if (sh->me == b->root) {
             if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, b->root)) return 0;
             memcpy(weft_shm_slot(op, sh->me), b->buf, b->bytes);
             weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
             break;
         }
-        parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), b->root);
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, parent, "arrival flag")) return 0;
-        if (weft_shm_has_children(v, sh->radix, sh->n)) {
-            if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, b->root)) return 0;
-            memcpy(weft_shm_slot(op, sh->me), weft_shm_slot(op, parent), b->bytes);
-            weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
-            memcpy(b->buf, weft_shm_slot(op, sh->me), b->bytes);
-        } else {
-            memcpy(b->buf, weft_shm_slot(op, parent), b->bytes);
-        }
+        if (!weft_shm_tree_down(s, op, b->root, offsetof(weft_shm_ctrl_t, arrived), b->buf, b->bytes, "arrival flag"))
+            return 0;
         break;
     default: return WEFT_ERR_INTERNAL;
     }

@@ -295,7 +295,11 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
     weft_shm_t *sh = op->sh;
     int b = (int)(op->k % WEFT_SHM_NBUF);
     uint64_t need = sh->use[b].k;
-    if (need && need != op->k + 1) { /* the previous use's readers */
+    if (need == op->k + 1) { /* claimed before in this collective: one more kind of reader */
+        sh->use[b].readers |= readers;
+        return 1;
+    }
+    if (need) { /* the previous use's readers */
         int prev = sh->use[b].readers, proot = sh->use[b].root;
         if (prev & WEFT_SHM_READ_ALL) {
             for (int r = 0; r < sh->n; r++)
@@ -317,6 +321,23 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
     sh->use[b].k = op->k + 1;
     sh->use[b].readers = readers;
     sh->use[b].root = root;
+    return 1;
+}
+
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, void *dst, size_t bytes,
+                       const char *flag)
+{
+    weft_shm_t *sh = op->sh;
+    int v = weft_shm_vrank(sh, root), parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
+    if (!weft_shm_wait(s, op, field, op->k + 1, parent, flag)) return 0;
+    const char *from = weft_shm_slot(op, parent);
+    if (weft_shm_has_children(v, sh->radix, sh->n)) {
+        if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, root)) return 0;
+        memcpy(weft_shm_slot(op, sh->me), from, bytes);
+        weft_shm_publish(op, field);
+        from = weft_shm_slot(op, sh->me);
+    }
+    memcpy(dst, from, bytes);
     return 1;
 }
 
@@ -452,7 +473,7 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
 {
     weft_shm_op_t *op = &x->op;
     weft_shm_t *sh = op->sh;
-    int root = x->root < 0 ? 0 : x->root, v = weft_shm_vrank(sh, root), parent;
+    int root = x->root < 0 ? 0 : x->root, v = weft_shm_vrank(sh, root);
     size_t bytes = x->count * x->esize;
     switch (op->phase) {
     case 1:
@@ -462,12 +483,8 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
             weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
             break;
         }
-        /* readers: the parent (the partial), the children (allreduce's result) */
-        if (!weft_shm_claim(s, op,
-                            v == 0 ? WEFT_SHM_READ_CHILDREN
-                                   : WEFT_SHM_READ_PARENT | (x->root < 0 ? WEFT_SHM_READ_CHILDREN : 0),
-                            root))
-            return 0;
+        /* readers: the parent (the partial); the root's children (the result) */
+        if (!weft_shm_claim(s, op, v == 0 ? WEFT_SHM_READ_CHILDREN : WEFT_SHM_READ_PARENT, root)) return 0;
         reduce_children(x, weft_shm_slot(op, sh->me), v, root);
         if (v != 0) {
             weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
@@ -481,16 +498,8 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
         break;
     case 2: /* allreduce, not the root: the result from the parent */
     down:
-        parent = weft_shm_parent(v, sh->radix);
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, reduced), op->k + 1, parent, "reduced (result) flag"))
+        if (!weft_shm_tree_down(s, op, 0, offsetof(weft_shm_ctrl_t, reduced), x->recv, bytes, "reduced (result) flag"))
             return 0;
-        if (weft_shm_has_children(v, sh->radix, sh->n)) {
-            memcpy(weft_shm_slot(op, sh->me), weft_shm_slot(op, parent), bytes);
-            weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced));
-            memcpy(x->recv, weft_shm_slot(op, sh->me), bytes);
-        } else {
-            memcpy(x->recv, weft_shm_slot(op, parent), bytes);
-        }
         break;
     default: return WEFT_ERR_INTERNAL;
     }
@@ -507,9 +516,9 @@ static int reduce_step(weft_sched_t *s, void *arg)
     size_t off, len;
     if (op->phase == 0) {
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        /* decided once attached: every member uses the creator's threshold */
-        /* allreduce only: a reduce up the tree measured 2-4x faster than
-         * the chunked one at 2-32 KiB (its non-roots leave at once) */
+        /* Decided once attached (every member uses the creator's
+         * threshold); allreduce only: a reduce up the tree measured 2-4x
+         * faster than the chunked one at 2-32 KiB (non-roots leave at once). */
         x->chunked = x->root < 0 && x->count * x->esize >= sh->chunk_min && sh->n >= WEFT_SHM_CHUNKED_RANKS;
         op->phase = 1;
     }

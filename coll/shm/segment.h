@@ -100,8 +100,7 @@ typedef struct weft_shm_op {
     uint64_t k;
     int phase;
     int scan;      /* the next rank a wait over every member looks at */
-    int child;     /* the next child (index in weft_shm_children order) a tree wait looks at */
-    uint64_t seen; /* the reuse scan: the smallest done counter seen so far */
+    int child;     /* the next child (in WEFT_SHM_FOR_CHILDREN order) a tree wait looks at */
 } weft_shm_op_t;
 
 /* The communicator's segment state, or NULL when the shared-memory
@@ -155,8 +154,15 @@ enum { WEFT_SHM_READ_PARENT = 1, WEFT_SHM_READ_CHILDREN = 2, WEFT_SHM_READ_ALL =
  * readers recorded by its previous use finished that collective (their
  * done counters; the last value read of each is cached, so a reader seen
  * far enough ahead costs nothing), then records `readers` (of the tree of
- * `root`). 1 when the slot may be written, 0 not yet (a polling step). */
+ * `root`; a second claim in the same collective adds its readers). 1 when
+ * the slot may be written, 0 not yet (a polling step). */
 int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root);
+/* Down the tree of `root` (not the root itself): waits for the parent's
+ * counter `field` (offsetof in weft_shm_ctrl_t), copies the parent's slot
+ * into this rank's (claimed for its children) and raises `field` when it
+ * has children, then copies the data into dst. 1 / 0 as a polling step. */
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, void *dst, size_t bytes,
+                       const char *flag);
 
 /* The tree (see the top of this file) over v = (rank - root) mod n. */
 static inline int weft_shm_vrank(const weft_shm_t *sh, int root) { return (sh->me - root + sh->n) % sh->n; }
@@ -174,7 +180,7 @@ static inline int weft_shm_has_children(int v, int radix, int n) { return v % ra
 /* Waits until counter field of every child of this rank is >= k + 1
  * (children in a fixed order: stride 1 first, then R, R^2...). */
 int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, const char *flag);
-/* Calls fn(arg, child rank) for every child in the same fixed order. */
+/* Runs body with c set to each child's comm rank, in the same fixed order. */
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body)                                                                    \
     do {                                                                                                               \
         for (long stride_ = 1; stride_ < (sh)->n && (v) % (stride_ * (sh)->radix) == 0; stride_ *= (sh)->radix)       \
