@@ -62,6 +62,7 @@ typedef struct weft_config {
     int shm_cma;           /* WEFT_SHM_CMA: 0 turns the single-copy (CMA) algorithms off */
     int shm_radix;         /* WEFT_SHM_RADIX: the shm flag tree's radix */
     int shm_chunk_min;     /* WEFT_SHM_CHUNK_MIN: chunked shm reductions from this many bytes */
+    int shm_flat_max;      /* WEFT_SHM_FLAT_MAX: shm messages up to this many bytes read straight from the root */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable; a malformed value fails with WEFT_ERR_ARG

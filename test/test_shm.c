@@ -46,9 +46,11 @@ static uint64_t shm_ops(weft_comm_t c)
     return c->shm ? ((weft_shm_t *)c->shm)->ops : 0;
 }
 
-/* The counts: empty, one, a prime, around the chunking threshold, a whole
- * slot, one element over it (declines). In int32 elements. */
-static const int64_t counts[] = {0, 1, 13, 511, 512, 4097, 16384, 16385};
+/* The counts: empty, one, a prime, the most that fits in a slot's head
+ * line beside its flag (14 x 4 = 56 bytes) and one more, around the
+ * chunking threshold, a whole slot, one element over it (declines). In
+ * int32 elements. */
+static const int64_t counts[] = {0, 1, 13, 14, 15, 511, 512, 4097, 16384, 16385};
 #define NCOUNTS ((int)(sizeof(counts) / sizeof(counts[0])))
 
 static void check_allreduce(weft_comm_t c, int64_t n, weft_op_t op, int inplace, int salt)
@@ -113,11 +115,12 @@ static int body_forced(int rank, int size, void *arg)
         free(out);
     }
     TH_OK(weft_comm_free(&c));
-    /* bcast, allgather: bytes, up to a slot and one over. */
+    /* bcast, allgather: bytes, in the head line and one over, up to a
+     * slot and one over (bcast declines there: the next candidate runs). */
     c = forced("bcast", "shm");
     weft_comm_t g = forced("allgather", "shm");
-    static const int64_t bytes[] = {0, 1, 13, 16384, 16385};
-    for (int bi = 0; bi < 5; bi++) {
+    static const int64_t bytes[] = {0, 1, 13, 56, 57, 65536, 65537};
+    for (int bi = 0; bi < 7; bi++) {
         int64_t n = bytes[bi];
         int root = (bi + 1) % size;
         unsigned char *b = malloc((size_t)n + 1), *all = malloc((size_t)(n + 1) * (size_t)size);
@@ -449,6 +452,23 @@ RADIX_TEST(forced, body_forced, 7, 2)
 RADIX_TEST(forced, body_forced, 7, 3)
 RADIX_TEST(reuse, body_reuse, 6, 2)
 RADIX_TEST(runahead, body_runahead, 7, 3)
+
+/* Small messages and results down the tree (WEFT_SHM_FLAT_MAX=0), and
+ * every message and result read straight from the root, up to a whole
+ * slot (WEFT_SHM_FLAT_MAX=65536), on deep trees. */
+#define FLAT_TEST(name, body, N, R, F)                                                                                 \
+    Test(shm, name##_##N##_radix##R##_flat##F, .timeout = 90)                                                          \
+    {                                                                                                                  \
+        static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_RADIX=" #R,             \
+                                          "WEFT_SHM_FLAT_MAX=" #F, "WEFT_SHM_CHUNK_MIN=1000000", NULL};               \
+        th_result_t res = th_run(N, body, NULL, 60, env);                                                              \
+        cr_assert_eq(res.timed_out, 0, "hung");                                                                        \
+        cr_assert_eq(res.failed, 0);                                                                                   \
+    }
+FLAT_TEST(forced, body_forced, 7, 2, 0)
+FLAT_TEST(forced, body_forced, 7, 2, 65536)
+FLAT_TEST(runahead, body_runahead, 7, 3, 0)
+FLAT_TEST(runahead, body_runahead, 6, 2, 65536)
 
 /* Every reduce and allreduce up the tree (no chunked path) to 64 KiB. */
 Test(shm, forced_6_tree_only, .timeout = 90)

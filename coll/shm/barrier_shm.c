@@ -1,18 +1,14 @@
-/* barrier, shared memory: a k-way dissemination barrier over flags
- * (k = WEFT_SHM_RADIX). In round j each rank raises its step counter and
- * waits until the k - 1 ranks rank - i k^j (i = 1..k-1, mod n) reached the
- * same round, so after ceil(log_k n) rounds every rank knows that every
- * member arrived. One cache line written and k - 1 read per round (the
- * reads overlap), no round trip through a root, no data, no messages.
- * With k >= n it is one round: every rank reads every flag. The counter
- * only grows (collective c, round j: c x rounds + j + 1), so a rank
- * already in a later barrier satisfies the wait too. */
+/* barrier, shared memory: arrivals go up the flag tree to rank 0 (radix
+ * WEFT_SHM_RADIX; a rank raises its PARTIAL once its children raised
+ * theirs), and rank 0's RESULT releases everyone, each rank reading that
+ * one line. Only sequence words of the slots' head lines are written (no
+ * data, so no slot is claimed: a reader of an earlier collective's data
+ * in this slot waits for a value the barrier's only exceeds, and the data
+ * stays). No messages. */
 #include "coll/shm/segment.h"
 
 typedef struct {
     weft_shm_op_t op;
-    int rounds, round, raised, peer;
-    long stride;
 } barrier_t;
 
 static int step(weft_sched_t *s, void *arg)
@@ -24,29 +20,24 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        for (b->rounds = 0, b->stride = 1; b->stride < sh->n; b->rounds++)
-            b->stride *= sh->radix;
-        b->round = b->raised = 0;
-        b->stride = 1;
-        b->peer = 1;
         op->phase = 1;
         /* fall through */
     case 1:
-        for (; b->round < b->rounds; b->round++, b->raised = 0, b->peer = 1, b->stride *= sh->radix) {
-            uint64_t target = op->k * (uint64_t)b->rounds + (uint64_t)b->round + 1;
-            if (!b->raised) {
-                atomic_store_explicit(&sh->ctrl[sh->me].step, target, memory_order_release);
-                b->raised = 1;
-            }
-            for (; b->peer < sh->radix && b->peer * b->stride < sh->n; b->peer++) {
-                int from = (int)((sh->me - (long)b->peer * b->stride % sh->n + sh->n) % sh->n);
-                if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, step), target, from, "barrier flag")) return 0;
-            }
+        if (!weft_shm_wait_children(s, op, 0, "barrier arrival flag")) return 0;
+        if (sh->me == 0) {
+            weft_shm_head_publish(op, WEFT_SHM_RESULT);
+            break;
         }
-        weft_shm_op_end(op);
-        return 1;
+        weft_shm_head_publish(op, WEFT_SHM_PARTIAL);
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        if (!weft_shm_head_wait(s, op, 0, WEFT_SHM_RESULT, "barrier release flag (rank 0's)")) return 0;
+        break;
+    default: return WEFT_ERR_INTERNAL;
     }
-    return WEFT_ERR_INTERNAL;
+    weft_shm_op_end(op);
+    return 1;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -61,7 +52,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_barrier_shm = {
     .name = "shm",
     .kind = WEFT_COLL_BARRIER,
-    .description = "one node: a k-way dissemination barrier over flags in a shared segment (k = WEFT_SHM_RADIX), "
-                   "ceil(log_k n) rounds, no messages",
+    .description = "one node: arrivals up a flag tree in a shared segment (radix WEFT_SHM_RADIX) to rank 0, whose "
+                   "one release flag every rank reads; no messages",
     .build = build,
 };

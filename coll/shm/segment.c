@@ -37,11 +37,12 @@ typedef struct shm_header {
     _Atomic uint32_t attached;
     uint32_t radix;     /* the creator's WEFT_SHM_RADIX: every member uses it, so all agree on the tree */
     uint64_t chunk_min; /* the creator's WEFT_SHM_CHUNK_MIN, likewise */
+    uint64_t flat_max;  /* the creator's WEFT_SHM_FLAT_MAX, likewise */
 } shm_header_t;
 
 static size_t segment_len(int n)
 {
-    return SHM_HEADER + (size_t)n * sizeof(weft_shm_ctrl_t) + (size_t)n * WEFT_SHM_NBUF * WEFT_SHM_SLOT;
+    return SHM_HEADER + (size_t)n * sizeof(weft_shm_ctrl_t) + (size_t)n * WEFT_SHM_NBUF * WEFT_SHM_SLOT_STRIDE;
 }
 
 static uint64_t members_hash(weft_comm_t comm)
@@ -176,6 +177,7 @@ static int create(weft_shm_t *sh)
     if (weft_cfg.shm_radix < 2) weft_warn("WEFT_SHM_RADIX=%d is below 2: coll/shm uses 2", weft_cfg.shm_radix);
     h->radix = (uint32_t)(weft_cfg.shm_radix < 2 ? 2 : weft_cfg.shm_radix);
     h->chunk_min = weft_cfg.shm_chunk_min < 0 ? 0 : (uint64_t)weft_cfg.shm_chunk_min;
+    h->flat_max = weft_cfg.shm_flat_max < 0 ? 0 : (uint64_t)weft_cfg.shm_flat_max;
     atomic_store_explicit(&h->attached, 0, memory_order_relaxed);
     atomic_store_explicit(&h->ready, SHM_MAGIC, memory_order_release);
     return 1;
@@ -232,6 +234,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         h = (shm_header_t *)sh->base;
         sh->radix = h->radix >= 2 ? (int)h->radix : 2;
         sh->chunk_min = (size_t)h->chunk_min;
+        sh->flat_max = (size_t)h->flat_max;
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
@@ -290,16 +293,25 @@ static int done_by(weft_sched_t *s, weft_shm_t *sh, int r, uint64_t need)
     return 0;
 }
 
+void weft_shm_record(weft_shm_op_t *op, int readers, int root)
+{
+    weft_shm_t *sh = op->sh;
+    int b = (int)(op->k % WEFT_SHM_NBUF);
+    if (sh->use[b].k == op->k + 1) { /* claimed before in this collective: one more kind of reader */
+        sh->use[b].readers |= readers;
+        return;
+    }
+    sh->use[b].k = op->k + 1;
+    sh->use[b].readers = readers;
+    sh->use[b].root = root;
+}
+
 int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
 {
     weft_shm_t *sh = op->sh;
     int b = (int)(op->k % WEFT_SHM_NBUF);
     uint64_t need = sh->use[b].k;
-    if (need == op->k + 1) { /* claimed before in this collective: one more kind of reader */
-        sh->use[b].readers |= readers;
-        return 1;
-    }
-    if (need) { /* the previous use's readers */
+    if (need && need != op->k + 1) { /* the previous use's readers */
         int prev = sh->use[b].readers, proot = sh->use[b].root;
         if (prev & WEFT_SHM_READ_ALL) {
             for (int r = 0; r < sh->n; r++)
@@ -318,39 +330,39 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
             }
         }
     }
-    sh->use[b].k = op->k + 1;
-    sh->use[b].readers = readers;
-    sh->use[b].root = root;
+    weft_shm_record(op, readers, root);
     return 1;
 }
 
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, void *dst, size_t bytes,
-                       const char *flag)
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, const char *flag)
 {
     weft_shm_t *sh = op->sh;
+    if (weft_shm_flat_down(sh, bytes)) {
+        if (!weft_shm_head_wait(s, op, root, WEFT_SHM_RESULT, flag)) return 0;
+        memcpy(dst, weft_shm_buf(op, root, bytes), bytes);
+        return 1;
+    }
     int v = weft_shm_vrank(sh, root), parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
-    if (!weft_shm_wait(s, op, field, op->k + 1, parent, flag)) return 0;
-    const char *from = weft_shm_slot(op, parent);
+    if (!weft_shm_head_wait(s, op, parent, WEFT_SHM_RESULT, flag)) return 0;
+    const char *from = weft_shm_buf(op, parent, bytes);
     if (weft_shm_has_children(v, sh->radix, sh->n)) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, root)) return 0;
-        memcpy(weft_shm_slot(op, sh->me), from, bytes);
-        weft_shm_publish(op, field);
-        from = weft_shm_slot(op, sh->me);
+        memcpy(weft_shm_buf(op, sh->me, bytes), from, bytes);
+        weft_shm_head_publish(op, WEFT_SHM_RESULT);
+        from = weft_shm_buf(op, sh->me, bytes);
     }
     memcpy(dst, from, bytes);
     return 1;
 }
 
-int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, const char *flag)
+int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag)
 {
     weft_shm_t *sh = op->sh;
     int v = weft_shm_vrank(sh, root), i = 0;
     WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
         if (i++ < op->child) continue;
-        _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)&sh->ctrl[c] + field);
-        if (atomic_load_explicit(f, memory_order_acquire) < op->k + 1) {
+        if (!weft_shm_head_wait(s, op, c, WEFT_SHM_PARTIAL, flag)) {
             op->child = i - 1;
-            weft_sched_waiting_flag(s, c, flag);
             return 0;
         }
     });
@@ -449,26 +461,28 @@ static void reduce_slots(shm_reduce_t *x, void *dst, size_t off, size_t len)
     weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, len, op->sh->n);
 }
 
-/* Small vectors, up the tree: dst = own input op each child's slot, in
- * the tree's fixed child order (every run, every rank of an allreduce
+/* Small vectors, up the tree: dst = own input op each child's partial,
+ * in the tree's fixed child order (every run, every rank of an allreduce
  * gets the root's bits). */
 static void reduce_children(shm_reduce_t *x, void *dst, int v, int root)
 {
     weft_shm_op_t *op = &x->op;
     weft_shm_t *sh = op->sh;
+    size_t bytes = x->count * x->esize;
     const void *acc = x->send;
     WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
-        weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, acc, weft_shm_slot(op, c), x->count);
+        weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, acc, weft_shm_buf(op, c, bytes), x->count);
         acc = dst;
     });
-    if (acc != dst) memcpy(dst, acc, x->count * x->esize); /* a leaf */
+    if (acc != dst) memcpy(dst, acc, bytes); /* a leaf */
 }
 
 /* Below WEFT_SHM_CHUNK_MIN (or on few ranks): up the flag tree, each
- * rank reduces its children's slots into its own and raises its arrival;
- * a reduce's non-roots leave right there (nothing waits for the root).
- * allreduce: the root (rank 0) raises `reduced` on the result in its slot
- * and it flows down the tree like a bcast. */
+ * rank reduces its children's partials into its slot and raises its
+ * PARTIAL; a reduce's non-roots leave right there (nothing waits for the
+ * root). allreduce: the root (rank 0) puts the result in its slot, raises
+ * its RESULT, and every rank reads it from there (small results) or it
+ * flows down the tree like a bcast. */
 static int tree_step(weft_sched_t *s, shm_reduce_t *x)
 {
     weft_shm_op_t *op = &x->op;
@@ -477,29 +491,31 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
     size_t bytes = x->count * x->esize;
     switch (op->phase) {
     case 1:
-        if (!weft_shm_wait_children(s, op, root, offsetof(weft_shm_ctrl_t, arrived), "arrival flag")) return 0;
+        if (!weft_shm_wait_children(s, op, root, "partial flag")) return 0;
         if (v == 0 && x->root >= 0) { /* reduce's root: straight into the result */
             reduce_children(x, x->recv, v, root);
             weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
             break;
         }
-        /* readers: the parent (the partial); the root's children (the result) */
-        if (!weft_shm_claim(s, op, v == 0 ? WEFT_SHM_READ_CHILDREN : WEFT_SHM_READ_PARENT, root)) return 0;
-        reduce_children(x, weft_shm_slot(op, sh->me), v, root);
-        if (v != 0) {
-            weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
-            if (x->root >= 0) break; /* reduce: this rank's part is done */
-            op->phase = 2; /* allreduce: the result comes down the tree */
-            goto down;
+        if (v == 0) { /* allreduce's root */
+            /* Every member published its partial of this collective, so it
+             * finished the slot's previous use: nothing to wait for. */
+            weft_shm_record(op, weft_shm_flat_down(sh, bytes) ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN, root);
+            char *res = weft_shm_buf(op, sh->me, bytes);
+            reduce_children(x, res, v, root);
+            weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, res, x->count, sh->n);
+            weft_shm_head_publish(op, WEFT_SHM_RESULT);
+            memcpy(x->recv, res, bytes);
+            break;
         }
-        weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, weft_shm_slot(op, sh->me), x->count, sh->n);
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced));
-        memcpy(x->recv, weft_shm_slot(op, sh->me), bytes);
-        break;
-    case 2: /* allreduce, not the root: the result from the parent */
-    down:
-        if (!weft_shm_tree_down(s, op, 0, offsetof(weft_shm_ctrl_t, reduced), x->recv, bytes, "reduced (result) flag"))
-            return 0;
+        if (!weft_shm_claim(s, op, WEFT_SHM_READ_PARENT, root)) return 0;
+        reduce_children(x, weft_shm_buf(op, sh->me, bytes), v, root);
+        weft_shm_head_publish(op, WEFT_SHM_PARTIAL);
+        if (x->root >= 0) break; /* reduce: this rank's part is done */
+        op->phase = 2;           /* allreduce: the result */
+        /* fall through */
+    case 2:
+        if (!weft_shm_tree_down(s, op, 0, x->recv, bytes, "result flag")) return 0;
         break;
     default: return WEFT_ERR_INTERNAL;
     }

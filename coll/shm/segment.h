@@ -8,8 +8,10 @@
  *                     line prefetcher does not couple neighbours): the
  *                     rank's arrived / reduced / done sequence counters,
  *                     written only by that rank
- *   data[n][NBUF]     per rank WEFT_SHM_NBUF slots of WEFT_SHM_SLOT bytes
- *                     (collective k uses slot k % NBUF)
+ *   data[n][NBUF]     per rank WEFT_SHM_NBUF slots (collective k uses slot
+ *                     k % NBUF), each a 64-byte head line (a sequence
+ *                     word and up to WEFT_SHM_INLINE bytes of data) and a
+ *                     body of WEFT_SHM_SLOT bytes
  *
  * Collective k (the k-th shared-memory collective on the communicator,
  * counted by every member in the same order) publishes a counter by
@@ -20,6 +22,15 @@
  * k - NBUF or earlier: its parent, its children or everyone, recorded
  * when it wrote it) published done for that collective. Done counters
  * read are cached, so a tree collective usually reads none.
+ *
+ * The tree algorithms signal through the head line of the slot they
+ * wrote: seq = 2k + 1 when a rank's partial (its contribution, reduced
+ * with its children's) is there, 2k + 2 when the message or the result
+ * is. A message of at most WEFT_SHM_INLINE bytes sits in the same line as
+ * its sequence word, so a reader's one cache miss brings both; those
+ * results and messages, and a barrier's release, are read by every rank
+ * straight from the root's head (one line, one miss each) instead of
+ * hopping down the tree.
  *
  * Small messages move along a tree of radix R (WEFT_SHM_RADIX) over the
  * ranks relative to the root, v = (rank - root) mod n: v's parent is v
@@ -46,6 +57,15 @@
 #define WEFT_SHM_SLOT ((size_t)64 * 1024)
 /* The single-copy (CMA) algorithms take messages (blocks) from this size on. */
 #define WEFT_SHM_CMA_MIN ((size_t)16 * 1024)
+/* A slot's head line: its sequence word and the bytes of a message that
+ * fits beside it. */
+#define WEFT_SHM_INLINE 56
+typedef struct weft_shm_head {
+    _Atomic uint64_t seq; /* 2k + 1: partial of collective k here; 2k + 2: its message / result */
+    unsigned char inl[WEFT_SHM_INLINE];
+} weft_shm_head_t;
+#define WEFT_SHM_SLOT_STRIDE (sizeof(weft_shm_head_t) + WEFT_SHM_SLOT)
+enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
  * fastest and the slowest rank before the fastest waits (a reduce's
  * leaves, a bcast's root leave at once). */
@@ -79,6 +99,7 @@ typedef struct weft_shm {
     int n, me;
     int radix;          /* the tree's radix (WEFT_SHM_RADIX, at least 2) */
     size_t chunk_min;   /* WEFT_SHM_CHUNK_MIN: chunked reductions from this many bytes */
+    size_t flat_max;    /* WEFT_SHM_FLAT_MAX: messages read straight from the root up to this many bytes */
     uint64_t *seen_done; /* per member, the done counter last read (a lower bound of it) */
     struct {
         uint64_t k;  /* 1 + the collective that last wrote this rank's slot (0: never) */
@@ -136,10 +157,37 @@ int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op);
 /* Waits until field (offsetof in weft_shm_ctrl_t) of every member (or of
  * `only` when >= 0) is >= target. 1 / 0 as a polling step. */
 int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t target, int only, const char *flag);
-/* Slot k % NBUF of rank r. */
+/* The head line of rank r's slot k % NBUF, and the slot's body. */
+static inline weft_shm_head_t *weft_shm_head(const weft_shm_op_t *op, int r)
+{
+    return (weft_shm_head_t *)(op->sh->data +
+                               ((size_t)r * WEFT_SHM_NBUF + (size_t)(op->k % WEFT_SHM_NBUF)) * WEFT_SHM_SLOT_STRIDE);
+}
 static inline char *weft_shm_slot(const weft_shm_op_t *op, int r)
 {
-    return op->sh->data + ((size_t)r * WEFT_SHM_NBUF + (size_t)(op->k % WEFT_SHM_NBUF)) * WEFT_SHM_SLOT;
+    return (char *)(weft_shm_head(op, r) + 1);
+}
+/* Where a tree algorithm's message of `bytes` sits in rank r's slot:
+ * beside the sequence word when it fits, else the body. */
+static inline char *weft_shm_buf(const weft_shm_op_t *op, int r, size_t bytes)
+{
+    return bytes <= WEFT_SHM_INLINE ? (char *)weft_shm_head(op, r)->inl : weft_shm_slot(op, r);
+}
+/* Raises this rank's head to event ev (WEFT_SHM_PARTIAL / RESULT) of
+ * collective op->k, after its data (release order). */
+static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
+{
+    atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
+}
+/* Waits until rank r's head reached event ev of collective op->k. 1 / 0
+ * as a polling step. */
+static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, int ev, const char *flag)
+{
+    if (WEFT_LIKELY(atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) >=
+                    2 * op->k + (uint64_t)ev))
+        return 1;
+    weft_sched_waiting_flag(s, r, flag);
+    return 0;
 }
 static inline void weft_shm_publish(weft_shm_op_t *op, size_t field)
 {
@@ -157,12 +205,21 @@ enum { WEFT_SHM_READ_PARENT = 1, WEFT_SHM_READ_CHILDREN = 2, WEFT_SHM_READ_ALL =
  * `root`; a second claim in the same collective adds its readers). 1 when
  * the slot may be written, 0 not yet (a polling step). */
 int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root);
-/* Down the tree of `root` (not the root itself): waits for the parent's
- * counter `field` (offsetof in weft_shm_ctrl_t), copies the parent's slot
- * into this rank's (claimed for its children) and raises `field` when it
- * has children, then copies the data into dst. 1 / 0 as a polling step. */
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, void *dst, size_t bytes,
-                       const char *flag);
+/* What weft_shm_claim records, without waiting: for a rank that knows
+ * every reader of the slot's previous use is past it (every member
+ * already published its part of this collective). */
+void weft_shm_record(weft_shm_op_t *op, int readers, int root);
+/* Down the tree of `root` (not the root itself): waits for the
+ * parent's RESULT, copies the parent's message into this rank's slot
+ * (claimed for its children) and raises its own RESULT when it has
+ * children, then copies the message into dst. Messages read straight
+ * from the root (weft_shm_flat_down) take one hop: the root's RESULT,
+ * then the copy. 1 / 0 as a polling step. */
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, const char *flag);
+/* 1 when a message (result) of `bytes` goes from the root to every rank
+ * directly rather than down the tree (WEFT_SHM_FLAT_MAX, the creator's;
+ * by default what fits in the root's head line). */
+static inline int weft_shm_flat_down(const weft_shm_t *sh, size_t bytes) { return bytes <= sh->flat_max; }
 
 /* The tree (see the top of this file) over v = (rank - root) mod n. */
 static inline int weft_shm_vrank(const weft_shm_t *sh, int root) { return (sh->me - root + sh->n) % sh->n; }
@@ -177,9 +234,10 @@ static inline int weft_shm_parent(int v, int radix)
 }
 /* 1 when v has children (v's lowest digit is 0 and v + 1 < n). */
 static inline int weft_shm_has_children(int v, int radix, int n) { return v % radix == 0 && v + 1 < n; }
-/* Waits until counter field of every child of this rank is >= k + 1
- * (children in a fixed order: stride 1 first, then R, R^2...). */
-int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, size_t field, const char *flag);
+/* Waits until every child of this rank published its PARTIAL of
+ * collective op->k (children in a fixed order: stride 1 first, then R,
+ * R^2...). */
+int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag);
 /* Runs body with c set to each child's comm rank, in the same fixed order. */
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body)                                                                    \
     do {                                                                                                               \
