@@ -71,10 +71,10 @@ static const var_t vars[] = {
      "shared-memory allreduce: vectors from this many bytes (on 4 or more ranks) are reduced one chunk per rank; "
      "smaller ones go up and down the flag tree (the segment's creator decides for every member)",
      FIELD(shm_chunk_min), 0},
-    {"WEFT_SHM_FLAT_MAX", VAR_INT, "56",
+    {"WEFT_SHM_FLAT_MAX", VAR_INT, "2048",
      "shared-memory bcast and small allreduce: messages (results) up to this many bytes are read by every rank "
-     "straight from the root's slot (one hop) instead of flowing down the flag tree; the default is what fits "
-     "in the slot's head line beside its flag (the segment's creator decides for every member)",
+     "straight from the root's slot (one hop) instead of flowing down the flag tree (the segment's creator "
+     "decides for every member)",
      FIELD(shm_flat_max), 0},
 };
 

@@ -11,7 +11,7 @@
 
 typedef struct {
     weft_shm_op_t op;
-    int rounds, round, raised, peer;
+    int rounds, round, raised;
     long stride;
 } barrier_t;
 
@@ -28,19 +28,24 @@ static int step(weft_sched_t *s, void *arg)
             b->stride *= sh->radix;
         b->round = b->raised = 0;
         b->stride = 1;
-        b->peer = 1;
         op->phase = 1;
         /* fall through */
     case 1:
-        for (; b->round < b->rounds; b->round++, b->raised = 0, b->peer = 1, b->stride *= sh->radix) {
+        for (; b->round < b->rounds; b->round++, b->raised = 0, b->stride *= sh->radix) {
             uint64_t target = op->k * (uint64_t)b->rounds + (uint64_t)b->round + 1;
             if (!b->raised) {
                 atomic_store_explicit(&sh->ctrl[sh->me].step, target, memory_order_release);
                 b->raised = 1;
             }
-            for (; b->peer < sh->radix && b->peer * b->stride < sh->n; b->peer++) {
-                int from = (int)((sh->me - (long)b->peer * b->stride % sh->n + sh->n) % sh->n);
-                if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, step), target, from, "barrier flag")) return 0;
+            /* every peer's flag loaded before any is judged: the misses overlap */
+            int late = -1;
+            for (long peer = 1; peer < sh->radix && peer * b->stride < sh->n; peer++) {
+                int from = (int)((sh->me - peer * b->stride % sh->n + sh->n) % sh->n);
+                if (atomic_load_explicit(&sh->ctrl[from].step, memory_order_acquire) < target && late < 0) late = from;
+            }
+            if (late >= 0) {
+                weft_sched_waiting_flag(s, late, "barrier flag");
+                return 0;
             }
         }
         weft_shm_op_end(op);

@@ -259,27 +259,23 @@ int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
         weft_sched_waiting(s, -1, "this rank's previous shared-memory collective on the communicator");
         return 0;
     }
-    /* Another op may have finished the attach this one was waiting in:
-     * the next wait scans every rank again. */
-    op->scan = 0;
-    op->child = 0;
     return 1;
 }
 
 int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t target, int only, const char *flag)
 {
     weft_shm_t *sh = op->sh;
-    int lo = only >= 0 ? only : op->scan, hi = only >= 0 ? only + 1 : sh->n;
+    int lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : sh->n, late = -1;
+    /* Every flag is loaded before any is judged, so the cache misses of
+     * lines other cores just wrote overlap instead of queueing one after
+     * another (the ones seen before are cache hits). */
     for (int r = lo; r < hi; r++) {
         _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)&sh->ctrl[r] + field);
-        if (atomic_load_explicit(f, memory_order_acquire) < target) {
-            if (only < 0) op->scan = r;
-            weft_sched_waiting_flag(s, r, flag);
-            return 0;
-        }
+        if (atomic_load_explicit(f, memory_order_acquire) < target && late < 0) late = r;
     }
-    op->scan = 0;
-    return 1;
+    if (late < 0) return 1;
+    weft_sched_waiting_flag(s, late, flag);
+    return 0;
 }
 
 /* 1 when member r finished collective need - 1 (from the cache, or
@@ -358,16 +354,15 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
 int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag)
 {
     weft_shm_t *sh = op->sh;
-    int v = weft_shm_vrank(sh, root), i = 0;
+    uint64_t want = 2 * op->k + WEFT_SHM_PARTIAL;
+    int v = weft_shm_vrank(sh, root), late = -1;
+    /* All loaded before any is judged: the misses overlap (weft_shm_wait). */
     WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
-        if (i++ < op->child) continue;
-        if (!weft_shm_head_wait(s, op, c, WEFT_SHM_PARTIAL, flag)) {
-            op->child = i - 1;
-            return 0;
-        }
+        if (atomic_load_explicit(&weft_shm_head(op, c)->seq, memory_order_acquire) < want && late < 0) late = c;
     });
-    op->child = 0;
-    return 1;
+    if (late < 0) return 1;
+    weft_sched_waiting_flag(s, late, flag);
+    return 0;
 }
 
 void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t extra, const char *alg)

@@ -27,10 +27,11 @@
  * wrote: seq = 2k + 1 when a rank's partial (its contribution, reduced
  * with its children's) is there, 2k + 2 when the message or the result
  * is. A message of at most WEFT_SHM_INLINE bytes sits in the same line as
- * its sequence word, so a reader's one cache miss brings both; those
- * results and messages, and a barrier's release, are read by every rank
- * straight from the root's head (one line, one miss each) instead of
- * hopping down the tree.
+ * its sequence word, so a reader's one cache miss brings both. Results
+ * and messages up to WEFT_SHM_FLAT_MAX bytes, and a barrier's release,
+ * are read by every rank straight from the root's slot instead of
+ * hopping down the tree (at 8-32 ranks one hop with many readers of a
+ * line measured faster than two or three with few).
  *
  * Small messages move along a tree of radix R (WEFT_SHM_RADIX) over the
  * ranks relative to the root, v = (rank - root) mod n: v's parent is v
@@ -120,8 +121,6 @@ typedef struct weft_shm_op {
     weft_shm_t *sh;
     uint64_t k;
     int phase;
-    int scan;      /* the next rank a wait over every member looks at */
-    int child;     /* the next child (in WEFT_SHM_FOR_CHILDREN order) a tree wait looks at */
 } weft_shm_op_t;
 
 /* The communicator's segment state, or NULL when the shared-memory
@@ -217,8 +216,7 @@ void weft_shm_record(weft_shm_op_t *op, int readers, int root);
  * then the copy. 1 / 0 as a polling step. */
 int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, const char *flag);
 /* 1 when a message (result) of `bytes` goes from the root to every rank
- * directly rather than down the tree (WEFT_SHM_FLAT_MAX, the creator's;
- * by default what fits in the root's head line). */
+ * directly rather than down the tree (WEFT_SHM_FLAT_MAX, the creator's). */
 static inline int weft_shm_flat_down(const weft_shm_t *sh, size_t bytes) { return bytes <= sh->flat_max; }
 
 /* The tree (see the top of this file) over v = (rank - root) mod n. */
