@@ -48,9 +48,10 @@ static uint64_t shm_ops(weft_comm_t c)
 
 /* The counts: empty, one, a prime, the most that fits in a slot's head
  * line beside its flag (14 x 4 = 56 bytes) and one more, around the
- * chunking threshold, a whole slot, one element over it (declines). In
- * int32 elements. */
-static const int64_t counts[] = {0, 1, 13, 14, 15, 511, 512, 4097, 16384, 16385};
+ * chunking threshold, a whole slot, one element over it (two pieces),
+ * three pieces the last of which fits in the head line. In int32
+ * elements. */
+static const int64_t counts[] = {0, 1, 13, 14, 15, 511, 512, 4097, 16384, 16385, 2 * 16384 + 5};
 #define NCOUNTS ((int)(sizeof(counts) / sizeof(counts[0])))
 
 static void check_allreduce(weft_comm_t c, int64_t n, weft_op_t op, int inplace, int salt)
@@ -89,10 +90,12 @@ static int body_forced(int rank, int size, void *arg)
             uint64_t before = shm_ops(c);
             weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
             check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
-            int ran = shm_ops(c) > before;
-            /* over a slot the next candidate (Rabenseifner below 512 KiB) does not */
-            int want = size > 1 && counts[ci] > 0 && counts[ci] * 4 <= (int64_t)WEFT_SHM_SLOT;
-            TH_CHECK(ran == want, "allreduce count %lld: shm %s", (long long)counts[ci], ran ? "ran" : "declined");
+            /* one sequence number per slot-sized piece */
+            uint64_t ran = shm_ops(c) - before,
+                     want = size > 1 ? (uint64_t)((counts[ci] * 4 + (int64_t)WEFT_SHM_SLOT - 1) / (int64_t)WEFT_SHM_SLOT)
+                                     : 0;
+            TH_CHECK(ran == want, "allreduce count %lld: shm ran %llu pieces, not %llu", (long long)counts[ci],
+                     (unsigned long long)ran, (unsigned long long)want);
         }
     TH_OK(weft_comm_free(&c));
     /* reduce: every root, SUM. */
@@ -116,11 +119,12 @@ static int body_forced(int rank, int size, void *arg)
     }
     TH_OK(weft_comm_free(&c));
     /* bcast, allgather: bytes, in the head line and one over, up to a
-     * slot and one over (bcast declines there: the next candidate runs). */
+     * slot and one over, four pieces (allgather declines over a slot: the
+     * next candidate runs). */
     c = forced("bcast", "shm");
     weft_comm_t g = forced("allgather", "shm");
-    static const int64_t bytes[] = {0, 1, 13, 56, 57, 65536, 65537};
-    for (int bi = 0; bi < 7; bi++) {
+    static const int64_t bytes[] = {0, 1, 13, 56, 57, 65536, 65537, 3 * 65536 + 100};
+    for (int bi = 0; bi < 8; bi++) {
         int64_t n = bytes[bi];
         int root = (bi + 1) % size;
         unsigned char *b = malloc((size_t)n + 1), *all = malloc((size_t)(n + 1) * (size_t)size);
@@ -262,9 +266,35 @@ static int body_runahead(int rank, int size, void *arg)
         for (int i = 0; i < n; i++)
             TH_CHECK(bb[i] == it * 100 + i, "bcast iteration %d root %d elem %d: %d", it, root, i, bb[i]);
         if (it % 50 == 49) TH_OK(weft_barrier(w));
+        if (it % 25 == 7) { /* pipelined pieces: 10 (bcast) and 3 (reduce), the root late */
+            static int32_t big[150000], bout[40000];
+            for (int i = 0; i < 150000; i++)
+                big[i] = rank == root ? it * 7 + i : -1;
+            if (rank == root) usleep(1000);
+            TH_OK(weft_bcast(big, 150000, WEFT_INT32, root, b));
+            for (int i = 0; i < 150000; i++)
+                if (big[i] != it * 7 + i) {
+                    TH_CHECK(0, "big bcast iteration %d root %d elem %d: %d", it, root, i, big[i]);
+                    break;
+                }
+            for (int i = 0; i < 40000; i++)
+                big[i] = val(rank, (size_t)i, it);
+            TH_OK(weft_reduce(big, bout, 40000, WEFT_INT32, WEFT_SUM, root, r));
+            for (int i = 0; rank == root && i < 40000; i++) {
+                int want = 0;
+                for (int q = 0; q < size; q++)
+                    want += val(q, (size_t)i, it);
+                if (bout[i] != want) {
+                    TH_CHECK(0, "big reduce iteration %d root %d elem %d: %d != %d", it, root, i, bout[i], want);
+                    break;
+                }
+            }
+        }
     }
-    TH_CHECK(size == 1 || (shm_ops(r) == 300 && shm_ops(b) == 300), "shm ran %llu reduces and %llu bcasts, not 300",
-             (unsigned long long)shm_ops(r), (unsigned long long)shm_ops(b));
+    /* 300 each, and 12 big ones of 3 (reduce) and 10 (bcast) pieces */
+    TH_CHECK(size == 1 || (shm_ops(r) == 300 + 12 * 3 && shm_ops(b) == 300 + 12 * 10),
+             "shm ran %llu reduce and %llu bcast pieces, not 336 and 420", (unsigned long long)shm_ops(r),
+             (unsigned long long)shm_ops(b));
     TH_OK(weft_comm_free(&r));
     TH_OK(weft_comm_free(&b));
     TH_OK(weft_finalize());
@@ -350,10 +380,9 @@ static int body_cma(int rank, int size, void *arg)
             uint64_t before = shm_ops(c);
             TH_OK(weft_bcast(b, (int64_t)n, WEFT_BYTE, root, c));
             TH_CHECK(th_verify(b, n, seed, NULL), "bcast %zu bytes root %d", n, root);
-            /* declined: the default's next candidate, the slot algorithm, takes up to a slot */
-            int ran = cma || (size > 1 && !nodes && n <= WEFT_SHM_SLOT);
-            TH_CHECK(shm_ops(c) == before + (uint64_t)ran, "bcast %zu bytes: shm ran %llu times (expected %d)", n,
-                     (unsigned long long)(shm_ops(c) - before), ran);
+            /* declined: the default's next candidate ran (the slot algorithm, or a base one) */
+            TH_CHECK(!cma || shm_ops(c) == before + 1, "bcast %zu bytes: shm_cma took %llu sequence numbers, not 1",
+                     n, (unsigned long long)(shm_ops(c) - before));
         }
         for (int inplace = 0; inplace < 2; inplace++) {
             unsigned seed = 400u + (unsigned)(si * 4 + inplace) * 64u;
@@ -395,9 +424,8 @@ static int body_cma(int rank, int size, void *arg)
                     break;
                 }
             }
-            int ran = cma || (size > 1 && !nodes && n * 4 <= (int64_t)WEFT_SHM_SLOT); /* or the slot algorithm */
-            TH_CHECK(shm_ops(ar) == before + (uint64_t)ran, "allreduce %lld: shm ran %llu times (expected %d)",
-                     (long long)n, (unsigned long long)(shm_ops(ar) - before), ran);
+            TH_CHECK(!cma || shm_ops(ar) == before + 1, "allreduce %lld: shm_cma took %llu sequence numbers, not 1",
+                     (long long)n, (unsigned long long)(shm_ops(ar) - before));
         }
         for (int64_t i = 0; i < n; i++)
             f[i] = (float)(rank * 4);

@@ -1,22 +1,25 @@
 /* bcast, shared memory: the root copies the message into its slot and
- * raises its RESULT. A message up to WEFT_SHM_FLAT_MAX bytes (by default
- * what fits in the head line beside the flag) is read by every rank
- * straight from there: one cache miss. Larger ones go down the flag tree
- * (radix WEFT_SHM_RADIX, see segment.h): each rank waits for its parent's
- * RESULT, copies the parent's slot into its own (when it has children)
- * and raises its own, and copies the message out, so a rank polls one
- * parent, never the root with everyone else. The root leaves as soon as
- * its slot is written. Messages up to one slot (WEFT_SHM_SLOT, 64 KiB);
- * larger ones decline. */
+ * raises its RESULT. A message up to WEFT_SHM_FLAT_MAX bytes is read by
+ * every rank straight from there (one hop, many readers of a few lines).
+ * Larger ones go down the flag tree (radix WEFT_SHM_RADIX, see
+ * segment.h): each rank waits for its parent's RESULT, copies the
+ * parent's slot into its own (when it has children) and raises its own,
+ * and copies the message out, so a rank polls one parent, never the root
+ * with everyone else. The root leaves as soon as its slot is written.
+ * A message over a slot goes in slot-sized pieces, each a collective of
+ * its own (weft_shm_pieces): a pipelined tree in which every rank copies
+ * each piece from its parent's slot while the root writes the next ones. */
 #include "coll/shm/segment.h"
 
 #include <string.h>
 
 typedef struct {
     weft_shm_op_t op;
-    void *buf;
+    char *buf;
     size_t bytes;
     int root;
+    uint64_t k0;  /* the first piece's sequence number */
+    uint64_t piece;
 } bcast_t;
 
 static int step(weft_sched_t *s, void *arg)
@@ -25,45 +28,47 @@ static int step(weft_sched_t *s, void *arg)
     weft_shm_op_t *op = &b->op;
     weft_shm_t *sh = op->sh;
     int rc;
-    switch (op->phase) {
-    case 0:
+    if (op->phase == 0) {
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        b->k0 = op->k;
+        b->piece = 0;
         op->phase = 1;
-        /* fall through */
-    case 1:
+    }
+    for (; b->piece < op->nk; b->piece++) {
+        size_t off = (size_t)b->piece * WEFT_SHM_SLOT, len = b->bytes - off < WEFT_SHM_SLOT ? b->bytes - off : WEFT_SHM_SLOT;
+        op->k = b->k0 + b->piece;
         if (sh->me == b->root) {
-            if (!weft_shm_claim(s, op, weft_shm_flat_down(sh, b->bytes) ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN,
+            if (!weft_shm_claim(s, op, weft_shm_flat_down(sh, len) ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN,
                                 b->root))
                 return 0;
-            memcpy(weft_shm_buf(op, sh->me, b->bytes), b->buf, b->bytes);
+            memcpy(weft_shm_buf(op, sh->me, len), b->buf + off, len);
             weft_shm_head_publish(op, WEFT_SHM_RESULT);
-            break;
+        } else if (!weft_shm_tree_down(s, op, b->root, b->buf + off, len, "message flag")) {
+            return 0;
         }
-        if (!weft_shm_tree_down(s, op, b->root, b->buf, b->bytes, "message flag")) return 0;
-        break;
-    default: return WEFT_ERR_INTERNAL;
+        weft_shm_op_end(op);
     }
-    weft_shm_op_end(op);
     return 1;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    size_t bytes = a->count * a->esize;
-    weft_shm_t *sh = bytes ? weft_shm_get(a->comm, bytes) : NULL;
+    size_t bytes = a->count * a->esize, per;
+    weft_shm_t *sh = bytes ? weft_shm_get(a->comm, 0) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
     bcast_t *b = weft_shm_op_alloc(s, sh, sizeof(*b), 0, "bcast_shm");
     if (!b) return WEFT_ERR_NO_MEMORY;
     b->buf = a->recvbuf;
     b->bytes = bytes;
     b->root = a->root;
+    b->op.nk = weft_shm_pieces(bytes, 1, &per);
     return weft_sched_poll(s, step, b);
 }
 
 const weft_coll_alg_t weft_alg_bcast_shm = {
     .name = "shm",
     .kind = WEFT_COLL_BCAST,
-    .description = "one node, up to 64 KiB: the root writes its slot of a shared segment; every rank reads a small "
-                   "message from there, larger ones flow down a flag tree (radix WEFT_SHM_RADIX)",
+    .description = "one node: the root writes its slot of a shared segment; every rank reads a small message from "
+                   "there, larger ones flow down a flag tree (radix WEFT_SHM_RADIX), pipelined in slot-sized pieces",
     .build = build,
 };

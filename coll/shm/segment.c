@@ -253,7 +253,10 @@ int weft_shm_x_touch = 1; /* EXPERIMENT */
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
 {
     weft_shm_t *sh = op->sh;
-    if (op->k == UINT64_MAX) op->k = sh->ops++; /* first call: at the schedule's start */
+    if (op->k == UINT64_MAX) { /* first call: at the schedule's start */
+        op->k = sh->ops;
+        sh->ops += op->nk;
+    }
     if (WEFT_UNLIKELY(!sh->ready)) {
         int rc = attach(s, op);
         if (rc <= 0) return rc;
@@ -378,6 +381,7 @@ void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t ext
     memset(op, 0, size);
     op->sh = sh;
     op->k = UINT64_MAX;
+    op->nk = 1;
     return op;
 }
 
@@ -437,12 +441,16 @@ int weft_shm_sweep(void)
 
 typedef struct {
     weft_shm_op_t op;
-    const void *send;
+    const void *send; /* the current piece's (weft_shm_pieces) */
     void *recv;
     size_t count, esize;
     int dtype, rop, root; /* root < 0: allreduce */
     int chunked;
     char *tmp; /* chunked: this rank's chunk of the result */
+    const char *send0; /* the whole vector */
+    char *recv0;
+    size_t total, per; /* its elements, and per piece */
+    uint64_t k0, piece;
 } shm_reduce_t;
 
 /* dst[0, len) = slot[0] op slot[1] op ... op slot[n-1] from element off,
@@ -520,21 +528,13 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
     return 1;
 }
 
-static int reduce_step(weft_sched_t *s, void *arg)
+/* One piece of the vector, from its phase 1. */
+static int piece_step(weft_sched_t *s, shm_reduce_t *x)
 {
-    shm_reduce_t *x = arg;
     weft_shm_op_t *op = &x->op;
     weft_shm_t *sh = op->sh;
     int rc, gets = x->root < 0 || sh->me == x->root; /* this rank receives the result */
     size_t off, len;
-    if (op->phase == 0) {
-        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        /* Decided once attached (every member uses the creator's
-         * threshold); allreduce only: a reduce up the tree measured 2-4x
-         * faster than the chunked one at 2-32 KiB (non-roots leave at once). */
-        x->chunked = x->root < 0 && x->count * x->esize >= sh->chunk_min && sh->n >= WEFT_SHM_CHUNKED_RANKS;
-        op->phase = 1;
-    }
     if (!x->chunked) return tree_step(s, x);
     switch (op->phase) {
     case 1:
@@ -567,22 +567,60 @@ static int reduce_step(weft_sched_t *s, void *arg)
     return 1;
 }
 
+/* Points x at piece x->piece (its sequence number, elements and buffers)
+ * and decides its path: chunked (allreduce from the creator's
+ * WEFT_SHM_CHUNK_MIN bytes, so every member decides alike) or up the tree
+ * (reduce always: it measured 2-4x faster than the chunked one at 2-32
+ * KiB, its non-roots leaving at once). */
+static void set_piece(shm_reduce_t *x)
+{
+    weft_shm_op_t *op = &x->op;
+    size_t first = (size_t)x->piece * x->per;
+    op->k = x->k0 + x->piece;
+    op->phase = 1;
+    x->count = x->total - first < x->per ? x->total - first : x->per;
+    x->send = x->send0 + first * x->esize;
+    x->recv = x->recv0 ? x->recv0 + first * x->esize : NULL;
+    x->chunked = x->root < 0 && x->count * x->esize >= op->sh->chunk_min && op->sh->n >= WEFT_SHM_CHUNKED_RANKS;
+}
+
+static int reduce_step(weft_sched_t *s, void *arg)
+{
+    shm_reduce_t *x = arg;
+    weft_shm_op_t *op = &x->op;
+    int rc;
+    if (op->phase == 0) {
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        x->k0 = op->k;
+        x->piece = 0;
+        set_piece(x);
+    }
+    for (;;) {
+        if ((rc = piece_step(s, x)) <= 0) return rc;
+        if (++x->piece == op->nk) return 1;
+        set_piece(x);
+    }
+}
+
 int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, const char *alg)
 {
-    size_t bytes = a->count * a->esize;
-    weft_shm_t *sh = bytes ? weft_shm_get(a->comm, bytes) : NULL;
+    size_t per;
+    weft_shm_t *sh = a->count ? weft_shm_get(a->comm, 0) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
-    size_t chunk = sh->n >= WEFT_SHM_CHUNKED_RANKS ? (a->count / (size_t)sh->n + 1) * a->esize : 0;
+    uint64_t nk = weft_shm_pieces(a->count, a->esize, &per);
+    size_t most = a->count < per ? a->count : per;
+    size_t chunk = sh->n >= WEFT_SHM_CHUNKED_RANKS ? (most / (size_t)sh->n + 1) * a->esize : 0;
     shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), chunk, alg);
     if (!x) return WEFT_ERR_NO_MEMORY;
-    x->send = a->sendbuf;
-    x->recv = a->recvbuf;
-    x->count = a->count;
+    x->op.nk = nk;
+    x->send0 = a->sendbuf;
+    x->recv0 = a->recvbuf;
+    x->total = a->count;
+    x->per = per;
     x->esize = a->esize;
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
     x->root = root;
-    x->chunked = 0; /* decided at the start (weft_shm_op_begin attaches) */
     x->tmp = (char *)x + ((sizeof(*x) + 63) & ~(size_t)63);
     return weft_sched_poll(s, reduce_step, x);
 }

@@ -119,7 +119,8 @@ typedef struct weft_shm {
 /* One collective's state (schedule scratch). */
 typedef struct weft_shm_op {
     weft_shm_t *sh;
-    uint64_t k;
+    uint64_t k;  /* the collective's sequence number (of its current piece) */
+    uint64_t nk; /* sequence numbers it takes: a message over a slot goes as nk pieces, one number each */
     int phase;
 } weft_shm_op_t;
 
@@ -127,6 +128,18 @@ typedef struct weft_shm_op {
  * algorithms must decline (several nodes, one rank, bytes over a slot,
  * out of memory, creation failed before). Takes no collective action. */
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
+/* A message over a slot goes through the slots in pieces of at most one
+ * slot, each piece a collective of its own (its own sequence number,
+ * slot, flags and done counter: the op takes nk numbers at its start), so
+ * a rank works on piece i while its children still copy piece i - 1 and
+ * the root runs up to WEFT_SHM_NBUF - 1 pieces ahead: a pipeline. The
+ * number of pieces of `count` elements of esize bytes, and the elements
+ * per piece. */
+static inline uint64_t weft_shm_pieces(size_t count, size_t esize, size_t *per)
+{
+    *per = WEFT_SHM_SLOT / (esize ? esize : 1);
+    return count <= *per ? 1 : (uint64_t)((count + *per - 1) / *per);
+}
 /* The same for the single-copy (CMA) algorithms: any size, but NULL also
  * when cross-memory attach does not work here (weft_shm_cma_usable). */
 weft_shm_t *weft_shm_get_cma(weft_comm_t comm);
