@@ -19,7 +19,7 @@ extern const weft_coll_alg_t weft_alg_allreduce_rabenseifner, weft_alg_allreduce
     weft_alg_reduce_scatter_recursive_halving, weft_alg_reduce_scatter_block_recursive_halving,
     weft_alg_reduce_reduce_scatter_gather;
 /* coll/shm: one node, through a shared segment (coll/shm/segment.h). */
-extern const weft_coll_alg_t weft_alg_barrier_shm, weft_alg_barrier_shm_dissem, weft_alg_bcast_shm, weft_alg_reduce_shm, weft_alg_allreduce_shm,
+extern const weft_coll_alg_t weft_alg_barrier_shm, weft_alg_bcast_shm, weft_alg_reduce_shm, weft_alg_allreduce_shm,
     weft_alg_allgather_shm, weft_alg_reduce_scatter_shm, weft_alg_reduce_scatter_block_shm, weft_alg_bcast_shm_cma,
     weft_alg_allgather_shm_cma, weft_alg_allreduce_shm_cma;
 /* coll/hier/: compositions across nodes (decline on one node) */
@@ -57,7 +57,6 @@ const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_scan_linear,
     &weft_alg_exscan_linear,
     &weft_alg_barrier_shm,
-    &weft_alg_barrier_shm_dissem,
     &weft_alg_bcast_shm,
     &weft_alg_reduce_shm,
     &weft_alg_allreduce_shm,

@@ -46,29 +46,30 @@ static const char default_rules[] =
     "allgather:4k-32k:nodes=multi:hier,"
     "alltoall:nodes=multi:hier,"
     "alltoallv:nodes=multi:hier,"
-    /* coll/shm inside one node, up to a slot (64 KiB: the rules run to
-     * 128k so that 64 KiB itself is included; larger calls decline to the
-     * next rule). Measured at 8/16/32 ranks of one 32-core node
-     * (docs/PERFORMANCE.md, section 6): against Open MPI's default,
-     * barrier 0.53-0.67, bcast 0.2-0.7, reduce (up the flag tree) 0.3-0.7,
-     * allreduce 0.36-0.9 at 8 B - 32 KiB. allgather and reduce_scatter
-     * keep their first, 16 KiB limit (not re-measured). */
+    /* coll/shm inside one node. Measured at 8/16/32 ranks of one 32-core
+     * node (docs/PERFORMANCE.md, section 6, third round) against Open
+     * MPI's default: barrier 0.48-0.61; bcast 0.22-0.52 at 8 B - 64 KiB
+     * and, in slot-sized pieces down the tree, 0.25-0.81 at 128 KiB - 4
+     * MiB (the binomial tree over UCX: 0.7-2.3); reduce up the flag tree
+     * 0.27-0.63 to 64 KiB, in pieces 0.31-0.36 at 128-256 KiB but 0.57-1.1
+     * from 512 KiB, where reduce-scatter + gather over UCX (0.45-0.65)
+     * wins; allreduce 0.41-0.82 to 64 KiB, in pieces 0.67-0.92 at 128 KiB
+     * (Rabenseifner 0.9-1.37), even at 256 KiB. allgather and
+     * reduce_scatter keep their first, 16 KiB limit (not re-measured). */
     "barrier:nodes=1:shm,"
-    "bcast:0-128k:nodes=1:shm,"
-    "reduce:0-128k:nodes=1:shm,"
-    "allreduce:0-128k:nodes=1:shm,"
+    "bcast:nodes=1:shm,"
+    "reduce:0-512k:nodes=1:shm,"
+    "allreduce:0-512k:nodes=1:shm,"
     "allgather:0-16k:nodes=1:shm,"
     "reduce_scatter:0-16k:nodes=1:shm,"
     "reduce_scatter_block:0-16k:nodes=1:shm,"
-    /* over a slot, one node: single copy with CMA (declines where
-     * process_vm_readv does not work). allgather 1.2-2.8x faster than
-     * Open MPI at 16 KiB - 4 MiB; allreduce 0.54-0.91 of Open MPI's time
-     * from 512 KiB at 32 ranks (below it Rabenseifner over UCX is
-     * faster: 64-256 KiB 1.06-2.3x Open MPI's time with CMA); bcast
+    /* single copy with CMA (declines where process_vm_readv does not
+     * work). allgather 1.2-2.8x faster than Open MPI at 16 KiB - 4 MiB;
+     * allreduce 0.5-0.97 of Open MPI's time from 1 MiB (1.15-1.2 at 512
+     * KiB on 32 ranks, no better in pieces or with Rabenseifner); bcast
      * 2-6x SLOWER from 32 KiB (every reader reads the root's memory at
-     * once, serialised in the root's address space), so bcast keeps the
-     * base algorithms; shm_cma bcast stays available through
-     * WEFT_COLL_TUNE. */
+     * once, serialised in the root's address space): the pieces above
+     * win, and shm_cma bcast stays available through WEFT_COLL_TUNE. */
     "allgather:16k-inf:nodes=1:shm_cma,"
     "allreduce:512k-inf:nodes=1:shm_cma,"
     "barrier:dissemination,"

@@ -23,7 +23,7 @@ static int step(weft_sched_t *s, void *arg)
         op->phase = 1;
         /* fall through */
     case 1:
-        if (!weft_shm_wait_children(s, op, 0, 0, "barrier arrival flag")) return 0;
+        if (!weft_shm_wait_children(s, op, 0, "barrier arrival flag")) return 0;
         if (sh->me == 0) {
             weft_shm_head_publish(op, WEFT_SHM_RESULT);
             break;
@@ -32,7 +32,7 @@ static int step(weft_sched_t *s, void *arg)
         op->phase = 2;
         /* fall through */
     case 2:
-        if (!weft_shm_head_wait(s, op, 0, WEFT_SHM_RESULT, 0, "barrier release flag (rank 0's)")) return 0;
+        if (!weft_shm_head_wait(s, op, 0, WEFT_SHM_RESULT, "barrier release flag (rank 0's)")) return 0;
         break;
     default: return WEFT_ERR_INTERNAL;
     }

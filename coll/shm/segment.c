@@ -235,7 +235,6 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         sh->radix = h->radix >= 2 ? (int)h->radix : 2;
         sh->chunk_min = (size_t)h->chunk_min;
         sh->flat_max = (size_t)h->flat_max;
-        weft_shm_x_touch = getenv("WEFT_X_TOUCH") ? atoi(getenv("WEFT_X_TOUCH")) : 1; /* EXPERIMENT */
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
@@ -247,8 +246,6 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
     sh->ready = 1;
     return 1;
 }
-
-int weft_shm_x_touch = 1; /* EXPERIMENT */
 
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
 {
@@ -340,12 +337,12 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
 {
     weft_shm_t *sh = op->sh;
     if (weft_shm_flat_down(sh, bytes)) {
-        if (!weft_shm_head_wait(s, op, root, WEFT_SHM_RESULT, bytes, flag)) return 0;
+        if (!weft_shm_head_wait(s, op, root, WEFT_SHM_RESULT, flag)) return 0;
         memcpy(dst, weft_shm_buf(op, root, bytes), bytes);
         return 1;
     }
     int v = weft_shm_vrank(sh, root), parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
-    if (!weft_shm_head_wait(s, op, parent, WEFT_SHM_RESULT, bytes, flag)) return 0;
+    if (!weft_shm_head_wait(s, op, parent, WEFT_SHM_RESULT, flag)) return 0;
     const char *from = weft_shm_buf(op, parent, bytes);
     if (weft_shm_has_children(v, sh->radix, sh->n)) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, root)) return 0;
@@ -357,13 +354,14 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
     return 1;
 }
 
-int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, size_t bytes, const char *flag)
+int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag)
 {
     weft_shm_t *sh = op->sh;
+    uint64_t want = 2 * op->k + WEFT_SHM_PARTIAL;
     int v = weft_shm_vrank(sh, root), late = -1;
-    /* Every child polled before any is judged: the misses overlap. */
+    /* Every child's word loaded before any is judged: the misses overlap. */
     WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
-        if (!weft_shm_head_wait(s, op, c, WEFT_SHM_PARTIAL, bytes, flag) && late < 0) late = c;
+        if (atomic_load_explicit(&weft_shm_head(op, c)->seq, memory_order_acquire) < want && late < 0) late = c;
     });
     if (late < 0) return 1;
     weft_sched_waiting_flag(s, late, flag);
@@ -496,7 +494,7 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
     size_t bytes = x->count * x->esize;
     switch (op->phase) {
     case 1:
-        if (!weft_shm_wait_children(s, op, root, bytes, "partial flag")) return 0;
+        if (!weft_shm_wait_children(s, op, root, "partial flag")) return 0;
         if (v == 0 && x->root >= 0) { /* reduce's root: straight into the result */
             reduce_children(x, x->recv, v, root);
             weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);

@@ -82,7 +82,6 @@ typedef struct weft_shm_ctrl {
     _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
     _Atomic uint64_t done;    /* this rank finished reading collective k */
     _Atomic uint64_t mapped;  /* 1 once this rank mapped the segment */
-    _Atomic uint64_t step;    /* barrier: the last round passed (k x rounds + round + 1) */
     /* shm_cma: the buffer this rank lends for its current collective (its
      * pid, address, length), written before it publishes `arrived` and
      * left alone until every member's `done` says the readers finished. */
@@ -90,7 +89,7 @@ typedef struct weft_shm_ctrl {
     uint64_t cma_addr;
     uint64_t cma_len;
     uint64_t cma_addr2; /* a second lent buffer (allreduce_shm_cma: the result) */
-    char pad[128 - 9 * sizeof(uint64_t)];
+    char pad[128 - 8 * sizeof(uint64_t)];
 } weft_shm_ctrl_t;
 
 typedef struct weft_shm {
@@ -191,27 +190,13 @@ static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
 {
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
 }
-/* Messages in a slot's body up to this size are touched while their flag
- * is polled (weft_shm_head_wait). */
-#define WEFT_SHM_TOUCH_MAX ((size_t)2048)
-extern int weft_shm_x_touch; /* EXPERIMENT */
-/* Waits until rank r's head reached event ev of collective op->k; a
- * message of `bytes` in the body (up to WEFT_SHM_TOUCH_MAX) has its lines
- * loaded in the same poll, after the flag: when the flag turns, the data
- * lines' cache misses were already under way beside the flag's instead of
- * after it (x86 keeps loads in order, so lines read after the new flag
- * hold the new data). 1 / 0 as a polling step. */
-static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, int ev, size_t bytes,
-                                     const char *flag)
+/* Waits until rank r's head reached event ev of collective op->k. 1 / 0
+ * as a polling step. */
+static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, int ev, const char *flag)
 {
-    weft_shm_head_t *h = weft_shm_head(op, r);
-    uint64_t seq = atomic_load_explicit(&h->seq, memory_order_acquire);
-    if (bytes > WEFT_SHM_INLINE && bytes <= WEFT_SHM_TOUCH_MAX && weft_shm_x_touch) {
-        const volatile char *p = (const volatile char *)(h + 1);
-        for (size_t o = 0; o < bytes; o += 64)
-            (void)p[o];
-    }
-    if (WEFT_LIKELY(seq >= 2 * op->k + (uint64_t)ev)) return 1;
+    if (WEFT_LIKELY(atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) >=
+                    2 * op->k + (uint64_t)ev))
+        return 1;
     weft_sched_waiting_flag(s, r, flag);
     return 0;
 }
@@ -260,9 +245,9 @@ static inline int weft_shm_parent(int v, int radix)
 /* 1 when v has children (v's lowest digit is 0 and v + 1 < n). */
 static inline int weft_shm_has_children(int v, int radix, int n) { return v % radix == 0 && v + 1 < n; }
 /* Waits until every child of this rank published its PARTIAL of
- * collective op->k, a message of `bytes` (children in a fixed order:
- * stride 1 first, then R, R^2...). */
-int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, size_t bytes, const char *flag);
+ * collective op->k (children in a fixed order: stride 1 first, then R,
+ * R^2...). */
+int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag);
 /* Runs body with c set to each child's comm rank, in the same fixed order. */
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body)                                                                    \
     do {                                                                                                               \
