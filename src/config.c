@@ -63,13 +63,12 @@ static const var_t vars[] = {
      "0: the single-copy shared-memory collectives (shm_cma, process_vm_readv) decline and the base algorithms run",
      FIELD(shm_cma), 0},
     {"WEFT_SHM_RADIX", VAR_INT, "8",
-     "radix of the shared-memory flag trees (bcast, reduce, small allreduce; groups of this many consecutive "
-     "ranks meet first) and of the k-way dissemination barrier; 2 or more; the segment's creator decides for "
-     "every member",
+     "radix of the shared-memory flag trees (barrier, bcast, reduce, small allreduce; groups of this many "
+     "consecutive ranks meet first); 2 or more; the segment's creator decides for every member",
      FIELD(shm_radix), 0},
     {"WEFT_SHM_CHUNK_MIN", VAR_INT, "2048",
      "shared-memory allreduce: vectors from this many bytes (on 4 or more ranks) are reduced one chunk per rank; "
-     "smaller ones go up and down the flag tree (the segment's creator decides for every member)",
+     "smaller ones go up the flag tree (the segment's creator decides for every member)",
      FIELD(shm_chunk_min), 0},
     {"WEFT_SHM_FLAT_MAX", VAR_INT, "2048",
      "shared-memory bcast and small allreduce: messages (results) up to this many bytes are read by every rank "
