@@ -33,6 +33,7 @@ static int step(weft_sched_t *s, void *arg)
         /* fall through */
     case 2:
         if (!weft_shm_head_wait(s, op, 0, WEFT_SHM_RESULT, "barrier release flag (rank 0's)")) return 0;
+        weft_shm_all_started(sh, op->k); /* released: every member arrived */
         break;
     default: return WEFT_ERR_INTERNAL;
     }

@@ -235,6 +235,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         sh->radix = h->radix >= 2 ? (int)h->radix : 2;
         sh->chunk_min = (size_t)h->chunk_min;
         sh->flat_max = (size_t)h->flat_max;
+        weft_shm_x_floor = getenv("WEFT_X_FLOOR") ? atoi(getenv("WEFT_X_FLOOR")) : 1; /* EXPERIMENT */
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
@@ -246,6 +247,8 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
     sh->ready = 1;
     return 1;
 }
+
+int weft_shm_x_floor = 1; /* EXPERIMENT */
 
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
 {
@@ -276,7 +279,10 @@ int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t tar
         _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)&sh->ctrl[r] + field);
         if (atomic_load_explicit(f, memory_order_acquire) < target && late < 0) late = r;
     }
-    if (late < 0) return 1;
+    if (late < 0) {
+        if (only < 0) weft_shm_all_started(sh, target - 1); /* counters are k + 1: all are in k = target - 1 */
+        return 1;
+    }
     weft_sched_waiting_flag(s, late, flag);
     return 0;
 }
@@ -285,7 +291,7 @@ int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t tar
  * reloading its counter); 0 after naming it as the one waited on. */
 static int done_by(weft_sched_t *s, weft_shm_t *sh, int r, uint64_t need)
 {
-    if (sh->seen_done[r] >= need) return 1;
+    if (sh->seen_done[r] >= need || sh->all_done >= need) return 1;
     sh->seen_done[r] = atomic_load_explicit(&sh->ctrl[r].done, memory_order_acquire);
     if (sh->seen_done[r] >= need) return 1;
     weft_sched_waiting_flag(s, r, "done flag (it still reads a slot this rank reuses)");
@@ -363,7 +369,13 @@ int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const c
     WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
         if (atomic_load_explicit(&weft_shm_head(op, c)->seq, memory_order_acquire) < want && late < 0) late = c;
     });
-    if (late < 0) return 1;
+    if (late < 0) {
+        WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
+            if (weft_shm_x_floor && sh->seen_done[c] < op->k) sh->seen_done[c] = op->k; /* in k: done >= k (weft_shm_head_wait) */
+        });
+        if (v == 0) weft_shm_all_started(sh, op->k); /* the root: every member's partial is in */
+        return 1;
+    }
     weft_sched_waiting_flag(s, late, flag);
     return 0;
 }
@@ -519,6 +531,7 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
         /* fall through */
     case 2:
         if (!weft_shm_tree_down(s, op, 0, x->recv, bytes, "result flag")) return 0;
+        weft_shm_all_started(sh, op->k); /* the result needed every member's partial */
         break;
     default: return WEFT_ERR_INTERNAL;
     }

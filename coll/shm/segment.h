@@ -100,7 +100,8 @@ typedef struct weft_shm {
     int radix;          /* the tree's radix (WEFT_SHM_RADIX, at least 2) */
     size_t chunk_min;   /* WEFT_SHM_CHUNK_MIN: chunked reductions from this many bytes */
     size_t flat_max;    /* WEFT_SHM_FLAT_MAX: messages read straight from the root up to this many bytes */
-    uint64_t *seen_done; /* per member, the done counter last read (a lower bound of it) */
+    uint64_t *seen_done; /* per member, a lower bound of its done counter (last read, or implied) */
+    uint64_t all_done;   /* a lower bound of every member's done counter */
     struct {
         uint64_t k;  /* 1 + the collective that last wrote this rank's slot (0: never) */
         int readers; /* WEFT_SHM_READ_* of that collective */
@@ -190,15 +191,28 @@ static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
 {
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
 }
+extern int weft_shm_x_floor; /* EXPERIMENT */
 /* Waits until rank r's head reached event ev of collective op->k. 1 / 0
  * as a polling step. */
 static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, int ev, const char *flag)
 {
     if (WEFT_LIKELY(atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) >=
-                    2 * op->k + (uint64_t)ev))
+                    2 * op->k + (uint64_t)ev)) {
+        /* r is in collective k, so it finished k - 1: its done is >= k,
+         * and a later claim needs not read it (see weft_shm_claim) */
+        if (weft_shm_x_floor && op->sh->seen_done[r] < op->k) op->sh->seen_done[r] = op->k;
         return 1;
+    }
     weft_sched_waiting_flag(s, r, flag);
     return 0;
+}
+/* Records that every member started collective k (this rank saw all their
+ * arrivals, or a barrier's release or an allreduce's result, which need
+ * them): every done counter is >= k, and claims need read none below. */
+extern int weft_shm_x_floor; /* EXPERIMENT */
+static inline void weft_shm_all_started(weft_shm_t *sh, uint64_t k)
+{
+    if (weft_shm_x_floor && sh->all_done < k) sh->all_done = k;
 }
 static inline void weft_shm_publish(weft_shm_op_t *op, size_t field)
 {
