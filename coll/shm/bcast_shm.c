@@ -18,7 +18,7 @@ typedef struct {
     char *buf;
     size_t bytes;
     int root;
-    uint64_t k0;  /* the first piece's sequence number */
+    uint64_t k0; /* the first piece's sequence number */
     uint64_t piece;
 } bcast_t;
 
@@ -35,7 +35,8 @@ static int step(weft_sched_t *s, void *arg)
         op->phase = 1;
     }
     for (; b->piece < op->nk; b->piece++) {
-        size_t off = (size_t)b->piece * WEFT_SHM_SLOT, len = b->bytes - off < WEFT_SHM_SLOT ? b->bytes - off : WEFT_SHM_SLOT;
+        size_t off = (size_t)b->piece * WEFT_SHM_SLOT,
+               len = b->bytes - off < WEFT_SHM_SLOT ? b->bytes - off : WEFT_SHM_SLOT;
         op->k = b->k0 + b->piece;
         if (sh->me == b->root) {
             if (!weft_shm_claim(s, op, weft_shm_flat_down(sh, len) ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN,

@@ -235,7 +235,6 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         sh->radix = h->radix >= 2 ? (int)h->radix : 2;
         sh->chunk_min = (size_t)h->chunk_min;
         sh->flat_max = (size_t)h->flat_max;
-        weft_shm_x_floor = getenv("WEFT_X_FLOOR") ? atoi(getenv("WEFT_X_FLOOR")) : 1; /* EXPERIMENT */
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
@@ -247,8 +246,6 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
     sh->ready = 1;
     return 1;
 }
-
-int weft_shm_x_floor = 1; /* EXPERIMENT */
 
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
 {
@@ -371,7 +368,7 @@ int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const c
     });
     if (late < 0) {
         WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
-            if (weft_shm_x_floor && sh->seen_done[c] < op->k) sh->seen_done[c] = op->k; /* in k: done >= k (weft_shm_head_wait) */
+            if (sh->seen_done[c] < op->k) sh->seen_done[c] = op->k; /* in k: done >= k (weft_shm_head_wait) */
         });
         if (v == 0) weft_shm_all_started(sh, op->k); /* the root: every member's partial is in */
         return 1;
@@ -456,7 +453,7 @@ typedef struct {
     size_t count, esize;
     int dtype, rop, root; /* root < 0: allreduce */
     int chunked;
-    char *tmp; /* chunked: this rank's chunk of the result */
+    char *tmp;         /* chunked: this rank's chunk of the result */
     const char *send0; /* the whole vector */
     char *recv0;
     size_t total, per; /* its elements, and per piece */

@@ -191,7 +191,6 @@ static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
 {
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
 }
-extern int weft_shm_x_floor; /* EXPERIMENT */
 /* Waits until rank r's head reached event ev of collective op->k. 1 / 0
  * as a polling step. */
 static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, int ev, const char *flag)
@@ -200,7 +199,7 @@ static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, 
                     2 * op->k + (uint64_t)ev)) {
         /* r is in collective k, so it finished k - 1: its done is >= k,
          * and a later claim needs not read it (see weft_shm_claim) */
-        if (weft_shm_x_floor && op->sh->seen_done[r] < op->k) op->sh->seen_done[r] = op->k;
+        if (op->sh->seen_done[r] < op->k) op->sh->seen_done[r] = op->k;
         return 1;
     }
     weft_sched_waiting_flag(s, r, flag);
@@ -209,10 +208,9 @@ static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, 
 /* Records that every member started collective k (this rank saw all their
  * arrivals, or a barrier's release or an allreduce's result, which need
  * them): every done counter is >= k, and claims need read none below. */
-extern int weft_shm_x_floor; /* EXPERIMENT */
 static inline void weft_shm_all_started(weft_shm_t *sh, uint64_t k)
 {
-    if (weft_shm_x_floor && sh->all_done < k) sh->all_done = k;
+    if (sh->all_done < k) sh->all_done = k;
 }
 static inline void weft_shm_publish(weft_shm_op_t *op, size_t field)
 {
