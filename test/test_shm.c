@@ -448,6 +448,37 @@ static int body_cma(int rank, int size, void *arg)
     return 0;
 }
 
+/* bcast_shm_cma with a rank that expects another length (an erroneous
+ * call): that rank gets WEFT_ERR_ARG naming both lengths, its child in the
+ * tree (radix 2: rank 3 under rank 2) fails because its parent did, the
+ * others get the message, nobody hangs, and the next collective works. */
+static int body_cma_mismatch(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    if (!weft_shm_cma_usable()) return weft_finalize(); /* shm_cma declines here: nothing to test */
+    weft_comm_t c = forced("bcast", "shm_cma");
+    static unsigned char b[40000];
+    if (rank == 0) th_fill(b, 32768, 77u);
+    int rc = weft_bcast(b, rank == 2 ? 32769 : 32768, WEFT_BYTE, 0, c);
+    if (rank == 2)
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "rank 0 (this rank's parent in the tree of root 0) "
+                                                                  "has a 32768-byte message, this rank's is 32769"),
+                 "rank 2: %d (%s)", rc, weft_last_error());
+    else if (rank == 3) /* its parent's wrong length, or its parent's failure, whichever it sees first */
+        TH_CHECK(rc != 0 && strstr(weft_last_error(), "rank 2 (this rank's parent in the tree of root 0)"),
+                 "rank 3: %d (%s)", rc, weft_last_error());
+    else {
+        TH_CHECK(rc == 0, "rank %d: %d (%s)", rank, rc, weft_last_error());
+        TH_CHECK(th_verify(b, 32768, 77u, NULL), "rank %d: wrong data", rank);
+    }
+    TH_OK(weft_barrier(c));
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
 #define RANKS_TEST(name, body, N, t)                                                                                   \
     Test(shm, name##_##N, .timeout = 60)                                                                               \
     {                                                                                                                  \
@@ -511,6 +542,8 @@ RANKS_TEST(cma, body_cma, 1, 30)
 RANKS_TEST(cma, body_cma, 2, 30)
 RANKS_TEST(cma, body_cma, 3, 30)
 RANKS_TEST(cma, body_cma, 5, 30)
+RADIX_TEST(cma, body_cma, 6, 2)
+RADIX_TEST(cma_mismatch, body_cma_mismatch, 4, 2)
 
 Test(shm, cma_off_declines, .timeout = 60)
 {

@@ -1,53 +1,92 @@
-/* bcast, shared memory, single copy: the root lends its buffer (its pid,
- * address and length in its flag line, then its arrival flag) and every
- * other rank copies the message straight from the root's memory into its
- * own with process_vm_readv (cross-memory attach): one copy per receiver,
- * no staging. The root returns only when every member's done flag says it
- * finished reading. From a full slot on (the slot algorithm "shm"
- * serves the smaller ones); declines where CMA does not work. */
+/* bcast, shared memory, single copy, pipelined down the flag tree (radix
+ * WEFT_SHM_RADIX, see segment.h): every rank lends its own buffer (pid,
+ * address, length in its flag line, then its arrival flag) and a count of
+ * the bytes in it that hold the message (`cma_ready`). The root's count is
+ * the whole message at once; every other rank copies the message from its
+ * parent's buffer straight into its own with process_vm_readv, in pieces
+ * of WEFT_SHM_CMA_PIECE as its parent's count grows, and raises its own
+ * count after each piece, so its children read behind it. One copy per
+ * rank, never staged; a rank's buffer is read by its children only (not
+ * by every rank at once, which serialises in the root's address space).
+ * A rank returns when its children published done (its buffer is no
+ * longer read). A failed read marks the count failed: the children fail
+ * too instead of waiting. Declines where CMA does not work. */
 #include "coll/shm/segment.h"
+
+#define WEFT_SHM_CMA_PIECE ((size_t)128 * 1024)
+#define READY_FAILED       UINT64_MAX
 
 typedef struct {
     weft_shm_op_t op;
-    void *buf;
-    size_t bytes;
-    int root;
+    char *buf;
+    size_t bytes, got;
+    int root, rc;
 } bcast_t;
+
+static void set_ready(weft_shm_t *sh, uint64_t v)
+{
+    atomic_store_explicit(&sh->ctrl[sh->me].cma_ready, v, memory_order_release);
+}
 
 static int step(weft_sched_t *s, void *arg)
 {
     bcast_t *b = arg;
     weft_shm_op_t *op = &b->op;
-    weft_shm_t *sh;
-    int rc;
+    weft_shm_t *sh = op->sh;
+    int rc, v;
     switch (op->phase) {
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        sh = op->sh;
-        if (sh->me != b->root) {
-            op->phase = 1;
-            goto read;
-        }
-        weft_shm_cma_lend(op, b->buf, b->bytes);
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* nothing for the root to read */
-        op->phase = 2;
+        set_ready(sh, sh->me == b->root ? b->bytes : 0);
+        weft_shm_cma_lend(op, b->buf, b->bytes); /* then `arrived` */
+        op->phase = sh->me == b->root ? 2 : 1;
+        if (op->phase == 2) goto lent;
         /* fall through */
-    case 2: /* root: the buffer stays valid until every reader is done */
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
-        op->sh->completed = op->k + 1;
-        return 1;
-    case 1:
-    read:
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, b->root, "arrival flag")) return 0;
-        {
-            const weft_shm_ctrl_t *c = &op->sh->ctrl[b->root];
-            rc = c->cma_len != b->bytes
-                     ? weft_error(WEFT_ERR_ARG, "bcast_shm_cma: the root sends %llu bytes, this rank expects %zu",
-                                  (unsigned long long)c->cma_len, b->bytes)
-                     : weft_shm_cma_read(b->buf, c->cma_pid, c->cma_addr, b->bytes, "bcast_shm_cma");
+    case 1: { /* from the parent, piece by piece */
+        v = weft_shm_vrank(sh, b->root);
+        int parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), b->root);
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, parent, "arrival flag")) return 0;
+        const weft_shm_ctrl_t *c = &sh->ctrl[parent];
+        if (c->cma_len != b->bytes) {
+            b->rc = weft_error(WEFT_ERR_ARG,
+                               "bcast_shm_cma: rank %d (this rank's parent in the tree of root %d) has a %llu-byte "
+                               "message, this rank's is %zu bytes",
+                               parent, b->root, (unsigned long long)c->cma_len, b->bytes);
+            set_ready(sh, READY_FAILED);
+            op->phase = 2;
+            goto lent;
         }
-        weft_shm_op_end(op); /* even after a failed read: the root must not wait forever */
-        return rc ? rc : 1;
+        while (b->got < b->bytes) {
+            uint64_t ready = atomic_load_explicit(&sh->ctrl[parent].cma_ready, memory_order_acquire);
+            if (ready == READY_FAILED) {
+                b->rc = weft_error(WEFT_ERR_INTERNAL,
+                                   "bcast_shm_cma: rank %d (this rank's parent in the tree of root %d) failed to "
+                                   "get the message",
+                                   parent, b->root);
+                set_ready(sh, READY_FAILED);
+                break;
+            }
+            if (ready <= b->got) {
+                weft_sched_waiting_flag(s, parent, "ready count (bytes of the message in its buffer)");
+                return 0;
+            }
+            size_t len = (size_t)ready - b->got;
+            if (len > WEFT_SHM_CMA_PIECE) len = WEFT_SHM_CMA_PIECE;
+            if ((b->rc = weft_shm_cma_read(b->buf + b->got, c->cma_pid, c->cma_addr + b->got, len, "bcast_shm_cma"))) {
+                set_ready(sh, READY_FAILED);
+                break;
+            }
+            b->got += len;
+            set_ready(sh, b->got);
+        }
+        op->phase = 2;
+    }
+        /* fall through */
+    case 2: /* the buffer stays lent until the children read it all */
+    lent:
+        if (!weft_shm_wait_done_children(s, op, b->root)) return 0;
+        weft_shm_op_end(op);
+        return b->rc ? b->rc : 1;
     }
     return WEFT_ERR_INTERNAL;
 }
@@ -68,6 +107,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_bcast_shm_cma = {
     .name = "shm_cma",
     .kind = WEFT_COLL_BCAST,
-    .description = "one node, over 16 KiB, CMA: the others copy straight from the root's buffer (process_vm_readv)",
+    .description = "one node, from 16 KiB, CMA: each rank copies the message from its parent's buffer into its own "
+                   "(process_vm_readv), piece by piece down a flag tree: one copy, pipelined",
     .build = build,
 };

@@ -377,6 +377,16 @@ int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const c
     return 0;
 }
 
+int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root)
+{
+    weft_shm_t *sh = op->sh;
+    int v = weft_shm_vrank(sh, root), late = -1;
+    WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
+        if (late < 0 && !done_by(s, sh, c, op->k + 1)) late = c;
+    });
+    return late < 0;
+}
+
 void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t extra, const char *alg)
 {
     size_t head = (size + 63) & ~(size_t)63;

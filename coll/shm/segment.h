@@ -89,7 +89,11 @@ typedef struct weft_shm_ctrl {
     uint64_t cma_addr;
     uint64_t cma_len;
     uint64_t cma_addr2; /* a second lent buffer (allreduce_shm_cma: the result) */
-    char pad[128 - 8 * sizeof(uint64_t)];
+    /* bcast_shm_cma: bytes of the lent buffer that hold the message (set
+     * to 0 before `arrived`, then raised as pieces land; all ones: this
+     * rank's read failed) */
+    _Atomic uint64_t cma_ready;
+    char pad[128 - 9 * sizeof(uint64_t)];
 } weft_shm_ctrl_t;
 
 typedef struct weft_shm {
@@ -260,6 +264,9 @@ static inline int weft_shm_has_children(int v, int radix, int n) { return v % ra
  * collective op->k (children in a fixed order: stride 1 first, then R,
  * R^2...). */
 int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag);
+/* Waits until every child of this rank (tree of `root`) published done
+ * for collective op->k: it reads nothing of this rank's any more. */
+int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root);
 /* Runs body with c set to each child's comm rank, in the same fixed order. */
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body)                                                                    \
     do {                                                                                                               \
