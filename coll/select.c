@@ -58,6 +58,7 @@ static const char default_rules[] =
      * (Rabenseifner 0.9-1.37), even at 256 KiB. allgather and
      * reduce_scatter keep their first, 16 KiB limit (not re-measured). */
     "barrier:nodes=1:shm,"
+    "bcast:2m-inf:nodes=1:shm_cma,"
     "bcast:nodes=1:shm,"
     "reduce:0-512k:nodes=1:shm,"
     "allreduce:0-512k:nodes=1:shm,"
@@ -67,10 +68,12 @@ static const char default_rules[] =
     /* single copy with CMA (declines where process_vm_readv does not
      * work). allgather 1.2-2.8x faster than Open MPI at 16 KiB - 4 MiB;
      * allreduce 0.5-0.97 of Open MPI's time from 1 MiB (1.15-1.2 at 512
-     * KiB on 32 ranks, no better in pieces or with Rabenseifner); bcast
-     * 2-6x SLOWER from 32 KiB (every reader reads the root's memory at
-     * once, serialised in the root's address space): the pieces above
-     * win, and shm_cma bcast stays available through WEFT_COLL_TUNE. */
+     * KiB on 32 ranks, no better in pieces or with Rabenseifner). bcast
+     * shm_cma (each rank reads its parent's buffer, a pipelined binary
+     * tree; its rule is above, ahead of the pieces) from 2 MiB: it
+     * measured 0.43-0.95 of Open MPI's time there against 0.31-1.11 for
+     * the slot pieces, which lost at 16 ranks, and it copies once; below
+     * 2 MiB the pieces are 1.1-2.9x faster than it. */
     "allgather:16k-inf:nodes=1:shm_cma,"
     "allreduce:512k-inf:nodes=1:shm_cma,"
     "barrier:dissemination,"

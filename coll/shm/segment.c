@@ -377,11 +377,11 @@ int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const c
     return 0;
 }
 
-int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root)
+int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root, int radix)
 {
     weft_shm_t *sh = op->sh;
     int v = weft_shm_vrank(sh, root), late = -1;
-    WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
+    WEFT_SHM_FOR_CHILDREN_R(sh, radix, v, root, c, {
         if (late < 0 && !done_by(s, sh, c, op->k + 1)) late = c;
     });
     return late < 0;

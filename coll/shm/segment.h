@@ -264,18 +264,22 @@ static inline int weft_shm_has_children(int v, int radix, int n) { return v % ra
  * collective op->k (children in a fixed order: stride 1 first, then R,
  * R^2...). */
 int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag);
-/* Waits until every child of this rank (tree of `root`) published done
- * for collective op->k: it reads nothing of this rank's any more. */
-int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root);
-/* Runs body with c set to each child's comm rank, in the same fixed order. */
-#define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body)                                                                    \
+/* Waits until every child of this rank (tree of `root`, radix `radix`)
+ * published done for collective op->k: it reads nothing of this rank's
+ * any more. */
+int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root, int radix);
+/* Runs body with c set to each child's comm rank, in the same fixed order
+ * (the tree of radix `radix` over n ranks; WEFT_SHM_FOR_CHILDREN: the
+ * segment's radix). */
+#define WEFT_SHM_FOR_CHILDREN_R(sh, radix, v, root, c, body)                                                           \
     do {                                                                                                               \
-        for (long stride_ = 1; stride_ < (sh)->n && (v) % (stride_ * (sh)->radix) == 0; stride_ *= (sh)->radix)       \
-            for (long j_ = 1; j_ < (sh)->radix && (v) + j_ * stride_ < (sh)->n; j_++) {                               \
+        for (long stride_ = 1; stride_ < (sh)->n && (v) % (stride_ * (radix)) == 0; stride_ *= (radix))               \
+            for (long j_ = 1; j_ < (radix) && (v) + j_ * stride_ < (sh)->n; j_++) {                                   \
                 int c = weft_shm_rank_of((sh), (int)((v) + j_ * stride_), (root));                                     \
                 body;                                                                                                  \
             }                                                                                                          \
     } while (0)
+#define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body) WEFT_SHM_FOR_CHILDREN_R(sh, (sh)->radix, v, root, c, body)
 /* Marks collective k done here (publishes done, lets the next one start). */
 /* The first two phases of a contribution: start the operation, wait until
  * this rank's slot may be reused, copy src into it and publish the arrival.
