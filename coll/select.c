@@ -67,15 +67,16 @@ static const char default_rules[] =
     "reduce_scatter_block:0-16k:nodes=1:shm,"
     /* single copy with CMA (declines where process_vm_readv does not
      * work). allgather 1.2-2.8x faster than Open MPI at 16 KiB - 4 MiB;
-     * allreduce 0.5-0.97 of Open MPI's time from 1 MiB (1.15-1.2 at 512
-     * KiB on 32 ranks, no better in pieces or with Rabenseifner). bcast
+     * allreduce 0.5-0.97 of Open MPI's time from 1 MiB; at 512 KiB on 32
+     * ranks 1.2-1.26, where Rabenseifner over UCX measured 0.96 in the same
+     * run (1.31x faster than shm_cma), so 512 KiB - 1 MiB keeps it. bcast
      * shm_cma (each rank reads its parent's buffer, a pipelined binary
      * tree; its rule is above, ahead of the pieces) from 2 MiB: it
      * measured 0.43-0.95 of Open MPI's time there against 0.31-1.11 for
      * the slot pieces, which lost at 16 ranks, and it copies once; below
      * 2 MiB the pieces are 1.1-2.9x faster than it. */
     "allgather:16k-inf:nodes=1:shm_cma,"
-    "allreduce:512k-inf:nodes=1:shm_cma,"
+    "allreduce:1m-inf:nodes=1:shm_cma,"
     "barrier:dissemination,"
     /* scatter_allgather never beat binomial up to 4 MiB at 32 ranks */
     "bcast:0-inf:binomial,"
