@@ -123,14 +123,8 @@ int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const 
     return 0;
 }
 
-/* The barrier line: one cache line of the header page, past the header's
- * own fields (segment.h, barrier_shm.c). */
-#define SHM_BARRIER_LINE ((size_t)1024)
-_Static_assert(sizeof(shm_header_t) <= SHM_BARRIER_LINE, "the barrier line overlaps the header");
-
 static void set_pointers(weft_shm_t *sh)
 {
-    sh->bar = (_Atomic uint8_t *)(sh->base + SHM_BARRIER_LINE);
     sh->ctrl = (weft_shm_ctrl_t *)(sh->base + SHM_HEADER);
     sh->data = sh->base + SHM_HEADER + (size_t)sh->n * sizeof(weft_shm_ctrl_t);
 }

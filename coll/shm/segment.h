@@ -3,8 +3,7 @@
  *
  * Layout (one segment per communicator, created on first use):
  *   header            one page: magic, creator pid, host id, size, ranks,
- *                     the attach count; and the barrier line (a byte per
- *                     rank, up to WEFT_SHM_BARRIER_LINE_MAX ranks)
+ *                     the attach count
  *   ctrl[n]           per rank, 128 bytes (two cache lines, so the adjacent
  *                     line prefetcher does not couple neighbours): the
  *                     rank's arrived / reduced / done sequence counters,
@@ -68,8 +67,6 @@ typedef struct weft_shm_head {
 } weft_shm_head_t;
 #define WEFT_SHM_SLOT_STRIDE (sizeof(weft_shm_head_t) + WEFT_SHM_SLOT)
 enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
-/* Communicators up to this many ranks barrier on one line of bytes. */
-#define WEFT_SHM_BARRIER_LINE_MAX 64
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
  * fastest and the slowest rank before the fastest waits (a reduce's
  * leaves, a bcast's root leave at once). */
@@ -121,8 +118,6 @@ typedef struct weft_shm {
     uint64_t completed; /* collectives finished here, in order */
     weft_shm_ctrl_t *ctrl;
     char *data;
-    _Atomic uint8_t *bar; /* the barrier line: member r's byte is the number of barriers it entered, mod 256 */
-    uint64_t barriers;    /* barriers started here */
 } weft_shm_t;
 
 /* One collective's state (schedule scratch). */
