@@ -70,7 +70,8 @@ static int init_common(double deadline)
      * time of the rank it waits for. */
     if (weft_cfg.spin_before_yield < 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        int host_ranks = g_bs.local_size > 0 ? g_bs.local_size : weft_g.local_size; /* real host, not simulated */
+        /* the machine's ranks: simulated nodes (WEFT_NODE_ID, WEFT_RANKS_PER_NODE) share its CPUs */
+        int host_ranks = g_bs.local_size > weft_g.machine_ranks ? g_bs.local_size : weft_g.machine_ranks;
         int oversubscribed = cpus > 0 && host_ranks > cpus;
         weft_cfg.spin_before_yield = oversubscribed ? 1 : 2000;
         if (oversubscribed)

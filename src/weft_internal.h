@@ -78,6 +78,7 @@ typedef struct weft_state {
     int size;
     int local_rank;
     int local_size;
+    int machine_ranks; /* ranks on this rank's machine (hostname and boot id), simulated nodes or not */
     int node; /* this rank's node index */
     int nnodes;
     int *node_of; /* world rank -> node index (nodes numbered by first rank) */

@@ -4,6 +4,7 @@
  * create/free; free with pending requests; bad arguments. */
 #include "harness.h"
 #include "weft.h"
+#include "weft_internal.h"
 
 #include <criterion/criterion.h>
 #include <malloc.h>
@@ -168,6 +169,12 @@ static int body_split_node(int rank, int size, void *arg)
     TH_OK(weft_node_info(&node, &nnodes));
     TH_CHECK(ls == m && expect[lr] == rank, "local rank %d of %d", lr, ls);
     TH_CHECK(nnodes == distinct, "%d nodes, expected %d", nnodes, distinct);
+    /* Simulated nodes share this machine's CPUs: every rank counts, and
+     * more ranks than CPUs means waiting ranks yield at once. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    TH_CHECK(weft_g.machine_ranks == size, "%d ranks on this machine, expected %d", weft_g.machine_ranks, size);
+    TH_CHECK(getenv("WEFT_SPIN_BEFORE_YIELD") || weft_cfg.spin_before_yield == (size > cpus ? 1 : 2000),
+             "spin before yield %d with %d ranks on %ld CPUs", weft_cfg.spin_before_yield, size, cpus);
     /* NUMA and socket splits lie within the node split. */
     weft_comm_t numa, sock;
     TH_OK(weft_comm_split_type(w, WEFT_SPLIT_NUMA, 0, WEFT_OPTIONS_NULL, &numa));

@@ -21,11 +21,11 @@ static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
     return h;
 }
 
-uint64_t weft_topo_host_id(void)
+/* The machine: hostname and boot id, whatever WEFT_HOST_ID says. */
+static uint64_t machine_id(void)
 {
     char host[256] = {0}, boot[64] = {0};
     uint64_t h = UINT64_C(0xcbf29ce484222325);
-    if (weft_cfg.host_id[0]) return fnv1a(h, weft_cfg.host_id, strlen(weft_cfg.host_id));
     gethostname(host, sizeof(host) - 1);
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
@@ -37,15 +37,24 @@ uint64_t weft_topo_host_id(void)
     return fnv1a(h, boot, strcspn(boot, "\n"));
 }
 
+uint64_t weft_topo_host_id(void)
+{
+    if (weft_cfg.host_id[0])
+        return fnv1a(UINT64_C(0xcbf29ce484222325), weft_cfg.host_id, strlen(weft_cfg.host_id));
+    return machine_id();
+}
+
 typedef struct {
-    uint64_t host; /* host identity */
-    int64_t sim;   /* explicit node id, or -1 */
+    uint64_t host;    /* host identity */
+    uint64_t machine; /* the machine (its CPUs), even when nodes are simulated */
+    int64_t sim;      /* explicit node id, or -1 */
     uint64_t job;  /* hash of host, pid and start time: world rank 0's names the job */
 } node_key_t;
 
 static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
 {
     k->host = weft_topo_host_id();
+    k->machine = machine_id();
     k->sim = -1;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -129,6 +138,9 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
     }
     weft_g.local_rank = lr;
     weft_g.local_size = ls;
+    weft_g.machine_ranks = 0;
+    for (int r = 0; r < n; r++)
+        weft_g.machine_ranks += all[r].machine == mine.machine;
     rc = WEFT_SUCCESS;
 out:
     free(all);
