@@ -573,7 +573,8 @@ Test(shm, simulated_nodes_decline, .timeout = 60)
 
 typedef struct {
     int victim; /* the rank that kills itself */
-    int when;   /* 0: before any collective (never attaches); 1: after 20 allreduces (mid-run) */
+    int when;   /* 0: before any collective (never attaches); 1: after 20 allreduces (mid-run);
+                   2, 3: mid-run, the survivors then bcast 3 MiB (the CMA tree) or 1 MiB (slot pieces) */
     char name_file[64];
 } kill_arg_t;
 
@@ -594,15 +595,24 @@ static int body_killed(int rank, int size, void *arg)
     weft_comm_t w = weft_comm_world();
     if (rank == 0) publish_name(w, k->name_file);
     int32_t x[4] = {1, 2, 3, 4}, y[4];
-    if (k->when == 1)
+    if (k->when >= 1)
         for (int i = 0; i < 20; i++)
             TH_OK(weft_allreduce(x, y, 4, WEFT_INT32, WEFT_SUM, w));
     if (rank == k->victim) raise(SIGKILL);
     double t0 = weft_wtime();
     int rc = WEFT_SUCCESS;
-    for (int i = 0; i < 5 && rc == WEFT_SUCCESS; i++)
-        rc = weft_allreduce(x, y, 4, WEFT_INT32, WEFT_SUM, w);
-    TH_CHECK(rc != WEFT_SUCCESS, "the allreduce succeeded without rank %d", k->victim);
+    if (k->when >= 2) { /* a rank whose parent (CMA tree, slot tree) is dead must not wait forever */
+        static char big[3 << 20];
+        rc = weft_bcast(big, k->when == 2 ? sizeof(big) : 1 << 20, WEFT_BYTE, 0, w);
+        /* In the CMA tree rank 1 reads from the root alone and may finish;
+         * the root (its child 2 is gone) and rank 3 (its parent) may not. */
+        TH_CHECK(rc != WEFT_SUCCESS || (k->when == 2 && rank == 1), "the bcast succeeded on rank %d without rank %d",
+                 rank, k->victim);
+    } else {
+        for (int i = 0; i < 5 && rc == WEFT_SUCCESS; i++)
+            rc = weft_allreduce(x, y, 4, WEFT_INT32, WEFT_SUM, w);
+        TH_CHECK(rc != WEFT_SUCCESS, "the allreduce succeeded without rank %d", k->victim);
+    }
     TH_CHECK(weft_wtime() - t0 < 10, "the error took %.1f s", weft_wtime() - t0);
     weft_finalize(); /* fails (a rank is gone) but releases the segment */
     return 0;
@@ -647,6 +657,16 @@ Test(shm, killed_before_attach, .timeout = 60)
 Test(shm, killed_mid_run, .timeout = 60)
 {
     killed_run(2, 1);
+}
+/* Rank 2 is rank 3's parent in the CMA tree (radix 2); the slot pieces'
+ * root waits for its done before reusing a slot. */
+Test(shm, killed_before_cma_bcast, .timeout = 60)
+{
+    killed_run(2, 2);
+}
+Test(shm, killed_before_pieces_bcast, .timeout = 60)
+{
+    killed_run(2, 3);
 }
 
 /* The creator dies right after creating the segment, before anyone else
