@@ -46,12 +46,12 @@ static uint64_t shm_ops(weft_comm_t c)
     return c->shm ? ((weft_shm_t *)c->shm)->ops : 0;
 }
 
-/* The counts: empty, one, a prime, the most that fits in a slot's head
- * line beside its flag (14 x 4 = 56 bytes) and one more, around the
- * chunking threshold, a whole slot, one element over it (two pieces),
- * three pieces the last of which fits in the head line. In int32
+/* The counts: empty, one, the most that fits in a slot's head line
+ * beside its flag and length (12 x 4 = 48 bytes) and one more (a prime),
+ * around the chunking threshold, a whole slot, one element over it (two
+ * pieces), three pieces the last of which fits in the head line. In int32
  * elements. */
-static const int64_t counts[] = {0, 1, 13, 14, 15, 511, 512, 4097, 16384, 16385, 2 * 16384 + 5};
+static const int64_t counts[] = {0, 1, 12, 13, 511, 512, 4097, 16384, 16385, 2 * 16384 + 5};
 #define NCOUNTS ((int)(sizeof(counts) / sizeof(counts[0])))
 
 static void check_allreduce(weft_comm_t c, int64_t n, weft_op_t op, int inplace, int salt)
@@ -91,9 +91,8 @@ static int body_forced(int rank, int size, void *arg)
             weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
             check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
             /* one sequence number per slot-sized piece */
-            uint64_t ran = shm_ops(c) - before,
-                     want = size > 1 ? (uint64_t)((counts[ci] * 4 + (int64_t)WEFT_SHM_SLOT - 1) / (int64_t)WEFT_SHM_SLOT)
-                                     : 0;
+            int64_t slot = (int64_t)WEFT_SHM_SLOT;
+            uint64_t ran = shm_ops(c) - before, want = size > 1 ? (uint64_t)((counts[ci] * 4 + slot - 1) / slot) : 0;
             TH_CHECK(ran == want, "allreduce count %lld: shm ran %llu pieces, not %llu", (long long)counts[ci],
                      (unsigned long long)ran, (unsigned long long)want);
         }
@@ -123,7 +122,7 @@ static int body_forced(int rank, int size, void *arg)
      * next candidate runs). */
     c = forced("bcast", "shm");
     weft_comm_t g = forced("allgather", "shm");
-    static const int64_t bytes[] = {0, 1, 13, 56, 57, 65536, 65537, 3 * 65536 + 100};
+    static const int64_t bytes[] = {0, 1, 13, 48, 49, 65536, 65537, 3 * 65536 + 100};
     for (int bi = 0; bi < 8; bi++) {
         int64_t n = bytes[bi];
         int root = (bi + 1) % size;
@@ -477,6 +476,61 @@ static int body_cma_mismatch(int rank, int size, void *arg)
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_finalize());
     return 0;
+}
+
+/* Ranks that pass different counts to a slot bcast or allreduce (an
+ * erroneous call) get WEFT_ERR_ARG naming both lengths instead of wrong
+ * bytes, and nobody hangs. Rank 2 passes more. Flat bcast: only rank 2
+ * reads the root's length. Tree bcast (radix 2: rank 2's child is rank 3)
+ * of one and of several pieces: rank 2 and its child fail. Allreduce up
+ * the tree: the root (rank 2's parent) and rank 2 fail. */
+typedef struct {
+    const char *coll;
+    int64_t count; /* rank 2: count + extra */
+    int64_t extra;
+    int fail[4]; /* which ranks must fail */
+} mismatch_t;
+
+static int body_mismatch(int rank, int size, void *arg)
+{
+    const mismatch_t *m = arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t c = forced(m->coll, "shm");
+    int64_t n = m->count + (rank == 2 ? m->extra : 0);
+    static int32_t in[60000], out[60000];
+    for (int64_t i = 0; i < n; i++)
+        in[i] = (int32_t)(i + 1);
+    int rc = strcmp(m->coll, "bcast") ? weft_allreduce(in, out, n, WEFT_INT32, WEFT_SUM, c)
+                                      : weft_bcast(in, n, WEFT_INT32, 0, c);
+    if (m->fail[rank])
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "the ranks passed different counts"),
+                 "%s count %lld rank %d: %d (%s)", m->coll, (long long)n, rank, rc, weft_last_error());
+    else
+        TH_CHECK(rc == 0, "%s count %lld rank %d: %d (%s)", m->coll, (long long)n, rank, rc, weft_last_error());
+    TH_OK(weft_comm_free(&c)); /* its shared-memory sequence is out of step now */
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+static void run_mismatch(const mismatch_t *m)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2", NULL};
+    th_result_t res = th_run(4, body_mismatch, (void *)m, 30, env);
+    cr_assert_eq(res.timed_out, 0, "%s: hung", m->coll);
+    cr_assert_eq(res.failed, 0, "%s count %lld", m->coll, (long long)m->count);
+}
+
+Test(shm, mismatched_counts, .timeout = 120)
+{
+    static const mismatch_t cases[] = {
+        {"bcast", 5, 1, {0, 0, 1, 0}},             /* flat, in the head line */
+        {"bcast", 1000, 1, {0, 0, 1, 1}},          /* down the tree (4000 bytes) */
+        {"bcast", 20000, 20000, {0, 0, 1, 1}},     /* 2 pieces against 3 */
+        {"allreduce", 5, 1, {1, 0, 1, 0}},         /* up the tree to rank 0, the result read from it */
+    };
+    for (int i = 0; i < 4; i++)
+        run_mismatch(&cases[i]);
 }
 
 #define RANKS_TEST(name, body, N, t)                                                                                   \

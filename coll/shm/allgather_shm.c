@@ -1,6 +1,6 @@
 /* allgather, shared memory: every rank writes its block to its slot and,
  * once all arrived, copies every slot into its result. Blocks up to one
- * slot (16 KiB); larger ones decline. */
+ * slot (64 KiB); larger ones decline. */
 #include "coll/shm/segment.h"
 
 #include <string.h>
@@ -50,6 +50,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_allgather_shm = {
     .name = "shm",
     .kind = WEFT_COLL_ALLGATHER,
-    .description = "one node, blocks up to 16 KiB: each rank writes its slot of a shared segment, all copy every slot",
+    .description =
+        "one node, blocks up to a slot (64 KiB): each rank writes its slot of a shared segment, all copy every slot",
     .build = build,
 };

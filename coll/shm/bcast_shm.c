@@ -20,6 +20,7 @@ typedef struct {
     int root;
     uint64_t k0; /* the first piece's sequence number */
     uint64_t piece;
+    int rc; /* a length mismatch, returned at the end */
 } bcast_t;
 
 static int step(weft_sched_t *s, void *arg)
@@ -43,13 +44,25 @@ static int step(weft_sched_t *s, void *arg)
                                 b->root))
                 return 0;
             memcpy(weft_shm_buf(op, sh->me, len), b->buf + off, len);
-            weft_shm_head_publish(op, WEFT_SHM_RESULT);
-        } else if (!weft_shm_tree_down(s, op, b->root, b->buf + off, len, "message flag")) {
-            return 0;
+            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, b->bytes);
+        } else if (op->phase == 1) {
+            /* the first piece checks the length */
+            rc = weft_shm_tree_down(s, op, b->root, b->buf + off, len, b->piece ? 0 : b->bytes, "bcast_shm",
+                                    "message flag");
+            if (rc == 0) return 0;
+            if (rc < 0) {
+                b->rc = rc;
+                op->phase = 2;
+            }
+        } else if (!weft_shm_flat_down(sh, len) &&
+                   weft_shm_has_children(weft_shm_vrank(sh, b->root), sh->radix, sh->n)) {
+            /* lengths differed: no data, only heads for the children (they failed on the first) */
+            if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, b->root)) return 0;
+            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, b->bytes);
         }
         weft_shm_op_end(op);
     }
-    return 1;
+    return b->rc ? b->rc : 1;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)

@@ -1,7 +1,7 @@
 /* reduce_scatter and reduce_scatter_block, shared memory: every rank
  * writes its whole input vector to its slot and, once all arrived, reduces
  * its own block across the slots in rank order. Vectors up to one slot
- * (16 KiB); larger ones decline. */
+ * (64 KiB); larger ones decline. */
 #include "coll/shm/segment.h"
 
 #include <string.h>
@@ -73,13 +73,13 @@ const weft_coll_alg_t weft_alg_reduce_scatter_shm = {
     .name = "shm",
     .kind = WEFT_COLL_REDUCE_SCATTER,
     .description =
-        "one node, vectors up to 16 KiB: slots in a shared segment, each rank reduces its block in rank order",
+        "one node, vectors up to a slot (64 KiB): slots in a shared segment, each rank reduces its block in rank order",
     .build = build,
 };
 const weft_coll_alg_t weft_alg_reduce_scatter_block_shm = {
     .name = "shm",
     .kind = WEFT_COLL_REDUCE_SCATTER_BLOCK,
     .description =
-        "one node, vectors up to 16 KiB: slots in a shared segment, each rank reduces its block in rank order",
+        "one node, vectors up to a slot (64 KiB): slots in a shared segment, each rank reduces its block in rank order",
     .build = build,
 };

@@ -1,7 +1,8 @@
-/* reduce, shared memory: every rank writes its input to its slot; the root
- * reduces in rank order (below 2 KiB or < 4 ranks), or each rank reduces 1/n of the
- * vector and the root copies the chunks out (from 2 KiB). No messages. Up
- * to one slot (16 KiB); larger vectors decline. */
+/* reduce, shared memory: up the flag tree (radix WEFT_SHM_RADIX), each
+ * rank reduces its input and its children's partials into its slot in a
+ * fixed order and publishes it; non-roots leave at once, the root reduces
+ * its children's into the result. No messages. A vector over a slot goes
+ * in 64 KiB pieces, pipelined (segment.c: weft_shm_reduce_build). */
 #include "coll/shm/segment.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -12,6 +13,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_reduce_shm = {
     .name = "shm",
     .kind = WEFT_COLL_REDUCE,
-    .description = "one node, up to 16 KiB: slots in a shared segment; the root (or every rank, a chunk each) reduces",
+    .description = "one node: up a flag tree through slots of a shared segment, non-roots leave at once; 64 KiB pieces "
+                   "over a slot",
     .build = build,
 };

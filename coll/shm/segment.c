@@ -336,24 +336,35 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
     return 1;
 }
 
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, const char *flag)
+int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg)
+{
+    uint64_t theirs = weft_shm_head(op, r)->len;
+    if (theirs == len) return 0;
+    return weft_error(WEFT_ERR_ARG,
+                      "%s: rank %d (%s, root %d) has a %llu-byte message, this rank's is %llu bytes (the ranks "
+                      "passed different counts)",
+                      alg, r, r == root ? "the root" : "this rank's neighbour in the tree", root,
+                      (unsigned long long)theirs, (unsigned long long)len);
+}
+
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
+                       const char *alg, const char *flag)
 {
     weft_shm_t *sh = op->sh;
-    if (weft_shm_flat_down(sh, bytes)) {
-        if (!weft_shm_head_wait(s, op, root, WEFT_SHM_RESULT, flag)) return 0;
-        memcpy(dst, weft_shm_buf(op, root, bytes), bytes);
-        return 1;
-    }
-    int v = weft_shm_vrank(sh, root), parent = weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
-    if (!weft_shm_head_wait(s, op, parent, WEFT_SHM_RESULT, flag)) return 0;
-    const char *from = weft_shm_buf(op, parent, bytes);
-    if (weft_shm_has_children(v, sh->radix, sh->n)) {
+    int v = weft_shm_vrank(sh, root), flat = weft_shm_flat_down(sh, bytes);
+    int from = flat ? root : weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
+    if (!weft_shm_head_wait(s, op, from, WEFT_SHM_RESULT, flag)) return 0;
+    int bad = len ? weft_shm_len_mismatch(op, from, root, len, alg) : 0;
+    const char *src = weft_shm_buf(op, from, bytes);
+    if (!flat && weft_shm_has_children(v, sh->radix, sh->n)) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, root)) return 0;
-        memcpy(weft_shm_buf(op, sh->me, bytes), from, bytes);
-        weft_shm_head_publish(op, WEFT_SHM_RESULT);
-        from = weft_shm_buf(op, sh->me, bytes);
+        /* after a mismatch no data, and this rank's own length: its children fail too */
+        if (!bad) memcpy(weft_shm_buf(op, sh->me, bytes), src, bytes);
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, bad ? len : weft_shm_head(op, from)->len);
+        src = weft_shm_buf(op, sh->me, bytes);
     }
-    memcpy(dst, from, bytes);
+    if (bad) return bad;
+    memcpy(dst, src, bytes);
     return 1;
 }
 
@@ -468,6 +479,8 @@ typedef struct {
     char *recv0;
     size_t total, per; /* its elements, and per piece */
     uint64_t k0, piece;
+    int rc;          /* the first length mismatch (reported when the call ends: nobody is left waiting) */
+    const char *alg; /* for messages */
 } shm_reduce_t;
 
 /* dst[0, len) = slot[0] op slot[1] op ... op slot[n-1] from element off,
@@ -509,11 +522,16 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
 {
     weft_shm_op_t *op = &x->op;
     weft_shm_t *sh = op->sh;
-    int root = x->root < 0 ? 0 : x->root, v = weft_shm_vrank(sh, root);
+    int rc, root = x->root < 0 ? 0 : x->root, v = weft_shm_vrank(sh, root);
     size_t bytes = x->count * x->esize;
+    uint64_t total = (uint64_t)(x->total * x->esize);
     switch (op->phase) {
     case 1:
         if (!weft_shm_wait_children(s, op, root, "partial flag")) return 0;
+        if (x->piece == 0) /* the first piece checks the children's lengths (the call goes on: nobody waits) */
+            WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
+                if (!x->rc) x->rc = weft_shm_len_mismatch(op, c, root, total, x->alg);
+            });
         if (v == 0 && x->root >= 0) { /* reduce's root: straight into the result */
             reduce_children(x, x->recv, v, root);
             weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
@@ -526,18 +544,20 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
             char *res = weft_shm_buf(op, sh->me, bytes);
             reduce_children(x, res, v, root);
             weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, res, x->count, sh->n);
-            weft_shm_head_publish(op, WEFT_SHM_RESULT);
+            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, total);
             memcpy(x->recv, res, bytes);
             break;
         }
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_PARENT, root)) return 0;
         reduce_children(x, weft_shm_buf(op, sh->me, bytes), v, root);
-        weft_shm_head_publish(op, WEFT_SHM_PARTIAL);
+        weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, total);
         if (x->root >= 0) break; /* reduce: this rank's part is done */
         op->phase = 2;           /* allreduce: the result */
         /* fall through */
     case 2:
-        if (!weft_shm_tree_down(s, op, 0, x->recv, bytes, "result flag")) return 0;
+        if ((rc = weft_shm_tree_down(s, op, 0, x->recv, bytes, x->piece ? 0 : total, x->alg, "result flag")) == 0)
+            return 0;
+        if (rc < 0 && !x->rc) x->rc = rc;
         weft_shm_all_started(sh, op->k); /* the result needed every member's partial */
         break;
     default: return WEFT_ERR_INTERNAL;
@@ -615,7 +635,7 @@ static int reduce_step(weft_sched_t *s, void *arg)
     }
     for (;;) {
         if ((rc = piece_step(s, x)) <= 0) return rc;
-        if (++x->piece == op->nk) return 1;
+        if (++x->piece == op->nk) return x->rc ? x->rc : 1;
         set_piece(x);
     }
 }
@@ -639,6 +659,7 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
     x->root = root;
+    x->alg = alg;
     x->tmp = (char *)x + ((sizeof(*x) + 63) & ~(size_t)63);
     return weft_sched_poll(s, reduce_step, x);
 }

@@ -26,7 +26,9 @@
  * The tree algorithms signal through the head line of the slot they
  * wrote: seq = 2k + 1 when a rank's partial (its contribution, reduced
  * with its children's) is there, 2k + 2 when the message or the result
- * is. A message of at most WEFT_SHM_INLINE bytes sits in the same line as
+ * is; the line also carries the whole message's length, checked by the
+ * first piece's readers (ranks that passed different counts fail instead
+ * of taking wrong bytes). A message of at most WEFT_SHM_INLINE bytes sits in the same line as
  * its sequence word, so a reader's one cache miss brings both. Results
  * and messages up to WEFT_SHM_FLAT_MAX bytes, and a barrier's release,
  * are read by every rank straight from the root's slot instead of
@@ -58,11 +60,14 @@
 #define WEFT_SHM_SLOT ((size_t)64 * 1024)
 /* The single-copy (CMA) algorithms take messages (blocks) from this size on. */
 #define WEFT_SHM_CMA_MIN ((size_t)16 * 1024)
-/* A slot's head line: its sequence word and the bytes of a message that
- * fits beside it. */
-#define WEFT_SHM_INLINE 56
+/* A slot's head line: its sequence word, the length of the whole message
+ * (all pieces) it belongs to, so a reader whose length differs can fail
+ * instead of taking the wrong bytes, and the bytes of a message that fits
+ * beside them. */
+#define WEFT_SHM_INLINE 48
 typedef struct weft_shm_head {
     _Atomic uint64_t seq; /* 2k + 1: partial of collective k here; 2k + 2: its message / result */
+    uint64_t len;         /* the collective's message length in bytes, every piece */
     unsigned char inl[WEFT_SHM_INLINE];
 } weft_shm_head_t;
 #define WEFT_SHM_SLOT_STRIDE (sizeof(weft_shm_head_t) + WEFT_SHM_SLOT)
@@ -190,7 +195,14 @@ static inline char *weft_shm_buf(const weft_shm_op_t *op, int r, size_t bytes)
     return bytes <= WEFT_SHM_INLINE ? (char *)weft_shm_head(op, r)->inl : weft_shm_slot(op, r);
 }
 /* Raises this rank's head to event ev (WEFT_SHM_PARTIAL / RESULT) of
- * collective op->k, after its data (release order). */
+ * collective op->k, after its data and the message's length `len`
+ * (release order). */
+static inline void weft_shm_head_publish_msg(weft_shm_op_t *op, int ev, uint64_t len)
+{
+    weft_shm_head(op, op->sh->me)->len = len;
+    atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
+}
+/* The same without data (the barrier): the length and the bytes stay. */
 static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
 {
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
@@ -241,8 +253,17 @@ void weft_shm_record(weft_shm_op_t *op, int readers, int root);
  * (claimed for its children) and raises its own RESULT when it has
  * children, then copies the message into dst. Messages read straight
  * from the root (weft_shm_flat_down) take one hop: the root's RESULT,
- * then the copy. 1 / 0 as a polling step. */
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, const char *flag);
+ * then the copy. `len` (0: unchecked) is the whole message's length: when
+ * the head read from says another, nothing is copied, the children get a
+ * head with this rank's length (so they fail too, and nobody waits) and
+ * the mismatch is returned (< 0, reported as `alg`'s). 1 / 0 as a polling
+ * step. */
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
+                       const char *alg, const char *flag);
+/* 0 when rank r's head (slot of collective op->k) carries message length
+ * len, else an error naming both lengths (an erroneous call: ranks passed
+ * different counts). */
+int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg);
 /* 1 when a message (result) of `bytes` goes from the root to every rank
  * directly rather than down the tree (WEFT_SHM_FLAT_MAX, the creator's). */
 static inline int weft_shm_flat_down(const weft_shm_t *sh, size_t bytes) { return bytes <= sh->flat_max; }
@@ -280,7 +301,6 @@ int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root, in
             }                                                                                                          \
     } while (0)
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body) WEFT_SHM_FOR_CHILDREN_R(sh, (sh)->radix, v, root, c, body)
-/* Marks collective k done here (publishes done, lets the next one start). */
 /* The first two phases of a contribution: start the operation, wait until
  * this rank's slot may be reused, copy src into it and publish the arrival.
  * 1: done (op->phase is 2), 0: not yet, < 0: an error. */
@@ -300,6 +320,7 @@ static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const 
     return 1;
 }
 
+/* Marks collective k done here (publishes done, lets the next one start). */
 static inline void weft_shm_op_end(weft_shm_op_t *op)
 {
     weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done));
