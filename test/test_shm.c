@@ -483,7 +483,9 @@ static int body_cma_mismatch(int rank, int size, void *arg)
  * bytes, and nobody hangs. Rank 2 passes more. Flat bcast: only rank 2
  * reads the root's length. Tree bcast (radix 2: rank 2's child is rank 3)
  * of one and of several pieces: rank 2 and its child fail. Allreduce up
- * the tree: the root (rank 2's parent) and rank 2 fail. */
+ * the tree: the root (rank 2's parent) and rank 2 fail; chunked
+ * allreduce, allgather and reduce_scatter: every rank checks every
+ * length, so all fail. */
 typedef struct {
     const char *coll;
     int64_t count; /* rank 2: count + extra */
@@ -498,11 +500,18 @@ static int body_mismatch(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c = forced(m->coll, "shm");
     int64_t n = m->count + (rank == 2 ? m->extra : 0);
-    static int32_t in[60000], out[60000];
+    static int32_t in[60000], out[4 * 60000];
     for (int64_t i = 0; i < n; i++)
         in[i] = (int32_t)(i + 1);
-    int rc = strcmp(m->coll, "bcast") ? weft_allreduce(in, out, n, WEFT_INT32, WEFT_SUM, c)
-                                      : weft_bcast(in, n, WEFT_INT32, 0, c);
+    int rc;
+    if (!strcmp(m->coll, "bcast"))
+        rc = weft_bcast(in, n, WEFT_INT32, 0, c);
+    else if (!strcmp(m->coll, "allgather"))
+        rc = weft_allgather(in, out, n, WEFT_INT32, c);
+    else if (!strcmp(m->coll, "reduce_scatter_block"))
+        rc = weft_reduce_scatter_block(in, out, n / 4, WEFT_INT32, WEFT_SUM, c);
+    else
+        rc = weft_allreduce(in, out, n, WEFT_INT32, WEFT_SUM, c);
     if (m->fail[rank])
         TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "the ranks passed different counts"),
                  "%s count %lld rank %d: %d (%s)", m->coll, (long long)n, rank, rc, weft_last_error());
@@ -528,8 +537,12 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"bcast", 1000, 1, {0, 0, 1, 1}},          /* down the tree (4000 bytes) */
         {"bcast", 20000, 20000, {0, 0, 1, 1}},     /* 2 pieces against 3 */
         {"allreduce", 5, 1, {1, 0, 1, 0}},         /* up the tree to rank 0, the result read from it */
+        {"allreduce", 1000, 4, {1, 1, 1, 1}},      /* chunked: every rank checks every length */
+        {"allreduce", 20000, 20000, {1, 1, 1, 1}}, /* chunked, 2 pieces against 3 */
+        {"allgather", 100, 1, {1, 1, 1, 1}},
+        {"reduce_scatter_block", 400, 4, {1, 1, 1, 1}},
     };
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         run_mismatch(&cases[i]);
 }
 

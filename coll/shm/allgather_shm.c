@@ -10,6 +10,7 @@ typedef struct {
     const void *send;
     size_t bytes;
     char **dst; /* where rank r's block goes (resolved at post time) */
+    int rc;     /* blocks of another length on some rank */
 } allgather_t;
 
 static int step(weft_sched_t *s, void *arg)
@@ -20,14 +21,15 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
     case 1:
-        if ((rc = weft_shm_contribute(s, op, g->send, g->bytes)) <= 0) return rc;
+        if ((rc = weft_shm_contribute(s, op, g->send, g->bytes, g->bytes)) <= 0) return rc;
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        for (int r = 0; r < op->sh->n; r++)
+        g->rc = weft_shm_check_lens(op, g->bytes, "allgather_shm");
+        for (int r = 0; !g->rc && r < op->sh->n; r++)
             if (g->dst[r] != g->send) memcpy(g->dst[r], weft_shm_slot(op, r), g->bytes);
         weft_shm_op_end(op);
-        return 1;
+        return g->rc ? g->rc : 1;
     }
     return WEFT_ERR_INTERNAL;
 }

@@ -22,10 +22,14 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
     case 1:
-        if ((rc = weft_shm_contribute(s, op, x->send, x->total * x->esize)) <= 0) return rc;
+        if ((rc = weft_shm_contribute(s, op, x->send, x->total * x->esize, x->total * x->esize)) <= 0) return rc;
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        if ((rc = weft_shm_check_lens(op, x->total * x->esize, "reduce_scatter_shm"))) {
+            weft_shm_op_end(op); /* nothing read: every rank finds the mismatch and nobody waits */
+            return rc;
+        }
         if (x->len) {
             size_t at = x->off * x->esize;
             weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, weft_shm_slot(op, 0) + at,

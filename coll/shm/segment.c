@@ -340,11 +340,20 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
 {
     uint64_t theirs = weft_shm_head(op, r)->len;
     if (theirs == len) return 0;
+    char who[64] = "";
+    if (root >= 0)
+        snprintf(who, sizeof(who), " (%s, root %d)", r == root ? "the root" : "this rank's neighbour in the tree", root);
     return weft_error(WEFT_ERR_ARG,
-                      "%s: rank %d (%s, root %d) has a %llu-byte message, this rank's is %llu bytes (the ranks "
-                      "passed different counts)",
-                      alg, r, r == root ? "the root" : "this rank's neighbour in the tree", root,
-                      (unsigned long long)theirs, (unsigned long long)len);
+                      "%s: rank %d%s has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "
+                      "counts)",
+                      alg, r, who, (unsigned long long)theirs, (unsigned long long)len);
+}
+
+int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg)
+{
+    for (int r = 0; r < op->sh->n; r++)
+        if (weft_shm_head(op, r)->len != len) return weft_shm_len_mismatch(op, r, -1, len, alg);
+    return 0;
 }
 
 int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
@@ -576,10 +585,13 @@ static int piece_step(weft_sched_t *s, shm_reduce_t *x)
     if (!x->chunked) return tree_step(s, x);
     switch (op->phase) {
     case 1:
-        if ((rc = weft_shm_contribute(s, op, x->send, x->count * x->esize)) <= 0) return rc;
+        if ((rc = weft_shm_contribute(s, op, x->send, x->count * x->esize, (uint64_t)(x->total * x->esize))) <= 0)
+            return rc;
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        if (x->piece == 0 && !x->rc) /* the call goes on: nobody waits */
+            x->rc = weft_shm_check_lens(op, (uint64_t)(x->total * x->esize), x->alg);
         /* Reduce this rank's chunk of every slot, in rank order, then put
          * it in place of the same chunk of its own slot (only it reads
          * that). */
@@ -636,6 +648,13 @@ static int reduce_step(weft_sched_t *s, void *arg)
     for (;;) {
         if ((rc = piece_step(s, x)) <= 0) return rc;
         if (++x->piece == op->nk) return x->rc ? x->rc : 1;
+        if (x->rc) { /* lengths differ: the ranks disagree on the pieces; end ours without waiting for anyone */
+            for (; x->piece < op->nk; x->piece++) {
+                op->k = x->k0 + x->piece;
+                weft_shm_op_end(op);
+            }
+            return x->rc;
+        }
         set_piece(x);
     }
 }

@@ -264,6 +264,9 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
  * len, else an error naming both lengths (an erroneous call: ranks passed
  * different counts). */
 int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg);
+/* The same over every member (after all arrived, weft_shm_contribute): 0,
+ * or an error naming the first rank whose length differs. */
+int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg);
 /* 1 when a message (result) of `bytes` goes from the root to every rank
  * directly rather than down the tree (WEFT_SHM_FLAT_MAX, the creator's). */
 static inline int weft_shm_flat_down(const weft_shm_t *sh, size_t bytes) { return bytes <= sh->flat_max; }
@@ -302,9 +305,11 @@ int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root, in
     } while (0)
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body) WEFT_SHM_FOR_CHILDREN_R(sh, (sh)->radix, v, root, c, body)
 /* The first two phases of a contribution: start the operation, wait until
- * this rank's slot may be reused, copy src into it and publish the arrival.
- * 1: done (op->phase is 2), 0: not yet, < 0: an error. */
-static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const void *src, size_t bytes)
+ * this rank's slot may be reused, copy src into it (and the message's
+ * length `len` into its head, for weft_shm_check_lens) and publish the
+ * arrival. 1: done (op->phase is 2), 0: not yet, < 0: an error. */
+static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const void *src, size_t bytes,
+                                      uint64_t len)
 {
     if (op->phase == 0) {
         int rc = weft_shm_op_begin(s, op);
@@ -314,6 +319,7 @@ static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const 
     if (op->phase == 1) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         memcpy(weft_shm_slot(op, op->sh->me), src, bytes);
+        weft_shm_head(op, op->sh->me)->len = len;
         weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
         op->phase = 2;
     }
