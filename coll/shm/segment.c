@@ -351,8 +351,15 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
 
 int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg)
 {
-    for (int r = 0; r < op->sh->n; r++)
-        if (weft_shm_head(op, r)->len != len) return weft_shm_len_mismatch(op, r, -1, len, alg);
+    int b = (int)(op->k % WEFT_SHM_NBUF);
+    for (int r = 0; r < op->sh->n; r++) {
+        uint32_t theirs = op->sh->ctrl[r].slot_len[b];
+        if (theirs != (uint32_t)len)
+            return weft_error(WEFT_ERR_ARG,
+                              "%s: rank %d has a message of %u bytes (mod 2^32), this rank's is %llu bytes (the "
+                              "ranks passed different counts)",
+                              alg, r, theirs, (unsigned long long)len);
+    }
     return 0;
 }
 

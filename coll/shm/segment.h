@@ -83,23 +83,31 @@ enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
 #define WEFT_SHM_CHUNKED_RANKS 4
 
 typedef struct weft_shm_ctrl {
+    /* first line: what a reader needs once `arrived` is seen */
     _Atomic uint64_t arrived; /* this rank's data for collective k is in its slot */
     _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
     _Atomic uint64_t done;    /* this rank finished reading collective k */
-    _Atomic uint64_t mapped;  /* 1 once this rank mapped the segment */
     /* shm_cma: the buffer this rank lends for its current collective (its
      * pid, address, length), written before it publishes `arrived` and
      * left alone until every member's `done` says the readers finished. */
     int64_t cma_pid;
     uint64_t cma_addr;
     uint64_t cma_len;
-    uint64_t cma_addr2; /* a second lent buffer (allreduce_shm_cma: the result) */
+    /* per slot, the low 32 bits of the message length of its last
+     * contribution (weft_shm_contribute): weft_shm_check_lens reads it in
+     * the line the arrival wait just brought */
+    uint32_t slot_len[WEFT_SHM_NBUF];
+    /* second line */
+    _Atomic uint64_t mapped; /* 1 once this rank mapped the segment */
+    uint64_t cma_addr2;      /* a second lent buffer (allreduce_shm_cma: the result) */
     /* bcast_shm_cma: bytes of the lent buffer that hold the message (set
      * to 0 before `arrived`, then raised as pieces land; all ones: this
      * rank's read failed) */
     _Atomic uint64_t cma_ready;
-    char pad[128 - 9 * sizeof(uint64_t)];
+    char pad[64 - 3 * sizeof(uint64_t)];
 } weft_shm_ctrl_t;
+_Static_assert(offsetof(weft_shm_ctrl_t, mapped) == 64 && sizeof(weft_shm_ctrl_t) == 128,
+               "a rank's flag lines are two cache lines, the arrival's first");
 
 typedef struct weft_shm {
     char name[96];
@@ -264,8 +272,9 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
  * len, else an error naming both lengths (an erroneous call: ranks passed
  * different counts). */
 int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg);
-/* The same over every member (after all arrived, weft_shm_contribute): 0,
- * or an error naming the first rank whose length differs. */
+/* After every member's arrival (weft_shm_contribute): 0 when all
+ * contributed messages of length len (its low 32 bits), or an error naming
+ * the first rank whose length differs. */
 int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg);
 /* 1 when a message (result) of `bytes` goes from the root to every rank
  * directly rather than down the tree (WEFT_SHM_FLAT_MAX, the creator's). */
@@ -306,8 +315,8 @@ int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root, in
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body) WEFT_SHM_FOR_CHILDREN_R(sh, (sh)->radix, v, root, c, body)
 /* The first two phases of a contribution: start the operation, wait until
  * this rank's slot may be reused, copy src into it (and the message's
- * length `len` into its head, for weft_shm_check_lens) and publish the
- * arrival. 1: done (op->phase is 2), 0: not yet, < 0: an error. */
+ * length `len` into its flag line, for weft_shm_check_lens) and publish
+ * the arrival. 1: done (op->phase is 2), 0: not yet, < 0: an error. */
 static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const void *src, size_t bytes,
                                       uint64_t len)
 {
@@ -319,7 +328,7 @@ static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const 
     if (op->phase == 1) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         memcpy(weft_shm_slot(op, op->sh->me), src, bytes);
-        weft_shm_head(op, op->sh->me)->len = len;
+        op->sh->ctrl[op->sh->me].slot_len[op->k % WEFT_SHM_NBUF] = (uint32_t)len;
         weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
         op->phase = 2;
     }
