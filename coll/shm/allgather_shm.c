@@ -5,17 +5,9 @@
 
 #include <string.h>
 
-typedef struct {
-    weft_shm_op_t op;
-    const void *send;
-    size_t bytes;
-    char **dst; /* where rank r's block goes (resolved at post time) */
-    int rc;     /* blocks of another length on some rank */
-} allgather_t;
-
 static int step(weft_sched_t *s, void *arg)
 {
-    allgather_t *g = arg;
+    weft_shm_allgather_t *g = arg;
     weft_shm_op_t *op = &g->op;
     int rc;
     switch (op->phase) {
@@ -37,16 +29,7 @@ static int step(weft_sched_t *s, void *arg)
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     size_t bytes = a->count * a->esize;
-    weft_shm_t *sh = bytes ? weft_shm_get(a->comm, bytes) : NULL;
-    if (!sh) return WEFT_ERR_UNSUPPORTED;
-    allgather_t *g = weft_shm_op_alloc(s, sh, sizeof(*g), sizeof(char *) * (size_t)sh->n, "allgather_shm");
-    if (!g) return WEFT_ERR_NO_MEMORY;
-    g->send = a->sendbuf;
-    g->bytes = bytes;
-    g->dst = (char **)((char *)g + ((sizeof(*g) + 63) & ~(size_t)63));
-    for (int r = 0; r < sh->n; r++)
-        g->dst[r] = weft_coll_rblock(a, r);
-    return weft_sched_poll(s, step, g);
+    return weft_shm_allgather_build(s, a, bytes ? weft_shm_get(a->comm, bytes) : NULL, step, "allgather_shm");
 }
 
 const weft_coll_alg_t weft_alg_allgather_shm = {

@@ -9,17 +9,9 @@
  * declines where CMA does not work. */
 #include "coll/shm/segment.h"
 
-typedef struct {
-    weft_shm_op_t op;
-    const void *send;
-    size_t bytes;
-    int rc;     /* the first failed read */
-    char **dst; /* where rank r's block goes (resolved at post time) */
-} allgather_t;
-
 static int step(weft_sched_t *s, void *arg)
 {
-    allgather_t *g = arg;
+    weft_shm_allgather_t *g = arg;
     weft_shm_op_t *op = &g->op;
     int rc, n, me;
     switch (op->phase) {
@@ -55,16 +47,8 @@ static int step(weft_sched_t *s, void *arg)
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     size_t bytes = a->count * a->esize;
-    weft_shm_t *sh = bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL;
-    if (!sh) return WEFT_ERR_UNSUPPORTED;
-    allgather_t *g = weft_shm_op_alloc(s, sh, sizeof(*g), sizeof(char *) * (size_t)sh->n, "allgather_shm_cma");
-    if (!g) return WEFT_ERR_NO_MEMORY;
-    g->send = a->sendbuf;
-    g->bytes = bytes;
-    g->dst = (char **)((char *)g + ((sizeof(*g) + 63) & ~(size_t)63));
-    for (int r = 0; r < sh->n; r++)
-        g->dst[r] = weft_coll_rblock(a, r);
-    return weft_sched_poll(s, step, g);
+    return weft_shm_allgather_build(s, a, bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL, step,
+                                    "allgather_shm_cma");
 }
 
 const weft_coll_alg_t weft_alg_allgather_shm_cma = {

@@ -123,7 +123,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->esize = a->esize;
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
-    x->acc = (char *)x + ((sizeof(*x) + 63) & ~(size_t)63);
+    x->acc = weft_shm_op_extra(x, sizeof(*x));
     x->tmp = x->acc + PIECE;
     return weft_sched_poll(s, step, x);
 }

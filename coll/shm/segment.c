@@ -308,6 +308,17 @@ void weft_shm_record(weft_shm_op_t *op, int readers, int root)
     sh->use[b].root = root;
 }
 
+/* 1 when every child of v (tree of `root`, radix `radix`) finished
+ * collective need - 1 (done_by). */
+static int children_done(weft_sched_t *s, weft_shm_t *sh, int v, int root, int radix, uint64_t need)
+{
+    int ok = 1;
+    WEFT_SHM_FOR_CHILDREN_R(sh, radix, v, root, c, {
+        if (ok && !done_by(s, sh, c, need)) ok = 0;
+    });
+    return ok;
+}
+
 int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
 {
     weft_shm_t *sh = op->sh;
@@ -323,13 +334,7 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
             if ((prev & WEFT_SHM_READ_PARENT) && v != 0 &&
                 !done_by(s, sh, weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), proot), need))
                 return 0;
-            if (prev & WEFT_SHM_READ_CHILDREN) {
-                int ok = 1;
-                WEFT_SHM_FOR_CHILDREN(sh, v, proot, c, {
-                    if (ok && !done_by(s, sh, c, need)) ok = 0;
-                });
-                if (!ok) return 0;
-            }
+            if ((prev & WEFT_SHM_READ_CHILDREN) && !children_done(s, sh, v, proot, sh->radix, need)) return 0;
         }
     }
     weft_shm_record(op, readers, root);
@@ -340,13 +345,11 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
 {
     uint64_t theirs = weft_shm_head(op, r)->len;
     if (theirs == len) return 0;
-    char who[64] = "";
-    if (root >= 0)
-        snprintf(who, sizeof(who), " (%s, root %d)", r == root ? "the root" : "this rank's neighbour in the tree", root);
     return weft_error(WEFT_ERR_ARG,
-                      "%s: rank %d%s has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "
-                      "counts)",
-                      alg, r, who, (unsigned long long)theirs, (unsigned long long)len);
+                      "%s: rank %d (%s, root %d) has a %llu-byte message, this rank's is %llu bytes (the ranks passed "
+                      "different counts)",
+                      alg, r, r == root ? "the root" : "this rank's neighbour in the tree", root,
+                      (unsigned long long)theirs, (unsigned long long)len);
 }
 
 int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg)
@@ -406,17 +409,26 @@ int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const c
 
 int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root, int radix)
 {
-    weft_shm_t *sh = op->sh;
-    int v = weft_shm_vrank(sh, root), late = -1;
-    WEFT_SHM_FOR_CHILDREN_R(sh, radix, v, root, c, {
-        if (late < 0 && !done_by(s, sh, c, op->k + 1)) late = c;
-    });
-    return late < 0;
+    return children_done(s, op->sh, weft_shm_vrank(op->sh, root), root, radix, op->k + 1);
+}
+
+int weft_shm_allgather_build(weft_sched_t *s, const weft_coll_args_t *a, weft_shm_t *sh, weft_sched_poll_fn step,
+                             const char *alg)
+{
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    weft_shm_allgather_t *g = weft_shm_op_alloc(s, sh, sizeof(*g), sizeof(char *) * (size_t)sh->n, alg);
+    if (!g) return WEFT_ERR_NO_MEMORY;
+    g->send = a->sendbuf;
+    g->bytes = a->count * a->esize;
+    g->dst = weft_shm_op_extra(g, sizeof(*g));
+    for (int r = 0; r < sh->n; r++)
+        g->dst[r] = weft_coll_rblock(a, r);
+    return weft_sched_poll(s, step, g);
 }
 
 void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t extra, const char *alg)
 {
-    size_t head = (size + 63) & ~(size_t)63;
+    size_t head = weft_shm_op_head(size);
     weft_shm_op_t *op = weft_sched_scratch(s, head + extra);
     if (!op) {
         weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory (%zu bytes)", alg, head + extra);
@@ -686,6 +698,6 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     x->rop = (int)a->op;
     x->root = root;
     x->alg = alg;
-    x->tmp = (char *)x + ((sizeof(*x) + 63) & ~(size_t)63);
+    x->tmp = weft_shm_op_extra(x, sizeof(*x));
     return weft_sched_poll(s, reduce_step, x);
 }

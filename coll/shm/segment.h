@@ -342,8 +342,32 @@ static inline void weft_shm_op_end(weft_shm_op_t *op)
     op->sh->completed = op->k + 1;
 }
 /* A new op's state in schedule scratch with `extra` bytes after it
- * (aligned to 64); NULL and an error when out of memory. */
+ * (aligned to 64: weft_shm_op_extra); NULL and an error when out of
+ * memory. */
 void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t extra, const char *alg);
+/* Where the `extra` bytes of an op state of `size` bytes start
+ * (weft_shm_op_alloc): the offset, and the pointer. */
+static inline size_t weft_shm_op_head(size_t size)
+{
+    return (size + 63) & ~(size_t)63;
+}
+static inline void *weft_shm_op_extra(void *state, size_t size)
+{
+    return (char *)state + weft_shm_op_head(size);
+}
+
+/* allgather_shm and allgather_shm_cma: one state, built alike (the
+ * member's blocks resolved at post time); `sh` the segment the algorithm
+ * got (or NULL: it declines). */
+typedef struct weft_shm_allgather {
+    weft_shm_op_t op;
+    const void *send;
+    size_t bytes;
+    int rc;     /* the first failure (a length mismatch, a failed read) */
+    char **dst; /* where rank r's block goes */
+} weft_shm_allgather_t;
+int weft_shm_allgather_build(weft_sched_t *s, const weft_coll_args_t *a, weft_shm_t *sh, weft_sched_poll_fn step,
+                             const char *alg);
 
 /* reduce (root >= 0) and allreduce (root < 0) through the slots: every
  * rank writes its input; below WEFT_SHM_CHUNK_MIN bytes the receivers
