@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "op.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -131,4 +133,64 @@ int th_verify(const void *buf, size_t bytes, unsigned seed, size_t *bad_index)
             return 0;
         }
     return 1;
+}
+
+static uint32_t mix(unsigned seed, int rank, size_t i, int salt)
+{
+    uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)rank * 0xBF58476D1CE4E5B9ull ^
+                 (uint64_t)i * 0x94D049BB133111EBull ^ (uint64_t)salt * 0x2545F4914F6CDD1Dull;
+    x ^= x >> 31;
+    x *= 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(x >> 29);
+}
+
+void th_fill_input(void *buf, weft_dtype_t d, int64_t n, unsigned seed, int rank, int salt)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int v = (int)(mix(seed, rank, (size_t)i, salt) % 5) - 2;
+        unsigned u = mix(seed, rank, (size_t)i, salt) % 5;
+        switch (d) {
+        case WEFT_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+        case WEFT_UINT8: ((uint8_t *)buf)[i] = (uint8_t)u; break;
+        case WEFT_BYTE: ((uint8_t *)buf)[i] = (uint8_t)mix(seed, rank, (size_t)i, salt + 1); break;
+        case WEFT_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+        case WEFT_UINT16: ((uint16_t *)buf)[i] = (uint16_t)u; break;
+        case WEFT_INT32: ((int32_t *)buf)[i] = v; break;
+        case WEFT_UINT32: ((uint32_t *)buf)[i] = u; break;
+        case WEFT_INT64: ((int64_t *)buf)[i] = v; break;
+        case WEFT_UINT64: ((uint64_t *)buf)[i] = u; break;
+        case WEFT_FLOAT16: ((uint16_t *)buf)[i] = weft_float_to_fp16((float)v); break;
+        case WEFT_BFLOAT16: ((uint16_t *)buf)[i] = weft_float_to_bf16((float)v); break;
+        case WEFT_FLOAT32: ((float *)buf)[i] = (float)v; break;
+        case WEFT_FLOAT64: ((double *)buf)[i] = (double)v; break;
+        default: break;
+        }
+    }
+}
+
+void *th_reference(weft_dtype_t d, weft_op_t op, int64_t n, unsigned seed, int lo, int hi, int salt)
+{
+    size_t es = weft_dtype_size(d);
+    char *ref = calloc((size_t)n + 1, es), *tmp = calloc((size_t)n + 1, es);
+    th_fill_input(ref, d, n, seed, lo, salt);
+    for (int r = lo + 1; r < hi; r++) {
+        th_fill_input(tmp, d, n, seed, r, salt);
+        weft_op_reduce(op, d, ref, tmp, (size_t)n);
+    }
+    weft_op_finalize(op, d, ref, (size_t)n, hi - lo);
+    free(tmp);
+    return ref;
+}
+
+weft_comm_t th_forced(weft_comm_t w, const char *coll, const char *alg)
+{
+    char key[64];
+    weft_options_t o;
+    weft_comm_t c;
+    snprintf(key, sizeof(key), "%s_algorithm", coll);
+    TH_OK(weft_options_create(&o));
+    TH_OK(weft_options_set_hint(o, key, alg));
+    TH_OK(weft_comm_dup(w, o, &c));
+    TH_OK(weft_options_free(&o));
+    return c;
 }

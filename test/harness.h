@@ -6,6 +6,9 @@
 #ifndef WEFT_TEST_HARNESS_H
 #define WEFT_TEST_HARNESS_H
 
+#include "weft.h"
+
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,6 +33,16 @@ int th_free_port(void);
 /* Fills buf with a pattern derived from (seed, index), and checks it. */
 void th_fill(void *buf, size_t bytes, unsigned seed);
 int th_verify(const void *buf, size_t bytes, unsigned seed, size_t *bad_index);
+
+/* A reduction input: n elements of dtype d, rank's for (seed, salt),
+ * small integers held in every dtype, so every reduction order gives the
+ * same bits and results compare exactly. */
+void th_fill_input(void *buf, weft_dtype_t d, int64_t n, unsigned seed, int rank, int salt);
+/* The reference: ranks lo..hi-1's inputs reduced with op and finalised
+ * over hi - lo (malloc'd, n + 1 elements). */
+void *th_reference(weft_dtype_t d, weft_op_t op, int64_t n, unsigned seed, int lo, int hi, int salt);
+/* A duplicate of w whose `coll`_algorithm hint forces alg. */
+weft_comm_t th_forced(weft_comm_t w, const char *coll, const char *alg);
 
 #define TH_CHECK(cond, ...)                                                                                            \
     do {                                                                                                               \

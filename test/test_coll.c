@@ -23,55 +23,6 @@ static const int64_t counts[] = {0, 1, 13, 1031};
 
 static unsigned g_seed;
 
-static uint32_t mix(unsigned seed, int rank, size_t i, int salt)
-{
-    uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)rank * 0xBF58476D1CE4E5B9ull ^
-                 (uint64_t)i * 0x94D049BB133111EBull ^ (uint64_t)salt * 0x2545F4914F6CDD1Dull;
-    x ^= x >> 31;
-    x *= 0x9E3779B97F4A7C15ull;
-    return (uint32_t)(x >> 29);
-}
-
-/* Element i of rank's input: a small integer, exact in every dtype. */
-static void fill_input(void *buf, weft_dtype_t d, int64_t n, int rank, int salt)
-{
-    for (int64_t i = 0; i < n; i++) {
-        int v = (int)(mix(g_seed, rank, (size_t)i, salt) % 5) - 2;
-        unsigned u = mix(g_seed, rank, (size_t)i, salt) % 5;
-        switch (d) {
-        case WEFT_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-        case WEFT_UINT8: ((uint8_t *)buf)[i] = (uint8_t)u; break;
-        case WEFT_BYTE: ((uint8_t *)buf)[i] = (uint8_t)mix(g_seed, rank, (size_t)i, salt + 1); break;
-        case WEFT_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
-        case WEFT_UINT16: ((uint16_t *)buf)[i] = (uint16_t)u; break;
-        case WEFT_INT32: ((int32_t *)buf)[i] = v; break;
-        case WEFT_UINT32: ((uint32_t *)buf)[i] = u; break;
-        case WEFT_INT64: ((int64_t *)buf)[i] = v; break;
-        case WEFT_UINT64: ((uint64_t *)buf)[i] = u; break;
-        case WEFT_FLOAT16: ((uint16_t *)buf)[i] = weft_float_to_fp16((float)v); break;
-        case WEFT_BFLOAT16: ((uint16_t *)buf)[i] = weft_float_to_bf16((float)v); break;
-        case WEFT_FLOAT32: ((float *)buf)[i] = (float)v; break;
-        case WEFT_FLOAT64: ((double *)buf)[i] = (double)v; break;
-        default: break;
-        }
-    }
-}
-
-/* Reference: the reduction of ranks lo..hi-1's inputs, finalised over (hi - lo). */
-static void *reference(weft_dtype_t d, weft_op_t op, int64_t n, int lo, int hi, int salt)
-{
-    size_t es = weft_dtype_size(d);
-    char *ref = calloc((size_t)n + 1, es), *tmp = calloc((size_t)n + 1, es);
-    fill_input(ref, d, n, lo, salt);
-    for (int r = lo + 1; r < hi; r++) {
-        fill_input(tmp, d, n, r, salt);
-        weft_op_reduce(op, d, ref, tmp, (size_t)n);
-    }
-    weft_op_finalize(op, d, ref, (size_t)n, hi - lo);
-    free(tmp);
-    return ref;
-}
-
 #define CHECK_EQ(got, want, bytes, ...) TH_CHECK(!memcmp((got), (want), (bytes)), __VA_ARGS__)
 
 static const char *cur_alg;
@@ -98,10 +49,10 @@ static void check_reduction(weft_comm_t c, weft_coll_kind_t kind, weft_dtype_t d
         total = cnt * n;
     }
     char *in = calloc((size_t)total + 1, es), *out = calloc((size_t)total + 1, es);
-    fill_input(in, d, total, me, salt);
+    th_fill_input(in, d, total, g_seed, me, salt);
     switch (kind) {
     case WEFT_COLL_ALLREDUCE: {
-        char *ref = reference(d, op, total, 0, n, salt);
+        char *ref = th_reference(d, op, total, g_seed, 0, n, salt);
         if (inplace) {
             memcpy(out, in, (size_t)total * es);
             TH_OK(weft_allreduce(WEFT_IN_PLACE, out, total, d, op, c));
@@ -114,7 +65,7 @@ static void check_reduction(weft_comm_t c, weft_coll_kind_t kind, weft_dtype_t d
         break;
     }
     case WEFT_COLL_REDUCE: {
-        char *ref = reference(d, op, total, 0, n, salt);
+        char *ref = th_reference(d, op, total, g_seed, 0, n, salt);
         if (inplace && me == root) {
             memcpy(out, in, (size_t)total * es);
             TH_OK(weft_reduce(WEFT_IN_PLACE, out, total, d, op, root, c));
@@ -142,7 +93,7 @@ static void check_reduction(weft_comm_t c, weft_coll_kind_t kind, weft_dtype_t d
         else
             TH_OK(weft_scan(send, out, total, d, op, c));
         if (!ex || me > 0) {
-            char *ref = reference(d, op, total, 0, ex ? me : me + 1, salt);
+            char *ref = th_reference(d, op, total, g_seed, 0, ex ? me : me + 1, salt);
             CHECK_EQ(out, ref, (size_t)total * es, WHERE " %sscan %s %s count %lld%s", WARGS, ex ? "ex" : "",
                      weft_dtype_name(d), weft_op_name(op), (long long)total, inplace ? " in place" : "");
             free(ref);
@@ -156,7 +107,7 @@ static void check_reduction(weft_comm_t c, weft_coll_kind_t kind, weft_dtype_t d
     }
     case WEFT_COLL_REDUCE_SCATTER:
     case WEFT_COLL_REDUCE_SCATTER_BLOCK: {
-        char *ref = reference(d, op, total, 0, n, salt);
+        char *ref = th_reference(d, op, total, g_seed, 0, n, salt);
         int64_t off = 0, mine = kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[me] : cnt;
         for (int r = 0; r < me; r++)
             off += kind == WEFT_COLL_REDUCE_SCATTER ? rcounts[r] : cnt;
@@ -404,13 +355,8 @@ static int body_all(int rank, int size, void *arg)
         const weft_coll_alg_t *alg = weft_coll_algorithms[i];
         char key[64];
         snprintf(key, sizeof(key), "%s_algorithm", weft_coll_kind_name(alg->kind));
-        weft_options_t o;
-        weft_comm_t c;
+        weft_comm_t c = th_forced(w, weft_coll_kind_name(alg->kind), alg->name);
         int st;
-        TH_OK(weft_options_create(&o));
-        TH_OK(weft_options_set_hint(o, key, alg->name));
-        TH_OK(weft_comm_dup(w, o, &c));
-        TH_OK(weft_options_free(&o));
         TH_OK(weft_comm_hint_status(c, key, &st, NULL, 0));
         TH_CHECK(st == WEFT_HINT_APPLIED, "hint %s=%s not applied", key, alg->name);
         cur_alg = alg->name;
@@ -447,14 +393,7 @@ static int body_segmented(int rank, int size, void *arg)
                 {WEFT_COLL_SCAN, "linear"},         {WEFT_COLL_EXSCAN, "linear"}};
     TH_OK(weft_init(NULL, NULL));
     for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
-        char key[64];
-        snprintf(key, sizeof(key), "%s_algorithm", weft_coll_kind_name(algs[i].kind));
-        weft_options_t o;
-        weft_comm_t c;
-        TH_OK(weft_options_create(&o));
-        TH_OK(weft_options_set_hint(o, key, algs[i].alg));
-        TH_OK(weft_comm_dup(weft_comm_world(), o, &c));
-        TH_OK(weft_options_free(&o));
+        weft_comm_t c = th_forced(weft_comm_world(), weft_coll_kind_name(algs[i].kind), algs[i].alg);
         cur_alg = algs[i].alg;
         check_segmented(c, algs[i].kind);
         TH_OK(weft_comm_free(&c));

@@ -148,12 +148,7 @@ static int body_accuracy(int rank, int size, void *arg)
     for (int i = 0; weft_coll_algorithms[i] && nalgs < 16; i++)
         if (weft_coll_algorithms[i]->kind == WEFT_COLL_ALLREDUCE) algs[nalgs++] = weft_coll_algorithms[i]->name;
     for (int ai = 0; ai < nalgs; ai++) {
-        weft_options_t o;
-        weft_comm_t c;
-        TH_OK(weft_options_create(&o));
-        TH_OK(weft_options_set_hint(o, "allreduce_algorithm", algs[ai]));
-        TH_OK(weft_comm_dup(w, o, &c));
-        TH_OK(weft_options_free(&o));
+        weft_comm_t c = th_forced(w, "allreduce", algs[ai]);
         static const weft_dtype_t dts[] = {WEFT_FLOAT16, WEFT_BFLOAT16, WEFT_FLOAT32, WEFT_FLOAT64};
         for (int di = 0; di < 4; di++) {
             weft_dtype_t d = dts[di];

@@ -20,54 +20,7 @@
 
 static const int64_t counts[] = {0, 1, 13, 1031};
 #define NCOUNTS 4
-
-static uint32_t mix(int rank, size_t i, int salt)
-{
-    uint64_t x = 0x1234567ull ^ (uint64_t)rank * 0xBF58476D1CE4E5B9ull ^ (uint64_t)i * 0x94D049BB133111EBull ^
-                 (uint64_t)salt * 0x2545F4914F6CDD1Dull;
-    x ^= x >> 31;
-    x *= 0x9E3779B97F4A7C15ull;
-    return (uint32_t)(x >> 29);
-}
-
-/* Small integers, exact in every dtype, so every reduction order gives the same bits. */
-static void fill_input(void *buf, weft_dtype_t d, int64_t n, int rank, int salt)
-{
-    for (int64_t i = 0; i < n; i++) {
-        int v = (int)(mix(rank, (size_t)i, salt) % 5) - 2;
-        unsigned u = mix(rank, (size_t)i, salt) % 5;
-        switch (d) {
-        case WEFT_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-        case WEFT_UINT8: ((uint8_t *)buf)[i] = (uint8_t)u; break;
-        case WEFT_BYTE: ((uint8_t *)buf)[i] = (uint8_t)mix(rank, (size_t)i, salt + 1); break;
-        case WEFT_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
-        case WEFT_UINT16: ((uint16_t *)buf)[i] = (uint16_t)u; break;
-        case WEFT_INT32: ((int32_t *)buf)[i] = v; break;
-        case WEFT_UINT32: ((uint32_t *)buf)[i] = u; break;
-        case WEFT_INT64: ((int64_t *)buf)[i] = v; break;
-        case WEFT_UINT64: ((uint64_t *)buf)[i] = u; break;
-        case WEFT_FLOAT16: ((uint16_t *)buf)[i] = weft_float_to_fp16((float)v); break;
-        case WEFT_BFLOAT16: ((uint16_t *)buf)[i] = weft_float_to_bf16((float)v); break;
-        case WEFT_FLOAT32: ((float *)buf)[i] = (float)v; break;
-        case WEFT_FLOAT64: ((double *)buf)[i] = (double)v; break;
-        default: break;
-        }
-    }
-}
-
-static void *reference(weft_dtype_t d, weft_op_t op, int64_t n, int nranks, int salt)
-{
-    size_t es = weft_dtype_size(d);
-    char *ref = calloc((size_t)n + 1, es), *tmp = calloc((size_t)n + 1, es);
-    fill_input(ref, d, n, 0, salt);
-    for (int r = 1; r < nranks; r++) {
-        fill_input(tmp, d, n, r, salt);
-        weft_op_reduce(op, d, ref, tmp, (size_t)n);
-    }
-    weft_op_finalize(op, d, ref, (size_t)n, nranks);
-    free(tmp);
-    return ref;
-}
+#define SEED 0x1234567u /* reduction inputs (th_fill_input) */
 
 typedef struct layout {
     int n;
@@ -87,15 +40,7 @@ static weft_comm_t start(const layout_t *lay, int rank)
 
 static weft_comm_t forced(weft_comm_t w, weft_coll_kind_t kind, const char *alg)
 {
-    char key[64];
-    weft_options_t o;
-    weft_comm_t c;
-    snprintf(key, sizeof(key), "%s_algorithm", weft_coll_kind_name(kind));
-    TH_OK(weft_options_create(&o));
-    TH_OK(weft_options_set_hint(o, key, alg));
-    TH_OK(weft_comm_dup(w, o, &c));
-    TH_OK(weft_options_free(&o));
-    return c;
+    return th_forced(w, weft_coll_kind_name(kind), alg);
 }
 
 /* ---- reductions ----------------------------------------------------------- */
@@ -107,8 +52,8 @@ static void check_reduce_one(weft_comm_t c, weft_coll_kind_t kind, weft_dtype_t 
     TH_OK(weft_comm_size(c, &size));
     size_t es = weft_dtype_size(d), bytes = (size_t)n * es;
     char *in = calloc((size_t)n + 1, es), *out = calloc((size_t)n + 1, es);
-    char *ref = reference(d, op, n, size, salt);
-    fill_input(in, d, n, me, salt);
+    char *ref = th_reference(d, op, n, SEED, 0, size, salt);
+    th_fill_input(in, d, n, SEED, me, salt);
     int is_root = kind == WEFT_COLL_ALLREDUCE || me == root;
     const void *src = in;
     if (inplace && is_root) {
@@ -157,7 +102,7 @@ static void check_bcast(weft_comm_t c)
                 if (counts[i] != 13 && root != size - 1) continue;
                 size_t es = weft_dtype_size((weft_dtype_t)d), bytes = (size_t)counts[i] * es;
                 char *buf = calloc(bytes + 1, 1), *ref = calloc(bytes + 1, 1);
-                fill_input(ref, (weft_dtype_t)d, counts[i], root, d);
+                th_fill_input(ref, (weft_dtype_t)d, counts[i], SEED, root, d);
                 if (me == root) memcpy(buf, ref, bytes);
                 TH_OK(weft_bcast(buf, counts[i], (weft_dtype_t)d, root, c));
                 TH_CHECK(!memcmp(buf, ref, bytes), "%s: bcast %s count %lld root %d", cur,
@@ -182,10 +127,10 @@ static void check_allgather(weft_comm_t c)
                 char *ref = calloc(block * (size_t)size + 1, 1);
                 void *list[8];
                 for (int r = 0; r < size; r++) {
-                    fill_input(ref + (size_t)r * block, dt, counts[i], r, 100 + d);
+                    th_fill_input(ref + (size_t)r * block, dt, counts[i], SEED, r, 100 + d);
                     list[size - 1 - r] = out + (size_t)r * block; /* list form: blocks in reverse memory order */
                 }
-                fill_input(in, dt, counts[i], me, 100 + d);
+                th_fill_input(in, dt, counts[i], SEED, me, 100 + d);
                 if (form == 0) TH_OK(weft_allgather(in, out, counts[i], dt, c));
                 if (form == 1) {
                     void *rev[8];
@@ -229,8 +174,8 @@ static void check_alltoall(weft_comm_t c, int v)
                 char *in = calloc((size_t)stot * es + 1, 1), *out = calloc((size_t)rtot * es + 1, 1);
                 char *ref = calloc((size_t)rtot * es + 1, 1);
                 for (int p = 0; p < size; p++) { /* block me->p is filled from (me, p) */
-                    fill_input(in + (size_t)sd[p] * es, dt, sc[p], me * 16 + p, 7);
-                    fill_input(ref + (size_t)rd[p] * es, dt, rc[p], p * 16 + me, 7);
+                    th_fill_input(in + (size_t)sd[p] * es, dt, sc[p], SEED, me * 16 + p, 7);
+                    th_fill_input(ref + (size_t)rd[p] * es, dt, rc[p], SEED, p * 16 + me, 7);
                 }
                 if (v)
                     TH_OK(weft_alltoallv(in, sc, sd, out, rc, rd, dt, c));

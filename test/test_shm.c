@@ -29,15 +29,7 @@ static int val(int r, size_t i, int salt)
 
 static weft_comm_t forced(const char *coll, const char *alg)
 {
-    char key[64];
-    weft_options_t o;
-    weft_comm_t c;
-    snprintf(key, sizeof(key), "%s_algorithm", coll);
-    TH_OK(weft_options_create(&o));
-    TH_OK(weft_options_set_hint(o, key, alg));
-    TH_OK(weft_comm_dup(weft_comm_world(), o, &c));
-    TH_OK(weft_options_free(&o));
-    return c;
+    return th_forced(weft_comm_world(), coll, alg);
 }
 
 /* Shared-memory collectives run so far on c. */
