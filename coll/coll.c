@@ -91,7 +91,9 @@ const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, si
     return copy;
 }
 
-static int coll_post(const weft_coll_args_t *a, weft_request_t *req)
+/* Posts the call (req: its request), or with req == NULL runs it to its
+ * end (a blocking call; one that times out is canceled before returning). */
+static int coll_finish(const weft_coll_args_t *a, weft_request_t *req)
 {
     const weft_coll_alg_t *cands[32];
     /* The first candidate nearly always builds: ask for two, and for the
@@ -102,7 +104,7 @@ static int coll_post(const weft_coll_args_t *a, weft_request_t *req)
         weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
         int rc = cands[i]->build(s, a);
-        if (rc == WEFT_SUCCESS) return weft_sched_start(s, req);
+        if (rc == WEFT_SUCCESS) return req ? weft_sched_start(s, req) : weft_sched_run(s);
         weft_sched_discard(s);
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;
         weft_debug("%s: algorithm %s declines this call; trying the next", weft_coll_kind_name(a->kind),
@@ -110,15 +112,6 @@ static int coll_post(const weft_coll_args_t *a, weft_request_t *req)
     }
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no algorithm accepts this call (%d tried)",
                       weft_coll_kind_name(a->kind), n);
-}
-
-/* Blocking = post + wait (a timed-out one is canceled before returning). */
-static int coll_finish(const weft_coll_args_t *a, weft_request_t *user_req)
-{
-    weft_request_t req;
-    int rc = coll_post(a, user_req ? user_req : &req);
-    if (rc || user_req) return rc;
-    return weft_sched_wait(&req);
 }
 
 /* ---- argument checks ------------------------------------------------------ */

@@ -131,6 +131,8 @@ typedef struct {
 
 static rule_t *rules;
 static int nrules;
+/* rules[kind_first[k] .. kind_first[k + 1]) are collective k's, best score first */
+static int kind_first[WEFT_COLL_KINDS + 1];
 
 static const char *const kind_names[WEFT_COLL_KINDS] = {
     [WEFT_COLL_BARRIER] = "barrier",
@@ -283,9 +285,10 @@ static int parse_rules(const char *text, int score, int user, const char *source
     return rc;
 }
 
-static int by_score_desc(const void *x, const void *y)
+static int by_kind_score_desc(const void *x, const void *y)
 {
     const rule_t *a = x, *b = y;
+    if (a->kind != b->kind) return (a->kind > b->kind) - (a->kind < b->kind);
     return (a->score < b->score) - (a->score > b->score);
 }
 
@@ -295,8 +298,14 @@ int weft_coll_select_init(void)
     int rc = parse_rules(default_rules, 1000, 0, "built-in selection table");
     if (rc) return rc;
     if (weft_cfg.coll_tune[0]) rc = parse_rules(weft_cfg.coll_tune, 100000, 1, "WEFT_COLL_TUNE");
-    /* Best score first, so a call's selection is one pass over the rules. */
-    if (!rc && nrules > 1) qsort(rules, (size_t)nrules, sizeof(rule_t), by_score_desc);
+    /* Grouped by collective, best score first, so a call's selection is
+     * one pass over its collective's rules. */
+    if (!rc && nrules > 1) qsort(rules, (size_t)nrules, sizeof(rule_t), by_kind_score_desc);
+    for (int k = 0, i = 0; k <= WEFT_COLL_KINDS; k++) {
+        while (i < nrules && (int)rules[i].kind < k)
+            i++;
+        kind_first[k] = i;
+    }
     return rc;
 }
 
@@ -305,6 +314,7 @@ void weft_coll_select_finalize(void)
     free(rules);
     rules = NULL;
     nrules = 0;
+    memset(kind_first, 0, sizeof(kind_first));
 }
 
 static int add_candidate(const weft_coll_alg_t **out, int n, int max, const weft_coll_alg_t *alg)
@@ -322,9 +332,9 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
     const weft_coll_alg_t *forced = a->comm->coll_forced[a->kind];
     if (forced) n = add_candidate(out, n, max, forced);
     /* Matching rules, best score first (the table is kept sorted). */
-    for (int i = 0; i < nrules && n < max; i++) {
+    for (int i = kind_first[a->kind]; i < kind_first[a->kind + 1] && n < max; i++) {
         const rule_t *r = &rules[i];
-        if (r->kind != a->kind || a->bytes < r->lo || a->bytes >= r->hi || np < r->np_lo || np > r->np_hi ||
+        if (a->bytes < r->lo || a->bytes >= r->hi || np < r->np_lo || np > r->np_hi ||
             (r->nodes == NODES_ONE && multi) || (r->nodes == NODES_MULTI && !multi))
             continue;
         n = add_candidate(out, n, max, r->alg);

@@ -95,52 +95,91 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     return s;
 }
 
-static int add_op(weft_sched_t *s, sched_op_t op)
+/* A new op at the end of the current round, zeroed but for its kind (NULL
+ * when out of memory). Fields are stored one by one: building a whole
+ * struct by value and copying it stalled on store forwarding. */
+static sched_op_t *add_op(weft_sched_t *s, int kind)
 {
-    int rc = grow((void **)&s->ops, &s->cap, s->nops + 1, sizeof(sched_op_t));
-    if (rc) return rc;
-    s->ops[s->nops++] = op;
-    return WEFT_SUCCESS;
+    if (grow((void **)&s->ops, &s->cap, s->nops + 1, sizeof(sched_op_t))) return NULL;
+    sched_op_t *op = &s->ops[s->nops++];
+    memset(op, 0, sizeof(*op));
+    op->kind = kind;
+    return op;
 }
 
 int weft_sched_send(weft_sched_t *s, const void *buf, size_t bytes, int peer)
 {
-    return add_op(s, (sched_op_t){.kind = OP_SEND, .peer = peer, .src = buf, .bytes = bytes});
+    sched_op_t *op = add_op(s, OP_SEND);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->peer = peer;
+    op->src = buf;
+    op->bytes = bytes;
+    return WEFT_SUCCESS;
 }
 
 int weft_sched_recv(weft_sched_t *s, void *buf, size_t bytes, int peer)
 {
-    return add_op(s, (sched_op_t){.kind = OP_RECV, .peer = peer, .buf = buf, .bytes = bytes});
+    sched_op_t *op = add_op(s, OP_RECV);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->peer = peer;
+    op->buf = buf;
+    op->bytes = bytes;
+    return WEFT_SUCCESS;
 }
 
 int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0 || dst == src) return WEFT_SUCCESS;
-    return add_op(s, (sched_op_t){.kind = OP_COPY, .buf = dst, .src = src, .bytes = bytes});
+    sched_op_t *op = add_op(s, OP_COPY);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->buf = dst;
+    op->src = src;
+    op->bytes = bytes;
+    return WEFT_SUCCESS;
 }
 
-int weft_sched_reduce(weft_sched_t *s, int op, int dtype, void *inout, const void *in, size_t count)
+int weft_sched_reduce(weft_sched_t *s, int rop, int dtype, void *inout, const void *in, size_t count)
 {
     if (count == 0) return WEFT_SUCCESS;
-    return add_op(s,
-                  (sched_op_t){.kind = OP_REDUCE, .buf = inout, .src = in, .bytes = count, .rop = op, .dtype = dtype});
+    sched_op_t *op = add_op(s, OP_REDUCE);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->buf = inout;
+    op->src = in;
+    op->bytes = count;
+    op->rop = rop;
+    op->dtype = dtype;
+    return WEFT_SUCCESS;
 }
 
-int weft_sched_op_finalize(weft_sched_t *s, int op, int dtype, void *buf, size_t count, int nranks)
+int weft_sched_op_finalize(weft_sched_t *s, int rop, int dtype, void *buf, size_t count, int nranks)
 {
-    if (count == 0 || op != WEFT_AVG) return WEFT_SUCCESS;
-    return add_op(
-        s, (sched_op_t){.kind = OP_FINALIZE, .buf = buf, .bytes = count, .rop = op, .dtype = dtype, .peer = nranks});
+    if (count == 0 || rop != WEFT_AVG) return WEFT_SUCCESS;
+    sched_op_t *op = add_op(s, OP_FINALIZE);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->buf = buf;
+    op->bytes = count;
+    op->rop = rop;
+    op->dtype = dtype;
+    op->peer = nranks;
+    return WEFT_SUCCESS;
 }
 
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg)
 {
-    return add_op(s, (sched_op_t){.kind = OP_CALL, .fn = fn, .arg = arg});
+    sched_op_t *op = add_op(s, OP_CALL);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->fn = fn;
+    op->arg = arg;
+    return WEFT_SUCCESS;
 }
 
 int weft_sched_poll(weft_sched_t *s, weft_sched_poll_fn fn, void *arg)
 {
-    return add_op(s, (sched_op_t){.kind = OP_POLL, .poll = fn, .arg = arg});
+    sched_op_t *op = add_op(s, OP_POLL);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->poll = fn;
+    op->arg = arg;
+    return WEFT_SUCCESS;
 }
 
 void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
@@ -159,9 +198,14 @@ void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag)
 
 int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, weft_sched_fn reserve, void *arg)
 {
-    int rc = add_op(s, (sched_op_t){.kind = OP_CHILD, .peer = -1, .post = post, .fn = reserve, .arg = arg});
-    if (!rc) s->nchildren++;
-    return rc;
+    sched_op_t *op = add_op(s, OP_CHILD);
+    if (!op) return WEFT_ERR_NO_MEMORY;
+    op->peer = -1;
+    op->post = post;
+    op->fn = reserve;
+    op->arg = arg;
+    s->nchildren++;
+    return WEFT_SUCCESS;
 }
 
 unsigned weft_sched_seq(const weft_sched_t *s)
@@ -554,10 +598,53 @@ fail:
     return rc;
 }
 
+/* 1 when every op of s is local (polls, copies, reductions, calls: a
+ * shared-memory collective), in one round. */
+static int local_only(const weft_sched_t *s)
+{
+    if (s->nrounds != 1 || s->nchildren) return 0;
+    for (int i = 0; i < s->nops; i++)
+        if (s->ops[i].kind == OP_SEND || s->ops[i].kind == OP_RECV) return 0;
+    return 1;
+}
+
+/* Idle polls between progress calls while a blocking schedule runs inline:
+ * a flag wait notices the flag within a few loads instead of a pass through
+ * UCX and every active schedule, and other requests still advance. */
+#define INLINE_PROGRESS_EVERY 16
+
 int weft_sched_run(weft_sched_t *s)
 {
+    int rc = weft_sched_end_round(s);
+    if (rc) {
+        sched_free(s);
+        return rc;
+    }
+    /* A blocking schedule of local steps runs on the caller's stack for as
+     * long as a wait would spin (WEFT_SPIN_BEFORE_YIELD polls): no request,
+     * no pass through the progress engine per poll. If it is still pending
+     * then (a late peer, a dead one, an oversubscribed host), it becomes an
+     * ordinary started schedule and the ordinary wait takes over (its
+     * deadline, liveness checks, yielding, timeout message). */
+    if (local_only(s)) {
+        unsigned polls = 0, limit = weft_cfg.spin_before_yield > 0 ? (unsigned)weft_cfg.spin_before_yield : 1;
+        for (;;) {
+            rc = run_locals(s);
+            if (rc != SCHED_PENDING) {
+                s->comm->coll_seq++; /* as weft_sched_start: the numbering stays the same on every rank */
+                if (rc != WEFT_SUCCESS)
+                    weft_debug("collective %s (comm %s) failed: %s", s->name, s->comm->name, weft_strerror(rc));
+                weft_comm_t comm = s->comm;
+                sched_free(s);
+                if (rc) weft_comm_error_policy(comm, rc);
+                return rc;
+            }
+            if (++polls >= limit) break;
+            if (active || polls % INLINE_PROGRESS_EVERY == 0) weft_progress();
+        }
+    }
     weft_request_t req;
-    int rc = weft_sched_start(s, &req);
+    rc = weft_sched_start(s, &req);
     if (rc) return rc;
     return weft_sched_wait(&req);
 }

@@ -68,7 +68,10 @@ void *weft_sched_scratch(weft_sched_t *s, size_t bytes);
 int weft_sched_start(weft_sched_t *s, weft_request_t *req);
 /* Destroys a schedule that was never started. */
 void weft_sched_discard(weft_sched_t *s);
-/* Starts and waits with the communicator's deadline (internal blocking use). */
+/* Runs the schedule to its end with the communicator's deadline (the
+ * blocking collectives): a schedule of local steps only (shared memory)
+ * first polls on the caller's stack, then starts and waits as any other.
+ * On failure the schedule is destroyed. */
 int weft_sched_run(weft_sched_t *s);
 /* Waits on a schedule's request; on timeout the schedule is canceled
  * before returning, so the caller may release its buffers. */

@@ -326,6 +326,37 @@ static int body_nonblocking(int rank, int size, void *arg)
     return 0;
 }
 
+/* Blocking shared-memory collectives run on the caller's stack and hand
+ * over to the ordinary wait when they spin too long: a blocking barrier
+ * and allreduce issued while nonblocking shm collectives and a user
+ * message are still in flight (the blocking one waits for them, and its
+ * polling must keep them moving), and a rank that arrives 50 ms late
+ * (everyone else hands over and still finishes). */
+static int body_blocking_behind(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    for (int rep = 0; rep < 10; rep++) {
+        weft_request_t req[4];
+        int32_t a[2] = {rank, rep}, ar[2], x = rank * 100 + rep, y = -1, s1 = rank + 1, s2 = 0;
+        int nr = 0;
+        TH_OK(weft_irecv(&y, 1, WEFT_INT32, (rank + size - 1) % size, 3, w, &req[nr++]));
+        TH_OK(weft_iallreduce(a, ar, 2, WEFT_INT32, WEFT_SUM, w, &req[nr++]));
+        TH_OK(weft_ibarrier(w, &req[nr++]));
+        if (rep % 3 == 1 && rank == rep % size) usleep(50000); /* late: the others hand over */
+        TH_OK(weft_barrier(w));
+        TH_OK(weft_allreduce(&s1, &s2, 1, WEFT_INT32, WEFT_SUM, w));
+        TH_CHECK(s2 == size * (size + 1) / 2, "blocking allreduce rep %d: %d", rep, s2);
+        TH_OK(weft_isend(&x, 1, WEFT_INT32, (rank + 1) % size, 3, w, &req[nr++]));
+        TH_OK(weft_waitall(nr, req, NULL));
+        TH_CHECK(ar[0] == size * (size - 1) / 2 && ar[1] == rep * size, "iallreduce rep %d: %d %d", rep, ar[0], ar[1]);
+        TH_CHECK(y == ((rank + size - 1) % size) * 100 + rep, "ring message rep %d: %d", rep, y);
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
 /* Simulated nodes of two: world spans nodes (shm declines, the base
  * algorithm gives the right answer); a node communicator runs shm. */
 static int body_nodes(int rank, int size, void *arg)
@@ -553,6 +584,8 @@ RANKS_TEST(forced, body_forced, 8, 40)
 RANKS_TEST(reuse, body_reuse, 3, 30)
 RANKS_TEST(reuse, body_reuse, 4, 30)
 RANKS_TEST(nonblocking, body_nonblocking, 4, 30)
+RANKS_TEST(blocking_behind, body_blocking_behind, 3, 30)
+RANKS_TEST(blocking_behind, body_blocking_behind, 4, 30)
 RANKS_TEST(runahead, body_runahead, 2, 30)
 RANKS_TEST(runahead, body_runahead, 5, 30)
 

@@ -1,0 +1,288 @@
+/* shm-floor: the hardware floor of shared-memory flag protocols, without
+ * weft. n processes (forked, each bound to CPU first + i) share one
+ * anonymous mapping and run a protocol back to back; rank 0 reports the
+ * average time per call over every rank's average (as the OSU tests do).
+ * It answers "how much of weft's time is the protocol's cache-line
+ * transfers and how much is weft's own path" for coll/shm, and compares
+ * protocols before one goes into coll/shm.
+ *
+ *   shm-floor [-n ranks] [-i iters] [-r radix] [-f first_cpu] [-s cpu_step] PROTOCOL...
+ *
+ * Protocols (each line: name and median of 3 runs, us per call):
+ *   pingpong        ranks 0 and 1: round trip of one flag each way
+ *   tree            barrier: arrivals up a radix-r tree, one release line
+ *   tree-down       barrier: arrivals up, releases down the same tree
+ *   allread         barrier: every rank writes its line, reads all n
+ *   dissem          barrier: radix-2 dissemination, ceil(log2 n) rounds
+ *   ar-tree         8-byte sum allreduce: partials up the tree in the flag
+ *                   line, the root's result read by all (coll/shm's shape)
+ *   ar-allread      8-byte sum allreduce: every rank reads all n lines and
+ *                   sums them in rank order
+ *   ar-allread-osu  ar-allread with a tree barrier after each call, outside
+ *                   the timed part (the OSU loop)
+ *   ar-tree-osu     ar-tree, the same */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXR 256
+typedef struct {
+    _Atomic uint64_t seq;
+    double val;
+    char pad[128 - 16];
+} line_t;
+
+typedef struct {
+    line_t arrive[MAXR];  /* a rank's arrival / partial */
+    line_t release[MAXR]; /* a rank's release (tree-down), rank 0's for tree */
+    line_t bar[MAXR];     /* the OSU loop's separate barrier */
+    line_t barrel[MAXR];
+    line_t slot[MAXR][4]; /* ar-allread: a ring of 4 slots per rank */
+    double result[MAXR];
+} shared_t;
+
+static int n = 8, iters = 100000, radix = 8, first = 0, step = 1;
+static shared_t *S;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static inline void wait_ge(_Atomic uint64_t *p, uint64_t v)
+{
+    while (atomic_load_explicit(p, memory_order_acquire) < v)
+        ;
+}
+
+static int parent(int v)
+{
+    int p = 1;
+    while ((v / p) % radix == 0)
+        p *= radix;
+    return v - ((v / p) % radix) * p;
+}
+
+/* every child of v: their seq >= v (loads of all, then judged) */
+static void wait_children(line_t *lines, int v, uint64_t t)
+{
+    int kids[MAXR], nk = 0;
+    for (long st = 1; st < n && v % (st * radix) == 0; st *= radix)
+        for (long j = 1; j < radix && v + j * st < n; j++)
+            kids[nk++] = (int)(v + j * st);
+    for (;;) {
+        int ok = 1;
+        for (int i = 0; i < nk; i++)
+            ok &= atomic_load_explicit(&lines[kids[i]].seq, memory_order_acquire) >= t;
+        if (ok) return;
+    }
+}
+
+static void tree_barrier(line_t *arr, line_t *rel, int me, uint64_t k)
+{
+    wait_children(arr, me, k);
+    if (me == 0) {
+        atomic_store_explicit(&rel[0].seq, k, memory_order_release);
+        return;
+    }
+    atomic_store_explicit(&arr[me].seq, k, memory_order_release);
+    wait_ge(&rel[0].seq, k);
+}
+
+static void proto_tree_down(int me, uint64_t k)
+{
+    wait_children(S->arrive, me, k);
+    if (me != 0) {
+        atomic_store_explicit(&S->arrive[me].seq, k, memory_order_release);
+        wait_ge(&S->release[parent(me)].seq, k);
+    }
+    if (me % radix == 0) atomic_store_explicit(&S->release[me].seq, k, memory_order_release);
+}
+
+static void proto_allread(int me, uint64_t k)
+{
+    atomic_store_explicit(&S->arrive[me].seq, k, memory_order_release);
+    for (;;) {
+        int ok = 1;
+        for (int r = 0; r < n; r++)
+            ok &= atomic_load_explicit(&S->arrive[r].seq, memory_order_acquire) >= k;
+        if (ok) return;
+    }
+}
+
+static void proto_dissem(int me, uint64_t k)
+{
+    int rounds = 0;
+    while ((1 << rounds) < n)
+        rounds++;
+    for (int j = 0; j < rounds; j++) {
+        uint64_t t = (k - 1) * rounds + j + 1;
+        atomic_store_explicit(&S->arrive[me].seq, t, memory_order_release);
+        wait_ge(&S->arrive[(me - (1 << j) % n + n) % n].seq, t);
+    }
+}
+
+static double ar_tree(int me, uint64_t k, double x)
+{
+    /* partial = x + children's partials (in child order), up to 0 */
+    int kids[MAXR], nk = 0;
+    for (long st = 1; st < n && me % (st * radix) == 0; st *= radix)
+        for (long j = 1; j < radix && me + j * st < n; j++)
+            kids[nk++] = (int)(me + j * st);
+    uint64_t t = 2 * k + 1;
+    for (;;) {
+        int ok = 1;
+        for (int i = 0; i < nk; i++)
+            ok &= atomic_load_explicit(&S->arrive[kids[i]].seq, memory_order_acquire) >= t;
+        if (ok) break;
+    }
+    double acc = x;
+    for (int i = 0; i < nk; i++)
+        acc += S->arrive[kids[i]].val;
+    if (me == 0) {
+        S->release[0].val = acc;
+        atomic_store_explicit(&S->release[0].seq, 2 * k + 2, memory_order_release);
+        return acc;
+    }
+    S->arrive[me].val = acc;
+    atomic_store_explicit(&S->arrive[me].seq, t, memory_order_release);
+    wait_ge(&S->release[0].seq, 2 * k + 2);
+    return S->release[0].val;
+}
+
+static uint64_t min_done; /* ar-allread: a lower bound of every rank's done */
+static double ar_allread(int me, uint64_t k, double x)
+{
+    /* slot k % 4 was last read in call k - 4: every rank's done >= k - 4 */
+    while (k > 4 && min_done < k - 4) {
+        uint64_t m = UINT64_MAX;
+        for (int r = 0; r < n; r++) {
+            uint64_t d = atomic_load_explicit(&S->release[r].seq, memory_order_acquire);
+            if (d < m) m = d;
+        }
+        min_done = m;
+    }
+    line_t *mine = &S->slot[me][k % 4];
+    mine->val = x;
+    atomic_store_explicit(&mine->seq, k, memory_order_release);
+    for (;;) {
+        int ok = 1;
+        for (int r = 0; r < n; r++)
+            ok &= atomic_load_explicit(&S->slot[r][k % 4].seq, memory_order_acquire) >= k;
+        if (ok) break;
+    }
+    double acc = 0;
+    for (int r = 0; r < n; r++)
+        acc += S->slot[r][k % 4].val;
+    /* every rank reached k, so every rank finished k - 1 */
+    if (min_done < k - 1) min_done = k - 1;
+    atomic_store_explicit(&S->release[me].seq, k, memory_order_relaxed);
+    return acc;
+}
+
+static double run(const char *proto, int me)
+{
+    uint64_t k = 0, bk = 0;
+    double t = 0, sink = 0;
+    int warm = iters / 10;
+    for (int it = 0; it < iters + warm; it++) {
+        if (it == warm) {
+            tree_barrier(S->bar, S->barrel, me, ++bk);
+            t = 0;
+        }
+        double t0 = now();
+        k++;
+        if (!strcmp(proto, "pingpong")) {
+            if (me == 0) {
+                atomic_store_explicit(&S->arrive[0].seq, k, memory_order_release);
+                wait_ge(&S->arrive[1].seq, k);
+            } else if (me == 1) {
+                wait_ge(&S->arrive[0].seq, k);
+                atomic_store_explicit(&S->arrive[1].seq, k, memory_order_release);
+            }
+        } else if (!strcmp(proto, "tree")) {
+            tree_barrier(S->arrive, S->release, me, k);
+        } else if (!strcmp(proto, "tree-down")) {
+            proto_tree_down(me, k);
+        } else if (!strcmp(proto, "allread")) {
+            proto_allread(me, k);
+        } else if (!strcmp(proto, "dissem")) {
+            proto_dissem(me, k);
+        } else if (!strncmp(proto, "ar-tree", 7)) {
+            sink += ar_tree(me, k, me + 1.0);
+        } else if (!strncmp(proto, "ar-allread", 10)) {
+            sink += ar_allread(me, k, me + 1.0);
+        }
+        t += now() - t0;
+        if (strstr(proto, "-osu")) tree_barrier(S->bar, S->barrel, me, ++bk);
+    }
+    if (sink < 0) printf("%g\n", sink);
+    return t / iters;
+}
+
+int main(int argc, char **argv)
+{
+    int c;
+    while ((c = getopt(argc, argv, "n:i:r:f:s:")) != -1) {
+        switch (c) {
+        case 'n': n = atoi(optarg); break;
+        case 'i': iters = atoi(optarg); break;
+        case 'r': radix = atoi(optarg); break;
+        case 'f': first = atoi(optarg); break;
+        case 's': step = atoi(optarg); break;
+        default: fprintf(stderr, "usage: %s [-n ranks] [-i iters] [-r radix] [-f cpu] [-s step] PROTO...\n", argv[0]); return 2;
+        }
+    }
+    if (n < 2 || n > MAXR || radix < 2) {
+        fprintf(stderr, "shm-floor: 2 <= n <= %d and radix >= 2\n", MAXR);
+        return 2;
+    }
+    for (int a = optind; a < argc; a++) {
+        const char *proto = argv[a];
+        double runs[3];
+        for (int rep = 0; rep < 3; rep++) {
+            S = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            if (S == MAP_FAILED) {
+                perror("mmap");
+                return 1;
+            }
+            memset(S, 0, sizeof(*S));
+            for (int r = 0; r < n; r++) {
+                if (fork() == 0) {
+                    cpu_set_t set;
+                    CPU_ZERO(&set);
+                    CPU_SET(first + r * step, &set);
+                    if (sched_setaffinity(0, sizeof(set), &set)) perror("sched_setaffinity");
+                    S->result[r] = run(proto, r);
+                    _exit(0);
+                }
+            }
+            for (int r = 0; r < n; r++)
+                wait(NULL);
+            double sum = 0;
+            int m = !strcmp(proto, "pingpong") ? 2 : n;
+            for (int r = 0; r < m; r++)
+                sum += S->result[r];
+            runs[rep] = sum / m * 1e6;
+            munmap(S, sizeof(shared_t));
+        }
+        /* median of 3 */
+        double a0 = runs[0], a1 = runs[1], a2 = runs[2], med = a0;
+        if ((a0 <= a1 && a1 <= a2) || (a2 <= a1 && a1 <= a0)) med = a1;
+        else if ((a0 <= a2 && a2 <= a1) || (a1 <= a2 && a2 <= a0)) med = a2;
+        printf("%-16s n %3d radix %2d  %8.3f us  (runs %.3f %.3f %.3f)\n", proto, n, radix, med, runs[0], runs[1],
+               runs[2]);
+        fflush(stdout);
+    }
+    return 0;
+}
