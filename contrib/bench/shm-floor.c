@@ -21,7 +21,9 @@
  *   ar-allread-osu  ar-allread with a tree barrier after each call, outside
  *                   the timed part (the OSU loop)
  *   ar-tree-osu     ar-tree, the same */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
