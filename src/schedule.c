@@ -610,7 +610,8 @@ static int local_only(const weft_sched_t *s)
 
 /* Idle polls between progress calls while a blocking schedule runs inline:
  * a flag wait notices the flag within a few loads instead of a pass through
- * UCX and every active schedule, and other requests still advance. */
+ * UCX and every active schedule, and other requests still advance (every
+ * 256 measured the same as 16 at 8-32 ranks). */
 #define INLINE_PROGRESS_EVERY 16
 
 int weft_sched_run(weft_sched_t *s)

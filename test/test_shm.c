@@ -76,19 +76,26 @@ static int body_forced(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c;
     /* allreduce: SUM, MAX, AVG; in place and not; the slot boundary. */
-    c = forced("allreduce", "shm");
-    for (int ci = 0; ci < NCOUNTS; ci++)
-        for (int op = 0; op < 3; op++) {
-            uint64_t before = shm_ops(c);
-            weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
-            check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
-            /* one sequence number per slot-sized piece */
-            int64_t slot = (int64_t)WEFT_SHM_SLOT;
-            uint64_t ran = shm_ops(c) - before, want = size > 1 ? (uint64_t)((counts[ci] * 4 + slot - 1) / slot) : 0;
-            TH_CHECK(ran == want, "allreduce count %lld: shm ran %llu pieces, not %llu", (long long)counts[ci],
-                     (unsigned long long)ran, (unsigned long long)want);
-        }
-    TH_OK(weft_comm_free(&c));
+    for (int alg = 0; alg < 2; alg++) {
+        c = forced("allreduce", alg ? "shm_allread" : "shm");
+        for (int ci = 0; ci < NCOUNTS; ci++)
+            for (int op = 0; op < 3; op++) {
+                uint64_t before = shm_ops(c);
+                weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
+                check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
+                /* shm: one sequence number per slot-sized piece; shm_allread:
+                 * two from 3 ranks on (two rounds over WEFT_SHM_RADIX ranks),
+                 * and over a slot it declines (the next candidate, shm in
+                 * pieces, runs) */
+                int64_t slot = (int64_t)WEFT_SHM_SLOT;
+                uint64_t ran = shm_ops(c) - before, want = size > 1 ? (uint64_t)((counts[ci] * 4 + slot - 1) / slot) : 0;
+                if (alg && counts[ci] * 4 <= slot) want = size < 2 || counts[ci] == 0 ? 0 : size > 2 ? 2 : 1;
+                TH_CHECK(ran == want, "allreduce %s count %lld: shm ran %llu pieces, not %llu",
+                         alg ? "shm_allread" : "shm", (long long)counts[ci], (unsigned long long)ran,
+                         (unsigned long long)want);
+            }
+        TH_OK(weft_comm_free(&c));
+    }
     /* reduce: every root, SUM. */
     c = forced("reduce", "shm");
     for (int ci = 0; ci < NCOUNTS; ci++) {
@@ -165,28 +172,32 @@ static int body_forced(int rank, int size, void *arg)
     }
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));
-    c = forced("barrier", "shm");
     /* Nobody leaves a barrier before the last rank arrived: one rank (a
      * different one each time) arrives late; arrival and exit times
-     * (CLOCK_MONOTONIC, one clock for the host) are compared afterwards. */
-    double times[2 * 20], *all = malloc(sizeof(double) * 2 * 20 * (size_t)size);
-    TH_CHECK(all != NULL, "out of memory");
-    for (int i = 0; i < 20; i++) {
-        if (rank == i % size) usleep(2000);
-        times[2 * i] = weft_wtime();
-        TH_OK(weft_barrier(c));
-        times[2 * i + 1] = weft_wtime();
+     * (CLOCK_MONOTONIC, one clock for the host) are compared afterwards.
+     * Both shapes. */
+    for (int alg = 0; alg < 2; alg++) {
+        c = forced("barrier", alg ? "shm_allread" : "shm");
+        double times[2 * 20], *all = malloc(sizeof(double) * 2 * 20 * (size_t)size);
+        TH_CHECK(all != NULL, "out of memory");
+        for (int i = 0; i < 20; i++) {
+            if (rank == i % size) usleep(2000);
+            times[2 * i] = weft_wtime();
+            TH_OK(weft_barrier(c));
+            times[2 * i + 1] = weft_wtime();
+        }
+        TH_CHECK(size == 1 || shm_ops(c) == 20, "barrier: %llu shm ops", (unsigned long long)shm_ops(c));
+        TH_OK(weft_allgather(times, all, 2 * 20, WEFT_FLOAT64, weft_comm_world()));
+        for (int i = 0; i < 20; i++)
+            for (int r = 0; r < size; r++)
+                for (int q = 0; q < size; q++)
+                    TH_CHECK(all[(size_t)q * 40 + 2 * (size_t)i + 1] >= all[(size_t)r * 40 + 2 * (size_t)i],
+                             "barrier %s %d: rank %d left at %.6f before rank %d arrived at %.6f",
+                             alg ? "shm_allread" : "shm", i, q, all[(size_t)q * 40 + 2 * (size_t)i + 1], r,
+                             all[(size_t)r * 40 + 2 * (size_t)i]);
+        free(all);
+        TH_OK(weft_comm_free(&c));
     }
-    TH_CHECK(size == 1 || shm_ops(c) == 20, "barrier: %llu shm ops", (unsigned long long)shm_ops(c));
-    TH_OK(weft_allgather(times, all, 2 * 20, WEFT_FLOAT64, weft_comm_world()));
-    for (int i = 0; i < 20; i++)
-        for (int r = 0; r < size; r++)
-            for (int q = 0; q < size; q++)
-                TH_CHECK(all[(size_t)q * 40 + 2 * (size_t)i + 1] >= all[(size_t)r * 40 + 2 * (size_t)i],
-                         "barrier %d: rank %d left at %.6f before rank %d arrived at %.6f", i, q,
-                         all[(size_t)q * 40 + 2 * (size_t)i + 1], r, all[(size_t)r * 40 + 2 * (size_t)i]);
-    free(all);
-    TH_OK(weft_comm_free(&c));
     TH_OK(weft_finalize());
     return 0;
 }
@@ -200,8 +211,13 @@ static int body_reuse(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t w = weft_comm_world();
     int32_t in[700], out[700], all[64 * 4];
+    uint64_t want_ops = 0;
     for (int it = 0; it < 1000; it++) {
         int n = it % 3 == 2 ? 700 : 1 + it % 17;
+        /* the default table: shm_allread below 2 KiB on up to 8 ranks (two
+         * sequence numbers from 3 ranks on), else shm (one) */
+        want_ops += n * 4 < 2048 && size <= 8 && size > 2 ? 2 : 1;
+        if (it % 10 == 0) want_ops += 2;
         for (int i = 0; i < n; i++)
             in[i] = val(rank, (size_t)i, it);
         TH_OK(weft_allreduce(in, out, n, WEFT_INT32, WEFT_SUM, w));
@@ -220,8 +236,8 @@ static int body_reuse(int rank, int size, void *arg)
                 TH_CHECK(all[r * 4] == it && all[r * 4 + 2] == it % size, "allgather iteration %d", it);
         }
     }
-    TH_CHECK(size == 1 || shm_ops(w) == 1000 + 200, "default selection ran %llu shm collectives, not 1200",
-             (unsigned long long)shm_ops(w));
+    TH_CHECK(size == 1 || shm_ops(w) == want_ops, "default selection ran %llu shm collectives, not %llu",
+             (unsigned long long)shm_ops(w), (unsigned long long)want_ops);
     TH_OK(weft_finalize());
     return 0;
 }
@@ -511,6 +527,7 @@ static int body_cma_mismatch(int rank, int size, void *arg)
  * length, so all fail. */
 typedef struct {
     const char *coll;
+    const char *alg;
     int64_t count; /* rank 2: count + extra */
     int64_t extra;
     int fail[4]; /* which ranks must fail */
@@ -521,7 +538,7 @@ static int body_mismatch(int rank, int size, void *arg)
     const mismatch_t *m = arg;
     (void)size;
     TH_OK(weft_init(NULL, NULL));
-    weft_comm_t c = forced(m->coll, "shm");
+    weft_comm_t c = forced(m->coll, m->alg);
     int64_t n = m->count + (rank == 2 ? m->extra : 0);
     static int32_t in[60000], out[4 * 60000];
     for (int64_t i = 0; i < n; i++)
@@ -556,16 +573,18 @@ static void run_mismatch(const mismatch_t *m)
 Test(shm, mismatched_counts, .timeout = 120)
 {
     static const mismatch_t cases[] = {
-        {"bcast", 5, 1, {0, 0, 1, 0}},             /* flat, in the head line */
-        {"bcast", 1000, 1, {0, 0, 1, 1}},          /* down the tree (4000 bytes) */
-        {"bcast", 20000, 20000, {0, 0, 1, 1}},     /* 2 pieces against 3 */
-        {"allreduce", 5, 1, {1, 0, 1, 0}},         /* up the tree to rank 0, the result read from it */
-        {"allreduce", 1000, 4, {1, 1, 1, 1}},      /* chunked: every rank checks every length */
-        {"allreduce", 20000, 20000, {1, 1, 1, 1}}, /* chunked, 2 pieces against 3 */
-        {"allgather", 100, 1, {1, 1, 1, 1}},
-        {"reduce_scatter_block", 400, 4, {1, 1, 1, 1}},
+        {"bcast", "shm", 5, 1, {0, 0, 1, 0}},             /* flat, in the head line */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}},          /* down the tree (4000 bytes) */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}},     /* 2 pieces against 3 */
+        {"allreduce", "shm", 5, 1, {1, 0, 1, 0}},         /* up the tree to rank 0, the result read from it */
+        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}},      /* chunked: every rank checks every length */
+        {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}}, /* chunked, 2 pieces against 3 */
+        {"allgather", "shm", 100, 1, {1, 1, 1, 1}},
+        {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}},
+        {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}},  /* every rank reads every length */
+        {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}}, /* 48 bytes in the head line against 52 in the body */
     };
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);
 }
 

@@ -1,15 +1,199 @@
 /* allreduce, shared memory, through the slots of the communicator's
- * segment: below WEFT_SHM_CHUNK_MIN (2 KiB) up the flag tree to rank 0,
- * whose result every rank reads (from its slot, or down the tree over
- * WEFT_SHM_FLAT_MAX); from it, on 4 or more ranks, every rank writes its
- * input, reduces 1/n of it across all slots in rank order, and all copy
- * the chunks out. No messages; every rank gets the same bits. A vector
- * over a slot goes in 64 KiB pieces (segment.c: weft_shm_reduce_build). */
+ * segment. No messages; every rank gets the same bits.
+ *
+ *  shm          below WEFT_SHM_CHUNK_MIN (2 KiB) up the flag tree to rank
+ *               0, whose result every rank reads (from its slot, or down
+ *               the tree over WEFT_SHM_FLAT_MAX); from it, on 4 or more
+ *               ranks, every rank writes its input, reduces 1/n of it
+ *               across all slots in rank order, and all copy the chunks
+ *               out. A vector over a slot goes in 64 KiB pieces
+ *               (segment.c: weft_shm_reduce_build).
+ *  shm_allread  every rank writes its input beside its slot's sequence
+ *               word (in the head line up to WEFT_SHM_INLINE bytes) and
+ *               reduces the inputs itself: one transfer of each line
+ *               instead of a fan-in and a release. Up to WEFT_SHM_RADIX
+ *               ranks, every rank reads all n inputs; on more, in two
+ *               rounds: groups of WEFT_SHM_RADIX consecutive ranks read
+ *               each other's inputs and reduce them (every member gets
+ *               its group's partial), then every rank reads one member's
+ *               partial of each other group and reduces the partials in
+ *               group order (n / R + R reads per rank instead of n). Rank
+ *               order inside groups, group order across: every rank
+ *               computes the same expression, so gets the same bits.
+ *               For small vectors (up to one slot). */
 #include "coll/shm/segment.h"
+
+#include "op.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     return weft_shm_reduce_build(s, a, -1, "allreduce_shm");
+}
+
+typedef struct {
+    weft_shm_op_t op;
+    const void *send;
+    void *recv;
+    size_t count, bytes;
+    int dtype, rop;
+    int ngroups, group; /* this rank's group (of WEFT_SHM_RADIX consecutive ranks) */
+    int *members;       /* its group's ranks, then one rank of each other group */
+    int nmembers, nothers;
+    uint64_t k0; /* round 1's sequence number (round 2: k0 + 1) */
+    int rc;      /* a length mismatch seen in round 1 */
+} allread_t;
+
+/* A partial whose group saw ranks with different lengths: the round-2
+ * readers fail too, so nobody takes wrong bytes and nobody waits. */
+#define ALLREAD_BAD_LEN UINT64_MAX
+
+/* 0 when each of the ranks' heads (slot of op->k) says len, else an
+ * error naming the first that differs. */
+static int check_lens(allread_t *x, const int *ranks, int count)
+{
+    for (int i = 0; i < count; i++) {
+        int r = ranks ? ranks[i] : i;
+        if (weft_shm_head(&x->op, r)->len == ALLREAD_BAD_LEN)
+            return weft_error(WEFT_ERR_ARG,
+                              "allreduce_shm_allread: rank %d's group has ranks with other lengths (the ranks passed "
+                              "different counts)",
+                              r);
+        int rc = weft_shm_len_mismatch(&x->op, r, -1, x->bytes, "allreduce_shm_allread");
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* dst = the data of the ranks (their slots of collective from->k)
+ * reduced in list order. */
+static void reduce_heads(allread_t *x, const weft_shm_op_t *from, void *dst, const int *ranks, int count)
+{
+    const weft_shm_op_t *op = from;
+    if (x->bytes > WEFT_SHM_INLINE)
+        for (int i = 0; i < count; i++)
+            weft_shm_prefetch(weft_shm_buf(op, ranks ? ranks[i] : i, x->bytes), x->bytes);
+    const void *first = weft_shm_buf(op, ranks ? ranks[0] : 0, x->bytes);
+    if (count == 1) {
+        memcpy(dst, first, x->bytes);
+        return;
+    }
+    weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, first,
+                    weft_shm_buf(op, ranks ? ranks[1] : 1, x->bytes), x->count);
+    for (int i = 2; i < count; i++)
+        weft_op_reduce((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, weft_shm_buf(op, ranks ? ranks[i] : i, x->bytes),
+                       x->count);
+}
+
+/* The groups (after the attach: the radix is the creator's). */
+static void set_groups(allread_t *x)
+{
+    weft_shm_t *sh = x->op.sh;
+    int g = sh->radix;
+    x->ngroups = (sh->n + g - 1) / g;
+    if (x->ngroups == 1) return;
+    x->group = sh->me / g;
+    int first = x->group * g, idx = sh->me - first;
+    x->nmembers = 0;
+    for (int r = first; r < sh->n && r < first + g; r++)
+        x->members[x->nmembers++] = r;
+    /* round 2: from group h, the member with this rank's index (or its
+     * last, in a smaller last group); from its own group itself */
+    int *others = x->members + x->nmembers;
+    for (int h = 0; h < x->ngroups; h++) {
+        int size = sh->n - h * g < g ? sh->n - h * g : g;
+        others[h] = h == x->group ? sh->me : h * g + (idx < size ? idx : size - 1);
+    }
+    x->nothers = x->ngroups;
+}
+
+static int step_allread(weft_sched_t *s, void *arg)
+{
+    allread_t *x = arg;
+    weft_shm_op_t *op = &x->op;
+    weft_shm_t *sh = op->sh;
+    int rc;
+    switch (op->phase) {
+    case 0:
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        x->k0 = op->k;
+        set_groups(x);
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
+        memcpy(weft_shm_buf(op, sh->me, x->bytes), x->send, x->bytes);
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->bytes);
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        if (x->ngroups == 1) { /* every member's input, in rank order */
+            if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, NULL, 0, "input flag")) return 0;
+            x->rc = check_lens(x, NULL, sh->n); /* every rank checks every length: all fail */
+            if (!x->rc) {
+                reduce_heads(x, op, x->recv, NULL, sh->n);
+                weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
+            }
+            if (op->nk == 2) { /* the unused second number */
+                weft_shm_op_end(op);
+                op->k++;
+            }
+            break;
+        }
+        if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, x->members, x->nmembers, "input flag (its group's)"))
+            return 0;
+        x->rc = check_lens(x, x->members, x->nmembers);
+        op->phase = 3;
+        /* fall through */
+    case 3: { /* the group's partial into this rank's slot of round 2 */
+        weft_shm_op_t r1 = *op;
+        op->k = x->k0 + 1;
+        if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) {
+            op->k = x->k0;
+            return 0;
+        }
+        if (!x->rc) reduce_heads(x, &r1, weft_shm_buf(op, sh->me, x->bytes), x->members, x->nmembers);
+        weft_shm_op_end(&r1); /* round 1's slots are read */
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->rc ? ALLREAD_BAD_LEN : x->bytes);
+        op->phase = 4;
+    }
+        /* fall through */
+    case 4: { /* one partial of each group, in group order */
+        const int *others = x->members + x->nmembers;
+        if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, others, x->nothers, "partial flag (another group's)"))
+            return 0;
+        weft_shm_all_started(sh, x->k0); /* every group's partial needed every member's input */
+        if (!x->rc) x->rc = check_lens(x, others, x->nothers);
+        if (!x->rc) {
+            /* others[] holds one rank per group, this rank's own group included */
+            reduce_heads(x, op, x->recv, others, x->ngroups);
+            weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
+        }
+        break;
+    }
+    default: return WEFT_ERR_INTERNAL;
+    }
+    weft_shm_op_end(op);
+    return x->rc ? x->rc : 1;
+}
+
+static int build_allread(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    weft_shm_t *sh = a->count ? weft_shm_get(a->comm, a->bytes) : NULL;
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    allread_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), sizeof(int) * 2 * (size_t)sh->n, "allreduce_shm_allread");
+    if (!x) return WEFT_ERR_NO_MEMORY;
+    x->send = a->sendbuf;
+    x->recv = a->recvbuf;
+    x->count = a->count;
+    x->bytes = a->bytes;
+    x->dtype = (int)a->dtype;
+    x->rop = (int)a->op;
+    x->members = weft_shm_op_extra(x, sizeof(*x));
+    /* Two sequence numbers whenever groups are possible (the radix is
+     * known only once attached, the numbers are taken before); in one
+     * group the second stays unused and is ended with the first. */
+    x->op.nk = sh->n > 2 ? 2 : 1;
+    return weft_sched_poll(s, step_allread, x);
 }
 
 const weft_coll_alg_t weft_alg_allreduce_shm = {
@@ -19,4 +203,13 @@ const weft_coll_alg_t weft_alg_allreduce_shm = {
         "one node: slots in a shared segment, up a flag tree (chunked from 2 KiB on 4+ ranks), 64 KiB pieces over "
         "a slot",
     .build = build,
+};
+
+const weft_coll_alg_t weft_alg_allreduce_shm_allread = {
+    .name = "shm_allread",
+    .kind = WEFT_COLL_ALLREDUCE,
+    .description = "one node: every rank writes its input beside its flag in a shared segment and reduces the inputs "
+                   "itself (over WEFT_SHM_RADIX ranks in two rounds: groups, then one partial per group); small "
+                   "vectors, up to one slot",
+    .build = build_allread,
 };

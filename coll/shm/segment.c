@@ -345,6 +345,11 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
 {
     uint64_t theirs = weft_shm_head(op, r)->len;
     if (theirs == len) return 0;
+    if (root < 0) /* no tree: every rank reads every member */
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: rank %d has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "
+                          "counts)",
+                          alg, r, (unsigned long long)theirs, (unsigned long long)len);
     return weft_error(WEFT_ERR_ARG,
                       "%s: rank %d (%s, root %d) has a %llu-byte message, this rank's is %llu bytes (the ranks passed "
                       "different counts)",
@@ -385,6 +390,26 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
     if (bad) return bad;
     memcpy(dst, src, bytes);
     return 1;
+}
+
+int weft_shm_wait_heads(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count, const char *flag)
+{
+    weft_shm_t *sh = op->sh;
+    uint64_t want = 2 * op->k + (uint64_t)ev;
+    int late = -1;
+    if (!ranks) count = sh->n;
+    for (int i = op->seen; i < count; i++) {
+        int r = ranks ? ranks[i] : i;
+        if (atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) < want && late < 0) late = i;
+    }
+    if (late < 0) {
+        op->seen = 0;
+        if (!ranks) weft_shm_all_started(sh, op->k);
+        return 1;
+    }
+    op->seen = late;
+    weft_sched_waiting_flag(s, ranks ? ranks[late] : late, flag);
+    return 0;
 }
 
 int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag)
@@ -517,6 +542,8 @@ static void reduce_slots(shm_reduce_t *x, void *dst, size_t off, size_t len)
 {
     weft_shm_op_t *op = &x->op;
     size_t at = off * x->esize;
+    for (int r = 0; r < op->sh->n; r++)
+        weft_shm_prefetch(weft_shm_slot(op, r) + at, len * x->esize);
     weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, weft_shm_slot(op, 0) + at,
                     weft_shm_slot(op, 1) + at, len);
     for (int r = 2; r < op->sh->n; r++)
@@ -533,6 +560,8 @@ static void reduce_children(shm_reduce_t *x, void *dst, int v, int root)
     weft_shm_t *sh = op->sh;
     size_t bytes = x->count * x->esize;
     const void *acc = x->send;
+    if (bytes > WEFT_SHM_INLINE)
+        WEFT_SHM_FOR_CHILDREN(sh, v, root, c, { weft_shm_prefetch(weft_shm_buf(op, c, bytes), bytes); });
     WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
         weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, acc, weft_shm_buf(op, c, bytes), x->count);
         acc = dst;
