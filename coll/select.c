@@ -64,11 +64,16 @@ static const char default_rules[] =
     "bcast:2m-inf:nodes=1:shm_cma,"
     "bcast:nodes=1:shm,"
     "reduce:0-512k:nodes=1:shm,"
-    /* every rank reduces every input itself: faster than the tree below 2
-     * KiB at 8 ranks, 1 KiB at 16, 64 B at 32 (n times the reads) */
+    /* every rank reduces the inputs itself (two rounds over WEFT_SHM_RADIX
+     * ranks): faster than the tree below 2 KiB at 8 ranks, below 1 KiB at
+     * 16 and 32 (at 32, one round was up to 1.8x slower than two) */
     "allreduce:0-2k:np=2-8:nodes=1:shm_allread,"
-    "allreduce:0-1k:np=9-16:nodes=1:shm_allread,"
-    "allreduce:0-64:np=17-32:nodes=1:shm_allread,"
+    "allreduce:0-1k:np=9-32:nodes=1:shm_allread,"
+    /* Rabenseifner over UCX measured 1.2x faster than the slot pieces at
+     * 256 KiB on 32 ranks, 1.1-1.25x faster than shm_cma at 512 KiB - 1
+     * MiB on 8 */
+    "allreduce:256k-512k:np=17-32:nodes=1:rabenseifner,"
+    "allreduce:512k-2m:np=2-8:nodes=1:rabenseifner,"
     "allreduce:0-512k:nodes=1:shm,"
     "allgather:0-16k:nodes=1:shm,"
     "reduce_scatter:0-16k:nodes=1:shm,"

@@ -63,8 +63,10 @@ static const var_t vars[] = {
      "0: the single-copy shared-memory collectives (shm_cma, process_vm_readv) decline and the base algorithms run",
      FIELD(shm_cma), 0},
     {"WEFT_SHM_RADIX", VAR_INT, "8",
-     "radix of the shared-memory flag trees (barrier, bcast, reduce, small allreduce; groups of this many "
-     "consecutive ranks meet first); 2 or more; the segment's creator decides for every member",
+     "radix of the shared-memory flag trees (tree barrier, bcast, reduce, small allreduce; groups of this many "
+     "consecutive ranks meet first) and group size of shm_allread allreduce (over this many ranks it reads in "
+     "two rounds: its group's inputs, then one partial per group); 2 or more; the segment's creator decides for "
+     "every member",
      FIELD(shm_radix), 0},
     {"WEFT_SHM_CHUNK_MIN", VAR_INT, "2048",
      "shared-memory allreduce: vectors from this many bytes (on 4 or more ranks) are reduced one chunk per rank; "
