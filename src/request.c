@@ -31,6 +31,16 @@ weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t com
     return req;
 }
 
+int weft_request_reserve(void)
+{
+    if (free_list) return WEFT_SUCCESS;
+    weft_request_t req = malloc(sizeof(*req));
+    if (!req) return weft_error(WEFT_ERR_NO_MEMORY, "out of memory for a request");
+    req->next_free = NULL;
+    free_list = req;
+    return WEFT_SUCCESS;
+}
+
 void weft_request_release(weft_request_t req)
 {
     if (req->comm) req->comm->pending--;

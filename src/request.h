@@ -45,6 +45,10 @@ struct weft_request_s {
 };
 
 weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm);
+/* Makes sure the next weft_request_alloc needs no malloc (one request is
+ * kept free): for a caller that must not fail to allocate later, after it
+ * changed state it cannot undo. WEFT_SUCCESS or WEFT_ERR_NO_MEMORY. */
+int weft_request_reserve(void);
 /* Returns a request to the free list (the owner has nothing left in it). */
 void weft_request_release(weft_request_t req);
 /* Marks the request complete with `error` (WEFT_SUCCESS or a status). */

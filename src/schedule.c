@@ -613,6 +613,9 @@ static int local_only(const weft_sched_t *s)
  * UCX and every active schedule, and other requests still advance (every
  * 256 measured the same as 16 at 8-32 ranks). */
 #define INLINE_PROGRESS_EVERY 16
+/* The most polls inline (with WEFT_SPIN_BEFORE_YIELD set very high, the
+ * ordinary wait still reads the clock: deadlines and liveness hold). */
+#define INLINE_POLLS_MAX 4096u
 
 int weft_sched_run(weft_sched_t *s)
 {
@@ -628,7 +631,14 @@ int weft_sched_run(weft_sched_t *s)
      * ordinary started schedule and the ordinary wait takes over (its
      * deadline, liveness checks, yielding, timeout message). */
     if (local_only(s)) {
+        /* The steps take shared-memory sequence numbers and publish flags:
+         * the handover must not fail for want of a request after that. */
+        if ((rc = weft_request_reserve())) {
+            sched_free(s);
+            return rc;
+        }
         unsigned polls = 0, limit = weft_cfg.spin_before_yield > 0 ? (unsigned)weft_cfg.spin_before_yield : 1;
+        if (limit > INLINE_POLLS_MAX) limit = INLINE_POLLS_MAX;
         for (;;) {
             rc = run_locals(s);
             if (rc != SCHED_PENDING) {

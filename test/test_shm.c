@@ -588,6 +588,36 @@ Test(shm, mismatched_counts, .timeout = 120)
         run_mismatch(&cases[i]);
 }
 
+/* Counts on both sides of a selection threshold (an erroneous call): with
+ * the default table on 3 ranks, 2000 bytes run shm_allread and 2080 the
+ * tree. Every rank gets WEFT_ERR_ARG at once (the allread ranks see the
+ * tree rank's partial and its unmarked length, the tree rank sees the
+ * root's marked one), none waits for the timeout. */
+static int body_mixed_rules(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    static int32_t in[520], out[520];
+    for (int i = 0; i < 520; i++)
+        in[i] = i;
+    double t0 = weft_wtime();
+    int rc = weft_allreduce(in, out, rank == 2 ? 520 : 500, WEFT_INT32, WEFT_SUM, weft_comm_world());
+    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "the ranks passed different counts"),
+             "rank %d: %d (%s)", rank, rc, weft_last_error());
+    TH_CHECK(weft_wtime() - t0 < 5, "rank %d: the error took %.1f s", rank, weft_wtime() - t0);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, mixed_rules_fail_fast, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    th_result_t res = th_run(3, body_mixed_rules, NULL, 40, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
 #define RANKS_TEST(name, body, N, t)                                                                                   \
     Test(shm, name##_##N, .timeout = 60)                                                                               \
     {                                                                                                                  \

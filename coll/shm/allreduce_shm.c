@@ -46,6 +46,13 @@ typedef struct {
 /* A partial whose group saw ranks with different lengths: the round-2
  * readers fail too, so nobody takes wrong bytes and nobody waits. */
 #define ALLREAD_BAD_LEN UINT64_MAX
+/* Heads are published as RESULT (2k + 2) but awaited from PARTIAL on: a
+ * rank that ran a tree algorithm for the same call (an erroneous one)
+ * raises only its PARTIAL, and the length check then fails everyone
+ * instead of leaving this rank waiting. */
+#define ALLREAD_EVENT WEFT_SHM_PARTIAL
+/* The length this rank publishes and expects (marked: segment.h). */
+#define ALLREAD_LEN(x) ((uint64_t)(x)->bytes | WEFT_SHM_LEN_ALLREAD)
 
 /* 0 when each of the ranks' heads (slot of op->k) says len, else an
  * error naming the first that differs. */
@@ -53,13 +60,19 @@ static int check_lens(allread_t *x, const int *ranks, int count)
 {
     for (int i = 0; i < count; i++) {
         int r = ranks ? ranks[i] : i;
-        if (weft_shm_head(&x->op, r)->len == ALLREAD_BAD_LEN)
+        uint64_t theirs = weft_shm_head(&x->op, r)->len;
+        if (theirs == ALLREAD_LEN(x)) continue;
+        if (theirs == ALLREAD_BAD_LEN)
             return weft_error(WEFT_ERR_ARG,
                               "allreduce_shm_allread: rank %d's group has ranks with other lengths (the ranks passed "
                               "different counts)",
                               r);
-        int rc = weft_shm_len_mismatch(&x->op, r, -1, x->bytes, "allreduce_shm_allread");
-        if (rc) return rc;
+        if (!(theirs & WEFT_SHM_LEN_ALLREAD)) /* another algorithm's head: its message says so */
+            return weft_shm_len_mismatch(&x->op, r, -1, ALLREAD_LEN(x), "allreduce_shm_allread");
+        return weft_error(WEFT_ERR_ARG,
+                          "allreduce_shm_allread: rank %d has a %llu-byte message, this rank's is %zu bytes (the "
+                          "ranks passed different counts)",
+                          r, (unsigned long long)(theirs & ~WEFT_SHM_LEN_ALLREAD), x->bytes);
     }
     return 0;
 }
@@ -122,12 +135,12 @@ static int step_allread(weft_sched_t *s, void *arg)
     case 1:
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         memcpy(weft_shm_buf(op, sh->me, x->bytes), x->send, x->bytes);
-        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->bytes);
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, ALLREAD_LEN(x));
         op->phase = 2;
         /* fall through */
     case 2:
         if (x->ngroups == 1) { /* every member's input, in rank order */
-            if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, NULL, 0, "input flag")) return 0;
+            if (!weft_shm_wait_heads(s, op, ALLREAD_EVENT, NULL, 0, "input flag")) return 0;
             x->rc = check_lens(x, NULL, sh->n); /* every rank checks every length: all fail */
             if (!x->rc) {
                 reduce_heads(x, op, x->recv, NULL, sh->n);
@@ -139,7 +152,7 @@ static int step_allread(weft_sched_t *s, void *arg)
             }
             break;
         }
-        if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, x->members, x->nmembers, "input flag (its group's)"))
+        if (!weft_shm_wait_heads(s, op, ALLREAD_EVENT, x->members, x->nmembers, "input flag (its group's)"))
             return 0;
         x->rc = check_lens(x, x->members, x->nmembers);
         op->phase = 3;
@@ -153,13 +166,13 @@ static int step_allread(weft_sched_t *s, void *arg)
         }
         if (!x->rc) reduce_heads(x, &r1, weft_shm_buf(op, sh->me, x->bytes), x->members, x->nmembers);
         weft_shm_op_end(&r1); /* round 1's slots are read */
-        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->rc ? ALLREAD_BAD_LEN : x->bytes);
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->rc ? ALLREAD_BAD_LEN : ALLREAD_LEN(x));
         op->phase = 4;
     }
         /* fall through */
     case 4: { /* one partial of each group, in group order */
         const int *others = x->members + x->nmembers;
-        if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, others, x->nothers, "partial flag (another group's)"))
+        if (!weft_shm_wait_heads(s, op, ALLREAD_EVENT, others, x->nothers, "partial flag (another group's)"))
             return 0;
         weft_shm_all_started(sh, x->k0); /* every group's partial needed every member's input */
         if (!x->rc) x->rc = check_lens(x, others, x->nothers);

@@ -345,6 +345,11 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
 {
     uint64_t theirs = weft_shm_head(op, r)->len;
     if (theirs == len) return 0;
+    if ((theirs ^ len) & WEFT_SHM_LEN_ALLREAD)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: rank %d ran another shared-memory algorithm for this call (one of them shm_allread: "
+                          "their counts fall under different selection rules; the ranks passed different counts)",
+                          alg, r);
     if (root < 0) /* no tree: every rank reads every member */
         return weft_error(WEFT_ERR_ARG,
                           "%s: rank %d has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "

@@ -269,6 +269,11 @@ void weft_shm_record(weft_shm_op_t *op, int readers, int root);
  * step. */
 int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
                        const char *alg, const char *flag);
+/* shm_allread marks the lengths it publishes with this bit, so a rank that
+ * ran another shared-memory algorithm for the same call (ranks whose
+ * counts fall on both sides of a selection threshold: an erroneous call)
+ * sees a mismatch instead of taking the other's flags for its own. */
+#define WEFT_SHM_LEN_ALLREAD ((uint64_t)1 << 62)
 /* 0 when rank r's head (slot of collective op->k) carries message length
  * len, else an error naming both lengths (an erroneous call: ranks passed
  * different counts; root < 0: a pattern without a tree). */
