@@ -20,7 +20,12 @@
  *                   sums them in rank order
  *   ar-allread-osu  ar-allread with a tree barrier after each call, outside
  *                   the timed part (the OSU loop)
- *   ar-tree-osu     ar-tree, the same */
+ *   ar-tree-osu     ar-tree, the same
+ *   arb-allread     ar-allread-osu of -b bytes of floats: up to 48 bytes
+ *                   beside the flag, larger in a separate buffer per slot
+ *                   (coll/shm's layout), prefetched before the sum
+ *   arb-tree        ar-tree-osu of -b bytes the same way (partials up the
+ *                   tree, the root's result copied by all) */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -48,10 +53,12 @@ typedef struct {
     line_t bar[MAXR];     /* the OSU loop's separate barrier */
     line_t barrel[MAXR];
     line_t slot[MAXR][4]; /* ar-allread: a ring of 4 slots per rank */
+    float body[MAXR][4][1024] __attribute__((aligned(4096))); /* arb-*: bodies of up to 4 KiB */
     double result[MAXR];
 } shared_t;
 
 static int n = 8, iters = 100000, radix = 8, first = 0, step = 1;
+static size_t bytes = 8;
 static shared_t *S;
 
 static double now(void)
@@ -192,6 +199,84 @@ static double ar_allread(int me, uint64_t k, double x)
     return acc;
 }
 
+/* where rank r's payload of slot b lives: beside the flag up to 48 bytes */
+static float *payload(int r, int b)
+{
+    return bytes <= 48 ? (float *)((char *)&S->slot[r][b] + 16) : S->body[r][b];
+}
+
+static void prefetch(const void *p, size_t len)
+{
+    for (size_t i = 0; i < len; i += 64)
+        __builtin_prefetch((const char *)p + i, 0, 3);
+}
+
+static float out_buf[1024], in_buf[1024];
+
+static void arb_allread(int me, uint64_t k)
+{
+    size_t m = bytes / sizeof(float);
+    int b = (int)(k % 4);
+    while (k > 4 && min_done < k - 4) {
+        uint64_t lo = UINT64_MAX;
+        for (int r = 0; r < n; r++) {
+            uint64_t d = atomic_load_explicit(&S->release[r].seq, memory_order_acquire);
+            if (d < lo) lo = d;
+        }
+        min_done = lo;
+    }
+    memcpy(payload(me, b), in_buf, bytes);
+    atomic_store_explicit(&S->slot[me][b].seq, k, memory_order_release);
+    for (;;) {
+        int ok = 1;
+        for (int r = 0; r < n; r++)
+            ok &= atomic_load_explicit(&S->slot[r][b].seq, memory_order_acquire) >= k;
+        if (ok) break;
+    }
+    if (bytes > 48)
+        for (int r = 0; r < n; r++)
+            prefetch(payload(r, b), bytes);
+    memcpy(out_buf, payload(0, b), bytes);
+    for (int r = 1; r < n; r++) {
+        const float *p = payload(r, b);
+        for (size_t i = 0; i < m; i++)
+            out_buf[i] += p[i];
+    }
+    if (min_done < k - 1) min_done = k - 1;
+    atomic_store_explicit(&S->release[me].seq, k, memory_order_relaxed);
+}
+
+static void arb_tree(int me, uint64_t k)
+{
+    size_t m = bytes / sizeof(float);
+    int b = (int)(k % 4), kids[MAXR], nk = 0;
+    for (long st = 1; st < n && me % (st * radix) == 0; st *= radix)
+        for (long j = 1; j < radix && me + j * st < n; j++)
+            kids[nk++] = (int)(me + j * st);
+    /* slot b was read in call k - 4 by the parent (or, at the root, by all):
+     * the OSU barrier between calls already orders that */
+    uint64_t t = 2 * k + 1;
+    for (;;) {
+        int ok = 1;
+        for (int i = 0; i < nk; i++)
+            ok &= atomic_load_explicit(&S->slot[kids[i]][b].seq, memory_order_acquire) >= t;
+        if (ok) break;
+    }
+    float *mine = payload(me, b);
+    if (bytes > 48)
+        for (int i = 0; i < nk; i++)
+            prefetch(payload(kids[i], b), bytes);
+    memcpy(mine, in_buf, bytes);
+    for (int i = 0; i < nk; i++) {
+        const float *p = payload(kids[i], b);
+        for (size_t j = 0; j < m; j++)
+            mine[j] += p[j];
+    }
+    atomic_store_explicit(&S->slot[me][b].seq, me == 0 ? 2 * k + 2 : t, memory_order_release);
+    if (me != 0) wait_ge(&S->slot[0][b].seq, 2 * k + 2);
+    memcpy(out_buf, payload(0, b), bytes);
+}
+
 static double run(const char *proto, int me)
 {
     uint64_t k = 0, bk = 0;
@@ -222,11 +307,15 @@ static double run(const char *proto, int me)
             proto_dissem(me, k);
         } else if (!strncmp(proto, "ar-tree", 7)) {
             sink += ar_tree(me, k, me + 1.0);
+        } else if (!strcmp(proto, "arb-allread")) {
+            arb_allread(me, k);
+        } else if (!strcmp(proto, "arb-tree")) {
+            arb_tree(me, k);
         } else if (!strncmp(proto, "ar-allread", 10)) {
             sink += ar_allread(me, k, me + 1.0);
         }
         t += now() - t0;
-        if (strstr(proto, "-osu")) tree_barrier(S->bar, S->barrel, me, ++bk);
+        if (strstr(proto, "-osu") || !strncmp(proto, "arb-", 4)) tree_barrier(S->bar, S->barrel, me, ++bk);
     }
     if (sink < 0) printf("%g\n", sink);
     return t / iters;
@@ -235,18 +324,19 @@ static double run(const char *proto, int me)
 int main(int argc, char **argv)
 {
     int c;
-    while ((c = getopt(argc, argv, "n:i:r:f:s:")) != -1) {
+    while ((c = getopt(argc, argv, "n:i:r:f:s:b:")) != -1) {
         switch (c) {
         case 'n': n = atoi(optarg); break;
         case 'i': iters = atoi(optarg); break;
         case 'r': radix = atoi(optarg); break;
         case 'f': first = atoi(optarg); break;
         case 's': step = atoi(optarg); break;
+        case 'b': bytes = (size_t)atol(optarg); break;
         default: fprintf(stderr, "usage: %s [-n ranks] [-i iters] [-r radix] [-f cpu] [-s step] PROTO...\n", argv[0]); return 2;
         }
     }
-    if (n < 2 || n > MAXR || radix < 2) {
-        fprintf(stderr, "shm-floor: 2 <= n <= %d and radix >= 2\n", MAXR);
+    if (n < 2 || n > MAXR || radix < 2 || bytes < 4 || bytes > 4096 || bytes % 4) {
+        fprintf(stderr, "shm-floor: 2 <= n <= %d, radix >= 2, bytes a multiple of 4 in 4..4096\n", MAXR);
         return 2;
     }
     for (int a = optind; a < argc; a++) {
@@ -282,7 +372,7 @@ int main(int argc, char **argv)
         double a0 = runs[0], a1 = runs[1], a2 = runs[2], med = a0;
         if ((a0 <= a1 && a1 <= a2) || (a2 <= a1 && a1 <= a0)) med = a1;
         else if ((a0 <= a2 && a2 <= a1) || (a1 <= a2 && a2 <= a0)) med = a2;
-        printf("%-16s n %3d radix %2d  %8.3f us  (runs %.3f %.3f %.3f)\n", proto, n, radix, med, runs[0], runs[1],
+        printf("%-16s n %3d radix %2d b %4zu %8.3f us  (runs %.3f %.3f %.3f)\n", proto, n, radix, bytes, med, runs[0], runs[1],
                runs[2]);
         fflush(stdout);
     }
