@@ -44,7 +44,8 @@ static const var_t vars[] = {
     {"WEFT_LOG_LEVEL", VAR_LOGLEVEL, "warn", "error, warn, info, debug or trace", FIELD(log_level), 0},
     {"WEFT_SPIN_BEFORE_YIELD", VAR_INT_AUTO, "auto",
      "empty progress polls before a waiting rank yields its core; auto: 2000, or 1 when this machine runs more ranks "
-     "than it has CPUs (oversubscribed; ranks of simulated nodes on it count together)",
+     "than it has CPUs (oversubscribed; ranks of simulated nodes on it count together); a blocking shared-memory "
+     "collective also polls inline for this many polls (at most 4096) before the ordinary wait takes over",
      FIELD(spin_before_yield), 0},
     {"WEFT_HOST_ID", VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
