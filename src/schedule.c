@@ -407,6 +407,11 @@ static void unlink_active(weft_sched_t *s)
         }
 }
 
+static void log_end(const weft_sched_t *s, int rc)
+{
+    if (rc != WEFT_SUCCESS) weft_debug("collective %s (comm %s) failed: %s", s->name, s->comm->name, weft_strerror(rc));
+}
+
 /* Finishes the schedule: completes (or, if orphaned, releases) its request. */
 static void finish(weft_sched_t *s, int rc)
 {
@@ -414,7 +419,7 @@ static void finish(weft_sched_t *s, int rc)
     unlink_active(s);
     abandon_round(s);
     abandon_children(s);
-    if (rc != WEFT_SUCCESS) weft_debug("collective %s (comm %s) failed: %s", s->name, s->comm->name, weft_strerror(rc));
+    log_end(s, rc);
     req->owner_data = NULL;
     sched_free(s);
     if (req->orphaned)
@@ -643,8 +648,7 @@ int weft_sched_run(weft_sched_t *s)
             rc = run_locals(s);
             if (rc != SCHED_PENDING) {
                 s->comm->coll_seq++; /* as weft_sched_start: the numbering stays the same on every rank */
-                if (rc != WEFT_SUCCESS)
-                    weft_debug("collective %s (comm %s) failed: %s", s->name, s->comm->name, weft_strerror(rc));
+                log_end(s, rc);
                 weft_comm_t comm = s->comm;
                 sched_free(s);
                 if (rc) weft_comm_error_policy(comm, rc);

@@ -67,12 +67,7 @@ static int check_lens(allread_t *x, const int *ranks, int count)
                               "allreduce_shm_allread: rank %d's group has ranks with other lengths (the ranks passed "
                               "different counts)",
                               r);
-        if (!(theirs & WEFT_SHM_LEN_ALLREAD)) /* another algorithm's head: its message says so */
-            return weft_shm_len_mismatch(&x->op, r, -1, ALLREAD_LEN(x), "allreduce_shm_allread");
-        return weft_error(WEFT_ERR_ARG,
-                          "allreduce_shm_allread: rank %d has a %llu-byte message, this rank's is %zu bytes (the "
-                          "ranks passed different counts)",
-                          r, (unsigned long long)(theirs & ~WEFT_SHM_LEN_ALLREAD), x->bytes);
+        return weft_shm_len_mismatch(&x->op, r, -1, ALLREAD_LEN(x), "allreduce_shm_allread");
     }
     return 0;
 }

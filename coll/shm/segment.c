@@ -350,6 +350,8 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
                           "%s: rank %d ran another shared-memory algorithm for this call (one of them shm_allread: "
                           "their counts fall under different selection rules; the ranks passed different counts)",
                           alg, r);
+    theirs &= ~WEFT_SHM_LEN_ALLREAD; /* both marked: the lengths themselves */
+    len &= ~WEFT_SHM_LEN_ALLREAD;
     if (root < 0) /* no tree: every rank reads every member */
         return weft_error(WEFT_ERR_ARG,
                           "%s: rank %d has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "

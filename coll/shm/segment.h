@@ -276,7 +276,8 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
 #define WEFT_SHM_LEN_ALLREAD ((uint64_t)1 << 62)
 /* 0 when rank r's head (slot of collective op->k) carries message length
  * len, else an error naming both lengths (an erroneous call: ranks passed
- * different counts; root < 0: a pattern without a tree). */
+ * different counts; root < 0: a pattern without a tree), or saying that
+ * only one of them is marked WEFT_SHM_LEN_ALLREAD. */
 int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg);
 /* After every member's arrival (weft_shm_contribute): 0 when all
  * contributed messages of length len (its low 32 bits), or an error naming

@@ -82,19 +82,32 @@ static int parent(int v)
     return v - ((v / p) % radix) * p;
 }
 
-/* every child of v: their seq >= v (loads of all, then judged) */
-static void wait_children(line_t *lines, int v, uint64_t t)
+/* v's children in the radix tree (coll/shm's order); their number */
+static int children(int v, int *kids)
 {
-    int kids[MAXR], nk = 0;
+    int nk = 0;
     for (long st = 1; st < n && v % (st * radix) == 0; st *= radix)
         for (long j = 1; j < radix && v + j * st < n; j++)
             kids[nk++] = (int)(v + j * st);
+    return nk;
+}
+
+/* until the seq of line base[r * stride] is >= t for each r in ranks
+ * (NULL: 0..count-1): every line loaded, then judged */
+static void wait_all(line_t *base, int stride, const int *ranks, int count, uint64_t t)
+{
     for (;;) {
         int ok = 1;
-        for (int i = 0; i < nk; i++)
-            ok &= atomic_load_explicit(&lines[kids[i]].seq, memory_order_acquire) >= t;
+        for (int i = 0; i < count; i++)
+            ok &= atomic_load_explicit(&base[(ranks ? ranks[i] : i) * stride].seq, memory_order_acquire) >= t;
         if (ok) return;
     }
+}
+
+static void wait_children(line_t *lines, int v, uint64_t t)
+{
+    int kids[MAXR], nk = children(v, kids);
+    wait_all(lines, 1, kids, nk, t);
 }
 
 static void tree_barrier(line_t *arr, line_t *rel, int me, uint64_t k)
@@ -121,12 +134,7 @@ static void proto_tree_down(int me, uint64_t k)
 static void proto_allread(int me, uint64_t k)
 {
     atomic_store_explicit(&S->arrive[me].seq, k, memory_order_release);
-    for (;;) {
-        int ok = 1;
-        for (int r = 0; r < n; r++)
-            ok &= atomic_load_explicit(&S->arrive[r].seq, memory_order_acquire) >= k;
-        if (ok) return;
-    }
+    wait_all(S->arrive, 1, NULL, n, k);
 }
 
 static void proto_dissem(int me, uint64_t k)
@@ -144,17 +152,9 @@ static void proto_dissem(int me, uint64_t k)
 static double ar_tree(int me, uint64_t k, double x)
 {
     /* partial = x + children's partials (in child order), up to 0 */
-    int kids[MAXR], nk = 0;
-    for (long st = 1; st < n && me % (st * radix) == 0; st *= radix)
-        for (long j = 1; j < radix && me + j * st < n; j++)
-            kids[nk++] = (int)(me + j * st);
+    int kids[MAXR], nk = children(me, kids);
     uint64_t t = 2 * k + 1;
-    for (;;) {
-        int ok = 1;
-        for (int i = 0; i < nk; i++)
-            ok &= atomic_load_explicit(&S->arrive[kids[i]].seq, memory_order_acquire) >= t;
-        if (ok) break;
-    }
+    wait_all(S->arrive, 1, kids, nk, t);
     double acc = x;
     for (int i = 0; i < nk; i++)
         acc += S->arrive[kids[i]].val;
@@ -169,10 +169,12 @@ static double ar_tree(int me, uint64_t k, double x)
     return S->release[0].val;
 }
 
-static uint64_t min_done; /* ar-allread: a lower bound of every rank's done */
-static double ar_allread(int me, uint64_t k, double x)
+static uint64_t min_done; /* allread: a lower bound of every rank's done */
+
+/* allread's slot k % 4 was last read in call k - 4: waits until every
+ * rank's done (its release line) is >= k - 4 */
+static void reuse_wait(uint64_t k)
 {
-    /* slot k % 4 was last read in call k - 4: every rank's done >= k - 4 */
     while (k > 4 && min_done < k - 4) {
         uint64_t m = UINT64_MAX;
         for (int r = 0; r < n; r++) {
@@ -181,21 +183,27 @@ static double ar_allread(int me, uint64_t k, double x)
         }
         min_done = m;
     }
+}
+
+/* after every rank's input of call k was seen: every rank finished k - 1,
+ * and this one finished k */
+static void allread_done(int me, uint64_t k)
+{
+    if (min_done < k - 1) min_done = k - 1;
+    atomic_store_explicit(&S->release[me].seq, k, memory_order_relaxed);
+}
+
+static double ar_allread(int me, uint64_t k, double x)
+{
+    reuse_wait(k);
     line_t *mine = &S->slot[me][k % 4];
     mine->val = x;
     atomic_store_explicit(&mine->seq, k, memory_order_release);
-    for (;;) {
-        int ok = 1;
-        for (int r = 0; r < n; r++)
-            ok &= atomic_load_explicit(&S->slot[r][k % 4].seq, memory_order_acquire) >= k;
-        if (ok) break;
-    }
+    wait_all(&S->slot[0][k % 4], 4, NULL, n, k);
     double acc = 0;
     for (int r = 0; r < n; r++)
         acc += S->slot[r][k % 4].val;
-    /* every rank reached k, so every rank finished k - 1 */
-    if (min_done < k - 1) min_done = k - 1;
-    atomic_store_explicit(&S->release[me].seq, k, memory_order_relaxed);
+    allread_done(me, k);
     return acc;
 }
 
@@ -217,22 +225,10 @@ static void arb_allread(int me, uint64_t k)
 {
     size_t m = bytes / sizeof(float);
     int b = (int)(k % 4);
-    while (k > 4 && min_done < k - 4) {
-        uint64_t lo = UINT64_MAX;
-        for (int r = 0; r < n; r++) {
-            uint64_t d = atomic_load_explicit(&S->release[r].seq, memory_order_acquire);
-            if (d < lo) lo = d;
-        }
-        min_done = lo;
-    }
+    reuse_wait(k);
     memcpy(payload(me, b), in_buf, bytes);
     atomic_store_explicit(&S->slot[me][b].seq, k, memory_order_release);
-    for (;;) {
-        int ok = 1;
-        for (int r = 0; r < n; r++)
-            ok &= atomic_load_explicit(&S->slot[r][b].seq, memory_order_acquire) >= k;
-        if (ok) break;
-    }
+    wait_all(&S->slot[0][b], 4, NULL, n, k);
     if (bytes > 48)
         for (int r = 0; r < n; r++)
             prefetch(payload(r, b), bytes);
@@ -242,26 +238,17 @@ static void arb_allread(int me, uint64_t k)
         for (size_t i = 0; i < m; i++)
             out_buf[i] += p[i];
     }
-    if (min_done < k - 1) min_done = k - 1;
-    atomic_store_explicit(&S->release[me].seq, k, memory_order_relaxed);
+    allread_done(me, k);
 }
 
 static void arb_tree(int me, uint64_t k)
 {
     size_t m = bytes / sizeof(float);
-    int b = (int)(k % 4), kids[MAXR], nk = 0;
-    for (long st = 1; st < n && me % (st * radix) == 0; st *= radix)
-        for (long j = 1; j < radix && me + j * st < n; j++)
-            kids[nk++] = (int)(me + j * st);
+    int b = (int)(k % 4), kids[MAXR], nk = children(me, kids);
     /* slot b was read in call k - 4 by the parent (or, at the root, by all):
      * the OSU barrier between calls already orders that */
     uint64_t t = 2 * k + 1;
-    for (;;) {
-        int ok = 1;
-        for (int i = 0; i < nk; i++)
-            ok &= atomic_load_explicit(&S->slot[kids[i]][b].seq, memory_order_acquire) >= t;
-        if (ok) break;
-    }
+    wait_all(&S->slot[0][b], 4, kids, nk, t);
     float *mine = payload(me, b);
     if (bytes > 48)
         for (int i = 0; i < nk; i++)
@@ -334,6 +321,13 @@ int main(int argc, char **argv)
         case 'b': bytes = (size_t)atol(optarg); break;
         default: fprintf(stderr, "usage: %s [-n ranks] [-i iters] [-r radix] [-f cpu] [-s step] PROTO...\n", argv[0]); return 2;
         }
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (first < 0 || step < 1 || first + (long)(n - 1) * step >= cpus) {
+        /* spinning ranks that share a CPU measure the scheduler, not the protocol */
+        fprintf(stderr, "shm-floor: ranks on CPUs %d..%ld (step %d), but only CPUs 0..%ld are online\n", first,
+                first + (long)(n - 1) * step, step, cpus - 1);
+        return 2;
     }
     if (n < 2 || n > MAXR || radix < 2 || bytes < 4 || bytes > 4096 || bytes % 4) {
         fprintf(stderr, "shm-floor: 2 <= n <= %d, radix >= 2, bytes a multiple of 4 in 4..4096\n", MAXR);
