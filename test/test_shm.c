@@ -589,10 +589,12 @@ Test(shm, mismatched_counts, .timeout = 120)
 }
 
 /* Counts on both sides of a selection threshold (an erroneous call): with
- * the default table on 3 ranks, 2000 bytes run shm_allread and 2080 the
- * tree. Every rank gets WEFT_ERR_ARG at once (the allread ranks see the
- * tree rank's partial and its unmarked length, the tree rank sees the
- * root's marked one), none waits for the timeout. */
+ * the default table, 2000 bytes run shm_allread and 2080 the shm
+ * algorithm: up the tree on 3 ranks, chunked on 4. Every rank gets
+ * WEFT_ERR_ARG at once (each sees a length marked for another algorithm
+ * in a head it waits for: the allread ranks the tree rank's partial or
+ * the chunked rank's input, the tree rank the root's result, the chunked
+ * rank the allread ranks' inputs), none waits for the timeout. */
 static int body_mixed_rules(int rank, int size, void *arg)
 {
     (void)arg;
@@ -610,13 +612,15 @@ static int body_mixed_rules(int rank, int size, void *arg)
     return 0;
 }
 
-Test(shm, mixed_rules_fail_fast, .timeout = 60)
+static void run_mixed_rules(int n)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
-    th_result_t res = th_run(3, body_mixed_rules, NULL, 40, env);
+    th_result_t res = th_run(n, body_mixed_rules, NULL, 40, env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
 }
+Test(shm, mixed_rules_fail_fast, .timeout = 60) { run_mixed_rules(3); }
+Test(shm, mixed_rules_fail_fast_chunked, .timeout = 60) { run_mixed_rules(4); }
 
 #define RANKS_TEST(name, body, N, t)                                                                                   \
     Test(shm, name##_##N, .timeout = 60)                                                                               \

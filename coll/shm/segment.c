@@ -345,13 +345,16 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
 {
     uint64_t theirs = weft_shm_head(op, r)->len;
     if (theirs == len) return 0;
-    if ((theirs ^ len) & WEFT_SHM_LEN_ALLREAD)
+    if ((theirs ^ len) & WEFT_SHM_LEN_MARKS)
         return weft_error(WEFT_ERR_ARG,
-                          "%s: rank %d ran another shared-memory algorithm for this call (one of them shm_allread: "
-                          "their counts fall under different selection rules; the ranks passed different counts)",
-                          alg, r);
-    theirs &= ~WEFT_SHM_LEN_ALLREAD; /* both marked: the lengths themselves */
-    len &= ~WEFT_SHM_LEN_ALLREAD;
+                          "%s: rank %d ran another shared-memory algorithm for this call (%s; their counts fall "
+                          "under different selection rules: the ranks passed different counts)",
+                          alg, r,
+                          theirs & WEFT_SHM_LEN_ALLREAD   ? "shm_allread"
+                          : theirs & WEFT_SHM_LEN_CHUNKED ? "the chunked allreduce"
+                                                          : "a tree");
+    theirs &= ~WEFT_SHM_LEN_MARKS; /* marked alike: the lengths themselves */
+    len &= ~WEFT_SHM_LEN_MARKS;
     if (root < 0) /* no tree: every rank reads every member */
         return weft_error(WEFT_ERR_ARG,
                           "%s: rank %d has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "
@@ -534,7 +537,6 @@ typedef struct {
     size_t count, esize;
     int dtype, rop, root; /* root < 0: allreduce */
     int chunked;
-    char *tmp;         /* chunked: this rank's chunk of the result */
     const char *send0; /* the whole vector */
     char *recv0;
     size_t total, per; /* its elements, and per piece */
@@ -630,40 +632,64 @@ static int tree_step(weft_sched_t *s, shm_reduce_t *x)
     return 1;
 }
 
-/* One piece of the vector, from its phase 1. */
+/* The chunked path's lengths are marked (segment.h), so a rank that ran
+ * the tree or shm_allread for the same call fails instead of taking these
+ * flags for its own. */
+#define CHUNKED_LEN(x) ((uint64_t)((x)->total * (x)->esize) | WEFT_SHM_LEN_CHUNKED)
+
+/* Rank r's chunk of the current piece (elements): whole cache lines of
+ * the slots, split as evenly as the lines allow, so no line a rank writes
+ * back is another rank's to read in the same phase. */
+static void line_block(const shm_reduce_t *x, int r, size_t *off, size_t *len)
+{
+    size_t unit = x->esize <= 64 && 64 % x->esize == 0 ? 64 / x->esize : 1, u0, ul;
+    weft_coll_block((x->count + unit - 1) / unit, x->op.sh->n, r, &u0, &ul);
+    *off = u0 * unit < x->count ? u0 * unit : x->count;
+    *len = ul * unit < x->count - *off ? ul * unit : x->count - *off;
+}
+
+/* One piece of the vector, from its phase 1. Chunked: every rank writes
+ * its input to its slot and raises its head's PARTIAL; once every head is
+ * up, each reduces its chunk across all slots in rank order (into its
+ * result, then over the same lines of its own slot, which only it read)
+ * and raises its RESULT; once every RESULT is up, each copies the other
+ * chunks out. The flags sit in the slots' head lines, one per slot (no
+ * line shared by three counters that every rank polls). */
 static int piece_step(weft_sched_t *s, shm_reduce_t *x)
 {
     weft_shm_op_t *op = &x->op;
     weft_shm_t *sh = op->sh;
-    int rc, gets = x->root < 0 || sh->me == x->root; /* this rank receives the result */
     size_t off, len;
     if (!x->chunked) return tree_step(s, x);
     switch (op->phase) {
     case 1:
-        if ((rc = weft_shm_contribute(s, op, x->send, x->count * x->esize, (uint64_t)(x->total * x->esize))) <= 0)
-            return rc;
+        if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
+        memcpy(weft_shm_slot(op, sh->me), x->send, x->count * x->esize);
+        weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, CHUNKED_LEN(x));
+        op->phase = 2;
         /* fall through */
     case 2:
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        if (x->piece == 0 && !x->rc) /* the call goes on: nobody waits */
-            x->rc = weft_shm_check_lens(op, (uint64_t)(x->total * x->esize), x->alg);
-        /* Reduce this rank's chunk of every slot, in rank order, then put
-         * it in place of the same chunk of its own slot (only it reads
-         * that). */
-        weft_coll_block(x->count, sh->n, sh->me, &off, &len);
-        if (len) {
-            reduce_slots(x, x->tmp, off, len);
-            memcpy(weft_shm_slot(op, sh->me) + off * x->esize, x->tmp, len * x->esize);
+        if (!weft_shm_wait_heads(s, op, WEFT_SHM_PARTIAL, NULL, 0, "input flag")) return 0;
+        /* Every rank checks every length (the first piece's), so when one
+         * differs every rank fails here and nobody waits for chunks. */
+        for (int r = 0; x->piece == 0 && !x->rc && r < sh->n; r++)
+            x->rc = weft_shm_len_mismatch(op, r, -1, CHUNKED_LEN(x), x->alg);
+        line_block(x, sh->me, &off, &len);
+        if (!x->rc && len) {
+            char *mine = (char *)x->recv + off * x->esize;
+            reduce_slots(x, mine, off, len);
+            memcpy(weft_shm_slot(op, sh->me) + off * x->esize, mine, len * x->esize);
         }
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced));
-        if (!gets) break;
+        weft_shm_head_publish(op, WEFT_SHM_RESULT);
+        if (x->rc) break;
         op->phase = 3;
         /* fall through */
     case 3:
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, reduced), op->k + 1, -1, "reduced-chunk flag")) return 0;
+        if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, NULL, 0, "reduced-chunk flag")) return 0;
         for (int r = 0; r < sh->n; r++) {
-            weft_coll_block(x->count, sh->n, r, &off, &len);
-            memcpy((char *)x->recv + off * x->esize, weft_shm_slot(op, r) + off * x->esize, len * x->esize);
+            line_block(x, r, &off, &len);
+            if (r != sh->me && len)
+                memcpy((char *)x->recv + off * x->esize, weft_shm_slot(op, r) + off * x->esize, len * x->esize);
         }
         break;
     default: return WEFT_ERR_INTERNAL;
@@ -720,9 +746,7 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     weft_shm_t *sh = a->count ? weft_shm_get(a->comm, 0) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
     uint64_t nk = weft_shm_pieces(a->count, a->esize, &per);
-    size_t most = a->count < per ? a->count : per;
-    size_t chunk = sh->n >= WEFT_SHM_CHUNKED_RANKS ? (most / (size_t)sh->n + 1) * a->esize : 0;
-    shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), chunk, alg);
+    shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, alg);
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->op.nk = nk;
     x->send0 = a->sendbuf;
@@ -734,6 +758,5 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     x->rop = (int)a->op;
     x->root = root;
     x->alg = alg;
-    x->tmp = weft_shm_op_extra(x, sizeof(*x));
     return weft_sched_poll(s, reduce_step, x);
 }

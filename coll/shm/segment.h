@@ -269,15 +269,18 @@ void weft_shm_record(weft_shm_op_t *op, int readers, int root);
  * step. */
 int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
                        const char *alg, const char *flag);
-/* shm_allread marks the lengths it publishes with this bit, so a rank that
- * ran another shared-memory algorithm for the same call (ranks whose
- * counts fall on both sides of a selection threshold: an erroneous call)
- * sees a mismatch instead of taking the other's flags for its own. */
+/* shm_allread and the chunked allreduce mark the lengths they publish
+ * with a bit of their own (the tree's are unmarked), so a rank that ran
+ * another shared-memory algorithm for the same call (ranks whose counts
+ * fall on both sides of a selection threshold: an erroneous call) sees a
+ * mismatch instead of taking the other's flags for its own. */
 #define WEFT_SHM_LEN_ALLREAD ((uint64_t)1 << 62)
+#define WEFT_SHM_LEN_CHUNKED ((uint64_t)1 << 61)
+#define WEFT_SHM_LEN_MARKS (WEFT_SHM_LEN_ALLREAD | WEFT_SHM_LEN_CHUNKED)
 /* 0 when rank r's head (slot of collective op->k) carries message length
  * len, else an error naming both lengths (an erroneous call: ranks passed
  * different counts; root < 0: a pattern without a tree), or saying that
- * only one of them is marked WEFT_SHM_LEN_ALLREAD. */
+ * the two are marked differently (WEFT_SHM_LEN_MARKS). */
 int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg);
 /* After every member's arrival (weft_shm_contribute): 0 when all
  * contributed messages of length len (its low 32 bits), or an error naming
