@@ -70,7 +70,12 @@ typedef struct weft_shm_head {
     uint64_t len;         /* the collective's message length in bytes, every piece */
     unsigned char inl[WEFT_SHM_INLINE];
 } weft_shm_head_t;
-#define WEFT_SHM_SLOT_STRIDE (sizeof(weft_shm_head_t) + WEFT_SHM_SLOT)
+/* The head line sits alone in a 128-byte pair of lines, its body after
+ * it: the adjacent-line prefetcher fetches lines in pairs, and a poller of
+ * the head would otherwise pull (and keep shared) a body line its writer is
+ * about to fill. */
+#define WEFT_SHM_HEAD_SPAN 128
+#define WEFT_SHM_SLOT_STRIDE (WEFT_SHM_HEAD_SPAN + WEFT_SHM_SLOT)
 enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
  * fastest and the slowest rank before the fastest waits (a reduce's
@@ -195,7 +200,7 @@ static inline weft_shm_head_t *weft_shm_head(const weft_shm_op_t *op, int r)
 }
 static inline char *weft_shm_slot(const weft_shm_op_t *op, int r)
 {
-    return (char *)(weft_shm_head(op, r) + 1);
+    return (char *)weft_shm_head(op, r) + WEFT_SHM_HEAD_SPAN;
 }
 /* Where a tree algorithm's message of `bytes` sits in rank r's slot:
  * beside the sequence word when it fits, else the body. */
