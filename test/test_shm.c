@@ -76,23 +76,23 @@ static int body_forced(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c;
     /* allreduce: SUM, MAX, AVG; in place and not; the slot boundary. */
-    for (int alg = 0; alg < 2; alg++) {
-        c = forced("allreduce", alg ? "shm_allread" : "shm");
+    static const char *const algs[] = {"shm", "shm_allread", "shm_chunked"};
+    for (int alg = 0; alg < 3; alg++) {
+        c = forced("allreduce", algs[alg]);
         for (int ci = 0; ci < NCOUNTS; ci++)
             for (int op = 0; op < 3; op++) {
                 uint64_t before = shm_ops(c);
                 weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
                 check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
-                /* shm: one sequence number per slot-sized piece; shm_allread:
-                 * two from 3 ranks on (two rounds over WEFT_SHM_RADIX ranks),
-                 * and over a slot it declines (the next candidate, shm in
-                 * pieces, runs) */
+                /* shm, shm_chunked: one sequence number per slot-sized
+                 * piece; shm_allread: two from 3 ranks on (two rounds over
+                 * WEFT_SHM_RADIX ranks), and over a slot it declines (the
+                 * next candidate, shm in pieces, runs) */
                 int64_t slot = (int64_t)WEFT_SHM_SLOT;
                 uint64_t ran = shm_ops(c) - before, want = size > 1 ? (uint64_t)((counts[ci] * 4 + slot - 1) / slot) : 0;
-                if (alg && counts[ci] * 4 <= slot) want = size < 2 || counts[ci] == 0 ? 0 : size > 2 ? 2 : 1;
-                TH_CHECK(ran == want, "allreduce %s count %lld: shm ran %llu pieces, not %llu",
-                         alg ? "shm_allread" : "shm", (long long)counts[ci], (unsigned long long)ran,
-                         (unsigned long long)want);
+                if (alg == 1 && counts[ci] * 4 <= slot) want = size < 2 || counts[ci] == 0 ? 0 : size > 2 ? 2 : 1;
+                TH_CHECK(ran == want, "allreduce %s count %lld: shm ran %llu pieces, not %llu", algs[alg],
+                         (long long)counts[ci], (unsigned long long)ran, (unsigned long long)want);
             }
         TH_OK(weft_comm_free(&c));
     }
@@ -581,6 +581,7 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}}, /* chunked, 2 pieces against 3 */
         {"allgather", "shm", 100, 1, {1, 1, 1, 1}},
         {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}},
+        {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}}, /* chunked below the threshold: every rank checks */
         {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}},  /* every rank reads every length */
         {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}}, /* 48 bytes in the head line against 52 in the body */
     };
@@ -590,21 +591,22 @@ Test(shm, mismatched_counts, .timeout = 120)
 
 /* Counts on both sides of a selection threshold (an erroneous call): with
  * the default table, 2000 bytes run shm_allread and 2080 the shm
- * algorithm: up the tree on 3 ranks, chunked on 4. Every rank gets
+ * algorithm: up the tree on 3 ranks, chunked on 4 (and on 8 ranks, 1020
+ * bytes shm_allread and 1024 shm_chunked). Every rank gets
  * WEFT_ERR_ARG at once (each sees a length marked for another algorithm
  * in a head it waits for: the allread ranks the tree rank's partial or
  * the chunked rank's input, the tree rank the root's result, the chunked
  * rank the allread ranks' inputs), none waits for the timeout. */
 static int body_mixed_rules(int rank, int size, void *arg)
 {
-    (void)arg;
+    const int *counts = arg; /* rank 2's, then the others' */
     (void)size;
     TH_OK(weft_init(NULL, NULL));
     static int32_t in[520], out[520];
     for (int i = 0; i < 520; i++)
         in[i] = i;
     double t0 = weft_wtime();
-    int rc = weft_allreduce(in, out, rank == 2 ? 520 : 500, WEFT_INT32, WEFT_SUM, weft_comm_world());
+    int rc = weft_allreduce(in, out, rank == 2 ? counts[0] : counts[1], WEFT_INT32, WEFT_SUM, weft_comm_world());
     TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "the ranks passed different counts"),
              "rank %d: %d (%s)", rank, rc, weft_last_error());
     TH_CHECK(weft_wtime() - t0 < 5, "rank %d: the error took %.1f s", rank, weft_wtime() - t0);
@@ -612,15 +614,18 @@ static int body_mixed_rules(int rank, int size, void *arg)
     return 0;
 }
 
-static void run_mixed_rules(int n)
+static void run_mixed_rules(int n, int rank2, int others)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
-    th_result_t res = th_run(n, body_mixed_rules, NULL, 40, env);
+    int counts[2] = {rank2, others};
+    th_result_t res = th_run(n, body_mixed_rules, counts, 40, env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
 }
-Test(shm, mixed_rules_fail_fast, .timeout = 60) { run_mixed_rules(3); }
-Test(shm, mixed_rules_fail_fast_chunked, .timeout = 60) { run_mixed_rules(4); }
+Test(shm, mixed_rules_fail_fast, .timeout = 60) { run_mixed_rules(3, 520, 500); }
+Test(shm, mixed_rules_fail_fast_chunked, .timeout = 60) { run_mixed_rules(4, 520, 500); }
+/* on 8 ranks 1 KiB goes chunked (shm_chunked), 1020 bytes shm_allread */
+Test(shm, mixed_rules_fail_fast_shm_chunked, .timeout = 60) { run_mixed_rules(8, 256, 255); }
 
 #define RANKS_TEST(name, body, N, t)                                                                                   \
     Test(shm, name##_##N, .timeout = 60)                                                                               \

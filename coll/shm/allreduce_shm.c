@@ -8,6 +8,9 @@
  *               across all slots in rank order, and all copy the chunks
  *               out. A vector over a slot goes in 64 KiB pieces
  *               (segment.c: weft_shm_reduce_build).
+ *  shm_chunked  shm's chunked path whatever the size and the number of
+ *               ranks (the selection picks it where it measured faster
+ *               than shm_allread: 1-2 KiB on 8 ranks).
  *  shm_allread  every rank writes its input beside its slot's sequence
  *               word (in the head line up to WEFT_SHM_INLINE bytes) and
  *               reduces the inputs itself: one transfer of each line
@@ -27,7 +30,12 @@
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    return weft_shm_reduce_build(s, a, -1, "allreduce_shm");
+    return weft_shm_reduce_build(s, a, -1, 0, "allreduce_shm");
+}
+
+static int build_chunked(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    return weft_shm_reduce_build(s, a, -1, 1, "allreduce_shm_chunked");
 }
 
 typedef struct {
@@ -211,6 +219,14 @@ const weft_coll_alg_t weft_alg_allreduce_shm = {
         "one node: slots in a shared segment, up a flag tree (chunked from 2 KiB on 4+ ranks), 64 KiB pieces over "
         "a slot",
     .build = build,
+};
+
+const weft_coll_alg_t weft_alg_allreduce_shm_chunked = {
+    .name = "shm_chunked",
+    .kind = WEFT_COLL_ALLREDUCE,
+    .description = "one node: shm's chunked path at every size: every rank writes its input to its slot, reduces its "
+                   "share of the cache lines across all slots in rank order, all copy the shares (two flag rounds)",
+    .build = build_chunked,
 };
 
 const weft_coll_alg_t weft_alg_allreduce_shm_allread = {

@@ -7,7 +7,7 @@
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    return weft_shm_reduce_build(s, a, a->root, "reduce_shm");
+    return weft_shm_reduce_build(s, a, a->root, 0, "reduce_shm");
 }
 
 const weft_coll_alg_t weft_alg_reduce_shm = {

@@ -536,7 +536,8 @@ typedef struct {
     void *recv;
     size_t count, esize;
     int dtype, rop, root; /* root < 0: allreduce */
-    int chunked;
+    int chunked;       /* this piece goes the chunked way */
+    int force_chunked; /* shm_chunked: every piece does */
     const char *send0; /* the whole vector */
     char *recv0;
     size_t total, per; /* its elements, and per piece */
@@ -712,7 +713,8 @@ static void set_piece(shm_reduce_t *x)
     x->count = x->total - first < x->per ? x->total - first : x->per;
     x->send = x->send0 + first * x->esize;
     x->recv = x->recv0 ? x->recv0 + first * x->esize : NULL;
-    x->chunked = x->root < 0 && x->count * x->esize >= op->sh->chunk_min && op->sh->n >= WEFT_SHM_CHUNKED_RANKS;
+    x->chunked = x->root < 0 && (x->force_chunked || (x->count * x->esize >= op->sh->chunk_min &&
+                                                       op->sh->n >= WEFT_SHM_CHUNKED_RANKS));
 }
 
 static int reduce_step(weft_sched_t *s, void *arg)
@@ -740,7 +742,7 @@ static int reduce_step(weft_sched_t *s, void *arg)
     }
 }
 
-int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, const char *alg)
+int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, int chunked, const char *alg)
 {
     size_t per;
     weft_shm_t *sh = a->count ? weft_shm_get(a->comm, 0) : NULL;
@@ -757,6 +759,7 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
     x->root = root;
+    x->force_chunked = chunked;
     x->alg = alg;
     return weft_sched_poll(s, reduce_step, x);
 }

@@ -394,8 +394,9 @@ int weft_shm_allgather_build(weft_sched_t *s, const weft_coll_args_t *a, weft_sh
  * rank writes its input; below WEFT_SHM_CHUNK_MIN bytes the receivers
  * reduce the whole vector, from it each rank reduces one chunk (1/n of
  * the vector) and the receivers copy the chunks out. Rank order always,
- * so every rank gets the same bits. */
-int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, const char *alg);
+ * so every rank gets the same bits. chunked (allreduce only): every
+ * vector chunked, whatever its size and the number of ranks. */
+int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, int chunked, const char *alg);
 
 /* Asks for the first `bytes` (at most 4 KiB) of another rank's data ahead
  * of reading it, so the misses of several ranks' lines overlap instead of

@@ -6,7 +6,8 @@
  * transfers and how much is weft's own path" for coll/shm, and compares
  * protocols before one goes into coll/shm.
  *
- *   shm-floor [-n ranks] [-i iters] [-r radix] [-f first_cpu] [-s cpu_step] PROTOCOL...
+ *   shm-floor [-n ranks] [-i iters] [-r radix] [-f first_cpu] [-s cpu_step] [-b bytes]
+ *             [-p prefetch locality 0-3, -1: none] PROTOCOL...
  *
  * Protocols (each line: name and median of 3 runs, us per call):
  *   pingpong        ranks 0 and 1: round trip of one flag each way
@@ -25,7 +26,25 @@
  *                   beside the flag, larger in a separate buffer per slot
  *                   (coll/shm's layout), prefetched before the sum
  *   arb-tree        ar-tree-osu of -b bytes the same way (partials up the
- *                   tree, the root's result copied by all) */
+ *                   tree, the root's result copied by all)
+ *   arb-demote      arb-allread, the writer pushing its payload and flag
+ *                   lines to the shared cache with CLDEMOTE (a no-op hint
+ *                   on CPUs without it) so readers do not snoop its core
+ *   arb-chunked     arb-allread's inputs, then each rank sums its share
+ *                   of the lines across all ranks, writes it back over its
+ *                   input and raises a second flag; all copy the shares
+ *                   (coll/shm's chunked allreduce: two flag rounds, 2/n
+ *                   of the data read per rank instead of all of it)
+ *   arb-ll          arb-allread with a flag in every line: 56 bytes of
+ *                   payload and the call's number, stored after them, so
+ *                   a line's one transfer brings data and flag (readers
+ *                   wait for every line, then sum in rank order)
+ *   arb-ll-tail     arb-ll, readers waiting for each rank's last line
+ *                   first (its stores are ordered: the others are there)
+ *   arb-ll-dir      arb-ll, each line written whole with MOVDIR64B (a
+ *                   64-byte direct store: no ownership read; x86 CPUs
+ *                   with the movdir64b flag)
+ * The arb-* protocols check the sum of the last call. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -47,6 +66,13 @@ typedef struct {
     char pad[128 - 16];
 } line_t;
 
+/* arb-ll*: 56 bytes of payload and the flag in one cache line */
+typedef struct {
+    float d[14];
+    _Atomic uint64_t seq;
+} __attribute__((aligned(64))) ll_line_t;
+#define LL_LINES ((4096 + 55) / 56)
+
 typedef struct {
     line_t arrive[MAXR];  /* a rank's arrival / partial */
     line_t release[MAXR]; /* a rank's release (tree-down), rank 0's for tree */
@@ -54,6 +80,7 @@ typedef struct {
     line_t barrel[MAXR];
     line_t slot[MAXR][4]; /* ar-allread: a ring of 4 slots per rank */
     float body[MAXR][4][1024] __attribute__((aligned(4096))); /* arb-*: bodies of up to 4 KiB */
+    ll_line_t ll[MAXR][4][LL_LINES];                          /* arb-ll*: the same in flagged lines */
     double result[MAXR];
 } shared_t;
 
@@ -213,31 +240,131 @@ static float *payload(int r, int b)
     return bytes <= 48 ? (float *)((char *)&S->slot[r][b] + 16) : S->body[r][b];
 }
 
+static int hint = 3; /* -p: the prefetch's locality (3: into L1 ... 0: non-temporal), -1: none */
+
 static void prefetch(const void *p, size_t len)
 {
     for (size_t i = 0; i < len; i += 64)
-        __builtin_prefetch((const char *)p + i, 0, 3);
+        switch (hint) {
+        case 3: __builtin_prefetch((const char *)p + i, 0, 3); break;
+        case 2: __builtin_prefetch((const char *)p + i, 0, 2); break;
+        case 1: __builtin_prefetch((const char *)p + i, 0, 1); break;
+        case 0: __builtin_prefetch((const char *)p + i, 0, 0); break;
+        default: return;
+        }
 }
 
-static float out_buf[1024], in_buf[1024];
+static float out_buf[1024 + 14], in_buf[1024 + 14];
 
-static void arb_allread(int me, uint64_t k)
+/* o += p over m floats (vectorized, like weft's reductions) */
+__attribute__((optimize("O3"))) static void add(float *restrict o, const float *restrict p, size_t m)
+{
+    for (size_t i = 0; i < m; i++)
+        o[i] += p[i];
+}
+
+static inline void demote(const void *p, size_t len)
+{
+#if defined(__x86_64__)
+    for (size_t i = 0; i < len; i += 64)
+        __asm__ volatile("cldemote %0" : : "m"(*((const volatile char *)p + i)));
+#else
+    (void)p, (void)len;
+#endif
+}
+
+static void arb_allread(int me, uint64_t k, int dem)
 {
     size_t m = bytes / sizeof(float);
     int b = (int)(k % 4);
     reuse_wait(k);
     memcpy(payload(me, b), in_buf, bytes);
+    if (dem) demote(payload(me, b), bytes);
     atomic_store_explicit(&S->slot[me][b].seq, k, memory_order_release);
+    if (dem) demote(&S->slot[me][b], 64);
     wait_all(&S->slot[0][b], 4, NULL, n, k);
     if (bytes > 48)
         for (int r = 0; r < n; r++)
             prefetch(payload(r, b), bytes);
     memcpy(out_buf, payload(0, b), bytes);
-    for (int r = 1; r < n; r++) {
-        const float *p = payload(r, b);
-        for (size_t i = 0; i < m; i++)
-            out_buf[i] += p[i];
+    for (int r = 1; r < n; r++)
+        add(out_buf, payload(r, b), m);
+    allread_done(me, k);
+}
+
+/* the share of rank r: whole lines of floats [*off, *off + *len) */
+static void share(int r, size_t m, size_t *off, size_t *len)
+{
+    size_t lines = (m + 15) / 16, base = lines / (size_t)n, extra = lines % (size_t)n, ur = (size_t)r;
+    size_t l0 = ur * base + (ur < extra ? ur : extra), nl = base + (ur < extra);
+    *off = l0 * 16 < m ? l0 * 16 : m;
+    *len = nl * 16 < m - *off ? nl * 16 : m - *off;
+}
+
+static void arb_chunked(int me, uint64_t k)
+{
+    size_t m = bytes / sizeof(float), off, len;
+    int b = (int)(k % 4);
+    reuse_wait(k);
+    memcpy(S->body[me][b], in_buf, bytes);
+    atomic_store_explicit(&S->slot[me][b].seq, 2 * k + 1, memory_order_release);
+    wait_all(&S->slot[0][b], 4, NULL, n, 2 * k + 1);
+    share(me, m, &off, &len);
+    if (len) {
+        for (int r = 0; r < n; r++)
+            prefetch(S->body[r][b] + off, len * sizeof(float));
+        memcpy(out_buf + off, S->body[0][b] + off, len * sizeof(float));
+        for (int r = 1; r < n; r++)
+            add(out_buf + off, S->body[r][b] + off, len);
+        memcpy(S->body[me][b] + off, out_buf + off, len * sizeof(float));
     }
+    atomic_store_explicit(&S->slot[me][b].seq, 2 * k + 2, memory_order_release);
+    wait_all(&S->slot[0][b], 4, NULL, n, 2 * k + 2);
+    for (int r = 0; r < n; r++) {
+        share(r, m, &off, &len);
+        if (r != me && len) memcpy(out_buf + off, S->body[r][b] + off, len * sizeof(float));
+    }
+    allread_done(me, k);
+}
+
+static void arb_ll(int me, uint64_t k, int dir, int tail)
+{
+    int b = (int)(k % 4), nl = (int)((bytes + 55) / 56);
+    ll_line_t *mine = S->ll[me][b];
+    reuse_wait(k);
+    for (int j = 0; j < nl; j++) {
+        size_t len = bytes - (size_t)j * 56 < 56 ? bytes - (size_t)j * 56 : 56;
+        if (dir) {
+#if defined(__x86_64__)
+            ll_line_t line;
+            memcpy(line.d, in_buf + j * 14, len);
+            atomic_store_explicit(&line.seq, k, memory_order_relaxed);
+            __asm__ volatile("movdir64b %1, %0" : : "r"(&mine[j]), "m"(line) : "memory");
+#endif
+        } else {
+            memcpy(mine[j].d, in_buf + j * 14, len);
+            atomic_store_explicit(&mine[j].seq, k, memory_order_release);
+        }
+    }
+    if (tail) /* the last lines first (plain stores land in order) */
+        for (;;) {
+            int ok = 1;
+            for (int r = 0; r < n; r++)
+                ok &= atomic_load_explicit(&S->ll[r][b][nl - 1].seq, memory_order_acquire) >= k;
+            if (ok) break;
+        }
+    for (;;) { /* every line loaded, then judged */
+        int ok = 1;
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < nl; j++)
+                ok &= atomic_load_explicit(&S->ll[r][b][j].seq, memory_order_acquire) >= k;
+        if (ok) break;
+    }
+    for (int j = 0; j < nl; j++)
+        memcpy(out_buf + j * 14, S->ll[0][b][j].d, 56);
+    for (int r = 1; r < n; r++)
+        for (int j = 0; j < nl; j++)
+            add(out_buf + j * 14, S->ll[r][b][j].d, 14);
     allread_done(me, k);
 }
 
@@ -269,6 +396,8 @@ static double run(const char *proto, int me)
     uint64_t k = 0, bk = 0;
     double t = 0, sink = 0;
     int warm = iters / 10;
+    for (size_t i = 0; i < sizeof(in_buf) / sizeof(in_buf[0]); i++)
+        in_buf[i] = (float)(i % 7 + 1);
     for (int it = 0; it < iters + warm; it++) {
         if (it == warm) {
             tree_barrier(S->bar, S->barrel, me, ++bk);
@@ -294,8 +423,12 @@ static double run(const char *proto, int me)
             proto_dissem(me, k);
         } else if (!strncmp(proto, "ar-tree", 7)) {
             sink += ar_tree(me, k, me + 1.0);
-        } else if (!strcmp(proto, "arb-allread")) {
-            arb_allread(me, k);
+        } else if (!strcmp(proto, "arb-allread") || !strcmp(proto, "arb-demote")) {
+            arb_allread(me, k, proto[4] == 'd');
+        } else if (!strcmp(proto, "arb-chunked")) {
+            arb_chunked(me, k);
+        } else if (!strncmp(proto, "arb-ll", 6)) {
+            arb_ll(me, k, !strcmp(proto, "arb-ll-dir"), !strcmp(proto, "arb-ll-tail"));
         } else if (!strcmp(proto, "arb-tree")) {
             arb_tree(me, k);
         } else if (!strncmp(proto, "ar-allread", 10)) {
@@ -305,13 +438,20 @@ static double run(const char *proto, int me)
         if (strstr(proto, "-osu") || !strncmp(proto, "arb-", 4)) tree_barrier(S->bar, S->barrel, me, ++bk);
     }
     if (sink < 0) printf("%g\n", sink);
+    if (!strncmp(proto, "arb-", 4))
+        for (size_t i = 0; i < bytes / sizeof(float); i++)
+            if (out_buf[i] != (float)n * in_buf[i]) {
+                fprintf(stderr, "shm-floor: %s rank %d: element %zu is %g, not %g\n", proto, me, i, out_buf[i],
+                        (float)n * in_buf[i]);
+                _exit(1);
+            }
     return t / iters;
 }
 
 int main(int argc, char **argv)
 {
     int c;
-    while ((c = getopt(argc, argv, "n:i:r:f:s:b:")) != -1) {
+    while ((c = getopt(argc, argv, "n:i:r:f:s:b:p:")) != -1) {
         switch (c) {
         case 'n': n = atoi(optarg); break;
         case 'i': iters = atoi(optarg); break;
@@ -319,7 +459,8 @@ int main(int argc, char **argv)
         case 'f': first = atoi(optarg); break;
         case 's': step = atoi(optarg); break;
         case 'b': bytes = (size_t)atol(optarg); break;
-        default: fprintf(stderr, "usage: %s [-n ranks] [-i iters] [-r radix] [-f cpu] [-s step] PROTO...\n", argv[0]); return 2;
+        case 'p': hint = atoi(optarg); break;
+        default: fprintf(stderr, "usage: %s [-n ranks] [-i iters] [-r radix] [-f cpu] [-s step] [-b bytes] [-p hint] PROTO...\n", argv[0]); return 2;
         }
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -335,6 +476,16 @@ int main(int argc, char **argv)
     }
     for (int a = optind; a < argc; a++) {
         const char *proto = argv[a];
+#if defined(__x86_64__)
+        unsigned eax = 7, ebx, ecx = 0, edx;
+        __asm__("cpuid" : "+a"(eax), "=b"(ebx), "+c"(ecx), "=d"(edx));
+        if (!strcmp(proto, "arb-ll-dir") && !(ecx & (1u << 28))) {
+            fprintf(stderr, "shm-floor: %s: this CPU has no MOVDIR64B\n", proto);
+            continue;
+        }
+#else
+        if (!strcmp(proto, "arb-ll-dir")) continue;
+#endif
         double runs[3];
         for (int rep = 0; rep < 3; rep++) {
             S = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -353,8 +504,13 @@ int main(int argc, char **argv)
                     _exit(0);
                 }
             }
-            for (int r = 0; r < n; r++)
-                wait(NULL);
+            int bad = 0;
+            for (int r = 0; r < n; r++) {
+                int st;
+                wait(&st);
+                bad |= !WIFEXITED(st) || WEXITSTATUS(st);
+            }
+            if (bad) return 1;
             double sum = 0;
             int m = !strcmp(proto, "pingpong") ? 2 : n;
             for (int r = 0; r < m; r++)
@@ -366,8 +522,8 @@ int main(int argc, char **argv)
         double a0 = runs[0], a1 = runs[1], a2 = runs[2], med = a0;
         if ((a0 <= a1 && a1 <= a2) || (a2 <= a1 && a1 <= a0)) med = a1;
         else if ((a0 <= a2 && a2 <= a1) || (a1 <= a2 && a2 <= a0)) med = a2;
-        printf("%-16s n %3d radix %2d b %4zu %8.3f us  (runs %.3f %.3f %.3f)\n", proto, n, radix, bytes, med, runs[0], runs[1],
-               runs[2]);
+        printf("%-16s n %3d radix %2d b %4zu p %2d %8.3f us  (runs %.3f %.3f %.3f)\n", proto, n, radix, bytes, hint, med,
+               runs[0], runs[1], runs[2]);
         fflush(stdout);
     }
     return 0;
