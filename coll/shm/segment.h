@@ -10,8 +10,8 @@
  *                     written only by that rank
  *   data[n][NBUF]     per rank WEFT_SHM_NBUF slots (collective k uses slot
  *                     k % NBUF), each a 64-byte head line (a sequence
- *                     word and up to WEFT_SHM_INLINE bytes of data) and a
- *                     body of WEFT_SHM_SLOT bytes
+ *                     word and up to WEFT_SHM_INLINE bytes of data) alone
+ *                     in a 128-byte pair, and a body of WEFT_SHM_SLOT bytes
  *
  * Collective k (the k-th shared-memory collective on the communicator,
  * counted by every member in the same order) publishes a counter by
@@ -23,8 +23,9 @@
  * when it wrote it) published done for that collective. Done counters
  * read are cached, so a tree collective usually reads none.
  *
- * The tree algorithms signal through the head line of the slot they
- * wrote: seq = 2k + 1 when a rank's partial (its contribution, reduced
+ * The tree algorithms (and shm_allread, and the chunked allreduce, whose
+ * PARTIAL is its input and RESULT its reduced share) signal through the
+ * head line of the slot they wrote: seq = 2k + 1 when a rank's partial (its contribution, reduced
  * with its children's) is there, 2k + 2 when the message or the result
  * is; the line also carries the whole message's length, checked by the
  * first piece's readers (ranks that passed different counts fail instead
