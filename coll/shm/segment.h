@@ -91,7 +91,7 @@ enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
 typedef struct weft_shm_ctrl {
     /* first line: what a reader needs once `arrived` is seen */
     _Atomic uint64_t arrived; /* this rank's data for collective k is in its slot */
-    _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its slot */
+    _Atomic uint64_t reduced; /* allreduce_shm_cma: this rank's chunk of collective k's result is in its buffer */
     _Atomic uint64_t done;    /* this rank finished reading collective k */
     /* shm_cma: the buffer this rank lends for its current collective (its
      * pid, address, length), written before it publishes `arrived` and

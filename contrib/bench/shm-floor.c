@@ -327,6 +327,19 @@ static void arb_chunked(int me, uint64_t k)
     allread_done(me, k);
 }
 
+/* until lines [j0, nl) of every rank's slot b carry call k: every line
+ * loaded, then judged */
+static void ll_wait(int b, int j0, int nl, uint64_t k)
+{
+    for (;;) {
+        int ok = 1;
+        for (int r = 0; r < n; r++)
+            for (int j = j0; j < nl; j++)
+                ok &= atomic_load_explicit(&S->ll[r][b][j].seq, memory_order_acquire) >= k;
+        if (ok) return;
+    }
+}
+
 static void arb_ll(int me, uint64_t k, int dir, int tail)
 {
     int b = (int)(k % 4), nl = (int)((bytes + 55) / 56);
@@ -346,20 +359,8 @@ static void arb_ll(int me, uint64_t k, int dir, int tail)
             atomic_store_explicit(&mine[j].seq, k, memory_order_release);
         }
     }
-    if (tail) /* the last lines first (plain stores land in order) */
-        for (;;) {
-            int ok = 1;
-            for (int r = 0; r < n; r++)
-                ok &= atomic_load_explicit(&S->ll[r][b][nl - 1].seq, memory_order_acquire) >= k;
-            if (ok) break;
-        }
-    for (;;) { /* every line loaded, then judged */
-        int ok = 1;
-        for (int r = 0; r < n; r++)
-            for (int j = 0; j < nl; j++)
-                ok &= atomic_load_explicit(&S->ll[r][b][j].seq, memory_order_acquire) >= k;
-        if (ok) break;
-    }
+    if (tail) ll_wait(b, nl - 1, nl, k); /* the last lines first (plain stores land in order) */
+    ll_wait(b, 0, nl, k);
     for (int j = 0; j < nl; j++)
         memcpy(out_buf + j * 14, S->ll[0][b][j].d, 56);
     for (int r = 1; r < n; r++)
