@@ -422,6 +422,34 @@ int weft_shm_wait_heads(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *r
     return 0;
 }
 
+int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count,
+                             unsigned char *got, weft_shm_seen_fn fn, void *arg, const char *flag)
+{
+    weft_shm_t *sh = op->sh;
+    uint64_t want = 2 * op->k + (uint64_t)ev;
+    int late = -1;
+    if (!ranks) count = sh->n;
+    for (int i = op->seen; i < count; i++) {
+        if (got[i]) continue;
+        int r = ranks ? ranks[i] : i;
+        if (atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) >= want) {
+            got[i] = 1;
+            fn(arg, r);
+        } else if (late < 0) {
+            late = i;
+        }
+    }
+    if (late < 0) {
+        op->seen = 0;
+        memset(got, 0, (size_t)count);
+        if (!ranks) weft_shm_all_started(sh, op->k);
+        return 1;
+    }
+    op->seen = late;
+    weft_sched_waiting_flag(s, ranks ? ranks[late] : late, flag);
+    return 0;
+}
+
 int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const char *flag)
 {
     weft_shm_t *sh = op->sh;
@@ -544,6 +572,8 @@ typedef struct {
     uint64_t k0, piece;
     int rc;          /* the first length mismatch (reported when the call ends: nobody is left waiting) */
     const char *alg; /* for messages */
+    size_t off, len; /* chunked: this rank's chunk of the current piece (elements) */
+    unsigned char *got; /* chunked: weft_shm_wait_heads_each's, n bytes */
 } shm_reduce_t;
 
 /* dst[0, len) = slot[0] op slot[1] op ... op slot[n-1] from element off,
@@ -552,8 +582,6 @@ static void reduce_slots(shm_reduce_t *x, void *dst, size_t off, size_t len)
 {
     weft_shm_op_t *op = &x->op;
     size_t at = off * x->esize;
-    for (int r = 0; r < op->sh->n; r++)
-        weft_shm_prefetch(weft_shm_slot(op, r) + at, len * x->esize);
     weft_op_reduce3((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, weft_shm_slot(op, 0) + at,
                     weft_shm_slot(op, 1) + at, len);
     for (int r = 2; r < op->sh->n; r++)
@@ -649,18 +677,36 @@ static void line_block(const shm_reduce_t *x, int r, size_t *off, size_t *len)
     *len = ul * unit < x->count - *off ? ul * unit : x->count - *off;
 }
 
+/* Rank r's input is in its slot: fetch this rank's chunk of it now, while
+ * later ranks are still writing theirs. */
+static void chunk_input_seen(void *arg, int r)
+{
+    shm_reduce_t *x = arg;
+    if (x->len) weft_shm_prefetch(weft_shm_slot(&x->op, r) + x->off * x->esize, x->len * x->esize);
+}
+
+/* Rank r's reduced chunk is in its slot: copy it out now. */
+static void chunk_result_seen(void *arg, int r)
+{
+    shm_reduce_t *x = arg;
+    size_t off, len;
+    if (r == x->op.sh->me) return;
+    line_block(x, r, &off, &len);
+    if (len) memcpy((char *)x->recv + off * x->esize, weft_shm_slot(&x->op, r) + off * x->esize, len * x->esize);
+}
+
 /* One piece of the vector, from its phase 1. Chunked: every rank writes
- * its input to its slot and raises its head's PARTIAL; once every head is
- * up, each reduces its chunk across all slots in rank order (into its
+ * its input to its slot and raises its head's PARTIAL; each fetches its
+ * chunk of a slot as soon as that slot's PARTIAL is up, and once every
+ * head is up reduces its chunk across all slots in rank order (into its
  * result, then over the same lines of its own slot, which only it read)
- * and raises its RESULT; once every RESULT is up, each copies the other
- * chunks out. The flags sit in the slots' head lines, one per slot (no
- * line shared by three counters that every rank polls). */
+ * and raises its RESULT; each copies a rank's reduced chunk out as soon as
+ * that rank's RESULT is up. The flags sit in the slots' head lines, one
+ * per slot (no line shared by three counters that every rank polls). */
 static int piece_step(weft_sched_t *s, shm_reduce_t *x)
 {
     weft_shm_op_t *op = &x->op;
     weft_shm_t *sh = op->sh;
-    size_t off, len;
     if (!x->chunked) return tree_step(s, x);
     switch (op->phase) {
     case 1:
@@ -670,28 +716,25 @@ static int piece_step(weft_sched_t *s, shm_reduce_t *x)
         op->phase = 2;
         /* fall through */
     case 2:
-        if (!weft_shm_wait_heads(s, op, WEFT_SHM_PARTIAL, NULL, 0, "input flag")) return 0;
+        if (!weft_shm_wait_heads_each(s, op, WEFT_SHM_PARTIAL, NULL, 0, x->got, chunk_input_seen, x, "input flag"))
+            return 0;
         /* Every rank checks every length (the first piece's), so when one
          * differs every rank fails here and nobody waits for chunks. */
         for (int r = 0; x->piece == 0 && !x->rc && r < sh->n; r++)
             x->rc = weft_shm_len_mismatch(op, r, -1, CHUNKED_LEN(x), x->alg);
-        line_block(x, sh->me, &off, &len);
-        if (!x->rc && len) {
-            char *mine = (char *)x->recv + off * x->esize;
-            reduce_slots(x, mine, off, len);
-            memcpy(weft_shm_slot(op, sh->me) + off * x->esize, mine, len * x->esize);
+        if (!x->rc && x->len) {
+            char *mine = (char *)x->recv + x->off * x->esize;
+            reduce_slots(x, mine, x->off, x->len);
+            memcpy(weft_shm_slot(op, sh->me) + x->off * x->esize, mine, x->len * x->esize);
         }
         weft_shm_head_publish(op, WEFT_SHM_RESULT);
         if (x->rc) break;
         op->phase = 3;
         /* fall through */
     case 3:
-        if (!weft_shm_wait_heads(s, op, WEFT_SHM_RESULT, NULL, 0, "reduced-chunk flag")) return 0;
-        for (int r = 0; r < sh->n; r++) {
-            line_block(x, r, &off, &len);
-            if (r != sh->me && len)
-                memcpy((char *)x->recv + off * x->esize, weft_shm_slot(op, r) + off * x->esize, len * x->esize);
-        }
+        if (!weft_shm_wait_heads_each(s, op, WEFT_SHM_RESULT, NULL, 0, x->got, chunk_result_seen, x,
+                                      "reduced-chunk flag"))
+            return 0;
         break;
     default: return WEFT_ERR_INTERNAL;
     }
@@ -715,6 +758,7 @@ static void set_piece(shm_reduce_t *x)
     x->recv = x->recv0 ? x->recv0 + first * x->esize : NULL;
     x->chunked = x->root < 0 && (x->force_chunked || (x->count * x->esize >= op->sh->chunk_min &&
                                                        op->sh->n >= WEFT_SHM_CHUNKED_RANKS));
+    if (x->chunked) line_block(x, op->sh->me, &x->off, &x->len);
 }
 
 static int reduce_step(weft_sched_t *s, void *arg)
@@ -748,8 +792,10 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     weft_shm_t *sh = a->count ? weft_shm_get(a->comm, 0) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
     uint64_t nk = weft_shm_pieces(a->count, a->esize, &per);
-    shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, alg);
+    shm_reduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), (size_t)sh->n, alg);
     if (!x) return WEFT_ERR_NO_MEMORY;
+    x->got = weft_shm_op_extra(x, sizeof(*x));
+    memset(x->got, 0, (size_t)sh->n);
     x->op.nk = nk;
     x->send0 = a->sendbuf;
     x->recv0 = a->recvbuf;

@@ -315,6 +315,14 @@ static inline int weft_shm_has_children(int v, int radix, int n) { return v % ra
  * loaded again. After every member's, every member is in collective k
  * (weft_shm_all_started). 1 / 0 as a polling step. */
 int weft_shm_wait_heads(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count, const char *flag);
+/* The same, calling fn(arg, r) once for each rank r the moment its head
+ * is first seen at ev, in whatever order they come: a rank's lines are
+ * fetched (or copied) while later ranks are still on their way, instead
+ * of all after the last flag. got: `count` (NULL ranks: n) bytes of the
+ * caller's, zero at the wait's start and left zero when it returns 1. */
+typedef void (*weft_shm_seen_fn)(void *arg, int r);
+int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count,
+                             unsigned char *got, weft_shm_seen_fn fn, void *arg, const char *flag);
 /* Waits until every child of this rank published its PARTIAL of
  * collective op->k (children in a fixed order: stride 1 first, then R,
  * R^2...). */

@@ -35,6 +35,13 @@
  *                   input and raises a second flag; all copy the shares
  *                   (coll/shm's chunked allreduce: two flag rounds, 2/n
  *                   of the data read per rank instead of all of it)
+ *   arb-chunked-seen  arb-chunked, each rank's share of a slot fetched as
+ *                   soon as its input flag is seen, each share copied out
+ *                   as soon as its owner's flag is seen
+ *   arb-chunked-ll  arb-chunked on flagged lines (56 bytes and the call's
+ *                   number in each): a rank polls its lines of every rank
+ *                   instead of n head flags, then writes each summed line
+ *                   with the next number; all copy each line as it comes
  *   arb-ll          arb-allread with a flag in every line: 56 bytes of
  *                   payload and the call's number, stored after them, so
  *                   a line's one transfer brings data and flag (readers
@@ -327,6 +334,95 @@ static void arb_chunked(int me, uint64_t k)
     allread_done(me, k);
 }
 
+/* arb-chunked, each rank's share fetched as soon as its input flag is
+ * seen and each share copied out as soon as its owner's flag is seen
+ * (coll/shm's chunked allreduce since session 7) */
+static void arb_chunked_seen(int me, uint64_t k)
+{
+    size_t m = bytes / sizeof(float), off, len, moff, mlen;
+    int b = (int)(k % 4), left = n;
+    unsigned char got[MAXR] = {0};
+    reuse_wait(k);
+    memcpy(S->body[me][b], in_buf, bytes);
+    atomic_store_explicit(&S->slot[me][b].seq, 2 * k + 1, memory_order_release);
+    share(me, m, &moff, &mlen);
+    while (left)
+        for (int r = 0; r < n; r++)
+            if (!got[r] && atomic_load_explicit(&S->slot[r][b].seq, memory_order_acquire) >= 2 * k + 1) {
+                got[r] = 1;
+                left--;
+                if (mlen) prefetch(S->body[r][b] + moff, mlen * sizeof(float));
+            }
+    if (mlen) {
+        memcpy(out_buf + moff, S->body[0][b] + moff, mlen * sizeof(float));
+        for (int r = 1; r < n; r++)
+            add(out_buf + moff, S->body[r][b] + moff, mlen);
+        memcpy(S->body[me][b] + moff, out_buf + moff, mlen * sizeof(float));
+    }
+    atomic_store_explicit(&S->slot[me][b].seq, 2 * k + 2, memory_order_release);
+    memset(got, 0, sizeof(got));
+    got[me] = 1;
+    left = n - 1;
+    while (left)
+        for (int r = 0; r < n; r++)
+            if (!got[r] && atomic_load_explicit(&S->slot[r][b].seq, memory_order_acquire) >= 2 * k + 2) {
+                got[r] = 1;
+                left--;
+                share(r, m, &off, &len);
+                if (len) memcpy(out_buf + off, S->body[r][b] + off, len * sizeof(float));
+            }
+    allread_done(me, k);
+}
+
+/* the chunked shape on flagged lines: every line of the input carries the
+ * call's number (2k + 1), a rank owns whole lines, polls its lines of
+ * every rank (no head flag, no dependent data miss), sums them in rank
+ * order and writes the sum over its own input line with 2k + 2; all
+ * wait for every line's sum and copy each as it comes */
+static void arb_chunked_ll(int me, uint64_t k)
+{
+    int b = (int)(k % 4), nl = (int)((bytes + 55) / 56);
+    int base = nl / n, extra = nl % n, l0 = me * base + (me < extra ? me : extra), cnt = base + (me < extra);
+    ll_line_t *mine = S->ll[me][b];
+    unsigned char got[LL_LINES] = {0};
+    reuse_wait(k);
+    for (int j = 0; j < nl; j++) {
+        size_t len = bytes - (size_t)j * 56 < 56 ? bytes - (size_t)j * 56 : 56;
+        memcpy(mine[j].d, in_buf + j * 14, len);
+        atomic_store_explicit(&mine[j].seq, 2 * k + 1, memory_order_release);
+    }
+    for (;;) {
+        int ok = 1;
+        for (int r = 0; r < n; r++)
+            for (int j = l0; j < l0 + cnt; j++)
+                ok &= atomic_load_explicit(&S->ll[r][b][j].seq, memory_order_acquire) >= 2 * k + 1;
+        if (ok) break;
+    }
+    for (int j = l0; j < l0 + cnt; j++) {
+        float acc[14];
+        memcpy(acc, S->ll[0][b][j].d, 56);
+        for (int r = 1; r < n; r++)
+            add(acc, S->ll[r][b][j].d, 14);
+        memcpy(mine[j].d, acc, 56);
+        atomic_store_explicit(&mine[j].seq, 2 * k + 2, memory_order_release);
+        size_t len = bytes - (size_t)j * 56 < 56 ? bytes - (size_t)j * 56 : 56;
+        memcpy(out_buf + j * 14, acc, len);
+        got[j] = 1;
+    }
+    int left = nl - cnt;
+    while (left)
+        for (int j = 0; j < nl; j++) {
+            int o = j < extra * (base + 1) ? j / (base + 1) : extra + (j - extra * (base + 1)) / (base ? base : 1);
+            if (!got[j] && atomic_load_explicit(&S->ll[o][b][j].seq, memory_order_acquire) >= 2 * k + 2) {
+                size_t len = bytes - (size_t)j * 56 < 56 ? bytes - (size_t)j * 56 : 56;
+                memcpy(out_buf + j * 14, S->ll[o][b][j].d, len);
+                got[j] = 1;
+                left--;
+            }
+        }
+    allread_done(me, k);
+}
+
 /* until lines [j0, nl) of every rank's slot b carry call k: every line
  * loaded, then judged */
 static void ll_wait(int b, int j0, int nl, uint64_t k)
@@ -428,6 +524,10 @@ static double run(const char *proto, int me)
             arb_allread(me, k, proto[4] == 'd');
         } else if (!strcmp(proto, "arb-chunked")) {
             arb_chunked(me, k);
+        } else if (!strcmp(proto, "arb-chunked-seen")) {
+            arb_chunked_seen(me, k);
+        } else if (!strcmp(proto, "arb-chunked-ll")) {
+            arb_chunked_ll(me, k);
         } else if (!strncmp(proto, "arb-ll", 6)) {
             arb_ll(me, k, !strcmp(proto, "arb-ll-dir"), !strcmp(proto, "arb-ll-tail"));
         } else if (!strcmp(proto, "arb-tree")) {
