@@ -22,7 +22,7 @@ extern const weft_coll_alg_t weft_alg_allreduce_rabenseifner, weft_alg_allreduce
 extern const weft_coll_alg_t weft_alg_barrier_shm, weft_alg_bcast_shm, weft_alg_reduce_shm, weft_alg_allreduce_shm,
     weft_alg_allgather_shm, weft_alg_reduce_scatter_shm, weft_alg_reduce_scatter_block_shm, weft_alg_bcast_shm_cma,
     weft_alg_allgather_shm_cma, weft_alg_allreduce_shm_cma, weft_alg_barrier_shm_allread, weft_alg_allreduce_shm_allread,
-    weft_alg_allreduce_shm_chunked;
+    weft_alg_allreduce_shm_chunked, weft_alg_allreduce_shm_ll;
 /* coll/hier/: compositions across nodes (decline on one node) */
 extern const weft_coll_alg_t weft_alg_barrier_hier, weft_alg_bcast_hier, weft_alg_reduce_hier, weft_alg_allreduce_hier,
     weft_alg_allreduce_hier_rail, weft_alg_allgather_hier, weft_alg_alltoall_hier, weft_alg_alltoallv_hier;
@@ -70,6 +70,7 @@ const weft_coll_alg_t *const weft_coll_algorithms[] = {
     &weft_alg_barrier_shm_allread,
     &weft_alg_allreduce_shm_allread,
     &weft_alg_allreduce_shm_chunked,
+    &weft_alg_allreduce_shm_ll,
     &weft_alg_barrier_hier,
     &weft_alg_bcast_hier,
     &weft_alg_reduce_hier,

@@ -69,6 +69,12 @@ static const char default_rules[] =
      * 16 and 32 (at 32, one round was up to 1.8x slower than two); at 1-2
      * KiB on 8 ranks the chunked path (2/n of the data read per rank, two
      * flag rounds) measured 1.1x faster than it in three runs */
+    /* shm_ll (the chunked shape on flagged lines: a line's one transfer
+     * brings data and flag) measured 1.1-1.2x faster than shm_allread at
+     * 64-512 B on 16 ranks and 1.04-1.5x at 128 B - 1 KiB on 32, in two
+     * runs; on 8 ranks within 10 % either way, from 2 KiB 1.6-3x slower */
+    "allreduce:64-1k:np=9-16:nodes=1:shm_ll,"
+    "allreduce:128-2k:np=17-32:nodes=1:shm_ll,"
     "allreduce:1k-2k:np=8-8:nodes=1:shm_chunked,"
     "allreduce:0-2k:np=2-8:nodes=1:shm_allread,"
     "allreduce:0-1k:np=9-32:nodes=1:shm_allread,"

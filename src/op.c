@@ -573,6 +573,11 @@ void weft_op_reduce3(weft_op_t op, weft_dtype_t dtype, void *out, const void *a,
     if (k && count) k(out, a, b, count);
 }
 
+weft_op_fn weft_op_kernel(weft_op_t op, weft_dtype_t dtype)
+{
+    return kernel_of(op, dtype);
+}
+
 void weft_op_finalize(weft_op_t op, weft_dtype_t dtype, void *buf, size_t count, int nranks)
 {
     if (op != WEFT_AVG || !dtype_known(dtype) || !avg_kernels[dtype] || nranks <= 1 || !count) return;

@@ -48,6 +48,12 @@ void weft_op_reduce(weft_op_t op, weft_dtype_t dtype, void *inout, const void *i
  * otherwise the three buffers must not overlap. */
 void weft_op_reduce3(weft_op_t op, weft_dtype_t dtype, void *out, const void *a, const void *b, size_t count);
 
+/* The kernel weft_op_reduce3 runs for (op, dtype) (NULL for an invalid
+ * pair), for callers that reduce many short vectors: one lookup, then a
+ * direct call per vector. */
+typedef void (*weft_op_fn)(void *out, const void *a, const void *b, size_t count);
+weft_op_fn weft_op_kernel(weft_op_t op, weft_dtype_t dtype);
+
 /* After a reduction of nranks contributions: AVG divides every element by
  * nranks (integers: truncation toward zero; floats: correctly rounded
  * division); every other op, and nranks <= 1, does nothing. */

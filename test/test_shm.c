@@ -76,23 +76,28 @@ static int body_forced(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c;
     /* allreduce: SUM, MAX, AVG; in place and not; the slot boundary. */
-    static const char *const algs[] = {"shm", "shm_allread", "shm_chunked"};
-    for (int alg = 0; alg < 3; alg++) {
+    static const char *const algs[] = {"shm", "shm_allread", "shm_chunked", "shm_ll"};
+    /* shm_ll also at its lines' edges: one line, one over, its largest
+     * message and one over */
+    static const int64_t ll_counts[] = {14, 15, (int64_t)(WEFT_SHM_LL_MAX / 4), (int64_t)(WEFT_SHM_LL_MAX / 4) + 1};
+    for (int alg = 0; alg < 4; alg++) {
         c = forced("allreduce", algs[alg]);
-        for (int ci = 0; ci < NCOUNTS; ci++)
+        for (int ci = 0; ci < NCOUNTS + (alg == 3 ? 4 : 0); ci++)
             for (int op = 0; op < 3; op++) {
+                int64_t cnt = ci < NCOUNTS ? counts[ci] : ll_counts[ci - NCOUNTS];
                 uint64_t before = shm_ops(c);
                 weft_op_t o = op == 0 ? WEFT_SUM : op == 1 ? WEFT_MAX : WEFT_AVG;
-                check_allreduce(c, counts[ci], o, (ci + op) % 2, ci * 3 + op);
+                check_allreduce(c, cnt, o, (ci + op) % 2, ci * 3 + op);
                 /* shm, shm_chunked: one sequence number per slot-sized
                  * piece; shm_allread: two from 3 ranks on (two rounds over
                  * WEFT_SHM_RADIX ranks), and over a slot it declines (the
-                 * next candidate, shm in pieces, runs) */
+                 * next candidate, shm in pieces, runs); shm_ll: one, and
+                 * over WEFT_SHM_LL_MAX it declines (shm runs) */
                 int64_t slot = (int64_t)WEFT_SHM_SLOT;
-                uint64_t ran = shm_ops(c) - before, want = size > 1 ? (uint64_t)((counts[ci] * 4 + slot - 1) / slot) : 0;
-                if (alg == 1 && counts[ci] * 4 <= slot) want = size < 2 || counts[ci] == 0 ? 0 : size > 2 ? 2 : 1;
+                uint64_t ran = shm_ops(c) - before, want = size > 1 ? (uint64_t)((cnt * 4 + slot - 1) / slot) : 0;
+                if (alg == 1 && cnt * 4 <= slot) want = size < 2 || cnt == 0 ? 0 : size > 2 ? 2 : 1;
                 TH_CHECK(ran == want, "allreduce %s count %lld: shm ran %llu pieces, not %llu", algs[alg],
-                         (long long)counts[ci], (unsigned long long)ran, (unsigned long long)want);
+                         (long long)cnt, (unsigned long long)ran, (unsigned long long)want);
             }
         TH_OK(weft_comm_free(&c));
     }
@@ -584,6 +589,10 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}}, /* chunked below the threshold: every rank checks */
         {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}},  /* every rank reads every length */
         {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}}, /* 48 bytes in the head line against 52 in the body */
+        {"allreduce", "shm_ll", 5, 1, {1, 1, 1, 1}},       /* one line each: the owner sees two lengths */
+        {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}},      /* one line against two */
+        {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}},   /* 8 lines against 29: other owners */
+        {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}},  /* rank 2 over its largest: shm runs there */
     };
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);
@@ -626,6 +635,8 @@ Test(shm, mixed_rules_fail_fast, .timeout = 60) { run_mixed_rules(3, 520, 500); 
 Test(shm, mixed_rules_fail_fast_chunked, .timeout = 60) { run_mixed_rules(4, 520, 500); }
 /* on 8 ranks 1 KiB goes chunked (shm_chunked), 1020 bytes shm_allread */
 Test(shm, mixed_rules_fail_fast_shm_chunked, .timeout = 60) { run_mixed_rules(8, 256, 255); }
+/* on 9 ranks 64 bytes go shm_ll, 60 shm_allread (two rounds) */
+Test(shm, mixed_rules_fail_fast_shm_ll, .timeout = 60) { run_mixed_rules(9, 16, 15); }
 
 #define RANKS_TEST(name, body, N, t)                                                                                   \
     Test(shm, name##_##N, .timeout = 60)                                                                               \

@@ -42,7 +42,8 @@ typedef struct shm_header {
 
 static size_t segment_len(int n)
 {
-    return SHM_HEADER + (size_t)n * sizeof(weft_shm_ctrl_t) + (size_t)n * WEFT_SHM_NBUF * WEFT_SHM_SLOT_STRIDE;
+    return SHM_HEADER + (size_t)n * sizeof(weft_shm_ctrl_t) +
+           (size_t)n * WEFT_SHM_NBUF * (WEFT_SHM_SLOT_STRIDE + WEFT_SHM_LL_SPAN);
 }
 
 static uint64_t members_hash(weft_comm_t comm)
@@ -127,6 +128,7 @@ static void set_pointers(weft_shm_t *sh)
 {
     sh->ctrl = (weft_shm_ctrl_t *)(sh->base + SHM_HEADER);
     sh->data = sh->base + SHM_HEADER + (size_t)sh->n * sizeof(weft_shm_ctrl_t);
+    sh->ll = sh->data + (size_t)sh->n * WEFT_SHM_NBUF * WEFT_SHM_SLOT_STRIDE;
 }
 
 /* Removes a name this process's creator is sure is stale: a segment of a
@@ -352,6 +354,7 @@ int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, cons
                           alg, r,
                           theirs & WEFT_SHM_LEN_ALLREAD   ? "shm_allread"
                           : theirs & WEFT_SHM_LEN_CHUNKED ? "the chunked allreduce"
+                          : theirs & WEFT_SHM_LEN_LL      ? "shm_ll"
                                                           : "a tree");
     theirs &= ~WEFT_SHM_LEN_MARKS; /* marked alike: the lengths themselves */
     len &= ~WEFT_SHM_LEN_MARKS;

@@ -12,6 +12,10 @@
  *                     k % NBUF), each a 64-byte head line (a sequence
  *                     word and up to WEFT_SHM_INLINE bytes of data) alone
  *                     in a 128-byte pair, and a body of WEFT_SHM_SLOT bytes
+ *   ll[n][NBUF]       per rank and slot, WEFT_SHM_LL_LINES flagged lines
+ *                     (56 bytes of data and a sequence word each) that only
+ *                     shm_ll writes, so a word there is always a sequence
+ *                     word; part of the slot for reuse (weft_shm_claim)
  *
  * Collective k (the k-th shared-memory collective on the communicator,
  * counted by every member in the same order) publishes a counter by
@@ -78,6 +82,23 @@ typedef struct weft_shm_head {
 #define WEFT_SHM_HEAD_SPAN 128
 #define WEFT_SHM_SLOT_STRIDE (WEFT_SHM_HEAD_SPAN + WEFT_SHM_SLOT)
 enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
+/* shm_ll's flagged lines: WEFT_SHM_LL_DATA bytes of data (a multiple of
+ * every element size) and the line's sequence word, which carries
+ * 2k + 1 (an input) or 2k + 2 (a reduced line) in its low 48 bits and the
+ * writer's message length in its top 16 (WEFT_SHM_LL_BAD: a writer that
+ * found the ranks' lengths differ), stored after the data with release
+ * order: one transfer of the line brings data and flag. */
+#define WEFT_SHM_LL_DATA 56
+#define WEFT_SHM_LL_LINES 128
+#define WEFT_SHM_LL_SPAN ((size_t)WEFT_SHM_LL_LINES * 64)
+#define WEFT_SHM_LL_MAX ((size_t)WEFT_SHM_LL_LINES * WEFT_SHM_LL_DATA)
+#define WEFT_SHM_LL_BAD UINT64_C(0xffff)
+typedef struct weft_shm_ll_line {
+    unsigned char d[WEFT_SHM_LL_DATA];
+    _Atomic uint64_t seq;
+} weft_shm_ll_line_t;
+_Static_assert(sizeof(weft_shm_ll_line_t) == 64, "a flagged line is one cache line");
+_Static_assert(WEFT_SHM_LL_MAX < WEFT_SHM_LL_BAD, "an LL message's length fits the tag and is not the bad tag");
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
  * fastest and the slowest rank before the fastest waits (a reduce's
  * leaves, a bcast's root leave at once). */
@@ -137,6 +158,7 @@ typedef struct weft_shm {
     uint64_t completed; /* collectives finished here, in order */
     weft_shm_ctrl_t *ctrl;
     char *data;
+    char *ll; /* the flagged lines (after the slots) */
 } weft_shm_t;
 
 /* One collective's state (schedule scratch). */
@@ -202,6 +224,12 @@ static inline weft_shm_head_t *weft_shm_head(const weft_shm_op_t *op, int r)
 static inline char *weft_shm_slot(const weft_shm_op_t *op, int r)
 {
     return (char *)weft_shm_head(op, r) + WEFT_SHM_HEAD_SPAN;
+}
+/* Rank r's flagged lines of slot k % NBUF (shm_ll). */
+static inline weft_shm_ll_line_t *weft_shm_ll(const weft_shm_op_t *op, int r)
+{
+    return (weft_shm_ll_line_t *)(op->sh->ll +
+                                  ((size_t)r * WEFT_SHM_NBUF + (size_t)(op->k % WEFT_SHM_NBUF)) * WEFT_SHM_LL_SPAN);
 }
 /* Where a tree algorithm's message of `bytes` sits in rank r's slot:
  * beside the sequence word when it fits, else the body. */
@@ -275,14 +303,15 @@ void weft_shm_record(weft_shm_op_t *op, int readers, int root);
  * step. */
 int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
                        const char *alg, const char *flag);
-/* shm_allread and the chunked allreduce mark the lengths they publish
- * with a bit of their own (the tree's are unmarked), so a rank that ran
+/* shm_allread, the chunked allreduce and shm_ll mark the lengths they
+ * publish with a bit of their own (the tree's are unmarked), so a rank that ran
  * another shared-memory algorithm for the same call (ranks whose counts
  * fall on both sides of a selection threshold: an erroneous call) sees a
  * mismatch instead of taking the other's flags for its own. */
 #define WEFT_SHM_LEN_ALLREAD ((uint64_t)1 << 62)
 #define WEFT_SHM_LEN_CHUNKED ((uint64_t)1 << 61)
-#define WEFT_SHM_LEN_MARKS (WEFT_SHM_LEN_ALLREAD | WEFT_SHM_LEN_CHUNKED)
+#define WEFT_SHM_LEN_LL ((uint64_t)1 << 60)
+#define WEFT_SHM_LEN_MARKS (WEFT_SHM_LEN_ALLREAD | WEFT_SHM_LEN_CHUNKED | WEFT_SHM_LEN_LL)
 /* 0 when rank r's head (slot of collective op->k) carries message length
  * len, else an error naming both lengths (an erroneous call: ranks passed
  * different counts; root < 0: a pattern without a tree), or saying that
