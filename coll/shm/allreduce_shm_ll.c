@@ -64,10 +64,7 @@ static int bad_line(ll_t *x, int r, uint64_t word)
                           "allreduce_shm_ll: rank %d found that the ranks passed different counts (a reduced line "
                           "marked bad)",
                           r);
-    return weft_error(WEFT_ERR_ARG,
-                      "allreduce_shm_ll: rank %d has a %llu-byte message, this rank's is %zu bytes (the ranks passed "
-                      "different counts)",
-                      r, (unsigned long long)tag, x->bytes);
+    return weft_shm_len_differs(r, -1, tag | WEFT_SHM_LEN_LL, ll_len(x), "allreduce_shm_ll");
 }
 
 /* Every WAIT_CHECK polls of a wait: a member whose head is in this

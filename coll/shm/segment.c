@@ -345,7 +345,11 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
 
 int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg)
 {
-    uint64_t theirs = weft_shm_head(op, r)->len;
+    return weft_shm_len_differs(r, root, weft_shm_head(op, r)->len, len, alg);
+}
+
+int weft_shm_len_differs(int r, int root, uint64_t theirs, uint64_t len, const char *alg)
+{
     if (theirs == len) return 0;
     if ((theirs ^ len) & WEFT_SHM_LEN_MARKS)
         return weft_error(WEFT_ERR_ARG,
@@ -405,26 +409,6 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
     return 1;
 }
 
-int weft_shm_wait_heads(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count, const char *flag)
-{
-    weft_shm_t *sh = op->sh;
-    uint64_t want = 2 * op->k + (uint64_t)ev;
-    int late = -1;
-    if (!ranks) count = sh->n;
-    for (int i = op->seen; i < count; i++) {
-        int r = ranks ? ranks[i] : i;
-        if (atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) < want && late < 0) late = i;
-    }
-    if (late < 0) {
-        op->seen = 0;
-        if (!ranks) weft_shm_all_started(sh, op->k);
-        return 1;
-    }
-    op->seen = late;
-    weft_sched_waiting_flag(s, ranks ? ranks[late] : late, flag);
-    return 0;
-}
-
 int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count,
                              unsigned char *got, weft_shm_seen_fn fn, void *arg, const char *flag)
 {
@@ -433,18 +417,20 @@ int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const i
     int late = -1;
     if (!ranks) count = sh->n;
     for (int i = op->seen; i < count; i++) {
-        if (got[i]) continue;
+        if (got && got[i]) continue;
         int r = ranks ? ranks[i] : i;
         if (atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) >= want) {
-            got[i] = 1;
-            fn(arg, r);
+            if (got) {
+                got[i] = 1;
+                fn(arg, r);
+            }
         } else if (late < 0) {
             late = i;
         }
     }
     if (late < 0) {
         op->seen = 0;
-        memset(got, 0, (size_t)count);
+        if (got) memset(got, 0, (size_t)count);
         if (!ranks) weft_shm_all_started(sh, op->k);
         return 1;
     }

@@ -317,6 +317,8 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
  * different counts; root < 0: a pattern without a tree), or saying that
  * the two are marked differently (WEFT_SHM_LEN_MARKS). */
 int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg);
+/* The same for a length `theirs` read elsewhere (shm_ll: a line's word). */
+int weft_shm_len_differs(int r, int root, uint64_t theirs, uint64_t len, const char *alg);
 /* After every member's arrival (weft_shm_contribute): 0 when all
  * contributed messages of length len (its low 32 bits), or an error naming
  * the first rank whose length differs. */
@@ -340,18 +342,22 @@ static inline int weft_shm_parent(int v, int radix)
 static inline int weft_shm_has_children(int v, int radix, int n) { return v % radix == 0 && v + 1 < n; }
 /* Waits until the head (slot of collective op->k) of each of the `count`
  * ranks in `ranks` (NULL: every member, count ignored) reached event ev:
- * all loaded, then judged (the misses overlap); the ranks seen are not
- * loaded again. After every member's, every member is in collective k
- * (weft_shm_all_started). 1 / 0 as a polling step. */
-int weft_shm_wait_heads(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count, const char *flag);
-/* The same, calling fn(arg, r) once for each rank r the moment its head
- * is first seen at ev, in whatever order they come: a rank's lines are
- * fetched (or copied) while later ranks are still on their way, instead
- * of all after the last flag. got: `count` (NULL ranks: n) bytes of the
- * caller's, zero at the wait's start and left zero when it returns 1. */
+ * all loaded, then judged (the misses overlap); the leading ranks seen
+ * are not loaded again. After every member's, every member is in
+ * collective k (weft_shm_all_started). With got, calls fn(arg, r) once
+ * for each rank r the moment its head is first seen, in whatever order
+ * they come (a rank's lines are fetched, or copied, while later ranks
+ * are still on their way, instead of all after the last flag); got is
+ * `count` (NULL ranks: n) bytes of the caller's, zero at the wait's start
+ * and left zero when it returns 1. 1 / 0 as a polling step. */
 typedef void (*weft_shm_seen_fn)(void *arg, int r);
 int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count,
                              unsigned char *got, weft_shm_seen_fn fn, void *arg, const char *flag);
+static inline int weft_shm_wait_heads(weft_sched_t *s, weft_shm_op_t *op, int ev, const int *ranks, int count,
+                                      const char *flag)
+{
+    return weft_shm_wait_heads_each(s, op, ev, ranks, count, NULL, NULL, NULL, flag);
+}
 /* Waits until every child of this rank published its PARTIAL of
  * collective op->k (children in a fixed order: stride 1 first, then R,
  * R^2...). */
