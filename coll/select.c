@@ -72,8 +72,11 @@ static const char default_rules[] =
     /* shm_ll (the chunked shape on flagged lines: a line's one transfer
      * brings data and flag) measured 1.1-1.2x faster than shm_allread at
      * 64-512 B on 16 ranks and 1.04-1.5x at 128 B - 1 KiB on 32, in two
-     * runs; on 8 ranks within 10 % either way, from 2 KiB 1.6-3x slower */
-    "allreduce:64-1k:np=9-16:nodes=1:shm_ll,"
+     * runs; on 8 ranks within 10 % either way, from 2 KiB 1.6-3x slower.
+     * With its lines staggered across cache sets and reduced by one
+     * strided fold per line (session 8) also 1.2x faster than the tree at
+     * 1 KiB on 16 ranks, still 1.3x slower at 2 KiB */
+    "allreduce:64-2k:np=9-16:nodes=1:shm_ll,"
     "allreduce:128-2k:np=17-32:nodes=1:shm_ll,"
     "allreduce:1k-2k:np=8-8:nodes=1:shm_chunked,"
     "allreduce:0-2k:np=2-8:nodes=1:shm_allread,"

@@ -42,6 +42,7 @@
 #endif
 
 typedef void (*binary_fn)(void *out, const void *a, const void *b, size_t n);
+typedef weft_op_strided_fn strided_fn;
 typedef void (*avg_fn)(void *buf, size_t n, int nranks);
 
 /* ------------------------------------------------------------------ */
@@ -181,8 +182,10 @@ HALF_MINMAX(max_bf16, 0x7f80, >, &)
 /* ------------------------------------------------------------------ */
 /* Kernels                                                              */
 /* ------------------------------------------------------------------ */
-/* out[i] = expr(x = a[i], y = b[i]) over blocks of BLOCK, then a tail. */
+/* out[i] = expr(x = a[i], y = b[i]) over blocks of BLOCK, then a tail;
+ * and name_n, its left fold over nsrc strided sources (STRIDED_KERNEL). */
 #define BINARY_KERNEL(name, T, expr)                                                                                   \
+    STRIDED_KERNEL(name, T, expr)                                                                                      \
     static void name(void *out, const void *a, const void *b, size_t n)                                                \
     {                                                                                                                  \
         T *o = out;                                                                                                    \
@@ -201,6 +204,26 @@ HALF_MINMAX(max_bf16, 0x7f80, >, &)
         {                                                                                                              \
             T x = p[i], y = q[i];                                                                                      \
             o[i] = (T)(expr);                                                                                          \
+        }                                                                                                              \
+    }
+
+/* out = src_0 op src_1 op ... op src_{nsrc-1}, left to right, src_r at
+ * first + r * stride bytes: the same expression in the same order as
+ * nsrc - 1 calls of the binary kernel, without a call per source (shm_ll
+ * reduces 56-byte lines of 8-32 ranks). */
+#define STRIDED_KERNEL(name, T, expr)                                                                                  \
+    static void name##_n(void *out, const void *first, size_t stride, int nsrc, size_t n)                              \
+    {                                                                                                                  \
+        T *o = out;                                                                                                    \
+        const char *src = first;                                                                                       \
+        memcpy(o, src, n * sizeof(T));                                                                                 \
+        for (int r = 1; r < nsrc; r++) {                                                                               \
+            const T *q = (const T *)(const void *)(src + (size_t)r * stride);                                          \
+            IVDEP for (size_t i = 0; i < n; i++)                                                                       \
+            {                                                                                                          \
+                T x = o[i], y = q[i];                                                                                  \
+                o[i] = (T)(expr);                                                                                      \
+            }                                                                                                          \
         }                                                                                                              \
     }
 
@@ -374,6 +397,23 @@ static void prod_fp16(void *out, const void *a, const void *b, size_t n)
     prod_fp16_portable(out, a, b, n);
 }
 
+/* The strided folds of the two: F16C one binary call per source (its
+ * conversions are single instructions), else the portable fold. */
+#define FP16_STRIDED(name)                                                                                             \
+    static void name##_n(void *out, const void *first, size_t stride, int nsrc, size_t n)                              \
+    {                                                                                                                  \
+        if (!HAVE_F16C_PATH || !fp16_hw_on()) {                                                                        \
+            name##_portable_n(out, first, stride, nsrc, n);                                                            \
+            return;                                                                                                    \
+        }                                                                                                              \
+        const char *src = first;                                                                                       \
+        memcpy(out, src, n * sizeof(uint16_t));                                                                        \
+        for (int r = 1; r < nsrc; r++)                                                                                 \
+            name(out, out, src + (size_t)r * stride, n);                                                               \
+    }
+FP16_STRIDED(sum_fp16)
+FP16_STRIDED(prod_fp16)
+
 /* ------------------------------------------------------------------ */
 /* AVG: the final division                                              */
 /* ------------------------------------------------------------------ */
@@ -488,32 +528,33 @@ static void avg_bf16(void *buf, size_t n, int nranks)
 /* ------------------------------------------------------------------ */
 /* Tables                                                               */
 /* ------------------------------------------------------------------ */
-#define INT_ROW(s, u)                                                                                                  \
+/* One table per kernel form: KERNELS() the binary kernels, KERNELS(_n)
+ * their strided folds (X pasted to every name). */
+#define INT_ROW(s, u, X)                                                                                               \
     {                                                                                                                  \
-        [WEFT_SUM] = sum_##u, [WEFT_PROD] = prod_##u, [WEFT_MIN] = min_##s, [WEFT_MAX] = max_##s,                      \
-        [WEFT_AVG] = sum_##u, [WEFT_BAND] = band_##u, [WEFT_BOR] = bor_##u, [WEFT_BXOR] = bxor_##u                     \
+        [WEFT_SUM] = sum_##u##X, [WEFT_PROD] = prod_##u##X, [WEFT_MIN] = min_##s##X, [WEFT_MAX] = max_##s##X,          \
+        [WEFT_AVG] = sum_##u##X, [WEFT_BAND] = band_##u##X, [WEFT_BOR] = bor_##u##X, [WEFT_BXOR] = bxor_##u##X         \
     }
-#define FLOAT_ROW(sum, prod, min, max)                                                                                 \
+#define FLOAT_ROW(X, sum, prod, min, max)                                                                              \
     {                                                                                                                  \
-        [WEFT_SUM] = sum, [WEFT_PROD] = prod, [WEFT_MIN] = min, [WEFT_MAX] = max, [WEFT_AVG] = sum                     \
+        [WEFT_SUM] = sum##X, [WEFT_PROD] = prod##X, [WEFT_MIN] = min##X, [WEFT_MAX] = max##X, [WEFT_AVG] = sum##X      \
+    }
+#define KERNELS(X)                                                                                                     \
+    {                                                                                                                  \
+        [WEFT_INT8] = INT_ROW(i8, u8, X), [WEFT_UINT8] = INT_ROW(u8, u8, X), [WEFT_INT16] = INT_ROW(i16, u16, X),      \
+        [WEFT_UINT16] = INT_ROW(u16, u16, X), [WEFT_INT32] = INT_ROW(i32, u32, X),                                     \
+        [WEFT_UINT32] = INT_ROW(u32, u32, X), [WEFT_INT64] = INT_ROW(i64, u64, X),                                     \
+        [WEFT_UINT64] = INT_ROW(u64, u64, X),                                                                          \
+        [WEFT_FLOAT16] = FLOAT_ROW(X, sum_fp16, prod_fp16, min_fp16k, max_fp16k),                                      \
+        [WEFT_BFLOAT16] = FLOAT_ROW(X, sum_bf16, prod_bf16, min_bf16k, max_bf16k),                                     \
+        [WEFT_FLOAT32] = FLOAT_ROW(X, sum_f32, prod_f32, min_f32k, max_f32k),                                          \
+        [WEFT_FLOAT64] = FLOAT_ROW(X, sum_f64, prod_f64, min_f64k, max_f64k),                                          \
+        [WEFT_BYTE] = {[WEFT_BAND] = band_u8##X, [WEFT_BOR] = bor_u8##X, [WEFT_BXOR] = bxor_u8##X},                    \
     }
 
 /* NULL: the op is not defined on the datatype (weft_op_check's source). */
-static const binary_fn kernels[WEFT_DTYPE_COUNT][WEFT_OP_COUNT] = {
-    [WEFT_INT8] = INT_ROW(i8, u8),
-    [WEFT_UINT8] = INT_ROW(u8, u8),
-    [WEFT_INT16] = INT_ROW(i16, u16),
-    [WEFT_UINT16] = INT_ROW(u16, u16),
-    [WEFT_INT32] = INT_ROW(i32, u32),
-    [WEFT_UINT32] = INT_ROW(u32, u32),
-    [WEFT_INT64] = INT_ROW(i64, u64),
-    [WEFT_UINT64] = INT_ROW(u64, u64),
-    [WEFT_FLOAT16] = FLOAT_ROW(sum_fp16, prod_fp16, min_fp16k, max_fp16k),
-    [WEFT_BFLOAT16] = FLOAT_ROW(sum_bf16, prod_bf16, min_bf16k, max_bf16k),
-    [WEFT_FLOAT32] = FLOAT_ROW(sum_f32, prod_f32, min_f32k, max_f32k),
-    [WEFT_FLOAT64] = FLOAT_ROW(sum_f64, prod_f64, min_f64k, max_f64k),
-    [WEFT_BYTE] = {[WEFT_BAND] = band_u8, [WEFT_BOR] = bor_u8, [WEFT_BXOR] = bxor_u8},
-};
+static const binary_fn kernels[WEFT_DTYPE_COUNT][WEFT_OP_COUNT] = KERNELS();
+static const strided_fn strided_kernels[WEFT_DTYPE_COUNT][WEFT_OP_COUNT] = KERNELS(_n);
 
 static const avg_fn avg_kernels[WEFT_DTYPE_COUNT] = {
     [WEFT_INT8] = avg_i8,      [WEFT_UINT8] = avg_u8,      [WEFT_INT16] = avg_i16,   [WEFT_UINT16] = avg_u16,
@@ -573,9 +614,9 @@ void weft_op_reduce3(weft_op_t op, weft_dtype_t dtype, void *out, const void *a,
     if (k && count) k(out, a, b, count);
 }
 
-weft_op_fn weft_op_kernel(weft_op_t op, weft_dtype_t dtype)
+weft_op_strided_fn weft_op_strided_kernel(weft_op_t op, weft_dtype_t dtype)
 {
-    return kernel_of(op, dtype);
+    return op_known(op) && dtype_known(dtype) ? strided_kernels[dtype][op] : NULL;
 }
 
 void weft_op_finalize(weft_op_t op, weft_dtype_t dtype, void *buf, size_t count, int nranks)

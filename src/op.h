@@ -48,11 +48,15 @@ void weft_op_reduce(weft_op_t op, weft_dtype_t dtype, void *inout, const void *i
  * otherwise the three buffers must not overlap. */
 void weft_op_reduce3(weft_op_t op, weft_dtype_t dtype, void *out, const void *a, const void *b, size_t count);
 
-/* The kernel weft_op_reduce3 runs for (op, dtype) (NULL for an invalid
- * pair), for callers that reduce many short vectors: one lookup, then a
- * direct call per vector. */
-typedef void (*weft_op_fn)(void *out, const void *a, const void *b, size_t count);
-weft_op_fn weft_op_kernel(weft_op_t op, weft_dtype_t dtype);
+/* A strided fold: out = v_0 op v_1 op ... op v_{nsrc-1}, left to right,
+ * each v_r count elements at (const char *)first + r * stride (nsrc >= 1;
+ * out must not overlap them): weft_op_reduce3 on the first two and
+ * weft_op_reduce with each next one, in one call (the same results; a
+ * NaN from arithmetic may carry another payload). Looked up once
+ * (NULL for an invalid pair) by callers that reduce many short vectors of
+ * many ranks (shm_ll's lines). */
+typedef void (*weft_op_strided_fn)(void *out, const void *first, size_t stride, int nsrc, size_t count);
+weft_op_strided_fn weft_op_strided_kernel(weft_op_t op, weft_dtype_t dtype);
 
 /* After a reduction of nranks contributions: AVG divides every element by
  * nranks (integers: truncation toward zero; floats: correctly rounded

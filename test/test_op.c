@@ -1,5 +1,6 @@
 /* Reduction operators (src/op.c): every op on every datatype against a
- * scalar reference, in place and out of place, aligned or not; AVG's final
+ * scalar reference, in place and out of place, aligned or not, and the
+ * strided fold against the binary calls it folds; AVG's final
  * division; bad (op, dtype) pairs; float16 / bfloat16 conversions
  * (exhaustive over the 16-bit patterns, against the compiler's _Float16 and
  * an independent reference); the F16C path against the portable one; and
@@ -465,6 +466,44 @@ static void check_combo(weft_op_t op, weft_dtype_t dt, size_t n)
     free(want_aa);
 }
 
+/* The strided fold (shm_ll's line reduction) against the chain of binary
+ * calls it replaces: the same results (a NaN sum's or product's payload
+ * is the compiler's choice of operand order in both) for 1..33 sources of
+ * counts around a line and the kernel blocks, never writing outside out. */
+static void check_strided(weft_op_t op, weft_dtype_t dt)
+{
+    static const size_t counts[] = {0, 1, 7, 14, 28, 63, 64, 65, 129};
+    static const int nsrcs[] = {1, 2, 3, 16, 33};
+    size_t es = weft_dtype_size(dt);
+    weft_op_strided_fn fold = weft_op_strided_kernel(op, dt);
+    cr_assert(fold, "no strided fold for %s on %s", weft_op_name(op), weft_dtype_name(dt));
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
+        for (size_t k = 0; k < sizeof nsrcs / sizeof *nsrcs; k++) {
+            size_t n = counts[c], stride = (n + 3) * es; /* a gap between sources, never read */
+            int nsrc = nsrcs[k];
+            unsigned char *src = malloc((size_t)nsrc * stride + es), *want = malloc(n * es + es);
+            unsigned char *g = guarded(n + 1, es), *out = g + GUARD * es;
+            cr_assert(src && want);
+            fill_random(dt, src, (size_t)nsrc * (n + 3));
+            memcpy(want, src, n * es);
+            if (nsrc > 1) weft_op_reduce3(op, dt, want, src, src + stride, n);
+            for (int r = 2; r < nsrc; r++)
+                weft_op_reduce(op, dt, want, src + (size_t)r * stride, n);
+            fold(out, src, stride, nsrc, n);
+            for (size_t i = 0; i < n; i++)
+                if (!same_result(op, dt, get_bits(out, dt, i), get_bits(want, dt, i)))
+                    cr_assert_fail("strided fold %s on %s, %d sources of %zu: element %zu is 0x%llx, the chain gave "
+                                   "0x%llx" SEED_FMT,
+                                   weft_op_name(op), weft_dtype_name(dt), nsrc, n, i,
+                                   (unsigned long long)get_bits(out, dt, i), (unsigned long long)get_bits(want, dt, i),
+                                   SEED_ARGS);
+            check_guards(g, n, 0, es, "strided fold", op, dt);
+            free(src);
+            free(want);
+            free(g);
+        }
+}
+
 static int expect_valid(weft_op_t op, weft_dtype_t dt)
 {
     if (dt == WEFT_BYTE) return op == WEFT_BAND || op == WEFT_BOR || op == WEFT_BXOR;
@@ -486,6 +525,7 @@ static void check_dtype(weft_dtype_t dt)
         weft_op_reduce3((weft_op_t)op, dt, NULL, NULL, NULL, 0);
         for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
             check_combo((weft_op_t)op, dt, counts[c]);
+        check_strided((weft_op_t)op, dt);
     }
 }
 
@@ -621,6 +661,7 @@ static void expect_bad(weft_op_t op, weft_dtype_t dt, const char *must1, const c
     weft_op_reduce(op, dt, io, in, 4);
     weft_op_reduce3(op, dt, io, in, in, 4);
     cr_assert(io[0] == 1 && io[1] == 2 && io[2] == 3 && io[3] == 4);
+    cr_assert_null(weft_op_strided_kernel(op, dt), "a strided fold for op %d dtype %d", (int)op, (int)dt);
 }
 
 TEST_OP(invalid_combinations)

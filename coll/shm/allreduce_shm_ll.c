@@ -34,7 +34,7 @@ typedef struct {
     void *recv;
     size_t count, esize, bytes;
     int dtype, rop;
-    weft_op_fn kern; /* the op's kernel, called once per line and rank */
+    weft_op_strided_fn kern; /* the op's strided fold, called once per line over all ranks */
     int nl;          /* lines of the message */
     size_t l0, cnt;  /* this rank's lines */
     size_t base, extra; /* rank r owns base + (r < extra) lines (weft_coll_block) */
@@ -102,10 +102,7 @@ static void reduce_lines(ll_t *x)
         }
         size_t b = line_bytes(x, (int)j), m = b / x->esize;
         char *dst = (char *)x->recv + j * WEFT_SHM_LL_DATA;
-        /* n >= 2: the segment exists only for two or more ranks */
-        x->kern(dst, weft_shm_ll(op, 0)[j].d, weft_shm_ll(op, 1)[j].d, m);
-        for (int r = 2; r < n; r++)
-            x->kern(dst, dst, weft_shm_ll(op, r)[j].d, m);
+        x->kern(dst, weft_shm_ll(op, 0)[j].d, WEFT_SHM_LL_RANK_STRIDE, n, m);
         weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, m, n);
         memcpy(mine[j].d, dst, b);
         atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, x->bytes), memory_order_release);
@@ -223,7 +220,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->bytes = a->bytes;
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
-    x->kern = weft_op_kernel(a->op, a->dtype); /* valid: checked at the call */
+    x->kern = weft_op_strided_kernel(a->op, a->dtype); /* valid: checked at the call */
     return weft_sched_poll(s, step, x);
 }
 

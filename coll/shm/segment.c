@@ -329,7 +329,8 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
     if (need && need != op->k + 1) { /* the previous use's readers */
         int prev = sh->use[b].readers, proot = sh->use[b].root;
         if (prev & WEFT_SHM_READ_ALL) {
-            for (int r = 0; r < sh->n; r++)
+            /* all_done, the usual case, answers for every member at once */
+            for (int r = 0; r < sh->n && sh->all_done < need; r++)
                 if (r != sh->me && !done_by(s, sh, r, need)) return 0;
         } else {
             int v = weft_shm_vrank(sh, proot);

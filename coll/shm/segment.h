@@ -90,7 +90,11 @@ enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
  * order: one transfer of the line brings data and flag. */
 #define WEFT_SHM_LL_DATA 56
 #define WEFT_SHM_LL_LINES 128
-#define WEFT_SHM_LL_SPAN ((size_t)WEFT_SHM_LL_LINES * 64)
+/* One line more than the lines: with a span of a multiple of 4 KiB every
+ * rank's line j would sit in one set of the L1 cache (12 ways, and an
+ * owner reads line j of 16-32 ranks); one line more moves each rank's
+ * lines NBUF sets on. */
+#define WEFT_SHM_LL_SPAN ((size_t)(WEFT_SHM_LL_LINES + 1) * 64)
 #define WEFT_SHM_LL_MAX ((size_t)WEFT_SHM_LL_LINES * WEFT_SHM_LL_DATA)
 #define WEFT_SHM_LL_BAD UINT64_C(0xffff)
 typedef struct weft_shm_ll_line {
@@ -225,11 +229,13 @@ static inline char *weft_shm_slot(const weft_shm_op_t *op, int r)
 {
     return (char *)weft_shm_head(op, r) + WEFT_SHM_HEAD_SPAN;
 }
-/* Rank r's flagged lines of slot k % NBUF (shm_ll). */
+/* Rank r's flagged lines of slot k % NBUF (shm_ll); line j of rank r + 1
+ * is WEFT_SHM_LL_RANK_STRIDE bytes after rank r's. */
+#define WEFT_SHM_LL_RANK_STRIDE ((size_t)WEFT_SHM_NBUF * WEFT_SHM_LL_SPAN)
 static inline weft_shm_ll_line_t *weft_shm_ll(const weft_shm_op_t *op, int r)
 {
-    return (weft_shm_ll_line_t *)(op->sh->ll +
-                                  ((size_t)r * WEFT_SHM_NBUF + (size_t)(op->k % WEFT_SHM_NBUF)) * WEFT_SHM_LL_SPAN);
+    return (weft_shm_ll_line_t *)(op->sh->ll + (size_t)r * WEFT_SHM_LL_RANK_STRIDE +
+                                  (size_t)(op->k % WEFT_SHM_NBUF) * WEFT_SHM_LL_SPAN);
 }
 /* Where a tree algorithm's message of `bytes` sits in rank r's slot:
  * beside the sequence word when it fits, else the body. */
