@@ -87,8 +87,10 @@ static const char default_rules[] =
     "allreduce:256k-512k:np=17-32:nodes=1:rabenseifner,"
     /* on 4 ranks the slot pieces measured 1.1-1.4x faster than
      * Rabenseifner at 512 KiB - 2 MiB (which was 1.05x Open MPI's time);
-     * on 8 the two traded places between runs */
-    "allreduce:512k-2m:np=4-4:nodes=1:shm,"
+     * on 8 the two traded places in earlier runs, then (session 8) the
+     * pieces were 1.6-1.7x faster at 512 KiB - 1 MiB (0.77 of Open MPI's
+     * time, where Rabenseifner took 1.03-1.32 of it in four runs) */
+    "allreduce:512k-2m:np=4-8:nodes=1:shm,"
     "allreduce:512k-2m:np=2-8:nodes=1:rabenseifner,"
     "allreduce:0-512k:nodes=1:shm,"
     "allgather:0-16k:nodes=1:shm,"

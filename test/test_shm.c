@@ -593,6 +593,7 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}},      /* one line against two */
         {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}},   /* 8 lines against 29: other owners */
         {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}},  /* rank 2 over its largest: shm runs there */
+        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}},     /* 5 lines against 6: an owner's line only one writes */
     };
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);

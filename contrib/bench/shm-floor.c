@@ -7,7 +7,10 @@
  * protocols before one goes into coll/shm.
  *
  *   shm-floor [-n ranks] [-i iters] [-r radix] [-f first_cpu] [-s cpu_step] [-b bytes]
- *             [-p prefetch locality 0-3, -1: none] PROTOCOL...
+ *             [-p prefetch locality 0-3, -1: none] [-B tree|allread] PROTOCOL...
+ *
+ * -B: the barrier between the calls of the -osu and arb-* protocols,
+ * outside the timed part (default tree; allread is coll/shm's barrier).
  *
  * Protocols (each line: name and median of 3 runs, us per call):
  *   pingpong        ranks 0 and 1: round trip of one flag each way
@@ -488,6 +491,19 @@ static void arb_tree(int me, uint64_t k)
     memcpy(out_buf, payload(0, b), bytes);
 }
 
+/* the barrier between calls (-B): the tree (one release line) or every
+ * rank reading every rank's line (coll/shm's default barrier) */
+static int between_allread;
+static void between(int me, uint64_t bk)
+{
+    if (between_allread) {
+        atomic_store_explicit(&S->bar[me].seq, bk, memory_order_release);
+        wait_all(S->bar, 1, NULL, n, bk);
+    } else {
+        tree_barrier(S->bar, S->barrel, me, bk);
+    }
+}
+
 static double run(const char *proto, int me)
 {
     uint64_t k = 0, bk = 0;
@@ -497,7 +513,7 @@ static double run(const char *proto, int me)
         in_buf[i] = (float)(i % 7 + 1);
     for (int it = 0; it < iters + warm; it++) {
         if (it == warm) {
-            tree_barrier(S->bar, S->barrel, me, ++bk);
+            between(me, ++bk);
             t = 0;
         }
         double t0 = now();
@@ -536,7 +552,7 @@ static double run(const char *proto, int me)
             sink += ar_allread(me, k, me + 1.0);
         }
         t += now() - t0;
-        if (strstr(proto, "-osu") || !strncmp(proto, "arb-", 4)) tree_barrier(S->bar, S->barrel, me, ++bk);
+        if (strstr(proto, "-osu") || !strncmp(proto, "arb-", 4)) between(me, ++bk);
     }
     if (sink < 0) printf("%g\n", sink);
     if (!strncmp(proto, "arb-", 4))
@@ -552,7 +568,7 @@ static double run(const char *proto, int me)
 int main(int argc, char **argv)
 {
     int c;
-    while ((c = getopt(argc, argv, "n:i:r:f:s:b:p:")) != -1) {
+    while ((c = getopt(argc, argv, "n:i:r:f:s:b:p:B:")) != -1) {
         switch (c) {
         case 'n': n = atoi(optarg); break;
         case 'i': iters = atoi(optarg); break;
@@ -561,7 +577,8 @@ int main(int argc, char **argv)
         case 's': step = atoi(optarg); break;
         case 'b': bytes = (size_t)atol(optarg); break;
         case 'p': hint = atoi(optarg); break;
-        default: fprintf(stderr, "usage: %s [-n ranks] [-i iters] [-r radix] [-f cpu] [-s step] [-b bytes] [-p hint] PROTO...\n", argv[0]); return 2;
+        case 'B': between_allread = !strcmp(optarg, "allread"); break;
+        default: fprintf(stderr, "usage: %s [-n ranks] [-i iters] [-r radix] [-f cpu] [-s step] [-b bytes] [-p hint] [-B tree|allread] PROTO...\n", argv[0]); return 2;
         }
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
