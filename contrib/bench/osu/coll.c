@@ -1,10 +1,11 @@
 /* Collective benchmarks, blocking and nonblocking, as OSU defines them.
  *
- * Blocking: each rank times every call (no barrier between iterations) and
- * reports its average; the table shows the average over ranks (-f adds min
- * and max). Sizes are bytes per rank's contribution; reduce_scatter(_block)
- * sizes are the whole vector, each rank receiving size / ranks, as OSU.
- * Reductions use float sums, data movement uses bytes (OSU's choice).
+ * Blocking: each rank times every call (a barrier after each, outside the
+ * timed part, as in OSU's own tests) and reports its average; the table
+ * shows the average over ranks (-f adds min and max). Sizes are bytes per
+ * rank's contribution; reduce_scatter(_block) sizes are the whole vector,
+ * each rank receiving size / ranks, as OSU. Reductions use float sums,
+ * data movement uses bytes (OSU's choice).
  *
  * Nonblocking (OSU's overlap method): the pure communication time T is
  * measured with post + wait; then each iteration posts, computes for T
