@@ -102,6 +102,7 @@ typedef struct weft_shm_ll_line {
     _Atomic uint64_t seq;
 } weft_shm_ll_line_t;
 _Static_assert(sizeof(weft_shm_ll_line_t) == 64, "a flagged line is one cache line");
+_Static_assert(WEFT_SHM_LL_SPAN % 4096 != 0, "line j of consecutive ranks in different L1 sets");
 _Static_assert(WEFT_SHM_LL_MAX < WEFT_SHM_LL_BAD, "an LL message's length fits the tag and is not the bad tag");
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
  * fastest and the slowest rank before the fastest waits (a reduce's
