@@ -42,7 +42,6 @@
 #endif
 
 typedef void (*binary_fn)(void *out, const void *a, const void *b, size_t n);
-typedef weft_op_strided_fn strided_fn;
 typedef void (*avg_fn)(void *buf, size_t n, int nranks);
 
 /* ------------------------------------------------------------------ */
@@ -554,7 +553,7 @@ static void avg_bf16(void *buf, size_t n, int nranks)
 
 /* NULL: the op is not defined on the datatype (weft_op_check's source). */
 static const binary_fn kernels[WEFT_DTYPE_COUNT][WEFT_OP_COUNT] = KERNELS();
-static const strided_fn strided_kernels[WEFT_DTYPE_COUNT][WEFT_OP_COUNT] = KERNELS(_n);
+static const weft_op_strided_fn strided_kernels[WEFT_DTYPE_COUNT][WEFT_OP_COUNT] = KERNELS(_n);
 
 static const avg_fn avg_kernels[WEFT_DTYPE_COUNT] = {
     [WEFT_INT8] = avg_i8,      [WEFT_UINT8] = avg_u8,      [WEFT_INT16] = avg_i16,   [WEFT_UINT16] = avg_u16,
