@@ -90,11 +90,13 @@ static void reduce_lines(ll_t *x)
     weft_shm_op_t *op = &x->op;
     int n = op->sh->n;
     weft_shm_ll_line_t *mine = weft_shm_ll(op, op->sh->me);
-    for (int r = 0; r < n && !x->rc; r++)
+    for (int r = 0; r < n && !x->rc; r++) {
+        const weft_shm_ll_line_t *lines = weft_shm_ll(op, r);
         for (size_t j = x->l0; j < x->l0 + x->cnt && !x->rc; j++) {
-            uint64_t w = atomic_load_explicit(&weft_shm_ll(op, r)[j].seq, memory_order_relaxed);
+            uint64_t w = atomic_load_explicit(&lines[j].seq, memory_order_relaxed);
             if (w >> 48 != x->bytes) x->rc = bad_line(x, r, w);
         }
+    }
     for (size_t j = x->l0; j < x->l0 + x->cnt; j++) {
         if (x->rc) {
             atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, WEFT_SHM_LL_BAD), memory_order_release);
@@ -146,11 +148,12 @@ static int step(weft_sched_t *s, void *arg)
         /* this rank's lines of every rank: all loaded, then judged */
         uint64_t want = 2 * op->k + WEFT_SHM_PARTIAL;
         int late = -1;
-        for (int r = 0; r < sh->n; r++)
+        for (int r = 0; r < sh->n; r++) {
+            const weft_shm_ll_line_t *lines = weft_shm_ll(op, r);
             for (size_t j = x->l0; j < x->l0 + x->cnt; j++)
-                if ((atomic_load_explicit(&weft_shm_ll(op, r)[j].seq, memory_order_acquire) & LL_SEQ_MASK) < want &&
-                    late < 0)
+                if ((atomic_load_explicit(&lines[j].seq, memory_order_acquire) & LL_SEQ_MASK) < want && late < 0)
                     late = r;
+        }
         if (late >= 0) {
             if ((x->rc = check_heads(x))) {
                 reduce_lines(x); /* marks this rank's lines bad: their readers fail too */

@@ -168,10 +168,16 @@ static void proto_tree_down(int me, uint64_t k)
     if (me % radix == 0) atomic_store_explicit(&S->release[me].seq, k, memory_order_release);
 }
 
+/* every rank raises its line and reads every rank's */
+static void allread_barrier(line_t *lines, int me, uint64_t k)
+{
+    atomic_store_explicit(&lines[me].seq, k, memory_order_release);
+    wait_all(lines, 1, NULL, n, k);
+}
+
 static void proto_allread(int me, uint64_t k)
 {
-    atomic_store_explicit(&S->arrive[me].seq, k, memory_order_release);
-    wait_all(S->arrive, 1, NULL, n, k);
+    allread_barrier(S->arrive, me, k);
 }
 
 static void proto_dissem(int me, uint64_t k)
@@ -496,12 +502,10 @@ static void arb_tree(int me, uint64_t k)
 static int between_allread;
 static void between(int me, uint64_t bk)
 {
-    if (between_allread) {
-        atomic_store_explicit(&S->bar[me].seq, bk, memory_order_release);
-        wait_all(S->bar, 1, NULL, n, bk);
-    } else {
+    if (between_allread)
+        allread_barrier(S->bar, me, bk);
+    else
         tree_barrier(S->bar, S->barrel, me, bk);
-    }
 }
 
 static double run(const char *proto, int me)
