@@ -2,85 +2,106 @@
  * selection with fallback, schedule start; and the registry. */
 #include "coll/coll.h"
 
-#include "coll/shm/segment.h"
-
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the registry: one row per algorithm (coll/base/<coll>_<name>.c) ---- */
-extern const weft_coll_alg_t weft_alg_barrier_dissemination, weft_alg_bcast_binomial, weft_alg_reduce_binomial,
-    weft_alg_allreduce_recursive_doubling, weft_alg_allreduce_ring, weft_alg_allgather_bruck, weft_alg_allgather_ring,
-    weft_alg_allgatherv_ring, weft_alg_gather_linear, weft_alg_gatherv_linear, weft_alg_scatter_linear,
-    weft_alg_scatterv_linear, weft_alg_reduce_scatter_ring, weft_alg_reduce_scatter_block_ring,
-    weft_alg_alltoall_pairwise, weft_alg_alltoallv_pairwise, weft_alg_scan_linear, weft_alg_exscan_linear;
-extern const weft_coll_alg_t weft_alg_allgather_recursive_doubling, weft_alg_bcast_scatter_allgather,
-    weft_alg_alltoall_bruck, weft_alg_alltoall_linear, weft_alg_gather_binomial, weft_alg_scatter_binomial;
-extern const weft_coll_alg_t weft_alg_allreduce_rabenseifner, weft_alg_allreduce_knomial,
-    weft_alg_reduce_scatter_recursive_halving, weft_alg_reduce_scatter_block_recursive_halving,
-    weft_alg_reduce_reduce_scatter_gather;
-/* coll/shm: one node, through a shared segment (coll/shm/segment.h). */
-extern const weft_coll_alg_t weft_alg_barrier_shm, weft_alg_bcast_shm, weft_alg_reduce_shm, weft_alg_allreduce_shm,
-    weft_alg_allgather_shm, weft_alg_reduce_scatter_shm, weft_alg_reduce_scatter_block_shm, weft_alg_bcast_shm_cma,
-    weft_alg_allgather_shm_cma, weft_alg_allreduce_shm_cma, weft_alg_barrier_shm_allread, weft_alg_allreduce_shm_allread,
-    weft_alg_allreduce_shm_chunked, weft_alg_allreduce_shm_ll;
-/* coll/hier/: compositions across nodes (decline on one node) */
-extern const weft_coll_alg_t weft_alg_barrier_hier, weft_alg_bcast_hier, weft_alg_reduce_hier, weft_alg_allreduce_hier,
-    weft_alg_allreduce_hier_rail, weft_alg_allgather_hier, weft_alg_alltoall_hier, weft_alg_alltoallv_hier;
+/* ---- the registry: the components and their algorithms ------------------- */
 
-const weft_coll_alg_t *const weft_coll_algorithms[] = {
-    &weft_alg_barrier_dissemination,
-    &weft_alg_bcast_binomial,
-    &weft_alg_bcast_scatter_allgather,
-    &weft_alg_reduce_binomial,
-    &weft_alg_reduce_reduce_scatter_gather,
-    &weft_alg_allreduce_recursive_doubling,
-    &weft_alg_allreduce_ring,
-    &weft_alg_allreduce_rabenseifner,
-    &weft_alg_allreduce_knomial,
-    &weft_alg_allgather_bruck,
-    &weft_alg_allgather_ring,
-    &weft_alg_allgather_recursive_doubling,
-    &weft_alg_allgatherv_ring,
-    &weft_alg_gather_linear,
-    &weft_alg_gather_binomial,
-    &weft_alg_gatherv_linear,
-    &weft_alg_scatter_linear,
-    &weft_alg_scatter_binomial,
-    &weft_alg_scatterv_linear,
-    &weft_alg_reduce_scatter_ring,
-    &weft_alg_reduce_scatter_block_ring,
-    &weft_alg_reduce_scatter_recursive_halving,
-    &weft_alg_reduce_scatter_block_recursive_halving,
-    &weft_alg_alltoall_pairwise,
-    &weft_alg_alltoall_bruck,
-    &weft_alg_alltoall_linear,
-    &weft_alg_alltoallv_pairwise,
-    &weft_alg_scan_linear,
-    &weft_alg_exscan_linear,
-    &weft_alg_barrier_shm,
-    &weft_alg_bcast_shm,
-    &weft_alg_reduce_shm,
-    &weft_alg_allreduce_shm,
-    &weft_alg_allgather_shm,
-    &weft_alg_reduce_scatter_shm,
-    &weft_alg_reduce_scatter_block_shm,
-    &weft_alg_bcast_shm_cma,
-    &weft_alg_allgather_shm_cma,
-    &weft_alg_allreduce_shm_cma,
-    &weft_alg_barrier_shm_allread,
-    &weft_alg_allreduce_shm_allread,
-    &weft_alg_allreduce_shm_chunked,
-    &weft_alg_allreduce_shm_ll,
-    &weft_alg_barrier_hier,
-    &weft_alg_bcast_hier,
-    &weft_alg_reduce_hier,
-    &weft_alg_allreduce_hier,
-    &weft_alg_allreduce_hier_rail,
-    &weft_alg_allgather_hier,
-    &weft_alg_alltoall_hier,
-    &weft_alg_alltoallv_hier,
-    NULL,
-};
+const weft_coll_component_t *const weft_coll_components[] = {&weft_coll_base, &weft_coll_shm, &weft_coll_hier, NULL};
+
+/* Every component's algorithms in one list (built at init), and each one's
+ * component. */
+#define MAX_ALGS 128
+static const weft_coll_alg_t *all_algs[MAX_ALGS + 1];
+static const weft_coll_component_t *all_comps[MAX_ALGS];
+const weft_coll_alg_t *const *weft_coll_algorithms = all_algs;
+
+static int registry_build(void)
+{
+    int n = 0;
+    for (int c = 0; weft_coll_components[c]; c++) {
+        const weft_coll_component_t *comp = weft_coll_components[c];
+        if (comp->id != c)
+            return weft_error(WEFT_ERR_INTERNAL, "coll: component %s has id %d at place %d", comp->name, comp->id, c);
+        for (int i = 0; comp->algorithms[i]; i++) {
+            if (n == MAX_ALGS) return weft_error(WEFT_ERR_INTERNAL, "coll: more than %d algorithms", MAX_ALGS);
+            all_comps[n] = comp;
+            all_algs[n++] = comp->algorithms[i];
+        }
+    }
+    all_algs[n] = NULL;
+    return WEFT_SUCCESS;
+}
+
+const weft_coll_component_t *weft_coll_component_of(const weft_coll_alg_t *alg)
+{
+    for (int i = 0; all_algs[i]; i++)
+        if (all_algs[i] == alg) return all_comps[i];
+    return NULL;
+}
+
+/* The framework's variables (select.c: WEFT_COLL_TUNE), then every
+ * component's, in component order. */
+extern const weft_var_t weft_coll_select_vars[];
+extern const int weft_coll_select_nvars;
+
+int weft_coll_var_count(void)
+{
+    int n = weft_coll_select_nvars;
+    for (int c = 0; weft_coll_components[c]; c++)
+        n += weft_coll_components[c]->nvars;
+    return n;
+}
+
+const weft_var_t *weft_coll_var(int i)
+{
+    if (i < weft_coll_select_nvars) return &weft_coll_select_vars[i];
+    i -= weft_coll_select_nvars;
+    for (int c = 0; weft_coll_components[c]; c++) {
+        if (i < weft_coll_components[c]->nvars) return &weft_coll_components[c]->vars[i];
+        i -= weft_coll_components[c]->nvars;
+    }
+    return NULL;
+}
+
+/* ---- per-communicator state ------------------------------------------------ */
+
+/* What coll/ keeps on a communicator (comm->coll): each component's state
+ * (first: weft_coll_state indexes it) and the algorithms hints chose. */
+typedef struct {
+    void *state[WEFT_COLL_COMPS];
+    const weft_coll_alg_t *forced[WEFT_COLL_KINDS];
+} coll_comm_t;
+
+static coll_comm_t *coll_comm(weft_comm_t comm)
+{
+    if (!comm->coll) comm->coll = calloc(1, sizeof(coll_comm_t));
+    return comm->coll;
+}
+
+int weft_coll_state_set(weft_comm_t comm, int id, void *state)
+{
+    coll_comm_t *cc = coll_comm(comm);
+    if (!cc) return weft_error(WEFT_ERR_NO_MEMORY, "comm %s: out of memory for its collective state", comm->name);
+    cc->state[id] = state;
+    return WEFT_SUCCESS;
+}
+
+const weft_coll_alg_t *weft_coll_forced(weft_comm_t comm, weft_coll_kind_t kind)
+{
+    return comm->coll ? ((coll_comm_t *)comm->coll)->forced[kind] : NULL;
+}
+
+static void comm_release(weft_comm_t comm)
+{
+    coll_comm_t *cc = comm->coll;
+    if (!cc) return;
+    for (int c = 0; weft_coll_components[c]; c++)
+        if (cc->state[c] && weft_coll_components[c]->comm_release)
+            weft_coll_components[c]->comm_release(comm, cc->state[c]);
+    free(cc);
+    comm->coll = NULL;
+}
 
 /* ---- posting: selection with fallback ----------------------------------- */
 
@@ -138,6 +159,7 @@ static int begin(weft_coll_args_t *a, weft_coll_kind_t kind, weft_comm_t comm, w
     a->comm = comm;
     a->dtype = dtype;
     a->esize = weft_dtype_size(dtype);
+    a->mem = WEFT_MEM_HOST; /* the only memory type weft detects yet */
     if (kind != WEFT_COLL_BARRIER && a->esize == 0)
         return weft_error(WEFT_ERR_ARG, "%s: unknown datatype %d", fn, (int)dtype);
     return WEFT_SUCCESS;
@@ -595,47 +617,51 @@ static int internal_allgather(weft_comm_t comm, const void *send, void *recv, si
     return weft_sched_run(s);
 }
 
-static int find_algorithm(const char *coll, size_t len, const char *name, int *kind, const void **alg, char *why,
-                          size_t why_len)
+static int force_algorithm(weft_comm_t comm, const char *coll, size_t len, const char *name, char *why,
+                           size_t why_len)
 {
     for (int k = 0; k < WEFT_COLL_KINDS; k++) {
         const char *kn = weft_coll_kind_name((weft_coll_kind_t)k);
         if (strlen(kn) != len || strncmp(kn, coll, len)) continue;
         const weft_coll_alg_t *a = weft_coll_find((weft_coll_kind_t)k, name);
-        if (a) {
-            *kind = k;
-            *alg = a;
-            return 1;
+        if (!a) {
+            size_t used = (size_t)snprintf(why, why_len, "no %s algorithm '%s'; known:", kn, name);
+            for (int i = 0; weft_coll_algorithms[i] && used < why_len; i++)
+                if ((int)weft_coll_algorithms[i]->kind == k)
+                    used += (size_t)snprintf(why + used, why_len - used, " %s", weft_coll_algorithms[i]->name);
+            return -2;
         }
-        size_t used = (size_t)snprintf(why, why_len, "no %s algorithm '%s'; known:", kn, name);
-        for (int i = 0; weft_coll_algorithms[i] && used < why_len; i++)
-            if ((int)weft_coll_algorithms[i]->kind == k)
-                used += (size_t)snprintf(why + used, why_len - used, " %s", weft_coll_algorithms[i]->name);
-        return -2;
+        coll_comm_t *cc = coll_comm(comm);
+        if (!cc) {
+            snprintf(why, why_len, "out of memory");
+            return -3;
+        }
+        cc->forced[k] = a;
+        return 1;
     }
     snprintf(why, why_len, "'%.*s' is not a collective weft knows", (int)len, coll);
     return -1;
 }
 
 static const weft_coll_services_t services = {
-    .allgather = internal_allgather, .find_algorithm = find_algorithm, .comm_release = weft_shm_comm_release};
+    .allgather = internal_allgather, .force_algorithm = force_algorithm, .comm_release = comm_release};
 const weft_coll_services_t *weft_coll_svc;
 
 int weft_coll_init(void)
 {
-    _Static_assert(WEFT_COLL_KINDS <= WEFT_COLL_KINDS_MAX, "raise WEFT_COLL_KINDS_MAX");
-    int rc = weft_coll_select_init();
+    int rc = registry_build();
+    if (!rc) rc = weft_coll_select_init();
+    for (int c = 0; !rc && weft_coll_components[c]; c++)
+        if (weft_coll_components[c]->init) rc = weft_coll_components[c]->init();
     if (rc) return rc;
-    /* Segments of jobs killed before all their ranks attached (rare: the
-     * name is unlinked once every rank mapped it). */
-    weft_shm_sweep();
     weft_coll_svc = &services;
     return WEFT_SUCCESS;
 }
 
+/* After the communicators went (weft_comm_world_destroy released their
+ * state through weft_coll_svc). */
 void weft_coll_finalize(void)
 {
-    if (weft_g.world) weft_shm_comm_release(weft_g.world);
     weft_coll_svc = NULL;
     weft_coll_select_finalize();
 }

@@ -1,10 +1,13 @@
-/* The collective framework: a registry of algorithms (one file each under
- * coll/base/), a selection table, and the front end that validates
+/* The collective framework: components (coll/base, coll/shm, coll/hier),
+ * each a descriptor with its algorithms (one file each), its WEFT_*
+ * variables and its per-communicator state; a selection table (the
+ * built-in rules are coll/rules.conf); and the front end that validates
  * arguments, selects, builds a schedule and starts it.
  *
  * An algorithm builds its schedule from normalised arguments; it may
- * decline a shape it cannot handle (WEFT_ERR_UNSUPPORTED), and the next
- * candidate in the selection runs instead. */
+ * decline a shape it cannot handle (WEFT_ERR_UNSUPPORTED, through
+ * weft_coll_decline), and the next candidate in the selection runs
+ * instead. */
 #ifndef WEFT_COLL_H
 #define WEFT_COLL_H
 
@@ -48,6 +51,7 @@ typedef struct weft_coll_args {
     int root;
     const int64_t *scounts, *sdispls, *rcounts, *rdispls; /* v-variants */
     size_t bytes;                                         /* message size the selection looks at */
+    weft_memtype_t mem;                                   /* where the buffers live (selection key) */
 } weft_coll_args_t;
 
 typedef struct weft_coll_alg {
@@ -59,6 +63,58 @@ typedef struct weft_coll_alg {
 } weft_coll_alg_t;
 
 const char *weft_coll_kind_name(weft_coll_kind_t kind);
+
+/* ---- components ------------------------------------------------------- */
+/* A component's slot in a communicator's collective state. */
+enum { WEFT_COLL_COMP_BASE, WEFT_COLL_COMP_SHM, WEFT_COLL_COMP_HIER, WEFT_COLL_COMPS };
+
+/* A threshold an algorithm applies inside itself (rather than a selection
+ * rule), shown by weft_info --coll. `var` names the WEFT_* variable that
+ * sets it (value then points at that variable), NULL when it is fixed at
+ * build time. */
+typedef struct weft_coll_param {
+    const char *name;
+    const char *algs; /* the algorithms that apply it, e.g. "allreduce shm, reduce shm" */
+    const int *value;
+    const char *unit; /* "bytes", "ranks", "" */
+    const char *var;
+    const char *desc;
+} weft_coll_param_t;
+
+typedef struct weft_coll_component {
+    int id; /* WEFT_COLL_COMP_* */
+    const char *name;
+    const char *description;
+    unsigned memtypes;                        /* WEFT_MEM_BIT()s of the buffers its algorithms take */
+    const weft_coll_alg_t *const *algorithms; /* NULL-terminated */
+    const weft_var_t *vars;                   /* its WEFT_* variables (weft_info prints them) */
+    int nvars;
+    const weft_coll_param_t *params;
+    int nparams;
+    /* At weft_init, after the variables are read; NULL: nothing to do. */
+    int (*init)(void);
+    /* Frees the component's state on a communicator that goes (its own,
+     * a dup's, or a derived node / leader / rail one); NULL: it keeps none. */
+    void (*comm_release)(weft_comm_t comm, void *state);
+} weft_coll_component_t;
+
+extern const weft_coll_component_t weft_coll_base, weft_coll_shm, weft_coll_hier;
+
+/* Component `id`'s state on comm (NULL until it set one). */
+static inline void *weft_coll_state(weft_comm_t comm, int id)
+{
+    return comm->coll ? ((void **)comm->coll)[id] : NULL;
+}
+/* Sets it (components create theirs on first use); WEFT_ERR_NO_MEMORY
+ * when coll/'s own record on comm cannot be allocated. */
+int weft_coll_state_set(weft_comm_t comm, int id, void *state);
+
+/* A decline (WEFT_ERR_UNSUPPORTED: the next candidate runs). The reason is
+ * formatted only when debug logging would show it: declines are expected
+ * on the hot path (every call on a leader communicator tries hier). */
+#define weft_coll_decline(...)                                                                                         \
+    (WEFT_UNLIKELY(weft_log_level >= WEFT_LOG_DEBUG) ? weft_error_quiet(WEFT_ERR_UNSUPPORTED, __VA_ARGS__)             \
+                                                     : WEFT_ERR_UNSUPPORTED)
 
 /* Where rank r's block of an allgather-like result lives. */
 static inline char *weft_coll_rblock(const weft_coll_args_t *a, int r)
@@ -78,8 +134,13 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
 int weft_coll_select_init(void);
 void weft_coll_select_finalize(void);
 const weft_coll_alg_t *weft_coll_find(weft_coll_kind_t kind, const char *name);
-/* The registry (coll.c). */
-extern const weft_coll_alg_t *const weft_coll_algorithms[];
+/* An algorithm a hint chose for comm's calls of `kind`, or NULL. */
+const weft_coll_alg_t *weft_coll_forced(weft_comm_t comm, weft_coll_kind_t kind);
+/* The registry (coll.c): every component's algorithms, NULL-terminated,
+ * and which component each belongs to. */
+extern const weft_coll_alg_t *const *weft_coll_algorithms;
+const weft_coll_component_t *weft_coll_component_of(const weft_coll_alg_t *alg);
+extern const weft_coll_component_t *const weft_coll_components[];
 
 /* Block i of count elements split n ways as evenly as possible. */
 static inline void weft_coll_block(size_t count, int n, int i, size_t *off, size_t *len)

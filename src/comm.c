@@ -63,9 +63,16 @@ int weft_comm_world_create(void)
     return WEFT_SUCCESS;
 }
 
+/* Releases what the collective module keeps on c (every communicator,
+ * derived ones included, goes through here). */
+static void coll_release(weft_comm_t c)
+{
+    if (c->coll && weft_coll_svc) weft_coll_svc->comm_release(c);
+}
+
 static void comm_release(weft_comm_t c)
 {
-    if (c->shm && weft_coll_svc && weft_coll_svc->comm_release) weft_coll_svc->comm_release(c);
+    coll_release(c);
     ctx_release(c->context_id);
     for (int k = 0; k < WEFT_SUB_KINDS; k++)
         if (c->sub_ctx[k] != WEFT_SUB_NONE) ctx_release(c->sub_ctx[k]);
@@ -88,6 +95,7 @@ void weft_comm_world_destroy(void)
                       live_comms == 1 ? " was" : "s were");
     /* Objects stay on the free list (a stale handle fails the magic check)
      * until the process ends; a new init reuses them. */
+    coll_release(&world_comm);
     topo_free(&world_comm);
     weft_hints_free(world_comm.hints, world_comm.nhints);
     world_comm.hints = NULL;
@@ -452,6 +460,7 @@ WEFT_API int weft_comm_abort(weft_comm_t comm, int errorcode)
 
 static void derived_release(weft_comm_t c)
 {
+    coll_release(c);
     free(c->world_ranks);
     c->world_ranks = NULL;
     c->magic = 0;

@@ -88,9 +88,9 @@ static int init_common(double deadline)
     return WEFT_SUCCESS;
 fail:
     weft_g.initialized = 0;
-    weft_coll_finalize();
     weft_sched_finalize();
     weft_comm_world_destroy();
+    weft_coll_finalize();
     if (weft_g.p2p) weft_p2p_finalize(weft_g.p2p, 0);
     weft_g.p2p = NULL;
     g_bs.finalize(&g_bs, 0, 0);
@@ -137,7 +137,6 @@ WEFT_API int weft_finalize(void)
     int rc = WEFT_SUCCESS;
     WEFT_CHECK_INIT("weft_finalize");
     double deadline = weft_deadline_from(weft_cfg.timeout, weft_wtime());
-    weft_coll_finalize();
     weft_sched_finalize();
     /* Every rank's sends are delivered before any rank closes its endpoints. */
     int flush_rc = weft_p2p_flush(deadline);
@@ -148,6 +147,7 @@ WEFT_API int weft_finalize(void)
         rc = barrier_rc;
     weft_g.initialized = 0;
     weft_comm_world_destroy();
+    weft_coll_finalize(); /* after the communicators released their collective state */
     weft_p2p_finalize(weft_g.p2p, deadline);
     weft_g.p2p = NULL;
     g_bs.finalize(&g_bs, barrier_rc == WEFT_SUCCESS, deadline);

@@ -209,12 +209,9 @@ static void evaluate(weft_comm_t comm, weft_hint_t *h)
     }
     size_t klen = strlen(k), slen = strlen("_algorithm");
     if (klen > slen && !strcmp(k + klen - slen, "_algorithm")) {
-        int kind;
-        const void *alg;
         char why[140];
-        int found = weft_coll_svc->find_algorithm(k, klen - slen, v, &kind, &alg, why, sizeof(why));
+        int found = weft_coll_svc->force_algorithm(comm, k, klen - slen, v, why, sizeof(why));
         if (found == 1) {
-            comm->coll_forced[kind] = alg;
             SET(h, WEFT_HINT_APPLIED, "%.*s runs %s first on this communicator (the next candidate if it declines)",
                 (int)(klen - slen), k, v);
         } else if (found == -2) {

@@ -589,9 +589,9 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
     active = s;
     /* Children reserve their turn on their sub-communicators now: schedules
      * start in the user's call order, the same on every rank. */
-    for (int i = 0; s->nchildren && i < s->nops; i++)
-        if (s->ops[i].kind == OP_CHILD && s->ops[i].fn) s->ops[i].fn(s, s->ops[i].arg);
-    if ((rc = post_round(s))) {
+    for (int i = 0; s->nchildren && i < s->nops && !rc; i++)
+        if (s->ops[i].kind == OP_CHILD && s->ops[i].fn) rc = s->ops[i].fn(s, s->ops[i].arg);
+    if (rc || (rc = post_round(s))) {
         finish(s, rc);
         return WEFT_SUCCESS; /* the request carries the error */
     }

@@ -47,6 +47,26 @@ void weft_error_clear(void);
     } while (0)
 
 /* ---- configuration (config.c) ----------------------------------------- */
+/* A WEFT_* variable: declared once, in the table of the layer or component
+ * that owns it (config.c for the runtime's, each collective component's
+ * descriptor for its own); weft_info prints them all. */
+typedef enum {
+    WEFT_VAR_STRING,
+    WEFT_VAR_DOUBLE,
+    WEFT_VAR_BOOL,
+    WEFT_VAR_INT,
+    WEFT_VAR_INT_AUTO,
+    WEFT_VAR_LOGLEVEL
+} weft_var_kind_t;
+typedef struct weft_var {
+    const char *name;
+    weft_var_kind_t kind;
+    const char *def;
+    const char *desc;
+    void *addr;  /* where the value lives: char[size], double or int (auto: -1) */
+    size_t size; /* for strings */
+} weft_var_t;
+
 typedef struct weft_config {
     char bootstrap[16];  /* auto | pmix | env | single */
     double timeout;      /* default wait deadline, seconds; 0 = none */
@@ -58,15 +78,11 @@ typedef struct weft_config {
     char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
     char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
     int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
-    char coll_tune[4096];  /* WEFT_COLL_TUNE: selection rules ahead of the defaults */
-    int shm_cma;           /* WEFT_SHM_CMA: 0 turns the single-copy (CMA) algorithms off */
-    int shm_radix;         /* WEFT_SHM_RADIX: the shm flag tree's radix */
-    int shm_chunk_min;     /* WEFT_SHM_CHUNK_MIN: chunked shm reductions from this many bytes */
-    int shm_flat_max;      /* WEFT_SHM_FLAT_MAX: shm messages up to this many bytes read straight from the root */
 } weft_config_t;
 extern weft_config_t weft_cfg;
-/* Reads every WEFT_* variable; a malformed value fails with WEFT_ERR_ARG
- * naming the variable. */
+/* Reads every WEFT_* variable (the runtime's and the collective
+ * components'); a malformed value fails with WEFT_ERR_ARG naming the
+ * variable. */
 int weft_config_load(void);
 
 /* ---- global state ------------------------------------------------------ */
@@ -79,7 +95,7 @@ typedef struct weft_state {
     int local_rank;
     int local_size;
     int machine_ranks; /* ranks on this rank's machine (hostname and boot id), simulated nodes or not */
-    int node; /* this rank's node index */
+    int node;          /* this rank's node index */
     int nnodes;
     int *node_of; /* world rank -> node index (nodes numbered by first rank) */
     uint64_t
@@ -124,9 +140,8 @@ struct weft_options_s {
 };
 
 /* ---- communicators (comm.c) ------------------------------------------- */
-#define WEFT_COMM_MAGIC     0x77436f6du /* "wCom" */
-#define WEFT_MAX_CONTEXTS   4096        /* live communicators per process, world included */
-#define WEFT_COLL_KINDS_MAX 24          /* >= the collective module's number of collectives */
+#define WEFT_COMM_MAGIC   0x77436f6du /* "wCom" */
+#define WEFT_MAX_CONTEXTS 4096        /* live communicators per process, world included */
 struct weft_comm_s {
     uint32_t magic;
     uint32_t context_id; /* agreed by all members; part of every tag */
@@ -135,21 +150,18 @@ struct weft_comm_s {
     int *world_ranks;  /* comm rank -> world rank (NULL for world: identity) */
     double timeout;    /* default wait deadline, seconds; 0 = none */
     unsigned coll_seq; /* collectives started on this communicator */
-    /* A derived comm's child collectives (coll/hier) start in ticket order:
-     * tickets are taken when parent schedules start (the user's order), so
-     * every member starts them in the same order. Broken once a parent gave
-     * up a ticket unposted: later children fail at once. */
-    unsigned child_tickets, child_turn;
-    int child_broken;
     int abort_on_error;
     int device;
     int pending;        /* live requests on this communicator */
     weft_hint_t *hints; /* evaluated hints */
     int nhints;
-    int nnodes;                                   /* distinct nodes among the members */
-    const void *coll_forced[WEFT_COLL_KINDS_MAX]; /* per collective: an algorithm a hint chose */
+    int nnodes; /* distinct nodes among the members */
     char name[64];
-    void *shm; /* coll/shm's segment state (NULL until a shared-memory collective runs); released on free */
+    /* The collective module's state on this communicator (its components'
+     * and the algorithms hints chose): opaque here, owned by coll/, NULL
+     * until first needed, released through weft_coll_svc->comm_release
+     * when the communicator (derived ones too) goes. */
+    void *coll;
     struct weft_comm_s *next_free;
     /* Derived sub-communicators (node, leader, rail): their context ids are
      * agreed with this one's at creation (WEFT_SUB_NONE on a derived comm,
@@ -210,6 +222,18 @@ void weft_hints_free(weft_hint_t *hints, int n);
 int weft_buffer_check(const void *buf, int64_t count, weft_dtype_t dtype, const char *fn, const char *what,
                       size_t *bytes);
 
+/* ---- memory types --------------------------------------------------- */
+/* Where a buffer lives: part of a collective's selection key (an
+ * algorithm's component says which types it takes) and, with CUDA
+ * support, of how point-to-point moves it. Host is the only type weft
+ * detects today. */
+typedef enum weft_memtype { WEFT_MEM_HOST = 0, WEFT_MEM_CUDA = 1, WEFT_MEM_TYPES } weft_memtype_t;
+#define WEFT_MEM_BIT(m) (1u << (unsigned)(m))
+static inline const char *weft_memtype_name(weft_memtype_t m)
+{
+    return m == WEFT_MEM_HOST ? "host" : m == WEFT_MEM_CUDA ? "cuda" : "?";
+}
+
 /* ---- progress engine (progress.c) ------------------------------------- */
 /* A progress hook is called on every weft_progress() pass (collective
  * schedules, deadline checks). It returns the number of events it handled. */
@@ -269,17 +293,23 @@ int weft_p2p_flush(double deadline);
 typedef struct weft_coll_services {
     /* Gathers `bytes` from every member of comm into recv (rank order). */
     int (*allgather)(weft_comm_t comm, const void *send, void *recv, size_t bytes);
-    /* For a "<collective>_algorithm" hint: finds the algorithm; returns 1
-     * and sets *kind and *alg, 0 with a reason when the collective is
-     * unknown (-1) or has no such algorithm (-2). */
-    int (*find_algorithm)(const char *collective, size_t len, const char *name, int *kind, const void **alg, char *why,
-                          size_t why_len);
-    /* A communicator is being freed: releases what coll/ keeps on it (comm->shm). */
+    /* For a "<collective>_algorithm" hint: makes the algorithm comm's
+     * first candidate for that collective; returns 1, or 0 with a reason
+     * when the collective is unknown (-1), has no such algorithm (-2), or
+     * memory ran out (-3). */
+    int (*force_algorithm)(weft_comm_t comm, const char *collective, size_t len, const char *name, char *why,
+                           size_t why_len);
+    /* A communicator is being freed: releases what coll/ keeps on it (comm->coll). */
     void (*comm_release)(weft_comm_t comm);
 } weft_coll_services_t;
 extern const weft_coll_services_t *weft_coll_svc;
+/* The collective module's entry points for the composition root (init.c)
+ * and the variable table (config.c): defined in coll/coll.c, which walks
+ * its components' descriptors. */
 int weft_coll_init(void);
 void weft_coll_finalize(void);
+int weft_coll_var_count(void);
+const weft_var_t *weft_coll_var(int i);
 
 /* ---- host topology (topo/) --------------------------------------------- */
 /* hwloc summary of this host (topo/hwloc.c). */

@@ -110,6 +110,9 @@ static int body_tune(int rank, int size, void *arg)
     a.kind = WEFT_COLL_ALLGATHER;
     a.bytes = 10;
     TH_CHECK(weft_coll_select(&a, c, 32) >= 2 && !strcmp(c[0]->name, "ring"), "allgather np rule: %s", c[0]->name);
+    /* No component takes device buffers yet: no candidate, host rules or not. */
+    a.mem = WEFT_MEM_CUDA;
+    TH_CHECK(weft_coll_select(&a, c, 32) == 0, "a cuda allgather got %s", c[0]->name);
     int64_t x = 1, y = 0;
     TH_OK(weft_allreduce(&x, &y, 1, WEFT_INT64, WEFT_SUM, w));
     TH_CHECK(y == n, "sum %lld", (long long)y);
@@ -123,6 +126,29 @@ Test(coll_async, tune_variable_overrides_defaults, .timeout = 60)
                          "allgather:np=2-8:ring",
                          NULL};
     th_result_t res = th_run(3, body_tune, NULL, 50, env);
+    cr_assert_eq(res.failed, 0);
+}
+
+/* A rule naming a memory type its algorithm's component does not take, or
+ * an unknown one, fails init with WEFT_ERR_ARG and a message naming it. */
+static int body_tune_bad(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    int rc = weft_init(NULL, NULL);
+    TH_CHECK(rc == WEFT_ERR_ARG, "init returned %d (%s)", rc, weft_last_error());
+    TH_CHECK(strstr(weft_last_error(), (const char *)arg), "message '%s' does not say '%s'", weft_last_error(),
+             (const char *)arg);
+    return 0;
+}
+
+Test(coll_async, tune_memory_type_checked, .timeout = 60)
+{
+    const char *cuda[] = {"WEFT_LOG_LEVEL=error", "WEFT_COLL_TUNE=allreduce:mem=cuda:ring", NULL};
+    const char *bogus[] = {"WEFT_LOG_LEVEL=error", "WEFT_COLL_TUNE=allreduce:mem=gpu:ring", NULL};
+    th_result_t res = th_run(2, body_tune_bad, (void *)"does not take cuda buffers", 30, cuda);
+    cr_assert_eq(res.failed, 0);
+    res = th_run(2, body_tune_bad, (void *)"'mem=gpu' is not mem=host or mem=cuda", 30, bogus);
     cr_assert_eq(res.failed, 0);
 }
 

@@ -505,11 +505,11 @@ static int body_tune(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     char table[16384];
     TH_OK(weft_coll_table(table, sizeof(table)));
-    TH_CHECK(strstr(table, "allreduce:64k-inf:nodes=multi:hier_rail") &&
-                 strstr(table, "allgather:4k-32k:nodes=multi:hier"),
+    TH_CHECK(strstr(table, "allreduce:64k-inf:nodes=multi:mem=host:hier_rail") &&
+                 strstr(table, "allgather:4k-32k:nodes=multi:mem=host:hier"),
              "the table does not show the hier rules:\n%s", table);
-    TH_CHECK(strstr(table, "allreduce:0-inf:nodes=multi:hier_rail   (WEFT_COLL_TUNE"), "tuned rule missing:\n%s",
-             table);
+    TH_CHECK(strstr(table, "allreduce:0-inf:nodes=multi:mem=host:hier_rail   (WEFT_COLL_TUNE"),
+             "tuned rule missing:\n%s", table);
     float x = 1, y = 0;
     TH_OK(weft_allreduce(&x, &y, 1, WEFT_FLOAT32, WEFT_SUM, weft_comm_world()));
     TH_CHECK(y == (float)size, "sum %g", y);

@@ -35,7 +35,8 @@ static weft_comm_t forced(const char *coll, const char *alg)
 /* Shared-memory collectives run so far on c. */
 static uint64_t shm_ops(weft_comm_t c)
 {
-    return c->shm ? ((weft_shm_t *)c->shm)->ops : 0;
+    weft_shm_t *sh = weft_coll_state(c, WEFT_COLL_COMP_SHM);
+    return sh ? sh->ops : 0;
 }
 
 /* The counts: empty, one, the most that fits in a slot's head line
@@ -386,7 +387,7 @@ static int body_nodes(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c = forced("allreduce", "shm"), node;
     check_allreduce(c, 100, WEFT_SUM, 0, 1);
-    TH_CHECK(shm_ops(c) == 0 && c->shm == NULL, "shm ran on a communicator spanning nodes");
+    TH_CHECK(shm_ops(c) == 0 && weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL, "shm ran on a communicator spanning nodes");
     TH_OK(weft_comm_split_type(c, WEFT_SPLIT_NODE, rank, NULL, &node));
     check_allreduce(node, 100, WEFT_SUM, 0, 2);
     int ns;
@@ -482,9 +483,9 @@ static int body_cma(int rank, int size, void *arg)
         free(out);
         free(f);
     }
-    if (nodes) TH_CHECK(ar->shm == NULL, "allreduce shm_cma ran on a communicator spanning nodes");
+    if (nodes) TH_CHECK(weft_coll_state(ar, WEFT_COLL_COMP_SHM) == NULL, "allreduce shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&ar));
-    if (nodes) TH_CHECK(c->shm == NULL && g->shm == NULL, "shm_cma ran on a communicator spanning nodes");
+    if (nodes) TH_CHECK(weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL && weft_coll_state(g, WEFT_COLL_COMP_SHM) == NULL, "shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));
     TH_OK(weft_finalize());
@@ -727,6 +728,62 @@ Test(shm, simulated_nodes_decline, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_RANKS_PER_NODE=2", NULL};
     th_result_t res = th_run(4, body_nodes, NULL, 30, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- segments go with their communicators ---------------------------------- */
+
+/* This process's mappings of weft segments (/proc/self/maps). */
+static int mapped_segments(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, "/dev/shm/weft-")) n++;
+    fclose(f);
+    return n;
+}
+
+/* dup -> allreduce -> free, 20 times: the segments of the dups and of
+ * their derived node communicators (hier's node step on simulated nodes)
+ * are unmapped with them. */
+static int body_comm_segments(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    TH_CHECK(weft_init(NULL, NULL) == WEFT_SUCCESS, "init: %s", weft_last_error());
+    int in = rank + 1, out = 0;
+    TH_CHECK(weft_allreduce(&in, &out, 1, WEFT_INT32, WEFT_SUM, weft_comm_world()) == WEFT_SUCCESS, "%s",
+             weft_last_error());
+    int before = mapped_segments();
+    TH_CHECK(before >= 1, "no weft segment mapped after an allreduce on the world (%d)", before);
+    for (int i = 0; i < 20; i++) {
+        weft_comm_t d;
+        TH_CHECK(weft_comm_dup(weft_comm_world(), NULL, &d) == WEFT_SUCCESS, "dup: %s", weft_last_error());
+        TH_CHECK(weft_allreduce(&in, &out, 1, WEFT_INT32, WEFT_SUM, d) == WEFT_SUCCESS, "%s", weft_last_error());
+        TH_CHECK(out == 10, "allreduce on dup %d: %d", i, out);
+        TH_CHECK(weft_comm_free(&d) == WEFT_SUCCESS, "free: %s", weft_last_error());
+    }
+    int after = mapped_segments();
+    TH_CHECK(after == before, "rank %d: %d weft segments mapped after 20 dup/allreduce/free, %d before", rank, after,
+             before);
+    return weft_finalize();
+}
+
+Test(shm, freed_comms_unmap_segments, .timeout = 60)
+{
+    th_result_t res = th_run(4, body_comm_segments, NULL, 30, quiet_env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+Test(shm, freed_comms_unmap_segments_derived, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_RANKS_PER_NODE=2", NULL};
+    th_result_t res = th_run(4, body_comm_segments, NULL, 30, env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
 }

@@ -60,7 +60,7 @@ static uint64_t members_hash(weft_comm_t comm)
  * several nodes, one rank, out of memory or after a failed creation. */
 static weft_shm_t *comm_shm(weft_comm_t comm)
 {
-    weft_shm_t *sh = comm->shm;
+    weft_shm_t *sh = weft_coll_state(comm, WEFT_COLL_COMP_SHM);
     if (WEFT_LIKELY(sh)) return sh->gave_up ? NULL : sh;
     if (comm->size < 2 || weft_comm_spans_nodes(comm)) return NULL;
     if (!(sh = calloc(1, sizeof(*sh)))) return NULL;
@@ -73,7 +73,11 @@ static weft_shm_t *comm_shm(weft_comm_t comm)
     sh->len = segment_len(comm->size);
     snprintf(sh->name, sizeof(sh->name), "/weft-%016llx-%016llx-%x-%08x", (unsigned long long)weft_g.job_id,
              (unsigned long long)weft_topo_host_id(), (unsigned)comm->context_id, (unsigned)(members_hash(comm) >> 32));
-    comm->shm = sh;
+    if (weft_coll_state_set(comm, WEFT_COLL_COMP_SHM, sh)) {
+        free(sh->seen_done);
+        free(sh);
+        return NULL;
+    }
     return sh;
 }
 
@@ -106,7 +110,7 @@ int weft_shm_cma_usable(void)
         if (!ok) weft_debug("coll/shm: cross-memory attach unavailable: the shm_cma algorithms decline");
         works = ok;
     }
-    return works && weft_cfg.shm_cma;
+    return works && weft_shm_vars.cma;
 }
 
 int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const char *alg)
@@ -176,10 +180,10 @@ static int create(weft_shm_t *sh)
     h->host_id = weft_topo_host_id();
     h->len = sh->len;
     h->nranks = (uint32_t)sh->n;
-    if (weft_cfg.shm_radix < 2) weft_warn("WEFT_SHM_RADIX=%d is below 2: coll/shm uses 2", weft_cfg.shm_radix);
-    h->radix = (uint32_t)(weft_cfg.shm_radix < 2 ? 2 : weft_cfg.shm_radix);
-    h->chunk_min = weft_cfg.shm_chunk_min < 0 ? 0 : (uint64_t)weft_cfg.shm_chunk_min;
-    h->flat_max = weft_cfg.shm_flat_max < 0 ? 0 : (uint64_t)weft_cfg.shm_flat_max;
+    if (weft_shm_vars.radix < 2) weft_warn("WEFT_SHM_RADIX=%d is below 2: coll/shm uses 2", weft_shm_vars.radix);
+    h->radix = (uint32_t)(weft_shm_vars.radix < 2 ? 2 : weft_shm_vars.radix);
+    h->chunk_min = weft_shm_vars.chunk_min < 0 ? 0 : (uint64_t)weft_shm_vars.chunk_min;
+    h->flat_max = weft_shm_vars.flat_max < 0 ? 0 : (uint64_t)weft_shm_vars.flat_max;
     atomic_store_explicit(&h->attached, 0, memory_order_relaxed);
     atomic_store_explicit(&h->ready, SHM_MAGIC, memory_order_release);
     return 1;
@@ -494,17 +498,16 @@ void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t ext
     return op;
 }
 
-void weft_shm_comm_release(weft_comm_t comm)
+void weft_shm_comm_release(weft_comm_t comm, void *state)
 {
-    weft_shm_t *sh = comm->shm;
-    if (!sh) return;
+    (void)comm;
+    weft_shm_t *sh = state;
     /* A member never attached (it died, or timed out): the name is still
      * there, and the creator removes it. */
     if (sh->me == 0 && sh->mapped && !sh->ready) shm_unlink(sh->name);
     if (sh->base) munmap(sh->base, sh->len);
     free(sh->seen_done);
     free(sh);
-    comm->shm = NULL;
 }
 
 int weft_shm_sweep(void)

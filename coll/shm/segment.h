@@ -462,8 +462,17 @@ static inline void weft_shm_prefetch(const void *p, size_t bytes)
         __builtin_prefetch(c + i, 0, 3);
 }
 
-/* Releases comm->shm (comm free, finalize). */
-void weft_shm_comm_release(weft_comm_t comm);
+/* Releases a communicator's segment state (the component's comm_release). */
+void weft_shm_comm_release(weft_comm_t comm, void *state);
+/* coll/shm's variables (shm.c declares them; the segment's creator's
+ * values are the ones every member uses). */
+typedef struct weft_shm_vars {
+    int cma;       /* WEFT_SHM_CMA */
+    int radix;     /* WEFT_SHM_RADIX */
+    int chunk_min; /* WEFT_SHM_CHUNK_MIN */
+    int flat_max;  /* WEFT_SHM_FLAT_MAX */
+} weft_shm_vars_t;
+extern weft_shm_vars_t weft_shm_vars;
 /* At init: removes this user's weft-* segments in /dev/shm whose creator
  * no longer runs on this host (a job killed before every rank attached).
  * Returns the number removed. */
