@@ -1,4 +1,4 @@
-/* The env bootstrap and its TCP store (src/bootstrap/env.c), tested through
+/* The env bootstrap and its TCP store (src/bootstrap/env*.c), tested through
  * the internal API: allgather correctness, deadlines that name the missing
  * ranks, ranks that die, strangers on the store's port, bad variables.
  *
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 /* The store's wire format, repeated here on purpose: the stranger tests
- * craft messages a real client would never send. Keep in step with env.c. */
+ * craft messages a real client would never send. Keep in step with env_wire.h. */
 #define WIRE_MAGIC   0x57465453u
 #define WIRE_VERSION 1u
 #define WIRE_HDR     40

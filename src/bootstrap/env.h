@@ -1,0 +1,55 @@
+/* What the env bootstrap's files share: a rank's bootstrap state, rank 0's
+ * store as env.c and the client see it (start, stop, its own address), and
+ * the client's entry points that env.c wires into the vtable. The wire
+ * protocol itself is in env_wire.h. */
+#ifndef WEFT_BOOTSTRAP_ENV_H
+#define WEFT_BOOTSTRAP_ENV_H
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/env_wire.h"
+
+#include <netdb.h>
+#include <pthread.h>
+
+/* Rank 0's store (env_server.c); its fields are private to that file. */
+typedef struct server server_t;
+
+typedef struct env_boot {
+    int fd;
+    int rank, size;
+    uint64_t seq;
+    int broken;                              /* a round ended mid-message: the stream cannot be trusted */
+    char broken_why[400];                    /* set when the stream ended outside a round (weft_env_poll_lost) */
+    int first_lost;                          /* the first rank a LOST notice named (-1: none yet) ... */
+    char first_lost_why[STORE_MAX_TEXT + 1]; /* ... and why */
+    char addr[256];
+    int port;
+    char where[300];
+    server_t *srv;
+    pthread_t thread;
+} env_boot_t;
+
+/* ---- the store (env_server.c) ------------------------------------------ */
+
+/* Serves a store of `size` ranks on addr:port (`where` names it in
+ * messages) from a new thread; fills *out and *thread. */
+int weft_env_server_start(server_t **out, int size, const char *addr, int port, const char *where, pthread_t *thread);
+/* Stops the thread and frees the store. Graceful: wait until every rank
+ * said goodbye or `deadline` passed. */
+void weft_env_server_stop(server_t *s, pthread_t thread, int graceful, double deadline);
+/* Fills ai's family, address and length with where this process's own
+ * client connects (loopback when the store took the wildcard address). */
+void weft_env_server_self(server_t *s, struct addrinfo *ai);
+
+/* ---- the client (env_client.c) ----------------------------------------- */
+
+/* Connects eb to the store and says HELLO, retrying until `deadline`. */
+int weft_env_client_connect(env_boot_t *eb, double deadline);
+/* The vtable's allgather, poll_lost and finalize. */
+int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+void weft_env_poll_lost(weft_bootstrap_t *bs);
+void weft_env_finalize(weft_bootstrap_t *bs, int graceful, double deadline);
+/* Stops rank 0's store (if this rank serves it), closes and frees eb. */
+void weft_env_free(env_boot_t *eb, int graceful, double deadline);
+
+#endif

@@ -1,0 +1,1065 @@
+/* Rank 0's store for the env bootstrap: a thread that accepts connections
+ * on MASTER_ADDR:MASTER_PORT, checks each HELLO, runs the allgather rounds
+ * (arrivals, deadlines, failures that name the missing ranks), tells the
+ * ranks about lost peers and closes when every rank said goodbye. The
+ * protocol is in env_wire.h. */
+#include "bootstrap/env.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define STORE_EXTRA_CONNS     256
+#define STORE_HELLO_TIMEOUT   10.0              /* a connection must say HELLO this soon */
+#define STORE_CLOSING_TIMEOUT 5.0               /* time to flush a refusal before closing */
+#define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
+
+/* A reference-counted message; one RESULT is shared by every rank's queue. */
+typedef struct blob {
+    size_t refs;
+    size_t len;
+    uint8_t data[];
+} blob_t;
+
+typedef struct outmsg {
+    struct outmsg *next;
+    blob_t *blob;
+    size_t off;
+} outmsg_t;
+
+typedef struct round round_t;
+
+enum { RX_HDR, RX_BODY, RX_DISCARD };
+
+typedef struct conn {
+    int fd;
+    int rank;    /* -1 until its HELLO is accepted */
+    int dead;    /* closed by server_reap */
+    int closing; /* a refusal is queued: flush it, then close */
+    int notices; /* its HELLO asked for LOST notices */
+    double opened;
+    double closing_since;
+    char peer[64];
+    char why[192]; /* why a rank's connection died, for the other ranks */
+    int rx;        /* what the bytes read next are */
+    uint8_t hbuf[STORE_HDR];
+    size_t hgot;
+    store_hdr_t hdr;
+    uint8_t *dst; /* RX_BODY: where the payload goes (inside a round's blob) */
+    size_t want, got;
+    round_t *round; /* RX_BODY: the round that payload belongs to */
+    outmsg_t *out_head, *out_tail;
+} conn_t;
+
+enum { ARR_NONE = 0, ARR_ARRIVING = 1, ARR_DONE = 2 };
+
+struct round {
+    round_t *next;
+    uint64_t seq;
+    size_t len;   /* every rank's contribution length */
+    int len_rank; /* the rank that set it */
+    double start;
+    double deadline; /* earliest client deadline seen; 0 = none */
+    int done;
+    uint8_t *arrival; /* per rank: ARR_* */
+    blob_t *blob;     /* header + size * len: becomes the RESULT as is */
+};
+
+/* A failed round is remembered so that late ranks get the same verdict. */
+typedef struct failed {
+    struct failed *next;
+    uint64_t seq;
+    blob_t *err;
+} failed_t;
+
+enum { RANK_NONE = 0, RANK_LIVE, RANK_BYE, RANK_LOST };
+
+struct server {
+    int listen_fd;
+    int wake_rd, wake_wr;
+    int size;
+    char where[300];
+    conn_t **conns;
+    int nconns, max_conns;
+    struct pollfd *pfds;
+    conn_t **by_rank;
+    uint8_t *rank_state;
+    uint64_t *next_seq;
+    int nbye, nlost;
+    int gone_rank; /* first rank that left (bye or lost), -1 when none */
+    char gone_why[192];
+    round_t *rounds;
+    failed_t *failed;
+    double accept_pause_until;
+    int warned_fd_limit;
+    struct sockaddr_storage self; /* where this process's own client connects */
+    socklen_t self_len;
+    pthread_mutex_t lock;
+    int stop;       /* leave now (non-graceful) */
+    int finalizing; /* leave once every rank said goodbye, or at fin_deadline */
+    double fin_deadline;
+    uint8_t scratch[1 << 16];
+};
+
+static blob_t *blob_new(size_t len)
+{
+    if (len > SIZE_MAX - sizeof(blob_t)) return NULL;
+    blob_t *b = malloc(sizeof(*b) + len);
+    if (b) {
+        b->refs = 1;
+        b->len = len;
+    }
+    return b;
+}
+
+static void blob_put(blob_t *b)
+{
+    if (b && --b->refs == 0) free(b);
+}
+
+static blob_t *blob_error(uint64_t seq, int status, const char *text)
+{
+    size_t n = strnlen(text, STORE_MAX_TEXT);
+    blob_t *b = blob_new(STORE_HDR + n);
+    if (!b) return NULL;
+    weft_env_hdr_pack(b->data, K_ERROR, 0, 0, seq, (uint64_t)(int64_t)status, n);
+    memcpy(b->data + STORE_HDR, text, n);
+    return b;
+}
+
+static void conn_kill(conn_t *c, const char *fmt, ...) WEFT_PRINTF(2, 3);
+static void conn_kill(conn_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    if (c->dead) return;
+    c->dead = 1;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+}
+
+static void conn_queue(conn_t *c, blob_t *b)
+{
+    if (c->dead || !b) return;
+    outmsg_t *m = malloc(sizeof(*m));
+    if (!m) {
+        conn_kill(c, "was dropped: the store ran out of memory");
+        return;
+    }
+    b->refs++;
+    m->next = NULL;
+    m->blob = b;
+    m->off = 0;
+    if (c->out_tail)
+        c->out_tail->next = m;
+    else
+        c->out_head = m;
+    c->out_tail = m;
+}
+
+static void conn_queue_error(conn_t *c, uint64_t seq, int status, const char *text)
+{
+    blob_t *b = blob_error(seq, status, text);
+    if (!b) {
+        conn_kill(c, "was dropped: the store ran out of memory");
+        return;
+    }
+    conn_queue(c, b);
+    blob_put(b);
+}
+
+/* Refuses a connection that is not (yet) a rank: tell it why, then close. */
+static void conn_refuse(server_t *s, conn_t *c, int status, const char *text)
+{
+    if (status == WEFT_ERR_ALREADY) /* expected while a re-init races our shutdown */
+        weft_debug("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
+    else
+        weft_warn("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
+    conn_queue_error(c, 0, status, text);
+    c->closing = 1;
+    c->closing_since = weft_wtime();
+}
+
+static round_t *round_find(server_t *s, uint64_t seq)
+{
+    for (round_t *r = s->rounds; r; r = r->next)
+        if (r->seq == seq) return r;
+    return NULL;
+}
+
+static failed_t *failed_find(server_t *s, uint64_t seq)
+{
+    for (failed_t *f = s->failed; f; f = f->next)
+        if (f->seq == seq) return f;
+    return NULL;
+}
+
+static void round_unlink_free(server_t *s, round_t *r)
+{
+    for (round_t **p = &s->rounds; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    blob_put(r->blob);
+    free(r->arrival);
+    free(r);
+}
+
+/* Fails round r for every rank: those that contributed get the ERROR now,
+ * those still sending get it when their payload is in, later ones on
+ * arrival (through the failed list). */
+static void round_fail(server_t *s, round_t *r, int status, const char *text)
+{
+    failed_t *f = calloc(1, sizeof(*f));
+    blob_t *err = blob_error(r->seq, status, text);
+
+    weft_debug("env store at %s: allgather round %llu failed: %s", s->where, (unsigned long long)r->seq, text);
+    for (int i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c->round == r) { /* its payload has nowhere to go now */
+            c->round = NULL;
+            c->dst = NULL;
+            c->rx = RX_DISCARD;
+        }
+    }
+    for (int rk = 0; rk < s->size; rk++) {
+        if (r->arrival[rk] != ARR_DONE || !s->by_rank[rk]) continue;
+        if (err)
+            conn_queue(s->by_rank[rk], err);
+        else
+            conn_kill(s->by_rank[rk], "was dropped: the store ran out of memory");
+    }
+    if (f && err) {
+        f->seq = r->seq;
+        f->err = err;
+        f->next = s->failed;
+        s->failed = f;
+    } else {
+        free(f);
+        blob_put(err);
+    }
+    round_unlink_free(s, r);
+}
+
+static void round_complete(server_t *s, round_t *r)
+{
+    weft_env_hdr_pack(r->blob->data, K_RESULT, 0, (uint32_t)s->size, r->seq, 0, (uint64_t)r->len * (uint64_t)s->size);
+    for (int rk = 0; rk < s->size; rk++)
+        if (s->by_rank[rk]) conn_queue(s->by_rank[rk], r->blob);
+    weft_debug("env store at %s: allgather round %llu complete (%d x %zu bytes)", s->where, (unsigned long long)r->seq,
+               s->size, r->len);
+    round_unlink_free(s, r);
+}
+
+/* Appends "rank 3" or "ranks 3, 5, 10-19" to buf; long lists end in "...". */
+static void format_ranks(char *buf, size_t cap, const int *v, int n)
+{
+    size_t used = (size_t)snprintf(buf, cap, "%s ", n == 1 ? "rank" : "ranks");
+    for (int i = 0; i < n && used < cap;) {
+        int j = i;
+        while (j + 1 < n && v[j + 1] == v[j] + 1)
+            j++;
+        if (cap - used < 48) {
+            snprintf(buf + used, cap - used, "... (%d more)", n - i);
+            return;
+        }
+        if (j > i)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d-%d", i ? ", " : "", v[i], v[j]);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? ", " : "", v[i]);
+        i = j + 1;
+    }
+}
+
+enum { MISS_NEVER, MISS_BEHIND, MISS_SENDING };
+
+/* Why rank rk is not (fully) in round r, as one of MISS_*, or -1. */
+static int missing_as(const server_t *s, const round_t *r, int rk)
+{
+    if (r->arrival[rk] == ARR_ARRIVING) return MISS_SENDING;
+    if (r->arrival[rk] == ARR_DONE) return -1;
+    return s->rank_state[rk] == RANK_NONE ? MISS_NEVER : MISS_BEHIND;
+}
+
+/* Appends "[ and ]rank 3 never arrived" for the ranks missing as `why`. */
+static void missing_clause(const server_t *s, const round_t *r, int *list, int why, const char *one, const char *many,
+                           char *text, size_t cap)
+{
+    char ranks[384];
+    size_t used = strlen(text);
+    int n = 0;
+
+    for (int rk = 0; rk < s->size; rk++)
+        if (missing_as(s, r, rk) == why) list[n++] = rk;
+    if (n == 0 || used >= cap) return;
+    format_ranks(ranks, sizeof(ranks), list, n);
+    weft_env_textf(text + used, cap - used, "%s%s%s", used ? " and " : "", ranks, n == 1 ? one : many);
+}
+
+static void round_timeout(server_t *s, round_t *r, double now)
+{
+    int *list = malloc(sizeof(int) * (size_t)s->size);
+    char text[1024] = "";
+    size_t used;
+
+    if (list) {
+        missing_clause(s, r, list, MISS_NEVER, " never arrived", " never arrived", text, sizeof(text));
+        missing_clause(s, r, list, MISS_BEHIND, " is connected but did not reach this round",
+                       " are connected but did not reach this round", text, sizeof(text));
+        /* A big payload still in flight at the deadline. */
+        missing_clause(s, r, list, MISS_SENDING, " was still sending its data", " were still sending their data", text,
+                       sizeof(text));
+        free(list);
+    }
+    used = strlen(text);
+    weft_env_textf(text + used, sizeof(text) - used,
+                   "%s(%d of %d missing) at the store %s (allgather round %llu, waited %.1f s)",
+                   used ? " " : "allgather round timed out ", s->size - r->done, s->size, s->where,
+                   (unsigned long long)r->seq, now - r->start);
+    weft_warn("env store: %s", text);
+    round_fail(s, r, WEFT_ERR_TIMEOUT, text);
+}
+
+/* A rank left (disconnected or said goodbye): no pending round can finish. */
+static void fail_rounds_gone(server_t *s, int rank, const char *why)
+{
+    while (s->rounds) {
+        round_t *r = s->rounds;
+        char text[512];
+        weft_env_textf(text, sizeof(text),
+                       "rank %d %s during allgather round %llu (%d of %d ranks had contributed) at the store %s", rank,
+                       why, (unsigned long long)r->seq, r->done, s->size, s->where);
+        round_fail(s, r, WEFT_ERR_PEER_LOST, text);
+    }
+}
+
+/* Tells every other live rank that asked for it that `rank` is lost, ahead
+ * of the round failures this causes. Best effort: out of memory, the rounds
+ * still fail. */
+static void notify_lost(server_t *s, int rank, const char *why)
+{
+    char text[512];
+    weft_env_textf(text, sizeof(text), "%s at the store %s", why, s->where);
+    size_t n = strnlen(text, STORE_MAX_TEXT);
+    blob_t *b = blob_new(STORE_HDR + n);
+    if (!b) return;
+    weft_env_hdr_pack(b->data, K_LOST, (uint32_t)rank, (uint32_t)s->size, 0, (uint64_t)(int64_t)WEFT_ERR_PEER_LOST, n);
+    memcpy(b->data + STORE_HDR, text, n);
+    for (int rk = 0; rk < s->size; rk++) {
+        conn_t *c = s->by_rank[rk];
+        if (c && rk != rank && c->notices && s->rank_state[rk] == RANK_LIVE) conn_queue(c, b);
+    }
+    blob_put(b);
+}
+
+static void rank_gone(server_t *s, int rank, int state, const char *why)
+{
+    s->rank_state[rank] = (uint8_t)state;
+    if (state == RANK_BYE)
+        s->nbye++;
+    else
+        s->nlost++;
+    if (s->gone_rank < 0) {
+        s->gone_rank = rank;
+        weft_env_textf(s->gone_why, sizeof(s->gone_why), "%s", why);
+    }
+    if (state == RANK_LOST) notify_lost(s, rank, why);
+    fail_rounds_gone(s, rank, why);
+}
+
+static void on_hello(server_t *s, conn_t *c)
+{
+    const store_hdr_t *h = &c->hdr;
+    char text[384];
+
+    if (h->size != (uint32_t)s->size) {
+        weft_env_textf(text, sizeof(text), "rank %u says WORLD_SIZE=%u but the store at %s serves WORLD_SIZE=%d",
+                       h->rank, h->size, s->where, s->size);
+        conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else if (h->rank >= (uint32_t)s->size) {
+        weft_env_textf(text, sizeof(text), "rank %u is out of range for WORLD_SIZE=%d", h->rank, s->size);
+        conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else if (s->rank_state[h->rank] == RANK_LIVE) {
+        weft_env_textf(text, sizeof(text), "rank %u is already connected (two processes with the same RANK?)", h->rank);
+        conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else if (s->rank_state[h->rank] != RANK_NONE) {
+        /* A re-init (or a restarted rank) that reached the previous run's store
+         * before it closed: WEFT_ERR_ALREADY tells the client to try again. */
+        weft_env_textf(text, sizeof(text), "rank %u already left this store (a previous run on this port is finishing)",
+                       h->rank);
+        conn_refuse(s, c, WEFT_ERR_ALREADY, text);
+    } else {
+        blob_t *w = blob_new(STORE_HDR);
+        if (!w) {
+            conn_kill(c, "was dropped: the store ran out of memory");
+            return;
+        }
+        c->rank = (int)h->rank;
+        c->notices = (h->arg & HELLO_WANTS_LOST) != 0;
+        s->by_rank[c->rank] = c;
+        s->rank_state[c->rank] = RANK_LIVE;
+        weft_env_hdr_pack(w->data, K_WELCOME, h->rank, (uint32_t)s->size, 0, 0, 0);
+        conn_queue(c, w);
+        blob_put(w);
+        weft_debug("env store at %s: rank %d connected from %s", s->where, c->rank, c->peer);
+    }
+}
+
+static void on_contrib(server_t *s, conn_t *c, double now)
+{
+    const store_hdr_t *h = &c->hdr;
+    int rk = c->rank;
+    round_t *r;
+
+    if (h->rank != (uint32_t)rk || h->size != (uint32_t)s->size) {
+        conn_kill(c, "sent a malformed message (rank %u, size %u on rank %d's connection)", h->rank, h->size, rk);
+        return;
+    }
+    if (h->len > STORE_MAX_CONTRIB || h->len * (uint64_t)s->size > STORE_MAX_ROUND) {
+        conn_kill(c, "announced a %llu-byte contribution (limits: %llu per rank, %llu per round)",
+                  (unsigned long long)h->len, (unsigned long long)STORE_MAX_CONTRIB,
+                  (unsigned long long)STORE_MAX_ROUND);
+        return;
+    }
+    if (h->seq != s->next_seq[rk]) {
+        conn_kill(c, "sent allgather round %llu when round %llu was due", (unsigned long long)h->seq,
+                  (unsigned long long)s->next_seq[rk]);
+        return;
+    }
+    s->next_seq[rk]++;
+    c->want = (size_t)h->len;
+    c->got = 0;
+    c->rx = RX_DISCARD; /* until a round takes the payload */
+    c->dst = NULL;
+    c->round = NULL;
+    if (failed_find(s, h->seq)) return; /* answered when the payload is in */
+
+    if (!(r = round_find(s, h->seq))) {
+        r = calloc(1, sizeof(*r));
+        if (r) {
+            r->arrival = calloc((size_t)s->size, 1);
+            r->blob = blob_new(STORE_HDR + (size_t)h->len * (size_t)s->size);
+        }
+        if (!r || !r->arrival || !r->blob) {
+            if (r) {
+                free(r->arrival);
+                blob_put(r->blob);
+                free(r);
+            }
+            conn_kill(c, "was dropped: the store ran out of memory for allgather round %llu",
+                      (unsigned long long)h->seq);
+            return;
+        }
+        r->seq = h->seq;
+        r->len = (size_t)h->len;
+        r->len_rank = rk;
+        r->start = now;
+        r->next = s->rounds;
+        s->rounds = r;
+    }
+    if (h->arg > 0) {
+        double d = now + (double)h->arg * 1e-3;
+        if (r->deadline <= 0 || d < r->deadline) r->deadline = d;
+    }
+    if (h->len != r->len) {
+        char text[384];
+        weft_env_textf(
+            text, sizeof(text),
+            "rank %d passed %llu bytes to allgather round %llu but rank %d passed %zu bytes (every rank must "
+            "pass the same length)",
+            rk, (unsigned long long)h->len, (unsigned long long)h->seq, r->len_rank, r->len);
+        weft_warn("env store: %s", text);
+        round_fail(s, r, WEFT_ERR_ARG, text);
+        return;
+    }
+    r->arrival[rk] = ARR_ARRIVING;
+    c->round = r;
+    c->dst = r->blob->data + STORE_HDR + (size_t)rk * r->len;
+    c->rx = RX_BODY;
+    if (s->gone_rank >= 0) {
+        char text[512];
+        weft_env_textf(text, sizeof(text), "rank %d %s before allgather round %llu at the store %s", s->gone_rank,
+                       s->gone_why, (unsigned long long)r->seq, s->where);
+        round_fail(s, r, WEFT_ERR_PEER_LOST, text);
+    }
+}
+
+/* A payload (possibly empty) is complete. */
+static void on_body(server_t *s, conn_t *c)
+{
+    if (c->rx == RX_BODY && c->round) {
+        round_t *r = c->round;
+        r->arrival[c->rank] = ARR_DONE;
+        r->done++;
+        c->round = NULL;
+        if (r->done == s->size) round_complete(s, r);
+    } else {
+        failed_t *f = failed_find(s, c->hdr.seq);
+        if (f)
+            conn_queue(c, f->err);
+        else /* the round could not even be created (out of memory) */
+            conn_kill(c, "was dropped: the store ran out of memory");
+    }
+    c->rx = RX_HDR;
+    c->hgot = 0;
+    c->dst = NULL;
+}
+
+static void on_header(server_t *s, conn_t *c, double now)
+{
+    store_hdr_t *h = &c->hdr;
+    char text[256];
+
+    weft_env_hdr_unpack(c->hbuf, h);
+    c->hgot = 0;
+    if (c->rank < 0) { /* a stranger until its HELLO is accepted: check everything */
+        if (h->magic != STORE_MAGIC) {
+            weft_warn("env store at %s: dropped the connection from %s: bad magic 0x%08x (not a weft client)", s->where,
+                      c->peer, h->magic);
+            conn_kill(c, "bad magic");
+        } else if (h->version != STORE_VERSION) {
+            weft_env_textf(text, sizeof(text), "protocol version %u, but the store speaks version %u", h->version,
+                           STORE_VERSION);
+            conn_refuse(s, c, WEFT_ERR_BOOTSTRAP, text);
+        } else if (h->len > STORE_MAX_CONTRIB) {
+            weft_warn("env store at %s: dropped the connection from %s: it announced a %llu-byte payload", s->where,
+                      c->peer, (unsigned long long)h->len);
+            conn_kill(c, "huge payload");
+        } else if (h->kind != K_HELLO || h->len != 0) {
+            weft_warn("env store at %s: dropped the connection from %s: message kind %u with %llu bytes before a "
+                      "HELLO",
+                      s->where, c->peer, h->kind, (unsigned long long)h->len);
+            conn_kill(c, "no HELLO");
+        } else {
+            on_hello(s, c);
+        }
+        return;
+    }
+    if (h->magic != STORE_MAGIC || h->version != STORE_VERSION) {
+        conn_kill(c, "sent a corrupt message (magic 0x%08x, version %u)", h->magic, h->version);
+    } else if (h->kind == K_CONTRIB) {
+        on_contrib(s, c, now);
+        if (!c->dead && c->want == 0) on_body(s, c);
+    } else if (h->kind == K_BYE && h->len == 0) {
+        if (h->seq != s->next_seq[c->rank])
+            weft_debug("env store at %s: rank %d said goodbye after %llu rounds, rank 0 expected %llu", s->where,
+                       c->rank, (unsigned long long)h->seq, (unsigned long long)s->next_seq[c->rank]);
+        rank_gone(s, c->rank, RANK_BYE, "said goodbye (finalized)");
+        /* Closing tells the client its goodbye was processed (see weft_env_finalize). */
+        conn_kill(c, "said goodbye");
+    } else {
+        conn_kill(c, "sent an unexpected message (kind %u, %llu bytes)", h->kind, (unsigned long long)h->len);
+    }
+}
+
+static void conn_read(server_t *s, conn_t *c, double now)
+{
+    size_t budget = STORE_READ_BUDGET;
+
+    while (!c->dead && !c->closing && budget > 0) {
+        uint8_t *p;
+        size_t n;
+        if (c->rx == RX_HDR) {
+            p = c->hbuf + c->hgot;
+            n = STORE_HDR - c->hgot;
+        } else if (c->rx == RX_BODY) {
+            p = c->dst + c->got;
+            n = c->want - c->got;
+        } else {
+            p = s->scratch;
+            n = c->want - c->got;
+            if (n > sizeof(s->scratch)) n = sizeof(s->scratch);
+        }
+        if (n > budget) n = budget;
+        ssize_t k = recv(c->fd, p, n, 0);
+        if (k == 0) {
+            if (c->rank >= 0 && s->rank_state[c->rank] == RANK_BYE)
+                conn_kill(c, "closed after its goodbye");
+            else if (c->rank >= 0)
+                conn_kill(c, "disconnected (connection closed)");
+            else {
+                if (c->hgot > 0 || c->rx != RX_HDR)
+                    weft_warn("env store at %s: the connection from %s closed in the middle of a message", s->where,
+                              c->peer);
+                else /* port probes (Kubernetes TCP checks) do just this */
+                    weft_debug("env store at %s: %s connected and left without a word", s->where, c->peer);
+                conn_kill(c, "closed");
+            }
+            return;
+        }
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (c->rank < 0)
+                weft_warn("env store at %s: connection from %s failed: %s", s->where, c->peer, strerror(errno));
+            conn_kill(c, "disconnected (%s)", strerror(errno));
+            return;
+        }
+        budget -= (size_t)k;
+        if (c->rx == RX_HDR) {
+            c->hgot += (size_t)k;
+            if (c->hgot == STORE_HDR) on_header(s, c, now);
+        } else {
+            c->got += (size_t)k;
+            if (c->got == c->want) on_body(s, c);
+        }
+    }
+}
+
+static void conn_write(server_t *s, conn_t *c)
+{
+    while (c->out_head && !c->dead) {
+        outmsg_t *m = c->out_head;
+        ssize_t k = send(c->fd, m->blob->data + m->off, m->blob->len - m->off, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (c->rank < 0) weft_debug("env store at %s: send to %s failed: %s", s->where, c->peer, strerror(errno));
+            conn_kill(c, "disconnected (%s)", strerror(errno));
+            return;
+        }
+        m->off += (size_t)k;
+        if (m->off == m->blob->len) {
+            c->out_head = m->next;
+            if (!c->out_head) c->out_tail = NULL;
+            blob_put(m->blob);
+            free(m);
+        }
+    }
+    if (c->closing && !c->out_head && !c->dead) {
+        shutdown(c->fd, SHUT_WR);
+        conn_kill(c, "refused");
+    }
+}
+
+/* Closes a dead connection; a rank's failure fails the rounds it was in. */
+static void conn_finish(server_t *s, conn_t *c)
+{
+    c->round = NULL;
+    if (c->rank >= 0 && s->by_rank[c->rank] == c) {
+        s->by_rank[c->rank] = NULL;
+        if (s->rank_state[c->rank] == RANK_LIVE) {
+            /* The first loss is news; the rest are usually the job shutting down. */
+            if (s->gone_rank < 0)
+                weft_warn("env store at %s: rank %d %s", s->where, c->rank, c->why);
+            else
+                weft_debug("env store at %s: rank %d %s", s->where, c->rank, c->why);
+            rank_gone(s, c->rank, RANK_LOST, c->why);
+        }
+    }
+    while (c->out_head) {
+        outmsg_t *m = c->out_head;
+        c->out_head = m->next;
+        blob_put(m->blob);
+        free(m);
+    }
+    close(c->fd);
+    free(c);
+}
+
+static void server_reap(server_t *s)
+{
+    /* Finishing one connection can kill another (out of memory on a queue). */
+    for (int again = 1; again;) {
+        again = 0;
+        for (int i = 0; i < s->nconns;) {
+            if (s->conns[i]->dead) {
+                conn_t *c = s->conns[i];
+                s->conns[i] = s->conns[--s->nconns];
+                conn_finish(s, c);
+                again = 1;
+            } else {
+                i++;
+            }
+        }
+    }
+}
+
+static void server_accept(server_t *s, double now)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Leave the rest in the backlog; try again shortly rather than spin. */
+                if (!s->warned_fd_limit++)
+                    weft_warn("env store at %s: cannot accept more connections now: %s (raise `ulimit -n` on rank 0)",
+                              s->where, strerror(errno));
+                s->accept_pause_until = now + 0.1;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                weft_warn("env store at %s: accept failed: %s", s->where, strerror(errno));
+            }
+            return;
+        }
+        (void)getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
+                          NI_NUMERICHOST | NI_NUMERICSERV);
+        if (s->nconns >= s->max_conns) {
+            weft_warn("env store at %s: refused a connection from %s:%s: already %d connections (WORLD_SIZE %d + %d)",
+                      s->where, host, serv, s->nconns, s->size, STORE_EXTRA_CONNS);
+            close(fd);
+            continue;
+        }
+        conn_t *c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        weft_env_set_nodelay(fd);
+        c->fd = fd;
+        c->rank = -1;
+        c->opened = now;
+        c->rx = RX_HDR;
+        snprintf(c->peer, sizeof(c->peer), "%s:%s", host, serv);
+        s->conns[s->nconns++] = c;
+    }
+}
+
+/* Returns why the thread should leave now, or NULL to go on. */
+static const char *server_should_stop(server_t *s, double now)
+{
+    int stop, fin;
+    double fin_deadline;
+
+    pthread_mutex_lock(&s->lock);
+    stop = s->stop;
+    fin = s->finalizing;
+    fin_deadline = s->fin_deadline;
+    pthread_mutex_unlock(&s->lock);
+    if (stop) return "it finalized without waiting for the others, or gave up";
+    if (!fin) return NULL;
+    if (s->nbye + s->nlost == s->size) {
+        if (s->nlost) weft_debug("env store at %s: closing; %d ranks were lost", s->where, s->nlost);
+        return "every rank said goodbye";
+    }
+    if (fin_deadline > 0 && now >= fin_deadline) {
+        int *left = malloc(sizeof(int) * (size_t)s->size), n = 0;
+        char list[384] = "some ranks";
+        if (left) {
+            for (int rk = 0; rk < s->size; rk++)
+                if (s->rank_state[rk] == RANK_LIVE || s->rank_state[rk] == RANK_NONE) left[n++] = rk;
+            format_ranks(list, sizeof(list), left, n);
+            free(left);
+        }
+        weft_warn("env store at %s: finalize deadline passed; %s never said goodbye", s->where, list);
+        return "its finalize deadline passed before every rank said goodbye";
+    }
+    return NULL;
+}
+
+/* Leaving while ranks are still connected: tell each why (best effort, one
+ * nonblocking send), so a rank that comes late to a round does not just see
+ * the connection drop. The last failed round is usually the real cause. */
+static void server_notify_close(server_t *s, const char *why)
+{
+    char text[1024];
+    blob_t *b;
+
+    const failed_t *first = s->failed;
+    while (first && first->next) /* the list is newest first; the oldest is the cause */
+        first = first->next;
+    if (first) {
+        const blob_t *e = first->err;
+        weft_env_textf(text, sizeof(text), "rank 0 closed its store at %s (%s) after allgather round %llu failed: %.*s",
+                       s->where, why, (unsigned long long)first->seq, (int)(e->len - STORE_HDR), e->data + STORE_HDR);
+    } else {
+        weft_env_textf(text, sizeof(text), "rank 0 closed its store at %s (%s)", s->where, why);
+    }
+    if (!(b = blob_error(STORE_NOTICE_SEQ, WEFT_ERR_PEER_LOST, text))) return;
+    for (int i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c->rank >= 0 && s->rank_state[c->rank] == RANK_LIVE && !c->out_head && !c->dead)
+            (void)send(c->fd, b->data, b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    blob_put(b);
+}
+
+static void *server_main(void *arg)
+{
+    server_t *s = arg;
+    const char *why;
+
+    for (;;) {
+        double now = weft_wtime();
+        double next = now + 1.0; /* wake at least once a second */
+        int npoll;
+
+        if ((why = server_should_stop(s, now))) break;
+        /* Deadlines: rounds, silent strangers, refusals that cannot be flushed. */
+        for (round_t *r = s->rounds, *rn; r; r = rn) {
+            rn = r->next;
+            if (r->deadline > 0 && now >= r->deadline)
+                round_timeout(s, r, now);
+            else if (r->deadline > 0 && r->deadline < next)
+                next = r->deadline;
+        }
+        for (int i = 0; i < s->nconns; i++) {
+            conn_t *c = s->conns[i];
+            double limit = c->closing    ? c->closing_since + STORE_CLOSING_TIMEOUT
+                           : c->rank < 0 ? c->opened + STORE_HELLO_TIMEOUT
+                                         : 0;
+            if (limit <= 0) continue;
+            if (now >= limit) {
+                if (!c->closing)
+                    weft_warn("env store at %s: dropped the connection from %s: no HELLO within %.0f s", s->where,
+                              c->peer, STORE_HELLO_TIMEOUT);
+                conn_kill(c, "timed out");
+            } else if (limit < next) {
+                next = limit;
+            }
+        }
+        server_reap(s);
+
+        s->pfds[0] = (struct pollfd){.fd = s->wake_rd, .events = POLLIN};
+        s->pfds[1] = (struct pollfd){.fd = s->listen_fd, .events = now >= s->accept_pause_until ? POLLIN : 0};
+        if (s->accept_pause_until > now && s->accept_pause_until < next) next = s->accept_pause_until;
+        for (int i = 0; i < s->nconns; i++) {
+            conn_t *c = s->conns[i];
+            s->pfds[2 + i] = (struct pollfd){
+                .fd = c->fd, .events = (short)((c->closing ? 0 : POLLIN) | (c->out_head ? POLLOUT : 0))};
+        }
+        npoll = s->nconns;
+        int ms = (int)((next - now) * 1000.0) + 1;
+        int n = poll(s->pfds, (nfds_t)(2 + npoll), ms < 0 ? 0 : ms);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            weft_warn("env store at %s: poll failed: %s; the store stops", s->where, strerror(errno));
+            why = "its poll() failed";
+            break;
+        }
+        now = weft_wtime();
+        if (s->pfds[0].revents) {
+            char junk[64];
+            while (read(s->wake_rd, junk, sizeof(junk)) > 0) {
+            }
+        }
+        /* Connections first: accept appends past the npoll that were polled. */
+        for (int i = 0; i < npoll; i++) {
+            conn_t *c = s->conns[i];
+            short re = s->pfds[2 + i].revents;
+            if (!re || c->dead) continue;
+            if (re & POLLOUT) conn_write(s, c);
+            if (re & (POLLIN | POLLHUP | POLLERR)) {
+                if (c->closing)
+                    conn_kill(c, "closed");
+                else
+                    conn_read(s, c, now);
+            }
+        }
+        /* Answers produced by these reads (a WELCOME, a round's RESULT to every
+         * rank) go out now rather than after another poll. */
+        for (int i = 0; i < s->nconns; i++)
+            if (s->conns[i]->out_head && !s->conns[i]->dead) conn_write(s, s->conns[i]);
+        if (s->pfds[1].revents & POLLIN) server_accept(s, now);
+        server_reap(s);
+    }
+
+    server_notify_close(s, why);
+    for (int i = 0; i < s->nconns; i++) {
+        s->conns[i]->rank = -1; /* no round bookkeeping on the way out */
+        conn_finish(s, s->conns[i]);
+    }
+    s->nconns = 0;
+    return NULL;
+}
+
+static void server_free(server_t *s)
+{
+    if (!s) return;
+    while (s->rounds)
+        round_unlink_free(s, s->rounds);
+    while (s->failed) {
+        failed_t *f = s->failed;
+        s->failed = f->next;
+        blob_put(f->err);
+        free(f);
+    }
+    for (int i = 0; i < s->nconns; i++) {
+        close(s->conns[i]->fd);
+        free(s->conns[i]);
+    }
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->wake_rd >= 0) close(s->wake_rd);
+    if (s->wake_wr >= 0) close(s->wake_wr);
+    pthread_mutex_destroy(&s->lock);
+    free(s->conns);
+    free(s->pfds);
+    free(s->by_rank);
+    free(s->rank_state);
+    free(s->next_seq);
+    free(s);
+}
+
+static int try_bind(const struct sockaddr *sa, socklen_t len, int *err)
+{
+    int one = 1, zero = 0;
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    /* A previous job's TIME_WAIT connections must not block the port. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (sa->sa_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    if (bind(fd, sa, len) != 0) {
+        *err = errno;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Binds MASTER_ADDR:MASTER_PORT when MASTER_ADDR is one of this host's
+ * addresses, otherwise the wildcard address (a Kubernetes service name
+ * resolves to an address that is not on the pod). */
+static int server_listen(server_t *s, const char *addr, int port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    int fd = -1, err = 0, family = 0;
+
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    if (getaddrinfo(addr, portstr, &hints, &res) == 0) {
+        for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+            if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+            if (!family) family = ai->ai_family;
+            fd = try_bind(ai->ai_addr, ai->ai_addrlen, &err);
+            /* The address is ours but the port is taken: the wildcard would fail too. */
+            if (fd < 0 && (err == EADDRINUSE || err == EACCES)) break;
+        }
+        freeaddrinfo(res);
+        if (fd < 0 && (err == EADDRINUSE || err == EACCES)) goto fail;
+    }
+    if (fd < 0) {
+        struct sockaddr_in6 any6 = {
+            .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT, .sin6_port = htons((uint16_t)port)};
+        struct sockaddr_in any4 = {
+            .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = htons((uint16_t)port)};
+        weft_debug("env store: MASTER_ADDR %s is not a local address; listening on every address", addr);
+        if (family == AF_INET6) fd = try_bind((struct sockaddr *)&any6, sizeof(any6), &err);
+        if (fd < 0) fd = try_bind((struct sockaddr *)&any4, sizeof(any4), &err);
+        if (fd < 0) goto fail;
+    }
+    if (listen(fd, s->size + 64 > 65535 ? 65535 : s->size + 64) != 0) {
+        err = errno;
+        close(fd);
+        goto fail;
+    }
+    s->listen_fd = fd;
+    s->self_len = sizeof(s->self);
+    getsockname(fd, (struct sockaddr *)&s->self, &s->self_len);
+    /* Rank 0's own client goes through loopback when the store took the wildcard. */
+    if (s->self.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&s->self;
+        if (in->sin_addr.s_addr == htonl(INADDR_ANY)) in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    } else if (s->self.ss_family == AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&s->self;
+        if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr)) in6->sin6_addr = in6addr_loopback;
+    }
+    return WEFT_SUCCESS;
+fail:
+    return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0 cannot serve the store on %s: %s%s", s->where,
+                      strerror(err), err == EADDRINUSE ? " (is another job using MASTER_PORT?)" : "");
+}
+
+/* Thousands of ranks need thousands of descriptors on rank 0. */
+static void raise_fd_limit(int want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)want) return;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want) ? (rlim_t)want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        weft_debug("env store: raised the open-file limit from %llu to %llu", (unsigned long long)old,
+                   (unsigned long long)rl.rlim_cur);
+    if (rl.rlim_cur < (rlim_t)want)
+        weft_warn("env store: the open-file limit (%llu) is below the %d descriptors WORLD_SIZE needs on rank 0",
+                  (unsigned long long)rl.rlim_cur, want);
+}
+
+int weft_env_server_start(server_t **out, int size, const char *addr, int port, const char *where, pthread_t *thread)
+{
+    server_t *s = calloc(1, sizeof(*s));
+    int rc = WEFT_SUCCESS, wake[2], err;
+    sigset_t all, old;
+
+    if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for the store");
+    s->listen_fd = s->wake_rd = s->wake_wr = -1;
+    s->size = size;
+    s->gone_rank = -1;
+    s->max_conns = size + STORE_EXTRA_CONNS;
+    snprintf(s->where, sizeof(s->where), "%s", where);
+    pthread_mutex_init(&s->lock, NULL);
+    s->conns = calloc((size_t)s->max_conns, sizeof(*s->conns));
+    s->pfds = calloc((size_t)s->max_conns + 2, sizeof(*s->pfds));
+    s->by_rank = calloc((size_t)size, sizeof(*s->by_rank));
+    s->rank_state = calloc((size_t)size, 1);
+    s->next_seq = calloc((size_t)size, sizeof(*s->next_seq));
+    if (!s->conns || !s->pfds || !s->by_rank || !s->rank_state || !s->next_seq) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for a store of %d ranks", size);
+        goto out;
+    }
+    if (pipe2(wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: pipe: %s", strerror(errno));
+        goto out;
+    }
+    s->wake_rd = wake[0];
+    s->wake_wr = wake[1];
+    raise_fd_limit(s->max_conns + 64);
+    WEFT_CHECK_GOTO(server_listen(s, addr, port), rc, out);
+    /* Signals belong to the application's threads, not the store's. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    err = pthread_create(thread, NULL, server_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err == 0) (void)pthread_setname_np(*thread, "weft-store");
+    if (err != 0) {
+        rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: cannot start the store thread: %s", strerror(err));
+        goto out;
+    }
+    weft_debug("env store: serving %d ranks on %s", size, where);
+    *out = s;
+    return WEFT_SUCCESS;
+out:
+    server_free(s);
+    return rc;
+}
+
+/* Graceful: wait until every rank said goodbye or `deadline` passed. */
+void weft_env_server_stop(server_t *s, pthread_t thread, int graceful, double deadline)
+{
+    pthread_mutex_lock(&s->lock);
+    if (graceful) {
+        s->finalizing = 1;
+        s->fin_deadline = deadline;
+    } else {
+        s->stop = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (write(s->wake_wr, "x", 1) < 0) {
+        /* Only EAGAIN is possible: the pipe is full, so the thread wakes anyway. */
+    }
+    pthread_join(thread, NULL);
+    server_free(s);
+}
+
+void weft_env_server_self(server_t *s, struct addrinfo *ai)
+{
+    ai->ai_family = s->self.ss_family;
+    ai->ai_addr = (struct sockaddr *)&s->self;
+    ai->ai_addrlen = s->self_len;
+}
