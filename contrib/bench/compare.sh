@@ -11,7 +11,9 @@
 #                      forced onto every UCX transport), mpich (default: openmpi,openmpi-ucx and
 #                      mpich when installed)
 #     -b BUILDDIR      weft build tree with contrib/bench/weft-osu (default: .)
-#     -o OUTDIR        where CSVs go (default: bench-results)
+#     -o OUTDIR        where the raw runs and CSVs go (default: ${TMPDIR:-/tmp}/weft-bench,
+#                      outside the repository; a directory under docs/ is refused: raw runs
+#                      are not committed, docs/PERFORMANCE.md quotes the medians)
 #     --bind POLICY    core (default; needs NP <= cores) or none
 #     -e VAR=VALUE     environment for the weft runs only (e.g. WEFT_COLL_TUNE=...)
 #     -v LABEL:VAR=VALUE[;VAR=VALUE]
@@ -25,14 +27,15 @@
 #
 # weft runs under Open MPI's mpirun (PMIx bootstrap), like the Open MPI runs;
 # MPICH runs under its own mpiexec (hydra) with the same binding. The MPICH
-# binary is built here from the same sources with mpicc.mpich when missing.
-# Output: OUTDIR/PROGRAM-npNP-LIB-rK.csv per run, OUTDIR/PROGRAM-npNP.csv
+# binary (BUILDDIR/contrib/bench/mpich-osu, a build output that git ignores) is
+# built from the same sources with mpicc.mpich when missing.
+# Output: OUTDIR/PROGRAM-npNP-LIB-rK.csv and .out per run, OUTDIR/PROGRAM-npNP.csv
 # with the medians, and the table on stdout (with a column for ucx_perftest
 # when contrib/bench/ucx-floor.sh wrote its rows into OUTDIR). Ratio: weft / peer of the
 # program's main metric (time: below 1 is weft faster; bandwidth: above 1).
 set -euo pipefail
 
-np=2 rounds=5 peers="" builddir=. outdir=bench-results bind=core netns=0
+np=2 rounds=5 peers="" builddir=. outdir=${TMPDIR:-/tmp}/weft-bench bind=core netns=0
 weft_env=() variants=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -45,7 +48,7 @@ while [ $# -gt 0 ]; do
         -e) weft_env+=("$2"); shift 2 ;;
         -v) variants+=("$2"); shift 2 ;;
         --netns) netns=$2; shift 2 ;;
-        -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
         -*) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
@@ -56,8 +59,11 @@ shift
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 builddir=$(cd "$builddir" && pwd)
 bench=$builddir/contrib/bench
+outdir=$(realpath -m "$outdir")
+case $outdir/ in "$(realpath "$srcdir")"/docs/*)
+    echo "compare.sh: raw runs do not go under docs/ (-o elsewhere; default \${TMPDIR:-/tmp}/weft-bench)" >&2; exit 2 ;;
+esac
 mkdir -p "$outdir"
-outdir=$(cd "$outdir" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 [ -x "$bench/weft-osu" ] || { echo "compare.sh: $bench/weft-osu not built (make first)" >&2; exit 2; }

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Latency and bandwidth curves from the benchmarks' CSV files.
 
-    contrib/bench/plot.py [-o OUTDIR] CSV_OR_DIR...
+    contrib/bench/plot.py [-o OUTDIR] [CSV_OR_DIR...]
 
 Reads the per-run CSV rows written with --csv (compare.sh keeps them as
-OUTDIR/PROGRAM-npN-LIB-rK.csv), takes the median over runs per library and
-size, and draws one PNG per (benchmark, ranks): time in us (or MB/s for
-bw, bibw, mbw-mr) against message size, log-log, one curve per library,
-with the weft/peer ratio in a lower panel. Needs matplotlib
-(pip install matplotlib, or Debian's python3-matplotlib).
+OUTDIR/PROGRAM-npN-LIB-rK.csv; default input: compare.sh's default
+directory, ${TMPDIR:-/tmp}/weft-bench), takes the median over runs per
+library and size, and draws one PNG per (benchmark, ranks): time in us (or
+MB/s for bw, bibw, mbw-mr) against message size, log-log, one curve per
+library, with the weft/peer ratio in a lower panel. The PNGs go to -o
+(default ${TMPDIR:-/tmp}/weft-bench/plots, outside the repository); only a
+plot that docs/PERFORMANCE.md shows belongs in docs/perf/img/. Needs
+matplotlib (pip install matplotlib, or Debian's python3-matplotlib).
 """
 import argparse
 import csv
@@ -18,6 +21,7 @@ import statistics
 import sys
 
 BANDWIDTH = ("bw", "bibw", "mbw-mr")
+RESULTS = os.path.join(os.environ.get("TMPDIR") or "/tmp", "weft-bench")
 
 
 def metric_of(bench):
@@ -47,8 +51,8 @@ def read_rows(paths):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", help="CSV files or directories of them")
-    ap.add_argument("-o", "--outdir", default="bench-plots")
+    ap.add_argument("inputs", nargs="*", default=[RESULTS], help=f"CSV files or directories of them (default {RESULTS})")
+    ap.add_argument("-o", "--outdir", default=os.path.join(RESULTS, "plots"), help="where the PNGs go (default %(default)s)")
     args = ap.parse_args()
     try:
         import matplotlib

@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
 """Markdown tables from compare.sh's median files (OUTDIR/PROGRAM-npN.csv).
 
-    contrib/bench/report.py [--compact] CSV...
+    contrib/bench/report.py [--compact] [CSV...]
 
 One table per file: size, each library's median, and weft / peer for every
 peer. --compact prints one line per file instead: the ratio at each size
-(weft / openmpi), which is how docs/PERFORMANCE.md summarises a rank count.
+(weft / openmpi). Without files it reads every median file in compare.sh's
+default directory, ${TMPDIR:-/tmp}/weft-bench. It writes only to stdout:
+paste what a report needs into docs/PERFORMANCE.md, keep the raw runs out
+of the repository.
 """
 import argparse
 import csv
+import glob
 import os
+import re
+
+RESULTS = os.path.join(os.environ.get("TMPDIR") or "/tmp", "weft-bench")
 
 
 def load(path):
@@ -33,10 +40,15 @@ def human(size):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("files", nargs="+")
+    ap.add_argument("files", nargs="*", help=f"median files (default: {RESULTS}/*-npN.csv)")
     ap.add_argument("--compact", action="store_true")
     args = ap.parse_args()
-    for path in args.files:
+    files = args.files or sorted(
+        p for p in glob.glob(os.path.join(RESULTS, "*-np*.csv")) if re.search(r"-np\d+\.csv$", p)
+    )
+    if not files:
+        ap.error(f"no median files given and none in {RESULTS}")
+    for path in files:
         rows, med, libs, metric = load(path)
         if not rows:
             continue

@@ -7,7 +7,9 @@
 #                                              medians per size and the fastest algorithm
 #   contrib/bench/sweep.sh compare [options]   compare.sh for every blocking collective
 #   options:
-#     -b BUILDDIR   weft build tree (default .)      -o OUTDIR   (default bench-results)
+#     -b BUILDDIR   weft build tree (default .)
+#     -o OUTDIR     raw runs and CSVs (default ${TMPDIR:-/tmp}/weft-bench, outside the
+#                   repository; a directory under docs/ is refused)
 #     --np "8 16"   rank counts (default "2")        -r ROUNDS   rounds (default 3)
 #     --bind core|none (default core)                -- ARGS     benchmark options
 #                                                    (default: -m 8:4m -i 200 -x 20)
@@ -15,9 +17,9 @@
 # Open MPI's mpirun launches weft (PMIx bootstrap), as in compare.sh.
 set -euo pipefail
 mode=${1:-}
-[ "$mode" = algs ] || [ "$mode" = compare ] || { sed -n '2,16p' "$0"; exit 2; }
+[ "$mode" = algs ] || [ "$mode" = compare ] || { sed -n '2,18p' "$0"; exit 2; }
 shift
-builddir=. outdir=bench-results nps=2 rounds=3 bind=core
+builddir=. outdir=${TMPDIR:-/tmp}/weft-bench nps=2 rounds=3 bind=core
 colls="allreduce allgather bcast reduce reduce_scatter reduce_scatter_block alltoall gather scatter"
 bargs=(-m 8:4m -i 200 -x 20)
 while [ $# -gt 0 ]; do
@@ -34,8 +36,11 @@ while [ $# -gt 0 ]; do
 done
 here=$(cd "$(dirname "$0")" && pwd)
 builddir=$(cd "$builddir" && pwd)
+outdir=$(realpath -m "$outdir")
+case $outdir/ in "$(realpath "$here/../..")"/docs/*)
+    echo "sweep.sh: raw runs do not go under docs/ (-o elsewhere; default \${TMPDIR:-/tmp}/weft-bench)" >&2; exit 2 ;;
+esac
 mkdir -p "$outdir"
-outdir=$(cd "$outdir" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case $bind in
     core) bindopt=(--bind-to core --map-by core) ;;

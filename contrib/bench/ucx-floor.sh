@@ -5,24 +5,30 @@
 # so compare.sh's CSVs and plot.py take them as one more curve.
 #
 #   contrib/bench/ucx-floor.sh [-o OUTDIR] [-r ROUNDS] [-m MIN:MAX] [-n ITERS]
+#     -o OUTDIR   where the CSVs go (default ${TMPDIR:-/tmp}/weft-bench, compare.sh's
+#                 default, outside the repository; a directory under docs/ is refused)
 #
 # latency rows: avg_us = ucx_perftest's average one-way latency, min_us its
 # median (50th percentile); bw rows: bw_mbs = overall bandwidth converted
 # from MiB/s to OSU's MB/s (10^6 bytes). UCX picks its transports as it does
 # for weft (UCX_TLS and friends apply to both).
 set -euo pipefail
-outdir=bench-results rounds=3 range=1:4m iters=
+outdir=${TMPDIR:-/tmp}/weft-bench rounds=3 range=1:4m iters=
 while [ $# -gt 0 ]; do
     case $1 in
         -o) outdir=$2; shift 2 ;;
         -r) rounds=$2; shift 2 ;;
         -m) range=$2; shift 2 ;;
         -n) iters=$2; shift 2 ;;
-        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "ucx-floor.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
 command -v ucx_perftest >/dev/null || { echo "ucx-floor.sh: ucx_perftest not found (apt install ucx-utils)" >&2; exit 2; }
+outdir=$(realpath -m "$outdir")
+case $outdir/ in "$(realpath "$(dirname "$0")/../..")"/docs/*)
+    echo "ucx-floor.sh: raw runs do not go under docs/ (-o elsewhere; default \${TMPDIR:-/tmp}/weft-bench)" >&2; exit 2 ;;
+esac
 mkdir -p "$outdir"
 to_bytes() { numfmt --from=iec "$(tr 'km' 'KM' <<<"$1")"; }
 lo=$(to_bytes "${range%%:*}") hi=$(to_bytes "${range##*:}")
