@@ -6,56 +6,30 @@
  * out), the p remaining ranks run recursive doubling on groups of one or
  * two blocks, which stay contiguous in rank order, and each odd rank hands
  * the whole result back to its even partner: log2 p + 2 steps.
- * Extra memory: none for the contiguous output (every message lands in
- * place, one message per step); the list output gathers into n blocks of
- * scratch, copied out at the end. Small messages. */
-#include "coll/coll.h"
-
-/* The first rank of virtual rank v's group (v == p gives n). */
-static int group_lo(int v, int rem)
-{
-    return v < rem ? 2 * v : v + rem;
-}
+ * Extra memory: p + 1 offsets for the contiguous output (every message
+ * lands in place, one message per step); the list output gathers into n
+ * blocks of scratch, copied out at the end. Small messages. */
+#include "coll/base/builders.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     int n = a->comm->size, r = a->comm->rank, rc;
     size_t block = a->count * a->esize;
-    int p = 1;
-    while (p * 2 <= n)
-        p *= 2;
-    int rem = n - p;
+    weft_coll_fold_t f;
+    weft_coll_fold_init(&f, n, r, 0, 1);
     char *w = a->recvbuf;
     if (a->recvbufs && !(w = weft_sched_scratch(s, (size_t)n * block)))
         return weft_error(WEFT_ERR_NO_MEMORY, "allgather_recursive_doubling: out of memory for %d x %zu bytes", n,
                           block);
+    /* Survivor i's segment: the blocks of the ranks it stands for. */
+    size_t *seg = f.newrank < 0 ? NULL : weft_coll_fold_segments(s, &f, NULL, a->count, "allgather_recursive_doubling");
+    if (f.newrank >= 0 && !seg) return WEFT_ERR_NO_MEMORY;
     if ((rc = weft_sched_copy(s, w + (size_t)r * block, a->sendbuf, block)) || (rc = weft_sched_end_round(s)))
         return rc;
-    if (r < 2 * rem && r % 2 == 0) {
-        /* Hand the block to r + 1 and get the whole result back. */
-        if ((rc = weft_sched_send(s, a->sendbuf, block, r + 1)) || (rc = weft_sched_end_round(s)) ||
-            (rc = weft_sched_recv(s, w, (size_t)n * block, r + 1)))
-            return rc;
-    } else {
-        int v = r - rem;
-        if (r < 2 * rem) {
-            v = r / 2;
-            if ((rc = weft_sched_recv(s, w + (size_t)(r - 1) * block, block, r - 1)) || (rc = weft_sched_end_round(s)))
-                return rc;
-        }
-        for (int mask = 1; mask < p; mask <<= 1) {
-            int pv = v ^ mask, mine = v & ~(mask - 1), theirs = pv & ~(mask - 1);
-            int peer = pv < rem ? 2 * pv + 1 : pv + rem;
-            int mlo = group_lo(mine, rem), mhi = group_lo(mine + mask, rem);
-            int tlo = group_lo(theirs, rem), thi = group_lo(theirs + mask, rem);
-            if ((rc = weft_sched_recv(s, w + (size_t)tlo * block, (size_t)(thi - tlo) * block, peer)) ||
-                (rc = weft_sched_send(s, w + (size_t)mlo * block, (size_t)(mhi - mlo) * block, peer)))
-                return rc;
-            if (mask * 2 < p && (rc = weft_sched_end_round(s))) return rc;
-        }
-        if (r < 2 * rem && ((rc = weft_sched_end_round(s)) || (rc = weft_sched_send(s, w, (size_t)n * block, r - 1))))
-            return rc;
-    }
+    /* A survivor takes its partner's block, and hands it the whole result at the end. */
+    if (f.partner >= 0 && (rc = weft_coll_fold_in(s, &f, a->sendbuf, w + (size_t)f.partner * block, block))) return rc;
+    if (f.newrank >= 0 && (rc = weft_coll_allgather_doubling_build(s, &f, seg, a->esize, w))) return rc;
+    if ((rc = weft_coll_fold_out(s, &f, w, (size_t)n * block))) return rc;
     /* Copies after the last round's messages. */
     if (a->recvbufs)
         for (int i = 0; i < n; i++)
@@ -66,7 +40,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_allgather_recursive_doubling = {
     .name = "recursive_doubling",
     .kind = WEFT_COLL_ALLGATHER,
-    .description = "recursive doubling, log2 n rounds (log2 p + 2 for other n), no scratch (list: n blocks); "
+    .description = "recursive doubling, log2 n rounds (log2 p + 2 for other n), a table of p + 1 offsets as scratch "
+                   "(list: n blocks); "
                    "small messages",
     .build = build,
 };

@@ -11,7 +11,7 @@
  * n is not a power of two); (p-1)/p of the vector leaves each rank, in
  * log-many messages. Extra memory: a copy of the input vector plus the
  * larger half of it. */
-#include "coll/coll.h"
+#include "coll/base/builders.h"
 
 static size_t block_count(const weft_coll_args_t *a, int i)
 {
@@ -35,56 +35,31 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
         if ((rc = weft_sched_copy(s, a->recvbuf, a->sendbuf, mine * es)) || (rc = weft_sched_end_round(s))) return rc;
         return weft_sched_op_finalize(s, a->op, a->dtype, a->recvbuf, mine, 1);
     }
-    int p = 1;
-    while (p * 2 <= n)
-        p *= 2;
-    int rem = n - p, newrank;
-    /* Segment i (of p) starts at the block of the first rank it stands for. */
-#define SEG(i) ((i) >= p ? total : off[(i) < rem ? 2 * (i) : (i) + rem])
-    if (r < 2 * rem && r % 2 == 0) {
-        /* Hand the vector to r + 1, which sends this rank's block back. */
-        if ((rc = weft_sched_send(s, a->sendbuf, total * es, r + 1)) || (rc = weft_sched_end_round(s)) ||
-            (rc = weft_sched_recv(s, a->recvbuf, mine * es, r + 1)))
+    weft_coll_fold_t f;
+    weft_coll_fold_init(&f, n, r, 0, 1);
+    if (f.newrank < 0) {
+        /* Hand the vector over; the partner sends this rank's block back. */
+        if ((rc = weft_coll_fold_in_reduce(s, &f, a, a->sendbuf, NULL, NULL, total)) ||
+            (rc = weft_coll_fold_out(s, &f, a->recvbuf, mine * es)))
             return rc;
         return weft_sched_end_round(s);
     }
-    size_t half = SEG(p / 2), tmp_elems = half > total - half ? half : total - half;
+    /* Survivor i's segment: the blocks of the ranks it stands for (adjacent in the vector). */
+    size_t *seg = weft_coll_fold_segments(s, &f, off, 0, "reduce_scatter_recursive_halving");
+    if (!seg) return WEFT_ERR_NO_MEMORY;
+    size_t half = seg[f.p / 2], tmp_elems = half > total - half ? half : total - half;
     char *acc = weft_sched_scratch(s, total * es), *tmp = weft_sched_scratch(s, tmp_elems * es);
     if (!acc || !tmp)
         return weft_error(WEFT_ERR_NO_MEMORY, "reduce_scatter_recursive_halving: out of memory (%zu bytes)",
                           (total + tmp_elems) * es);
-    /* src: where this rank's partial vector is (its input until the first reduction). */
-    const char *src = a->sendbuf;
-    if (r < 2 * rem) {
-        if ((rc = weft_sched_recv(s, acc, total * es, r - 1)) ||
-            (rc = weft_sched_reduce(s, a->op, a->dtype, acc, a->sendbuf, total)) || (rc = weft_sched_end_round(s)))
-            return rc;
-        src = acc;
-        newrank = r / 2;
-    } else {
-        newrank = r - rem;
-    }
-    int lo = 0, hi = p;
-    for (int mask = p / 2; mask >= 1; mask >>= 1) {
-        int pn = newrank ^ mask, partner = pn < rem ? pn * 2 + 1 : pn + rem, mid = lo + mask;
-        int klo = newrank & mask ? mid : lo, khi = newrank & mask ? hi : mid;
-        int slo = newrank & mask ? lo : mid, shi = newrank & mask ? mid : hi;
-        size_t koff = SEG(klo), klen = SEG(khi) - koff, soff = SEG(slo), slen = SEG(shi) - soff;
-        if ((rc = weft_sched_recv(s, tmp, klen * es, partner)) ||
-            (rc = weft_sched_send(s, src + soff * es, slen * es, partner)) ||
-            (rc = weft_sched_copy(s, acc + koff * es, src + koff * es, klen * es)) ||
-            (rc = weft_sched_reduce(s, a->op, a->dtype, acc + koff * es, tmp, klen)) || (rc = weft_sched_end_round(s)))
-            return rc;
-        src = acc;
-        lo = klo;
-        hi = khi;
-    }
-    size_t soff = SEG(newrank), slen = SEG(newrank + 1) - soff;
-#undef SEG
-    if ((rc = weft_sched_op_finalize(s, a->op, a->dtype, acc + soff * es, slen, n)) || (rc = weft_sched_end_round(s)))
+    /* The input is the partial vector until the pairs' step reduces into acc. */
+    const char *src = f.partner >= 0 ? acc : a->sendbuf;
+    if ((rc = weft_coll_fold_in_reduce(s, &f, a, a->sendbuf, acc, tmp, total)) ||
+        (rc = weft_coll_reduce_scatter_halving_build(s, a, &f, seg, src, acc, tmp)) ||
+        (f.partner >= 0 &&
+         (rc = weft_coll_fold_out(s, &f, acc + off[f.partner] * es, block_count(a, f.partner) * es))) ||
+        (rc = weft_sched_copy(s, a->recvbuf, acc + off[r] * es, mine * es)))
         return rc;
-    if (r < 2 * rem && (rc = weft_sched_send(s, acc + off[r - 1] * es, block_count(a, r - 1) * es, r - 1))) return rc;
-    if ((rc = weft_sched_copy(s, a->recvbuf, acc + off[r] * es, mine * es))) return rc;
     return weft_sched_end_round(s);
 }
 
