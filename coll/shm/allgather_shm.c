@@ -1,7 +1,7 @@
 /* allgather, shared memory: every rank writes its block to its slot and,
  * once all arrived, copies every slot into its result. Blocks up to one
  * slot (64 KiB); larger ones decline. */
-#include "coll/shm/segment.h"
+#include "coll/shm/allgather.h"
 
 #include <string.h>
 

@@ -7,7 +7,7 @@
  * flag says it finished reading (its block must stay valid until then).
  * Blocks from a full slot on (the slot algorithm "shm" serves the smaller ones);
  * declines where CMA does not work. */
-#include "coll/shm/segment.h"
+#include "coll/shm/allgather.h"
 
 static int step(weft_sched_t *s, void *arg)
 {

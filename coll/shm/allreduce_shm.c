@@ -6,8 +6,8 @@
  *               the tree over WEFT_SHM_FLAT_MAX); from it, on 4 or more
  *               ranks, every rank writes its input, reduces 1/n of it
  *               across all slots in rank order, and all copy the chunks
- *               out. A vector over a slot goes in 64 KiB pieces
- *               (segment.c: weft_shm_reduce_build).
+ *               out (reduce_chunked.c). A vector over a slot goes in
+ *               64 KiB pieces, each taking its own way (reduce_tree.h).
  *  shm_chunked  shm's chunked path whatever the size and the number of
  *               ranks (the selection picks it where it measured faster
  *               than shm_allread: 1-2 KiB on 8 ranks).
@@ -24,18 +24,96 @@
  *               order inside groups, group order across: every rank
  *               computes the same expression, so gets the same bits.
  *               For small vectors (up to one slot). */
-#include "coll/shm/segment.h"
-
+#include "coll/shm/reduce_chunked.h"
+#include "coll/shm/reduce_tree.h"
 #include "op.h"
+
+/* Vectors from WEFT_SHM_CHUNK_MIN bytes (the creator's setting, in the
+ * header), on at least this many ranks, are reduced in chunks, one per
+ * rank (with fewer ranks the extra flag round costs more than the
+ * reduction work it spreads: 2 ranks measured on 2 cores). */
+#define CHUNKED_RANKS 4
+
+/* shm's piece up the tree, from its phase 1: the root (rank 0) reduces
+ * its children's partials into its slot, raises its RESULT, and every
+ * rank reads the result from there (small results) or it flows down the
+ * tree like a bcast. */
+static int tree_piece(weft_sched_t *s, weft_shm_reduce_t *x)
+{
+    weft_shm_op_t *op = &x->op;
+    weft_shm_t *sh = op->sh;
+    int rc;
+    size_t bytes = x->count * x->esize;
+    uint64_t total = (uint64_t)(x->total * x->esize);
+    switch (op->phase) {
+    case 1:
+        if (!weft_shm_tree_up(s, x, 0)) return 0;
+        if (sh->me == 0) { /* the root */
+            /* Every member published its partial of this collective, so it
+             * finished the slot's previous use: nothing to wait for. */
+            weft_shm_record(op, weft_shm_flat_down(sh, bytes) ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN, 0);
+            char *res = weft_shm_buf(op, sh->me, bytes);
+            weft_shm_reduce_children(x, res, 0, 0);
+            weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, res, x->count, sh->n);
+            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, total);
+            memcpy(x->recv, res, bytes);
+            break;
+        }
+        op->phase = 2; /* the result */
+        /* fall through */
+    case 2:
+        if ((rc = weft_shm_tree_down(s, op, 0, x->recv, bytes, x->piece ? 0 : total, x->alg, "result flag")) == 0)
+            return 0;
+        if (rc < 0 && !x->rc) x->rc = rc;
+        weft_shm_all_started(sh, op->k); /* the result needed every member's partial */
+        break;
+    default: return WEFT_ERR_INTERNAL;
+    }
+    weft_shm_op_end(op);
+    return 1;
+}
+
+static int piece_step(weft_sched_t *s, weft_shm_reduce_t *x)
+{
+    return x->chunked ? weft_shm_chunked_piece(s, x) : tree_piece(s, x);
+}
+
+/* shm: a piece goes chunked from the creator's WEFT_SHM_CHUNK_MIN bytes
+ * on CHUNKED_RANKS or more ranks (every member decides alike), up the
+ * tree otherwise (a smaller last piece too). */
+static void set_piece(weft_shm_reduce_t *x)
+{
+    weft_shm_reduce_set_piece(x);
+    x->chunked = x->count * x->esize >= x->op.sh->chunk_min && x->op.sh->n >= CHUNKED_RANKS;
+    if (x->chunked) weft_shm_chunked_set(x);
+}
+
+/* shm_chunked: every piece chunked. */
+static void set_piece_chunked(weft_shm_reduce_t *x)
+{
+    weft_shm_reduce_set_piece(x);
+    x->chunked = 1;
+    weft_shm_chunked_set(x);
+}
+
+static int step(weft_sched_t *s, void *arg)
+{
+    return weft_shm_reduce_pieces(s, arg, piece_step, set_piece);
+}
+
+static int step_chunked(weft_sched_t *s, void *arg)
+{
+    return weft_shm_reduce_pieces(s, arg, weft_shm_chunked_piece, set_piece_chunked);
+}
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    return weft_shm_reduce_build(s, a, -1, 0, "allreduce_shm");
+    return weft_shm_reduce_build(s, a, -1, step, "allreduce_shm");
 }
 
 static int build_chunked(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    return weft_shm_reduce_build(s, a, -1, 1, "allreduce_shm_chunked");
+    return weft_shm_reduce_build(s, a, -1, step_chunked, "allreduce_shm_chunked");
 }
 
 typedef struct {

@@ -19,6 +19,20 @@
 
 #define PIECE ((size_t)16 * 1024)
 
+/* This rank's fields in its flag lines (segment.h: the algorithm's bytes
+ * of weft_shm_ctrl_t): beside its arrival, the flag its chunk's readers
+ * poll; in the second line, where its result is, which they read once. */
+typedef struct {
+    _Atomic uint64_t reduced; /* this rank's chunk of collective k's result is in its result buffer */
+} ctrl_first_t;
+typedef struct {
+    uint64_t result_addr; /* this rank's result buffer, lent with its input */
+} ctrl_second_t;
+WEFT_SHM_CTRL_FITS(ctrl_first_t, alg_first);
+WEFT_SHM_CTRL_FITS(ctrl_second_t, alg_second);
+#define REDUCED            WEFT_SHM_CTRL_FIELD(alg_first, ctrl_first_t, reduced)
+#define RESULT_ADDR(sh, r) (WEFT_SHM_CTRL_ALG(sh, r, alg_second, ctrl_second_t)->result_addr)
+
 typedef struct {
     weft_shm_op_t op;
     const void *send;
@@ -76,28 +90,26 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        sh->ctrl[sh->me].cma_addr2 = (uint64_t)(uintptr_t)x->recv;
+        RESULT_ADDR(sh, sh->me) = (uint64_t)(uintptr_t)x->recv;
         weft_shm_cma_lend(op, x->send, x->count * x->esize);
         op->phase = 1;
         /* fall through */
     case 1:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
         reduce_chunk(x);
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, reduced)); /* even after a failed read */
+        weft_shm_publish(op, REDUCED); /* even after a failed read */
         x->next = 1;
         op->phase = 2;
         /* fall through */
     case 2: /* the other chunks, from their owners' results, next rank first */
         for (; x->next < sh->n; x->next++) {
             int q = (sh->me + x->next) % sh->n;
-            if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, reduced), op->k + 1, q, "reduced-chunk flag"))
-                return 0;
+            if (!weft_shm_wait(s, op, REDUCED, op->k + 1, q, "reduced-chunk flag")) return 0;
             size_t off, len;
             weft_coll_block(x->count, sh->n, q, &off, &len);
             if (len && !x->rc)
                 x->rc = weft_shm_cma_read((char *)x->recv + off * x->esize, sh->ctrl[q].cma_pid,
-                                          sh->ctrl[q].cma_addr2 + off * x->esize, len * x->esize,
-                                          "allreduce_shm_cma");
+                                          RESULT_ADDR(sh, q) + off * x->esize, len * x->esize, "allreduce_shm_cma");
         }
         weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done));
         op->phase = 3;

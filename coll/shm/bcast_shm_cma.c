@@ -19,6 +19,22 @@
 #define CMA_RADIX          2
 #define READY_FAILED       UINT64_MAX
 
+/* This rank's field in its second flag line (segment.h: the algorithm's
+ * bytes of weft_shm_ctrl_t), apart from its arrival: its children poll it
+ * while they copy. */
+typedef struct {
+    /* bytes of the lent buffer that hold the message (set to 0 before
+     * `arrived`, then raised as pieces land; READY_FAILED: this rank's
+     * read failed) */
+    _Atomic uint64_t cma_ready;
+} ctrl_second_t;
+WEFT_SHM_CTRL_FITS(ctrl_second_t, alg_second);
+
+static _Atomic uint64_t *ready_of(weft_shm_t *sh, int r)
+{
+    return &WEFT_SHM_CTRL_ALG(sh, r, alg_second, ctrl_second_t)->cma_ready;
+}
+
 typedef struct {
     weft_shm_op_t op;
     char *buf;
@@ -28,7 +44,7 @@ typedef struct {
 
 static void set_ready(weft_shm_t *sh, uint64_t v)
 {
-    atomic_store_explicit(&sh->ctrl[sh->me].cma_ready, v, memory_order_release);
+    atomic_store_explicit(ready_of(sh, sh->me), v, memory_order_release);
 }
 
 static int step(weft_sched_t *s, void *arg)
@@ -60,7 +76,7 @@ static int step(weft_sched_t *s, void *arg)
             goto lent;
         }
         while (b->got < b->bytes) {
-            uint64_t ready = atomic_load_explicit(&sh->ctrl[parent].cma_ready, memory_order_acquire);
+            uint64_t ready = atomic_load_explicit(ready_of(sh, parent), memory_order_acquire);
             if (ready == READY_FAILED) {
                 b->rc = weft_error(WEFT_ERR_INTERNAL,
                                    "bcast_shm_cma: rank %d (this rank's parent in the tree of root %d) failed to "

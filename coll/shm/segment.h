@@ -1,13 +1,28 @@
 /* The shared-memory segment of a communicator whose members share one
- * node, and the flag protocol the coll/shm algorithms run on it.
+ * node: its life cycle (segment.c: created on first use, attached,
+ * released, stale ones swept), its layout, and the flag primitives the
+ * coll/shm algorithms build on (op begin and end, publish and wait,
+ * claiming a slot, the head lines, the tree's parents and children, length
+ * checks, a message down the tree, the CMA lend and read). Each
+ * algorithm's protocol and its own control fields are in its file:
+ * barrier_shm.c, bcast_shm.c, bcast_shm_cma.c, allgather_shm.c and
+ * allgather_shm_cma.c (their shared state: allgather.h),
+ * reduce_scatter_shm.c, reduce_shm.c, allreduce_shm.c (shm, shm_chunked,
+ * shm_allread), allreduce_shm_ll.c and allreduce_shm_cma.c; the
+ * reductions through the slots share reduce_tree.c (the pieces and the
+ * tree's way up) and reduce_chunked.c (the chunked pieces).
  *
  * Layout (one segment per communicator, created on first use):
  *   header            one page: magic, creator pid, host id, size, ranks,
- *                     the attach count
+ *                     the attach count, the creator's settings
  *   ctrl[n]           per rank, 128 bytes (two cache lines, so the adjacent
- *                     line prefetcher does not couple neighbours): the
- *                     rank's arrived / reduced / done sequence counters,
- *                     written only by that rank
+ *                     line prefetcher does not couple neighbours), written
+ *                     only by that rank: first its arrived / done sequence
+ *                     counters, the buffer it lends (shm_cma) and its
+ *                     slots' message lengths, what a reader needs once
+ *                     `arrived` is seen; then `mapped`. Bytes of each line
+ *                     belong to the algorithm running, which lays its own
+ *                     fields over them (weft_shm_ctrl_t)
  *   data[n][NBUF]     per rank WEFT_SHM_NBUF slots (collective k uses slot
  *                     k % NBUF), each a 64-byte head line (a sequence
  *                     word and up to WEFT_SHM_INLINE bytes of data) alone
@@ -27,26 +42,26 @@
  * when it wrote it) published done for that collective. Done counters
  * read are cached, so a tree collective usually reads none.
  *
- * The tree algorithms (and shm_allread, and the chunked allreduce, whose
- * PARTIAL is its input and RESULT its reduced share) signal through the
- * head line of the slot they wrote: seq = 2k + 1 when a rank's partial (its contribution, reduced
- * with its children's) is there, 2k + 2 when the message or the result
- * is; the line also carries the whole message's length, checked by the
- * first piece's readers (ranks that passed different counts fail instead
- * of taking wrong bytes). A message of at most WEFT_SHM_INLINE bytes sits in the same line as
- * its sequence word, so a reader's one cache miss brings both. Results
- * and messages up to WEFT_SHM_FLAT_MAX bytes, and a barrier's release,
- * are read by every rank straight from the root's slot instead of
- * hopping down the tree (at 8-32 ranks one hop with many readers of a
- * line measured faster than two or three with few).
+ * The algorithms that pass data through the slots (the tree ones,
+ * shm_allread, the chunked allreduce) signal through the head line of the
+ * slot they wrote: seq = 2k + 1 (PARTIAL) when a rank's partial or input
+ * is there, 2k + 2 (RESULT) when the message or the result is; the line
+ * also carries the whole message's length, checked by the first piece's
+ * readers (ranks that passed different counts fail instead of taking
+ * wrong bytes). A message of at most WEFT_SHM_INLINE bytes sits in the
+ * same line as its sequence word, so a reader's one cache miss brings
+ * both. Results and messages up to WEFT_SHM_FLAT_MAX bytes, and a
+ * barrier's release, are read by every rank straight from the root's slot
+ * instead of hopping down the tree (at 8-32 ranks one hop with many
+ * readers of a line measured faster than two or three with few).
  *
- * Small messages move along a tree of radix R (WEFT_SHM_RADIX) over the
- * ranks relative to the root, v = (rank - root) mod n: v's parent is v
- * with its lowest nonzero base-R digit cleared, so groups of R
- * consecutive ranks (neighbouring cores under the usual packed binding)
- * meet first and the depth is ceil(log_R n). A parent polls its children
- * (arrivals, partial reductions) and its children poll it (release,
- * data); with R >= n the tree is flat. */
+ * The tree of radix R (WEFT_SHM_RADIX) is over the ranks relative to the
+ * root, v = (rank - root) mod n: v's parent is v with its lowest nonzero
+ * base-R digit cleared, so groups of R consecutive ranks (neighbouring
+ * cores under the usual packed binding) meet first and the depth is
+ * ceil(log_R n). A parent polls its children (arrivals, partial
+ * reductions) and its children poll it (release, data); with R >= n the
+ * tree is flat. */
 #ifndef WEFT_COLL_SHM_SEGMENT_H
 #define WEFT_COLL_SHM_SEGMENT_H
 
@@ -108,20 +123,21 @@ _Static_assert(WEFT_SHM_LL_MAX < WEFT_SHM_LL_BAD, "an LL message's length fits t
  * fastest and the slowest rank before the fastest waits (a reduce's
  * leaves, a bcast's root leave at once). */
 #define WEFT_SHM_NBUF 4
-/* Vectors from WEFT_SHM_CHUNK_MIN bytes (the creator's setting, in the
- * header), on at least this many ranks, are reduced in chunks, one per
- * rank (with fewer ranks the extra flag round costs more than the
- * reduction work it spreads: 2 ranks measured on 2 cores). */
-#define WEFT_SHM_CHUNKED_RANKS 4
-
+/* A rank's flag lines, written only by that rank. The generic fields sit
+ * beside bytes that belong to the algorithm running (alg_first,
+ * alg_second): an algorithm that needs fields of its own lays a struct of
+ * its file over them (WEFT_SHM_CTRL_ALG), so its readers find them in the
+ * same line as before, and no other algorithm sees them. */
 typedef struct weft_shm_ctrl {
     /* first line: what a reader needs once `arrived` is seen */
     _Atomic uint64_t arrived; /* this rank's data for collective k is in its slot */
-    _Atomic uint64_t reduced; /* allreduce_shm_cma: this rank's chunk of collective k's result is in its buffer */
-    _Atomic uint64_t done;    /* this rank finished reading collective k */
+    /* the algorithm's word beside the arrival (allreduce_shm_cma: its chunk's flag) */
+    _Alignas(uint64_t) unsigned char alg_first[8];
+    _Atomic uint64_t done; /* this rank finished reading collective k */
     /* shm_cma: the buffer this rank lends for its current collective (its
-     * pid, address, length), written before it publishes `arrived` and
-     * left alone until every member's `done` says the readers finished. */
+     * pid, address, length: weft_shm_cma_lend), written before it
+     * publishes `arrived` and left alone until the readers' `done` says
+     * they finished. */
     int64_t cma_pid;
     uint64_t cma_addr;
     uint64_t cma_len;
@@ -131,15 +147,22 @@ typedef struct weft_shm_ctrl {
     uint32_t slot_len[WEFT_SHM_NBUF];
     /* second line */
     _Atomic uint64_t mapped; /* 1 once this rank mapped the segment */
-    uint64_t cma_addr2;      /* a second lent buffer (allreduce_shm_cma: the result) */
-    /* bcast_shm_cma: bytes of the lent buffer that hold the message (set
-     * to 0 before `arrived`, then raised as pieces land; all ones: this
-     * rank's read failed) */
-    _Atomic uint64_t cma_ready;
-    char pad[64 - 3 * sizeof(uint64_t)];
+    /* the algorithm's fields polled apart from the arrival
+     * (allreduce_shm_cma: its result's address; bcast_shm_cma: its ready
+     * count) */
+    _Alignas(uint64_t) unsigned char alg_second[56];
 } weft_shm_ctrl_t;
 _Static_assert(offsetof(weft_shm_ctrl_t, mapped) == 64 && sizeof(weft_shm_ctrl_t) == 128,
                "a rank's flag lines are two cache lines, the arrival's first");
+/* Rank r's algorithm bytes of its first or second line (line: alg_first,
+ * alg_second) as the algorithm's own struct T; WEFT_SHM_CTRL_FITS(T,
+ * line) asserts that T fits them, and WEFT_SHM_CTRL_FIELD gives a field's
+ * place for weft_shm_wait and weft_shm_publish. */
+#define WEFT_SHM_CTRL_ALG(sh, r, line, T) ((T *)(void *)(sh)->ctrl[r].line)
+#define WEFT_SHM_CTRL_FITS(T, line)                                                                                    \
+    _Static_assert(sizeof(T) <= sizeof(((weft_shm_ctrl_t *)0)->line) && _Alignof(T) <= _Alignof(uint64_t),             \
+                   #T " fits the algorithm's bytes of a ctrl line")
+#define WEFT_SHM_CTRL_FIELD(line, T, field) (offsetof(weft_shm_ctrl_t, line) + offsetof(T, field))
 
 typedef struct weft_shm {
     char name[96];
@@ -427,27 +450,6 @@ static inline void *weft_shm_op_extra(void *state, size_t size)
 {
     return (char *)state + weft_shm_op_head(size);
 }
-
-/* allgather_shm and allgather_shm_cma: one state, built alike (the
- * member's blocks resolved at post time); `sh` the segment the algorithm
- * got (or NULL: it declines). */
-typedef struct weft_shm_allgather {
-    weft_shm_op_t op;
-    const void *send;
-    size_t bytes;
-    int rc;     /* the first failure (a length mismatch, a failed read) */
-    char **dst; /* where rank r's block goes */
-} weft_shm_allgather_t;
-int weft_shm_allgather_build(weft_sched_t *s, const weft_coll_args_t *a, weft_shm_t *sh, weft_sched_poll_fn step,
-                             const char *alg);
-
-/* reduce (root >= 0) and allreduce (root < 0) through the slots: every
- * rank writes its input; below WEFT_SHM_CHUNK_MIN bytes the receivers
- * reduce the whole vector, from it each rank reduces one chunk (1/n of
- * the vector) and the receivers copy the chunks out. Rank order always,
- * so every rank gets the same bits. chunked (allreduce only): every
- * vector chunked, whatever its size and the number of ranks. */
-int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, int chunked, const char *alg);
 
 /* Asks for the first `bytes` (at most 4 KiB) of another rank's data ahead
  * of reading it, so the misses of several ranks' lines overlap instead of
