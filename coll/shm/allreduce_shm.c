@@ -28,12 +28,6 @@
 #include "coll/shm/reduce_tree.h"
 #include "op.h"
 
-/* Vectors from WEFT_SHM_CHUNK_MIN bytes (the creator's setting, in the
- * header), on at least this many ranks, are reduced in chunks, one per
- * rank (with fewer ranks the extra flag round costs more than the
- * reduction work it spreads: 2 ranks measured on 2 cores). */
-#define CHUNKED_RANKS 4
-
 /* shm's piece up the tree, from its phase 1: the root (rank 0) reduces
  * its children's partials into its slot, raises its RESULT, and every
  * rank reads the result from there (small results) or it flows down the
@@ -79,12 +73,12 @@ static int piece_step(weft_sched_t *s, weft_shm_reduce_t *x)
 }
 
 /* shm: a piece goes chunked from the creator's WEFT_SHM_CHUNK_MIN bytes
- * on CHUNKED_RANKS or more ranks (every member decides alike), up the
+ * on WEFT_SHM_CHUNKED_RANKS or more ranks (every member decides alike), up the
  * tree otherwise (a smaller last piece too). */
 static void set_piece(weft_shm_reduce_t *x)
 {
     weft_shm_reduce_set_piece(x);
-    x->chunked = x->count * x->esize >= x->op.sh->chunk_min && x->op.sh->n >= CHUNKED_RANKS;
+    x->chunked = x->count * x->esize >= x->op.sh->chunk_min && x->op.sh->n >= WEFT_SHM_CHUNKED_RANKS;
     if (x->chunked) weft_shm_chunked_set(x);
 }
 

@@ -7,6 +7,11 @@
 
 #include "coll/shm/reduce_tree.h"
 
+/* allreduce_shm.c chunks its pieces from WEFT_SHM_CHUNK_MIN bytes only on
+ * at least this many ranks (with fewer the extra flag round costs more
+ * than the reduction work it spreads: 2 ranks measured on 2 cores). */
+#define WEFT_SHM_CHUNKED_RANKS 4
+
 /* Sets this rank's chunk of the current piece (x->off, x->len), after
  * weft_shm_reduce_set_piece. */
 void weft_shm_chunked_set(weft_shm_reduce_t *x);

@@ -3,6 +3,7 @@
  * one file per algorithm). Its state on a communicator is the segment,
  * created on the first shared-memory call and released with the
  * communicator. */
+#include "coll/shm/reduce_chunked.h"
 #include "coll/shm/segment.h"
 
 extern const weft_coll_alg_t weft_alg_barrier_shm, weft_alg_bcast_shm, weft_alg_reduce_shm, weft_alg_allreduce_shm,
@@ -41,7 +42,7 @@ static const weft_var_t vars[] = {
      "every member",
      &weft_shm_vars.radix, 0},
     {"WEFT_SHM_CHUNK_MIN", WEFT_VAR_INT, "2048",
-     "shared-memory allreduce and reduce (shm): vectors from this many bytes (on 4 or more ranks) are reduced one "
+     "shared-memory allreduce (shm): vectors from this many bytes (on 4 or more ranks) are reduced one "
      "chunk per rank; smaller ones go up the flag tree (the segment's creator decides for every member)",
      &weft_shm_vars.chunk_min, 0},
     {"WEFT_SHM_FLAT_MAX", WEFT_VAR_INT, "2048",
@@ -55,9 +56,9 @@ static const int slot = (int)WEFT_SHM_SLOT, cma_min = (int)WEFT_SHM_CMA_MIN, chu
                  ll_max = (int)WEFT_SHM_LL_MAX, inline_max = WEFT_SHM_INLINE, nbuf = WEFT_SHM_NBUF;
 
 static const weft_coll_param_t params[] = {
-    {"chunk_min", "allreduce shm, reduce shm", &weft_shm_vars.chunk_min, "bytes", "WEFT_SHM_CHUNK_MIN",
+    {"chunk_min", "allreduce shm", &weft_shm_vars.chunk_min, "bytes", "WEFT_SHM_CHUNK_MIN",
      "from this size each rank reduces one chunk instead of the flag tree"},
-    {"chunked_ranks", "allreduce shm, reduce shm", &chunked_ranks, "ranks", NULL,
+    {"chunked_ranks", "allreduce shm", &chunked_ranks, "ranks", NULL,
      "chunk_min applies from this many ranks (fewer: the flag tree at every size)"},
     {"flat_max", "bcast shm, allreduce shm", &weft_shm_vars.flat_max, "bytes", "WEFT_SHM_FLAT_MAX",
      "results up to this size are read straight from the root's slot"},
