@@ -220,6 +220,17 @@ else
 fi
 
 # --- weftrun: the env bootstrap ----------------------------------------------
+if need_prog "weftrun without arguments" "$WEFTRUN"; then
+    # A first try with no arguments gets the usage, not a complaint about -n.
+    out=$work/weftrun-usage.out
+    "$WEFTRUN" >"$out" 2>&1 </dev/null
+    rc=$?
+    if [ "$rc" = 2 ] && head -n 1 "$out" | grep -q '^usage: weftrun -n N ' && ! grep -q 'must be' "$out"; then
+        pass "weftrun without arguments prints its usage"
+    else
+        fail "weftrun without arguments prints its usage" "exit status $rc" "$out"
+    fi
+fi
 if need_prog "weftrun hello" "$WEFTRUN" && need_prog "weftrun hello" "$EX/hello"; then
     run_case "weftrun hello" check_hello env -- "$WEFTRUN" -n "$NP" "$EX/hello"
 fi
