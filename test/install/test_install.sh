@@ -22,10 +22,12 @@ top_srcdir=$(cd "${top_srcdir:-$here/../..}" && pwd) || exit 1
 top_builddir=$(cd "${top_builddir:-.}" && pwd) || exit 1
 if [ ! -x "$top_builddir/config.status" ] || [ ! -f "$top_builddir/Makefile" ]; then
     echo "SKIP: $top_builddir is not a configured build tree"
+    echo "0 passed, 0 failed, 1 skipped"
     exit 77
 fi
 if [ "$top_srcdir" != "$top_builddir" ]; then
     echo "SKIP: the copy needs an in-tree build (srcdir $top_srcdir, builddir $top_builddir)"
+    echo "0 passed, 0 failed, 1 skipped"
     exit 77
 fi
 
@@ -43,17 +45,19 @@ fail() {
 }
 
 # The copy keeps the objects' times, so make relinks only what libdir changes.
-mkdir "$tree" &&
-    tar -C "$top_builddir" -cf - --exclude=./.git --exclude='./test/*.log' --exclude='./test/*.trs' . |
-    tar -C "$tree" -xf - || {
+if ! mkdir "$tree" ||
+    ! tar -C "$top_builddir" -cf - --exclude=./.git --exclude='./test/*.log' --exclude='./test/*.trs' . |
+    tar -C "$tree" -xf -; then
     echo "FAIL: cannot copy the build tree"
+    echo "0 passed, 1 failed, 0 skipped"
     exit 1
-}
+fi
 eval "set -- $("$top_builddir/config.status" --config)"
 # The enclosing make's job server and overrides are not this make's.
 unset MAKEFLAGS MFLAGS MAKELEVEL
 if ! (cd "$tree" && ./configure -q "$@" --prefix="$prefix" && make -s install) >"$work/install.log" 2>&1; then
     fail "./configure --prefix=$prefix && make install in a copy of the build tree" "$work/install.log"
+    echo "0 passed, 1 failed, 0 skipped"
     exit 1
 fi
 unset LD_LIBRARY_PATH
@@ -94,4 +98,5 @@ else
 fi
 
 if [ "$failed" = 0 ]; then echo "PASS: installed to $prefix; weft_info, weft-osu-latency and a pkg-config build run"; fi
+echo "$((1 - failed)) passed, $failed failed, 0 skipped"
 exit "$failed"
