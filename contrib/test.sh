@@ -5,8 +5,33 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
+# werror_configured: config.status was made with --enable-werror (the last
+# --enable-werror[=yes|no] / --disable-werror given wins, as in configure).
+werror_configured() {
+    local opt on=no args=()
+    eval "args=($(./config.status --config))"
+    for opt in ${args[@]+"${args[@]}"}; do
+        case $opt in
+            --enable-werror | --enable-werror=yes) on=yes ;;
+            --disable-werror | --enable-werror=no) on=no ;;
+        esac
+    done
+    [ "$on" = yes ]
+}
 [ -x configure ] || ./autogen.sh
-[ -f Makefile ] || ./configure --enable-werror ${CONFIGURE_FLAGS:-}
+if [ ! -f Makefile ] || [ ! -x config.status ]; then
+    # shellcheck disable=SC2086 # CONFIGURE_FLAGS: several words
+    ./configure --enable-werror ${CONFIGURE_FLAGS:-}
+elif ! werror_configured; then
+    # A tree configured without it (contrib/quickstart.sh, a plain ./configure):
+    # the same options plus --enable-werror, and every object rebuilt, since
+    # make does not recompile for changed flags.
+    echo "test.sh: the build was configured without --enable-werror ($(./config.status --config)); reconfiguring with it and rebuilding from clean"
+    eval "set -- $(./config.status --config)"
+    # shellcheck disable=SC2086 # CONFIGURE_FLAGS: several words
+    ./configure "$@" --enable-werror ${CONFIGURE_FLAGS:-}
+    make clean >/dev/null
+fi
 make -j"$JOBS"
 status=0
 make -j"$JOBS" check || status=$?
@@ -23,22 +48,40 @@ if [ "$py_status" -ne 0 ]; then
     tail -n 80 test/python.log
 fi
 
-# One summary line over every runner, counted from the test logs.
+# One summary line over every runner, counted from the test logs: Criterion's
+# "Synthesis: Tested: T | Passing: P | Failing: F | Crashing: C" (Criterion
+# 2.4 leaves skipped tests out of T and does not count them: they are the
+# tests the binary lists, less T) and the scripts' "N passed, M failed, K
+# skipped".
 passed=0
 failed=0
+skipped=0
 for log in test/*.log test/*/*.log; do
     [ -f "$log" ] || continue
     case "$log" in */test-suite.log) continue ;; esac
     if line=$(grep -E "Synthesis: Tested: [0-9]+" "$log" | tail -1); then
+        t=$(sed -E 's/.*Tested: ([0-9]+).*/\1/' <<<"$line")
         p=$(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<<"$line")
         f=$(sed -E 's/.*Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1+\2/' <<<"$line")
+        if grep -qE "Skipped: [0-9]+" <<<"$line"; then
+            s=$(sed -E 's/.*Skipped: ([0-9]+).*/\1/' <<<"$line")
+        elif [ -x "${log%.log}" ]; then
+            listed=$("./${log%.log}" --list 2>/dev/null | sed -nE 's/^.*: ([0-9]+) tests?$/\1/p' | paste -sd+ -)
+            s=$((${listed:-0} - t))
+            [ "$s" -ge 0 ] || s=0
+        else
+            s=0
+        fi
         passed=$((passed + p))
         failed=$((failed + f))
+        skipped=$((skipped + s))
     elif line=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$log" | tail -1); then
         p=$(sed -E 's/^([0-9]+) passed.*/\1/' <<<"$line")
         f=$(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")
+        s=$(sed -nE 's/^[0-9]+ passed, [0-9]+ failed, ([0-9]+) skipped.*/\1/p' <<<"$line")
         passed=$((passed + p))
         failed=$((failed + f))
+        skipped=$((skipped + ${s:-0}))
     fi
 done
 if [ "$status" -ne 0 ]; then
@@ -55,5 +98,5 @@ if [ "$status" -ne 0 ]; then
     [ "$failed" -gt 0 ] || failed=1
 fi
 echo "weft tests:"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 exit "$status"

@@ -38,8 +38,10 @@ static void send_done(void *ucx_req, ucs_status_t st, void *user_data)
     weft_request_t req = user_data;
     ucp_request_free(ucx_req);
     req->owner_data = NULL;
-    if (req->orphaned) {
-        if (st != UCS_OK) weft_debug("released send to rank %d failed: %s", req->peer, ucs_status_string(st));
+    if (req->orphaned) { /* no one waits for its outcome */
+        if (st != UCS_OK)
+            weft_warn("send to rank %d (tag %d), released before it completed, failed: %s", req->peer, req->tag,
+                      ucs_status_string(st));
         weft_request_release(req);
         return;
     }
@@ -237,10 +239,14 @@ static int recv_abandon(weft_request_t req, int rc)
     snprintf(saved, sizeof(saved), "%s", weft_last_error());
     recv_cancel(req);
     weft_request_wait_until(req, weft_wtime() + 5.0);
-    if (req->complete)
+    if (req->complete) {
         weft_request_release(req);
-    else
+    } else {
+        weft_warn("recv from rank %d (tag %d, comm %s): its cancel did not complete within 5 s; a late message "
+                  "may still be written to the buffer",
+                  req->peer, req->tag, req->comm->name);
         weft_request_free(&req); /* still pending: released by its callback */
+    }
     return weft_error(rc, "%s", saved);
 }
 
@@ -259,8 +265,10 @@ WEFT_API int weft_send(const void *buf, int64_t count, weft_dtype_t dtype, int d
     rc = weft_wait(&req, NULL);
     /* A send cannot be canceled; on timeout it finishes in the background. */
     if (rc == WEFT_ERR_TIMEOUT) {
+        char saved[1024]; /* not weft_last_error() itself: it is the buffer written */
+        snprintf(saved, sizeof(saved), "%s", weft_last_error());
         weft_request_free(&req);
-        return weft_error(rc, "%s; the send finishes in the background", weft_last_error());
+        return weft_error(rc, "%s; the send finishes in the background", saved);
     }
     return rc;
 }

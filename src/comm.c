@@ -409,7 +409,7 @@ WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_opti
         if ((rc = weft_topo_placement(&p))) {
             p.numa = p.socket = -1;
             a.invalid = 1;
-            snprintf(a.why, sizeof(a.why), "hwloc could not tell this rank's placement");
+            snprintf(a.why, sizeof(a.why), "hwloc could not tell this rank's placement: %s", weft_last_error());
         }
         int where = type == WEFT_SPLIT_NUMA ? p.numa : p.socket;
         /* Unbound ranks (binding spanning several) group together per node. */

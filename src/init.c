@@ -140,11 +140,18 @@ WEFT_API int weft_finalize(void)
     weft_sched_finalize();
     /* Every rank's sends are delivered before any rank closes its endpoints. */
     int flush_rc = weft_p2p_flush(deadline);
+    char flush_msg[1024] = "";
+    if (flush_rc != WEFT_SUCCESS) snprintf(flush_msg, sizeof(flush_msg), "%s", weft_last_error());
     int barrier_rc = weft_bootstrap_barrier(&g_bs, deadline);
-    if (flush_rc != WEFT_SUCCESS)
-        rc = flush_rc;
-    else if (barrier_rc != WEFT_SUCCESS)
+    if (flush_rc != WEFT_SUCCESS) {
+        /* The flush's status is returned: the barrier's failure goes no further than this warning. */
+        if (barrier_rc != WEFT_SUCCESS)
+            weft_warn("weft_finalize: the closing barrier failed too: %s (%s)", weft_last_error(),
+                      weft_strerror(barrier_rc));
+        rc = weft_error(flush_rc, "%s", flush_msg);
+    } else if (barrier_rc != WEFT_SUCCESS) {
         rc = barrier_rc;
+    }
     weft_g.initialized = 0;
     weft_comm_world_destroy();
     weft_coll_finalize(); /* after the communicators released their collective state */

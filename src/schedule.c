@@ -429,14 +429,16 @@ static void finish(weft_sched_t *s, int rc)
 }
 
 /* Fails s with a message; set after finish(), which cancels the round's
- * receives, so nothing on the way overwrites it. */
+ * receives, so nothing on the way overwrites it. A request the user let go
+ * of returns the error to no one: that one is a warning. */
 static void fail(weft_sched_t *s, int err, const char *why)
 {
     char msg[640];
-    snprintf(msg, sizeof(msg), "collective %s (comm %s) failed in round %d of %d: %s", s->name, s->comm->name,
-             s->cur + 1, s->nrounds, why);
+    int orphaned = s->req->orphaned;
+    snprintf(msg, sizeof(msg), "collective %s (comm %s) failed in round %d of %d: %s%s", s->name, s->comm->name,
+             s->cur + 1, s->nrounds, why, orphaned ? " (its request was already released)" : "");
     finish(s, err);
-    weft_error(err, "%s", msg);
+    weft_error_at(orphaned ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, err, "%s", msg);
 }
 
 /* Advances s as far as it can go now. Returns 1 if anything happened. */
@@ -695,7 +697,9 @@ void weft_sched_finalize(void)
         n++;
         finish(s, WEFT_ERR_CANCELED);
     }
-    if (n) weft_warn("weft_finalize: %d collective%s still in progress were canceled", n, n == 1 ? "" : "s");
+    if (n)
+        weft_warn("weft_finalize: %d collective%s still in progress %s canceled", n, n == 1 ? "" : "s",
+                  n == 1 ? "was" : "were");
     while (sched_cache) {
         weft_sched_t *s = sched_cache;
         sched_cache = s->next_active;

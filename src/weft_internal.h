@@ -31,9 +31,12 @@ void weft_log_write(int level, const char *fmt, ...) WEFT_PRINTF(2, 3);
 /* ---- errors (error.c) -------------------------------------------------- */
 /* Records `status` with a message as this thread's last error, logs it at
  * `level` and returns status, so a failure path is one line:
- *     return weft_error(WEFT_ERR_ARG, "weft_send: dest %d out of range", dest); */
+ *     return weft_error(WEFT_ERR_ARG, "weft_send: dest %d out of range", dest);
+ * weft_error logs at debug: the caller gets the status and weft_last_error(),
+ * and a warning would say it twice. An error no caller will see (weft goes
+ * on without it) is logged with weft_error_at(WEFT_LOG_WARN, ...). */
 int weft_error_at(int level, int status, const char *fmt, ...) WEFT_PRINTF(3, 4);
-#define weft_error(status, ...) weft_error_at(WEFT_LOG_WARN, (status), __VA_ARGS__)
+#define weft_error(status, ...) weft_error_at(WEFT_LOG_DEBUG, (status), __VA_ARGS__)
 /* Like weft_error but logged at debug level: for outcomes the caller
  * expects and handles (a timeout it polls through, a canceled recv). */
 #define weft_error_quiet(status, ...) weft_error_at(WEFT_LOG_DEBUG, (status), __VA_ARGS__)

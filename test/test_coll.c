@@ -246,11 +246,15 @@ static void check_copies(weft_comm_t c, weft_coll_kind_t kind)
                 }
                 char *big = calloc((size_t)(pos + 1) * es, 1);
                 memset(big, 0xEE, (size_t)(pos + 1) * es);
-                fill_bytes(in, (size_t)rc[me] * es, me, salt);
+                /* This rank's block is rc[me] elements: more than `in` holds
+                 * when the count is 0 (odd ranks send one) or n is small. */
+                char *vin = calloc((size_t)rc[me] * es + 1, 1);
+                fill_bytes(vin, (size_t)rc[me] * es, me, salt);
                 if (kind == WEFT_COLL_ALLGATHERV)
-                    TH_OK(weft_allgatherv(in, rc[me], big, rc, dp, d, c));
+                    TH_OK(weft_allgatherv(vin, rc[me], big, rc, dp, d, c));
                 else
-                    TH_OK(weft_gatherv(in, rc[me], me == root ? big : NULL, rc, dp, d, root, c));
+                    TH_OK(weft_gatherv(vin, rc[me], me == root ? big : NULL, rc, dp, d, root, c));
+                free(vin);
                 if (kind == WEFT_COLL_ALLGATHERV || me == root)
                     for (int r = 0; r < n; r++) {
                         TH_CHECK(bytes_ok(big + (size_t)dp[r] * es, (size_t)rc[r] * es, r, salt), WHERE " %s block %d",

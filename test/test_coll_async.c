@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -295,6 +296,57 @@ static int body_bad(int rank, int size, void *arg)
 Test(coll_async, bad_arguments, .timeout = 60)
 {
     th_result_t res = th_run(3, body_bad, NULL, 50, quiet_env);
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- what reaches stderr at the default log level ------------------------ */
+/* An error returned to the caller is not printed (the caller has it, with
+ * weft_last_error()); one weft swallows is a warning: here a barrier only
+ * rank 0 entered, canceled by weft_finalize. */
+static int body_logging(int rank, int size, void *arg)
+{
+    (void)arg;
+    FILE *log = tmpfile();
+    TH_CHECK(log, "tmpfile");
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fileno(log), 2);
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    int64_t x = 1;
+    char last[1024];
+    int bad_rc = weft_bcast(&x, 1, WEFT_INT64, size, w);
+    snprintf(last, sizeof(last), "%s", weft_last_error());
+    weft_request_t r;
+    if (rank == 0) TH_OK(weft_ibarrier(w, &r)); /* the other ranks never join it */
+    int fin_rc = weft_finalize();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long len = ftell(log);
+    char *text = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
+    rewind(log);
+    TH_CHECK(len <= 0 || fread(text, 1, (size_t)len, log) == (size_t)len, "reading the log");
+    fclose(log);
+    TH_CHECK(bad_rc == WEFT_ERR_ARG, "bcast with root %d returned %d", size, bad_rc);
+    TH_CHECK(strstr(last, "out of range"), "weft_last_error(): %s", last);
+    TH_CHECK(!strstr(text, "out of range"), "a returned error was printed too:\n%s", text);
+    TH_CHECK(fin_rc == WEFT_SUCCESS, "weft_finalize returned %d", fin_rc);
+    if (rank == 0)
+        TH_CHECK(strstr(text, "warn: weft_finalize: 1 collective still in progress was canceled"),
+                 "no warning for the canceled barrier:\n%s", text);
+    else
+        TH_CHECK(!strstr(text, "canceled"), "rank %d:\n%s", rank, text);
+    free(text);
+    return 0;
+}
+
+Test(coll_async, returned_errors_are_not_printed_swallowed_ones_are, .timeout = 60)
+{
+    /* The default log level; a barrier over point-to-point, which simply
+     * waits for the absent rank. */
+    const char *env[] = {"WEFT_LOG_LEVEL=warn", "WEFT_TIMEOUT=20", "WEFT_COLL_TUNE=barrier:dissemination", NULL};
+    th_result_t res = th_run(2, body_logging, NULL, 50, env);
     cr_assert_eq(res.failed, 0);
 }
 

@@ -15,7 +15,8 @@
 #   PYTHON              interpreter with numpy and pytest (default: the first of
 #                       /usr/bin/python3, python3 that has both)
 #   WEFT_PY_INSTALLED=1 test the installed package instead of contrib/python/src
-#   WEFT_PY_TEST_LOGS   directory for the per-rank logs (default: a new temporary one)
+#   WEFT_PY_TEST_LOGS   directory for the per-rank logs, kept (default: a new temporary
+#                       one, removed at exit)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$(cd "${1:-$here/../..}" && pwd)"
@@ -45,8 +46,16 @@ done
 if [ "${WEFT_PY_INSTALLED:-0}" != 1 ]; then
     export PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
-logs="${WEFT_PY_TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/weft-pytest.XXXXXX")}"
-mkdir -p "$logs"
+if [ -n "${WEFT_PY_TEST_LOGS:-}" ]; then
+    logs=$WEFT_PY_TEST_LOGS logs_note=""
+    mkdir -p "$logs"
+else # ours: removed at exit (the failing ranks' logs are printed first)
+    logs=$(mktemp -d "${TMPDIR:-/tmp}/weft-pytest.XXXXXX") || exit 1
+    logs_note=" (removed at exit; WEFT_PY_TEST_LOGS=DIR keeps them)"
+    trap 'rm -rf "$logs"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+fi
 rm -f "$logs"/*.xml "$logs"/*.log
 
 # Deadlines: every wait in the tests 20 s, weft's own 30 s, a whole run 100 s.
@@ -57,12 +66,12 @@ export PYTHON logs
 # One rank: pytest with its own log and JUnit report, named after its rank.
 # shellcheck disable=SC2016 # expanded by each rank's shell
 rank_cmd='r=${RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}
-exec "$PYTHON" -m pytest -q -p no:cacheprovider -o junit_family=xunit2 \
+exec "$PYTHON" -m pytest -q -p no:cacheprovider -o junit_family=xunit2 --basetemp="$logs/$CFG-rank$r.tmp" \
     --junitxml="$logs/$CFG-rank$r.xml" tests >"$logs/$CFG-rank$r.log" 2>&1'
 
 echo "python: $PYTHON ($("$PYTHON" -c 'import numpy, sys; print(sys.version.split()[0], "numpy", numpy.__version__)'))"
 echo "library: $WEFT_LIBRARY"
-echo "logs: $logs"
+echo "logs: $logs$logs_note"
 cd "$here" || exit 1
 configs=()
 run_config() { # name nranks launcher...

@@ -742,7 +742,9 @@ static const char *server_should_stop(server_t *s, double now)
     if (stop) return "it finalized without waiting for the others, or gave up";
     if (!fin) return NULL;
     if (s->nbye + s->nlost == s->size) {
-        if (s->nlost) weft_debug("env store at %s: closing; %d ranks were lost", s->where, s->nlost);
+        if (s->nlost)
+            weft_debug("env store at %s: closing; %d rank%s lost", s->where, s->nlost,
+                       s->nlost == 1 ? " was" : "s were");
         return "every rank said goodbye";
     }
     if (fin_deadline > 0 && now >= fin_deadline) {

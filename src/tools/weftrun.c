@@ -42,48 +42,63 @@ static int free_port(void)
     return port;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: weftrun -n N [--addr A] [--port P] [--timeout S] [--grace S] program [args...]\n"
-                    "  -n N         ranks to start on this host\n"
-                    "  --addr A     MASTER_ADDR (default 127.0.0.1)\n"
-                    "  --port P     MASTER_PORT (default: a free port)\n"
-                    "  --timeout S  kill the job after S seconds (default: none)\n"
-                    "  --grace S    after a rank fails, seconds before the others are terminated (default 10)\n");
+    fprintf(f,
+            "usage: weftrun -n N [--addr A] [--port P] [--timeout S] [--grace S] program [args...]\n"
+            "  -n N         ranks to start on this host (1..%d)\n"
+            "  --addr A     MASTER_ADDR (default 127.0.0.1)\n"
+            "  --port P     MASTER_PORT (default: a free port)\n"
+            "  --timeout S  kill the job after S seconds (default: none)\n"
+            "  --grace S    after a rank fails, seconds before the others are terminated (default 10)\n"
+            "  -h, --help   this text\n",
+            MAX_RANKS);
+}
+
+/* A usage error: what is wrong (if anything in particular), then the usage. */
+static int bad_usage(const char *what, const char *arg)
+{
+    if (what) fprintf(stderr, "weftrun: %s%s%s%s\n", what, arg ? " '" : "", arg ? arg : "", arg ? "'" : "");
+    usage(stderr);
+    return 2;
 }
 
 int main(int argc, char **argv)
 {
     int n = 0, port = 0, i;
-    const char *addr = "127.0.0.1";
+    const char *addr = "127.0.0.1", *n_text = NULL;
     double timeout = 0, grace = 10;
+    if (argc < 2) return bad_usage(NULL, NULL);
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        if (i + 1 >= argc) {
-            usage();
-            return 2;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
         }
-        if (!strcmp(a, "-n") || !strcmp(a, "-np"))
-            n = atoi(argv[++i]);
-        else if (!strcmp(a, "--addr"))
-            addr = argv[++i];
-        else if (!strcmp(a, "--port"))
-            port = atoi(argv[++i]);
-        else if (!strcmp(a, "--timeout"))
-            timeout = atof(argv[++i]);
-        else if (!strcmp(a, "--grace"))
-            grace = atof(argv[++i]);
-        else {
-            fprintf(stderr, "weftrun: unknown option '%s'\n", a);
-            usage();
-            return 2;
+        int is_n = !strcmp(a, "-n") || !strcmp(a, "-np");
+        if (!is_n && strcmp(a, "--addr") && strcmp(a, "--port") && strcmp(a, "--timeout") && strcmp(a, "--grace"))
+            return bad_usage("unknown option", a);
+        if (i + 1 >= argc) return bad_usage("no value after", a);
+        const char *v = argv[++i];
+        if (is_n) {
+            n_text = v;
+            n = atoi(v);
+        } else if (!strcmp(a, "--addr")) {
+            addr = v;
+        } else if (!strcmp(a, "--port")) {
+            port = atoi(v);
+        } else if (!strcmp(a, "--timeout")) {
+            timeout = atof(v);
+        } else {
+            grace = atof(v);
         }
     }
-    if (n < 1 || n > MAX_RANKS || i >= argc) {
-        if (n < 1 || n > MAX_RANKS) fprintf(stderr, "weftrun: -n must be 1..%d\n", MAX_RANKS);
-        usage();
+    if (!n_text) return bad_usage("-n N is required", NULL);
+    if (n < 1 || n > MAX_RANKS) {
+        fprintf(stderr, "weftrun: -n %s: must be 1..%d\n", n_text, MAX_RANKS);
         return 2;
     }
+    if (i >= argc) return bad_usage("no program to start", NULL);
     if (port <= 0 && (port = free_port()) <= 0) {
         fprintf(stderr, "weftrun: no free TCP port: %s\n", strerror(errno));
         return 1;

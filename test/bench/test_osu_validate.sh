@@ -21,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT WEFT_BOOTSTRAP
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-osu.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 
 run_case() { # name, command...
     local name=$1 out=$work/out
@@ -38,7 +38,7 @@ run_case() { # name, command...
 
 if [ ! -x "$BENCH/weft-osu" ]; then
     echo "FAIL: $BENCH/weft-osu is not built"
-    echo "0 passed, 1 failed"
+    echo "0 passed, 1 failed, 0 skipped"
     exit 1
 fi
 programs=$("$BENCH/weft-osu" --list)
@@ -52,7 +52,8 @@ if [ -x "$BENCH/mpi-osu" ] && command -v mpirun >/dev/null; then
         run_case "mpi-osu-$p np=2" mpirun -np 2 --oversubscribe "$BENCH/mpi-osu-$p" "${OPTS[@]}"
     done
 else
-    echo "note: mpi-osu not built (no mpicc): the MPI backend was not checked"
+    echo "SKIP mpi-osu-* np=2: mpi-osu not built (no mpicc) or no mpirun: the MPI backend was not checked"
+    skipped=$((skipped + $(wc -w <<<"$programs")))
 fi
 # -d cuda must be refused clearly on this build.
 if "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-allreduce" -d cuda >"$work/cuda" 2>&1; then
@@ -66,5 +67,5 @@ else
     echo "FAIL -d cuda: no reason given"
     cat "$work/cuda"
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -11,7 +11,9 @@
 # A missing launcher (mpirun, Slurm) is a SKIP, or a FAIL when CI=true.
 #
 # Settings: WEFT_TEST_TIMEOUT (seconds per run, default 120), WEFT_TEST_NP
-# (ranks, default 4), WEFT_SLURM_* (passed on to slurm-local.sh).
+# (ranks, default 4), WEFT_SLURM_* (passed on to slurm-local.sh). A cluster
+# the script starts keeps its state in its temporary directory (unless
+# WEFT_SLURM_DIR says where), removed with it at the end.
 
 set -u
 
@@ -200,7 +202,8 @@ elif "${SLURM_LOCAL[@]}" status >/dev/null 2>&1; then
     # Someone's cluster is already up: use it, and leave it running.
     eval "$("${SLURM_LOCAL[@]}" env)"
     echo "using the Slurm cluster already running ($SLURM_CONF); it stays up"
-elif env_lines=$(timeout -k 10 180 "${SLURM_LOCAL[@]}" start 2>"$work/slurm-start.log"); then
+elif export WEFT_SLURM_DIR=${WEFT_SLURM_DIR:-$work/slurm} && # ours goes with $work
+    env_lines=$(timeout -k 10 180 "${SLURM_LOCAL[@]}" start 2>"$work/slurm-start.log"); then
     slurm_started=1
     eval "$env_lines"
 else
@@ -220,6 +223,17 @@ else
 fi
 
 # --- weftrun: the env bootstrap ----------------------------------------------
+if need_prog "weftrun without arguments" "$WEFTRUN"; then
+    # A first try with no arguments gets the usage, not a complaint about -n.
+    out=$work/weftrun-usage.out
+    "$WEFTRUN" >"$out" 2>&1 </dev/null
+    rc=$?
+    if [ "$rc" = 2 ] && head -n 1 "$out" | grep -q '^usage: weftrun -n N ' && ! grep -q 'must be' "$out"; then
+        pass "weftrun without arguments prints its usage"
+    else
+        fail "weftrun without arguments prints its usage" "exit status $rc" "$out"
+    fi
+fi
 if need_prog "weftrun hello" "$WEFTRUN" && need_prog "weftrun hello" "$EX/hello"; then
     run_case "weftrun hello" check_hello env -- "$WEFTRUN" -n "$NP" "$EX/hello"
 fi
@@ -232,8 +246,7 @@ if need_prog "weftrun weft_info --topo" "$top_builddir/src/tools/weft_info"; the
         env WEFT_RANKS_PER_NODE=2 "$WEFTRUN" -n "$NP" "$top_builddir/src/tools/weft_info" --topo --peers
 fi
 
-[ "$skipped" = 0 ] || echo "($skipped skipped)"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 if [ "$failed" -gt 0 ]; then exit 1; fi
 if [ "$passed" = 0 ]; then exit 77; fi
 exit 0

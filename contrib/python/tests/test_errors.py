@@ -38,6 +38,33 @@ def test_dtype_mismatch(comm):
     assert e.value.code == -1 and e.value.strerror == weft.strerror(-1)
 
 
+def test_messages_name_the_operation_once(comm):
+    """Each buffer's label names its operation; a message about two of them says it once."""
+    with pytest.raises(weft.WeftArgumentError) as e:
+        comm.all_gather_single(np.zeros(comm.size, np.float64), np.zeros(1, np.float32))
+    assert e.value.detail == (
+        "all_gather_single: output is float64 but input is float32; "
+        "every buffer of one call has the same dtype"
+    )
+    with pytest.raises(weft.WeftArgumentError) as e:
+        comm.all_gather([np.zeros(2, np.int32)] * comm.size, np.zeros(2))
+    assert e.value.detail.startswith("all_gather: tensor_list[0] is int32 but tensor is float64;")
+    with pytest.raises(weft.WeftArgumentError) as e:
+        comm.all_to_all_single(np.zeros(4 * comm.size), np.zeros(4 * comm.size), [3] * comm.size)
+    assert e.value.detail == (
+        f"all_to_all_single: output_split_sizes add up to {3 * comm.size} rows but output has "
+        f"{4 * comm.size} (along dimension 0)"
+    )
+    if comm.size > 1:
+        with pytest.raises(weft.WeftArgumentError) as e:
+            comm.all_to_all_single(
+                np.zeros(comm.size), np.zeros(comm.size + 1), output_split_sizes=[1] * comm.size
+            )
+        assert e.value.detail.startswith(
+            f"all_to_all_single: input: {comm.size + 1} rows do not split into {comm.size} equal parts"
+        )
+
+
 def test_short_output_buffer(comm):
     with pytest.raises(weft.WeftArgumentError, match="too short"):
         comm.all_gather_single(np.zeros(2 * comm.size - 1, np.int64), np.zeros(2, np.int64))

@@ -320,13 +320,31 @@ def _from_dlpack(obj: Any, what: str) -> Buffer:
     return buf
 
 
-def same_dtype(what: str, *bufs: Buffer) -> DType:
-    """The common dtype of ``bufs``, or WeftArgumentError naming the mismatch."""
+def label_in(context: str, label: str) -> str:
+    """``label`` as said in a message that already names ``context``'s operation.
+
+    Labels name their operation ("all_gather_single: input"); a message about
+    that operation names it once: "all_gather_single: output is float64 but
+    input is float32", not "... but all_gather_single: input is ...".
+    ``context`` is the operation or a label of it ("all_gather_single: output").
+    """
+    op = context.split(": ", 1)[0]
+    return label[len(op) + 2 :] if label.startswith(op + ": ") else label
+
+
+def same_dtype(*bufs: Buffer) -> DType:
+    """The common dtype of ``bufs``, or WeftArgumentError naming the mismatch
+    (the buffers' labels name the operation; the message says it once)."""
     first = bufs[0]
     for b in bufs[1:]:
         if b.dtype != first.dtype:
+            op = first.what.split(": ", 1)[0]
+            if ": " in first.what and b.what.startswith(op + ": "):
+                head, this, that = op + ": ", label_in(op, b.what), label_in(op, first.what)
+            else:  # no operation in common: each label says its own
+                head, this, that = "", b.what, first.what
             raise WeftArgumentError(
-                f"{what}: {b.what} is {b.dtype.name.lower()} but {first.what} is "
+                f"{head}{this} is {b.dtype.name.lower()} but {that} is "
                 f"{first.dtype.name.lower()}; every buffer of one call has the same dtype"
             )
     return first.dtype

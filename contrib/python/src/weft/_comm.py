@@ -13,7 +13,7 @@ from ctypes import byref, c_char_p, c_double, c_int, c_int64, c_void_p
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from ._buffers import DTYPE_SIZE, Buffer, as_buffer, check_count, same_dtype
+from ._buffers import DTYPE_SIZE, Buffer, as_buffer, check_count, label_in, same_dtype
 from .errors import (
     ERR_ALREADY,
     ERR_TIMEOUT,
@@ -795,7 +795,7 @@ class Comm:
         """Gathers every rank's ``input`` into ``output`` (size x input elements, rank order)."""
         inp = as_buffer(input, "all_gather_single: input", output=False)
         out = as_buffer(output, "all_gather_single: output", output=True)
-        dt = same_dtype("all_gather_single", inp, out)
+        dt = same_dtype(inp, out)
         check_count(out, inp.count * self._size, f"{self._size} ranks x {inp.count}")
         w = Work(self, "all_gather_single", (inp, out), timeout)
         w._post(_lib.load().weft_iallgather, inp.ptr, out.ptr, inp.count, dt, self._handle())
@@ -837,7 +837,7 @@ class Comm:
         """Reduces ``input`` (size x output elements) over all ranks; rank r gets block r."""
         inp = as_buffer(input, "reduce_scatter_single: input", output=False)
         out = as_buffer(output, "reduce_scatter_single: output", output=True)
-        dt = same_dtype("reduce_scatter_single", out, inp)
+        dt = same_dtype(out, inp)
         check_count(inp, out.count * self._size, f"{self._size} ranks x output's {out.count}")
         w = Work(self, "reduce_scatter_single", (inp, out), timeout)
         w._post(
@@ -870,7 +870,7 @@ class Comm:
         """
         inp = as_buffer(input, "all_to_all_single: input", output=False)
         out = as_buffer(output, "all_to_all_single: output", output=True)
-        dt = same_dtype("all_to_all_single", inp, out)
+        dt = same_dtype(inp, out)
         n = self._size
         lib = _lib.load()
         if output_split_sizes is None and input_split_sizes is None:
@@ -920,7 +920,7 @@ class Comm:
 
             else:
                 out = as_buffer(output, "gather: output", output=True)
-                same_dtype("gather", inp, out)
+                same_dtype(inp, out)
                 check_count(out, inp.count * self._size, f"{self._size} ranks x {inp.count}")
                 keep.append(out)
                 recv = out.ptr
@@ -951,7 +951,7 @@ class Comm:
                 send = ctypes.addressof(tmp)
             else:
                 inp = as_buffer(input, "scatter: input", output=False)
-                same_dtype("scatter", out, inp)
+                same_dtype(out, inp)
                 check_count(inp, out.count * self._size, f"{self._size} ranks x {out.count}")
                 keep.append(inp)
                 send = inp.ptr
@@ -969,7 +969,7 @@ class Comm:
             raise WeftArgumentError(f"{what}: needs a list of {self._size} buffers (got {got})")
         outs = [as_buffer(t, f"{what}[{i}]", output=True) for i, t in enumerate(lst)]
         for o in outs:
-            same_dtype(what.split(":")[0], like, o)
+            same_dtype(like, o)
             check_count(o, like.count, "the input's count")
         return outs
 
@@ -979,7 +979,7 @@ class Comm:
             raise WeftArgumentError(f"{what}: needs a list of {self._size} buffers (got {got})")
         ins = [as_buffer(t, f"{what}[{i}]", output=False) for i, t in enumerate(lst)]
         for b in ins:
-            same_dtype(what.split(":")[0], like, b)
+            same_dtype(like, b)
             check_count(b, like.count, "the output's count")
         return ins
 
@@ -991,8 +991,7 @@ class Comm:
         if sizes is None:
             if rows % n:
                 raise WeftArgumentError(
-                    f"all_to_all_single: {buf.what}: {rows} rows do not split into {n} equal "
-                    f"parts; pass {what}"
+                    f"{buf.what}: {rows} rows do not split into {n} equal parts; pass {what}"
                 )
             split = [rows // n] * n
         else:
@@ -1005,8 +1004,8 @@ class Comm:
                 raise WeftArgumentError(f"all_to_all_single: {what}: negative size in {split}")
             if sum(split) != rows:
                 raise WeftArgumentError(
-                    f"all_to_all_single: {what} add up to {sum(split)} rows but {buf.what} has "
-                    f"{rows} (along dimension 0)"
+                    f"all_to_all_single: {what} add up to {sum(split)} rows but "
+                    f"{label_in('all_to_all_single', buf.what)} has {rows} (along dimension 0)"
                 )
         counts = (c_int64 * n)(*[s * per_row for s in split])
         displs = (c_int64 * n)()
