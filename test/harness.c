@@ -194,3 +194,25 @@ weft_comm_t th_forced(weft_comm_t w, const char *coll, const char *alg)
     TH_OK(weft_options_free(&o));
     return c;
 }
+
+char *th_stderr_of(void (*fn)(void *), void *arg)
+{
+    FILE *f = tmpfile();
+    if (!f) {
+        fn(arg);
+        return calloc(1, 1);
+    }
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fileno(f), 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long n = ftell(f);
+    char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    rewind(f);
+    if (text && n > 0 && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = '\0';
+    fclose(f);
+    return text;
+}

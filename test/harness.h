@@ -26,6 +26,10 @@ typedef struct th_result {
  * every child. Ranks still running after timeout_s are killed. */
 th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const char *const *env);
 
+/* Runs fn(arg) with stderr going to a temporary file; returns what it
+ * wrote (malloc'd, NUL-terminated; "" when it could not be read). */
+char *th_stderr_of(void (*fn)(void *), void *arg);
+
 /* A free TCP port on 127.0.0.1 (bound and released; the kernel does not
  * hand it out again at once). */
 int th_free_port(void);

@@ -1,6 +1,7 @@
 /* Single-process units: status names, datatypes, configuration, the tag
  * layout, and the singleton runtime (self traffic, bad arguments, use
  * after finalize). */
+#include "harness.h"
 #include "pt2pt/pt2pt.h"
 #include "weft.h"
 #include "weft_internal.h"
@@ -272,28 +273,9 @@ Test(units, host_topology_and_transports)
     cr_assert_eq(weft_host_topology(NULL, 3), WEFT_ERR_ARG);
 }
 
-/* Runs fn with stderr going to a file; returns what it wrote (malloc'd). */
-static char *stderr_of(void (*fn)(void))
+static void send_out_of_range(void *arg)
 {
-    FILE *f = tmpfile();
-    cr_assert(f);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fileno(f), 2);
-    fn();
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    long n = ftell(f);
-    char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    rewind(f);
-    if (n > 0 && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = '\0';
-    fclose(f);
-    return text;
-}
-
-static void send_out_of_range(void)
-{
+    (void)arg;
     int x = 0;
     cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS);
     cr_assert_eq(weft_send(&x, 1, WEFT_INT32, 3, 0, weft_comm_world()), WEFT_ERR_ARG);
@@ -307,11 +289,11 @@ Test(units, returned_error_is_logged_at_debug_only)
 {
     single_env();
     unsetenv("WEFT_LOG_LEVEL");
-    char *out = stderr_of(send_out_of_range);
+    char *out = th_stderr_of(send_out_of_range, NULL);
     cr_assert(!strstr(out, "out of range"), "a returned error was printed: %s", out);
     free(out);
     setenv("WEFT_LOG_LEVEL", "debug", 1);
-    out = stderr_of(send_out_of_range);
+    out = th_stderr_of(send_out_of_range, NULL);
     cr_assert(strstr(out, "debug: weft_send: destination rank 3 out of range"), "not logged at debug: %s", out);
     free(out);
     unsetenv("WEFT_LOG_LEVEL");
