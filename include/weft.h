@@ -404,6 +404,10 @@ WEFT_API int weft_request_free(weft_request_t *request);
 WEFT_API const char *weft_ucx_version(void);
 /* Space-separated "transport/device" list UCX offers on this host. */
 WEFT_API int weft_ucx_transports(char *buf, size_t len);
+/* The memory types the UCX in use carries and how device buffers move
+ * (through UCX, staged through pinned host memory, or not at all). After
+ * weft_init. */
+WEFT_API int weft_memory_types(char *buf, size_t len);
 /* The WEFT_* runtime variables, one table: index 0..weft_var_count()-1. */
 WEFT_API int weft_var_count(void);
 WEFT_API int weft_var_get(int index, const char **name, const char **type, const char **default_value,

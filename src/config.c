@@ -45,6 +45,17 @@ static const weft_var_t vars[] = {
     {"WEFT_RANKS_PER_NODE", WEFT_VAR_INT, "0",
      "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)", FIELD(ranks_per_node),
      0},
+    {"WEFT_CUDA", WEFT_VAR_STRING, "auto",
+     "device buffers in point-to-point: auto (through UCX when it carries CUDA memory, else staged), ucx, staged "
+     "(through pinned host chunks, pipelined), off (device buffers fail with WEFT_ERR_UNSUPPORTED)",
+     FIELD(cuda), sizeof(weft_cfg.cuda)},
+    {"WEFT_CUDA_STAGE_CHUNK", WEFT_VAR_INT, "524288",
+     "staged path: bytes per pinned host chunk (messages up to one chunk are copied straight to or from UCX's "
+     "buffers)",
+     FIELD(cuda_stage_chunk), 0},
+    {"WEFT_CUDA_STAGE_DEPTH", WEFT_VAR_INT, "4",
+     "staged path: chunks of one message in flight (the copy of chunk k + 1 runs while chunk k is sent); 1..16",
+     FIELD(cuda_stage_depth), 0},
 };
 
 #define NCORE ((int)(sizeof(vars) / sizeof(vars[0])))

@@ -81,6 +81,9 @@ typedef struct weft_config {
     char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
     char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
     int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
+    char cuda[16];         /* WEFT_CUDA: auto | ucx | staged | off (device buffers in point-to-point) */
+    int cuda_stage_chunk;  /* WEFT_CUDA_STAGE_CHUNK: bytes per pinned chunk of the staged path */
+    int cuda_stage_depth;  /* WEFT_CUDA_STAGE_DEPTH: chunks in flight per staged message */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable (the runtime's and the collective

@@ -143,6 +143,7 @@ int main(int argc, char **argv)
                    lsize);
         printf("  UCX:         %s\n", weft_ucx_version());
         if (weft_ucx_transports(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  transports:  %s\n", buf);
+        if (weft_memory_types(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  memory:      %s\n", buf);
         const char *tls = getenv("UCX_TLS");
         printf("  UCX_TLS:     %s\n", tls ? tls : "(unset: UCX chooses)");
         if (weft_host_topology(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  host:        %s\n", buf);
