@@ -49,4 +49,20 @@ int weft_topo_load_synthetic(const char *description);
  * PUs is WEFT_ERR_ARG. */
 int weft_topo_placement_for_cpuset(hwloc_const_bitmap_t set, weft_placement_t *out);
 
+/* ---- PCI locality (hwloc.c) ---------------------------------------------- */
+/* How close two PCI devices are, closest first. */
+typedef enum weft_pci_locality {
+    WEFT_PCI_SAME_SWITCH = 0,      /* below one PCIe switch (or functions of one device) */
+    WEFT_PCI_SAME_HOST_BRIDGE = 1, /* different switches or root ports of one host bridge */
+    WEFT_PCI_SAME_SOCKET = 2,      /* different host bridges of one package */
+    WEFT_PCI_OTHER_SOCKET = 3,     /* across the inter-socket link */
+    WEFT_PCI_UNKNOWN = 4           /* the topology lacks one of them */
+} weft_pci_locality_t;
+const char *weft_pci_locality_name(weft_pci_locality_t l);
+/* Locality of two PCI bus ids ("0000:5e:00.0") on the cached topology. */
+int weft_topo_pci_locality(const char *a, const char *b, weft_pci_locality_t *out);
+/* PCI bus ids of the host's GPUs (the kind placement reports), sorted by
+ * bus id; at most max are written, *count says how many. */
+int weft_topo_gpus(char (*busids)[16], int max, int *count);
+
 #endif
