@@ -45,6 +45,15 @@ static const weft_var_t vars[] = {
     {"WEFT_RANKS_PER_NODE", WEFT_VAR_INT, "0",
      "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)", FIELD(ranks_per_node),
      0},
+    {"WEFT_RDMA_SELECT", WEFT_VAR_BOOL, "1",
+     "at init, choose the RDMA port nearest this rank's GPU (or on the route to MASTER_ADDR) and its RoCE GID index "
+     "and hand them to UCX as UCX_NET_DEVICES / UCX_IB_GID_INDEX unless those are set (docs/RDMA.md; "
+     "weft_info --rdma shows the candidates)",
+     FIELD(rdma_select), 0},
+    {"WEFT_RDMA_FSROOT", WEFT_VAR_STRING, "/",
+     "directory read in place of / for sys/class/infiniband and proc/net/route when choosing the RDMA port "
+     "(tests point it at a synthetic tree)",
+     FIELD(rdma_fsroot), sizeof(weft_cfg.rdma_fsroot)},
 };
 
 #define NCORE ((int)(sizeof(vars) / sizeof(vars[0])))
