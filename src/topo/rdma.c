@@ -212,28 +212,30 @@ static void infer_versions(weft_rdma_port_t *p)
     }
 }
 
-/* Appends index i to a range list being built in increasing order
- * ("0-3,8"); *run_start / *run_end track the open range (-1: none). */
-static void range_add(int *run_start, int *run_end, int i)
+/* Range lists of indexes met in increasing order ("0-3,8-255"): *start /
+ * *end is the open range (-1: none), written out when the next index does
+ * not continue it, or at the end. */
+static void range_flush(char *buf, size_t len, int *start, int *end)
 {
-    if (*run_start >= 0 && i == *run_end + 1) {
-        *run_end = i;
-        return;
-    }
-    *run_start = *run_end = i;
-}
-
-static void range_flush(char *buf, size_t len, int *run_start, int *run_end)
-{
-    if (*run_start < 0) return;
+    if (*start < 0) return;
     size_t used = strlen(buf);
     if (used + 1 < len) {
-        if (*run_start == *run_end)
-            textf(buf + used, len - used, "%s%d", used ? "," : "", *run_start);
+        if (*start == *end)
+            textf(buf + used, len - used, "%s%d", used ? "," : "", *start);
         else
-            textf(buf + used, len - used, "%s%d-%d", used ? "," : "", *run_start, *run_end);
+            textf(buf + used, len - used, "%s%d-%d", used ? "," : "", *start, *end);
     }
-    *run_start = *run_end = -1;
+    *start = *end = -1;
+}
+
+static void range_add(char *buf, size_t len, int *start, int *end, int i)
+{
+    if (*start >= 0 && i == *end + 1) {
+        *end = i;
+        return;
+    }
+    range_flush(buf, len, start, end);
+    *start = *end = i;
 }
 
 static void netdev_add(weft_rdma_port_t *p, const char *name)
@@ -272,7 +274,7 @@ static int scan_gids(const char *portdir, weft_rdma_port_t *p)
         static const unsigned char zero[16];
         if (read_attr(text, sizeof(text), "%s/gids/%s", portdir, names[k]) || inet_pton(AF_INET6, text, g->raw) != 1 ||
             !memcmp(g->raw, zero, sizeof(zero))) {
-            range_add(&run_start, &run_end, g->index);
+            range_add(p->empty, sizeof(p->empty), &run_start, &run_end, g->index);
             continue;
         }
         range_flush(p->empty, sizeof(p->empty), &run_start, &run_end);
@@ -303,8 +305,10 @@ static int scan_port(const char *devdir, const char *dev, const char *portname, 
     p->locality = -1;
     pathf(portdir, sizeof(portdir), "%s/ports/%s", devdir, portname);
     if (read_attr(p->state, sizeof(p->state), "%s/state", portdir)) textf(p->state, sizeof(p->state), "unreadable");
-    /* "4: ACTIVE": the number is the verbs port state, the word its name */
-    p->active = atoi(p->state) == 4 || strstr(p->state, "ACTIVE") != NULL;
+    /* "4: ACTIVE": the number is the verbs port state (5 is ACTIVE_DEFER,
+     * which UCX does not use either), the word its name */
+    int state_num;
+    p->active = sscanf(p->state, "%d", &state_num) == 1 ? state_num == 4 : !strcmp(p->state, "ACTIVE");
     read_attr(p->link_text, sizeof(p->link_text), "%s/link_layer", portdir);
     p->link = !strcmp(p->link_text, "InfiniBand") ? WEFT_RDMA_LINK_IB
               : !strcmp(p->link_text, "Ethernet") ? WEFT_RDMA_LINK_ETH
@@ -642,19 +646,14 @@ static void explain_none(weft_rdma_choice_t *c)
 /* The rank's GPU and every GPU's locality to every port (loc[g * nports + p]). */
 static int locality(weft_rdma_choice_t *c, const weft_rdma_input_t *in, int **loc_out)
 {
-    char(*owned)[16] = NULL;
-    const char(*gpus)[16] = in->gpus;
-    int ngpus = in->ngpus, rc = WEFT_SUCCESS;
+    char(*gpus)[16] = calloc(WEFT_RDMA_MAX_GPUS, sizeof(*gpus));
+    int ngpus = 0, rc = WEFT_SUCCESS;
     int *loc = NULL;
     *loc_out = NULL;
-    if (!in->gpus_given) {
-        if (!(owned = calloc(WEFT_RDMA_MAX_GPUS, sizeof(*owned))))
-            return weft_error(WEFT_ERR_NO_MEMORY, "rdma: out of memory");
-        gpus = (const char(*)[16])owned;
-        if (weft_topo_gpus(owned, WEFT_RDMA_MAX_GPUS, &ngpus) != WEFT_SUCCESS) {
-            weft_debug("rdma: hwloc cannot list the GPUs (%s); choosing without GPU locality", weft_last_error());
-            ngpus = 0;
-        }
+    if (!gpus) return weft_error(WEFT_ERR_NO_MEMORY, "rdma: out of memory");
+    if (weft_topo_gpus(gpus, WEFT_RDMA_MAX_GPUS, &ngpus) != WEFT_SUCCESS) {
+        weft_debug("rdma: hwloc cannot list the GPUs (%s); choosing without GPU locality", weft_last_error());
+        ngpus = 0;
     }
     c->ngpus = ngpus;
     if (ngpus > 0) {
@@ -683,7 +682,7 @@ static int locality(weft_rdma_choice_t *c, const weft_rdma_input_t *in, int **lo
     }
     *loc_out = loc;
 out:
-    free(owned);
+    free(gpus);
     return rc;
 }
 
@@ -852,8 +851,11 @@ static void gid_lost(const weft_rdma_gid_t *g, const weft_rdma_gid_t *b, char *b
 static void gid_won(const weft_rdma_gid_t *g, char *buf, size_t len)
 {
     const char *fam = g->family == WEFT_RDMA_FAM_IPV4 ? "an IPv4-mapped GID" : "a global IPv6 GID";
-    char why[96] = "";
-    if (g->type_errno) textf(why, sizeof(why), "types/%d unreadable: %s", g->index, strerror(g->type_errno));
+    char why[96];
+    if (g->type_errno)
+        textf(why, sizeof(why), "types/%d unreadable: %s", g->index, strerror(g->type_errno));
+    else
+        textf(why, sizeof(why), "types/%d reads '%s'", g->index, g->type);
     switch (version_rank(g)) {
     case 0: textf(buf, len, "RoCE v2 with %s", fam); break;
     case 1:
@@ -965,7 +967,7 @@ void weft_rdma_apply_choice(const weft_rdma_choice_t *c, int ucx_has_verbs, int 
     textf(dev, sizeof(dev), "%s:%d", w->dev, w->port);
     const char *user_dev = getenv("UCX_NET_DEVICES"), *tls = getenv("UCX_TLS");
     /* a device list the user chose may have another GID table: leave both */
-    if (user_dev && strcmp(user_dev, set_devices)) {
+    if (user_dev && (!set_devices[0] || strcmp(user_dev, set_devices))) {
         textf(msg, len, "UCX_NET_DEVICES=%s was set by the user and is kept (weft's choice would be %s)", user_dev,
               dev);
         return;
@@ -991,7 +993,7 @@ void weft_rdma_apply_choice(const weft_rdma_choice_t *c, int ucx_has_verbs, int 
         const char *user_gid = getenv("UCX_IB_GID_INDEX");
         char idx[16];
         textf(idx, sizeof(idx), "%d", c->gid_index);
-        if (user_gid && strcmp(user_gid, set_gid)) {
+        if (user_gid && (!set_gid[0] || strcmp(user_gid, set_gid))) {
             textf(msg + u, len - u, "; UCX_IB_GID_INDEX=%s was set by the user and is kept (weft's would be %s)",
                   user_gid, idx);
         } else {

@@ -122,11 +122,8 @@ typedef enum weft_rdma_outcome {
 } weft_rdma_outcome_t;
 
 typedef struct weft_rdma_input {
-    char fsroot[512]; /* "/" or a synthetic tree holding sys/ and proc/ */
-    int local_rank;
-    int gpus_given; /* 0: select() asks hwloc for the GPUs (when several ports are usable, or full) */
-    int ngpus;
-    char gpus[WEFT_RDMA_MAX_GPUS][16];
+    char fsroot[512];      /* "/" or a synthetic tree holding sys/ and proc/ */
+    int local_rank;        /* its GPU is GPU local_rank mod ngpus of those hwloc lists, in bus order */
     char master_addr[256]; /* "" when unset */
     int full;              /* also compute locality with one usable port (reports) */
 } weft_rdma_input_t;
@@ -147,7 +144,8 @@ typedef struct weft_rdma_choice {
 } weft_rdma_choice_t;
 
 /* Fills *in for this process: root from WEFT_RDMA_FSROOT, MASTER_ADDR from
- * the environment; GPUs are left for select() to ask hwloc. */
+ * the environment. select() asks hwloc for the GPUs and their locality when
+ * several ports are usable (or full is set): tests load an XML topology. */
 void weft_rdma_input_init(weft_rdma_input_t *in, int local_rank);
 /* Scans the root and chooses. *out is allocated (free with
  * weft_rdma_choice_free) on success, whatever the outcome. */
