@@ -251,6 +251,20 @@ WEFT_API const char *weft_ucx_version(void)
     return ucp_get_version_string();
 }
 
+int weft_p2p_ucx_has_verbs(void)
+{
+    uct_component_h *components = NULL;
+    unsigned ncomp = 0;
+    int found = 0;
+    if (uct_query_components(&components, &ncomp) != UCS_OK) return 0;
+    for (unsigned c = 0; c < ncomp && !found; c++) {
+        uct_component_attr_t attr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
+        found = uct_component_query(components[c], &attr) == UCS_OK && !strcmp(attr.name, "ib");
+    }
+    uct_release_component_list(components);
+    return found;
+}
+
 WEFT_API int weft_ucx_transports(char *buf, size_t len)
 {
     uct_component_h *components = NULL;
