@@ -97,6 +97,11 @@ if [ "$status" -ne 0 ]; then
     done
     [ "$failed" -gt 0 ] || failed=1
 fi
+# Why each skipped test was skipped (Criterion prints "[SKIP] suite::test:
+# reason" at verbosity 1, which the Makefile sets; pytest's reasons are in
+# test/python.log).
+skips=$(grep -h "\[SKIP\]" test/*.log test/*/*.log 2>/dev/null | sed -E 's/^.*\[SKIP\] //' | sort -u || true)
+[ -z "$skips" ] || { echo "skipped:"; sed 's/^/  /' <<<"$skips"; }
 echo "weft tests:"
 echo "$passed passed, $failed failed, $skipped skipped"
 exit "$status"

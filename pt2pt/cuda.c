@@ -219,9 +219,10 @@ static CUstream stream_of(CUcontext ctx, CUresult *r)
         if (streams[i].ctx == ctx) return streams[i].stream;
         if (!streams[i].ctx) {
             CUstream s = NULL;
-            /* Non-blocking: weft's copies neither wait for nor hold up the
-             * application's work on the legacy default stream. */
-            if ((*r = drv.stream_create(&s, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) return NULL;
+            /* A blocking stream: weft's copies start after the work already
+             * queued on the legacy default stream (a kernel that cleared a
+             * receive buffer there, or wrote a send buffer, comes first). */
+            if ((*r = drv.stream_create(&s, CU_STREAM_DEFAULT)) != CUDA_SUCCESS) return NULL;
             streams[i].ctx = ctx;
             streams[i].stream = s;
             return s;
@@ -326,6 +327,7 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
     }
     CUcontext popped;
     drv.ctx_pop(&popped);
+    weft_debug("cuda: staged %s of %zu bytes at %p: %d chunk slots", send ? "send" : "receive", bytes, dev, st->nslots);
     if (r == CUDA_SUCCESS && st->stream && st->err == CUDA_SUCCESS) return st;
     if (st->err != CUDA_SUCCESS) r = st->err;
 fail:
@@ -356,6 +358,7 @@ static size_t dt_packed_size(void *state)
 static size_t dt_pack(void *state, size_t offset, void *dest, size_t max)
 {
     weft_cuda_stage_t *st = state;
+    weft_log(WEFT_LOG_TRACE, "cuda: pack up to %zu bytes at %zu of %zu", max, offset, st->len);
     size_t want = offset < st->len ? (st->len - offset < max ? st->len - offset : max) : 0, done = 0;
     if (drv.ctx_push(st->ctx) != CUDA_SUCCESS) {
         stage_fail(st, CUDA_ERROR_INVALID_CONTEXT, "making the buffer's context current");
@@ -388,6 +391,8 @@ static size_t dt_pack(void *state, size_t offset, void *dest, size_t max)
 static ucs_status_t dt_unpack(void *state, size_t offset, const void *src, size_t length)
 {
     weft_cuda_stage_t *st = state;
+    weft_log(WEFT_LOG_TRACE, "cuda: unpack %zu bytes at %zu of %zu (first 0x%02x)", length, offset, st->len,
+             length ? *(const unsigned char *)src : 0);
     if (offset >= st->len) return UCS_OK;
     if (length > st->len - offset) length = st->len - offset;
     if (drv.ctx_push(st->ctx) != CUDA_SUCCESS) {

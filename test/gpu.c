@@ -1,0 +1,125 @@
+/* See gpu.h. */
+#include "gpu.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*device_get_count)(int *);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*primary_retain)(CUcontext *, CUdevice);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*mem_free)(CUdeviceptr);
+    CUresult (*htod)(CUdeviceptr, const void *, size_t);
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+    CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*error_string)(CUresult, const char **);
+    CUresult (*ctx_synchronize)(void);
+} cu;
+
+static const char *load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) return "libcuda.so.1 cannot be loaded (no NVIDIA driver)";
+    struct {
+        const char *name;
+        void **fn;
+    } syms[] = {
+        {"cuInit", (void **)&cu.init},
+        {"cuDeviceGetCount", (void **)&cu.device_get_count},
+        {"cuDeviceGet", (void **)&cu.device_get},
+        {"cuDevicePrimaryCtxRetain", (void **)&cu.primary_retain},
+        {"cuCtxSetCurrent", (void **)&cu.ctx_set_current},
+        {"cuMemAlloc_v2", (void **)&cu.mem_alloc},
+        {"cuMemFree_v2", (void **)&cu.mem_free},
+        {"cuMemcpyHtoD_v2", (void **)&cu.htod},
+        {"cuMemcpyDtoH_v2", (void **)&cu.dtoh},
+        {"cuMemsetD8_v2", (void **)&cu.memset_d8},
+        {"cuGetErrorString", (void **)&cu.error_string},
+        {"cuCtxSynchronize", (void **)&cu.ctx_synchronize},
+    };
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
+        if (!(*syms[i].fn = dlsym(h, syms[i].name))) return "libcuda.so.1 lacks a driver entry point";
+    return NULL;
+}
+
+int gpu_available(char *why, size_t len)
+{
+    int fds[2];
+    if (pipe(fds)) {
+        snprintf(why, len, "pipe failed");
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        char msg[200] = "";
+        const char *err = load();
+        int n = 0;
+        if (err)
+            snprintf(msg, sizeof(msg), "%s", err);
+        else if (cu.init(0) != 0)
+            snprintf(msg, sizeof(msg), "cuInit failed (no usable GPU)");
+        else if (cu.device_get_count(&n) != 0 || n < 1)
+            snprintf(msg, sizeof(msg), "the driver sees no device");
+        if (write(fds[1], msg, strlen(msg)) < 0) _exit(2);
+        _exit(msg[0] ? 1 : 0);
+    }
+    close(fds[1]);
+    ssize_t got = read(fds[0], why, len - 1);
+    why[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 1;
+    if (!why[0]) snprintf(why, len, "the CUDA probe crashed");
+    return 0;
+}
+
+int gpu_open(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    if (load() || cu.init(0) || cu.device_get(&dev, 0) || cu.primary_retain(&ctx, dev) || cu.ctx_set_current(ctx))
+        return -1;
+    return 0;
+}
+
+void *gpu_alloc(size_t bytes)
+{
+    CUdeviceptr p = 0;
+    return cu.mem_alloc(&p, bytes ? bytes : 1) ? NULL : (void *)(uintptr_t)p;
+}
+
+void gpu_free(void *p)
+{
+    if (p) cu.mem_free((CUdeviceptr)(uintptr_t)p);
+}
+
+/* A copy from pageable memory may still be in flight when cuMemcpyHtoD
+ * returns: wait, so the buffer is what the test says it is. */
+int gpu_upload(void *dev, const void *host, size_t bytes)
+{
+    return bytes ? cu.htod((CUdeviceptr)(uintptr_t)dev, host, bytes) || cu.ctx_synchronize() : 0;
+}
+
+int gpu_download(void *host, const void *dev, size_t bytes)
+{
+    return bytes ? cu.dtoh(host, (CUdeviceptr)(uintptr_t)dev, bytes) : 0;
+}
+
+int gpu_memset(void *dev, unsigned char v, size_t bytes)
+{
+    return bytes ? cu.memset_d8((CUdeviceptr)(uintptr_t)dev, v, bytes) || cu.ctx_synchronize() : 0;
+}

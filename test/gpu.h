@@ -1,0 +1,21 @@
+/* The CUDA driver for the GPU tests, opened at run time (the tests build
+ * and run, skipping, where there is no driver or no device). */
+#ifndef WEFT_TEST_GPU_H
+#define WEFT_TEST_GPU_H
+
+#include <stddef.h>
+
+/* In a forked child, so the calling process never initialises CUDA
+ * (a child forked after that could not use it): 1 when a device is
+ * usable, else 0 with the reason in why. */
+int gpu_available(char *why, size_t len);
+/* In a rank's process: opens the driver and makes device 0's primary
+ * context current (every rank of the one-GPU host shares it). 0 or -1. */
+int gpu_open(void);
+void *gpu_alloc(size_t bytes);
+void gpu_free(void *p);
+int gpu_upload(void *dev, const void *host, size_t bytes);
+int gpu_download(void *host, const void *dev, size_t bytes);
+int gpu_memset(void *dev, unsigned char v, size_t bytes);
+
+#endif
