@@ -8,6 +8,9 @@ importable, where libweft was built without GPU support, on fewer than 2
 ranks, or with WEFT_PY_GPU_TESTS=0 (run-tests.sh sets it for every
 configuration but env2, so the GPU tests run once). The same tests without a
 GPU, over host memory, are in test_device_arrays.py.
+
+Negative control: with WEFT_PY_GPU_TEST_NO_SYNC=1 weft synchronises nothing
+and the two *_waits_* tests should fail.
 """
 
 from __future__ import annotations
@@ -186,6 +189,17 @@ def fw(request: pytest.FixtureRequest) -> Any:
         pytest.skip(f"{name} is not importable: {e!r}")
     n, _ = _probe_cuda()
     return _FRAMEWORKS[name](weft.local_rank() % n)
+
+
+@pytest.fixture(autouse=True)
+def _no_sync_control(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WEFT_PY_GPU_TEST_NO_SYNC=1 is a negative control: weft then synchronises
+    no stream, and the *_waits_* tests should fail, showing that they see a
+    missing synchronisation."""
+    if os.environ.get("WEFT_PY_GPU_TEST_NO_SYNC") == "1":
+        from weft import _cuda
+
+        monkeypatch.setattr(_cuda.driver("negative control"), "synchronize", lambda *a: None)
 
 
 def neighbours(comm: weft.Comm) -> Tuple[int, int]:
