@@ -1,6 +1,7 @@
 /* The collective front end: argument checks, in-place resolution,
  * selection with fallback, schedule start; and the registry. */
 #include "coll/coll.h"
+#include "pt2pt/cuda.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -119,9 +120,28 @@ const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, si
 
 /* Posts the call (req: its request), or with req == NULL runs it to its
  * end (a blocking call; one that times out is canceled before returning). */
-static int coll_finish(const weft_coll_args_t *a, weft_request_t *req)
+/* The buffers' memory type (a selection key): device memory when any of
+ * them is. Costs one loader-counter read where no CUDA is loaded. */
+static int coll_memtype(weft_coll_args_t *a)
+{
+    if (WEFT_LIKELY(!weft_cuda_possible())) return WEFT_SUCCESS;
+    const void *bufs[3] = {a->sendbuf == WEFT_IN_PLACE ? NULL : a->sendbuf, a->recvbuf,
+                           a->recvbufs ? a->recvbufs[0] : NULL};
+    for (int i = 0; i < 3; i++) {
+        weft_memtype_t mem;
+        int path, rc = weft_cuda_classify(bufs[i], 1, weft_coll_kind_name(a->kind), i ? "receive buffer" : "send buffer",
+                                          &mem, &path);
+        if (rc) return rc;
+        if (mem != WEFT_MEM_HOST) a->mem = mem;
+    }
+    return WEFT_SUCCESS;
+}
+
+static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
 {
     const weft_coll_alg_t *cands[32];
+    int rc = coll_memtype(a);
+    if (rc) return rc;
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */
     int n = weft_coll_select(a, cands, 2);
@@ -129,13 +149,17 @@ static int coll_finish(const weft_coll_args_t *a, weft_request_t *req)
         if (i == 1 && n == 2) n = weft_coll_select(a, cands, 32);
         weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
-        int rc = cands[i]->build(s, a);
+        rc = cands[i]->build(s, a);
         if (rc == WEFT_SUCCESS) return req ? weft_sched_start(s, req) : weft_sched_run(s);
         weft_sched_discard(s);
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;
         weft_debug("%s: algorithm %s declines this call; trying the next", weft_coll_kind_name(a->kind),
                    cands[i]->name);
     }
+    if (n == 0)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: the buffers are %s memory, and no collective component of this "
+                          "build takes them (weft_info --coll lists the components and their memory types)",
+                          weft_coll_kind_name(a->kind), weft_memtype_name(a->mem));
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no algorithm accepts this call (%d tried)",
                       weft_coll_kind_name(a->kind), n);
 }

@@ -404,6 +404,10 @@ WEFT_API int weft_request_free(weft_request_t *request);
 WEFT_API const char *weft_ucx_version(void);
 /* Space-separated "transport/device" list UCX offers on this host. */
 WEFT_API int weft_ucx_transports(char *buf, size_t len);
+/* The memory types the UCX in use carries and how device buffers move
+ * (through UCX, staged through pinned host memory, or not at all). After
+ * weft_init. */
+WEFT_API int weft_memory_types(char *buf, size_t len);
 /* The WEFT_* runtime variables, one table: index 0..weft_var_count()-1. */
 WEFT_API int weft_var_count(void);
 WEFT_API int weft_var_get(int index, const char **name, const char **type, const char **default_value,
@@ -415,6 +419,17 @@ WEFT_API int weft_coll_table(char *buf, size_t len);
 WEFT_API const char *weft_build_info(void);
 /* Short hwloc summary of this host ("2 cores, 1 NUMA node, 1 package"). */
 WEFT_API int weft_host_topology(char *buf, size_t len);
+/* The RDMA ports of this host and which one (and, on RoCE, which GID index)
+ * weft hands to UCX for this rank, as text: the first line is the decision
+ * ("rdma: mlx5_0:1 GID index 3 (RoCE v2, ipv4 ...): why"), the second what
+ * was (or, before weft_init, would be) set in UCX_NET_DEVICES /
+ * UCX_IB_GID_INDEX, then the rank's GPU, the route to MASTER_ADDR, and one
+ * line per candidate (port, GID index, type, family, address, netdev,
+ * state, PCI address, locality to the GPU) saying why it won or lost.
+ * Works before weft_init (then LOCAL_RANK, if set, names the local rank).
+ * WEFT_ERR_TRUNCATE when len was too small (buf holds what fit, ending in
+ * "..."). weft_info --rdma prints it; docs/RDMA.md explains the order. */
+WEFT_API int weft_rdma_report(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

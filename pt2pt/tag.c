@@ -1,5 +1,8 @@
 /* Tagged send / receive / probe on UCX. The host path adds no copy: user
- * buffers go straight to UCX, which picks eager or zero-copy rendezvous. */
+ * buffers go straight to UCX, which picks eager or zero-copy rendezvous.
+ * Device buffers (cuda.h) go to UCX with their memory type, or as one
+ * message of the staging datatype. */
+#include "pt2pt/cuda.h"
 #include "pt2pt/pt2pt.h"
 
 #include <string.h>
@@ -33,19 +36,31 @@ static const weft_request_ops_t send_ops = {.kind = "send", .cancel = NULL, .che
 static const weft_request_ops_t recv_ops = {
     .kind = "recv", .cancel = recv_cancel, .check = recv_check, .orphan = p2p_orphan};
 
+/* A staged message is over: its last copies waited for, its state freed.
+ * The CUDA failure, if any, becomes the request's error. */
+static int stage_end(weft_request_t req, int err, const char *what)
+{
+    if (WEFT_LIKELY(!req->owner_extra)) return err;
+    int rc = weft_cuda_stage_end(req->owner_extra, what);
+    weft_cuda_stage_free(req->owner_extra);
+    req->owner_extra = NULL;
+    return err ? err : rc;
+}
+
 static void send_done(void *ucx_req, ucs_status_t st, void *user_data)
 {
     weft_request_t req = user_data;
     ucp_request_free(ucx_req);
     req->owner_data = NULL;
+    int err = stage_end(req, weft_p2p_status_to_weft(st), "send of a device buffer");
     if (req->orphaned) { /* no one waits for its outcome */
-        if (st != UCS_OK)
+        if (err)
             weft_warn("send to rank %d (tag %d), released before it completed, failed: %s", req->peer, req->tag,
-                      ucs_status_string(st));
+                      st != UCS_OK ? ucs_status_string(st) : weft_last_error());
         weft_request_release(req);
         return;
     }
-    weft_request_complete(req, weft_p2p_status_to_weft(st));
+    weft_request_complete(req, err);
 }
 
 /* UCX fills the tag info only for a successful receive; a truncated one
@@ -57,7 +72,7 @@ static void recv_fill(weft_request_t req, ucs_status_t st, const ucp_tag_recv_in
         req->status.tag = weft_tag_tag(info->sender_tag);
         req->status.bytes = info->length;
     }
-    int err = weft_p2p_status_to_weft(st);
+    int err = stage_end(req, weft_p2p_status_to_weft(st), "receive into a device buffer");
     if (st == UCS_ERR_CANCELED && req->cancel_reason) err = req->cancel_reason;
     if (err == WEFT_ERR_TRUNCATE) {
         req->status.source = req->peer;
@@ -76,7 +91,39 @@ static void recv_done(void *ucx_req, ucs_status_t st, const ucp_tag_recv_info_t 
     if (!req->orphaned) recv_fill(req, st, info);
     ucp_request_free(ucx_req);
     req->owner_data = NULL;
-    if (req->orphaned) weft_request_release(req);
+    if (req->orphaned) {
+        stage_end(req, 0, "receive into a device buffer");
+        weft_request_release(req);
+    }
+}
+
+/* A buffer in a process that may hold device memory: the memory type for
+ * UCX, or the staging datatype (the message's "buffer" is then the
+ * stage). On failure the request is released and the error returned. */
+static int device_param(weft_request_t *req, const void **buf, size_t bytes, int send, ucp_request_param_t *param,
+                        const char *what)
+{
+    weft_memtype_t mem;
+    int path, rc = weft_cuda_classify(*buf, bytes, send ? "send" : "recv", what, &mem, &path);
+    if (rc == WEFT_SUCCESS && path == WEFT_CUDA_UCX) {
+        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        param->memory_type = UCS_MEMORY_TYPE_CUDA;
+    } else if (rc == WEFT_SUCCESS && path == WEFT_CUDA_STAGED) {
+        weft_cuda_stage_t *st = weft_cuda_stage_new((void *)*buf, bytes, send);
+        if (!st) {
+            rc = WEFT_ERR_TRANSPORT;
+        } else {
+            (*req)->owner_extra = st;
+            param->op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+            param->datatype = weft_cuda_stage_dt;
+            *buf = st;
+        }
+    }
+    if (rc) {
+        weft_request_release(*req);
+        *req = NULL;
+    }
+    return rc;
 }
 
 int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm,
@@ -99,12 +146,16 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
         .cb.send = send_done,
         .user_data = req,
     };
+    if (WEFT_UNLIKELY(weft_cuda_possible()) && (rc = device_param(&req, &buf, bytes, 1, &param, "send buffer")))
+        return rc;
     ucs_status_ptr_t sp = ucp_tag_send_nbx(
         ep, buf, bytes, weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank, comm->context_id), &param);
     if (sp == NULL) {
-        weft_request_complete(req, WEFT_SUCCESS);
+        rc = stage_end(req, WEFT_SUCCESS, "send of a device buffer");
+        weft_request_complete(req, rc);
     } else if (UCS_PTR_IS_ERR(sp)) {
         ucs_status_t st = UCS_PTR_STATUS(sp);
+        stage_end(req, 0, "send of a device buffer");
         weft_request_release(req);
         return weft_error(weft_p2p_status_to_weft(st), "send to rank %d (comm %s): %s", dest, comm->name,
                           ucs_status_string(st));
@@ -150,6 +201,10 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
         .user_data = req,
         .recv_info.tag_info = info,
     };
+    int rc;
+    if (WEFT_UNLIKELY(weft_cuda_possible()) &&
+        (rc = device_param(&req, (const void **)&buf, bytes, 0, &param, "receive buffer")))
+        return rc;
     ucs_status_ptr_t sp = ucp_tag_recv_nbx(weft_g.p2p->worker, buf, bytes, t, mask, &param);
     if (sp == NULL) {
         recv_fill(req, UCS_OK, info);
@@ -158,6 +213,7 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
         if (st == UCS_ERR_MESSAGE_TRUNCATED) {
             recv_fill(req, st, info);
         } else {
+            stage_end(req, 0, "receive into a device buffer");
             weft_request_release(req);
             return weft_error(weft_p2p_status_to_weft(st), "recv from rank %d (comm %s): %s", source, comm->name,
                               ucs_status_string(st));

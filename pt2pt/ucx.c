@@ -1,4 +1,5 @@
 /* UCX context, worker and endpoints. */
+#include "pt2pt/cuda.h"
 #include "pt2pt/pt2pt.h"
 #include "src/bootstrap/bootstrap.h"
 
@@ -152,6 +153,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_init failed: %s", ucs_status_string(st));
         goto out;
     }
+    WEFT_CHECK_GOTO(weft_cuda_init(p2p->context), rc, out);
     ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                    .thread_mode = UCS_THREAD_MODE_SINGLE};
     st = ucp_worker_create(p2p->context, &wparams, &p2p->worker);
@@ -222,6 +224,7 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
         }
     }
     if (p2p->worker) ucp_worker_destroy(p2p->worker);
+    weft_cuda_finalize();
     if (p2p->context) ucp_cleanup(p2p->context);
     free(p2p->peers);
     free(p2p->addrs);
@@ -246,6 +249,20 @@ int weft_p2p_flush(double deadline)
 WEFT_API const char *weft_ucx_version(void)
 {
     return ucp_get_version_string();
+}
+
+int weft_p2p_ucx_has_verbs(void)
+{
+    uct_component_h *components = NULL;
+    unsigned ncomp = 0;
+    int found = 0;
+    if (uct_query_components(&components, &ncomp) != UCS_OK) return 0;
+    for (unsigned c = 0; c < ncomp && !found; c++) {
+        uct_component_attr_t attr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME};
+        found = uct_component_query(components[c], &attr) == UCS_OK && !strcmp(attr.name, "ib");
+    }
+    uct_release_component_list(components);
+    return found;
 }
 
 WEFT_API int weft_ucx_transports(char *buf, size_t len)
@@ -289,5 +306,13 @@ WEFT_API int weft_ucx_transports(char *buf, size_t len)
         free(mds);
     }
     uct_release_component_list(components);
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_memory_types(char *buf, size_t len)
+{
+    if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_memory_types: NULL or empty buffer");
+    WEFT_CHECK_INIT("weft_memory_types");
+    weft_cuda_describe(buf, len);
     return WEFT_SUCCESS;
 }

@@ -45,6 +45,26 @@ static const weft_var_t vars[] = {
     {"WEFT_RANKS_PER_NODE", WEFT_VAR_INT, "0",
      "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)", FIELD(ranks_per_node),
      0},
+    {"WEFT_CUDA", WEFT_VAR_STRING, "auto",
+     "device buffers in point-to-point: auto (through UCX when it carries CUDA memory, else staged), ucx, staged "
+     "(through pinned host chunks, pipelined), off (device buffers fail with WEFT_ERR_UNSUPPORTED)",
+     FIELD(cuda), sizeof(weft_cfg.cuda)},
+    {"WEFT_CUDA_STAGE_CHUNK", WEFT_VAR_INT, "524288",
+     "staged path: bytes per pinned host chunk (messages up to one chunk are copied straight to or from UCX's "
+     "buffers)",
+     FIELD(cuda_stage_chunk), 0},
+    {"WEFT_CUDA_STAGE_DEPTH", WEFT_VAR_INT, "4",
+     "staged path: chunks of one message in flight (the copy of chunk k + 1 runs while chunk k is sent); 1..16",
+     FIELD(cuda_stage_depth), 0},
+    {"WEFT_RDMA_SELECT", WEFT_VAR_BOOL, "1",
+     "at init, choose the RDMA port nearest this rank's GPU (or on the route to MASTER_ADDR) and its RoCE GID index "
+     "and hand them to UCX as UCX_NET_DEVICES / UCX_IB_GID_INDEX unless those are set (docs/RDMA.md; "
+     "weft_info --rdma shows the candidates)",
+     FIELD(rdma_select), 0},
+    {"WEFT_RDMA_FSROOT", WEFT_VAR_STRING, "/",
+     "directory read in place of / for sys/class/infiniband and proc/net/route when choosing the RDMA port "
+     "(tests point it at a synthetic tree)",
+     FIELD(rdma_fsroot), sizeof(weft_cfg.rdma_fsroot)},
 };
 
 #define NCORE ((int)(sizeof(vars) / sizeof(vars[0])))

@@ -5,7 +5,7 @@ WEFT_API const char *weft_build_info(void)
 {
     return "version=" PACKAGE_VERSION
 #ifdef WEFT_HAVE_CUDA
-           " cuda=headers-found(" WEFT_CUDA_DIR ";no-gpu-paths-yet)"
+           " cuda=" WEFT_CUDA_DIR "(point-to-point: device buffers; collectives: host only)"
 #else
            " cuda=no"
 #endif

@@ -78,6 +78,8 @@ static int init_common(double deadline)
             weft_info_log("%d ranks on %ld CPUs: waiting ranks yield at once (WEFT_SPIN_BEFORE_YIELD)", host_ranks,
                           cpus);
     }
+    /* Before UCX reads its configuration: the RDMA port and GID index it should use. */
+    weft_rdma_init(weft_g.local_rank, weft_p2p_ucx_has_verbs());
     WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_comm_world_create(), rc, fail);
     WEFT_CHECK_GOTO(weft_sched_init(), rc, fail);
@@ -97,6 +99,7 @@ fail:
     weft_g.bs = NULL;
     weft_topo_node_map_free();
     weft_liveness_finalize();
+    weft_rdma_finalize();
     return rc;
 }
 
@@ -163,6 +166,7 @@ WEFT_API int weft_finalize(void)
     weft_liveness_finalize();
     weft_topo_node_map_free();
     weft_topo_release();
+    weft_rdma_finalize();
     weft_log_set_rank(-1);
     return rc;
 }

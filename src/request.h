@@ -37,6 +37,7 @@ struct weft_request_s {
     const weft_request_ops_t *ops;
     weft_comm_t comm;
     void *owner_data; /* the owner's handle (a UCX request, a schedule) */
+    void *owner_extra; /* a second one (pt2pt: the staging state of a device buffer) */
     /* Owner scratch that must outlive the posting call (UCX writes a
      * receive's tag info here, also on later completion). */
     uint64_t owner_scratch[2];

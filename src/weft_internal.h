@@ -81,6 +81,11 @@ typedef struct weft_config {
     char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
     char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
     int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
+    char cuda[16];         /* WEFT_CUDA: auto | ucx | staged | off (device buffers in point-to-point) */
+    int cuda_stage_chunk;  /* WEFT_CUDA_STAGE_CHUNK: bytes per pinned chunk of the staged path */
+    int cuda_stage_depth;  /* WEFT_CUDA_STAGE_DEPTH: chunks in flight per staged message */
+    int rdma_select;       /* choose the RDMA port and GID index for UCX at init */
+    char rdma_fsroot[512]; /* stands for / when reading sysfs and procfs for that choice */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable (the runtime's and the collective
@@ -288,6 +293,10 @@ extern const weft_transport_ops_t *weft_xport;
  * pt2pt/ defines them and registers weft_xport in weft_p2p_init. */
 int weft_p2p_init(struct weft_pt2pt **out, struct weft_bootstrap *bs, double deadline);
 void weft_p2p_finalize(struct weft_pt2pt *p2p, double deadline);
+/* Whether this UCX build loads its verbs module (libuct_ib, component
+ * "ib"): builds configured --without-verbs cannot use an RDMA NIC at all.
+ * Asked at init before weft_p2p_init, to decide what to hand UCX. */
+int weft_p2p_ucx_has_verbs(void);
 int weft_p2p_flush(double deadline);
 
 /* ---- collective services (registered by coll/ at init) ---------------- */

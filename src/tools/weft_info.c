@@ -9,12 +9,14 @@
 
 static void usage(void)
 {
-    printf("usage: weft_info [--vars] [--coll] [--topo] [--peers] [--no-init] [-h]\n"
+    printf("usage: weft_info [--vars] [--coll] [--topo] [--peers] [--rdma] [--no-init] [-h]\n"
            "  (no option)  version, build, bootstrap, UCX version and transports, host, variables\n"
            "  --vars       only the WEFT_* variable table\n"
            "  --coll       the collective algorithms and the selection table in effect\n"
            "  --topo       the node map and every rank's placement (run it under a launcher)\n"
            "  --peers      which UCX transports connect rank 0 to every rank (after a warm-up)\n"
+           "  --rdma       the RDMA ports and RoCE GIDs, which one UCX gets and why (rank 0 in full,\n"
+           "               then every rank's choice); with --no-init, what weft_init would choose\n"
            "  --no-init    do not initialise weft (no bootstrap line)\n");
 }
 
@@ -66,6 +68,23 @@ static int print_peers(int rank, int size)
     return gather_lines(line, rank, size);
 }
 
+static int print_rdma(int rank, int size)
+{
+    static char report[1 << 16];
+    char line[LINE];
+    int rc = weft_rdma_report(report, sizeof(report));
+    if (rc != WEFT_SUCCESS && rc != WEFT_ERR_TRUNCATE) return rc;
+    if (rank == 0) fputs(report, stdout);
+    if (size > 1) {
+        int lr = 0;
+        weft_local_rank(&lr);
+        if (rank == 0) printf("each rank's choice:\n");
+        snprintf(line, sizeof(line), "  rank %-4d local %-3d %.*s", rank, lr, (int)strcspn(report, "\n"), report);
+        rc = gather_lines(line, rank, size);
+    }
+    return rc == WEFT_ERR_TRUNCATE ? WEFT_SUCCESS : rc;
+}
+
 static void print_vars(void)
 {
     printf("variables (set in the environment):\n");
@@ -80,7 +99,7 @@ static void print_vars(void)
 
 int main(int argc, char **argv)
 {
-    int vars_only = 0, coll = 0, topo = 0, peers = 0, do_init = 1, rank = 0, size = 1, lrank = 0, lsize = 1;
+    int vars_only = 0, coll = 0, topo = 0, peers = 0, rdma = 0, do_init = 1, rank = 0, size = 1, lrank = 0, lsize = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--vars"))
             vars_only = 1;
@@ -92,6 +111,8 @@ int main(int argc, char **argv)
             peers = 1;
         else if (!strcmp(argv[i], "--coll"))
             coll = 1;
+        else if (!strcmp(argv[i], "--rdma"))
+            rdma = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
             return 0;
@@ -126,6 +147,13 @@ int main(int argc, char **argv)
         int frc = do_init ? weft_finalize() : 0;
         return rc || frc ? 1 : 0;
     }
+    if (rdma) {
+        int rc = print_rdma(rank, size);
+        if (rc) fprintf(stderr, "weft_info --rdma: rank %d: %s: %s\n", rank, weft_strerror(rc), weft_last_error());
+        fflush(stdout);
+        int frc = do_init ? weft_finalize() : 0;
+        return rc || frc ? 1 : 0;
+    }
     if (topo || peers) {
         int rc = topo ? print_topo(rank, size) : WEFT_SUCCESS;
         if (!rc && peers) rc = print_peers(rank, size);
@@ -143,6 +171,7 @@ int main(int argc, char **argv)
                    lsize);
         printf("  UCX:         %s\n", weft_ucx_version());
         if (weft_ucx_transports(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  transports:  %s\n", buf);
+        if (weft_memory_types(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  memory:      %s\n", buf);
         const char *tls = getenv("UCX_TLS");
         printf("  UCX_TLS:     %s\n", tls ? tls : "(unset: UCX chooses)");
         if (weft_host_topology(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  host:        %s\n", buf);

@@ -9,6 +9,7 @@
 #include <hwloc.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 int weft_topo_summary(char *buf, size_t len)
@@ -374,6 +375,105 @@ int weft_topo_placement_for_cpuset(hwloc_const_bitmap_t set, weft_placement_t *o
 done:
     pthread_mutex_unlock(&topo_lock);
     hwloc_bitmap_free(mine);
+    return rc;
+}
+
+/* ---- PCI locality --------------------------------------------------------- */
+
+static int busid_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* The GPUs (the OS devices of the best GPU kind, as placement names them)
+ * with a PCI bus id, one per PCI device, sorted by bus id: the order of
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID and nvidia-smi, in which local rank i
+ * conventionally drives GPU i. */
+int weft_topo_gpus(char (*busids)[16], int max, int *count)
+{
+    hwloc_topology_t t;
+    int rc, n = 0;
+    if (!busids || max < 0 || !count) return weft_error(WEFT_ERR_ARG, "weft_topo_gpus: NULL argument");
+    pthread_mutex_lock(&topo_lock);
+    WEFT_CHECK_GOTO(topo_get_locked(&t), rc, done);
+    int best_kind = INT_MAX;
+    hwloc_obj_t o = NULL;
+    while ((o = hwloc_get_next_osdev(t, o))) {
+        int k = o->name ? gpu_kind(o) : -1;
+        if (k >= 0 && k < best_kind) best_kind = k;
+    }
+    while (best_kind != INT_MAX && (o = hwloc_get_next_osdev(t, o))) {
+        char id[16];
+        if (!o->name || gpu_kind(o) != best_kind) continue;
+        osdev_pci_busid(o, id, sizeof(id));
+        int seen = !id[0];
+        for (int i = 0; i < n && i < max && !seen; i++)
+            seen = !strcmp(busids[i], id);
+        if (seen) continue;
+        if (n < max) memcpy(busids[n], id, sizeof(id));
+        n++;
+    }
+    if (n > max) {
+        weft_debug("topo: %d GPUs, only the first %d by hwloc order are considered", n, max);
+        n = max;
+    }
+    /* Bus ids are fixed-width lowercase hex, so string order is bus order. */
+    qsort(busids, (size_t)n, sizeof(busids[0]), busid_cmp);
+    *count = n;
+    rc = WEFT_SUCCESS;
+done:
+    pthread_mutex_unlock(&topo_lock);
+    return rc;
+}
+
+const char *weft_pci_locality_name(weft_pci_locality_t l)
+{
+    switch (l) {
+    case WEFT_PCI_SAME_SWITCH: return "same PCIe switch";
+    case WEFT_PCI_SAME_HOST_BRIDGE: return "same host bridge";
+    case WEFT_PCI_SAME_SOCKET: return "same socket";
+    case WEFT_PCI_OTHER_SOCKET: return "other socket";
+    case WEFT_PCI_UNKNOWN: break;
+    }
+    return "unknown";
+}
+
+/* hwloc's common-ancestor helper works on depths, which I/O objects do not
+ * have in a comparable form: walk a's parents, then b's until one is shared. */
+static hwloc_obj_t common_ancestor(hwloc_obj_t a, hwloc_obj_t b)
+{
+    for (hwloc_obj_t y = b; y; y = y->parent)
+        for (hwloc_obj_t x = a; x; x = x->parent)
+            if (x == y) return x;
+    return NULL;
+}
+
+/* How close two PCI devices ("0000:5e:00.0") are: below one PCIe switch,
+ * one host bridge, one socket (package or NUMA node), or on different
+ * sockets; unknown when the topology lacks either. Like NCCL's PIX/PXB,
+ * PHB, NODE and SYS classes, so the nearest NIC of a GPU is the one whose
+ * traffic crosses the fewest links. */
+int weft_topo_pci_locality(const char *a, const char *b, weft_pci_locality_t *out)
+{
+    hwloc_topology_t t;
+    int rc;
+    if (!a || !b || !out) return weft_error(WEFT_ERR_ARG, "weft_topo_pci_locality: NULL argument");
+    *out = WEFT_PCI_UNKNOWN;
+    pthread_mutex_lock(&topo_lock);
+    WEFT_CHECK_GOTO(topo_get_locked(&t), rc, done);
+    hwloc_obj_t x = hwloc_get_pcidev_by_busidstring(t, a), y = hwloc_get_pcidev_by_busidstring(t, b);
+    hwloc_obj_t c = x && y ? common_ancestor(x, y) : NULL;
+    if (!c) goto done;
+    if (c->type == HWLOC_OBJ_PCI_DEVICE)
+        *out = WEFT_PCI_SAME_SWITCH; /* functions of one device */
+    else if (c->type == HWLOC_OBJ_BRIDGE)
+        *out = c->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI ? WEFT_PCI_SAME_SWITCH : WEFT_PCI_SAME_HOST_BRIDGE;
+    else if (c->cpuset && hwloc_get_nbobjs_inside_cpuset_by_type(t, c->cpuset, HWLOC_OBJ_PACKAGE) <= 1)
+        *out = WEFT_PCI_SAME_SOCKET;
+    else
+        *out = WEFT_PCI_OTHER_SOCKET;
+done:
+    pthread_mutex_unlock(&topo_lock);
     return rc;
 }
 

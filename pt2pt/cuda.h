@@ -1,0 +1,56 @@
+/* Device buffers in point-to-point (pt2pt/cuda.c).
+ *
+ * The memory type of every buffer is detected from the CUDA driver's
+ * pointer attributes (libcuda is opened at run time, never linked: a
+ * process that has not loaded it holds no device memory, and costs one
+ * loader-counter read per message). Device buffers then go one of two
+ * ways, chosen once at init (WEFT_CUDA):
+ *   ucx     UCX carries CUDA memory (cuda_copy, cuda_ipc): the buffer goes
+ *           to UCX with its memory type stated, no weft copy;
+ *   staged  UCX does not: the message is one UCX message of a generic
+ *           datatype whose pack / unpack callbacks move the bytes through
+ *           pinned host chunks, the copy of chunk k + 1 in flight while
+ *           chunk k is on the wire. Tag matching, ANY_SOURCE, truncation,
+ *           probe and cancel stay UCX's, as for host memory.
+ * A receive completes when its data is in the device buffer (weft's copy
+ * stream synchronised). A sender must have synchronised the stream that
+ * produced its buffer before posting, as with CUDA-aware MPI. */
+#ifndef WEFT_PT2PT_CUDA_H
+#define WEFT_PT2PT_CUDA_H
+
+#include "src/weft_internal.h"
+
+#include <ucp/api/ucp.h>
+
+/* How a buffer travels: host (as given), UCX's CUDA transports, staged. */
+enum { WEFT_CUDA_HOST = 0, WEFT_CUDA_UCX = 1, WEFT_CUDA_STAGED = 2 };
+
+/* The fast test every message pays: 0 when no buffer of this process can
+ * be device memory (libcuda not loaded, or device support off). */
+int weft_cuda_possible(void);
+
+/* Classifies [buf, buf + bytes): *mem (WEFT_MEM_HOST / WEFT_MEM_CUDA) and
+ * *path (WEFT_CUDA_*). Errors (WEFT_ERR_UNSUPPORTED: device memory and no
+ * way to move it; WEFT_ERR_ARG: a range past its allocation, or an address
+ * neither host nor device memory knows) name `fn` and `what`. */
+int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem, int *path);
+
+/* At UCX init: notes whether the context carries CUDA memory and creates
+ * the staging datatype. At finalize: frees the pinned chunks and streams. */
+int weft_cuda_init(ucp_context_h ctx);
+void weft_cuda_finalize(void);
+
+/* Staged path: a staging state for a device buffer, handed to UCX as the
+ * buffer of a message of weft_cuda_stage_dt (count: bytes). */
+typedef struct weft_cuda_stage weft_cuda_stage_t;
+extern ucp_datatype_t weft_cuda_stage_dt;
+weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send);
+/* After UCX completed the message: waits for the last copies; 0, or the
+ * CUDA failure as a weft error (naming `what`). */
+int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what);
+void weft_cuda_stage_free(weft_cuda_stage_t *st);
+
+/* "host cuda(ucx: cuda_copy, cuda_ipc)" and the like, for weft_info. */
+void weft_cuda_describe(char *buf, size_t len);
+
+#endif
