@@ -144,7 +144,9 @@ def test_bad_timeout_values(comm):
         comm.barrier(timeout="soon")
 
 
-def test_device_arrays_not_supported(comm):
+def test_collectives_take_host_memory_only(comm):
+    """Collectives refuse device arrays before touching them (point-to-point takes
+    them: test_device_arrays.py)."""
     class FakeCuda:
         __cuda_array_interface__ = {
             "shape": (4,),
@@ -161,9 +163,10 @@ def test_device_arrays_not_supported(comm):
             return (2, 0)  # kDLCUDA
 
     for obj in (FakeCuda(), FakeDLPackGPU()):
-        with pytest.raises(weft.WeftUnsupportedError, match="not supported in this build") as e:
+        with pytest.raises(weft.WeftUnsupportedError, match="takes host memory only") as e:
             comm.all_reduce(obj)
         assert e.value.code == -6
+        assert e.value.detail.startswith("all_reduce: tensor: a CUDA device array (")
 
 
 _KEEP = []  # communicators left out of step: never freed, so their context id is never reused

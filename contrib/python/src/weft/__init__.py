@@ -3,6 +3,7 @@
 A pure-Python package over ctypes: it loads libweft.so (see ``weft._lib`` for
 where it looks: WEFT_LIBRARY first) and needs no compiler. Buffers are numpy
 arrays or anything with the buffer protocol; results are written in place.
+send / recv / isend / irecv also take CUDA device arrays (CuPy, torch).
 
     import numpy as np, weft
 
@@ -48,6 +49,7 @@ from .errors import (
     WeftBootstrapError,
     WeftCanceledError,
     WeftCommError,
+    WeftCudaError,
     WeftError,
     WeftInternalError,
     WeftLibraryNotFoundError,
@@ -79,6 +81,7 @@ __all__ = [
     "WeftBootstrapError",
     "WeftCanceledError",
     "WeftCommError",
+    "WeftCudaError",
     "WeftError",
     "WeftInternalError",
     "WeftLibraryNotFoundError",

@@ -3,20 +3,23 @@
 Accepted: anything with the buffer protocol (bytearray, bytes, memoryview,
 array.array, numpy arrays), numpy-like arrays (``__array_interface__``, which
 covers numpy dtypes without a buffer format such as ml_dtypes' bfloat16), and
-CPU DLPack objects when numpy is installed. Device arrays
-(``__cuda_array_interface__``, DLPack on a device) are recognised and refused
-with WeftUnsupportedError. Nothing is ever copied to make a buffer fit:
-non-contiguous buffers and read-only outputs are rejected with a message.
+DLPack objects on the CPU. Device arrays (``__cuda_array_interface__``, DLPack
+on a CUDA device) are accepted where the caller allows them (point-to-point):
+their producer's stream is synchronised before the operation is posted (see
+_cuda). Nothing is ever copied to make a buffer fit: non-contiguous buffers
+and read-only outputs are rejected with a message.
 """
 
 from __future__ import annotations
 
 import ctypes
 import enum
+import re
 import struct
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
+from . import _cuda
 from .errors import WeftArgumentError, WeftUnsupportedError
 
 
@@ -83,7 +86,25 @@ _NUMPY_NAMES = {
 }
 
 _LITTLE = sys.byteorder == "little"
-_KDLCPU = 1  # DLPack's kDLCPU device type
+# DLPack device types (dlpack.h's DLDeviceType).
+_KDLCPU = 1
+_KDLCUDA = 2
+_KDLCUDAHOST = 3  # pinned host memory
+_KDLCUDAMANAGED = 13
+_DLPACK_CUDA = (_KDLCUDA, _KDLCUDAHOST, _KDLCUDAMANAGED)
+_DLPACK_DEVICE_NAMES = {
+    4: "OpenCL",
+    7: "Vulkan",
+    8: "Metal",
+    9: "VPI",
+    10: "ROCm",
+    11: "ROCm host",
+    12: "ExtDev",
+    14: "oneAPI",
+    15: "WebGPU",
+    16: "Hexagon",
+    17: "MAIA",
+}
 
 
 class _PyBuffer(ctypes.Structure):
@@ -125,12 +146,23 @@ def _address_of(mv: memoryview) -> int:
 class Buffer:
     """A validated view of a user buffer: address, element count, weft dtype.
 
-    It holds a reference to the user's object (and to the memoryview that
-    pins it) for as long as it lives; a Work keeps its Buffers until the
-    operation completes.
+    It holds a reference to the user's object (and to the memoryview or the
+    DLPack tensor that pins it) for as long as it lives; a Work keeps its
+    Buffers until the operation completes. ``device`` is True for CUDA memory.
     """
 
-    __slots__ = ("obj", "_pin", "addr", "nbytes", "count", "dtype", "shape", "readonly", "what")
+    __slots__ = (
+        "obj",
+        "_pin",
+        "addr",
+        "nbytes",
+        "count",
+        "dtype",
+        "shape",
+        "readonly",
+        "what",
+        "device",
+    )
 
     def __init__(
         self,
@@ -142,6 +174,7 @@ class Buffer:
         shape: Tuple[int, ...],
         readonly: bool,
         what: str,
+        device: bool = False,
     ):
         self.obj = obj
         self._pin = pin
@@ -152,6 +185,7 @@ class Buffer:
         self.shape = shape
         self.readonly = readonly
         self.what = what
+        self.device = device
 
     @property
     def ptr(self) -> Optional[int]:
@@ -168,27 +202,6 @@ class Buffer:
 
 def _describe(obj: Any) -> str:
     return type(obj).__module__ + "." + type(obj).__qualname__
-
-
-def _check_device(obj: Any, what: str) -> None:
-    if hasattr(obj, "__cuda_array_interface__"):
-        raise WeftUnsupportedError(
-            f"{what}: a CUDA device array ({_describe(obj)}, __cuda_array_interface__) is not "
-            "supported in this build: weft's Python package handles host memory only until GPU "
-            "support lands; copy it to host memory first"
-        )
-    dev = getattr(obj, "__dlpack_device__", None)
-    if dev is not None:
-        try:
-            dev_type = int(dev()[0])
-        except Exception:
-            return
-        if dev_type != _KDLCPU:
-            raise WeftUnsupportedError(
-                f"{what}: a DLPack array on device type {dev_type} ({_describe(obj)}) is not "
-                "supported in this build: weft's Python package handles host memory only until "
-                "GPU support lands; copy it to host memory first"
-            )
 
 
 def _numpy_dtype(dt: Any, what: str) -> DType:
@@ -244,16 +257,12 @@ def _from_array_interface(obj: Any, ai: dict, what: str) -> Buffer:
     count = 1
     for s in shape:
         count *= s
-    if strides is not None and count > 1:
-        expect = itemsize
-        for dim, stride in zip(reversed(shape), reversed(strides)):
-            if dim != 1 and stride != expect:
-                raise WeftArgumentError(
-                    f"{what}: a non-contiguous array (shape {shape}, strides {tuple(strides)}); "
-                    "weft needs C-contiguous memory and never copies it behind your back: pass "
-                    "numpy.ascontiguousarray(x) (and copy results back yourself)"
-                )
-            expect *= dim
+    if not _is_c_contiguous(shape, strides, itemsize):
+        raise WeftArgumentError(
+            f"{what}: a non-contiguous array (shape {shape}, strides {tuple(strides)}); "
+            "weft needs C-contiguous memory and never copies it behind your back: pass "
+            "numpy.ascontiguousarray(x) (and copy results back yourself)"
+        )
     return Buffer(obj, obj, int(addr or 0), count * itemsize, dtype, shape, bool(readonly), what)
 
 
@@ -277,18 +286,33 @@ def _from_memoryview(obj: Any, what: str) -> Buffer:
     return Buffer(obj, mv, addr, mv.nbytes, dtype, tuple(mv.shape or ()), mv.readonly, what)
 
 
-def as_buffer(obj: Any, what: str, *, output: bool) -> Buffer:
-    """Validates ``obj`` as an input (read) or output (written) buffer."""
+def as_buffer(
+    obj: Any, what: str, *, output: bool, device: bool = False, sync: bool = True
+) -> Buffer:
+    """Validates ``obj`` as an input (read) or output (written) buffer.
+
+    device: whether the operation takes CUDA memory (point-to-point does,
+    collectives do not: WeftUnsupportedError). sync: the operation is about
+    to be posted, so a device array's producer stream is synchronised here;
+    False only inspects (dtype_of).
+    """
     if obj is None:
         raise WeftArgumentError(f"{what}: None is not a buffer")
-    _check_device(obj, what)
     ai = getattr(obj, "__array_interface__", None)
     if isinstance(ai, dict) and hasattr(obj, "dtype"):
         buf = _from_array_interface(obj, ai, what)
-    elif hasattr(obj, "__dlpack__") and not _has_buffer_protocol(obj):
-        buf = _from_dlpack(obj, what)
     else:
-        buf = _from_memoryview(obj, what)
+        dl_device = _dlpack_device(obj, what)
+        if dl_device is not None and (dl_device[0] != _KDLCPU or not _has_buffer_protocol(obj)):
+            # DLPack before the CUDA Array Interface (CuPy and torch offer both): its
+            # stream hand-over is exact, where a CAI may name no stream (torch's is v2).
+            buf = _from_dlpack(obj, dl_device, what, output, device, sync)
+        else:
+            cai = _cuda_array_interface(obj)
+            if cai is not None:
+                buf = _from_cuda_array_interface(obj, cai, what, output, device, sync)
+            else:
+                buf = _from_memoryview(obj, what)
     if output and buf.readonly:
         raise WeftArgumentError(
             f"{what}: the buffer is read-only ({_describe(obj)}) but weft writes into it; "
@@ -305,19 +329,387 @@ def _has_buffer_protocol(obj: Any) -> bool:
         return False
 
 
-def _from_dlpack(obj: Any, what: str) -> Buffer:
+def _is_c_contiguous(shape: Sequence[int], strides: Optional[Sequence[int]], unit: int) -> bool:
+    """Whether ``strides`` (in units of ``unit``; None: C order) lay ``shape`` out in C order."""
+    count = 1
+    for d in shape:
+        count *= d
+    if strides is None or count <= 1:
+        return True
+    expect = unit
+    for dim, stride in zip(reversed(shape), reversed(strides)):
+        if dim != 1 and stride != expect:
+            return False
+        expect *= dim
+    return True
+
+
+def _device_refused(obj: Any, how: str, what: str) -> WeftUnsupportedError:
+    return WeftUnsupportedError(
+        f"{what}: a CUDA device array ({_describe(obj)}, {how}); this operation takes host "
+        "memory only (send, recv, isend and irecv take device arrays): copy it to host memory "
+        "first"
+    )
+
+
+def _non_contiguous_device(shape: Tuple[int, ...], strides: Sequence[int], unit: str, what: str):
+    return WeftArgumentError(
+        f"{what}: a non-contiguous device array (shape {shape}, strides {tuple(strides)} in "
+        f"{unit}); weft needs C-contiguous memory and never copies it behind your back: pass "
+        "x.contiguous() (torch) or cupy.ascontiguousarray(x)"
+    )
+
+
+def _read_only_device(obj: Any, why: str, what: str) -> WeftArgumentError:
+    return WeftArgumentError(
+        f"{what}: the device array is read-only ({_describe(obj)}, {why}) but weft writes into "
+        "it; pass a writable array"
+    )
+
+
+# ---- CUDA Array Interface ------------------------------------------------------------------
+
+
+def _cuda_array_interface(obj: Any) -> Optional[Dict[str, Any]]:
+    """obj.__cuda_array_interface__, or None (absent, or refused: torch raises
+    AttributeError for a CPU tensor)."""
     try:
-        import numpy
-    except ImportError:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception:
+        return None
+    return cai if isinstance(cai, dict) else None
+
+
+def _typestr_dtype(typestr: Any, what: str) -> DType:
+    """A NumPy-style typestr ('<f4', '|u1') as a weft datatype."""
+    ts = str(typestr)
+    m = re.fullmatch(r"([<>|=])([a-zA-Z])(\d+)", ts)
+    if m is None:
+        raise WeftArgumentError(f"{what}: typestr {ts!r} is not a NumPy type string")
+    order, kind, size = m.group(1), m.group(2), int(m.group(3))
+    if size > 1 and order == (">" if _LITTLE else "<"):
+        raise WeftArgumentError(f"{what}: typestr {ts!r} is not in native byte order")
+    code: Optional[DType] = None
+    if kind in "iu":
+        code = _INTS.get((kind == "i", size))
+    elif kind == "f":
+        code = _FLOATS.get(size)
+    if code is None:
+        hint = ""
+        if kind == "b":
+            hint = " (view it as uint8)"
+        elif kind == "c":
+            hint = " (view it as its float components)"
+        elif kind == "V" and size == 2:
+            hint = " (a bfloat16 array? its typestr cannot say so: pass it through DLPack)"
         raise WeftArgumentError(
-            f"{what}: {_describe(obj)} offers only DLPack; reading it needs numpy "
-            "(numpy.from_dlpack)"
+            f"{what}: typestr {ts!r} has no weft datatype{hint}; weft has int8..uint64, "
+            "float16, bfloat16, float32, float64"
+        )
+    return code
+
+
+def _from_cuda_array_interface(
+    obj: Any, cai: Dict[str, Any], what: str, output: bool, device: bool, sync: bool
+) -> Buffer:
+    if not device:
+        raise _device_refused(obj, "__cuda_array_interface__", what)
+    try:
+        ptr, readonly = cai["data"]
+        shape = tuple(int(d) for d in cai["shape"])
+        typestr = cai["typestr"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise WeftArgumentError(
+            f"{what}: a malformed __cuda_array_interface__ ({_describe(obj)}): {e!r}"
         ) from None
-    arr = numpy.from_dlpack(obj)
-    buf = _from_array_interface(arr, arr.__array_interface__, what)
-    buf.obj = obj  # keep the producer alive too (arr holds its capsule)
-    buf._pin = arr
-    return buf
+    dtype = _typestr_dtype(typestr, what)
+    if cai.get("mask") is not None:
+        raise WeftArgumentError(f"{what}: a masked device array; weft sends every element")
+    itemsize = DTYPE_SIZE[dtype]
+    strides = cai.get("strides")
+    if not _is_c_contiguous(shape, strides, itemsize):
+        raise _non_contiguous_device(shape, strides, "bytes", what)
+    if output and readonly:
+        raise _read_only_device(obj, "its __cuda_array_interface__ data is read-only", what)
+    count = 1
+    for d in shape:
+        count *= d
+    addr = int(ptr or 0)
+    nbytes = count * itemsize
+    if sync:
+        _cuda.check_library(what)
+        # v3: 'stream' names the stream that may still work on the data (None:
+        # nothing pending). Before v3 there was no such key: wait for every
+        # stream of the data's context, since the producer's is unknown.
+        if "stream" in cai:
+            stream = cai["stream"]
+            stream = None if stream is None else int(stream)
+            wait = stream is not None
+        else:
+            stream = None
+            wait = int(cai.get("version", 0) or 0) < 3
+        if wait and nbytes:
+            _cuda.driver(what).synchronize(stream, addr, None, what)
+    return Buffer(obj, obj, addr, nbytes, dtype, shape, bool(readonly), what, device=True)
+
+
+# ---- DLPack ----------------------------------------------------------------------------------
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),  # in elements; NULL: C order
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    """The legacy capsule's ("dltensor") payload."""
+
+    _fields_ = [
+        ("dl_tensor", _DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    """The DLPack 1.x capsule's ("dltensor_versioned") payload."""
+
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_DLPACK_FLAG_READ_ONLY = 1 << 0
+_DLPACK_FLAG_IS_COPIED = 1 << 1
+_DLPACK_MAX_VERSION = (1, 0)
+
+# PyCapsule calls: new function objects (not ctypes.pythonapi's shared attributes).
+_capsule_is_valid = ctypes.pythonapi["PyCapsule_IsValid"]
+_capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_is_valid.restype = ctypes.c_int
+_capsule_get_pointer = ctypes.pythonapi["PyCapsule_GetPointer"]
+_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_get_pointer.restype = ctypes.c_void_p
+_capsule_set_name = ctypes.pythonapi["PyCapsule_SetName"]
+_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_void_p]
+_capsule_set_name.restype = ctypes.c_int
+
+
+def _static_name(name: bytes) -> int:
+    """A C string that is never freed: PyCapsule_SetName keeps the pointer, and
+    the producer's capsule destructor reads the name whenever it runs."""
+    libc = ctypes.CDLL(None)
+    libc.strdup.restype = ctypes.c_void_p
+    libc.strdup.argtypes = [ctypes.c_char_p]
+    p = libc.strdup(name)
+    if not p:
+        raise MemoryError("strdup")
+    return int(p)
+
+
+_USED_DLTENSOR = _static_name(b"used_dltensor")
+_USED_DLTENSOR_VERSIONED = _static_name(b"used_dltensor_versioned")
+# Called with the GIL held: some producers' deleters touch Python objects.
+_Deleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLPackOwner:
+    """Ownership of a consumed DLPack tensor: calls the producer's deleter once,
+    when the Buffer holding it goes (the Work completes, or the blocking call
+    returns), or at release()."""
+
+    __slots__ = ("managed", "deleter")
+
+    def __init__(self, managed: int, deleter: Optional[int]):
+        self.managed = managed
+        self.deleter = deleter
+
+    def release(self) -> None:
+        managed, self.managed = self.managed, 0
+        if managed and self.deleter:
+            _Deleter(self.deleter)(managed)
+
+    def __del__(self) -> None:
+        if not sys.is_finalizing():  # at exit the producer may be gone already: leave it
+            self.release()
+
+
+def _dlpack_device(obj: Any, what: str) -> Optional[Tuple[int, int]]:
+    """(device type, device id) of a DLPack producer, or None if ``obj`` is none."""
+    if not hasattr(obj, "__dlpack__"):
+        return None
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is None:
+        return (_KDLCPU, 0)  # a producer older than __dlpack_device__ exports CPU memory
+    try:
+        t, i = dev()
+        return int(t), int(i)
+    except Exception as e:
+        raise WeftArgumentError(
+            f"{what}: {_describe(obj)}.__dlpack_device__() failed: {e!r}"
+        ) from None
+
+
+def _dlpack_dtype(code: int, bits: int, lanes: int, what: str) -> DType:
+    dtype: Optional[DType] = None
+    if lanes == 1:
+        if code in (0, 1) and bits in (8, 16, 32, 64):
+            dtype = _INTS[(code == 0, bits // 8)]
+        elif code == 2:
+            dtype = _FLOATS.get(bits // 8) if bits % 8 == 0 else None
+        elif code == 4 and bits == 16:
+            dtype = DType.BFLOAT16
+    if dtype is None:
+        names = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex", 6: "bool"}
+        name = f"{names.get(code, f'type code {code}')}{bits}" + (f"x{lanes}" if lanes != 1 else "")
+        hint = ""
+        if code == 6:
+            hint = " (view it as uint8)"
+        elif code == 5:
+            hint = " (view it as its float components)"
+        raise WeftArgumentError(
+            f"{what}: DLPack dtype {name} has no weft datatype{hint}; weft has int8..uint64, "
+            "float16, bfloat16, float32, float64"
+        )
+    return dtype
+
+
+def _call_dlpack(obj: Any, stream: Optional[int], output: bool, what: str) -> Any:
+    """obj.__dlpack__(...), asking for a versioned capsule (and, for an output,
+    no copy) first, then falling back to the older signatures."""
+    tries: list = [{"stream": stream, "max_version": _DLPACK_MAX_VERSION}, {"stream": stream}]
+    if output:
+        tries[0]["copy"] = False
+    if stream is None:
+        tries.append({})  # producers from before the stream keyword (CPU only)
+    for i, kwargs in enumerate(tries):
+        try:
+            return obj.__dlpack__(**kwargs)
+        except Exception as e:
+            if isinstance(e, TypeError) and i < len(tries) - 1:
+                continue  # an older signature: try the next
+            raise WeftArgumentError(
+                f"{what}: {_describe(obj)}.__dlpack__() failed: {e!r}"
+            ) from None
+    raise AssertionError("unreachable")
+
+
+def _take_capsule(capsule: Any, what: str) -> Tuple[_DLPackOwner, _DLTensor, int]:
+    """Consumes a DLPack capsule: renames it (so its destructor leaves the tensor
+    alone) and returns (the owner that will call the deleter, the tensor, flags)."""
+    if _capsule_is_valid(capsule, b"dltensor_versioned"):
+        p = _capsule_get_pointer(capsule, b"dltensor_versioned")
+        mv = _DLManagedTensorVersioned.from_address(p)
+        if mv.version.major != _DLPACK_MAX_VERSION[0]:
+            # Not consumed: the capsule's destructor frees it.
+            raise WeftUnsupportedError(
+                f"{what}: DLPack {mv.version.major}.{mv.version.minor} tensor; weft reads "
+                f"DLPack {_DLPACK_MAX_VERSION[0]}.x and the legacy capsule"
+            )
+        _capsule_set_name(capsule, _USED_DLTENSOR_VERSIONED)
+        return _DLPackOwner(p, mv.deleter), mv.dl_tensor, int(mv.flags)
+    if _capsule_is_valid(capsule, b"dltensor"):
+        p = _capsule_get_pointer(capsule, b"dltensor")
+        m = _DLManagedTensor.from_address(p)
+        _capsule_set_name(capsule, _USED_DLTENSOR)
+        return _DLPackOwner(p, m.deleter), m.dl_tensor, 0
+    raise WeftArgumentError(
+        f"{what}: __dlpack__() returned {type(capsule).__name__}, not an unconsumed DLPack "
+        "capsule ('dltensor' or 'dltensor_versioned')"
+    )
+
+
+def _from_dlpack(
+    obj: Any,
+    dl_device: Tuple[int, int],
+    what: str,
+    output: bool,
+    device: bool,
+    sync: bool,
+) -> Buffer:
+    dev_type, dev_id = dl_device
+    is_cuda = dev_type in _DLPACK_CUDA
+    if dev_type != _KDLCPU and not is_cuda:
+        name = _DLPACK_DEVICE_NAMES.get(dev_type, "unknown")
+        raise WeftUnsupportedError(
+            f"{what}: a DLPack array on device type {dev_type} ({name}, {_describe(obj)}); weft "
+            "takes CPU and CUDA memory"
+        )
+    if is_cuda and not device:
+        raise _device_refused(obj, f"DLPack, device type {dev_type} id {dev_id}", what)
+    stream: Optional[int] = None
+    if is_cuda:
+        if sync:
+            _cuda.check_library(what)
+            # The producer orders its pending work on the data before this
+            # stream; synchronising it below makes the data ready for weft.
+            stream = _cuda.driver(what).consumer_stream(dev_id, what)
+        else:
+            stream = -1  # only inspecting: the producer need not synchronise
+    capsule = _call_dlpack(obj, stream, output, what)
+    owner, t, flags = _take_capsule(capsule, what)
+    del capsule
+    try:
+        if (t.device.device_type, t.device.device_id) != (dev_type, dev_id):
+            raise WeftArgumentError(
+                f"{what}: {_describe(obj)}'s DLPack tensor is on device "
+                f"({t.device.device_type}, {t.device.device_id}) but __dlpack_device__() says "
+                f"({dev_type}, {dev_id})"
+            )
+        dtype = _dlpack_dtype(t.dtype.code, t.dtype.bits, t.dtype.lanes, what)
+        ndim = int(t.ndim)
+        shape = tuple(int(t.shape[i]) for i in range(ndim)) if ndim else ()
+        strides = [int(t.strides[i]) for i in range(ndim)] if ndim and t.strides else None
+        if not _is_c_contiguous(shape, strides, 1):
+            assert strides is not None
+            if is_cuda:
+                raise _non_contiguous_device(shape, strides, "elements", what)
+            raise WeftArgumentError(
+                f"{what}: a non-contiguous array (shape {shape}, strides {tuple(strides)} in "
+                "elements); weft needs C-contiguous memory and never copies it behind your back"
+            )
+        readonly = bool(flags & _DLPACK_FLAG_READ_ONLY)
+        if output and readonly:
+            raise _read_only_device(obj, "DLPack flags it read-only", what)
+        if output and flags & _DLPACK_FLAG_IS_COPIED:
+            raise WeftArgumentError(
+                f"{what}: {_describe(obj)} exported a copy through DLPack; what weft writes into "
+                "it would be lost: pass an array whose memory it can share"
+            )
+        count = 1
+        for d in shape:
+            count *= d
+        nbytes = count * DTYPE_SIZE[dtype]
+        addr = (int(t.data or 0) + int(t.byte_offset)) if nbytes else 0
+        if is_cuda and sync and nbytes:
+            _cuda.driver(what).synchronize(stream, addr, dev_id, what)
+    except BaseException:
+        owner.release()
+        raise
+    return Buffer(obj, owner, addr, nbytes, dtype, shape, readonly, what, device=is_cuda)
 
 
 def label_in(context: str, label: str) -> str:
@@ -360,5 +752,6 @@ def check_count(buf: Buffer, expect: int, why: str) -> None:
 
 
 def dtype_of(obj: Any) -> DType:
-    """The weft datatype a buffer would be sent as (WeftArgumentError if none)."""
-    return as_buffer(obj, "buffer", output=False).dtype
+    """The weft datatype a buffer would be sent as (WeftArgumentError if none);
+    device arrays too (nothing is synchronised)."""
+    return as_buffer(obj, "buffer", output=False, device=True, sync=False).dtype

@@ -390,7 +390,9 @@ class Comm:
     ``timeout`` (seconds or timedelta; None: the communicator's default, see
     :attr:`timeout`). Buffers are numpy arrays or anything with the buffer
     protocol; outputs must be writable and C-contiguous and are written in
-    place.
+    place. Point-to-point also takes CUDA device arrays (CuPy, torch,
+    ``__cuda_array_interface__``, DLPack), synchronising their producer's
+    stream before posting.
     """
 
     def __init__(self, handle: c_void_p, *, is_world: bool = False):
@@ -651,7 +653,7 @@ class Comm:
         self, tensor: Any, dst: int, tag: int = 0, async_op: bool = False, timeout: Timeout = None
     ) -> Optional[Work]:
         """Sends ``tensor`` to rank ``dst`` (messages between a pair arrive in order)."""
-        b = as_buffer(tensor, "send: tensor", output=False)
+        b = as_buffer(tensor, "send: tensor", output=False, device=True)
         w = Work(self, "send", (b,), timeout)
         w._post(
             _lib.load().weft_isend,
@@ -675,7 +677,7 @@ class Comm:
         """Receives into ``tensor`` from ``src`` (None: any source) with ``tag``
         (None: any tag). Returns a RecvStatus (or a Work whose ``status`` tells
         after completion). A longer message raises WeftTruncateError."""
-        b = as_buffer(tensor, "recv: tensor", output=True)
+        b = as_buffer(tensor, "recv: tensor", output=True, device=True)
         w = Work(self, "recv", (b,), timeout)
         w._post(
             _lib.load().weft_irecv,

@@ -183,6 +183,18 @@ class WeftLibraryNotFoundError(WeftError, OSError):  # type: ignore[misc]
     default_code = None
 
 
+class WeftCudaError(WeftError, RuntimeError):
+    """A CUDA driver call the package made for a device array failed (e.g. the
+    stream synchronisation before posting reported an earlier kernel's fault).
+    ``code`` is None; ``cuda_status`` is the CUresult."""
+
+    default_code = None
+
+    def __init__(self, detail: str = "", cuda_status: int = 0):
+        super().__init__(detail)
+        self.cuda_status = cuda_status
+
+
 _CLASSES: Dict[int, Type[WeftError]] = {
     ERR_ARG: WeftArgumentError,
     ERR_NO_MEMORY: WeftNoMemoryError,
