@@ -4,6 +4,7 @@
  * ranks about lost peers and closes when every rank said goodbye. The
  * protocol is in env_wire.h. */
 #include "bootstrap/env.h"
+#include "bootstrap/sock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -718,7 +719,7 @@ static void server_accept(server_t *s, double now)
             close(fd);
             continue;
         }
-        weft_env_set_nodelay(fd);
+        weft_sock_nodelay(fd);
         c->fd = fd;
         c->rank = -1;
         c->opened = now;

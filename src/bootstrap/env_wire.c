@@ -1,15 +1,11 @@
 /* The env bootstrap's wire protocol (see env_wire.h): big-endian header
- * pack / unpack, and the message and socket helpers the store and its
- * clients share. */
+ * pack / unpack, and the message helper the store and its clients share. */
 #include "bootstrap/env_wire.h"
 
 #include <endian.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -76,11 +72,4 @@ void weft_env_textf(char *buf, size_t cap, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, cap, fmt, ap);
     va_end(ap);
-}
-
-void weft_env_set_nodelay(int fd)
-{
-    int one = 1;
-    /* Allgather rounds are small request/response exchanges: no Nagle delay. */
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }

@@ -76,7 +76,4 @@ void weft_env_hdr_unpack(const uint8_t *b, store_hdr_t *h);
 /* snprintf for messages: truncation is fine (and expected for huge rank lists). */
 void weft_env_textf(char *buf, size_t cap, const char *fmt, ...) WEFT_PRINTF(3, 4);
 
-/* TCP_NODELAY on a store connection (either end). */
-void weft_env_set_nodelay(int fd);
-
 #endif
