@@ -23,7 +23,9 @@ static const weft_var_t vars[] = {
     {"WEFT_TIMEOUT", WEFT_VAR_DOUBLE, "600",
      "default deadline in seconds of every wait (communicators inherit it; 0 disables deadlines)", FIELD(timeout), 0},
     {"WEFT_INIT_TIMEOUT", WEFT_VAR_DOUBLE, "120",
-     "deadline in seconds for all ranks to arrive at init; the error names the missing ranks", FIELD(init_timeout), 0},
+     "deadline in seconds for all ranks to arrive at init (resolving MASTER_ADDR and reaching the store included); "
+     "the error names the missing ranks, or what was tried",
+     FIELD(init_timeout), 0},
     {"WEFT_EAGER_CONNECT", WEFT_VAR_BOOL, "0", "create every UCX endpoint at init instead of on first use",
      FIELD(eager_connect), 0},
     {"WEFT_PEER_FAILURE", WEFT_VAR_BOOL, "0",
