@@ -4,8 +4,8 @@
 
 #include "weft_internal.h"
 
-#include <errno.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>

@@ -327,26 +327,22 @@ static int ts_delete(ts_boot_t *t, uint64_t seq, const char *what, long lo, long
 static int ts_missing(ts_boot_t *t, uint64_t seq, char *text, size_t cap)
 {
     uint8_t *present = malloc((size_t)t->size);
-    size_t used = 0;
-    int missing = 0, listed = 0;
+    int *list = malloc(sizeof(int) * (size_t)t->size);
+    int missing = -1;
 
     text[0] = '\0';
-    if (!present || ts_check_each(t, seq, "r", 0, t->size, present) != WEFT_SUCCESS) {
-        free(present);
-        return -1;
-    }
-    for (int r = 0; r < t->size; r++) {
-        if (present[r]) continue;
-        missing++;
-        if (listed < 64 && used + 16 < cap) {
-            int k = snprintf(text + used, cap - used, "%s%d", listed ? ", " : "", r);
-            if (k > 0) used += (size_t)k;
-            listed++;
+    if (present && list && ts_check_each(t, seq, "r", 0, t->size, present) == WEFT_SUCCESS) {
+        char ranks[384];
+        missing = 0;
+        for (int r = 0; r < t->size; r++)
+            if (!present[r]) list[missing++] = r;
+        if (missing) {
+            weft_env_format_ranks(ranks, sizeof(ranks), list, missing);
+            weft_env_textf(text, cap, "%s never arrived (%d of %d missing)", ranks, missing, t->size);
         }
     }
-    if (missing > listed && used + 8 < cap) used += (size_t)snprintf(text + used, cap - used, ", ...");
-    if (missing && used < cap) snprintf(text + used, cap - used, " never arrived (%d of %d missing)", missing, t->size);
     free(present);
+    free(list);
     return missing;
 }
 
@@ -401,8 +397,8 @@ static int ts_gather(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double 
     if (io == IO_TIMEOUT) {
         int missing = ts_missing(t, seq, who, sizeof(who));
         if (missing > 0)
-            weft_env_textf(text, sizeof(text), "rank %s at torchrun's agent store %s (bootstrap round %llu)", who,
-                           t->where, (unsigned long long)seq);
+            weft_env_textf(text, sizeof(text), "%s at torchrun's agent store %s (bootstrap round %llu)", who, t->where,
+                           (unsigned long long)seq);
         else
             weft_env_textf(text, sizeof(text),
                            "bootstrap round %llu at torchrun's agent store %s did not complete by the deadline",
@@ -464,7 +460,7 @@ static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double d
         int missing = ts_missing(t, seq, who, sizeof(who));
         if (missing > 0)
             return weft_error(WEFT_ERR_TIMEOUT,
-                              "torchstore bootstrap: rank %s at torchrun's agent store %s (bootstrap "
+                              "torchstore bootstrap: %s at torchrun's agent store %s (bootstrap "
                               "round %llu, seen from rank %d)",
                               who, t->where, (unsigned long long)seq, t->rank);
         return weft_error(WEFT_ERR_TIMEOUT,
