@@ -234,16 +234,16 @@ need_prog() {
 }
 
 echo "torchrun tests: $NPROC ranks per agent, ${LIMIT}s limit per run, build tree $top_builddir"
-need_prog "examples" "$EX/hello" && need_prog "examples" "$EX/ring" || {
+if ! need_prog "examples" "$EX/hello" || ! need_prog "examples" "$EX/ring"; then
     echo "$passed passed, $failed failed"
     exit 1
-}
+fi
 
 # --- torch -------------------------------------------------------------------
 torch_py=
 for p in "${WEFT_TORCH_PYTHON:-}" "${WEFT_TORCH_VENV:+$WEFT_TORCH_VENV/bin/python}" "$top_srcdir/.venv/bin/python" \
     "$(command -v python3 || true)"; do
-    [ -n "$p" ] && [ -x "$p" ] || continue
+    if [ -z "$p" ] || [ ! -x "$p" ]; then continue; fi
     if "$p" -c 'import torch, torch.distributed.run' >/dev/null 2>&1; then
         torch_py=$p
         break
@@ -374,8 +374,10 @@ if [ "$(id -u)" != 0 ]; then
 elif ! unshare --mount --propagation private true 2>/dev/null; then
     skip "$name" "unshare --mount is not permitted here (a container without CAP_SYS_ADMIN?)"
 else
+    # A name under .invalid resolves nowhere else (RFC 6761), only from the
+    # private hosts file once the entry is there.
     start "$work/late-dns.out" unshare --mount --propagation private bash "$0" --late-dns-inner "$work" \
-        "$(free_port)" "weft-test-master-0"
+        "$(free_port)" "weft-master-0.weft-test.invalid"
     finish
     verdict "$name" 0 "$rc" check_late_dns -- "$work/late-dns.out"
 fi
