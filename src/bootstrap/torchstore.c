@@ -146,6 +146,7 @@ static void tb_key(tsbuf_t *b, const ts_boot_t *t, uint64_t seq, const char *wha
     char k[sizeof(t->prefix) + 64];
     int n = idx >= 0 ? snprintf(k, sizeof(k), "%s/%llu/%s%ld", t->prefix, (unsigned long long)seq, what, idx)
                      : snprintf(k, sizeof(k), "%s/%llu/%s", t->prefix, (unsigned long long)seq, what);
+    if (n < 0 || (size_t)n >= sizeof(k)) n = (int)sizeof(k) - 1; /* cannot happen: the run id is bounded */
     tb_u64(b, (uint64_t)n);
     tb_bytes(b, k, (size_t)n);
 }
