@@ -16,13 +16,16 @@ weft_config_t weft_cfg;
 
 static const weft_var_t vars[] = {
     {"WEFT_BOOTSTRAP", WEFT_VAR_STRING, "auto",
-     "how ranks find each other: auto (PMIx, then RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, then a singleton), "
-     "pmix, env, single",
+     "how ranks find each other: auto (torchrun's workers: its agent's store (torchstore) or env; then PMIx, then "
+     "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (env), then a singleton), pmix, torchstore, env (torchstore when "
+     "TORCHELASTIC_USE_AGENT_STORE=True), single",
      FIELD(bootstrap), sizeof(weft_cfg.bootstrap)},
     {"WEFT_TIMEOUT", WEFT_VAR_DOUBLE, "600",
      "default deadline in seconds of every wait (communicators inherit it; 0 disables deadlines)", FIELD(timeout), 0},
     {"WEFT_INIT_TIMEOUT", WEFT_VAR_DOUBLE, "120",
-     "deadline in seconds for all ranks to arrive at init; the error names the missing ranks", FIELD(init_timeout), 0},
+     "deadline in seconds for all ranks to arrive at init (resolving MASTER_ADDR and reaching the store included); "
+     "the error names the missing ranks, or what was tried",
+     FIELD(init_timeout), 0},
     {"WEFT_EAGER_CONNECT", WEFT_VAR_BOOL, "0", "create every UCX endpoint at init instead of on first use",
      FIELD(eager_connect), 0},
     {"WEFT_PEER_FAILURE", WEFT_VAR_BOOL, "0",
@@ -164,8 +167,10 @@ int weft_config_load(void)
         if (text && parse_var(var_at(i), text) != WEFT_SUCCESS) rc = WEFT_ERR_ARG;
     }
     if (rc == WEFT_SUCCESS && strcmp(weft_cfg.bootstrap, "auto") && strcmp(weft_cfg.bootstrap, "pmix") &&
-        strcmp(weft_cfg.bootstrap, "env") && strcmp(weft_cfg.bootstrap, "single"))
-        rc = weft_error(WEFT_ERR_ARG, "WEFT_BOOTSTRAP='%s' is not one of auto, pmix, env, single", weft_cfg.bootstrap);
+        strcmp(weft_cfg.bootstrap, "torchstore") && strcmp(weft_cfg.bootstrap, "env") &&
+        strcmp(weft_cfg.bootstrap, "single"))
+        rc = weft_error(WEFT_ERR_ARG, "WEFT_BOOTSTRAP='%s' is not one of auto, pmix, torchstore, env, single",
+                        weft_cfg.bootstrap);
     /* A typo in a WEFT_* name would otherwise be dropped silently. */
     extern char **environ;
     for (char **e = environ; e && *e; e++) {

@@ -45,16 +45,6 @@ WEFT_API const char *weft_bootstrap_name(void)
     return weft_g.initialized && weft_g.bs ? weft_g.bs->name : "none";
 }
 
-static int pick_bootstrap(weft_bootstrap_t *bs, double deadline)
-{
-    const char *want = weft_cfg.bootstrap;
-    if (!strcmp(want, "pmix") || (!strcmp(want, "auto") && weft_bootstrap_pmix_detected()))
-        return weft_bootstrap_pmix_init(bs, deadline);
-    if (!strcmp(want, "env") || (!strcmp(want, "auto") && weft_bootstrap_env_detected()))
-        return weft_bootstrap_env_init(bs, deadline);
-    return weft_bootstrap_single_init(bs);
-}
-
 /* Everything after the bootstrap is the same for every way of starting. */
 static int init_common(double deadline)
 {
@@ -122,7 +112,7 @@ WEFT_API int weft_init(int *argc, char ***argv)
     int rc = init_prologue("weft_init");
     if (rc) return rc;
     double deadline = weft_deadline_from(weft_cfg.init_timeout, weft_wtime());
-    if ((rc = pick_bootstrap(&g_bs, deadline)) != WEFT_SUCCESS) return rc;
+    if ((rc = weft_bootstrap_start(&g_bs, weft_cfg.bootstrap, deadline)) != WEFT_SUCCESS) return rc;
     return init_common(deadline);
 }
 

@@ -62,6 +62,9 @@ th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const ch
             snprintf(buf, sizeof(buf), "%d", port);
             setenv("MASTER_PORT", buf, 1);
             setenv("WEFT_BOOTSTRAP", "env", 1);
+            /* The harness's own store, also when the test runs under torchrun. */
+            unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+            unsetenv("TORCHELASTIC_RUN_ID");
             for (int i = 0; env && env[i]; i++)
                 putenv(strdup(env[i]));
             /* Die with the test process rather than linger. */

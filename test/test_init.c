@@ -1,15 +1,20 @@
 /* Start-up: init deadlines that name missing ranks, the out-of-band
- * bootstrap, local ranks, and finalize next to a dead peer. */
+ * bootstrap, local ranks, finalize next to a dead peer, a store that is
+ * late or never reachable (the error says what was tried), and the
+ * torchstore bootstrap facing a service that is not torch's store. */
 #include "harness.h"
 #include "weft.h"
 
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- a rank that never arrives ---------------------------------------- */
@@ -208,7 +213,136 @@ Test(init, singleton_when_nothing_is_set)
     unsetenv("WEFT_BOOTSTRAP");
     unsetenv("PMIX_RANK");
     unsetenv("PMIX_NAMESPACE");
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+    unsetenv("TORCHELASTIC_RUN_ID");
     cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS);
     cr_assert_str_eq(weft_bootstrap_name(), "single");
     cr_assert_eq(weft_finalize(), WEFT_SUCCESS);
+}
+
+/* ---- Kubernetes: rank 0's pod starts late, or never ---------------------- */
+static int body_rank0_late(int rank, int size, void *arg)
+{
+    (void)arg;
+    if (rank == 0) sleep(2); /* the others retry until its store is up */
+    TH_OK(weft_init(NULL, NULL));
+    int right = (rank + 1) % size, left = (rank + size - 1) % size, in = -1;
+    TH_OK(weft_sendrecv(&rank, 1, WEFT_INT32, right, 0, &in, 1, WEFT_INT32, left, 0, weft_comm_world(), NULL));
+    TH_CHECK(in == left, "in %d", in);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(init, rank0_starts_late, .timeout = 60)
+{
+    const char *env[] = {"WEFT_INIT_TIMEOUT=20", NULL};
+    th_result_t res = th_run(3, body_rank0_late, NULL, 40, env);
+    cr_assert_eq(res.timed_out, 0);
+    for (int r = 0; r < 3; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
+}
+
+static void set_rank1_of_2(const char *addr, int port)
+{
+    char b[16];
+    snprintf(b, sizeof(b), "%d", port);
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", addr, 1);
+    setenv("MASTER_PORT", b, 1);
+    setenv("WEFT_INIT_TIMEOUT", "1", 1);
+    unsetenv("LOCAL_RANK");
+    unsetenv("LOCAL_WORLD_SIZE");
+}
+
+Test(init, unreachable_store_says_what_was_tried, .timeout = 60)
+{
+    setenv("WEFT_BOOTSTRAP", "env", 1);
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+    /* Nobody listens: every connection is refused. */
+    set_rank1_of_2("127.0.0.1", th_free_port());
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_TIMEOUT);
+    const char *m = weft_last_error();
+    cr_expect(strstr(m, "could not reach rank 0's store at 127.0.0.1:"), "%s", m);
+    cr_expect(strstr(m, "connection attempts to port"), "%s", m);
+    cr_expect(strstr(m, "Connection refused"), "%s", m);
+    /* The same through a name: what it resolved to is part of the story. */
+    set_rank1_of_2("localhost", th_free_port());
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_TIMEOUT);
+    m = weft_last_error();
+    cr_expect(strstr(m, "name 'localhost'"), "%s", m);
+    cr_expect(strstr(m, "resolved to "), "%s", m);
+    cr_expect(strstr(m, "Connection refused"), "%s", m);
+    /* A name that never resolves (.invalid never does: RFC 6761). */
+    set_rank1_of_2("weft-no-such-master.invalid", th_free_port());
+    double t0 = weft_wtime();
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_TIMEOUT);
+    m = weft_last_error();
+    cr_expect(weft_wtime() - t0 < 1.0 + 2.0, "init took %.1f s with a 1 s deadline", weft_wtime() - t0);
+    cr_expect(strstr(m, "name 'weft-no-such-master.invalid'"), "%s", m);
+    cr_expect(strstr(m, "never resolved"), "%s", m);
+    cr_expect(strstr(m, "lookups"), "%s", m);
+}
+
+/* ---- the torchstore bootstrap facing something else ----------------------- */
+typedef struct {
+    int listen_fd;
+    const char *answer; /* NULL: accept and say nothing */
+} fake_store_t;
+
+static void *fake_store_main(void *p)
+{
+    fake_store_t *f = p;
+    char in[10];
+    int fd = accept(f->listen_fd, NULL, NULL);
+    if (fd < 0) return NULL;
+    /* torch's handshake: VALIDATE (5 bytes) and PING (5 bytes). */
+    if (recv(fd, in, sizeof(in), MSG_WAITALL) == (ssize_t)sizeof(in) && f->answer)
+        (void)send(fd, f->answer, strlen(f->answer), MSG_NOSIGNAL);
+    sleep(5);
+    close(fd);
+    return NULL;
+}
+
+static int fake_store_start(fake_store_t *f, pthread_t *tid)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof(sa);
+    f->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(f->listen_fd >= 0);
+    cr_assert_eq(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    cr_assert_eq(listen(f->listen_fd, 4), 0);
+    cr_assert_eq(getsockname(f->listen_fd, (struct sockaddr *)&sa, &len), 0);
+    cr_assert_eq(pthread_create(tid, NULL, fake_store_main, f), 0);
+    return ntohs(sa.sin_port);
+}
+
+Test(init, torchstore_refuses_a_service_that_is_not_torchs_store, .timeout = 60)
+{
+    pthread_t tid;
+    /* Under `srun torchrun`, the workers inherit the agent's PMIx variables:
+     * torchrun's must win. */
+    setenv("PMIX_RANK", "0", 1);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    setenv("TORCHELASTIC_RUN_ID", "weft-test", 1);
+    unsetenv("WEFT_BOOTSTRAP");
+
+    fake_store_t wrong = {.answer = "nope"};
+    set_rank1_of_2("127.0.0.1", fake_store_start(&wrong, &tid));
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_BOOTSTRAP);
+    cr_expect(strstr(weft_last_error(), "is not a torch TCPStore"), "%s", weft_last_error());
+    pthread_join(tid, NULL);
+    close(wrong.listen_fd);
+
+    fake_store_t silent = {.answer = NULL};
+    set_rank1_of_2("127.0.0.1", fake_store_start(&silent, &tid));
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_BOOTSTRAP);
+    cr_expect(strstr(weft_last_error(), "did not answer torch's TCPStore ping"), "%s", weft_last_error());
+    pthread_join(tid, NULL);
+    close(silent.listen_fd);
+
+    setenv("WEFT_BOOTSTRAP", "torchstore", 1);
+    unsetenv("MASTER_PORT");
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_ARG);
+    cr_expect(strstr(weft_last_error(), "torchstore bootstrap: MASTER_PORT is not set"), "%s", weft_last_error());
 }

@@ -6,6 +6,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Started by torchrun (its agent sets these for every worker). */
+static int under_torchrun(void)
+{
+    const char *run = getenv("TORCHELASTIC_RUN_ID");
+    return (run && *run) || getenv("TORCHELASTIC_USE_AGENT_STORE");
+}
+
+int weft_bootstrap_start(weft_bootstrap_t *bs, const char *want, double deadline)
+{
+    int is_auto = !strcmp(want, "auto"), is_env = !strcmp(want, "env");
+    /* torchrun's variables come first: under `srun torchrun ...` the workers
+     * also inherit the agent's PMIx variables, which name the agent, not them. */
+    int torchrun = is_auto && under_torchrun() && weft_bootstrap_env_detected();
+    if (!strcmp(want, "torchstore") || ((is_auto || is_env) && weft_bootstrap_torchstore_detected()))
+        return weft_bootstrap_torchstore_init(bs, deadline);
+    if (torchrun) return weft_bootstrap_env_init(bs, deadline);
+    if (!strcmp(want, "pmix") || (is_auto && weft_bootstrap_pmix_detected()))
+        return weft_bootstrap_pmix_init(bs, deadline);
+    if (is_env || (is_auto && weft_bootstrap_env_detected())) return weft_bootstrap_env_init(bs, deadline);
+    return weft_bootstrap_single_init(bs);
+}
+
 int weft_bootstrap_allgatherv(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t **lens,
                               size_t *stride, double deadline)
 {

@@ -1,7 +1,9 @@
-/* How ranks find each other. One vtable, four implementations:
- * pmix.c (mpirun / prterun / srun --mpi=pmix), env.c (RANK / WORLD_SIZE /
- * MASTER_ADDR / MASTER_PORT, rank 0 serves a TCP store), oob.c (a host
- * code's allgather callback), single.c (one rank). */
+/* How ranks find each other. One vtable, five implementations:
+ * pmix.c (mpirun / prterun / srun --mpi=pmix), torchstore.c (torchrun's
+ * workers: RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT name the agent's
+ * torch TCPStore, every rank is its client), env.c (the same variables
+ * without an agent store: rank 0 serves a TCP store), oob.c (a host code's
+ * allgather callback), single.c (one rank). bootstrap.c picks one. */
 #ifndef WEFT_BOOTSTRAP_H
 #define WEFT_BOOTSTRAP_H
 
@@ -12,7 +14,7 @@
 typedef struct weft_bootstrap weft_bootstrap_t;
 
 struct weft_bootstrap {
-    const char *name; /* "pmix", "env", "oob", "single" */
+    const char *name; /* "pmix", "torchstore", "env", "oob", "single" */
     int rank;
     int size;
     int local_rank; /* -1 when the bootstrap does not know */
@@ -39,10 +41,19 @@ int weft_bootstrap_single_init(weft_bootstrap_t *bs);
 int weft_bootstrap_oob_init(weft_bootstrap_t *bs, int rank, int size, weft_oob_allgather_fn fn, void *ctx);
 int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline);
 int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline);
+int weft_bootstrap_torchstore_init(weft_bootstrap_t *bs, double deadline);
 
 /* Environment probes used by automatic selection. */
 int weft_bootstrap_env_detected(void);
 int weft_bootstrap_pmix_detected(void);
+int weft_bootstrap_torchstore_detected(void);
+
+/* Starts the bootstrap `want` names (WEFT_BOOTSTRAP: auto, pmix,
+ * torchstore, env, single). auto: a torchrun worker's variables first
+ * (torchstore when the agent serves a store, else env), then PMIx, then
+ * the env variables, then a singleton; env under torchrun with an agent
+ * store is torchstore (the agent holds MASTER_PORT). */
+int weft_bootstrap_start(weft_bootstrap_t *bs, const char *want, double deadline);
 
 /* Variable-length allgather on top of bs->allgather: every rank passes
  * `len` bytes; *out receives size blocks of *stride bytes each (rank r's

@@ -40,7 +40,7 @@ static void format_where(char *buf, size_t cap, const char *host, int port)
         snprintf(buf, cap, "%s:%d", host, port);
 }
 
-static int env_long(const char *name, long lo, long hi, const char *extra, long *out, int *present)
+static int env_long(const char *who, const char *name, long lo, long hi, const char *extra, long *out, int *present)
 {
     const char *v = getenv(name);
     char *end;
@@ -51,18 +51,50 @@ static int env_long(const char *name, long lo, long hi, const char *extra, long 
             *present = 0;
             return WEFT_SUCCESS;
         }
-        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s is not set", name);
+        return weft_error(WEFT_ERR_ARG, "%s: %s is not set", who, name);
     }
     errno = 0;
     x = strtol(v, &end, 10);
     while (*end == ' ' || *end == '\t' || *end == '\n')
         end++;
     if (end == v || *end || errno == ERANGE || x < lo || x > hi)
-        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s='%.64s' is not an integer in [%ld, %ld]%s", name, v, lo, hi,
+        return weft_error(WEFT_ERR_ARG, "%s: %s='%.64s' is not an integer in [%ld, %ld]%s", who, name, v, lo, hi,
                           extra);
     *out = x;
     if (present) *present = 1;
     return WEFT_SUCCESS;
+}
+
+int weft_env_vars_read(env_vars_t *v, const char *who)
+{
+    long size, rank, port, lsize = -1, lrank = -1;
+    int have_lsize = 0, have_lrank = 0, rc;
+    char extra[48];
+    const char *addr;
+
+    WEFT_CHECK_GOTO(env_long(who, "WORLD_SIZE", 1, STORE_MAX_WORLD, "", &size, NULL), rc, out);
+    snprintf(extra, sizeof(extra), " (WORLD_SIZE=%ld)", size);
+    WEFT_CHECK_GOTO(env_long(who, "RANK", 0, size - 1, extra, &rank, NULL), rc, out);
+    WEFT_CHECK_GOTO(env_long(who, "MASTER_PORT", 1, 65535, "", &port, NULL), rc, out);
+    addr = getenv("MASTER_ADDR");
+    if (!addr || !*addr || strlen(addr) >= sizeof(v->addr)) {
+        rc = weft_error(WEFT_ERR_ARG, "%s: MASTER_ADDR='%.64s' is not a host name or address", who,
+                        addr ? addr : "(unset)");
+        goto out;
+    }
+    WEFT_CHECK_GOTO(env_long(who, "LOCAL_WORLD_SIZE", 1, size, extra, &lsize, &have_lsize), rc, out);
+    if (have_lsize) snprintf(extra, sizeof(extra), " (LOCAL_WORLD_SIZE=%ld)", lsize);
+    WEFT_CHECK_GOTO(env_long(who, "LOCAL_RANK", 0, (have_lsize ? lsize : size) - 1, extra, &lrank, &have_lrank), rc,
+                    out);
+    v->rank = (int)rank;
+    v->size = (int)size;
+    v->port = (int)port;
+    v->local_rank = have_lrank ? (int)lrank : -1;
+    v->local_size = have_lsize ? (int)lsize : -1;
+    snprintf(v->addr, sizeof(v->addr), "%s", addr);
+    format_where(v->where, sizeof(v->where), addr, (int)port);
+out:
+    return rc;
 }
 
 int weft_bootstrap_env_detected(void)
@@ -78,46 +110,31 @@ int weft_bootstrap_env_detected(void)
 int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
 {
     env_boot_t *eb = NULL;
-    long size, rank, port, lsize = -1, lrank = -1;
-    int have_lsize = 0, have_lrank = 0, rc;
-    char extra[48];
-    const char *addr;
+    env_vars_t v;
+    int rc;
 
     if (!bs) return weft_error(WEFT_ERR_ARG, "env bootstrap: NULL bootstrap");
-    WEFT_CHECK_GOTO(env_long("WORLD_SIZE", 1, STORE_MAX_WORLD, "", &size, NULL), rc, out);
-    snprintf(extra, sizeof(extra), " (WORLD_SIZE=%ld)", size);
-    WEFT_CHECK_GOTO(env_long("RANK", 0, size - 1, extra, &rank, NULL), rc, out);
-    WEFT_CHECK_GOTO(env_long("MASTER_PORT", 1, 65535, "", &port, NULL), rc, out);
-    addr = getenv("MASTER_ADDR");
-    if (!addr || !*addr || strlen(addr) >= sizeof(eb->addr)) {
-        rc = weft_error(WEFT_ERR_ARG, "env bootstrap: MASTER_ADDR='%.64s' is not a host name or address",
-                        addr ? addr : "(unset)");
-        goto out;
-    }
-    WEFT_CHECK_GOTO(env_long("LOCAL_WORLD_SIZE", 1, size, extra, &lsize, &have_lsize), rc, out);
-    if (have_lsize) snprintf(extra, sizeof(extra), " (LOCAL_WORLD_SIZE=%ld)", lsize);
-    WEFT_CHECK_GOTO(env_long("LOCAL_RANK", 0, (have_lsize ? lsize : size) - 1, extra, &lrank, &have_lrank), rc, out);
-
+    WEFT_CHECK_GOTO(weft_env_vars_read(&v, "env bootstrap"), rc, out);
     if (!(eb = calloc(1, sizeof(*eb)))) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory");
         goto out;
     }
     eb->fd = -1;
     eb->first_lost = -1;
-    eb->rank = (int)rank;
-    eb->size = (int)size;
-    eb->port = (int)port;
-    snprintf(eb->addr, sizeof(eb->addr), "%s", addr);
-    format_where(eb->where, sizeof(eb->where), addr, (int)port);
+    eb->rank = v.rank;
+    eb->size = v.size;
+    eb->port = v.port;
+    snprintf(eb->addr, sizeof(eb->addr), "%s", v.addr);
+    snprintf(eb->where, sizeof(eb->where), "%s", v.where);
     if (eb->rank == 0)
-        WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, eb->size, addr, eb->port, eb->where, &eb->thread), rc, out);
+        WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, eb->size, eb->addr, eb->port, eb->where, &eb->thread), rc, out);
     WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
 
     bs->name = "env";
     bs->rank = eb->rank;
     bs->size = eb->size;
-    bs->local_rank = have_lrank ? (int)lrank : -1;
-    bs->local_size = have_lsize ? (int)lsize : -1;
+    bs->local_rank = v.local_rank;
+    bs->local_size = v.local_size;
     bs->allgather = weft_env_allgather;
     bs->finalize = weft_env_finalize;
     bs->poll_lost = weft_env_poll_lost;

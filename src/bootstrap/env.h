@@ -11,6 +11,20 @@
 #include <netdb.h>
 #include <pthread.h>
 
+/* The variables an env-style launcher sets (weftrun, torchrun, a
+ * Kubernetes operator), read and checked by env.c for both the env and
+ * the torchstore bootstrap. */
+typedef struct env_vars {
+    int rank, size, port;       /* RANK, WORLD_SIZE, MASTER_PORT */
+    int local_rank, local_size; /* LOCAL_RANK, LOCAL_WORLD_SIZE; -1 when unset */
+    char addr[256];             /* MASTER_ADDR */
+    char where[300];            /* "MASTER_ADDR:MASTER_PORT" for messages */
+} env_vars_t;
+
+/* Fills *v, or fails with WEFT_ERR_ARG naming the variable; `who`
+ * prefixes the message ("env bootstrap"). */
+int weft_env_vars_read(env_vars_t *v, const char *who);
+
 /* Rank 0's store (env_server.c); its fields are private to that file. */
 typedef struct server server_t;
 

@@ -3,6 +3,7 @@
  * between rounds, and the goodbye at finalize. The protocol is in
  * env_wire.h. */
 #include "bootstrap/env.h"
+#include "bootstrap/sock.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -15,76 +16,6 @@
 #include <unistd.h>
 
 #define CLIENT_GRACE 1.0 /* how long a client waits past its deadline for the store's verdict */
-
-enum { IO_OK = 0, IO_TIMEOUT, IO_CLOSED, IO_ERROR };
-
-/* Waits for `events` on fd until io_deadline (0 = forever). */
-static int io_wait(int fd, short events, double io_deadline, int *err)
-{
-    for (;;) {
-        int ms = -1;
-        if (io_deadline > 0) {
-            double left = io_deadline - weft_wtime();
-            if (left <= 0) return IO_TIMEOUT;
-            ms = left > 3600.0 ? 3600000 : (int)(left * 1000.0) + 1;
-        }
-        struct pollfd p = {.fd = fd, .events = events};
-        int n = poll(&p, 1, ms);
-        if (n > 0) return IO_OK; /* errors and hang-ups show in the next send/recv */
-        if (n < 0 && errno != EINTR) {
-            *err = errno;
-            return IO_ERROR;
-        }
-    }
-}
-
-static int io_send(int fd, const void *buf, size_t len, int more, double io_deadline, int *err)
-{
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t k = send(fd, p, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        if (k > 0) {
-            p += k;
-            len -= (size_t)k;
-            continue;
-        }
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int w = io_wait(fd, POLLOUT, io_deadline, err);
-            if (w != IO_OK) return w;
-            continue;
-        }
-        *err = errno;
-        return (errno == EPIPE || errno == ECONNRESET) ? IO_CLOSED : IO_ERROR;
-    }
-    return IO_OK;
-}
-
-static int io_recv(int fd, void *buf, size_t len, double io_deadline, int *err)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t k = recv(fd, p, len, 0);
-        if (k > 0) {
-            p += k;
-            len -= (size_t)k;
-            continue;
-        }
-        if (k == 0) {
-            *err = 0;
-            return IO_CLOSED;
-        }
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int w = io_wait(fd, POLLIN, io_deadline, err);
-            if (w != IO_OK) return w;
-            continue;
-        }
-        *err = errno;
-        return errno == ECONNRESET ? IO_CLOSED : IO_ERROR;
-    }
-    return IO_OK;
-}
 
 static int status_from_wire(uint64_t arg)
 {
@@ -107,7 +38,7 @@ static int read_error_text(int fd, const store_hdr_t *h, char *text, size_t cap,
         *err = EPROTO;
         return IO_ERROR;
     }
-    int io = io_recv(fd, text, (size_t)h->len, io_deadline, err);
+    int io = weft_io_recv(fd, text, (size_t)h->len, io_deadline, err);
     text[io == IO_OK ? h->len : 0] = '\0';
     return io;
 }
@@ -117,62 +48,11 @@ static double io_deadline_of(double deadline)
     return deadline > 0 ? deadline + CLIENT_GRACE : 0.0;
 }
 
-/* One connection attempt to every address MASTER_ADDR resolves to (rank 0:
- * straight to its own store). Returns a connected fd or -1 with `last` set. */
-static int client_try_connect(env_boot_t *eb, double deadline, char *last, size_t cap)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res = NULL, self = {0};
-    char portstr[16];
-    int fd = -1, gai;
-
-    if (eb->srv) {
-        weft_env_server_self(eb->srv, &self);
-    } else {
-        snprintf(portstr, sizeof(portstr), "%d", eb->port);
-        /* Resolved on every attempt: a Kubernetes service name may appear late. */
-        if ((gai = getaddrinfo(eb->addr, portstr, &hints, &res)) != 0) {
-            weft_env_textf(last, cap, "cannot resolve MASTER_ADDR %s: %s", eb->addr, gai_strerror(gai));
-            return -1;
-        }
-    }
-    for (struct addrinfo *ai = eb->srv ? &self : res; ai && fd < 0; ai = ai->ai_next) {
-        int err = 0, w;
-        socklen_t el = sizeof(err);
-        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            weft_env_textf(last, cap, "socket: %s", strerror(errno));
-            continue;
-        }
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            if (errno != EINPROGRESS) {
-                err = errno;
-            } else {
-                /* Cap one attempt so a black-holed address does not eat the deadline. */
-                double until = weft_wtime() + 5.0;
-                if (deadline > 0 && deadline < until) until = deadline;
-                w = io_wait(fd, POLLOUT, until, &err);
-                if (w == IO_TIMEOUT)
-                    err = ETIMEDOUT;
-                else if (w == IO_OK && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
-                    err = errno;
-            }
-        }
-        if (err != 0) {
-            weft_env_textf(last, cap, "connect: %s", strerror(err));
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (res) freeaddrinfo(res);
-    if (fd >= 0) weft_env_set_nodelay(fd);
-    return fd;
-}
-
 /* HELLO / WELCOME. Returns WEFT_SUCCESS, 1 to retry (the store closed the
  * connection: overloaded or restarting), or an error status. */
-static int client_hello(env_boot_t *eb, int fd, double deadline, char *last, size_t cap)
+static int client_hello(int fd, void *ctx, double deadline, char *last, size_t cap)
 {
+    env_boot_t *eb = ctx;
     uint8_t b[STORE_HDR];
     store_hdr_t h;
     char text[STORE_MAX_TEXT + 1];
@@ -180,8 +60,8 @@ static int client_hello(env_boot_t *eb, int fd, double deadline, char *last, siz
     int err = 0, io;
 
     weft_env_hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0, HELLO_WANTS_LOST, 0);
-    io = io_send(fd, b, sizeof(b), 0, io_dl, &err);
-    if (io == IO_OK) io = io_recv(fd, b, sizeof(b), io_dl, &err);
+    io = weft_io_send(fd, b, sizeof(b), 0, io_dl, &err);
+    if (io == IO_OK) io = weft_io_recv(fd, b, sizeof(b), io_dl, &err);
     if (io == IO_CLOSED || io == IO_ERROR) {
         weft_env_textf(last, cap, "the store closed the connection during the HELLO (%s)",
                        err ? strerror(err) : "end of stream");
@@ -214,39 +94,25 @@ static int client_hello(env_boot_t *eb, int fd, double deadline, char *last, siz
 
 int weft_env_client_connect(env_boot_t *eb, double deadline)
 {
-    double start = weft_wtime(), backoff = 0.01;
-    unsigned seed = (unsigned)getpid() ^ (unsigned)eb->rank * 2654435761u;
-    char last[256] = "no attempt";
-    int attempts = 0;
-
-    for (;;) {
-        int fd = client_try_connect(eb, deadline, last, sizeof(last));
-        attempts++;
-        if (fd >= 0) {
-            int rc = client_hello(eb, fd, deadline, last, sizeof(last));
-            if (rc == WEFT_SUCCESS) {
-                eb->fd = fd;
-                weft_debug("env bootstrap: rank %d connected to the store at %s after %d attempts", eb->rank, eb->where,
-                           attempts);
-                return WEFT_SUCCESS;
-            }
-            close(fd);
-            if (rc < 0) return rc;
-        }
-        double now = weft_wtime();
-        if (deadline > 0 && now >= deadline)
-            return weft_error(WEFT_ERR_TIMEOUT,
-                              "env bootstrap: rank 0's store at %s could not be reached within %.1f s: is rank 0 "
-                              "running, and do MASTER_ADDR and MASTER_PORT point at it? (rank %d, %d attempts, "
-                              "last: %s)",
-                              eb->where, now - start, eb->rank, attempts, last);
-        /* Back off with jitter, so thousands of ranks do not knock in step. */
-        double pause = backoff * (0.5 + (double)rand_r(&seed) / RAND_MAX);
-        if (deadline > 0 && now + pause > deadline) pause = deadline - now;
-        struct timespec ts = {.tv_sec = (time_t)pause, .tv_nsec = (long)((pause - (double)(time_t)pause) * 1e9)};
-        nanosleep(&ts, NULL);
-        backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
+    struct addrinfo self = {0};
+    weft_dial_t d = {
+        .who = "env bootstrap",
+        .rank = eb->rank,
+        .what = "rank 0's store",
+        .host = eb->addr,
+        .port = eb->port,
+        .greet = client_hello,
+        .ctx = eb,
+        .hint = "Is rank 0 running, and do MASTER_ADDR and MASTER_PORT point at it?",
+    };
+    /* Rank 0 reaches its own store directly: MASTER_ADDR may be a name that
+     * resolves only from other pods, or not yet. */
+    if (eb->srv) {
+        weft_env_server_self(eb->srv, &self);
+        d.direct = self.ai_addr;
+        d.direct_len = self.ai_addrlen;
     }
+    return weft_dial(&d, deadline, &eb->fd);
 }
 
 static void client_note_lost(env_boot_t *eb, const store_hdr_t *h, const char *text)
@@ -264,7 +130,7 @@ static int client_recv_hdr(env_boot_t *eb, uint8_t *b, store_hdr_t *h, double io
 {
     char text[STORE_MAX_TEXT + 1];
     for (;;) {
-        int io = io_recv(eb->fd, b, STORE_HDR, io_deadline, err);
+        int io = weft_io_recv(eb->fd, b, STORE_HDR, io_deadline, err);
         if (io != IO_OK) return io;
         weft_env_hdr_unpack(b, h);
         if (h->magic != STORE_MAGIC || h->version != STORE_VERSION || h->kind != K_LOST) return IO_OK;
@@ -329,8 +195,8 @@ int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_
     if (deadline > 0) /* already past: 1 ms still makes the store say who is missing */
         left_ms = deadline - now > 0.001 ? (uint64_t)((deadline - now) * 1000.0) : 1;
     weft_env_hdr_pack(b, K_CONTRIB, (uint32_t)eb->rank, (uint32_t)eb->size, seq, left_ms, len);
-    io = io_send(eb->fd, b, sizeof(b), len > 0, io_dl, &err);
-    if (io == IO_OK && len > 0) io = io_send(eb->fd, send, len, 0, io_dl, &err);
+    io = weft_io_send(eb->fd, b, sizeof(b), len > 0, io_dl, &err);
+    if (io == IO_OK && len > 0) io = weft_io_send(eb->fd, send, len, 0, io_dl, &err);
     if (io == IO_OK || io == IO_CLOSED) {
         /* Even when the send failed, the store may have left a closing notice. */
         int rio = client_recv_hdr(eb, b, &h, io == IO_OK ? io_dl : weft_wtime() + 0.1, &err);
@@ -353,7 +219,7 @@ int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_
                           (unsigned long long)h.len, (unsigned long long)total);
     }
     if (h.kind == K_RESULT) {
-        if (total > 0) io = io_recv(eb->fd, recv, (size_t)total, io_dl, &err);
+        if (total > 0) io = weft_io_recv(eb->fd, recv, (size_t)total, io_dl, &err);
         if (io != IO_OK) return client_io_failure(eb, io, err, seq);
         return WEFT_SUCCESS;
     }
@@ -393,7 +259,7 @@ void weft_env_poll_lost(weft_bootstrap_t *bs)
         weft_env_hdr_unpack(b, &h);
         if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.kind != K_LOST) return;
         if (h.len >= STORE_MAX_TEXT || (size_t)k < STORE_HDR + h.len) return;
-        if (io_recv(eb->fd, b, STORE_HDR, weft_wtime() + 1.0, &err) != IO_OK ||
+        if (weft_io_recv(eb->fd, b, STORE_HDR, weft_wtime() + 1.0, &err) != IO_OK ||
             read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK) {
             eb->broken = 1;
             return;
@@ -422,10 +288,10 @@ void weft_env_finalize(weft_bootstrap_t *bs, int graceful, double deadline)
         double io_dl = weft_wtime() + 10.0;
         if (deadline > 0 && io_deadline_of(deadline) < io_dl) io_dl = io_deadline_of(deadline);
         weft_env_hdr_pack(b, K_BYE, (uint32_t)eb->rank, (uint32_t)eb->size, eb->seq, 0, 0);
-        int io = io_send(eb->fd, b, sizeof(b), 0, io_dl, &err);
+        int io = weft_io_send(eb->fd, b, sizeof(b), 0, io_dl, &err);
         if (io == IO_OK) {
             shutdown(eb->fd, SHUT_WR);
-            while ((io = io_recv(eb->fd, b, sizeof(b), io_dl, &err)) == IO_OK) {
+            while ((io = weft_io_recv(eb->fd, b, sizeof(b), io_dl, &err)) == IO_OK) {
             }
         }
         if (io != IO_CLOSED)

@@ -4,6 +4,7 @@
  * ranks about lost peers and closes when every rank said goodbye. The
  * protocol is in env_wire.h. */
 #include "bootstrap/env.h"
+#include "bootstrap/sock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -261,26 +262,6 @@ static void round_complete(server_t *s, round_t *r)
     round_unlink_free(s, r);
 }
 
-/* Appends "rank 3" or "ranks 3, 5, 10-19" to buf; long lists end in "...". */
-static void format_ranks(char *buf, size_t cap, const int *v, int n)
-{
-    size_t used = (size_t)snprintf(buf, cap, "%s ", n == 1 ? "rank" : "ranks");
-    for (int i = 0; i < n && used < cap;) {
-        int j = i;
-        while (j + 1 < n && v[j + 1] == v[j] + 1)
-            j++;
-        if (cap - used < 48) {
-            snprintf(buf + used, cap - used, "... (%d more)", n - i);
-            return;
-        }
-        if (j > i)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%d-%d", i ? ", " : "", v[i], v[j]);
-        else
-            used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? ", " : "", v[i]);
-        i = j + 1;
-    }
-}
-
 enum { MISS_NEVER, MISS_BEHIND, MISS_SENDING };
 
 /* Why rank rk is not (fully) in round r, as one of MISS_*, or -1. */
@@ -302,7 +283,7 @@ static void missing_clause(const server_t *s, const round_t *r, int *list, int w
     for (int rk = 0; rk < s->size; rk++)
         if (missing_as(s, r, rk) == why) list[n++] = rk;
     if (n == 0 || used >= cap) return;
-    format_ranks(ranks, sizeof(ranks), list, n);
+    weft_env_format_ranks(ranks, sizeof(ranks), list, n);
     weft_env_textf(text + used, cap - used, "%s%s%s", used ? " and " : "", ranks, n == 1 ? one : many);
 }
 
@@ -718,7 +699,7 @@ static void server_accept(server_t *s, double now)
             close(fd);
             continue;
         }
-        weft_env_set_nodelay(fd);
+        weft_sock_nodelay(fd);
         c->fd = fd;
         c->rank = -1;
         c->opened = now;
@@ -753,7 +734,7 @@ static const char *server_should_stop(server_t *s, double now)
         if (left) {
             for (int rk = 0; rk < s->size; rk++)
                 if (s->rank_state[rk] == RANK_LIVE || s->rank_state[rk] == RANK_NONE) left[n++] = rk;
-            format_ranks(list, sizeof(list), left, n);
+            weft_env_format_ranks(list, sizeof(list), left, n);
             free(left);
         }
         weft_warn("env store at %s: finalize deadline passed; %s never said goodbye", s->where, list);

@@ -1,15 +1,11 @@
 /* The env bootstrap's wire protocol (see env_wire.h): big-endian header
- * pack / unpack, and the message and socket helpers the store and its
- * clients share. */
+ * pack / unpack, and the message helper the store and its clients share. */
 #include "bootstrap/env_wire.h"
 
 #include <endian.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -78,9 +74,21 @@ void weft_env_textf(char *buf, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
-void weft_env_set_nodelay(int fd)
+void weft_env_format_ranks(char *buf, size_t cap, const int *v, int n)
 {
-    int one = 1;
-    /* Allgather rounds are small request/response exchanges: no Nagle delay. */
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    size_t used = (size_t)snprintf(buf, cap, "%s ", n == 1 ? "rank" : "ranks");
+    for (int i = 0; i < n && used < cap;) {
+        int j = i;
+        while (j + 1 < n && v[j + 1] == v[j] + 1)
+            j++;
+        if (cap - used < 48) {
+            snprintf(buf + used, cap - used, "... (%d more)", n - i);
+            return;
+        }
+        if (j > i)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d-%d", i ? ", " : "", v[i], v[j]);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? ", " : "", v[i]);
+        i = j + 1;
+    }
 }

@@ -73,10 +73,11 @@ void weft_env_hdr_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, 
 /* Reads b[STORE_HDR] into *h; checking magic, version and kind is the caller's. */
 void weft_env_hdr_unpack(const uint8_t *b, store_hdr_t *h);
 
+/* Writes "rank 3" or "ranks 3, 5, 10-19" (v: n ascending ranks) into buf;
+ * long lists end in "... (N more)". */
+void weft_env_format_ranks(char *buf, size_t cap, const int *v, int n);
+
 /* snprintf for messages: truncation is fine (and expected for huge rank lists). */
 void weft_env_textf(char *buf, size_t cap, const char *fmt, ...) WEFT_PRINTF(3, 4);
-
-/* TCP_NODELAY on a store connection (either end). */
-void weft_env_set_nodelay(int fd);
 
 #endif
