@@ -1,0 +1,61 @@
+#!/bin/bash
+# weft's GPU tests on a host with an NVIDIA GPU: builds the tests when this
+# checkout is not built yet (the build needs the packages of
+# contrib/install-deps.sh and the CUDA toolkit), then runs
+#   - test/test_cuda: device buffers in point-to-point on 2 and 4 ranks
+#     sharing the GPU, staged and through UCX (WEFT_CUDA=staged / auto);
+#   - contrib/python/tests/test_gpu.py and test_device_arrays.py on 2 ranks,
+#     with CuPy / torch arrays, when a python with numpy and pytest is found
+#     (PYTHON=...; skipped with the reason otherwise);
+# and prints one summary line: "gpu tests: N passed, M failed, K skipped".
+#
+#   contrib/gpu-test.sh [BUILD_DIR]     (default: this checkout)
+# UCX with CUDA transports: put its libraries first on LD_LIBRARY_PATH (and
+# UCX_MODULE_DIR at its modules) before running; weft_info's "memory:" line
+# says which path device buffers take.
+set -uo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$src}" && pwd)
+if [ ! -x "$build/test/test_cuda" ]; then
+    (cd "$build" && { [ -x configure ] || ./autogen.sh; } && { [ -f Makefile ] || ./configure --with-cuda; } &&
+        make -j"$(nproc)" && make -j"$(nproc)" test/test_cuda) || { echo "gpu-test: build failed" >&2; exit 1; }
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# NVLink multicast stays off on shared GPU hosts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+log=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-test.XXXXXX")
+trap 'rm -rf "$log"' EXIT
+passed=0 failed=0 skipped=0 status=0
+
+echo "== test/test_cuda"
+CRITERION_VERBOSITY_LEVEL=1 timeout 900 "$build/test/test_cuda" -j1 >"$log/c.log" 2>&1 || status=1
+grep -E "^\[(PASS|FAIL|SKIP)\]" "$log/c.log"
+line=$(grep -E "Synthesis: Tested" "$log/c.log" | tail -1)
+passed=$((passed + $(sed -nE 's/.*Passing: ([0-9]+).*/\1/p' <<<"$line")))
+failed=$((failed + $(sed -nE 's/.*Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1+\2/p' <<<"$line")))
+skipped=$((skipped + $(grep -c "^\[SKIP\]" "$log/c.log")))
+[ "$status" -eq 0 ] || tail -40 "$log/c.log"
+
+echo "== Python device arrays (2 ranks)"
+py=${PYTHON:-}
+for c in python3 /usr/bin/python3; do
+    [ -n "$py" ] && break
+    command -v "$c" >/dev/null && "$c" -c 'import numpy, pytest' 2>/dev/null && py=$c
+done
+if [ -z "$py" ]; then
+    echo "skipped: no python with numpy and pytest (set PYTHON=...)"
+    skipped=$((skipped + 1))
+else
+    (cd "$src/contrib/python" && PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" WEFT_LIBRARY="$build/.libs/libweft.so.0" WEFT_TEST_TIMEOUT=60 \
+        timeout 900 "$build/src/tools/weftrun" -n 2 --timeout 600 bash -c \
+        "exec $py -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_device_arrays.py >$log/py\$RANK.log 2>&1") ||
+        status=1
+    tail -n 15 "$log/py0.log"
+    sum=$(grep -E "[0-9]+ (passed|failed)" "$log/py0.log" | tail -1)
+    passed=$((passed + $(grep -oE "[0-9]+ passed" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
+    failed=$((failed + $(grep -oE "[0-9]+ failed" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
+    skipped=$((skipped + $(grep -oE "[0-9]+ skipped" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
+fi
+[ "$failed" -eq 0 ] || status=1
+echo "gpu tests: $passed passed, $failed failed, $skipped skipped"
+exit "$status"
