@@ -85,7 +85,7 @@ osu=$srcdir/contrib/bench/osu
 # (Re)built when missing or older than a harness source.
 if [[ ",$peers," == *,mpich,* ]] && { [ ! -x "$mpich_bin" ] || [ -n "$(find "$osu" -newer "$mpich_bin" -name '*.[ch]')" ]; }; then
     mpicc.mpich -std=c11 -O2 -D_GNU_SOURCE -o "$mpich_bin" "$osu/osu.c" "$osu/pt2pt.c" "$osu/coll.c" \
-        "$osu/backend_mpi.c"
+        "$osu/cuda_mem.c" "$osu/backend_mpi.c" -ldl
 fi
 [[ ",$peers," != *,openmpi* ]] || [ -x "$bench/mpi-osu" ] ||
     { echo "compare.sh: $bench/mpi-osu not built (configure found no mpicc)" >&2; exit 2; }

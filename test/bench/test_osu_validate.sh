@@ -3,7 +3,9 @@
 # every weft-osu program on 2 and 3 ranks (weftrun, env bootstrap) with small
 # sizes and few iterations, and every mpi-osu program on 2 ranks under
 # mpirun, so both backends of the one harness stay right. A program passes
-# when it exits 0 and its table says Pass on every row.
+# when it exits 0 and its table says Pass on every row. Then -d cuda: a
+# clean refusal (exit 2, a reason) without a GPU, device-buffer validation
+# with one.
 #
 # An automake TESTS script: exit 0 pass, 1 fail. make sets top_builddir;
 # by hand, from an in-tree build: test/bench/test_osu_validate.sh
@@ -55,17 +57,68 @@ else
     echo "SKIP mpi-osu-* np=2: mpi-osu not built (no mpicc) or no mpirun: the MPI backend was not checked"
     skipped=$((skipped + $(wc -w <<<"$programs")))
 fi
-# -d cuda must be refused clearly on this build.
-if "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-allreduce" -d cuda >"$work/cuda" 2>&1; then
-    failed=$((failed + 1))
-    echo "FAIL -d cuda was accepted by a build without GPU support"
-elif grep -q "GPU support" "$work/cuda"; then
+# -d cuda. Collectives refuse device buffers with a reason (exit 2). The
+# point-to-point programs: where there is no CUDA driver or device (a CPU
+# machine) they must stop cleanly, exit 2 with a reason naming what is
+# missing; where a library refuses device pointers (a weft without GPU
+# paths, an MPI that is not CUDA-aware) likewise; where a GPU and a capable
+# weft are present, latency, bw and bibw must validate (-c) with device
+# buffers on either side.
+expect_exit2() { # name, pattern, command...
+    local name=$1 pattern=$2 out=$work/cuda rc
+    shift 2
+    timeout -k 5 "$LIMIT" "$@" >"$out" 2>&1
+    rc=$?
+    if [ "$rc" -eq 2 ] && grep -Eq "$pattern" "$out"; then
+        passed=$((passed + 1))
+        echo "PASS $name: exit 2, $(grep -Eo "$pattern" "$out" | head -1)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name: exit $rc (expected 2 and /$pattern/)"
+        sed 's/^/    /' "$out" | tail -10
+    fi
+}
+expect_exit2 "weft-osu-allreduce -d cuda refused" "point-to-point programs" \
+    "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-allreduce" -d cuda
+expect_exit2 "weft-osu-latency: a lone buffer location refused" "come in pairs" \
+    "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-latency" D
+no_gpu="libcuda\.so\.1[^:]*cannot be loaded|no CUDA device|not an NVIDIA driver|cuInit\(\) failed"
+refused="no GPU code paths|not CUDA-aware"
+probe=$work/probe
+timeout -k 5 "$LIMIT" "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-latency" -d cuda D D "${OPTS[@]}" >"$probe" 2>&1
+probe_rc=$?
+if [ "$probe_rc" -eq 2 ] && grep -Eq "$no_gpu|$refused" "$probe"; then
     passed=$((passed + 1))
-    echo "PASS -d cuda refused with a reason"
+    echo "PASS weft-osu-latency -d cuda D D stops cleanly: exit 2, $(grep -Eo "$no_gpu|$refused" "$probe" | head -1)"
+    echo "SKIP device-buffer validation (latency, bw, bibw x D D, D H, H D): no usable GPU here"
+    skipped=$((skipped + 9))
 else
-    failed=$((failed + 1))
-    echo "FAIL -d cuda: no reason given"
-    cat "$work/cuda"
+    for p in latency bw bibw; do
+        for where in "D D" "D H" "H D"; do
+            # shellcheck disable=SC2086 # where: two words
+            run_case "weft-osu-$p -d cuda $where" "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-$p" -d cuda $where \
+                "${OPTS[@]}"
+        done
+    done
+fi
+if [ -x "$BENCH/mpi-osu" ] && command -v mpirun >/dev/null; then
+    if [ "$probe_rc" -eq 2 ] && grep -Eq "$no_gpu" "$probe"; then
+        expect_exit2 "mpi-osu-latency -d cuda D D stops cleanly" "$no_gpu" \
+            mpirun -np 2 --oversubscribe "$BENCH/mpi-osu-latency" -d cuda D D "${OPTS[@]}"
+    else # a GPU: Open MPI must either validate or refuse with its reason
+        out=$work/mpicuda
+        timeout -k 5 "$LIMIT" mpirun -np 2 --oversubscribe "$BENCH/mpi-osu-latency" -d cuda D D "${OPTS[@]}" >"$out" 2>&1
+        rc=$?
+        if { [ "$rc" -eq 0 ] && grep -q Pass "$out" && ! grep -q Fail "$out"; } ||
+            { [ "$rc" -ne 0 ] && grep -q "not CUDA-aware" "$out"; }; then
+            passed=$((passed + 1))
+            echo "PASS mpi-osu-latency -d cuda D D: $([ "$rc" -eq 0 ] && echo validated || echo refused, not CUDA-aware)"
+        else
+            failed=$((failed + 1))
+            echo "FAIL mpi-osu-latency -d cuda D D: exit $rc"
+            sed 's/^/    /' "$out" | tail -10
+        fi
+    fi
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

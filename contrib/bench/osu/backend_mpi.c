@@ -2,6 +2,9 @@
 #include "bench.h"
 
 #include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h> /* MPIX_Query_cuda_support (the cuda extension, built by default) */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +71,23 @@ int bk_size(void)
 {
     return my_size;
 }
+int bk_local_rank(void)
+{
+    /* The launchers' variables, else the ranks sharing this node's memory. */
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    MPI_Comm node;
+    int local = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+    }
+    return local;
+}
+
 double bk_wtime(void)
 {
     return MPI_Wtime();
@@ -99,6 +119,35 @@ void bk_abort(const char *why)
     fprintf(stderr, "mpi-osu: rank %d aborting: %s\n", my_rank, why);
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
+}
+
+/* CUDA-awareness as the library reports it at run time: Open MPI's
+ * MPIX_Query_cuda_support() (mpi-ext.h; ompi_info shows the same fact as
+ * opal_built_with_cuda_support), MPICH's MPIX_GPU_query_support(). An MPI
+ * that is not CUDA-aware takes a device pointer for host memory and crashes
+ * on it. OSU_CUDA=force (osu.c) overrides a no: Open MPI's pml ucx hands
+ * contiguous buffers to UCX untouched, so over a UCX with CUDA transports it
+ * may move device memory although Open MPI itself was built without CUDA. */
+int bk_device_support(char *why, size_t len)
+{
+#if defined(MPIX_CUDA_AWARE_SUPPORT)
+    int yes = MPIX_Query_cuda_support();
+    snprintf(why, len, "%s %s CUDA-aware (MPIX_Query_cuda_support() = %d, built %s CUDA)%s", bk_library(),
+             yes ? "is" : "is not", yes, MPIX_CUDA_AWARE_SUPPORT ? "with" : "without",
+             yes ? ""
+                 : ": it would take a device pointer for host memory; run with host buffers, or set "
+                   "OSU_CUDA=force to try its pml ucx over a UCX with CUDA transports");
+    return yes ? 1 : 0;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+    int yes = 0;
+    MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes);
+    snprintf(why, len, "%s %s CUDA-aware (MPIX_GPU_query_support(CUDA) = %d)%s", bk_library(), yes ? "is" : "is not",
+             yes, yes ? "" : " (MPICH: built with CUDA and MPIR_CVAR_ENABLE_GPU=1?); run with host buffers");
+    return yes ? 1 : 0;
+#else
+    snprintf(why, len, "%s reports no CUDA support query: trying device buffers anyway", bk_library());
+    return -1;
+#endif
 }
 
 int bk_send(const void *buf, size_t bytes, int peer, int tag)

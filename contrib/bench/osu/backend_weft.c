@@ -52,6 +52,13 @@ int bk_size(void)
     return my_size;
 }
 
+int bk_local_rank(void)
+{
+    int local = 0;
+    if (weft_local_rank(&local) != WEFT_SUCCESS) local = 0;
+    return local;
+}
+
 double bk_wtime(void)
 {
     struct timespec ts;
@@ -78,6 +85,32 @@ void bk_abort(const char *why)
     fprintf(stderr, "weft-osu: rank %d aborting: %s\n", my_rank, why);
     weft_comm_abort(world, 1);
     exit(1);
+}
+
+/* weft_build_info's cuda=VALUE: "no" (built without CUDA), or a description
+ * of the GPU support this build has; weft detects the memory type of every
+ * point-to-point buffer itself. */
+int bk_device_support(char *why, size_t len)
+{
+    const char *info = weft_build_info(), *cuda = info ? strstr(info, "cuda=") : NULL;
+    char value[160] = "unknown";
+    if (cuda) {
+        size_t n = strcspn(cuda + 5, " ");
+        snprintf(value, sizeof(value), "%.*s", (int)(n < sizeof(value) ? n : sizeof(value) - 1), cuda + 5);
+    }
+    if (strstr(value, "no-gpu-paths")) {
+        snprintf(why, len,
+                 "this weft has no GPU code paths (weft_build_info: cuda=%s): it would take a device pointer "
+                 "for host memory",
+                 value);
+        return 0;
+    }
+    if (!strcmp(value, "no") || !strcmp(value, "unknown")) {
+        snprintf(why, len, "weft_build_info says cuda=%s: device buffers may be refused", value);
+        return -1;
+    }
+    snprintf(why, len, "weft cuda=%s", value);
+    return 1;
 }
 
 int bk_send(const void *buf, size_t bytes, int peer, int tag)

@@ -57,12 +57,17 @@ int bk_init(int *argc, char ***argv);
 void bk_finalize(void);
 int bk_rank(void);
 int bk_size(void);
+/* Rank among the ranks of this host (picks the GPU of -d cuda). */
+int bk_local_rank(void);
 double bk_wtime(void);
 /* "weft 0.1.0 (UCX 1.13.1)", "Open MPI v4.1.4", "MPICH Version: 4.0.2" ... */
 const char *bk_library(void);
 /* Short name for tables and CSV files: "weft", "openmpi", "mpich", "mpi". */
 const char *bk_short_name(void);
 void bk_abort(const char *why);
+/* May device (CUDA) pointers be passed to bk_send & co? 1 yes, 0 no (the
+ * library would crash on one), -1 unknown (try); why: one sentence. */
+int bk_device_support(char *why, size_t len);
 
 /* Point to point (bytes). */
 int bk_send(const void *buf, size_t bytes, int peer, int tag);

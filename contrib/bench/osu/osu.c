@@ -4,6 +4,9 @@
  * its first argument (weft-osu allreduce ...). */
 #include "osu.h"
 
+#include "cuda_mem.h"
+
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +84,14 @@ static void usage(FILE *f, const char *prog)
             "  -f               full statistics: min / avg / max over ranks and the iteration count\n"
             "  -W N             window of messages in flight for bw, bibw, mbw-mr (default 64)\n"
             "  -t N             calls to test during the compute phase of nonblocking benchmarks (default 0)\n"
-            "  -d cuda|host     buffer location (cuda needs weft's GPU support; this build has none)\n"
+            "  -d cuda [A B]    device buffers, point-to-point programs only: A and B place the buffers of rank 0\n"
+            "                   and rank 1 (mbw-mr, multi-lat: of the first and second half), each D (device),\n"
+            "                   H (host) or M (managed); default D D (OSU's own binaries default to H H); the\n"
+            "                   words alone (D H) imply -d cuda. GPU: local rank modulo the device count; the\n"
+            "                   driver (libcuda.so.1) is loaded at run time (exit 2 where there is none);\n"
+            "                   OSU_CUDA=force (environment) passes device pointers to a library that says\n"
+            "                   it cannot take them (an MPI that is not CUDA-aware)\n"
+            "  -d host          host buffers (the default); -d managed: M M (OSU 5's -d managed)\n"
             "  --rotate BYTES   rotate buffers spanning this many bytes (default 32m; 0 = one buffer)\n"
             "  --csv FILE       also append one CSV row per size to FILE\n"
             "  --label NAME     library name in the CSV rows (default %s; e.g. one per algorithm)\n"
@@ -124,6 +134,8 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
 {
     int rank0 = bk_rank() == 0;
     int iters = -1, warmup = -1, iters_large = -1, warmup_large = -1;
+    char dev_opt = 0, words[2] = {0, 0}; /* -d: 'c' cuda, 'm' managed, 'h' host; buffer locations */
+    int nwords = 0;
     osu_opt.min_size = b->default_min;
     osu_opt.max_size = b->default_max;
     osu_opt.window = 64;
@@ -177,16 +189,16 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             bad = parse_int(v, &osu_opt.test_calls);
             i++;
         } else if (!strcmp(a, "-d")) {
-            if (!strcmp(v, "cuda") || !strcmp(v, "managed")) {
-                if (rank0)
-                    fprintf(stderr,
-                            "%s: -d %s: device buffers need %s's GPU support, which this build does not have; "
-                            "run without -d (host buffers)\n",
-                            prog, v, bk_short_name());
+            /* OSU 5's -d managed: managed buffers on both ranks. */
+            dev_opt = !strcmp(v, "cuda") ? 'c' : !strcmp(v, "managed") ? 'm' : !strcmp(v, "host") ? 'h' : 0;
+            bad = !dev_opt;
+            i++;
+        } else if (a[0] && !a[1] && strchr("DHMdhm", a[0])) {
+            if (nwords == 2) {
+                if (rank0) fprintf(stderr, "%s: a third buffer location '%s' (two: rank 0's, rank 1's)\n", prog, a);
                 return -1;
             }
-            bad = strcmp(v, "host") != 0;
-            i++;
+            words[nwords++] = (char)toupper((unsigned char)a[0]);
         } else if (!strcmp(a, "--rotate")) {
             bad = parse_size(v, &osu_opt.rotate_bytes);
             i++;
@@ -208,6 +220,30 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             return -1;
         }
     }
+    if (nwords == 1) {
+        if (rank0)
+            fprintf(stderr, "%s: buffer locations come in pairs, rank 0's then rank 1's: D D, D H, H D or H H\n", prog);
+        return -1;
+    }
+    int device_words = nwords == 2 && (words[0] != 'H' || words[1] != 'H');
+    if (dev_opt == 'h' && device_words) {
+        if (rank0) fprintf(stderr, "%s: -d host contradicts the buffer locations %c %c\n", prog, words[0], words[1]);
+        return -1;
+    }
+    osu_opt.accel = dev_opt == 'c' || dev_opt == 'm' || device_words;
+    if (nwords == 2)
+        memcpy(osu_opt.loc, words, 2);
+    else
+        memset(osu_opt.loc, dev_opt == 'm' ? 'M' : osu_opt.accel ? 'D' : 'H', 2);
+    if ((osu_opt.accel || nwords) && b->family != OSU_PT2PT) {
+        if (rank0)
+            fprintf(stderr,
+                    "%s: -d cuda: device buffers are measured by the point-to-point programs (latency, bw, bibw, "
+                    "mbw-mr, multi-lat) for now; collectives on GPU buffers are a later issue: run %s with host "
+                    "buffers (no -d)\n",
+                    prog, prog);
+        return -1;
+    }
     int pt2pt_latency = b->family == OSU_PT2PT && (b->pt2pt_kind == PT_LATENCY || b->pt2pt_kind == PT_MULTI_LAT);
     int pt2pt_bw = b->family == OSU_PT2PT && !pt2pt_latency;
     /* OSU's defaults: latency 10000 (+1000), bandwidth 100 (+10), collectives 1000 (+200). */
@@ -227,6 +263,46 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             fprintf(osu_opt.csv, "benchmark,library,ranks,size,avg_us,min_us,max_us,bw_mbs,msg_rate,overall_us,"
                                  "compute_us,pure_comm_us,overlap_pct,iterations,validation\n");
     }
+    return 0;
+}
+
+/* -d cuda: CUDA on every rank (the device of its local rank modulo the
+ * device count), then the library's word on device pointers when a rank
+ * holds device buffers (OSU_CUDA=force in the environment overrides a no).
+ * Every rank returns the same: 0 to run, 2 to stop, the reason printed once
+ * (by rank 0, or by a failing rank when rank 0 did not fail). */
+static int setup_device(const char *prog)
+{
+    if (!osu_opt.accel) return 0;
+    char why[512] = "", lib_note[384] = "";
+    int fail = 0, support = 1, uses_device = osu_opt.loc[0] != 'H' || osu_opt.loc[1] != 'H';
+    if (cm_init(bk_local_rank(), why, sizeof(why)) != 0) fail = 1;
+    if (!fail && uses_device) {
+        support = bk_device_support(lib_note, sizeof(lib_note));
+        const char *force = getenv("OSU_CUDA");
+        if (support == 0 && force && !strcmp(force, "force")) {
+            size_t n = strlen(lib_note);
+            snprintf(lib_note + n, sizeof(lib_note) - n, " [OSU_CUDA=force: device pointers passed anyway]");
+        } else if (support == 0) {
+            fail = 1;
+            snprintf(why, sizeof(why), "%s", lib_note);
+        }
+    }
+    if (osu_errors_total(fail)) {
+        int32_t rank0_failed = fail;
+        bk_coll_args_t a = {.coll = BK_BCAST, .recvbuf = &rank0_failed, .count = 1, .type = BK_INT32, .root = 0};
+        bk_coll(&a);
+        if (fail && (bk_rank() == 0 || !rank0_failed)) {
+            fprintf(stderr, "%s: rank %d: -d cuda: %s\n", prog, bk_rank(), why);
+            fflush(stderr);
+        }
+        return 2;
+    }
+    int v = cm_driver_version();
+    snprintf(osu_opt.device_note, sizeof(osu_opt.device_note),
+             "# CUDA: rank 0 on device %d of %d (%s; every rank: local rank %% %d), driver %d.%d%s%s", cm_device(),
+             cm_device_count(), cm_device_name(), cm_device_count(), v / 1000, v % 1000 / 10,
+             uses_device && lib_note[0] ? "; " : "", uses_device ? lib_note : "");
     return 0;
 }
 
@@ -259,7 +335,9 @@ int main(int argc, char **argv)
         return 2;
     }
     int rc = parse_options(argc - first, argv + first, b, prog);
+    if (rc == 0) rc = setup_device(prog) ? -1 : 0;
     if (rc != 0) {
+        if (osu_opt.csv) fclose(osu_opt.csv);
         bk_finalize();
         return rc < 0 ? 2 : 0;
     }
@@ -293,6 +371,11 @@ size_t osu_next_size(size_t size)
 
 void osu_pool_init(osu_pool_t *p, size_t bytes)
 {
+    osu_pool_init_at(p, bytes, 'H');
+}
+
+void osu_pool_init_at(osu_pool_t *p, size_t bytes, char loc)
+{
     size_t slot = (bytes + 4095) & ~(size_t)4095;
     if (slot == 0) slot = 4096;
     size_t n = osu_opt.rotate_bytes / slot;
@@ -300,21 +383,57 @@ void osu_pool_init(osu_pool_t *p, size_t bytes)
     if (n > 64) n = 64;
     p->nslots = (int)n;
     p->bytes = bytes;
+    p->loc = loc;
+    p->scratch = NULL;
     p->slot = calloc(n, sizeof(*p->slot));
     if (!p->slot) bk_abort("out of memory for buffer slots");
     for (size_t i = 0; i < n; i++) {
-        if (posix_memalign((void **)&p->slot[i], 4096, slot)) bk_abort("out of memory for buffers");
-        memset(p->slot[i], 0, slot); /* fault the pages in before timing */
+        if (loc == 'H') {
+            if (posix_memalign((void **)&p->slot[i], 4096, slot)) bk_abort("out of memory for buffers");
+            memset(p->slot[i], 0, slot); /* fault the pages in before timing */
+        } else if (!(p->slot[i] = cm_alloc(slot, loc == 'M')) || cm_memset(p->slot[i], 0, slot)) {
+            bk_abort(cm_last_error());
+        }
     }
+    if (loc != 'H' && osu_opt.validate && !(p->scratch = malloc(slot))) bk_abort("out of memory for buffers");
 }
 
 void osu_pool_free(osu_pool_t *p)
 {
     for (int i = 0; i < p->nslots; i++)
-        free(p->slot[i]);
+        if (p->loc == 'H')
+            free(p->slot[i]);
+        else
+            cm_free(p->slot[i]);
     free(p->slot);
+    free(p->scratch);
     p->slot = NULL;
+    p->scratch = NULL;
     p->nslots = 0;
+}
+
+void osu_pool_fill(const osu_pool_t *p, void *buf, size_t bytes, int src, int dst, int it)
+{
+    if (p->loc == 'H') {
+        osu_fill(buf, BK_CHAR, bytes, src, dst, 0, it);
+        return;
+    }
+    if (!p->scratch) bk_abort("device pool without a host copy (validation off?)");
+    osu_fill(p->scratch, BK_CHAR, bytes, src, dst, 0, it);
+    if (cm_htod(buf, p->scratch, bytes)) bk_abort(cm_last_error());
+}
+
+size_t osu_pool_check(const osu_pool_t *p, const void *buf, size_t bytes, int src, int dst, int it)
+{
+    if (p->loc == 'H') return osu_check(buf, BK_CHAR, bytes, src, dst, 0, it);
+    if (!p->scratch) bk_abort("device pool without a host copy (validation off?)");
+    if (cm_dtoh(p->scratch, buf, bytes)) bk_abort(cm_last_error());
+    return osu_check(p->scratch, BK_CHAR, bytes, src, dst, 0, it);
+}
+
+const char *osu_loc_name(char loc)
+{
+    return loc == 'D' ? "DEVICE (D)" : loc == 'M' ? "MANAGED (M)" : "HOST (H)";
 }
 
 void osu_fill(void *buf, bk_type_t type, size_t count, int src, int dst, size_t first_idx, int it)
@@ -377,6 +496,11 @@ void osu_print_header(const osu_bench_t *b, const char *columns)
 {
     if (bk_rank() != 0) return;
     printf("# %s OSU-style %s (%s, %d ranks)\n", bk_short_name(), b->title, bk_library(), bk_size());
+    if (osu_opt.accel) {
+        printf("# Send Buffer on %s and Receive Buffer on %s\n", osu_loc_name(osu_opt.loc[0]),
+               osu_loc_name(osu_opt.loc[1]));
+        printf("%s\n", osu_opt.device_note);
+    }
     if (b->family != OSU_PT2PT)
         printf("# buffers rotate over %d MiB; %s\n", (int)(osu_opt.rotate_bytes >> 20),
                b->family == OSU_ICOLL ? "times are averages over ranks" : "latency: average over ranks");

@@ -20,6 +20,10 @@ typedef struct {
     int window;                    /* -W: messages in flight for bw/bibw/mbw_mr */
     int test_calls;                /* -t: bk_test calls during the overlap compute */
     size_t rotate_bytes;           /* --rotate: bytes the rotating buffers span */
+    int accel;                     /* -d cuda (or D/M words): CUDA is initialized on every rank */
+    char loc[2];                   /* buffers of rank 0 and rank 1 (mbw-mr, multi-lat: of the
+                                    * first and second half): 'H' host, 'D' device, 'M' managed */
+    char device_note[320];         /* the device line of the header */
     const char *csv_path;          /* --csv FILE */
     const char *label;             /* --label: library column of the CSV */
     FILE *csv;
@@ -50,14 +54,25 @@ size_t osu_next_size(size_t size);
 
 /* A set of equally sized buffers used in turn, one per iteration, spanning
  * at least --rotate bytes so large messages are not measured out of one
- * cached buffer; allocated page-aligned and touched before timing. */
+ * cached buffer; allocated page-aligned and touched before timing. Device
+ * pools (loc 'D' or 'M', CUDA through cuda_mem.c) are zeroed with cuMemsetD8
+ * and carry a host buffer for validation. */
 typedef struct {
     char **slot;
     int nslots;
     size_t bytes;
+    char loc;      /* 'H', 'D', 'M' */
+    char *scratch; /* device pools: host copy for osu_pool_fill / osu_pool_check */
 } osu_pool_t;
-void osu_pool_init(osu_pool_t *p, size_t bytes);
+void osu_pool_init(osu_pool_t *p, size_t bytes); /* host */
+void osu_pool_init_at(osu_pool_t *p, size_t bytes, char loc);
 void osu_pool_free(osu_pool_t *p);
+/* osu_fill / osu_check (BK_CHAR) on a buffer of the pool wherever it lives:
+ * device buffers through a host copy (cuMemcpyHtoD / DtoH), outside timers. */
+void osu_pool_fill(const osu_pool_t *p, void *buf, size_t bytes, int src, int dst, int it);
+size_t osu_pool_check(const osu_pool_t *p, const void *buf, size_t bytes, int src, int dst, int it);
+/* "HOST (H)", "DEVICE (D)", "MANAGED (M)" */
+const char *osu_loc_name(char loc);
 static inline void *osu_pool_get(const osu_pool_t *p, int iteration)
 {
     return p->slot[iteration % p->nslots];

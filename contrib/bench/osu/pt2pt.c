@@ -5,7 +5,11 @@
  *   bibw       both directions at once
  *   mbw-mr     pairs (i, i + n/2) stream like bw; aggregate MB/s and messages/s
  *   multi-lat  pairs (i, i + n/2) ping-pong at the same time; average latency
- * Ranks outside the measured pair(s) only take part in the barriers. */
+ * Ranks outside the measured pair(s) only take part in the barriers.
+ * -d cuda A B: rank 0's buffers (the leaders' in mbw-mr, multi-lat) at A,
+ * rank 1's (their partners') at B, as OSU; bw's 4-byte ack stays in host
+ * memory. Validation fills and checks device buffers through host copies,
+ * outside the timers. */
 #include "osu.h"
 
 #include <stdlib.h>
@@ -29,7 +33,7 @@ static double pingpong(size_t size, int me_first, int peer, const osu_pool_t *sp
         void *sb = osu_pool_get(sp, i), *rb = osu_pool_get(rp, i);
         /* Validation work stays outside the timer. */
         if (osu_opt.validate) {
-            osu_fill(sb, BK_CHAR, size, bk_rank(), peer, 0, i);
+            osu_pool_fill(sp, sb, size, bk_rank(), peer, i);
             t0 = bk_wtime();
         } else if (i == skip) {
             t0 = bk_wtime();
@@ -43,7 +47,7 @@ static double pingpong(size_t size, int me_first, int peer, const osu_pool_t *sp
         }
         if (osu_opt.validate) {
             if (i >= skip) timer += bk_wtime() - t0;
-            *errors += (long)osu_check(rb, BK_CHAR, size, peer, bk_rank(), 0, i);
+            *errors += (long)osu_pool_check(rp, rb, size, peer, bk_rank(), i);
         }
     }
     if (!osu_opt.validate) timer = bk_wtime() - t0;
@@ -63,7 +67,7 @@ static double stream(size_t size, int sender, int receiver, int bidir, const osu
     for (int i = 0; i < iters + skip; i++) {
         char *sb = osu_pool_get(sp, i), *rb = osu_pool_get(rp, i);
         int n = 0;
-        if (osu_opt.validate && sends) osu_fill(sb, BK_CHAR, size, me, peer, 0, i);
+        if (osu_opt.validate && sends) osu_pool_fill(sp, sb, size, me, peer, i);
         if (osu_opt.validate || i == skip) t0 = bk_wtime();
         if (recvs)
             for (int k = 0; k < w; k++)
@@ -81,7 +85,7 @@ static double stream(size_t size, int sender, int receiver, int bidir, const osu
         }
         if (osu_opt.validate) {
             if (i >= skip) timer += bk_wtime() - t0;
-            if (recvs) *errors += (long)osu_check(rb, BK_CHAR, size, peer, me, 0, i);
+            if (recvs) *errors += (long)osu_pool_check(rp, rb, size, peer, me, i);
         }
     }
     return osu_opt.validate ? timer : bk_wtime() - t0;
@@ -113,8 +117,9 @@ int osu_run_pt2pt(const osu_bench_t *b)
     osu_print_header(b, colbuf);
 
     osu_pool_t sp, rp;
-    osu_pool_init(&sp, osu_opt.max_size);
-    osu_pool_init(&rp, osu_opt.max_size);
+    char loc = !active ? 'H' : leader ? osu_opt.loc[0] : osu_opt.loc[1];
+    osu_pool_init_at(&sp, osu_opt.max_size, loc);
+    osu_pool_init_at(&rp, osu_opt.max_size, loc);
     bk_req_t *reqs = calloc(2 * (size_t)osu_opt.window, sizeof(*reqs));
     if (!reqs) bk_abort("out of memory for requests");
     long total_errors = 0;
