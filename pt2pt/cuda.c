@@ -18,6 +18,20 @@ enum { MODE_AUTO, MODE_UCX, MODE_STAGED, MODE_OFF };
 static int mode;
 static int ucx_cuda; /* the UCX context carries CUDA memory */
 
+/* libcuda's state in this process: 0 not loaded (checked again when the
+ * loader loads anything), 1 loaded and usable, -1 loaded but unusable
+ * (reported once). */
+static int driver_state;
+static int driver_load(void);
+
+/* The loader appends each object it loads to the end of its list of link
+ * maps: while the last one seen has no successor, nothing was loaded since
+ * and libcuda cannot have arrived, for the price of one load. That object
+ * is pinned (a reference from dlopen RTLD_NOLOAD), so it stays mapped while
+ * weft points to it; without a pin every call asks the loader's counter. */
+static struct link_map *last;
+static void *last_pin;
+
 static int loader_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
@@ -25,20 +39,31 @@ static int loader_cb(struct dl_phdr_info *info, size_t size, void *arg)
     return 1; /* the counter is the same in every entry: one is enough */
 }
 
-/* libcuda's state in this process: 0 not loaded (checked again when the
- * loader's count of loaded objects moves), 1 loaded and usable, -1 loaded
- * but unusable (reported once). */
-static int driver_state;
-static int driver_load(void);
+static int loaded_since(void)
+{
+    static unsigned long long seen;
+    if (WEFT_LIKELY(last != NULL) && !last->l_next) return 0;
+    struct link_map *m = last ? last : _r_debug.r_map;
+    while (m && m->l_next)
+        m = m->l_next;
+    void *pin = m && m->l_name && m->l_name[0] ? dlopen(m->l_name, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    if (pin) {
+        if (last_pin) dlclose(last_pin);
+        last = m;
+        last_pin = pin;
+        return 1;
+    }
+    unsigned long long adds = 0;
+    dl_iterate_phdr(loader_cb, &adds);
+    if (adds == seen) return 0;
+    seen = adds;
+    return 1;
+}
 
 int weft_cuda_possible(void)
 {
-    static unsigned long long seen;
     if (WEFT_LIKELY(driver_state != 0)) return driver_state > 0;
-    unsigned long long adds = 0;
-    dl_iterate_phdr(loader_cb, &adds);
-    if (WEFT_LIKELY(adds == seen)) return 0;
-    seen = adds;
+    if (WEFT_LIKELY(!loaded_since())) return 0;
     return driver_load() > 0;
 }
 
@@ -185,6 +210,11 @@ static size_t chunk_bytes;
 static int chunk_depth;
 
 enum { MAX_DEPTH = 16, MAX_CTX = 16 };
+/* Messages up to this size are copied straight to or from UCX's buffer (one
+ * fragment on shared memory; one copy either way). Larger ones go through
+ * pinned chunks: copying each UCX fragment separately was measured 3-8x
+ * slower at 16-512 KiB on an H100 (a copy and a wait per 8 KiB fragment). */
+#define DIRECT_MAX ((size_t)8192)
 static struct {
     CUcontext ctx;
     CUstream stream;
@@ -196,7 +226,8 @@ struct weft_cuda_stage {
     size_t len;
     CUcontext ctx;
     CUstream stream;
-    int nslots; /* 0: direct (one chunk or less: copies straight to / from UCX's buffer) */
+    int nslots;   /* 0: direct (copies straight to / from UCX's buffer) */
+    size_t chunk; /* bytes per chunk: the whole message when it is under one pinned chunk */
     chunk_t *slot[MAX_DEPTH];
     size_t next;   /* the offset UCX is expected to ask for next (in order) */
     size_t issued; /* send: bytes whose copy to a chunk is issued */
@@ -265,7 +296,7 @@ static void chunk_wait(weft_cuda_stage_t *st, chunk_t *c)
 static void chunk_copy(weft_cuda_stage_t *st, size_t k, size_t bytes)
 {
     chunk_t *c = st->slot[k % (size_t)st->nslots];
-    CUdeviceptr dev = (CUdeviceptr)(uintptr_t)(st->dev + k * chunk_bytes), host = (CUdeviceptr)(uintptr_t)c->host;
+    CUdeviceptr dev = (CUdeviceptr)(uintptr_t)(st->dev + k * st->chunk), host = (CUdeviceptr)(uintptr_t)c->host;
     CUresult r =
         st->send ? drv.memcpy_async(host, dev, bytes, st->stream) : drv.memcpy_async(dev, host, bytes, st->stream);
     stage_fail(st, r, st->send ? "copying device memory to a pinned chunk" : "copying a pinned chunk to the device");
@@ -289,8 +320,7 @@ static void direct_copy(weft_cuda_stage_t *st, size_t off, void *host, size_t le
 static void send_issue(weft_cuda_stage_t *st, size_t upto)
 {
     while (st->issued < upto && st->issued < st->len) {
-        size_t k = st->issued / chunk_bytes,
-               n = st->len - st->issued < chunk_bytes ? st->len - st->issued : chunk_bytes;
+        size_t k = st->issued / st->chunk, n = st->len - st->issued < st->chunk ? st->len - st->issued : st->chunk;
         chunk_copy(st, k, n);
         st->issued += n;
     }
@@ -313,8 +343,9 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
         (r = drv.ctx_push(st->ctx)) != CUDA_SUCCESS)
         goto fail;
     st->stream = stream_of(st->ctx, &r);
-    if (st->stream && bytes > chunk_bytes) {
-        size_t chunks = (bytes + chunk_bytes - 1) / chunk_bytes;
+    if (st->stream && bytes > DIRECT_MAX) {
+        st->chunk = bytes < chunk_bytes ? bytes : chunk_bytes;
+        size_t chunks = (bytes + st->chunk - 1) / st->chunk;
         st->nslots = chunks < (size_t)chunk_depth ? (int)chunks : chunk_depth;
         for (int i = 0; i < st->nslots; i++)
             if (!(st->slot[i] = chunk_get(&r))) {
@@ -323,7 +354,7 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
             }
         /* A sender starts its first copies now: they run while the
          * message's header goes out. */
-        if (r == CUDA_SUCCESS && send) send_issue(st, (size_t)st->nslots * chunk_bytes);
+        if (r == CUDA_SUCCESS && send) send_issue(st, (size_t)st->nslots * st->chunk);
     }
     CUcontext popped;
     drv.ctx_pop(&popped);
@@ -366,20 +397,19 @@ static size_t dt_pack(void *state, size_t offset, void *dest, size_t max)
         return want;
     }
     if (!st->nslots || offset != st->next) {
-        /* One chunk or less, or UCX asks out of order: copy directly. */
+        /* A small message, or UCX asks out of order: copy directly. */
         direct_copy(st, offset, dest, want);
         done = want;
     }
     while (done < want) {
-        size_t k = (offset + done) / chunk_bytes, in = (offset + done) % chunk_bytes;
-        size_t n = chunk_bytes - in < want - done ? chunk_bytes - in : want - done;
+        size_t k = (offset + done) / st->chunk, in = (offset + done) % st->chunk;
+        size_t n = st->chunk - in < want - done ? st->chunk - in : want - done;
         chunk_t *c = st->slot[k % (size_t)st->nslots];
         chunk_wait(st, c);
         memcpy((char *)dest + done, c->host + in, n);
         done += n;
         /* A chunk read to its end frees its slot for the chunk depth ahead. */
-        if (in + n == chunk_bytes || offset + done == st->len)
-            send_issue(st, (k + 1 + (size_t)st->nslots) * chunk_bytes);
+        if (in + n == st->chunk || offset + done == st->len) send_issue(st, (k + 1 + (size_t)st->nslots) * st->chunk);
     }
     if (offset == st->next) st->next = offset + done;
     CUcontext popped;
@@ -404,13 +434,13 @@ static ucs_status_t dt_unpack(void *state, size_t offset, const void *src, size_
     } else {
         size_t done = 0;
         while (done < length) {
-            size_t at = offset + done, k = at / chunk_bytes, in = at % chunk_bytes;
-            size_t n = chunk_bytes - in < length - done ? chunk_bytes - in : length - done;
+            size_t at = offset + done, k = at / st->chunk, in = at % st->chunk;
+            size_t n = st->chunk - in < length - done ? st->chunk - in : length - done;
             chunk_t *c = st->slot[k % (size_t)st->nslots];
             if (in == 0) chunk_wait(st, c); /* its previous chunk reached the device */
             memcpy(c->host + in, (const char *)src + done, n);
             done += n;
-            if (in + n == chunk_bytes || at + n == st->len) chunk_copy(st, k, in + n);
+            if (in + n == st->chunk || at + n == st->len) chunk_copy(st, k, in + n);
         }
         st->next = offset + length;
     }
@@ -433,8 +463,8 @@ static void dt_finish(void *state)
     }
     /* A receive whose last fragment did not end a chunk (or came out of
      * order) leaves a partly filled chunk behind. */
-    if (!st->send && st->next % chunk_bytes && st->next < st->len)
-        chunk_copy(st, st->next / chunk_bytes, st->next % chunk_bytes);
+    if (!st->send && st->next % st->chunk && st->next < st->len)
+        chunk_copy(st, st->next / st->chunk, st->next % st->chunk);
     for (int i = 0; i < st->nslots; i++)
         chunk_wait(st, st->slot[i]);
     CUcontext popped;

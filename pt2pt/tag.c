@@ -146,7 +146,10 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
         .cb.send = send_done,
         .user_data = req,
     };
-    if (WEFT_UNLIKELY(weft_cuda_possible()) && (rc = device_param(&req, &buf, bytes, 1, &param, "send buffer")))
+    /* Collective schedules move host memory (their front end classified the
+     * buffers): only user messages are classified here. */
+    if (cls == WEFT_TAG_CLASS_USER && WEFT_UNLIKELY(weft_cuda_possible()) &&
+        (rc = device_param(&req, &buf, bytes, 1, &param, "send buffer")))
         return rc;
     ucs_status_ptr_t sp = ucp_tag_send_nbx(
         ep, buf, bytes, weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank, comm->context_id), &param);
@@ -202,7 +205,7 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
         .recv_info.tag_info = info,
     };
     int rc;
-    if (WEFT_UNLIKELY(weft_cuda_possible()) &&
+    if (cls == WEFT_TAG_CLASS_USER && WEFT_UNLIKELY(weft_cuda_possible()) &&
         (rc = device_param(&req, (const void **)&buf, bytes, 0, &param, "receive buffer")))
         return rc;
     ucs_status_ptr_t sp = ucp_tag_recv_nbx(weft_g.p2p->worker, buf, bytes, t, mask, &param);

@@ -53,8 +53,8 @@ static const weft_var_t vars[] = {
      "(through pinned host chunks, pipelined), off (device buffers fail with WEFT_ERR_UNSUPPORTED)",
      FIELD(cuda), sizeof(weft_cfg.cuda)},
     {"WEFT_CUDA_STAGE_CHUNK", WEFT_VAR_INT, "524288",
-     "staged path: bytes per pinned host chunk (messages up to one chunk are copied straight to or from UCX's "
-     "buffers)",
+     "staged path: bytes per pinned host chunk (messages up to 8 KiB are copied straight to or from UCX's "
+     "buffers; larger ones through chunks of at most this size)",
      FIELD(cuda_stage_chunk), 0},
     {"WEFT_CUDA_STAGE_DEPTH", WEFT_VAR_INT, "4",
      "staged path: chunks of one message in flight (the copy of chunk k + 1 runs while chunk k is sent); 1..16",
