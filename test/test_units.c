@@ -4,6 +4,7 @@
 #include "bootstrap/hmac.h"
 #include "harness.h"
 #include "pt2pt/pt2pt.h"
+#include "pt2pt/ucx_addr.h"
 #include "weft.h"
 #include "weft_internal.h"
 
@@ -400,4 +401,66 @@ Test(units, constant_time_compare_and_random_bytes)
     cr_assert_eq(weft_random_bytes(r1, sizeof(r1)), 0);
     cr_assert_eq(weft_random_bytes(r2, sizeof(r2)), 0);
     cr_expect(!weft_ct_equal(r1, r2, sizeof(r1)), "two draws of 256 random bits are equal");
+}
+
+/* ---- sealed UCX addresses (pt2pt/ucx_addr.c) ---------------------------- */
+
+static int open_as(const weft_job_key_t *k, uint32_t rank, const uint8_t *b, size_t n, char *why)
+{
+    size_t len = 0;
+    return weft_ucx_addr_open(k, rank, 4, b, n, &len, why, 256);
+}
+
+Test(units, ucx_address_seal_and_check)
+{
+    weft_job_key_t none = {0}, key = {.keyed = 1}, other = {.keyed = 1};
+    uint8_t addr[100], b[256], c[256];
+    char why[256];
+    size_t n = weft_ucx_addr_sealed_len(sizeof(addr)), len = 0;
+    memset(key.key, 7, sizeof(key.key));
+    memset(other.key, 8, sizeof(other.key));
+    for (size_t i = 0; i < sizeof(addr); i++)
+        addr[i] = (uint8_t)(i * 7);
+    weft_ucx_addr_seal(&key, 2, 4, addr, sizeof(addr), b);
+    cr_assert_eq(weft_ucx_addr_open(&key, 2, 4, b, n, &len, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(len, sizeof(addr));
+    cr_assert_arr_eq(b + WEFT_UCX_ADDR_HDR, addr, sizeof(addr));
+    /* Every way it can be wrong is caught, with the reason. */
+    cr_expect_eq(open_as(&key, 3, b, n, why), -1);
+    cr_expect(strstr(why, "sealed by rank 2 of 4, not rank 3 of 4"), "%s", why);
+    cr_expect_eq(open_as(&other, 2, b, n, why), -1);
+    cr_expect(strstr(why, "sealed with a different job secret"), "%s", why);
+    cr_expect_eq(open_as(&none, 2, b, n, why), -1);
+    cr_expect(strstr(why, "sealed with a job secret and this rank has none"), "%s", why);
+    cr_expect_eq(open_as(&key, 2, b, n - 1, why), -1);
+    cr_expect(strstr(why, "disagrees with the"), "%s", why);
+    cr_expect_eq(open_as(&key, 2, b, 10, why), -1);
+    cr_expect(strstr(why, "too few"), "%s", why);
+    for (size_t i = 0; i < n; i++) { /* any flipped bit */
+        memcpy(c, b, n);
+        c[i] ^= 0x10;
+        cr_expect_eq(open_as(&key, 2, c, n, why), -1, "byte %zu flipped went unnoticed", i);
+    }
+    /* Without a secret the tag is a checksum: it still catches corruption. */
+    weft_ucx_addr_seal(&none, 0, 4, addr, sizeof(addr), b);
+    cr_expect_eq(open_as(&none, 0, b, n, why), 0, "%s", why);
+    b[WEFT_UCX_ADDR_HDR + 5] ^= 1;
+    cr_expect_eq(open_as(&none, 0, b, n, why), -1);
+    cr_expect(strstr(why, "checksum is wrong"), "%s", why);
+    memset(c, 0xab, sizeof(c));
+    cr_expect_eq(open_as(&none, 0, c, n, why), -1);
+    cr_expect(strstr(why, "not a sealed address"), "%s", why);
+}
+
+/* A secret never appears in a message, even the one refusing it. */
+Test(units, job_secret_is_not_echoed)
+{
+    char big[1100];
+    memset(big, 's', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    setenv("WEFT_JOB_SECRET", big, 1);
+    cr_assert_eq(weft_config_load(), WEFT_ERR_ARG);
+    cr_expect(strstr(weft_last_error(), "WEFT_JOB_SECRET is too long"), "%s", weft_last_error());
+    cr_expect(!strstr(weft_last_error(), "sss"), "%s", weft_last_error());
+    unsetenv("WEFT_JOB_SECRET");
 }
