@@ -1048,6 +1048,29 @@ Test(store, allgather_without_a_secret, .timeout = 60)
     cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
 }
 
+/* Without a secret, each rank says once, at info, that the store is open and what sets one. */
+static void solo_with_info_log(void *arg)
+{
+    weft_bootstrap_t bs = {0};
+    (void)arg;
+    setenv("WEFT_LOG_LEVEL", "info", 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    weft_log_init();
+    set_job_env_port("0", "1", "127.0.0.1", th_free_port());
+    cr_assert_eq(weft_bootstrap_env_init(&bs, weft_wtime() + 5), WEFT_SUCCESS, "%s", weft_last_error());
+    bs.finalize(&bs, 1, weft_wtime() + 5);
+}
+
+Test(store, unauthenticated_store_says_so_at_info, .timeout = 60)
+{
+    unsetenv("WEFT_JOB_SECRET");
+    char *err = th_stderr_of(solo_with_info_log, NULL);
+    cr_expect(strstr(err, "is not authenticated: any process that reaches it can join as a rank that has not arrived "
+                          "yet. Set WEFT_JOB_SECRET"),
+              "%s", err);
+    free(err);
+}
+
 /* A secret from a file (a mounted Kubernetes Secret) equals the same secret in
  * WEFT_JOB_SECRET: ranks may mix the two. */
 static int body_secret_file(int rank, int size, void *arg)

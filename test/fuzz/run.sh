@@ -3,7 +3,7 @@
 # address,undefined) and runs it for a bounded time: the env store's message
 # parser and the sealed UCX address check, fed arbitrary bytes.
 #
-#   test/fuzz/run.sh [SECONDS]     default: WEFT_FUZZ_SECONDS, else 45
+#   test/fuzz/run.sh [SECONDS]     default: WEFT_TEST_FUZZ_SECONDS, else 45
 #
 # An automake TESTS script (make sets top_builddir/top_srcdir): exit 0 when
 # the run ends without a finding, 1 on a crash, a leak or a broken invariant
@@ -16,7 +16,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top_srcdir=$(cd "${top_srcdir:-$here/../..}" && pwd) || exit 1
 top_builddir=$(cd "${top_builddir:-.}" && pwd) || exit 1
-seconds=${1:-${WEFT_FUZZ_SECONDS:-45}}
+seconds=${1:-${WEFT_TEST_FUZZ_SECONDS:-45}}
 CLANG=${CLANG:-clang}
 
 case $(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]') in
