@@ -1198,6 +1198,13 @@ static void listen_pod_address(server_t *s, const env_serve_t *o)
                   o->addr, host);
 }
 
+static int cannot_serve(server_t *s, int err)
+{
+    return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0 cannot serve the store on %s: %s%s", s->where,
+                      strerror(err ? err : EADDRNOTAVAIL),
+                      err == EADDRINUSE ? " (is another job using MASTER_PORT?)" : "");
+}
+
 /* Listens on the address(es) MASTER_ADDR resolves to, which must be this
  * host's: rank 0 serves the store there and nowhere else, so it is not
  * open on interfaces the job does not use. MASTER_ADDR=0.0.0.0 / :: (every
@@ -1237,8 +1244,8 @@ static int server_listen(server_t *s, const env_serve_t *o)
             if (!first_family) first_family = ai->ai_family;
             int e = listen_on(s, ai->ai_addr, ai->ai_addrlen);
             if (e == EADDRINUSE || e == EACCES) { /* the address is ours but the port is not */
-                err = e;
-                goto fail;
+                rc = cannot_serve(s, e);
+                goto out;
             }
             if (e == 0) all_loopback &= is_loopback(ai->ai_addr);
         }
@@ -1261,11 +1268,14 @@ static int server_listen(server_t *s, const env_serve_t *o)
             listen_pod_address(s, o);
         }
     }
-    if (s->nlisten == 0) goto fail;
+    if (s->nlisten == 0) {
+        rc = cannot_serve(s, err);
+        goto out;
+    }
     for (int l = 0; l < s->nlisten; l++)
         if (listen(s->listen_fd[l], s->size + 64 > 65535 ? 65535 : s->size + 64) != 0) {
-            err = errno;
-            goto fail;
+            rc = cannot_serve(s, errno);
+            goto out;
         }
     s->self_len = sizeof(s->self);
     getsockname(s->listen_fd[0], (struct sockaddr *)&s->self, &s->self_len);
@@ -1285,11 +1295,6 @@ static int server_listen(server_t *s, const env_serve_t *o)
             addr_text((struct sockaddr *)&a, text, sizeof(text));
         weft_debug("env store: listening on %s port %d", text, o->port);
     }
-    goto out;
-fail:
-    rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0 cannot serve the store on %s: %s%s", s->where,
-                    strerror(err ? err : EADDRNOTAVAIL),
-                    err == EADDRINUSE ? " (is another job using MASTER_PORT?)" : "");
 out:
     if (res) freeaddrinfo(res);
     return rc;
