@@ -10,6 +10,7 @@ PKGS="build-essential autoconf automake libtool pkg-config
       openmpi-bin libopenmpi-dev
       slurm-wlm slurm-wlm-basic-plugins munge
       iproute2 procps psmisc python3
+      clang libclang-rt-dev
       python3-numpy python3-pytest python3-pip python3-venv"
 missing=""
 for p in $PKGS; do

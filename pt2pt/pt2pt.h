@@ -53,8 +53,8 @@ typedef struct weft_peer {
 typedef struct weft_pt2pt {
     ucp_context_h context;
     ucp_worker_h worker;
-    void *addrs;       /* every rank's worker address, `stride` bytes apart */
-    size_t *addr_lens; /* per rank */
+    void *addrs;       /* every rank's sealed worker address (pt2pt/ucx_addr.h), `stride` bytes apart */
+    size_t *addr_lens; /* per rank: the address's length (it starts WEFT_UCX_ADDR_HDR bytes in) */
     size_t stride;
     weft_peer_t *peers; /* by world rank */
     int npeers;

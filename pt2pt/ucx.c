@@ -1,6 +1,7 @@
 /* UCX context, worker and endpoints. */
 #include "pt2pt/cuda.h"
 #include "pt2pt/pt2pt.h"
+#include "pt2pt/ucx_addr.h"
 #include "src/bootstrap/bootstrap.h"
 
 #include <stdlib.h>
@@ -47,7 +48,9 @@ int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
     }
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-        .address = (const ucp_address_t *)((char *)g_p2p->addrs + (size_t)world_rank * g_p2p->stride),
+        /* Checked at init (check_addresses): past the frame's header. */
+        .address =
+            (const ucp_address_t *)((char *)g_p2p->addrs + (size_t)world_rank * g_p2p->stride + WEFT_UCX_ADDR_HDR),
         .err_mode = weft_cfg.peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE,
     };
     if (weft_cfg.peer_failure) {
@@ -120,6 +123,50 @@ const weft_transport_ops_t weft_p2p_transport = {
     .peer_info = p2p_peer_info,
 };
 
+/* Gathers every rank's worker address, sealed (pt2pt/ucx_addr.h), and
+ * checks each before UCX may see it: garbage in ucp_ep_create aborts the
+ * process. A rank whose address fails is named, and init fails. */
+static int exchange_addresses(weft_pt2pt_t *p2p, weft_bootstrap_t *bs, const void *addr, size_t addr_len,
+                              double deadline)
+{
+    weft_job_key_t key;
+    uint8_t *mine = NULL;
+    size_t sealed = weft_ucx_addr_sealed_len(addr_len);
+    char why[256];
+    int rc;
+
+    WEFT_CHECK_GOTO(weft_job_key_load(&key, "weft_init"), rc, out);
+    if (addr_len < WEFT_UCX_ADDR_MIN || addr_len > WEFT_UCX_ADDR_MAX) {
+        rc = weft_error(WEFT_ERR_TRANSPORT, "weft_init: this rank's UCX worker address is %zu bytes, outside [%d, %d]",
+                        addr_len, WEFT_UCX_ADDR_MIN, WEFT_UCX_ADDR_MAX);
+        goto out;
+    }
+    if (!(mine = malloc(sealed))) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+        goto out;
+    }
+    weft_ucx_addr_seal(&key, (uint32_t)bs->rank, (uint32_t)bs->size, addr, addr_len, mine);
+    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, mine, sealed, &p2p->addrs, &p2p->addr_lens, &p2p->stride, deadline),
+                    rc, out);
+    for (int r = 0; r < bs->size; r++) {
+        size_t len;
+        const uint8_t *blob = (const uint8_t *)p2p->addrs + (size_t)r * p2p->stride;
+        if (weft_ucx_addr_open(&key, (uint32_t)r, (uint32_t)bs->size, blob, p2p->addr_lens[r], &len, why,
+                               sizeof(why)) != 0) {
+            rc = weft_error(WEFT_ERR_BOOTSTRAP,
+                            "weft_init: rank %d's UCX worker address failed validation and was not given to UCX: %s "
+                            "(bootstrap %s)",
+                            r, why, bs->name);
+            goto out;
+        }
+        p2p->addr_lens[r] = len;
+    }
+out:
+    memset(&key, 0, sizeof(key));
+    free(mine);
+    return rc;
+}
+
 int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
 {
     int rc = WEFT_SUCCESS;
@@ -166,8 +213,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_get_address failed: %s", ucs_status_string(st));
         goto out;
     }
-    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, addr, addr_len, &p2p->addrs, &p2p->addr_lens, &p2p->stride, deadline),
-                    rc, out);
+    WEFT_CHECK_GOTO(exchange_addresses(p2p, bs, addr, addr_len, deadline), rc, out);
     p2p->npeers = bs->size;
     p2p->peers = calloc((size_t)bs->size, sizeof(*p2p->peers));
     if (!p2p->peers) {

@@ -68,6 +68,20 @@ static const weft_var_t vars[] = {
      "directory read in place of / for sys/class/infiniband and proc/net/route when choosing the RDMA port "
      "(tests point it at a synthetic tree)",
      FIELD(rdma_fsroot), sizeof(weft_cfg.rdma_fsroot)},
+    {"WEFT_JOB_SECRET", WEFT_VAR_STRING, "",
+     "the job's shared secret, the same on every rank (weftrun sets a random one): ranks prove with it that they "
+     "belong to the job (challenge-response at rank 0's env store, which proves itself too) and it authenticates "
+     "each rank's UCX address; it never crosses the network. Unset: derived from TORCHELASTIC_RUN_ID under "
+     "torchrun, else none (docs/SECURITY.md)",
+     FIELD(job_secret), sizeof(weft_cfg.job_secret)},
+    {"WEFT_JOB_SECRET_FILE", WEFT_VAR_STRING, "",
+     "a file holding the job secret (a mounted Kubernetes Secret, a file on a shared volume), read when "
+     "WEFT_JOB_SECRET is unset; a trailing newline is ignored",
+     FIELD(job_secret_file), sizeof(weft_cfg.job_secret_file)},
+    {"WEFT_STORE_BIND_ANY", WEFT_VAR_BOOL, "0",
+     "let rank 0's env store listen on every interface when MASTER_ADDR is 0.0.0.0 / :: or not an address of rank "
+     "0's host (a Kubernetes ClusterIP service in front of it); otherwise it listens only on MASTER_ADDR's address",
+     FIELD(store_bind_any), 0},
 };
 
 #define NCORE ((int)(sizeof(vars) / sizeof(vars[0])))
@@ -103,6 +117,9 @@ static int parse_var(const weft_var_t *v, const char *text)
 
     switch (v->kind) {
     case WEFT_VAR_STRING:
+        if (strlen(text) >= v->size && !strcmp(v->name, "WEFT_JOB_SECRET")) /* a message must not show it */
+            return weft_error(WEFT_ERR_ARG, "%s is too long (%zu characters; at most %zu)", v->name, strlen(text),
+                              v->size - 1);
         if (strlen(text) >= v->size)
             return weft_error(WEFT_ERR_ARG, "%s='%s' is too long (at most %zu characters)", v->name, text, v->size - 1);
         strcpy(base, text);

@@ -86,6 +86,11 @@ typedef struct weft_config {
     int cuda_stage_depth;  /* WEFT_CUDA_STAGE_DEPTH: chunks in flight per staged message */
     int rdma_select;       /* choose the RDMA port and GID index for UCX at init */
     char rdma_fsroot[512]; /* stands for / when reading sysfs and procfs for that choice */
+
+    /* Who may join (bootstrap/jobkey.h, docs/SECURITY.md). */
+    char job_secret[1024];      /* WEFT_JOB_SECRET: the job's shared secret ("" = none) */
+    char job_secret_file[1024]; /* WEFT_JOB_SECRET_FILE: a file holding it */
+    int store_bind_any;         /* WEFT_STORE_BIND_ANY: the env store may listen on every interface */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable (the runtime's and the collective

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,7 +40,8 @@ th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const ch
     pid_t pids[64];
     int done[64] = {0};
     int port = th_free_port();
-    char buf[32];
+    char buf[32], secret[65];
+    uint8_t raw[32];
 
     memset(&res, 0, sizeof(res));
     res.nranks = n;
@@ -47,6 +49,13 @@ th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const ch
         res.failed = n > 0 ? n : 1;
         return res;
     }
+    /* A fresh job secret per run, as weftrun gives its ranks (env may override or clear it). */
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        res.failed = n;
+        return res;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(secret + 2 * i, 3, "%02x", raw[i]);
     fflush(stdout);
     fflush(stderr);
     for (int r = 0; r < n; r++) {
@@ -62,6 +71,7 @@ th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const ch
             snprintf(buf, sizeof(buf), "%d", port);
             setenv("MASTER_PORT", buf, 1);
             setenv("WEFT_BOOTSTRAP", "env", 1);
+            setenv("WEFT_JOB_SECRET", secret, 1);
             /* The harness's own store, also when the test runs under torchrun. */
             unsetenv("TORCHELASTIC_USE_AGENT_STORE");
             unsetenv("TORCHELASTIC_RUN_ID");

@@ -1,6 +1,7 @@
 /* Multi-rank test helper: forks N ranks that find each other through the
  * env bootstrap (RANK / WORLD_SIZE / MASTER_ADDR=127.0.0.1 / a free
- * MASTER_PORT), so tests need no launcher. Children report failures with
+ * MASTER_PORT, and a fresh random WEFT_JOB_SECRET as weftrun sets), so
+ * tests need no launcher. Children report failures with
  * TH_CHECK (message on stderr, exit status 1); Criterion assertions are
  * made only in the parent. */
 #ifndef WEFT_TEST_HARNESS_H

@@ -141,6 +141,53 @@ Test(init, oob_allgather_callback, .timeout = 60)
     munmap(shm, sizeof(*shm));
 }
 
+/* Issue 21: a peer's garbage UCX address never reaches UCX (in UCX 1.13,
+ * ucp_ep_create asserts in ucp_address_unpack and the process dies with
+ * SIGABRT). Rank 1's host code hands the others random bytes in place of
+ * its worker address (the first exchange longer than 64 bytes): every
+ * rank's init fails naming rank 1, and nobody aborts. */
+static int garbage_address_allgather(const void *send, void *recv, size_t len, void *ctxp)
+{
+    oob_ctx_t *ctx = ctxp;
+    static int done;
+    uint8_t junk[OOB_MAX_BYTES];
+    if (ctx->rank == 1 && len > 64 && len <= sizeof(junk) && !done++) {
+        srand(21);
+        for (size_t i = 0; i < len; i++)
+            junk[i] = (uint8_t)rand();
+        send = junk;
+    }
+    return shm_allgather(send, recv, len, ctxp);
+}
+
+static int body_garbage_address(int rank, int size, void *argp)
+{
+    oob_ctx_t ctx = {.shm = argp, .rank = rank, .calls = 0};
+    int rc = weft_init_oob(rank, size, garbage_address_allgather, &ctx);
+    if (rc == WEFT_SUCCESS && rank == 0) { /* what used to happen: the first message to rank 1 aborts */
+        int v = 0;
+        weft_send(&v, 1, WEFT_INT32, 1, 0, weft_comm_world());
+    }
+    TH_CHECK(rc == WEFT_ERR_BOOTSTRAP, "rank %d: init returned %d: %s", rank, rc, weft_last_error());
+    TH_CHECK(strstr(weft_last_error(), "rank 1's UCX worker address failed validation and was not given to UCX"),
+             "rank %d: %s", rank, weft_last_error());
+    TH_CHECK(weft_comm_world() == WEFT_COMM_NULL, "rank %d: a world after a failed init", rank);
+    return 0;
+}
+
+Test(init, garbage_ucx_address_never_reaches_ucx, .timeout = 60)
+{
+    shm_ag_t *shm = mmap(NULL, sizeof(shm_ag_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(shm, MAP_FAILED);
+    memset(shm, 0, sizeof(*shm));
+    shm->size = 3;
+    const char *env[] = {"WEFT_BOOTSTRAP=single", NULL};
+    th_result_t res = th_run(3, body_garbage_address, shm, 40, env);
+    for (int r = 0; r < 3; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d %s", r, res.exit_code[r] == 128 + SIGABRT ? "aborted" : "failed");
+    munmap(shm, sizeof(*shm));
+}
+
 static int failing_allgather(const void *send, void *recv, size_t len, void *ctx)
 {
     (void)send;

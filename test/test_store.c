@@ -1,10 +1,14 @@
 /* The env bootstrap and its TCP store (src/bootstrap/env*.c), tested through
  * the internal API: allgather correctness, deadlines that name the missing
- * ranks, ranks that die, strangers on the store's port, bad variables.
+ * ranks, ranks that die, strangers on the store's port (without the job
+ * secret, with garbage, in a flood), fake stores, where the store listens,
+ * bad variables.
  *
  * Multi-rank tests fork ranks with test/harness.h; a child reports with
  * TH_CHECK / TH_OK and only the parent uses Criterion assertions. */
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/env_wire.h"
+#include "bootstrap/jobkey.h"
 #include "harness.h"
 #include "weft_internal.h"
 
@@ -12,31 +16,40 @@
 #include <criterion/criterion.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 /* The store's wire format, repeated here on purpose: the stranger tests
- * craft messages a real client would never send. Keep in step with env_wire.h. */
+ * craft messages a real client would never send. Keep in step with env_wire.h.
+ * (The proofs come from env_wire.c: writing HMAC again here would test nothing.) */
 #define WIRE_MAGIC   0x57465453u
-#define WIRE_VERSION 1u
+#define WIRE_VERSION 2u
 #define WIRE_HDR     40
-enum { W_HELLO = 1, W_WELCOME = 2, W_CONTRIB = 3, W_RESULT = 4, W_ERROR = 5, W_BYE = 6 };
+enum { W_HELLO = 1, W_WELCOME = 2, W_CONTRIB = 3, W_RESULT = 4, W_ERROR = 5, W_BYE = 6, W_CHALLENGE = 8, W_PROOF = 9 };
 
-static void wire_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq, uint64_t arg, uint64_t len)
+static void wire_pack_v(uint8_t *b, unsigned version, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq,
+                        uint64_t arg, uint64_t len)
 {
     uint32_t v32;
     uint16_t v16;
     uint64_t v64;
     v32 = htobe32(WIRE_MAGIC);
     memcpy(b, &v32, 4);
-    v16 = htobe16((uint16_t)WIRE_VERSION);
+    v16 = htobe16((uint16_t)version);
     memcpy(b + 4, &v16, 2);
     v16 = htobe16((uint16_t)kind);
     memcpy(b + 6, &v16, 2);
@@ -50,6 +63,25 @@ static void wire_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, u
     memcpy(b + 24, &v64, 8);
     v64 = htobe64(len);
     memcpy(b + 32, &v64, 8);
+}
+
+static void wire_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, uint64_t seq, uint64_t arg, uint64_t len)
+{
+    wire_pack_v(b, WIRE_VERSION, kind, rank, size, seq, arg, len);
+}
+
+static uint16_t wire_kind(const uint8_t *b)
+{
+    uint16_t v;
+    memcpy(&v, b + 6, 2);
+    return be16toh(v);
+}
+
+/* The job key this process has (WEFT_JOB_SECRET in the environment). */
+static void load_key(weft_job_key_t *k)
+{
+    TH_OK(weft_config_load());
+    TH_OK(weft_job_key_load(k, "test"));
 }
 
 static unsigned seed_of(int round, int rank)
@@ -528,7 +560,8 @@ enum {
     S_BAD_VERSION,
     S_HALF_HEADER,
     S_IDLE_MANY,
-    S_DUPLICATE
+    S_DUPLICATE,
+    S_NO_SECRET
 };
 
 static int connect_store(double deadline)
@@ -583,6 +616,70 @@ static int expect_refusal(int fd, int status, const char *text)
     return 0;
 }
 
+/* Sets a receive timeout, so a raw client cannot hang on a silent store. */
+static void recv_timeout(int fd, double s)
+{
+    struct timeval tv = {.tv_sec = (time_t)s, .tv_usec = (suseconds_t)((s - (double)(time_t)s) * 1e6)};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* A raw handshake claiming `rank` of `size` with key k (keyed: whether to
+ * say we have a secret): HELLO, the store's CHALLENGE (consumed), PROOF.
+ * The store's verdict is left in the socket for the caller. */
+static int raw_handshake(int fd, uint32_t rank, uint32_t size, const weft_job_key_t *k, int keyed)
+{
+    uint8_t b[WIRE_HDR + STORE_CHALLENGE], nc[STORE_NONCE], proof[STORE_PROOF];
+    memset(nc, 0x5a, sizeof(nc));
+    recv_timeout(fd, 5);
+    wire_pack(b, W_HELLO, rank, size, 0, keyed ? FLAG_KEYED : 0, STORE_NONCE);
+    memcpy(b + WIRE_HDR, nc, STORE_NONCE);
+    TH_CHECK(send(fd, b, WIRE_HDR + STORE_NONCE, MSG_NOSIGNAL) == WIRE_HDR + STORE_NONCE, "stranger: send HELLO");
+    TH_CHECK(recv(fd, b, sizeof(b), MSG_WAITALL) == (ssize_t)sizeof(b), "stranger: no CHALLENGE from the store");
+    TH_CHECK(wire_kind(b) == W_CHALLENGE, "stranger: the store answered HELLO with kind %u", wire_kind(b));
+    weft_env_proof(k->key, PROOF_BY_RANK, nc, b + WIRE_HDR, rank, size, proof);
+    wire_pack(b, W_PROOF, rank, size, 0, 0, STORE_PROOF);
+    memcpy(b + WIRE_HDR, proof, STORE_PROOF);
+    TH_CHECK(send(fd, b, WIRE_HDR + STORE_PROOF, MSG_NOSIGNAL) == WIRE_HDR + STORE_PROOF, "stranger: send PROOF");
+    return 0;
+}
+
+/* The issue's attack: a stranger reaches the store before the real rank 1
+ * and claims its slot, in the old protocol and in the new one without the
+ * secret or with a wrong one. Each is refused; the real rank 1 joins later. */
+static int stranger_claims_rank_1(void)
+{
+    weft_job_key_t none = {0}, wrong = {0};
+    uint8_t b[WIRE_HDR];
+    int fd;
+
+    setenv("WEFT_JOB_SECRET", "not the job's secret, but long enough", 1);
+    load_key(&wrong);
+    /* Version 1 of the protocol: a HELLO was all it took. */
+    TH_CHECK((fd = connect_store(weft_wtime() + 10)) >= 0, "stranger: cannot connect to the store");
+    wire_pack_v(b, 1, W_HELLO, 1, REAL_RANKS, 0, 0, 0);
+    (void)send(fd, b, WIRE_HDR, MSG_NOSIGNAL);
+    expect_refusal(fd, WEFT_ERR_BOOTSTRAP, "protocol version 1, but the store speaks version 2");
+    close(fd);
+    /* No secret, saying so. */
+    TH_CHECK((fd = connect_store(weft_wtime() + 10)) >= 0, "connect");
+    raw_handshake(fd, 1, REAL_RANKS, &none, 0);
+    expect_refusal(fd, WEFT_ERR_BOOTSTRAP, "authentication failed for rank 1: the store requires the job secret");
+    close(fd);
+    /* No secret, pretending to have one. */
+    TH_CHECK((fd = connect_store(weft_wtime() + 10)) >= 0, "connect");
+    raw_handshake(fd, 1, REAL_RANKS, &none, 1);
+    expect_refusal(fd, WEFT_ERR_BOOTSTRAP, "authentication failed for rank 1: wrong proof of the job secret");
+    close(fd);
+    /* A wrong secret, through the real client. */
+    weft_bootstrap_t bs = {0};
+    setenv("RANK", "1", 1);
+    unsetenv("LOCAL_RANK");
+    int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 5);
+    TH_CHECK(rc == WEFT_ERR_BOOTSTRAP, "stranger: got %d: %s", rc, weft_last_error());
+    TH_CHECK(strstr(weft_last_error(), "failed to prove it knows the job secret"), "stranger: %s", weft_last_error());
+    return 0;
+}
+
 static int stranger(int mode)
 {
     uint8_t b[4096];
@@ -597,11 +694,13 @@ static int stranger(int mode)
         usleep(600 * 1000);
         setenv("RANK", "1", 1);
         unsetenv("LOCAL_RANK");
+        TH_OK(weft_config_load());
         int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 5);
         TH_CHECK(rc == WEFT_ERR_ARG, "impostor: got %d: %s", rc, weft_last_error());
         TH_CHECK(strstr(weft_last_error(), "rank 1 is already connected"), "impostor: %s", weft_last_error());
         return 0;
     }
+    if (mode == S_NO_SECRET) return stranger_claims_rank_1();
     if (mode == S_IDLE_MANY) {
         int fds[40];
         for (int i = 0; i < 40; i++)
@@ -632,16 +731,20 @@ static int stranger(int mode)
         (void)send(fd, b, WIRE_HDR, MSG_NOSIGNAL);
         TH_CHECK(closed_by_store(fd, 5, b, 0, &got), "stranger: a huge HELLO did not get us disconnected");
         break;
-    case S_BAD_RANK:
-        wire_pack(b, W_HELLO, 99, REAL_RANKS, 0, 0, 0);
-        (void)send(fd, b, WIRE_HDR, MSG_NOSIGNAL);
+    case S_BAD_RANK: { /* with the secret: then the claim itself is checked */
+        weft_job_key_t k;
+        load_key(&k);
+        raw_handshake(fd, 99, REAL_RANKS, &k, 1);
         expect_refusal(fd, WEFT_ERR_ARG, "rank 99 is out of range for WORLD_SIZE=4");
         break;
-    case S_BAD_SIZE:
-        wire_pack(b, W_HELLO, 1, 7, 0, 0, 0);
-        (void)send(fd, b, WIRE_HDR, MSG_NOSIGNAL);
+    }
+    case S_BAD_SIZE: {
+        weft_job_key_t k;
+        load_key(&k);
+        raw_handshake(fd, 1, 7, &k, 1);
         expect_refusal(fd, WEFT_ERR_ARG, "says WORLD_SIZE=7");
         break;
+    }
     case S_BAD_VERSION:
         wire_pack(b, W_HELLO, 1, REAL_RANKS, 0, 0, 0);
         b[5] = 9; /* version 9 */
@@ -663,6 +766,7 @@ static int body_with_stranger(int rank, int size, void *arg)
     weft_bootstrap_t bs;
     (void)size;
     if (rank >= REAL_RANKS) return stranger(*(const int *)arg);
+    if (rank == 1 && *(const int *)arg == S_NO_SECRET) usleep(1500 * 1000); /* the stranger comes first */
     boot(&bs, 20);
     TH_CHECK(bs.size == REAL_RANKS, "size %d", bs.size);
     /* Rounds spread over ~1 s, so the stranger acts in the middle of them. */
@@ -719,14 +823,24 @@ Test(store, duplicate_rank, .timeout = 60)
 {
     run_stranger(S_DUPLICATE);
 }
+/* Issue 21: a stranger that reaches the store first cannot take a rank. */
+Test(store, stranger_without_the_secret_cannot_take_a_rank, .timeout = 60)
+{
+    run_stranger(S_NO_SECRET);
+}
 
 /* ------------------------------------------------------------------ */
-/* A fake store: clients fail by their own deadline                    */
+/* A fake store: clients fail by their own deadline, and one that does */
+/* not know the job secret learns nothing                              */
 /* ------------------------------------------------------------------ */
 
-enum { FAKE_SILENT, FAKE_WELCOME_THEN_SILENT, FAKE_NOT_A_STORE };
+#define TEST_SECRET "a test job secret of enough length"
 
-/* Serves one connection from a child process in the given way. */
+enum { FAKE_SILENT, FAKE_HANDSHAKE_THEN_SILENT, FAKE_NOT_A_STORE, FAKE_WRONG_PROOF, FAKE_UNKEYED };
+
+/* Serves one connection from a child process in the given way. Exit
+ * status: 0, or 3 when the client sent anything after its HELLO although
+ * the fake never proved itself (FAKE_WRONG_PROOF, FAKE_UNKEYED). */
 static pid_t fake_store(int mode, int *port)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -741,16 +855,32 @@ static pid_t fake_store(int mode, int *port)
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        uint8_t b[WIRE_HDR];
+        uint8_t b[WIRE_HDR + STORE_CHALLENGE], nc[STORE_NONCE];
+        weft_job_key_t k = {0};
         int fd = accept(lfd, NULL, NULL);
-        if (fd >= 0 && recv(fd, b, sizeof(b), MSG_WAITALL) == WIRE_HDR) {
-            if (mode == FAKE_WELCOME_THEN_SILENT) {
-                wire_pack(b, W_WELCOME, 1, 2, 0, 0, 0);
-                (void)send(fd, b, sizeof(b), 0);
-            } else if (mode == FAKE_NOT_A_STORE) {
-                memcpy(b, "HTTP/1.1 400 Bad Request\r\n\r\n0123456789A", sizeof(b));
-                (void)send(fd, b, sizeof(b), 0);
-            }
+        if (fd < 0 || recv(fd, b, WIRE_HDR + STORE_NONCE, MSG_WAITALL) != WIRE_HDR + STORE_NONCE) _exit(2);
+        memcpy(nc, b + WIRE_HDR, STORE_NONCE);
+        if (mode == FAKE_HANDSHAKE_THEN_SILENT) { /* knows the secret: a store that hangs afterwards */
+            setenv("WEFT_JOB_SECRET", TEST_SECRET, 1);
+            if (weft_config_load() || weft_job_key_load(&k, "fake")) _exit(2);
+        }
+        if (mode == FAKE_NOT_A_STORE) {
+            memcpy(b, "HTTP/1.1 400 Bad Request\r\n\r\n0123456789A", WIRE_HDR);
+            (void)send(fd, b, WIRE_HDR, 0);
+        } else if (mode != FAKE_SILENT) {
+            wire_pack(b, W_CHALLENGE, 1, 2, 0, mode == FAKE_UNKEYED ? 0 : FLAG_KEYED, STORE_CHALLENGE);
+            memset(b + WIRE_HDR, 0x33, STORE_NONCE);
+            weft_env_proof(k.key, PROOF_BY_STORE, nc, b + WIRE_HDR, 1, 2, b + WIRE_HDR + STORE_NONCE);
+            if (mode == FAKE_WRONG_PROOF) b[WIRE_HDR + STORE_NONCE] ^= 1; /* a forger's best guess is off */
+            (void)send(fd, b, sizeof(b), 0);
+        }
+        if (mode == FAKE_WRONG_PROOF || mode == FAKE_UNKEYED) { /* the client must hang up without a word */
+            recv_timeout(fd, 5);
+            _exit(recv(fd, b, sizeof(b), 0) == 0 ? 0 : 3);
+        }
+        if (mode == FAKE_HANDSHAKE_THEN_SILENT && recv(fd, b, WIRE_HDR + STORE_PROOF, MSG_WAITALL) > 0) {
+            wire_pack(b, W_WELCOME, 1, 2, 0, 0, 0);
+            (void)send(fd, b, WIRE_HDR, 0);
         }
         sleep(30);
         _exit(0);
@@ -776,17 +906,35 @@ static void set_job_env_port(const char *rank, const char *size, const char *add
     set_job_env(rank, size, addr, p);
 }
 
+/* This process's WEFT_JOB_SECRET (NULL: none), read as weft_init would. */
+static void use_secret(const char *secret)
+{
+    if (secret)
+        setenv("WEFT_JOB_SECRET", secret, 1);
+    else
+        unsetenv("WEFT_JOB_SECRET");
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS, "%s", weft_last_error());
+}
+
 static void stop_fake(pid_t pid)
 {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
 }
 
+static int fake_exit_code(pid_t pid)
+{
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 Test(store, client_deadline_when_store_is_silent, .timeout = 60)
 {
     weft_bootstrap_t bs = {0};
     int port;
-    pid_t pid = fake_store(FAKE_WELCOME_THEN_SILENT, &port);
+    use_secret(TEST_SECRET);
+    pid_t pid = fake_store(FAKE_HANDSHAKE_THEN_SILENT, &port);
     set_job_env_port("1", "2", "127.0.0.1", port);
     int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 5);
     cr_assert_eq(rc, WEFT_SUCCESS, "%s", weft_last_error());
@@ -807,6 +955,7 @@ Test(store, client_deadline_when_hello_unanswered, .timeout = 60)
 {
     weft_bootstrap_t bs = {0};
     int port;
+    use_secret(TEST_SECRET);
     pid_t pid = fake_store(FAKE_SILENT, &port);
     set_job_env_port("1", "2", "127.0.0.1", port);
     double t0 = weft_wtime();
@@ -822,12 +971,275 @@ Test(store, not_a_store, .timeout = 60)
 {
     weft_bootstrap_t bs = {0};
     int port;
+    use_secret(TEST_SECRET);
     pid_t pid = fake_store(FAKE_NOT_A_STORE, &port);
     set_job_env_port("1", "2", "127.0.0.1", port);
     int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 5);
     stop_fake(pid);
     cr_assert_eq(rc, WEFT_ERR_BOOTSTRAP, "%d: %s", rc, weft_last_error());
     cr_assert(strstr(weft_last_error(), "is not a weft store"), "%s", weft_last_error());
+}
+
+/* Issue 21: a fake store (something else on MASTER_PORT) cannot collect
+ * the ranks' data: it cannot answer the client's challenge, and the client
+ * stops before sending anything but its HELLO, at once, not at a deadline. */
+static void expect_fake_detected(int mode, const char *needle)
+{
+    weft_bootstrap_t bs = {0};
+    int port;
+    use_secret(TEST_SECRET);
+    pid_t pid = fake_store(mode, &port);
+    set_job_env_port("1", "2", "127.0.0.1", port);
+    double t0 = weft_wtime();
+    int rc = weft_bootstrap_env_init(&bs, t0 + 20);
+    double took = weft_wtime() - t0;
+    int fake_rc = fake_exit_code(pid);
+    cr_assert_eq(rc, WEFT_ERR_BOOTSTRAP, "%d: %s", rc, weft_last_error());
+    cr_assert(strstr(weft_last_error(), needle), "\"%s\" lacks \"%s\"", weft_last_error(), needle);
+    cr_assert(took < 3.0, "took %.2f s to see a fake store", took);
+    cr_assert_eq(fake_rc, 0, "the fake store got more than a HELLO (exit %d)", fake_rc);
+}
+
+Test(store, fake_store_without_the_secret_is_detected, .timeout = 60)
+{
+    expect_fake_detected(FAKE_WRONG_PROOF, "failed to prove it knows the job secret");
+}
+
+Test(store, fake_store_claiming_no_secret_is_detected, .timeout = 60)
+{
+    expect_fake_detected(FAKE_UNKEYED, "has no job secret but rank 1 has one (from WEFT_JOB_SECRET)");
+}
+
+/* A rank without the secret facing a store with one: told what to set. */
+static int body_secretless_rank(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    (void)size, (void)arg;
+    if (rank == 1) {
+        usleep(300 * 1000);
+        unsetenv("WEFT_JOB_SECRET");
+        memset(&bs, 0, sizeof(bs));
+        TH_OK(weft_config_load());
+        int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 5);
+        TH_CHECK(rc == WEFT_ERR_BOOTSTRAP, "rank 1: got %d: %s", rc, weft_last_error());
+        TH_CHECK(strstr(weft_last_error(), "requires the job secret and rank 1 has none: set WEFT_JOB_SECRET"),
+                 "rank 1: %s", weft_last_error());
+        return 0;
+    }
+    boot(&bs, 20); /* rank 0's own client is in; it gives up on rank 1 at finalize */
+    usleep(2000 * 1000);
+    bs.finalize(&bs, 0, 0);
+    return 0;
+}
+
+Test(store, rank_without_the_secret_is_told_what_to_set, .timeout = 60)
+{
+    th_result_t res = th_run(2, body_secretless_rank, NULL, 30, NULL);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+}
+
+/* Without any secret the store still works (and says at info that it is open). */
+Test(store, allgather_without_a_secret, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_JOB_SECRET=", NULL};
+    th_result_t res = th_run(3, body_allgather, NULL, 50, env);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+}
+
+/* Without a secret, each rank says once, at info, that the store is open and what sets one. */
+static void solo_with_info_log(void *arg)
+{
+    weft_bootstrap_t bs = {0};
+    (void)arg;
+    setenv("WEFT_LOG_LEVEL", "info", 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    weft_log_init();
+    set_job_env_port("0", "1", "127.0.0.1", th_free_port());
+    cr_assert_eq(weft_bootstrap_env_init(&bs, weft_wtime() + 5), WEFT_SUCCESS, "%s", weft_last_error());
+    bs.finalize(&bs, 1, weft_wtime() + 5);
+}
+
+Test(store, unauthenticated_store_says_so_at_info, .timeout = 60)
+{
+    unsetenv("WEFT_JOB_SECRET");
+    char *err = th_stderr_of(solo_with_info_log, NULL);
+    cr_expect(strstr(err, "is not authenticated: any process that reaches it can join as a rank that has not arrived "
+                          "yet. Set WEFT_JOB_SECRET"),
+              "%s", err);
+    free(err);
+}
+
+/* A secret from a file (a mounted Kubernetes Secret) equals the same secret in
+ * WEFT_JOB_SECRET: ranks may mix the two. */
+static int body_secret_file(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    (void)size;
+    if (rank % 2) { /* the odd ranks read it from the file */
+        setenv("WEFT_JOB_SECRET_FILE", (const char *)arg, 1);
+        unsetenv("WEFT_JOB_SECRET");
+    }
+    boot(&bs, 20);
+    check_round(&bs, 0, 24, weft_wtime() + 20);
+    bs.finalize(&bs, 1, weft_wtime() + 10);
+    return 0;
+}
+
+Test(store, secret_from_a_file, .timeout = 60)
+{
+    static char path[] = "/tmp/weft-secret-XXXXXX";
+    static const char *const env[] = {"WEFT_JOB_SECRET=" TEST_SECRET, NULL};
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert(write(fd, TEST_SECRET "\n", sizeof(TEST_SECRET)) == (ssize_t)sizeof(TEST_SECRET));
+    close(fd);
+    th_result_t res = th_run(4, body_secret_file, path, 30, env);
+    cr_assert(!res.timed_out);
+    cr_expect_eq(res.failed, 0, "%d ranks failed", res.failed);
+    /* An unreadable file is an error naming it, not a silent fallback. */
+    weft_job_key_t k;
+    unsetenv("WEFT_JOB_SECRET");
+    setenv("WEFT_JOB_SECRET_FILE", "/nonexistent/weft-secret", 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    cr_expect_eq(weft_job_key_load(&k, "test"), WEFT_ERR_ARG);
+    cr_expect(strstr(weft_last_error(), "WEFT_JOB_SECRET_FILE='/nonexistent/weft-secret': No such file"), "%s",
+              weft_last_error());
+    unlink(path);
+}
+
+/* ------------------------------------------------------------------ */
+/* A flood of bad connections: bounded logging, the job still starts   */
+/* ------------------------------------------------------------------ */
+
+#define FLOOD_CONNS 10000
+
+typedef struct flood_shared {
+    volatile int done;
+    volatile int conns; /* the flood's connections that got through */
+    char log[64];       /* rank 0's stderr */
+} flood_shared_t;
+
+static int flooder(flood_shared_t *sh)
+{
+    uint8_t junk[WIRE_HDR];
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)master_port()), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    memset(junk, 'G', sizeof(junk)); /* not the magic */
+    signal(SIGPIPE, SIG_IGN);
+    TH_CHECK(connect_store(weft_wtime() + 10) >= 0, "flooder: no store");
+    double end = weft_wtime() + 40;
+    for (int i = 0; i < FLOOD_CONNS && weft_wtime() < end;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) {
+            usleep(1000);
+            continue;
+        }
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            (void)send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+            sh->conns++;
+            i++;
+        }
+        close(fd);
+    }
+    sh->done = 1;
+    return 0;
+}
+
+/* Sums the rejections rank 0's log accounts for: lines shown plus the
+ * counts of those not shown. */
+static long count_rejections(const char *log, int *lines)
+{
+    long total = 0;
+    *lines = 0;
+    for (const char *p = log; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        char line[1200];
+        snprintf(line, sizeof(line), "%.*s", (int)(n < sizeof(line) - 1 ? n : sizeof(line) - 1), p);
+        if (strstr(line, "env store at")) {
+            const char *m;
+            (*lines)++;
+            if ((m = strstr(line, "(and "))) /* "... (and 123 more rejected connections not shown ..." */
+                total += 1 + strtol(m + 5, NULL, 10);
+            else if ((m = strstr(line, "env store at ")) && (m = strstr(m, ": ")) && (m[2] >= '0' && m[2] <= '9'))
+                total += strtol(m + 2, NULL, 10); /* "<N> more rejected connections not shown" */
+            else
+                total++;
+        }
+        p = nl ? nl + 1 : p + n;
+    }
+    return total;
+}
+
+static int body_flood(int rank, int size, void *arg)
+{
+    flood_shared_t *sh = arg;
+    weft_bootstrap_t bs;
+    int saved = -1;
+    (void)size;
+
+    if (rank == REAL_RANKS) return flooder(sh);
+    if (rank == 0) { /* its stderr goes to a file, to be counted */
+        int fd = open(sh->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        TH_CHECK(fd >= 0, "open %s", sh->log);
+        saved = dup(2);
+        dup2(fd, 2);
+        close(fd);
+    } else {
+        usleep(500 * 1000); /* join while the flood is on */
+    }
+    double t0 = weft_wtime();
+    boot(&bs, 40);
+    for (int i = 0; i < 10; i++) {
+        check_round(&bs, i, 64, weft_wtime() + 40);
+        usleep(50 * 1000);
+    }
+    if (rank != 0) {
+        bs.finalize(&bs, 1, weft_wtime() + 40);
+        return 0;
+    }
+    while (!sh->done && weft_wtime() - t0 < 45)
+        usleep(10 * 1000);
+    usleep(1500 * 1000); /* the last count comes out within a second */
+    bs.finalize(&bs, 1, weft_wtime() + 40);
+    double took = weft_wtime() - t0;
+    fflush(stderr);
+    dup2(saved, 2);
+    char *log = calloc(1, 1 << 22);
+    int fd = open(sh->log, O_RDONLY);
+    TH_CHECK(log && fd >= 0, "read %s", sh->log);
+    ssize_t n = read(fd, log, (1 << 22) - 1);
+    close(fd);
+    TH_CHECK(n >= 0, "read");
+    int lines;
+    long counted = count_rejections(log, &lines);
+    fprintf(stderr, "flood: %d connections in %.1f s; rank 0 logged %d lines accounting for %ld rejections\n",
+            sh->conns, took, lines, counted);
+    /* a burst of 5, then a line a second, then the closing count */
+    TH_CHECK(lines <= 5 + (int)took + 3, "rank 0 logged %d lines in %.1f s:\n%.2000s", lines, took, log);
+    TH_CHECK(counted >= sh->conns * 9L / 10, "the log accounts for %ld of %d rejected connections:\n%.2000s", counted,
+             sh->conns, log);
+    TH_CHECK(strstr(log, "more rejected connections not shown"), "no count of the lines not shown:\n%.2000s", log);
+    free(log);
+    return 0;
+}
+
+Test(store, rejection_flood_is_logged_at_a_bounded_rate, .timeout = 120)
+{
+    flood_shared_t *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(sh != MAP_FAILED);
+    memset(sh, 0, sizeof(*sh));
+    snprintf(sh->log, sizeof(sh->log), "/tmp/weft-flood-%d.log", (int)getpid());
+    static const char *const env[] = {"WORLD_SIZE=4", "LOCAL_WORLD_SIZE=4", "WEFT_LOG_LEVEL=warn", NULL};
+    th_result_t res = th_run(REAL_RANKS + 1, body_flood, sh, 100, env);
+    unlink(sh->log);
+    cr_assert(!res.timed_out);
+    for (int r = 0; r <= REAL_RANKS; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d failed", r);
+    cr_expect(sh->conns >= FLOOD_CONNS / 2, "the flood made only %d connections", sh->conns);
+    munmap(sh, sizeof(*sh));
 }
 
 /* ------------------------------------------------------------------ */
@@ -839,6 +1251,7 @@ static void solo_job(const char *addr)
     weft_bootstrap_t bs = {0};
     int port = th_free_port();
     uint8_t in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS, "%s", weft_last_error());
     set_job_env_port("0", "1", addr, port);
     int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 5);
     cr_assert_eq(rc, WEFT_SUCCESS, "MASTER_ADDR=%s: %s", addr, weft_last_error());
@@ -860,11 +1273,128 @@ Test(store, master_addr_host_name, .timeout = 60)
 {
     solo_job("localhost");
 }
-/* A MASTER_ADDR that is not this host's (a Kubernetes service address):
- * rank 0 listens on every address and reaches its own store anyway. */
-Test(store, master_addr_not_local, .timeout = 60)
+/* Issue 21: rank 0 listens on MASTER_ADDR's address only. One that is not
+ * this host's, or 0.0.0.0, would open the store on every interface: refused
+ * with the reason, unless WEFT_STORE_BIND_ANY=1 asks for it. */
+static void expect_bind_refused(const char *addr, const char *needle)
 {
+    weft_bootstrap_t bs = {0};
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    set_job_env_port("0", "2", addr, th_free_port());
+    double t0 = weft_wtime();
+    int rc = weft_bootstrap_env_init(&bs, t0 + 10);
+    cr_expect_neq(rc, WEFT_SUCCESS, "MASTER_ADDR=%s: the store started", addr);
+    cr_expect(strstr(weft_last_error(), needle), "MASTER_ADDR=%s: \"%s\" lacks \"%s\"", addr, weft_last_error(),
+              needle);
+    cr_expect(weft_wtime() - t0 < 2, "MASTER_ADDR=%s: took %.1f s to refuse", addr, weft_wtime() - t0);
+    cr_expect_null(bs.impl);
+}
+
+Test(store, master_addr_not_local_is_refused, .timeout = 60)
+{
+    expect_bind_refused("192.0.2.1", "MASTER_ADDR=192.0.2.1, which resolves to 192.0.2.1, not an address of this host");
+}
+
+Test(store, master_addr_any_is_refused, .timeout = 60)
+{
+    expect_bind_refused("0.0.0.0", "MASTER_ADDR=0.0.0.0 would make rank 0's store listen on every interface");
+    expect_bind_refused("::", "MASTER_ADDR=:: would make rank 0's store listen on every interface");
+}
+
+/* A MASTER_ADDR that is not this host's (behind a Kubernetes ClusterIP
+ * service), allowed: rank 0 listens on every address and reaches its own
+ * store anyway. */
+Test(store, master_addr_not_local_with_bind_any, .timeout = 60)
+{
+    setenv("WEFT_STORE_BIND_ANY", "1", 1);
     solo_job("192.0.2.1");
+    solo_job("0.0.0.0");
+}
+
+/* A non-loopback address of this host, or NULL. */
+static const char *other_local_address(char *buf, size_t cap)
+{
+    struct ifaddrs *ifa = NULL;
+    const char *found = NULL;
+    if (getifaddrs(&ifa) != 0) return NULL;
+    for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK) &&
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf, (socklen_t)cap))
+            found = buf;
+    freeifaddrs(ifa);
+    return found;
+}
+
+static int can_connect(const char *addr, int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+    inet_pton(AF_INET, addr, &sa.sin_addr);
+    ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* MASTER_ADDR=127.0.0.1: the store is not reachable on the host's other addresses. */
+Test(store, store_listens_only_on_master_addr, .timeout = 60)
+{
+    char other[64];
+    weft_bootstrap_t bs = {0};
+    int port = th_free_port();
+    if (!other_local_address(other, sizeof(other))) cr_skip_test("this host has no non-loopback IPv4 address");
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    set_job_env_port("0", "2", "127.0.0.1", port);
+    cr_assert_eq(weft_bootstrap_env_init(&bs, weft_wtime() + 5), WEFT_SUCCESS, "%s", weft_last_error());
+    cr_expect(can_connect("127.0.0.1", port), "the store is not on 127.0.0.1:%d", port);
+    cr_expect(!can_connect(other, port), "the store is reachable on %s:%d too", other, port);
+    bs.finalize(&bs, 0, 0);
+}
+
+/* Kubernetes: the Kubeflow operator gives the master pod MASTER_ADDR=localhost
+ * and the other pods its service name, which resolves to the pod's address.
+ * Rank 0 then also listens on the address of the pod's own name (from
+ * /etc/hosts), and on nothing else. Simulated in private mount and UTS
+ * namespaces: a host name that /etc/hosts maps to this host's other address. */
+static int k8s_master_pod(const char *other, int port)
+{
+    static const char name[] = "weft-job-master-0";
+    char hosts[] = "/tmp/weft-hosts-XXXXXX";
+    weft_bootstrap_t bs = {0};
+    if (unshare(CLONE_NEWNS | CLONE_NEWUTS) != 0) return 77;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return 77;
+    int fd = mkstemp(hosts);
+    if (fd < 0) return 2;
+    dprintf(fd, "127.0.0.1 localhost\n%s %s\n", other, name);
+    close(fd);
+    if (mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) != 0 || sethostname(name, strlen(name)) != 0) {
+        unlink(hosts);
+        return 77;
+    }
+    unlink(hosts);
+    setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+    set_job_env_port("0", "2", "localhost", port);
+    TH_OK(weft_config_load());
+    TH_OK(weft_bootstrap_env_init(&bs, weft_wtime() + 5));
+    TH_CHECK(can_connect(other, port), "the store is not reachable at %s (the pod's name's address)", other);
+    TH_CHECK(can_connect("127.0.0.1", port), "the store is not reachable at localhost");
+    bs.finalize(&bs, 0, 0);
+    return 0;
+}
+
+Test(store, kubernetes_master_pod_with_localhost, .timeout = 60)
+{
+    char other[64];
+    int port = th_free_port();
+    if (!other_local_address(other, sizeof(other))) cr_skip_test("this host has no non-loopback IPv4 address");
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) _exit(k8s_master_pod(other, port));
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) cr_skip_test("no private mount and UTS namespaces here (needs root)");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the master pod's checks failed (status 0x%x)", st);
 }
 
 static int body_localhost(int rank, int size, void *arg)

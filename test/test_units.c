@@ -1,8 +1,10 @@
 /* Single-process units: status names, datatypes, configuration, the tag
  * layout, and the singleton runtime (self traffic, bad arguments, use
  * after finalize). */
+#include "bootstrap/hmac.h"
 #include "harness.h"
 #include "pt2pt/pt2pt.h"
+#include "pt2pt/ucx_addr.h"
 #include "weft.h"
 #include "weft_internal.h"
 
@@ -297,4 +299,168 @@ Test(units, returned_error_is_logged_at_debug_only)
     cr_assert(strstr(out, "debug: weft_send: destination rank 3 out of range"), "not logged at debug: %s", out);
     free(out);
     unsetenv("WEFT_LOG_LEVEL");
+}
+
+/* ---- SHA-256 and HMAC-SHA256 (src/bootstrap/hmac.c) -------------------- */
+
+static void hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static void expect_sha256(const void *msg, size_t len, const char *want)
+{
+    uint8_t d[WEFT_SHA256_LEN];
+    char got[2 * WEFT_SHA256_LEN + 1];
+    weft_sha256(msg, len, d);
+    hex(d, sizeof(d), got);
+    cr_expect_str_eq(got, want, "SHA-256 of %zu bytes", len);
+}
+
+/* FIPS 180-4's examples (and the one-million-'a' message). */
+Test(units, sha256_test_vectors)
+{
+    expect_sha256("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    expect_sha256("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    expect_sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 56,
+                  "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    char *a = malloc(1000000);
+    cr_assert(a);
+    memset(a, 'a', 1000000);
+    expect_sha256(a, 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    /* Fed in uneven pieces, across block boundaries, the digest is the same. */
+    uint8_t one[WEFT_SHA256_LEN], pieces[WEFT_SHA256_LEN];
+    weft_sha256(a, 1000, one);
+    weft_sha256_t c;
+    weft_sha256_init(&c);
+    for (size_t off = 0, step = 1; off < 1000; off += step, step = step * 3 % 97 + 1)
+        weft_sha256_update(&c, a + off, off + step > 1000 ? 1000 - off : step);
+    weft_sha256_final(&c, pieces);
+    cr_expect_arr_eq(one, pieces, sizeof(one));
+    free(a);
+}
+
+/* RFC 4231, test cases 1-7 (case 5 compares the first 128 bits, as the RFC does). */
+Test(units, hmac_sha256_rfc4231)
+{
+    static const char tc7[] = "This is a test using a larger than block-size key and a larger than block-size data. "
+                              "The key needs to be hashed before being used by the HMAC algorithm.";
+    uint8_t k0b[20], kaa[131], k25[25], dd[50], cd[50], k0c[20];
+    memset(k0b, 0x0b, sizeof(k0b));
+    memset(kaa, 0xaa, sizeof(kaa));
+    memset(dd, 0xdd, sizeof(dd));
+    memset(cd, 0xcd, sizeof(cd));
+    memset(k0c, 0x0c, sizeof(k0c));
+    for (int i = 0; i < 25; i++)
+        k25[i] = (uint8_t)(i + 1);
+    struct {
+        const void *key;
+        size_t key_len;
+        const void *data;
+        size_t len;
+        const char *mac;
+    } tc[] = {
+        {k0b, 20, "Hi There", 8, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+        {"Jefe", 4, "what do ya want for nothing?", 28,
+         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+        {kaa, 20, dd, 50, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+        {k25, 25, cd, 50, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+        {k0c, 20, "Test With Truncation", 20, "a3b6167473100ee06e0c796c2955552b"},
+        {kaa, 131, "Test Using Larger Than Block-Size Key - Hash Key First", 54,
+         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+        {kaa, 131, tc7, sizeof(tc7) - 1, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+    };
+    for (size_t i = 0; i < sizeof(tc) / sizeof(tc[0]); i++) {
+        uint8_t mac[WEFT_SHA256_LEN];
+        char got[2 * WEFT_SHA256_LEN + 1];
+        weft_hmac_sha256(tc[i].key, tc[i].key_len, tc[i].data, tc[i].len, mac);
+        hex(mac, sizeof(mac), got);
+        got[strlen(tc[i].mac)] = '\0';
+        cr_expect_str_eq(got, tc[i].mac, "RFC 4231 test case %zu", i + 1);
+    }
+    /* The incremental form gives the same MAC. */
+    uint8_t a[WEFT_SHA256_LEN], b[WEFT_SHA256_LEN];
+    weft_hmac_t m;
+    weft_hmac_sha256(kaa, 131, tc7, sizeof(tc7) - 1, a);
+    weft_hmac_init(&m, kaa, 131);
+    weft_hmac_update(&m, tc7, 10);
+    weft_hmac_update(&m, tc7 + 10, sizeof(tc7) - 11);
+    weft_hmac_final(&m, b);
+    cr_expect_arr_eq(a, b, sizeof(a));
+}
+
+Test(units, constant_time_compare_and_random_bytes)
+{
+    uint8_t x[32] = {0}, y[32] = {0}, r1[32], r2[32];
+    cr_expect(weft_ct_equal(x, y, sizeof(x)));
+    y[31] = 1;
+    cr_expect(!weft_ct_equal(x, y, sizeof(x)));
+    y[31] = 0, y[0] = 0x80;
+    cr_expect(!weft_ct_equal(x, y, sizeof(x)));
+    cr_assert_eq(weft_random_bytes(r1, sizeof(r1)), 0);
+    cr_assert_eq(weft_random_bytes(r2, sizeof(r2)), 0);
+    cr_expect(!weft_ct_equal(r1, r2, sizeof(r1)), "two draws of 256 random bits are equal");
+}
+
+/* ---- sealed UCX addresses (pt2pt/ucx_addr.c) ---------------------------- */
+
+static int open_as(const weft_job_key_t *k, uint32_t rank, const uint8_t *b, size_t n, char *why)
+{
+    size_t len = 0;
+    return weft_ucx_addr_open(k, rank, 4, b, n, &len, why, 256);
+}
+
+Test(units, ucx_address_seal_and_check)
+{
+    weft_job_key_t none = {0}, key = {.keyed = 1}, other = {.keyed = 1};
+    uint8_t addr[100], b[256], c[256];
+    char why[256];
+    size_t n = weft_ucx_addr_sealed_len(sizeof(addr)), len = 0;
+    memset(key.key, 7, sizeof(key.key));
+    memset(other.key, 8, sizeof(other.key));
+    for (size_t i = 0; i < sizeof(addr); i++)
+        addr[i] = (uint8_t)(i * 7);
+    weft_ucx_addr_seal(&key, 2, 4, addr, sizeof(addr), b);
+    cr_assert_eq(weft_ucx_addr_open(&key, 2, 4, b, n, &len, why, sizeof(why)), 0, "%s", why);
+    cr_assert_eq(len, sizeof(addr));
+    cr_assert_arr_eq(b + WEFT_UCX_ADDR_HDR, addr, sizeof(addr));
+    /* Every way it can be wrong is caught, with the reason. */
+    cr_expect_eq(open_as(&key, 3, b, n, why), -1);
+    cr_expect(strstr(why, "sealed by rank 2 of 4, not rank 3 of 4"), "%s", why);
+    cr_expect_eq(open_as(&other, 2, b, n, why), -1);
+    cr_expect(strstr(why, "sealed with a different job secret"), "%s", why);
+    cr_expect_eq(open_as(&none, 2, b, n, why), -1);
+    cr_expect(strstr(why, "sealed with a job secret and this rank has none"), "%s", why);
+    cr_expect_eq(open_as(&key, 2, b, n - 1, why), -1);
+    cr_expect(strstr(why, "disagrees with the"), "%s", why);
+    cr_expect_eq(open_as(&key, 2, b, 10, why), -1);
+    cr_expect(strstr(why, "too few"), "%s", why);
+    for (size_t i = 0; i < n; i++) { /* any flipped bit */
+        memcpy(c, b, n);
+        c[i] ^= 0x10;
+        cr_expect_eq(open_as(&key, 2, c, n, why), -1, "byte %zu flipped went unnoticed", i);
+    }
+    /* Without a secret the tag is a checksum: it still catches corruption. */
+    weft_ucx_addr_seal(&none, 0, 4, addr, sizeof(addr), b);
+    cr_expect_eq(open_as(&none, 0, b, n, why), 0, "%s", why);
+    b[WEFT_UCX_ADDR_HDR + 5] ^= 1;
+    cr_expect_eq(open_as(&none, 0, b, n, why), -1);
+    cr_expect(strstr(why, "checksum is wrong"), "%s", why);
+    memset(c, 0xab, sizeof(c));
+    cr_expect_eq(open_as(&none, 0, c, n, why), -1);
+    cr_expect(strstr(why, "not a sealed address"), "%s", why);
+}
+
+/* A secret never appears in a message, even the one refusing it. */
+Test(units, job_secret_is_not_echoed)
+{
+    char big[1100];
+    memset(big, 's', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    setenv("WEFT_JOB_SECRET", big, 1);
+    cr_assert_eq(weft_config_load(), WEFT_ERR_ARG);
+    cr_expect(strstr(weft_last_error(), "WEFT_JOB_SECRET is too long"), "%s", weft_last_error());
+    cr_expect(!strstr(weft_last_error(), "sss"), "%s", weft_last_error());
+    unsetenv("WEFT_JOB_SECRET");
 }

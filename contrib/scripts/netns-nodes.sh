@@ -61,12 +61,15 @@ status() {
 run() {
     local nodes=$1 ppn=$2
     shift 2
-    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 20000)) pids=() rc=0
+    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 20000)) pids=() rc=0 secret
+    # A fresh job secret, as weftrun gives its ranks (docs/SECURITY.md); one already set is kept.
+    secret=${WEFT_JOB_SECRET:-}
+    [ -n "$secret" ] || [ -n "${WEFT_JOB_SECRET_FILE:-}" ] || secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
     for ((r = 0; r < size; r++)); do
         local k=$((r / ppn)) bind=()
         [ "${WEFT_NETNS_NOBIND:-0}" = 1 ] || bind=(taskset -c "$((r % $(nproc)))")
         ip netns exec "weftnode$k" env RANK=$r WORLD_SIZE=$size LOCAL_RANK=$((r % ppn)) LOCAL_WORLD_SIZE=$ppn \
-            MASTER_ADDR="$NET.1" MASTER_PORT=$port WEFT_NODE_ID=$k \
+            MASTER_ADDR="$NET.1" MASTER_PORT=$port WEFT_NODE_ID=$k WEFT_JOB_SECRET="$secret" \
             UCX_TLS="${UCX_TLS:-tcp,self}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-wnn$k}" \
             "${bind[@]}" "$@" &
         pids+=($!)

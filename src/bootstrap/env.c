@@ -23,6 +23,11 @@
  * each fails the collectives that rank was part of (weft_rank_lost). When
  * rank 0 itself dies, every client sees its store connection close without
  * a notice and reports rank 0 lost the same way.
+ *
+ * Membership: every connection proves it knows the job key (jobkey.h)
+ * before it may take a rank, and the store proves it too, in one
+ * challenge-response each way (env_wire.h); rank 0 listens only on
+ * MASTER_ADDR's address. docs/SECURITY.md says what this protects.
  */
 #include "bootstrap/env.h"
 
@@ -107,6 +112,22 @@ int weft_bootstrap_env_detected(void)
     return 1;
 }
 
+/* Says once per process how the store is protected: without a secret,
+ * anyone who reaches it can take a rank that has not arrived yet. */
+static void log_protection(const env_boot_t *eb)
+{
+    static int said;
+    if (said++) return;
+    if (eb->key.keyed)
+        weft_info_log("env bootstrap: the store at %s is authenticated with the job secret from %s", eb->where,
+                      eb->key.source);
+    else
+        weft_info_log("env bootstrap: the store at %s is not authenticated: any process that reaches it can join as a "
+                      "rank that has not arrived yet. Set WEFT_JOB_SECRET (or WEFT_JOB_SECRET_FILE) to the same "
+                      "secret on every rank (weftrun sets one itself); see docs/SECURITY.md",
+                      eb->where);
+}
+
 int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
 {
     env_boot_t *eb = NULL;
@@ -126,8 +147,19 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
     eb->port = v.port;
     snprintf(eb->addr, sizeof(eb->addr), "%s", v.addr);
     snprintf(eb->where, sizeof(eb->where), "%s", v.where);
-    if (eb->rank == 0)
-        WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, eb->size, eb->addr, eb->port, eb->where, &eb->thread), rc, out);
+    WEFT_CHECK_GOTO(weft_job_key_load(&eb->key, "env bootstrap"), rc, out);
+    log_protection(eb);
+    if (eb->rank == 0) {
+        env_serve_t o = {.size = eb->size,
+                         .local_size = v.local_size,
+                         .addr = eb->addr,
+                         .port = eb->port,
+                         .where = eb->where,
+                         .key = &eb->key,
+                         .bind_any = weft_cfg.store_bind_any,
+                         .deadline = deadline};
+        WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, &o, &eb->thread), rc, out);
+    }
     WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
 
     bs->name = "env";

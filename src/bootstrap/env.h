@@ -7,6 +7,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/env_wire.h"
+#include "bootstrap/jobkey.h"
 
 #include <netdb.h>
 #include <pthread.h>
@@ -39,15 +40,27 @@ typedef struct env_boot {
     char addr[256];
     int port;
     char where[300];
+    weft_job_key_t key; /* what this rank proves membership with */
     server_t *srv;
     pthread_t thread;
 } env_boot_t;
 
 /* ---- the store (env_server.c) ------------------------------------------ */
 
-/* Serves a store of `size` ranks on addr:port (`where` names it in
- * messages) from a new thread; fills *out and *thread. */
-int weft_env_server_start(server_t **out, int size, const char *addr, int port, const char *where, pthread_t *thread);
+/* What rank 0's store serves, and where. */
+typedef struct env_serve {
+    int size;                  /* WORLD_SIZE */
+    int local_size;            /* LOCAL_WORLD_SIZE; -1 when unset */
+    const char *addr;          /* MASTER_ADDR: the store listens on its address(es) only */
+    int port;                  /* MASTER_PORT */
+    const char *where;         /* "MASTER_ADDR:MASTER_PORT" for messages */
+    const weft_job_key_t *key; /* what connections must prove they know */
+    int bind_any;              /* WEFT_STORE_BIND_ANY: every interface is allowed */
+    double deadline;           /* for resolving MASTER_ADDR (0: none) */
+} env_serve_t;
+
+/* Serves the store from a new thread; fills *out and *thread. */
+int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *thread);
 /* Stops the thread and frees the store. Graceful: wait until every rank
  * said goodbye or `deadline` passed. */
 void weft_env_server_stop(server_t *s, pthread_t thread, int graceful, double deadline);

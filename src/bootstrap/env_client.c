@@ -48,22 +48,94 @@ static double io_deadline_of(double deadline)
     return deadline > 0 ? deadline + CLIENT_GRACE : 0.0;
 }
 
-/* HELLO / WELCOME. Returns WEFT_SUCCESS, 1 to retry (the store closed the
- * connection: overloaded or restarting), or an error status. */
+/* The store's answer to a step of the handshake was an ERROR: its text
+ * says why. Returns 1 (retry: a previous run's store) or an error. */
+static int handshake_refused(env_boot_t *eb, int fd, const store_hdr_t *h, double io_dl, char *last, size_t cap)
+{
+    char text[STORE_MAX_TEXT + 1];
+    int err = 0;
+    if (read_error_text(fd, h, text, sizeof(text), io_dl, &err) != IO_OK)
+        weft_env_textf(text, sizeof(text), "(its message could not be read: %s)",
+                       err ? strerror(err) : "end of stream");
+    if (status_from_wire(h->arg) == WEFT_ERR_ALREADY) {
+        weft_env_textf(last, cap, "the store refused: %s", text);
+        return 1;
+    }
+    return weft_error(status_from_wire(h->arg), "env bootstrap: rank 0's store at %s refused rank %d: %s", eb->where,
+                      eb->rank, text);
+}
+
+/* Checks the store's CHALLENGE (header h, payload body) against our nonce
+ * nc: it must prove it knows the job key before we prove anything or send
+ * a byte of data, so a fake store learns nothing. */
+static int check_challenge(env_boot_t *eb, const store_hdr_t *h, const uint8_t *body, const uint8_t *nc)
+{
+    uint8_t want[STORE_PROOF];
+    int store_keyed = (h->arg & FLAG_KEYED) != 0;
+
+    if (eb->key.keyed && !store_keyed)
+        return weft_error(WEFT_ERR_BOOTSTRAP,
+                          "env bootstrap: rank 0's store at %s has no job secret but rank %d has one (from %s): give "
+                          "every rank the same WEFT_JOB_SECRET, or none (or is something else holding MASTER_PORT?); "
+                          "nothing was sent to it",
+                          eb->where, eb->rank, eb->key.source);
+    if (!eb->key.keyed && store_keyed)
+        return weft_error(WEFT_ERR_BOOTSTRAP,
+                          "env bootstrap: rank 0's store at %s requires the job secret and rank %d has none: set "
+                          "WEFT_JOB_SECRET (or WEFT_JOB_SECRET_FILE) to rank 0's secret on every rank",
+                          eb->where, eb->rank);
+    weft_env_proof(eb->key.key, PROOF_BY_STORE, nc, body, (uint32_t)eb->rank, (uint32_t)eb->size, want);
+    if (!weft_ct_equal(want, body + STORE_NONCE, STORE_PROOF))
+        return weft_error(WEFT_ERR_BOOTSTRAP,
+                          "env bootstrap: the service at %s failed to prove it knows the job secret (from %s): it is "
+                          "not this job's store (rank 0 has a different secret, or another process holds MASTER_PORT); "
+                          "rank %d sent it nothing",
+                          eb->where, eb->key.source, eb->rank);
+    return WEFT_SUCCESS;
+}
+
+/* The handshake: HELLO (our nonce), CHALLENGE (the store's nonce and
+ * proof, checked), PROOF (ours), WELCOME. Returns WEFT_SUCCESS, 1 to
+ * retry (the store closed the connection: overloaded or restarting), or
+ * an error status. */
 static int client_hello(int fd, void *ctx, double deadline, char *last, size_t cap)
 {
     env_boot_t *eb = ctx;
-    uint8_t b[STORE_HDR];
-    store_hdr_t h;
-    char text[STORE_MAX_TEXT + 1];
+    uint8_t b[STORE_HDR + STORE_CHALLENGE], nc[STORE_NONCE], proof[STORE_PROOF];
+    store_hdr_t h = {0};
     double io_dl = io_deadline_of(deadline);
-    int err = 0, io;
+    int err = 0, io, rc;
 
-    weft_env_hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0, HELLO_WANTS_LOST, 0);
-    io = weft_io_send(fd, b, sizeof(b), 0, io_dl, &err);
-    if (io == IO_OK) io = weft_io_recv(fd, b, sizeof(b), io_dl, &err);
+    if ((err = weft_random_bytes(nc, sizeof(nc))) != 0)
+        return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: no random nonce for the store's handshake: %s",
+                          strerror(err));
+    weft_env_hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0,
+                      HELLO_WANTS_LOST | (eb->key.keyed ? FLAG_KEYED : 0), STORE_NONCE);
+    memcpy(b + STORE_HDR, nc, STORE_NONCE);
+    io = weft_io_send(fd, b, STORE_HDR + STORE_NONCE, 0, io_dl, &err);
+    for (int step = 0; io == IO_OK; step++) {
+        if ((io = weft_io_recv(fd, b, STORE_HDR, io_dl, &err)) != IO_OK) break;
+        weft_env_hdr_unpack(b, &h);
+        if (h.magic != STORE_MAGIC)
+            return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: the service at %s is not a weft store (magic 0x%08x)",
+                              eb->where, h.magic);
+        if (h.version != STORE_VERSION)
+            return weft_error(WEFT_ERR_BOOTSTRAP,
+                              "env bootstrap: rank 0's store at %s speaks protocol version %u and rank %d version %u: "
+                              "every rank must run the same weft",
+                              eb->where, h.version, eb->rank, STORE_VERSION);
+        if (h.kind == K_ERROR) return handshake_refused(eb, fd, &h, io_dl, last, cap);
+        if (step == 1 && h.kind == K_WELCOME && h.len == 0) return WEFT_SUCCESS;
+        if (step != 0 || h.kind != K_CHALLENGE || h.len != STORE_CHALLENGE) break;
+        if ((io = weft_io_recv(fd, b + STORE_HDR, STORE_CHALLENGE, io_dl, &err)) != IO_OK) break;
+        if ((rc = check_challenge(eb, &h, b + STORE_HDR, nc)) != WEFT_SUCCESS) return rc;
+        weft_env_proof(eb->key.key, PROOF_BY_RANK, nc, b + STORE_HDR, (uint32_t)eb->rank, (uint32_t)eb->size, proof);
+        weft_env_hdr_pack(b, K_PROOF, (uint32_t)eb->rank, (uint32_t)eb->size, 0, 0, STORE_PROOF);
+        memcpy(b + STORE_HDR, proof, STORE_PROOF);
+        io = weft_io_send(fd, b, STORE_HDR + STORE_PROOF, 0, io_dl, &err);
+    }
     if (io == IO_CLOSED || io == IO_ERROR) {
-        weft_env_textf(last, cap, "the store closed the connection during the HELLO (%s)",
+        weft_env_textf(last, cap, "the store closed the connection during the handshake (%s)",
                        err ? strerror(err) : "end of stream");
         return 1;
     }
@@ -72,22 +144,8 @@ static int client_hello(int fd, void *ctx, double deadline, char *last, size_t c
                           "env bootstrap: rank %d connected to %s but the store did not answer its HELLO by the "
                           "deadline (is something other than rank 0's weft store listening there?)",
                           eb->rank, eb->where);
-    weft_env_hdr_unpack(b, &h);
-    if (h.magic != STORE_MAGIC || h.version != STORE_VERSION)
-        return weft_error(WEFT_ERR_BOOTSTRAP,
-                          "env bootstrap: the service at %s is not a weft store (magic 0x%08x, version %u)", eb->where,
-                          h.magic, h.version);
-    if (h.kind == K_WELCOME && h.len == 0) return WEFT_SUCCESS;
-    if (h.kind == K_ERROR && read_error_text(fd, &h, text, sizeof(text), io_dl, &err) == IO_OK) {
-        if (status_from_wire(h.arg) == WEFT_ERR_ALREADY) {
-            weft_env_textf(last, cap, "the store refused: %s", text);
-            return 1;
-        }
-        return weft_error(status_from_wire(h.arg), "env bootstrap: rank 0's store at %s refused rank %d: %s", eb->where,
-                          eb->rank, text);
-    }
     return weft_error(WEFT_ERR_BOOTSTRAP,
-                      "env bootstrap: rank 0's store at %s answered rank %d's HELLO with an unexpected message "
+                      "env bootstrap: rank 0's store at %s answered rank %d's handshake with an unexpected message "
                       "(kind %u, %llu bytes)",
                       eb->where, eb->rank, h.kind, (unsigned long long)h.len);
 }
@@ -273,6 +331,7 @@ void weft_env_free(env_boot_t *eb, int graceful, double deadline)
     /* Store first: rank 0's own connection closing is no news to report. */
     if (eb->srv) weft_env_server_stop(eb->srv, eb->thread, graceful, deadline);
     if (eb->fd >= 0) close(eb->fd);
+    memset(&eb->key, 0, sizeof(eb->key));
     free(eb);
 }
 

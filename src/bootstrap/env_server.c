@@ -1,11 +1,13 @@
 /* Rank 0's store for the env bootstrap: a thread that accepts connections
- * on MASTER_ADDR:MASTER_PORT, checks each HELLO, runs the allgather rounds
- * (arrivals, deadlines, failures that name the missing ranks), tells the
- * ranks about lost peers and closes when every rank said goodbye. The
- * protocol is in env_wire.h. */
+ * on MASTER_ADDR:MASTER_PORT (only there: see server_listen), makes each
+ * prove it belongs to the job (the handshake in env_wire.h), runs the
+ * allgather rounds (arrivals, deadlines, failures that name the missing
+ * ranks), tells the ranks about lost peers and closes when every rank said
+ * goodbye. What it refuses is logged at a bounded rate. */
 #include "bootstrap/env.h"
 #include "bootstrap/sock.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -13,16 +15,24 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STORE_EXTRA_CONNS     256
-#define STORE_HELLO_TIMEOUT   10.0              /* a connection must say HELLO this soon */
+#define STORE_HELLO_TIMEOUT   10.0              /* a connection must finish the handshake this soon */
 #define STORE_CLOSING_TIMEOUT 5.0               /* time to flush a refusal before closing */
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
+#define STORE_MAX_LISTEN      4                 /* addresses of MASTER_ADDR (and of the pod's name) served */
+/* Rejections are logged at a bounded rate: a flood of bad connections must
+ * not flood rank 0's stderr. A burst, then one line a second that also
+ * says how many were not logged. */
+#define REJECT_LOG_BURST  5
+#define REJECT_LOG_PERIOD 1.0
 
 /* A reference-counted message; one RESULT is shared by every rank's queue. */
 typedef struct blob {
@@ -39,11 +49,12 @@ typedef struct outmsg {
 
 typedef struct round round_t;
 
-enum { RX_HDR, RX_BODY, RX_DISCARD };
+enum { RX_HDR, RX_SMALL, RX_BODY, RX_DISCARD };
 
 typedef struct conn {
     int fd;
-    int rank;    /* -1 until its HELLO is accepted */
+    int phase;   /* PHASE_HELLO, PHASE_PROOF, then PHASE_MEMBER once WELCOMEd */
+    int rank;    /* -1 until its proof and its claim are accepted */
     int dead;    /* closed by server_reap */
     int closing; /* a refusal is queued: flush it, then close */
     int notices; /* its HELLO asked for LOST notices */
@@ -55,7 +66,11 @@ typedef struct conn {
     uint8_t hbuf[STORE_HDR];
     size_t hgot;
     store_hdr_t hdr;
-    uint8_t *dst; /* RX_BODY: where the payload goes (inside a round's blob) */
+    store_hdr_t hello;              /* the HELLO its PROOF must match */
+    uint8_t nc[STORE_NONCE];        /* the client's nonce */
+    uint8_t ns[STORE_NONCE];        /* ours */
+    uint8_t small[STORE_SMALL_MAX]; /* RX_SMALL: a handshake payload */
+    uint8_t *dst;                   /* RX_BODY: where the payload goes (inside a round's blob) */
     size_t want, got;
     round_t *round; /* RX_BODY: the round that payload belongs to */
     outmsg_t *out_head, *out_tail;
@@ -84,8 +99,18 @@ typedef struct failed {
 
 enum { RANK_NONE = 0, RANK_LIVE, RANK_BYE, RANK_LOST };
 
+/* The rate limit of rejection lines (a token bucket). */
+typedef struct reject_log {
+    double tokens, refilled;
+    unsigned long long suppressed; /* rejections not logged since the last line */
+    double suppressed_since;
+    int suppressed_level; /* the most severe among them */
+    char last[320];       /* the last of them */
+} reject_log_t;
+
 struct server {
-    int listen_fd;
+    int listen_fd[STORE_MAX_LISTEN];
+    int nlisten;
     int wake_rd, wake_wr;
     int size;
     char where[300];
@@ -102,6 +127,8 @@ struct server {
     failed_t *failed;
     double accept_pause_until;
     int warned_fd_limit;
+    weft_job_key_t key;
+    reject_log_t rejects;
     struct sockaddr_storage self; /* where this process's own client connects */
     socklen_t self_len;
     pthread_mutex_t lock;
@@ -178,13 +205,67 @@ static void conn_queue_error(conn_t *c, uint64_t seq, int status, const char *te
     blob_put(b);
 }
 
+static void reject_refill(reject_log_t *rl, double now)
+{
+    rl->tokens += (now - rl->refilled) / REJECT_LOG_PERIOD;
+    if (rl->tokens > REJECT_LOG_BURST) rl->tokens = REJECT_LOG_BURST;
+    rl->refilled = now;
+}
+
+/* Logs a rejected connection at `level`, or counts it when the rate limit
+ * is reached; the next line that gets out says how many were not shown. */
+static void reject(server_t *s, int level, const char *fmt, ...) WEFT_PRINTF(3, 4);
+static void reject(server_t *s, int level, const char *fmt, ...)
+{
+    reject_log_t *rl = &s->rejects;
+    double now = weft_wtime();
+    char line[320];
+    va_list ap;
+
+    if (level > weft_log_level) return; /* not shown anyway: nothing to limit */
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    reject_refill(rl, now);
+    if (rl->tokens < 1.0) {
+        if (!rl->suppressed++) {
+            rl->suppressed_since = now;
+            rl->suppressed_level = level;
+        }
+        if (level < rl->suppressed_level) rl->suppressed_level = level;
+        memcpy(rl->last, line, sizeof(line));
+        return;
+    }
+    rl->tokens -= 1.0;
+    if (rl->suppressed) {
+        weft_log(level, "env store at %s: %s (and %llu more rejected connections not shown in the last %.1f s)",
+                 s->where, line, rl->suppressed, now - rl->suppressed_since);
+        rl->suppressed = 0;
+    } else {
+        weft_log(level, "env store at %s: %s", s->where, line);
+    }
+}
+
+/* Once the flood stops, the count of what was not shown still gets out. */
+static void reject_flush(server_t *s, double now, int force)
+{
+    reject_log_t *rl = &s->rejects;
+    if (!rl->suppressed) return;
+    reject_refill(rl, now);
+    if (rl->tokens < 1.0 && !force) return;
+    rl->tokens -= 1.0;
+    weft_log(rl->suppressed_level,
+             "env store at %s: %llu more rejected connections not shown in the last %.1f s (the last: %s)", s->where,
+             rl->suppressed, now - rl->suppressed_since, rl->last);
+    rl->suppressed = 0;
+}
+
 /* Refuses a connection that is not (yet) a rank: tell it why, then close. */
 static void conn_refuse(server_t *s, conn_t *c, int status, const char *text)
 {
-    if (status == WEFT_ERR_ALREADY) /* expected while a re-init races our shutdown */
-        weft_debug("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
-    else
-        weft_warn("env store at %s: refused the connection from %s: %s", s->where, c->peer, text);
+    /* WEFT_ERR_ALREADY is expected while a re-init races our shutdown. */
+    reject(s, status == WEFT_ERR_ALREADY ? WEFT_LOG_DEBUG : WEFT_LOG_WARN, "refused the connection from %s: %s",
+           c->peer, text);
     conn_queue_error(c, 0, status, text);
     c->closing = 1;
     c->closing_since = weft_wtime();
@@ -358,9 +439,39 @@ static void rank_gone(server_t *s, int rank, int state, const char *why)
     fail_rounds_gone(s, rank, why);
 }
 
+/* A HELLO's nonce is in: answer with ours and our proof. */
 static void on_hello(server_t *s, conn_t *c)
 {
-    const store_hdr_t *h = &c->hdr;
+    uint8_t *p;
+    int err;
+    blob_t *b;
+
+    c->hello = c->hdr;
+    memcpy(c->nc, c->small, STORE_NONCE);
+    if ((err = weft_random_bytes(c->ns, STORE_NONCE)) != 0) {
+        reject(s, WEFT_LOG_WARN, "dropped the connection from %s: no random nonce for its challenge: %s", c->peer,
+               strerror(err));
+        conn_kill(c, "no nonce");
+        return;
+    }
+    if (!(b = blob_new(STORE_HDR + STORE_CHALLENGE))) {
+        conn_kill(c, "was dropped: the store ran out of memory");
+        return;
+    }
+    p = b->data + STORE_HDR;
+    weft_env_hdr_pack(b->data, K_CHALLENGE, c->hello.rank, (uint32_t)s->size, 0, s->key.keyed ? FLAG_KEYED : 0,
+                      STORE_CHALLENGE);
+    memcpy(p, c->ns, STORE_NONCE);
+    weft_env_proof(s->key.key, PROOF_BY_STORE, c->nc, c->ns, c->hello.rank, c->hello.size, p + STORE_NONCE);
+    conn_queue(c, b);
+    blob_put(b);
+    c->phase = PHASE_PROOF;
+}
+
+/* The proof is right: the connection may take the rank it claims. */
+static void on_claim(server_t *s, conn_t *c)
+{
+    const store_hdr_t *h = &c->hello;
     char text[384];
 
     if (h->size != (uint32_t)s->size) {
@@ -386,6 +497,7 @@ static void on_hello(server_t *s, conn_t *c)
             return;
         }
         c->rank = (int)h->rank;
+        c->phase = PHASE_MEMBER;
         c->notices = (h->arg & HELLO_WANTS_LOST) != 0;
         s->by_rank[c->rank] = c;
         s->rank_state[c->rank] = RANK_LIVE;
@@ -396,22 +508,53 @@ static void on_hello(server_t *s, conn_t *c)
     }
 }
 
+/* A PROOF is in: only a connection that knows the job key gets further. */
+static void on_proof(server_t *s, conn_t *c)
+{
+    const store_hdr_t *h = &c->hello;
+    int client_keyed = (h->arg & FLAG_KEYED) != 0;
+    char text[384];
+
+    if (weft_env_proof_ok(s->key.key, h, &c->hdr, c->small, c->nc, c->ns)) {
+        on_claim(s, c);
+        return;
+    }
+    if (s->key.keyed && !client_keyed)
+        weft_env_textf(text, sizeof(text),
+                       "authentication failed for rank %u: the store requires the job secret and the client has none "
+                       "(set WEFT_JOB_SECRET, the same on every rank)",
+                       h->rank);
+    else if (!s->key.keyed && client_keyed)
+        weft_env_textf(text, sizeof(text),
+                       "authentication failed for rank %u: the client has a job secret and this store has none "
+                       "(give every rank the same WEFT_JOB_SECRET, or none)",
+                       h->rank);
+    else
+        weft_env_textf(text, sizeof(text),
+                       "authentication failed for rank %u: wrong proof of the job secret (a different WEFT_JOB_SECRET, "
+                       "or not a member of this job)",
+                       h->rank);
+    conn_refuse(s, c, WEFT_ERR_BOOTSTRAP, text);
+}
+
+/* A handshake payload is complete. */
+static void on_small(server_t *s, conn_t *c)
+{
+    c->rx = RX_HDR;
+    c->hgot = 0;
+    if (c->phase == PHASE_HELLO)
+        on_hello(s, c);
+    else
+        on_proof(s, c);
+}
+
 static void on_contrib(server_t *s, conn_t *c, double now)
 {
     const store_hdr_t *h = &c->hdr;
     int rk = c->rank;
     round_t *r;
 
-    if (h->rank != (uint32_t)rk || h->size != (uint32_t)s->size) {
-        conn_kill(c, "sent a malformed message (rank %u, size %u on rank %d's connection)", h->rank, h->size, rk);
-        return;
-    }
-    if (h->len > STORE_MAX_CONTRIB || h->len * (uint64_t)s->size > STORE_MAX_ROUND) {
-        conn_kill(c, "announced a %llu-byte contribution (limits: %llu per rank, %llu per round)",
-                  (unsigned long long)h->len, (unsigned long long)STORE_MAX_CONTRIB,
-                  (unsigned long long)STORE_MAX_ROUND);
-        return;
-    }
+    /* Rank, size and length were checked with the header (weft_env_judge_header). */
     if (h->seq != s->next_seq[rk]) {
         conn_kill(c, "sent allgather round %llu when round %llu was due", (unsigned long long)h->seq,
                   (unsigned long long)s->next_seq[rk]);
@@ -499,47 +642,31 @@ static void on_body(server_t *s, conn_t *c)
 static void on_header(server_t *s, conn_t *c, double now)
 {
     store_hdr_t *h = &c->hdr;
-    char text[256];
+    store_judgement_t j;
 
-    weft_env_hdr_unpack(c->hbuf, h);
+    weft_env_judge_header(c->hbuf, c->phase, (uint32_t)s->size, c->rank >= 0 ? (uint32_t)c->rank : 0, h, &j);
     c->hgot = 0;
-    if (c->rank < 0) { /* a stranger until its HELLO is accepted: check everything */
-        if (h->magic != STORE_MAGIC) {
-            weft_warn("env store at %s: dropped the connection from %s: bad magic 0x%08x (not a weft client)", s->where,
-                      c->peer, h->magic);
-            conn_kill(c, "bad magic");
-        } else if (h->version != STORE_VERSION) {
-            weft_env_textf(text, sizeof(text), "protocol version %u, but the store speaks version %u", h->version,
-                           STORE_VERSION);
-            conn_refuse(s, c, WEFT_ERR_BOOTSTRAP, text);
-        } else if (h->len > STORE_MAX_CONTRIB) {
-            weft_warn("env store at %s: dropped the connection from %s: it announced a %llu-byte payload", s->where,
-                      c->peer, (unsigned long long)h->len);
-            conn_kill(c, "huge payload");
-        } else if (h->kind != K_HELLO || h->len != 0) {
-            weft_warn("env store at %s: dropped the connection from %s: message kind %u with %llu bytes before a "
-                      "HELLO",
-                      s->where, c->peer, h->kind, (unsigned long long)h->len);
-            conn_kill(c, "no HELLO");
-        } else {
-            on_hello(s, c);
-        }
-        return;
-    }
-    if (h->magic != STORE_MAGIC || h->version != STORE_VERSION) {
-        conn_kill(c, "sent a corrupt message (magic 0x%08x, version %u)", h->magic, h->version);
+    if (j.action == JUDGE_DROP && c->phase == PHASE_MEMBER) {
+        conn_kill(c, "%s", j.why);
+    } else if (j.action == JUDGE_DROP) {
+        reject(s, WEFT_LOG_WARN, "dropped the connection from %s: %s", c->peer, j.why);
+        conn_kill(c, "dropped");
+    } else if (j.action == JUDGE_REFUSE) {
+        conn_refuse(s, c, j.status, j.why);
+    } else if (c->phase != PHASE_MEMBER) { /* a handshake payload (the judge bounded it) */
+        c->rx = RX_SMALL;
+        c->want = (size_t)h->len;
+        c->got = 0;
     } else if (h->kind == K_CONTRIB) {
         on_contrib(s, c, now);
         if (!c->dead && c->want == 0) on_body(s, c);
-    } else if (h->kind == K_BYE && h->len == 0) {
+    } else { /* BYE */
         if (h->seq != s->next_seq[c->rank])
             weft_debug("env store at %s: rank %d said goodbye after %llu rounds, rank 0 expected %llu", s->where,
                        c->rank, (unsigned long long)h->seq, (unsigned long long)s->next_seq[c->rank]);
         rank_gone(s, c->rank, RANK_BYE, "said goodbye (finalized)");
         /* Closing tells the client its goodbye was processed (see weft_env_finalize). */
         conn_kill(c, "said goodbye");
-    } else {
-        conn_kill(c, "sent an unexpected message (kind %u, %llu bytes)", h->kind, (unsigned long long)h->len);
     }
 }
 
@@ -553,6 +680,9 @@ static void conn_read(server_t *s, conn_t *c, double now)
         if (c->rx == RX_HDR) {
             p = c->hbuf + c->hgot;
             n = STORE_HDR - c->hgot;
+        } else if (c->rx == RX_SMALL) {
+            p = c->small + c->got;
+            n = c->want - c->got;
         } else if (c->rx == RX_BODY) {
             p = c->dst + c->got;
             n = c->want - c->got;
@@ -570,10 +700,14 @@ static void conn_read(server_t *s, conn_t *c, double now)
                 conn_kill(c, "disconnected (connection closed)");
             else {
                 if (c->hgot > 0 || c->rx != RX_HDR)
-                    weft_warn("env store at %s: the connection from %s closed in the middle of a message", s->where,
-                              c->peer);
+                    reject(s, WEFT_LOG_WARN, "the connection from %s closed in the middle of a message", c->peer);
+                else if (c->phase == PHASE_PROOF) /* a client that found our proof wrong leaves here */
+                    reject(s, WEFT_LOG_WARN,
+                           "the connection from %s (claiming rank %u) left after the challenge without a proof (a "
+                           "different job secret, or not a weft rank)",
+                           c->peer, c->hello.rank);
                 else /* port probes (Kubernetes TCP checks) do just this */
-                    weft_debug("env store at %s: %s connected and left without a word", s->where, c->peer);
+                    reject(s, WEFT_LOG_DEBUG, "%s connected and left without a word", c->peer);
                 conn_kill(c, "closed");
             }
             return;
@@ -581,8 +715,7 @@ static void conn_read(server_t *s, conn_t *c, double now)
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-            if (c->rank < 0)
-                weft_warn("env store at %s: connection from %s failed: %s", s->where, c->peer, strerror(errno));
+            if (c->rank < 0) reject(s, WEFT_LOG_WARN, "connection from %s failed: %s", c->peer, strerror(errno));
             conn_kill(c, "disconnected (%s)", strerror(errno));
             return;
         }
@@ -590,6 +723,9 @@ static void conn_read(server_t *s, conn_t *c, double now)
         if (c->rx == RX_HDR) {
             c->hgot += (size_t)k;
             if (c->hgot == STORE_HDR) on_header(s, c, now);
+        } else if (c->rx == RX_SMALL) {
+            c->got += (size_t)k;
+            if (c->got == c->want) on_small(s, c);
         } else {
             c->got += (size_t)k;
             if (c->got == c->want) on_body(s, c);
@@ -605,7 +741,7 @@ static void conn_write(server_t *s, conn_t *c)
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-            if (c->rank < 0) weft_debug("env store at %s: send to %s failed: %s", s->where, c->peer, strerror(errno));
+            if (c->rank < 0) reject(s, WEFT_LOG_DEBUG, "send to %s failed: %s", c->peer, strerror(errno));
             conn_kill(c, "disconnected (%s)", strerror(errno));
             return;
         }
@@ -666,13 +802,35 @@ static void server_reap(server_t *s)
     }
 }
 
-static void server_accept(server_t *s, double now)
+/* The table is full: the oldest connection that has not finished its
+ * handshake makes room. Idle strangers then cannot keep the ranks out:
+ * a rank's own handshake takes one round trip. Returns 0 if none. */
+static int evict_oldest_stranger(server_t *s, const char *newcomer)
 {
-    for (;;) {
+    int oldest = -1;
+    server_reap(s);
+    if (s->nconns < s->max_conns) return 1;
+    for (int i = 0; i < s->nconns; i++)
+        if (s->conns[i]->rank < 0 && (oldest < 0 || s->conns[i]->opened < s->conns[oldest]->opened)) oldest = i;
+    if (oldest < 0) return 0;
+    conn_t *c = s->conns[oldest];
+    reject(s, WEFT_LOG_WARN,
+           "dropped the connection from %s (unauthenticated for %.1f s) to make room for %s: %d connections", c->peer,
+           weft_wtime() - c->opened, newcomer, s->nconns);
+    s->conns[oldest] = s->conns[--s->nconns];
+    conn_finish(s, c);
+    return 1;
+}
+
+#define ACCEPT_BATCH 64 /* connections accepted per pass: a flood must not starve the ranks' reads */
+
+static void server_accept(server_t *s, int lfd, double now)
+{
+    for (int batch = 0; batch < ACCEPT_BATCH; batch++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
-        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
-        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?", peer[64];
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -682,15 +840,16 @@ static void server_accept(server_t *s, double now)
                               s->where, strerror(errno));
                 s->accept_pause_until = now + 0.1;
             } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                weft_warn("env store at %s: accept failed: %s", s->where, strerror(errno));
+                reject(s, WEFT_LOG_WARN, "accept failed: %s", strerror(errno));
             }
             return;
         }
         (void)getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
                           NI_NUMERICHOST | NI_NUMERICSERV);
-        if (s->nconns >= s->max_conns) {
-            weft_warn("env store at %s: refused a connection from %s:%s: already %d connections (WORLD_SIZE %d + %d)",
-                      s->where, host, serv, s->nconns, s->size, STORE_EXTRA_CONNS);
+        snprintf(peer, sizeof(peer), "%s:%s", host, serv);
+        if (s->nconns >= s->max_conns && !evict_oldest_stranger(s, peer)) {
+            reject(s, WEFT_LOG_WARN, "refused a connection from %s: already %d connections (WORLD_SIZE %d + %d)", peer,
+                   s->nconns, s->size, STORE_EXTRA_CONNS);
             close(fd);
             continue;
         }
@@ -701,10 +860,11 @@ static void server_accept(server_t *s, double now)
         }
         weft_sock_nodelay(fd);
         c->fd = fd;
+        c->phase = PHASE_HELLO;
         c->rank = -1;
         c->opened = now;
         c->rx = RX_HDR;
-        snprintf(c->peer, sizeof(c->peer), "%s:%s", host, serv);
+        memcpy(c->peer, peer, sizeof(c->peer));
         s->conns[s->nconns++] = c;
     }
 }
@@ -777,10 +937,11 @@ static void *server_main(void *arg)
 
     for (;;) {
         double now = weft_wtime();
-        double next = now + 1.0; /* wake at least once a second */
-        int npoll;
+        double next = now + 1.0;          /* wake at least once a second */
+        int npoll, base = 1 + s->nlisten; /* pfds: the wake pipe, the listening sockets, the connections */
 
         if ((why = server_should_stop(s, now))) break;
+        reject_flush(s, now, 0);
         /* Deadlines: rounds, silent strangers, refusals that cannot be flushed. */
         for (round_t *r = s->rounds, *rn; r; r = rn) {
             rn = r->next;
@@ -797,8 +958,8 @@ static void *server_main(void *arg)
             if (limit <= 0) continue;
             if (now >= limit) {
                 if (!c->closing)
-                    weft_warn("env store at %s: dropped the connection from %s: no HELLO within %.0f s", s->where,
-                              c->peer, STORE_HELLO_TIMEOUT);
+                    reject(s, WEFT_LOG_WARN, "dropped the connection from %s: no %s within %.0f s", c->peer,
+                           c->phase == PHASE_HELLO ? "HELLO" : "PROOF", STORE_HELLO_TIMEOUT);
                 conn_kill(c, "timed out");
             } else if (limit < next) {
                 next = limit;
@@ -807,16 +968,18 @@ static void *server_main(void *arg)
         server_reap(s);
 
         s->pfds[0] = (struct pollfd){.fd = s->wake_rd, .events = POLLIN};
-        s->pfds[1] = (struct pollfd){.fd = s->listen_fd, .events = now >= s->accept_pause_until ? POLLIN : 0};
+        for (int l = 0; l < s->nlisten; l++)
+            s->pfds[1 + l] =
+                (struct pollfd){.fd = s->listen_fd[l], .events = now >= s->accept_pause_until ? POLLIN : 0};
         if (s->accept_pause_until > now && s->accept_pause_until < next) next = s->accept_pause_until;
         for (int i = 0; i < s->nconns; i++) {
             conn_t *c = s->conns[i];
-            s->pfds[2 + i] = (struct pollfd){
+            s->pfds[base + i] = (struct pollfd){
                 .fd = c->fd, .events = (short)((c->closing ? 0 : POLLIN) | (c->out_head ? POLLOUT : 0))};
         }
         npoll = s->nconns;
         int ms = (int)((next - now) * 1000.0) + 1;
-        int n = poll(s->pfds, (nfds_t)(2 + npoll), ms < 0 ? 0 : ms);
+        int n = poll(s->pfds, (nfds_t)(base + npoll), ms < 0 ? 0 : ms);
         if (n < 0) {
             if (errno == EINTR) continue;
             weft_warn("env store at %s: poll failed: %s; the store stops", s->where, strerror(errno));
@@ -832,7 +995,7 @@ static void *server_main(void *arg)
         /* Connections first: accept appends past the npoll that were polled. */
         for (int i = 0; i < npoll; i++) {
             conn_t *c = s->conns[i];
-            short re = s->pfds[2 + i].revents;
+            short re = s->pfds[base + i].revents;
             if (!re || c->dead) continue;
             if (re & POLLOUT) conn_write(s, c);
             if (re & (POLLIN | POLLHUP | POLLERR)) {
@@ -846,11 +1009,13 @@ static void *server_main(void *arg)
          * rank) go out now rather than after another poll. */
         for (int i = 0; i < s->nconns; i++)
             if (s->conns[i]->out_head && !s->conns[i]->dead) conn_write(s, s->conns[i]);
-        if (s->pfds[1].revents & POLLIN) server_accept(s, now);
+        for (int l = 0; l < s->nlisten; l++)
+            if (s->pfds[1 + l].revents & POLLIN) server_accept(s, s->listen_fd[l], now);
         server_reap(s);
     }
 
     server_notify_close(s, why);
+    reject_flush(s, weft_wtime(), 1);
     for (int i = 0; i < s->nconns; i++) {
         s->conns[i]->rank = -1; /* no round bookkeeping on the way out */
         conn_finish(s, s->conns[i]);
@@ -874,10 +1039,12 @@ static void server_free(server_t *s)
         close(s->conns[i]->fd);
         free(s->conns[i]);
     }
-    if (s->listen_fd >= 0) close(s->listen_fd);
+    for (int l = 0; l < s->nlisten; l++)
+        close(s->listen_fd[l]);
     if (s->wake_rd >= 0) close(s->wake_rd);
     if (s->wake_wr >= 0) close(s->wake_wr);
     pthread_mutex_destroy(&s->lock);
+    memset(&s->key, 0, sizeof(s->key));
     free(s->conns);
     free(s->pfds);
     free(s->by_rank);
@@ -905,46 +1072,213 @@ static int try_bind(const struct sockaddr *sa, socklen_t len, int *err)
     return fd;
 }
 
-/* Binds MASTER_ADDR:MASTER_PORT when MASTER_ADDR is one of this host's
- * addresses, otherwise the wildcard address (a Kubernetes service name
- * resolves to an address that is not on the pod). */
-static int server_listen(server_t *s, const char *addr, int port)
+static int is_unspecified(const char *addr)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char portstr[16];
-    int fd = -1, err = 0, family = 0;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, addr, &a4) == 1) return a4.s_addr == htonl(INADDR_ANY);
+    if (inet_pton(AF_INET6, addr, &a6) == 1) return IN6_IS_ADDR_UNSPECIFIED(&a6);
+    return 0;
+}
 
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    if (getaddrinfo(addr, portstr, &hints, &res) == 0) {
-        for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-            if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
-            if (!family) family = ai->ai_family;
-            fd = try_bind(ai->ai_addr, ai->ai_addrlen, &err);
-            /* The address is ours but the port is taken: the wildcard would fail too. */
-            if (fd < 0 && (err == EADDRINUSE || err == EACCES)) break;
+static int is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6) return 0;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+static void addr_text(const struct sockaddr *sa, char *buf, size_t cap)
+{
+    if (getnameinfo(sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in), buf,
+                    (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0)
+        snprintf(buf, cap, "?");
+}
+
+/* "10.0.0.5, fd00::5": the distinct addresses of a lookup. */
+static void resolved_text(const struct addrinfo *res, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const struct addrinfo *ai = res; ai && used + 1 < cap; ai = ai->ai_next) {
+        char a[INET6_ADDRSTRLEN];
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        addr_text(ai->ai_addr, a, sizeof(a));
+        if (strstr(buf, a)) continue;
+        int k = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", a);
+        if (k > 0) used += (size_t)k < cap - used ? (size_t)k : cap - used - 1;
+    }
+}
+
+/* Adds a listening socket on sa (once per address). Returns 0 or the errno. */
+static int listen_on(server_t *s, const struct sockaddr *sa, socklen_t len)
+{
+    struct sockaddr_storage have;
+    int err = 0, fd;
+    for (int l = 0; l < s->nlisten; l++) {
+        socklen_t hl = sizeof(have);
+        if (getsockname(s->listen_fd[l], (struct sockaddr *)&have, &hl) == 0 && hl == len && !memcmp(&have, sa, len))
+            return 0;
+    }
+    if (s->nlisten == STORE_MAX_LISTEN) return 0; /* enough ways in */
+    if ((fd = try_bind(sa, len, &err)) < 0) return err;
+    s->listen_fd[s->nlisten++] = fd;
+    return 0;
+}
+
+/* Every interface: only when MASTER_ADDR says so and WEFT_STORE_BIND_ANY=1 allows it. */
+static int listen_any(server_t *s, int family, int port)
+{
+    struct sockaddr_in6 any6 = {
+        .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT, .sin6_port = htons((uint16_t)port)};
+    struct sockaddr_in any4 = {
+        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = htons((uint16_t)port)};
+    int err = EAFNOSUPPORT;
+    if (family == AF_INET6) err = listen_on(s, (struct sockaddr *)&any6, sizeof(any6));
+    if (s->nlisten == 0) err = listen_on(s, (struct sockaddr *)&any4, sizeof(any4));
+    return s->nlisten ? 0 : err;
+}
+
+/* Resolves MASTER_ADDR, again and again until `deadline` (0: no end): a
+ * Kubernetes name may appear late. Returns 1 with *res, or 0 with why. */
+static int resolve_until(const char *host, int port, double deadline, struct addrinfo **res, char *why, size_t cap)
+{
+    double pause = 0.05;
+    for (;;) {
+        int gai = 0, r = weft_resolve(host, port, deadline, res, &gai);
+        if (r == IO_OK) return 1;
+        if (r == IO_ERROR) snprintf(why, cap, "%s", gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+        double now = weft_wtime();
+        if (r == IO_TIMEOUT || (deadline > 0 && now + pause >= deadline)) break;
+        struct timespec ts = {.tv_sec = (time_t)pause, .tv_nsec = (long)((pause - (double)(time_t)pause) * 1e9)};
+        nanosleep(&ts, NULL);
+        pause = pause * 2 > 1.0 ? 1.0 : pause * 2;
+    }
+    if (!why[0]) snprintf(why, cap, "no answer by the deadline");
+    return 0;
+}
+
+/* The Kubeflow training operator sets MASTER_ADDR=localhost on the master
+ * pod (the other pods get its service name): loopback alone would keep
+ * every other pod out, so the store also listens on the address of the
+ * pod's own name, which the kubelet writes into /etc/hosts and which the
+ * service name resolves to. Only that address: not every interface. */
+static void listen_pod_address(server_t *s, const env_serve_t *o)
+{
+    struct addrinfo *res = NULL;
+    char host[256], added[256] = "";
+    size_t used = 0;
+    int gai = 0, before = s->nlisten;
+    double deadline = weft_wtime() + 5.0;
+
+    if (gethostname(host, sizeof(host)) != 0) return;
+    host[sizeof(host) - 1] = '\0';
+    if (o->deadline > 0 && o->deadline < deadline) deadline = o->deadline;
+    if (weft_resolve(host, o->port, deadline, &res, &gai) == IO_OK) {
+        for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+            if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6) || is_loopback(ai->ai_addr)) continue;
+            int n = s->nlisten;
+            if (listen_on(s, ai->ai_addr, ai->ai_addrlen) == 0 && s->nlisten > n && used + 1 < sizeof(added)) {
+                char a[INET6_ADDRSTRLEN];
+                addr_text(ai->ai_addr, a, sizeof(a));
+                int k = snprintf(added + used, sizeof(added) - used, "%s%s", used ? ", " : "", a);
+                if (k > 0) used += (size_t)k < sizeof(added) - used ? (size_t)k : sizeof(added) - used - 1;
+            }
         }
         freeaddrinfo(res);
-        if (fd < 0 && (err == EADDRINUSE || err == EACCES)) goto fail;
     }
-    if (fd < 0) {
-        struct sockaddr_in6 any6 = {
-            .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT, .sin6_port = htons((uint16_t)port)};
-        struct sockaddr_in any4 = {
-            .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = htons((uint16_t)port)};
-        weft_debug("env store: MASTER_ADDR %s is not a local address; listening on every address", addr);
-        if (family == AF_INET6) fd = try_bind((struct sockaddr *)&any6, sizeof(any6), &err);
-        if (fd < 0) fd = try_bind((struct sockaddr *)&any4, sizeof(any4), &err);
-        if (fd < 0) goto fail;
+    if (s->nlisten > before)
+        weft_info_log("env store: MASTER_ADDR=%s is loopback but ranks run on other pods (Kubernetes): also listening "
+                      "on %s, the address of this pod's name %s",
+                      o->addr, added, host);
+    else
+        weft_warn("env store: MASTER_ADDR=%s on rank 0 is a loopback address and this pod's name %s gives no other "
+                  "address of it: ranks on other hosts cannot reach the store (set MASTER_ADDR to rank 0's address)",
+                  o->addr, host);
+}
+
+static int cannot_serve(server_t *s, int err)
+{
+    return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0 cannot serve the store on %s: %s%s", s->where,
+                      strerror(err ? err : EADDRNOTAVAIL),
+                      err == EADDRINUSE ? " (is another job using MASTER_PORT?)" : "");
+}
+
+/* Listens on the address(es) MASTER_ADDR resolves to, which must be this
+ * host's: rank 0 serves the store there and nowhere else, so it is not
+ * open on interfaces the job does not use. MASTER_ADDR=0.0.0.0 / :: (every
+ * interface) and an address that is not this host's (a Kubernetes
+ * ClusterIP service in front of rank 0) are refused with the reason,
+ * unless WEFT_STORE_BIND_ANY=1 asks for every interface. */
+static int server_listen(server_t *s, const env_serve_t *o)
+{
+    struct addrinfo *res = NULL;
+    char why[256] = "", resolved[256] = "";
+    int rc = WEFT_SUCCESS, err = 0, first_family = 0, all_loopback = 1;
+
+    if (is_unspecified(o->addr)) {
+        if (!o->bind_any) {
+            rc = weft_error(WEFT_ERR_ARG,
+                            "env bootstrap: MASTER_ADDR=%s would make rank 0's store listen on every interface of its "
+                            "host: set MASTER_ADDR to rank 0's address (the one the other ranks connect to), or "
+                            "WEFT_STORE_BIND_ANY=1 to listen on every interface on purpose",
+                            o->addr);
+            goto out;
+        }
+        err = listen_any(s, strchr(o->addr, ':') ? AF_INET6 : AF_INET, o->port);
+    } else if (!resolve_until(o->addr, o->port, o->deadline, &res, why, sizeof(why))) {
+        if (!o->bind_any) {
+            rc = weft_error(WEFT_ERR_BOOTSTRAP,
+                            "env bootstrap: rank 0 serves the store on MASTER_ADDR's address, but MASTER_ADDR='%s' "
+                            "does not resolve on rank 0 (%s): set MASTER_ADDR to an address or name of rank 0's host, "
+                            "or WEFT_STORE_BIND_ANY=1 to listen on every interface",
+                            o->addr, why);
+            goto out;
+        }
+        err = listen_any(s, AF_INET6, o->port);
+    } else {
+        resolved_text(res, resolved, sizeof(resolved));
+        for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+            if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+            if (!first_family) first_family = ai->ai_family;
+            int e = listen_on(s, ai->ai_addr, ai->ai_addrlen);
+            if (e == EADDRINUSE || e == EACCES) { /* the address is ours but the port is not */
+                rc = cannot_serve(s, e);
+                goto out;
+            }
+            if (e == 0) all_loopback &= is_loopback(ai->ai_addr);
+        }
+        if (s->nlisten == 0 && !o->bind_any) {
+            rc = weft_error(WEFT_ERR_BOOTSTRAP,
+                            "env bootstrap: rank 0 must serve the store at MASTER_ADDR=%s, which resolves to %s, not "
+                            "an address of this host: start rank 0 where MASTER_ADDR points, or set "
+                            "WEFT_STORE_BIND_ANY=1 to listen on every interface (e.g. behind a Kubernetes ClusterIP "
+                            "service)",
+                            o->addr, resolved[0] ? resolved : "nothing usable");
+            goto out;
+        }
+        if (s->nlisten == 0) {
+            weft_info_log("env store: MASTER_ADDR=%s (%s) is not an address of this host; listening on every "
+                          "interface (WEFT_STORE_BIND_ANY=1)",
+                          o->addr, resolved);
+            err = listen_any(s, first_family, o->port);
+        } else if (all_loopback && getenv("KUBERNETES_SERVICE_HOST") &&
+                   o->size > (o->local_size > 0 ? o->local_size : 1)) {
+            listen_pod_address(s, o);
+        }
     }
-    if (listen(fd, s->size + 64 > 65535 ? 65535 : s->size + 64) != 0) {
-        err = errno;
-        close(fd);
-        goto fail;
+    if (s->nlisten == 0) {
+        rc = cannot_serve(s, err);
+        goto out;
     }
-    s->listen_fd = fd;
+    for (int l = 0; l < s->nlisten; l++)
+        if (listen(s->listen_fd[l], s->size + 64 > 65535 ? 65535 : s->size + 64) != 0) {
+            rc = cannot_serve(s, errno);
+            goto out;
+        }
     s->self_len = sizeof(s->self);
-    getsockname(fd, (struct sockaddr *)&s->self, &s->self_len);
+    getsockname(s->listen_fd[0], (struct sockaddr *)&s->self, &s->self_len);
     /* Rank 0's own client goes through loopback when the store took the wildcard. */
     if (s->self.ss_family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&s->self;
@@ -953,10 +1287,17 @@ static int server_listen(server_t *s, const char *addr, int port)
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&s->self;
         if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr)) in6->sin6_addr = in6addr_loopback;
     }
-    return WEFT_SUCCESS;
-fail:
-    return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: rank 0 cannot serve the store on %s: %s%s", s->where,
-                      strerror(err), err == EADDRINUSE ? " (is another job using MASTER_PORT?)" : "");
+    for (int l = 0; l < s->nlisten; l++) {
+        struct sockaddr_storage a;
+        socklen_t al = sizeof(a);
+        char text[INET6_ADDRSTRLEN] = "?";
+        if (getsockname(s->listen_fd[l], (struct sockaddr *)&a, &al) == 0)
+            addr_text((struct sockaddr *)&a, text, sizeof(text));
+        weft_debug("env store: listening on %s port %d", text, o->port);
+    }
+out:
+    if (res) freeaddrinfo(res);
+    return rc;
 }
 
 /* Thousands of ranks need thousands of descriptors on rank 0. */
@@ -974,21 +1315,24 @@ static void raise_fd_limit(int want)
                   (unsigned long long)rl.rlim_cur, want);
 }
 
-int weft_env_server_start(server_t **out, int size, const char *addr, int port, const char *where, pthread_t *thread)
+int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *thread)
 {
     server_t *s = calloc(1, sizeof(*s));
-    int rc = WEFT_SUCCESS, wake[2], err;
+    int rc = WEFT_SUCCESS, wake[2], err, size = o->size;
     sigset_t all, old;
 
     if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for the store");
-    s->listen_fd = s->wake_rd = s->wake_wr = -1;
+    s->wake_rd = s->wake_wr = -1;
     s->size = size;
     s->gone_rank = -1;
     s->max_conns = size + STORE_EXTRA_CONNS;
-    snprintf(s->where, sizeof(s->where), "%s", where);
+    s->key = *o->key;
+    s->rejects.tokens = REJECT_LOG_BURST;
+    s->rejects.refilled = weft_wtime();
+    snprintf(s->where, sizeof(s->where), "%s", o->where);
     pthread_mutex_init(&s->lock, NULL);
     s->conns = calloc((size_t)s->max_conns, sizeof(*s->conns));
-    s->pfds = calloc((size_t)s->max_conns + 2, sizeof(*s->pfds));
+    s->pfds = calloc((size_t)s->max_conns + 1 + STORE_MAX_LISTEN, sizeof(*s->pfds));
     s->by_rank = calloc((size_t)size, sizeof(*s->by_rank));
     s->rank_state = calloc((size_t)size, 1);
     s->next_seq = calloc((size_t)size, sizeof(*s->next_seq));
@@ -1003,7 +1347,7 @@ int weft_env_server_start(server_t **out, int size, const char *addr, int port, 
     s->wake_rd = wake[0];
     s->wake_wr = wake[1];
     raise_fd_limit(s->max_conns + 64);
-    WEFT_CHECK_GOTO(server_listen(s, addr, port), rc, out);
+    WEFT_CHECK_GOTO(server_listen(s, o), rc, out);
     /* Signals belong to the application's threads, not the store's. */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -1014,7 +1358,8 @@ int weft_env_server_start(server_t **out, int size, const char *addr, int port, 
         rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: cannot start the store thread: %s", strerror(err));
         goto out;
     }
-    weft_debug("env store: serving %d ranks on %s", size, where);
+    weft_debug("env store: serving %d ranks on %s (%s)", size, o->where,
+               s->key.keyed ? "authenticated with the job secret" : "unauthenticated: no job secret");
     *out = s;
     return WEFT_SUCCESS;
 out:

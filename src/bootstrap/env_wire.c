@@ -1,5 +1,6 @@
 /* The env bootstrap's wire protocol (see env_wire.h): big-endian header
- * pack / unpack, and the message helper the store and its clients share. */
+ * pack / unpack, the handshake's proofs, the store's checks of incoming
+ * headers, and the message helpers the store and its clients share. */
 #include "bootstrap/env_wire.h"
 
 #include <endian.h>
@@ -64,6 +65,89 @@ void weft_env_hdr_unpack(const uint8_t *b, store_hdr_t *h)
     h->seq = get64(b + 16);
     h->arg = get64(b + 24);
     h->len = get64(b + 32);
+}
+
+void weft_env_proof(const uint8_t key[WEFT_SHA256_LEN], int by, const uint8_t nc[STORE_NONCE],
+                    const uint8_t ns[STORE_NONCE], uint32_t rank, uint32_t size, uint8_t out[STORE_PROOF])
+{
+    static const char by_store[] = "weft store v2 store", by_rank[] = "weft store v2 rank";
+    uint8_t ids[8];
+    weft_hmac_t m;
+
+    put32(ids, rank);
+    put32(ids + 4, size);
+    weft_hmac_init(&m, key, WEFT_SHA256_LEN);
+    if (by == PROOF_BY_STORE) {
+        weft_hmac_update(&m, by_store, sizeof(by_store));
+        weft_hmac_update(&m, nc, STORE_NONCE);
+        weft_hmac_update(&m, ns, STORE_NONCE);
+    } else {
+        weft_hmac_update(&m, by_rank, sizeof(by_rank));
+        weft_hmac_update(&m, ns, STORE_NONCE);
+        weft_hmac_update(&m, nc, STORE_NONCE);
+    }
+    weft_hmac_update(&m, ids, sizeof(ids));
+    weft_hmac_final(&m, out);
+}
+
+int weft_env_proof_ok(const uint8_t key[WEFT_SHA256_LEN], const store_hdr_t *hello, const store_hdr_t *p,
+                      const uint8_t proof[STORE_PROOF], const uint8_t nc[STORE_NONCE], const uint8_t ns[STORE_NONCE])
+{
+    uint8_t want[STORE_PROOF];
+    int ok;
+    weft_env_proof(key, PROOF_BY_RANK, nc, ns, hello->rank, hello->size, want);
+    ok = weft_ct_equal(want, proof, STORE_PROOF);
+    return ok && p->rank == hello->rank && p->size == hello->size;
+}
+
+static void judge(store_judgement_t *j, int action, int status, const char *fmt, ...) WEFT_PRINTF(4, 5);
+static void judge(store_judgement_t *j, int action, int status, const char *fmt, ...)
+{
+    va_list ap;
+    j->action = action;
+    j->status = status;
+    va_start(ap, fmt);
+    vsnprintf(j->why, sizeof(j->why), fmt, ap);
+    va_end(ap);
+}
+
+void weft_env_judge_header(const uint8_t *b, int phase, uint32_t world, uint32_t member_rank, store_hdr_t *h,
+                           store_judgement_t *j)
+{
+    weft_env_hdr_unpack(b, h);
+    judge(j, JUDGE_BODY, WEFT_SUCCESS, "ok");
+    if (phase == PHASE_MEMBER) {
+        /* A member's stream out of step is a broken rank, not a stranger. */
+        if (h->magic != STORE_MAGIC || h->version != STORE_VERSION)
+            judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "sent a corrupt message (magic 0x%08x, version %u)", h->magic,
+                  h->version);
+        else if (h->kind == K_CONTRIB && (h->rank != member_rank || h->size != world))
+            judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP,
+                  "sent a malformed message (rank %u, size %u on rank %u's connection)", h->rank, h->size, member_rank);
+        else if (h->kind == K_CONTRIB && (h->len > STORE_MAX_CONTRIB || h->len * (uint64_t)world > STORE_MAX_ROUND))
+            judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP,
+                  "announced a %llu-byte contribution (limits: %llu per rank, %llu per round)",
+                  (unsigned long long)h->len, (unsigned long long)STORE_MAX_CONTRIB,
+                  (unsigned long long)STORE_MAX_ROUND);
+        else if (h->kind != K_CONTRIB && !(h->kind == K_BYE && h->len == 0))
+            judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "sent an unexpected message (kind %u, %llu bytes)", h->kind,
+                  (unsigned long long)h->len);
+        return;
+    }
+    /* A stranger until its proof is accepted: check everything. */
+    unsigned want_kind = phase == PHASE_HELLO ? K_HELLO : K_PROOF;
+    uint64_t want_len = phase == PHASE_HELLO ? STORE_NONCE : STORE_PROOF;
+    if (h->magic != STORE_MAGIC)
+        judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "bad magic 0x%08x (not a weft client)", h->magic);
+    else if (h->version != STORE_VERSION)
+        judge(j, JUDGE_REFUSE, WEFT_ERR_BOOTSTRAP,
+              "protocol version %u, but the store speaks version %u (every rank must run the same weft)", h->version,
+              STORE_VERSION);
+    else if (h->len > STORE_MAX_CONTRIB)
+        judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "it announced a %llu-byte payload", (unsigned long long)h->len);
+    else if (h->kind != want_kind || h->len != want_len)
+        judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "message kind %u with %llu bytes %s", h->kind,
+              (unsigned long long)h->len, phase == PHASE_HELLO ? "before a HELLO" : "where its PROOF was due");
 }
 
 void weft_env_textf(char *buf, size_t cap, const char *fmt, ...)

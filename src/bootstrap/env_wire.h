@@ -1,21 +1,36 @@
 /* The env bootstrap's wire protocol, shared by the store (env_server.c)
  * and its clients (env_client.c): constants, message kinds, the header
- * layout and its pack / unpack, and small helpers both sides use.
+ * layout and its pack / unpack, the handshake's proofs, the store's
+ * checks of what a connection sends (pure functions: test/fuzz drives
+ * them with arbitrary bytes), and small helpers both sides use.
  *
- * Wire protocol: every message is a 40-byte header, then `len` payload
- * bytes; integers are big-endian.
+ * Wire protocol (version 2): every message is a 40-byte header, then `len`
+ * payload bytes; integers are big-endian.
  *   u32 magic "WFTS" | u16 version | u16 kind | u32 rank | u32 size |
  *   u64 seq | u64 arg | u64 len
- *   HELLO   client -> store  first message: rank, size = WORLD_SIZE, len 0,
- *                            arg bit 0: send this client LOST notices
- *   WELCOME store -> client  the HELLO was accepted, len 0
+ * The handshake: a challenge-response in both directions over the job key
+ * (bootstrap/jobkey.h), so the secret never crosses the wire and neither
+ * side can be impersonated without it.
+ *   HELLO     client -> store  first message: rank, size = WORLD_SIZE,
+ *                              arg bit 0: send this client LOST notices,
+ *                              arg bit 1: the client has a job secret;
+ *                              payload: the client's 32-byte nonce Nc
+ *   CHALLENGE store -> client  arg bit 1: the store has a job secret;
+ *                              payload: the store's nonce Ns (32 bytes),
+ *                              then its proof HMAC(key, "weft store v2
+ *                              store" || Nc || Ns || rank || size) (32 bytes)
+ *   PROOF     client -> store  (after checking the store's proof) rank,
+ *                              size as in the HELLO; payload: HMAC(key,
+ *                              "weft store v2 rank" || Ns || Nc || rank || size)
+ *   WELCOME   store -> client  the proof was right and the rank is free, len 0.
+ * A rank is a member once WELCOMEd; only then does it hold its slot.
  *   CONTRIB client -> store  round `seq` (0, 1, 2, ... on every client),
  *                            arg = the client's remaining time in ms
  *                            (0: no deadline), len bytes of data
  *   RESULT  store -> client  round `seq` complete: size * len bytes, rank-major
- *   ERROR   store -> client  round `seq` (or the HELLO) failed: arg = the
+ *   ERROR   store -> client  round `seq` (or the handshake) failed: arg = the
  *                            weft status, payload = the message text (<= 4 KiB).
- *                            WEFT_ERR_ALREADY refusing a HELLO means "a previous
+ *                            WEFT_ERR_ALREADY refusing a PROOF means "a previous
  *                            run's store, retry"; seq = UINT64_MAX is the notice
  *                            a closing store sends every rank still connected.
  *   BYE     client -> store  graceful finalize, seq = rounds done, len 0; the
@@ -28,33 +43,53 @@
  *                            rounds without blocking (weft_env_poll_lost) and
  *                            while they wait for a round's answer.
  * Limits the store enforces: magic and version, kind valid for the
- * connection's state, rank < size, size == WORLD_SIZE, one connection per
- * rank, seq == that rank's next round, a contribution <= 64 MiB, a round
- * (size * len) <= 2 GiB, the same len from every rank, WORLD_SIZE <= 2^22,
- * at most WORLD_SIZE + 256 connections, a HELLO within 10 s of connecting.
- * A connection that breaks a rule is closed with a warning; a stranger's
- * does not disturb the job, a rank's fails the rounds it is part of.
+ * connection's state, a right proof before anything else, rank < size,
+ * size == WORLD_SIZE, one connection per rank, seq == that rank's next
+ * round, a contribution <= 64 MiB, a round (size * len) <= 2 GiB, the same
+ * len from every rank, WORLD_SIZE <= 2^22, at most WORLD_SIZE + 256
+ * connections (the oldest unauthenticated one makes room for a new one),
+ * the handshake within 10 s of connecting. A connection that breaks a rule
+ * is closed, logged at a bounded rate; a stranger's does not disturb the
+ * job, a rank's fails the rounds it is part of. After the handshake the
+ * stream is not authenticated message by message: an attacker on the path
+ * can still disrupt it (docs/SECURITY.md).
  */
 #ifndef WEFT_BOOTSTRAP_ENV_WIRE_H
 #define WEFT_BOOTSTRAP_ENV_WIRE_H
 
+#include "bootstrap/hmac.h"
 #include "weft_internal.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 #define STORE_MAGIC       0x57465453u /* "WFTS" */
-#define STORE_VERSION     1u
+#define STORE_VERSION     2u
 #define STORE_HDR         40
 #define STORE_MAX_CONTRIB ((uint64_t)64 << 20)
 #define STORE_MAX_ROUND   ((uint64_t)2 << 30)
 #define STORE_MAX_TEXT    4096
 #define STORE_MAX_WORLD   (1 << 22)
 #define STORE_NOTICE_SEQ  UINT64_MAX /* an ERROR not tied to a round: the store is closing */
+#define STORE_NONCE       32
+#define STORE_PROOF       WEFT_SHA256_LEN
+#define STORE_CHALLENGE   (STORE_NONCE + STORE_PROOF) /* a CHALLENGE's payload */
+#define STORE_SMALL_MAX   STORE_CHALLENGE             /* the most a connection sends before it is a member */
 
-enum { K_HELLO = 1, K_WELCOME = 2, K_CONTRIB = 3, K_RESULT = 4, K_ERROR = 5, K_BYE = 6, K_LOST = 7 };
+enum {
+    K_HELLO = 1,
+    K_WELCOME = 2,
+    K_CONTRIB = 3,
+    K_RESULT = 4,
+    K_ERROR = 5,
+    K_BYE = 6,
+    K_LOST = 7,
+    K_CHALLENGE = 8,
+    K_PROOF = 9
+};
 
 #define HELLO_WANTS_LOST 1u /* HELLO arg bit: send LOST notices */
+#define FLAG_KEYED       2u /* HELLO / CHALLENGE arg bit: this side has a job secret */
 
 typedef struct store_hdr {
     uint32_t magic;
@@ -72,6 +107,49 @@ void weft_env_hdr_pack(uint8_t *b, unsigned kind, uint32_t rank, uint32_t size, 
                        uint64_t len);
 /* Reads b[STORE_HDR] into *h; checking magic, version and kind is the caller's. */
 void weft_env_hdr_unpack(const uint8_t *b, store_hdr_t *h);
+
+/* ---- the handshake's proofs -------------------------------------------- */
+
+enum { PROOF_BY_STORE = 0, PROOF_BY_RANK = 1 };
+
+/* The proof `by` (the store or the rank) sends: HMAC(key, label || the
+ * other side's nonce || its own || rank || size). Each side answers the
+ * other's fresh nonce, so a recorded proof is worth nothing later, and
+ * the labels differ, so the store cannot be used to make a rank's proof. */
+void weft_env_proof(const uint8_t key[WEFT_SHA256_LEN], int by, const uint8_t nc[STORE_NONCE],
+                    const uint8_t ns[STORE_NONCE], uint32_t rank, uint32_t size, uint8_t out[STORE_PROOF]);
+
+/* ---- the store's checks of what a connection sends ---------------------- */
+
+/* Where a connection is: it must say HELLO, then PROOF, then it is a member. */
+enum { PHASE_HELLO = 0, PHASE_PROOF = 1, PHASE_MEMBER = 2 };
+
+/* What to do with a header. */
+enum {
+    JUDGE_BODY = 0,   /* read its h->len payload bytes (always within the limits) */
+    JUDGE_REFUSE = 1, /* answer ERROR `status` with `why`, then close */
+    JUDGE_DROP = 2    /* close at once; `why` says why (for the log) */
+};
+
+typedef struct store_judgement {
+    int action;
+    int status;
+    char why[256];
+} store_judgement_t;
+
+/* The store's check of the header b[STORE_HDR] on a connection in
+ * `phase` (a member: of rank member_rank) of a world of `world` ranks:
+ * unpacks it into *h and says what to do. Pure: no I/O, no state. */
+void weft_env_judge_header(const uint8_t *b, int phase, uint32_t world, uint32_t member_rank, store_hdr_t *h,
+                           store_judgement_t *j);
+
+/* The store's check of a PROOF (header p, payload `proof`) against the
+ * HELLO it answers (header hello; nonces nc, ns): 1 when the rank, size
+ * and proof are right. The comparison takes constant time. */
+int weft_env_proof_ok(const uint8_t key[WEFT_SHA256_LEN], const store_hdr_t *hello, const store_hdr_t *p,
+                      const uint8_t proof[STORE_PROOF], const uint8_t nc[STORE_NONCE], const uint8_t ns[STORE_NONCE]);
+
+/* ---- helpers ------------------------------------------------------------ */
 
 /* Writes "rank 3" or "ranks 3, 5, 10-19" (v: n ascending ranks) into buf;
  * long lists end in "... (N more)". */

@@ -44,6 +44,14 @@
  * the ranks that never arrived and the others, who wait up to TS_GRACE
  * longer for that verdict, fail with the same message. Liveness is
  * torchrun's: it ends the whole worker group when a worker dies.
+ *
+ * Who may write here is torch's business, and its TCPStore checks no one:
+ * anything that reaches MASTER_PORT can read, overwrite or delete these
+ * keys. weft seals the UCX addresses it publishes with the job key
+ * (WEFT_JOB_SECRET, else one derived from TORCHELASTIC_RUN_ID unless that
+ * is "none"): with a key, a stranger can make init fail but cannot slip
+ * in an address; without one, the seal is only a checksum
+ * (pt2pt/ucx_addr.h, docs/SECURITY.md).
  */
 #include "bootstrap/env.h"
 #include "bootstrap/sock.h"

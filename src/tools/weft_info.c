@@ -92,6 +92,11 @@ static void print_vars(void)
         const char *name, *type, *def, *desc;
         weft_var_get(i, &name, &type, &def, &desc);
         const char *cur = getenv(name);
+        char hidden[64];
+        if (cur && !strcmp(name, "WEFT_JOB_SECRET")) { /* say that it is set, never what it is */
+            snprintf(hidden, sizeof(hidden), "(hidden, %zu characters)", strlen(cur));
+            cur = hidden;
+        }
         printf("  %-24s %-8s default %-6s %s%s%s%s\n", name, type, def, desc, cur ? " [set: " : "", cur ? cur : "",
                cur ? "]" : "");
     }

@@ -1,8 +1,10 @@
 /* weftrun: start N local ranks with the env bootstrap (as torchrun's
  * standalone mode does): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
- * MASTER_ADDR, MASTER_PORT. If a rank fails, the others get a grace
- * period, then SIGTERM, then SIGKILL; the exit status is the first
- * failure's. Does not link libweft: it only sets variables and forks. */
+ * MASTER_ADDR, MASTER_PORT, and a fresh random WEFT_JOB_SECRET (unless one
+ * is set already) with which the ranks prove to rank 0's store that they
+ * belong to this job. If a rank fails, the others get a grace period, then
+ * SIGTERM, then SIGKILL; the exit status is the first failure's. Does not
+ * link libweft: it only sets variables and forks. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +45,31 @@ static int free_port(void)
     return port;
 }
 
+/* 256 random bits as 64 hex digits: what the ranks prove membership with.
+ * Only the processes weftrun starts (and the same user, through
+ * /proc/PID/environ) can read it. Returns 0, or an errno value. */
+static int make_secret(char out[65])
+{
+    unsigned char raw[32];
+    size_t got = 0;
+    while (got < sizeof(raw)) {
+        ssize_t k = getrandom(raw + got, sizeof(raw) - got, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return errno;
+        got += (size_t)k;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    memset(raw, 0, sizeof(raw));
+    return 0;
+}
+
+static int has(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -51,7 +79,8 @@ static void usage(FILE *f)
             "  --port P     MASTER_PORT (default: a free port)\n"
             "  --timeout S  kill the job after S seconds (default: none)\n"
             "  --grace S    after a rank fails, seconds before the others are terminated (default 10)\n"
-            "  -h, --help   this text\n",
+            "  -h, --help   this text\n"
+            "The ranks get a fresh random WEFT_JOB_SECRET unless WEFT_JOB_SECRET or WEFT_JOB_SECRET_FILE is set.\n",
             MAX_RANKS);
 }
 
@@ -103,6 +132,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "weftrun: no free TCP port: %s\n", strerror(errno));
         return 1;
     }
+    /* A secret the user gave (the same on several hosts, from a file) is theirs to keep. */
+    char secret[65] = "";
+    int err;
+    if (!has("WEFT_JOB_SECRET") && !has("WEFT_JOB_SECRET_FILE") && (err = make_secret(secret)) != 0) {
+        fprintf(stderr, "weftrun: no random job secret (getrandom: %s)\n", strerror(err));
+        return 1;
+    }
     pid_t *pids = calloc((size_t)n, sizeof(pid_t));
     if (!pids) return 1;
     signal(SIGINT, on_signal);
@@ -124,6 +160,7 @@ int main(int argc, char **argv)
             setenv("MASTER_ADDR", addr, 1);
             snprintf(buf, sizeof(buf), "%d", port);
             setenv("MASTER_PORT", buf, 1);
+            if (secret[0]) setenv("WEFT_JOB_SECRET", secret, 1);
             execvp(argv[i], &argv[i]);
             fprintf(stderr, "weftrun: cannot run %s: %s\n", argv[i], strerror(errno));
             _exit(127);

@@ -3,7 +3,8 @@
 # Runs the example programs under real launchers and checks what they print:
 #   mpirun -np 4 --oversubscribe   hello, ring, embed_mpi (Open MPI: PMIx bootstrap; embed_mpi: oob)
 #   srun --mpi=pmix -n 4           hello, ring (one-node Slurm from contrib/scripts/slurm-local.sh)
-#   weftrun -n 4                   hello, ring (env bootstrap: RANK/WORLD_SIZE/MASTER_ADDR/...)
+#   weftrun -n 4                   hello, ring (env bootstrap: RANK/WORLD_SIZE/MASTER_ADDR/...),
+#                                  a fresh WEFT_JOB_SECRET per job, the store authenticated with it
 #
 # An automake TESTS script: exit 0 pass, 77 skip (nothing could run), 1 fail.
 # make sets top_builddir/top_srcdir; by hand, from an in-tree build:
@@ -40,7 +41,7 @@ while IFS= read -r var; do
         PMIX_* | PMI_* | SLURM_* | SRUN_* | SALLOC_* | SBATCH_* | OMPI_COMM_WORLD_* | OMPI_UNIVERSE_SIZE | \
             OMPI_MCA_ess* | OMPI_MCA_orte* | OMPI_MCA_pmix* | PRTE_* | \
             RANK | WORLD_SIZE | LOCAL_RANK | LOCAL_WORLD_SIZE | MASTER_ADDR | MASTER_PORT | \
-            GROUP_RANK | ROLE_RANK | ROLE_WORLD_SIZE | TORCHELASTIC_* | WEFT_BOOTSTRAP)
+            GROUP_RANK | ROLE_RANK | ROLE_WORLD_SIZE | TORCHELASTIC_* | WEFT_BOOTSTRAP | WEFT_JOB_SECRET*)
             unset "$var" ;;
     esac
 done < <(compgen -e)
@@ -110,6 +111,33 @@ check_line() {
     [ "$n" = 1 ] || { echo "expected the line '$want' once, found it $n times"; return 1; }
 }
 check_ring() { check_line "$1" "ring: token passed $NP ranks x $LAPS laps, ok"; }
+
+# check_secret FILE [WANT]: NP lines "secret R LEN HASH" from the ranks: every
+# rank has the same 64-hex-digit secret (or the one whose hash is WANT).
+check_secret() {
+    local out=$1 want=${2:-} n hashes
+    n=$(grep -cE '^secret [0-9]+ [0-9]+ [0-9a-f]+$' "$out")
+    [ "$n" = "$NP" ] || { echo "expected $NP secret lines, got $n"; return 1; }
+    hashes=$(awk '/^secret /{print $4}' "$out" | sort -u)
+    [ "$(wc -l <<<"$hashes")" = 1 ] || { echo "the ranks got different secrets"; return 1; }
+    if [ -n "$want" ]; then
+        [ "$hashes" = "$want" ] || { echo "the ranks' secret is not the one set before weftrun"; return 1; }
+    else
+        grep -qvE '^secret [0-9]+ 64 ' <(grep '^secret ' "$out") && { echo "a secret is not 64 hex digits"; return 1; }
+        [ "$hashes" != "$(cat "$work/weftrun-secret.last" 2>/dev/null)" ] || { echo "two jobs got the same secret"; return 1; }
+        echo "$hashes" >"$work/weftrun-secret.last"
+    fi
+    return 0
+}
+
+# check_hello_authenticated FILE: hello's lines, and every rank said (at info)
+# that the store is authenticated with weftrun's secret.
+check_hello_authenticated() {
+    local n
+    check_hello "$1" env || return 1
+    n=$(grep -c 'env bootstrap: the store at .* is authenticated with the job secret from WEFT_JOB_SECRET' "$1")
+    [ "$n" = "$NP" ] || { echo "expected $NP ranks to say the store is authenticated, got $n"; return 1; }
+}
 check_embed() { check_line "$1" "embed_mpi: weft bootstrapped from MPI_Allgather on $NP ranks, ok"; }
 
 # check_topo FILE NODES: weft_info --topo --peers printed the node map (NP
@@ -239,6 +267,20 @@ if need_prog "weftrun hello" "$WEFTRUN" && need_prog "weftrun hello" "$EX/hello"
 fi
 if need_prog "weftrun ring" "$WEFTRUN" && need_prog "weftrun ring" "$EX/ring"; then
     run_case "weftrun ring" check_ring -- "$WEFTRUN" -n "$NP" "$EX/ring"
+fi
+# The job secret (issue 21): fresh per job, the same on every rank, and used.
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+show_secret='echo "secret $RANK ${#WEFT_JOB_SECRET} $(printf %s "$WEFT_JOB_SECRET" | sha256sum | cut -c1-16)"'
+if need_prog "weftrun job secret" "$WEFTRUN"; then
+    run_case "weftrun gives its ranks a fresh job secret" check_secret -- "$WEFTRUN" -n "$NP" sh -c "$show_secret"
+    run_case "weftrun gives the next job another secret" check_secret -- "$WEFTRUN" -n "$NP" sh -c "$show_secret"
+    run_case "weftrun keeps a WEFT_JOB_SECRET set before it" check_secret \
+        "$(printf %s 'set by the user, long enough' | sha256sum | cut -c1-16)" -- \
+        env WEFT_JOB_SECRET='set by the user, long enough' "$WEFTRUN" -n "$NP" sh -c "$show_secret"
+fi
+if need_prog "weftrun hello (authenticated)" "$WEFTRUN" && need_prog "weftrun hello (authenticated)" "$EX/hello"; then
+    run_case "weftrun hello: the store is authenticated" check_hello_authenticated -- \
+        env WEFT_LOG_LEVEL=info "$WEFTRUN" -n "$NP" "$EX/hello"
 fi
 if need_prog "weftrun weft_info --topo" "$top_builddir/src/tools/weft_info"; then
     # Simulated nodes of 2 ranks each: NP/2 nodes in the map.
