@@ -801,8 +801,9 @@ static int agreement(weft_comm_t comm, int32_t flag, double deadline, const char
     in->mine.flag = flag;
     in->mine.epoch = weft_comm_epoch();
     weft_comm_free_slots(in->mine.free_slots);
-    unsigned idle = 0, polls = 0, seen = weft_lost_count;
     double start = weft_wtime();
+    weft_liveness_poll(start, 0, 1); /* what is known now: no message to a rank already gone */
+    unsigned idle = 0, polls = 0, seen = weft_lost_count;
     refresh_dead(comm, in);
     for (;;) {
         int events = weft_progress();
@@ -851,6 +852,12 @@ static int agreement(weft_comm_t comm, int32_t flag, double deadline, const char
         }
         weft_progress_idle(&idle, events);
     }
+    /* The members left out are lost for every survivor alike (some may have
+     * learnt it only from the others): later waits, and weft_finalize's
+     * choice of closing barrier, see the same. */
+    for (int r = 0; r < comm->size; r++)
+        if (!bm_get(in->decided + sizeof(ft_dec_t), r))
+            weft_rank_lost(weft_comm_world_rank_of(comm, r), "the survivors of comm %s agreed it is lost", comm->name);
     size_t len = dec_bytes(comm->size);
     if (!(*dec = malloc(len))) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
     memcpy(*dec, in->decided, len);
