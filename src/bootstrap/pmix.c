@@ -116,7 +116,7 @@ static void lost_handler(size_t id, pmix_status_t status, const pmix_proc_t *sou
 
 /* ---- the process table ------------------------------------------------- */
 
-#define PTABLE_AFTER 0.02 /* seconds a wait is stuck before it asks */
+#define PTABLE_AFTER 0.01 /* seconds a wait is stuck before it asks */
 static pmix_query_t ptable_query;
 static int ptable_ready, ptable_off;
 static volatile int ptable_busy; /* a query in flight (its callback clears it) */
