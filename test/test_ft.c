@@ -284,12 +284,11 @@ static int body_loop(int rank, int size, void *arg)
     return 0;
 }
 
-Test(ft, training_loop_survives_a_random_kill_20_times, .timeout = 300)
+static void run_loops(int runs, const char *const *env)
 {
-    const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
     loop_shared_t *sh = shared_alloc(sizeof(*sh));
     unsigned base = (unsigned)time(NULL);
-    for (int run = 0; run < 20; run++) {
+    for (int run = 0; run < runs; run++) {
         memset(sh, 0, sizeof(*sh));
         /* Every victim and both ways of dying come up; the step is random. */
         sh->seed = (unsigned)run % 4 | ((base + (unsigned)run * 2654435761u) % 32) << 2 | ((unsigned)run / 4 % 2) << 7;
@@ -313,6 +312,20 @@ Test(ft, training_loop_survives_a_random_kill_20_times, .timeout = 300)
                     seed_mid(sh->seed) ? "mid-allreduce" : "before it", weft_wtime() - t0);
     }
     munmap(sh, sizeof(*sh));
+}
+
+Test(ft, training_loop_survives_a_random_kill_20_times, .timeout = 300)
+{
+    const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    run_loops(20, env);
+}
+
+/* The same on two simulated nodes of two ranks: hierarchical allreduces,
+ * whose node and leader sub-communicators are revoked with their parent. */
+Test(ft, training_loop_on_two_simulated_nodes_survives_a_random_kill, .timeout = 120)
+{
+    const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", "WEFT_RANKS_PER_NODE=2", NULL};
+    run_loops(8, env);
 }
 
 /* ---- agree and shrink with a dead member -------------------------------- */
