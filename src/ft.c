@@ -856,7 +856,7 @@ static int agreement(weft_comm_t comm, int32_t flag, double deadline, const char
      * learnt it only from the others): later waits, and weft_finalize's
      * choice of closing barrier, see the same. */
     for (int r = 0; r < comm->size; r++)
-        if (!bm_get(in->decided + sizeof(ft_dec_t), r))
+        if (r != comm->rank && !bm_get(in->decided + sizeof(ft_dec_t), r))
             weft_rank_lost(weft_comm_world_rank_of(comm, r), "the survivors of comm %s agreed it is lost", comm->name);
     size_t len = dec_bytes(comm->size);
     if (!(*dec = malloc(len))) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
