@@ -106,7 +106,7 @@ typedef struct ft_inst {
     int contributed_to;
     /* as leader */
     int leading, phase;
-    ft_got_t *got;  /* per member, NULL until it contributed to this rank */
+    ft_got_t *got;  /* per member: its contribution to this rank (epoch 0: none yet) */
     uint8_t *acked; /* per member */
     uint8_t *proposal;
     struct ft_inst *next;
