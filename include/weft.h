@@ -241,7 +241,9 @@ WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nrank
                                    weft_options_t options, weft_comm_t *newcomm);
 WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t options, weft_comm_t *newcomm);
 /* Frees a communicator and sets *comm to WEFT_COMM_NULL. Fails (naming
- * them) while requests on it are still pending; the world cannot be freed. */
+ * them) while requests on it are still pending (not counting requests the
+ * program released: such collectives are stopped, and sends that only UCX
+ * still holds, e.g. to a dead rank, are let go); the world cannot be freed. */
 WEFT_API int weft_comm_free(weft_comm_t *comm);
 /* Terminates every process of the job (under PMIx: the launcher's abort;
  * otherwise this process exits with errorcode and the launcher ends the rest). */
