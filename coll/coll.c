@@ -176,7 +176,7 @@ static int begin(weft_coll_args_t *a, weft_coll_kind_t kind, weft_comm_t comm, w
 {
     int rc;
     WEFT_CHECK_INIT(fn);
-    if ((rc = weft_comm_check(comm, fn))) return rc;
+    if ((rc = weft_comm_check_usable(comm, fn))) return rc;
     if (nonblocking && !req) return weft_error(WEFT_ERR_ARG, "%s: NULL request pointer", fn);
     memset(a, 0, sizeof(*a));
     a->kind = kind;

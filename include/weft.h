@@ -50,7 +50,8 @@ enum {
     WEFT_ERR_CANCELED = -10,       /* the request was canceled */
     WEFT_ERR_INTERNAL = -11,       /* a bug in weft: please report */
     WEFT_ERR_ALREADY = -12,        /* already initialized / already done */
-    WEFT_ERR_COMM = -13            /* invalid or freed communicator */
+    WEFT_ERR_COMM = -13,           /* invalid or freed communicator */
+    WEFT_ERR_REVOKED = -14         /* the communicator was revoked (weft_comm_revoke) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -240,7 +241,9 @@ WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nrank
                                    weft_options_t options, weft_comm_t *newcomm);
 WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t options, weft_comm_t *newcomm);
 /* Frees a communicator and sets *comm to WEFT_COMM_NULL. Fails (naming
- * them) while requests on it are still pending; the world cannot be freed. */
+ * them) while requests on it are still pending (not counting requests the
+ * program released: such collectives are stopped, and sends that only UCX
+ * still holds, e.g. to a dead rank, are let go); the world cannot be freed. */
 WEFT_API int weft_comm_free(weft_comm_t *comm);
 /* Terminates every process of the job (under PMIx: the launcher's abort;
  * otherwise this process exits with errorcode and the launcher ends the rest). */
@@ -250,6 +253,41 @@ WEFT_API const char *weft_comm_name(weft_comm_t comm);
 WEFT_API int weft_comm_get_device(weft_comm_t comm, int *device);
 /* The world rank of a communicator rank. */
 WEFT_API int weft_comm_world_rank(weft_comm_t comm, int rank, int *world_rank);
+
+/* ------------------------------------------------------------------ */
+/* Surviving a lost rank (in the spirit of ULFM's MPI_Comm_revoke /    */
+/* shrink / agree)                                                     */
+/* ------------------------------------------------------------------ */
+/* Revokes comm on every member: this rank's pending receives and
+ * collectives on it (and on its node / leader / rail communicators) fail
+ * at once with WEFT_ERR_REVOKED, every other member is told (a control
+ * message to each), theirs fail as soon as it arrives, and every later
+ * operation on comm fails at once with WEFT_ERR_REVOKED, on every member.
+ * Pending sends complete when the receiver has discarded their data, then
+ * report WEFT_ERR_REVOKED. Local: it does not wait for the others. Only
+ * weft_comm_shrink, weft_comm_agree, queries and weft_comm_free still work
+ * on a revoked communicator. Revoking twice is no error. */
+WEFT_API int weft_comm_revoke(weft_comm_t comm);
+/* *flag = 1 when comm was revoked (here, or by another member and the
+ * notice arrived), else 0. */
+WEFT_API int weft_comm_is_revoked(weft_comm_t comm, int *flag);
+/* Collective over the surviving members of comm (revoked or not): they
+ * agree on which members are alive and each gets *newcomm, a communicator
+ * of exactly those members, in comm's rank order, identical on every
+ * survivor, with comm's options. Fault tolerant: a member that dies during
+ * the shrink is left out (or, if the others already agreed, is in newcomm
+ * and is lost there); it does not make the shrink hang. Waits at most
+ * comm's timeout. A rank the others agreed is lost, but is not, gets
+ * WEFT_ERR_PEER_LOST and WEFT_COMM_NULL. */
+WEFT_API int weft_comm_shrink(weft_comm_t comm, weft_comm_t *newcomm);
+/* Fault-tolerant agreement (ULFM's MPI_Comm_agree): on entry *flag is this
+ * rank's value; on return, on every surviving member, the bitwise AND of
+ * the values of the members agreed to be alive (the same set, and so the
+ * same value, everywhere). Returns WEFT_SUCCESS when every member of comm
+ * took part, WEFT_ERR_PEER_LOST when some were lost (*flag is still the
+ * agreed value, and weft_last_error names them), or a timeout after comm's
+ * timeout. Works on a revoked communicator. */
+WEFT_API int weft_comm_agree(weft_comm_t comm, int *flag);
 
 /* ------------------------------------------------------------------ */
 /* Warm-up and diagnostics                                             */

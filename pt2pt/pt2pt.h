@@ -6,7 +6,10 @@
  *   63..62  class      (0 user pt2pt, 1 collective, 2 control)
  *   61..39  tag        (23 bits: user tag, or collective sequence/step)
  *   38..20  source     (19 bits: sender's rank in the communicator)
- *   19..0   context id (20 bits: agreed by the communicator's members)
+ *   19..0   context id (20 bits: agreed by the communicator's members:
+ *           generation, kind and slot, src/weft_internal.h)
+ * Control messages (revoke notices, agreements) are not tagged: they are
+ * active messages (ucx.c), outside tag matching.
  */
 #ifndef WEFT_PT2PT_H
 #define WEFT_PT2PT_H
@@ -24,6 +27,7 @@
 #define WEFT_TAG_CTX_BITS     20
 #define WEFT_TAG_MAX_RANKS    (1 << WEFT_TAG_SRC_BITS)
 #define WEFT_TAG_MAX_CONTEXTS (1u << WEFT_TAG_CTX_BITS)
+_Static_assert(WEFT_CTX_BITS <= WEFT_TAG_CTX_BITS, "a context id must fit the tag's context field");
 
 #define WEFT_TAG_MASK_CLASS (UINT64_C(3) << WEFT_TAG_CLASS_SHIFT)
 #define WEFT_TAG_MASK_TAG   (((UINT64_C(1) << WEFT_TAG_TAG_BITS) - 1) << WEFT_TAG_TAG_SHIFT)

@@ -53,6 +53,8 @@ static void send_done(void *ucx_req, ucs_status_t st, void *user_data)
     ucp_request_free(ucx_req);
     req->owner_data = NULL;
     int err = stage_end(req, weft_p2p_status_to_weft(st), "send of a device buffer");
+    /* Completed because the receiver discarded it (the comm was revoked). */
+    if (WEFT_UNLIKELY(req->comm && req->comm->revoked) && !err) err = WEFT_ERR_REVOKED;
     if (req->orphaned) { /* no one waits for its outcome */
         if (err)
             weft_warn("send to rank %d (tag %d), released before it completed, failed: %s", req->peer, req->tag,
@@ -253,7 +255,8 @@ static int check_send(const void *buf, int64_t count, weft_dtype_t dtype, int de
 {
     int rc;
     WEFT_CHECK_INIT(fn);
-    if ((rc = weft_comm_check(comm, fn)) || (rc = weft_buffer_check(buf, count, dtype, fn, "send buffer", bytes)) ||
+    if ((rc = weft_comm_check_usable(comm, fn)) ||
+        (rc = weft_buffer_check(buf, count, dtype, fn, "send buffer", bytes)) ||
         (rc = check_peer(comm, dest, 0, fn, "destination")) || (rc = check_tag(tag, 0, fn)))
         return rc;
     return WEFT_SUCCESS;
@@ -264,7 +267,8 @@ static int check_recv(const void *buf, int64_t count, weft_dtype_t dtype, int so
 {
     int rc;
     WEFT_CHECK_INIT(fn);
-    if ((rc = weft_comm_check(comm, fn)) || (rc = weft_buffer_check(buf, count, dtype, fn, "receive buffer", bytes)) ||
+    if ((rc = weft_comm_check_usable(comm, fn)) ||
+        (rc = weft_buffer_check(buf, count, dtype, fn, "receive buffer", bytes)) ||
         (rc = check_peer(comm, source, 1, fn, "source")) || (rc = check_tag(tag, 1, fn)))
         return rc;
     return WEFT_SUCCESS;
@@ -387,7 +391,7 @@ static int check_probe(int source, int tag, weft_comm_t comm, const char *fn)
 {
     int rc;
     WEFT_CHECK_INIT(fn);
-    if ((rc = weft_comm_check(comm, fn)) || (rc = check_peer(comm, source, 1, fn, "source")) ||
+    if ((rc = weft_comm_check_usable(comm, fn)) || (rc = check_peer(comm, source, 1, fn, "source")) ||
         (rc = check_tag(tag, 1, fn)))
         return rc;
     return WEFT_SUCCESS;
@@ -414,7 +418,8 @@ WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *st
         if (flag) return WEFT_SUCCESS;
         if (!events) {
             double now = weft_wtime();
-            weft_liveness_poll(now, 0);
+            weft_liveness_poll(now, 0, 0);
+            if (comm->revoked) return weft_comm_revoked_error(comm, "weft_probe");
             if (source != WEFT_ANY_SOURCE && weft_rank_lost_why(weft_comm_world_rank_of(comm, source))) {
                 char why[320];
                 weft_lost_describe(comm, source, why, sizeof(why));

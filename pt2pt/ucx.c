@@ -73,6 +73,94 @@ int weft_p2p_progress(void)
     return (int)ucp_worker_progress(g_p2p->worker);
 }
 
+/* ---- control messages: UCX active messages, outside tag matching ----------
+ * Revoke notices and agreements (src/ft.c) must reach a rank whatever it
+ * is waiting on, and must cost nothing per tagged message: an active
+ * message is handled by its own callback during any progress, and no
+ * receive sits in UCX's tag queues for it. Each message starts with the
+ * sender's world rank. */
+#define AM_CTRL_ID 7
+
+static ucs_status_t am_ctrl_cb(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                               const ucp_am_recv_param_t *param)
+{
+    int32_t from;
+    (void)arg, (void)header, (void)header_length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length < sizeof(from)) {
+        weft_warn("control message of %zu bytes dropped: %s", length,
+                  length < sizeof(from) ? "too short" : "it came by rendezvous, control messages are sent eagerly");
+        return UCS_OK;
+    }
+    memcpy(&from, data, sizeof(from));
+    weft_ft_deliver(from, (const char *)data + sizeof(from), length - sizeof(from));
+    return UCS_OK;
+}
+
+static void am_send_done(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status; /* a control message to a rank that died is lost with it */
+    free(user_data);
+    ucp_request_free(request);
+}
+
+static int p2p_ctrl_send(int world_rank, const void *buf, size_t len)
+{
+    ucp_ep_h ep;
+    int rc;
+    if (g_p2p->peers[world_rank].lost)
+        return weft_error(WEFT_ERR_PEER_LOST, "control message to rank %d: the rank is lost (%s)", world_rank,
+                          ucs_status_string(g_p2p->peers[world_rank].why));
+    if ((rc = weft_p2p_ep(world_rank, &ep))) return rc;
+    int32_t from = weft_g.rank;
+    char *copy = malloc(sizeof(from) + len); /* UCX reads it until the send completes */
+    if (!copy) return weft_error(WEFT_ERR_NO_MEMORY, "control message to rank %d: out of memory", world_rank);
+    memcpy(copy, &from, sizeof(from));
+    memcpy(copy + sizeof(from), buf, len);
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+        .cb.send = am_send_done,
+        .user_data = copy,
+    };
+    ucs_status_ptr_t sp = ucp_am_send_nbx(ep, AM_CTRL_ID, NULL, 0, copy, sizeof(from) + len, &param);
+    if (UCS_PTR_IS_PTR(sp)) return WEFT_SUCCESS; /* completes in the background */
+    free(copy);
+    if (sp == NULL) return WEFT_SUCCESS;
+    return weft_error(weft_p2p_status_to_weft(UCS_PTR_STATUS(sp)), "control message to rank %d: %s", world_rank,
+                      ucs_status_string(UCS_PTR_STATUS(sp)));
+}
+
+static void discard_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user_data)
+{
+    (void)status, (void)info;
+    free(user_data);
+    ucp_request_free(request);
+}
+
+static int p2p_discard(uint32_t ctx, uint32_t ctx_mask)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    int n = 0;
+    while ((msg = ucp_tag_probe_nb(g_p2p->worker, (ucp_tag_t)ctx, (ucp_tag_t)ctx_mask, 1, &info)) != NULL) {
+        /* A message probed with remove must be received: into a buffer of
+         * its size, so a rendezvous one completes at its sender too. */
+        static char sink[64];
+        void *buf = info.length > sizeof(sink) ? malloc(info.length) : NULL;
+        ucp_request_param_t param = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.recv = discard_done,
+            .user_data = buf,
+        };
+        ucs_status_ptr_t sp =
+            ucp_tag_msg_recv_nbx(g_p2p->worker, buf ? buf : sink, buf ? info.length : sizeof(sink), msg, &param);
+        if (!UCS_PTR_IS_PTR(sp)) free(buf);
+        n++;
+    }
+    if (n) weft_debug("discarded %d message%s of context %#x (mask %#x)", n, n == 1 ? "" : "s", ctx, ctx_mask);
+    return n;
+}
+
 /* UCX 1.13 has no query for an endpoint's transports; its printed
  * configuration lists every lane as "lane[i]: <rsc>:<tl>/<dev>.<path> ...".
  * Collect the distinct tl/dev pairs in lane order. */
@@ -121,6 +209,8 @@ const weft_transport_ops_t weft_p2p_transport = {
     .irecv = weft_p2p_irecv,
     .progress = weft_p2p_progress,
     .peer_info = p2p_peer_info,
+    .ctrl_send = p2p_ctrl_send,
+    .discard = p2p_discard,
 };
 
 /* Gathers every rank's worker address, sealed (pt2pt/ucx_addr.h), and
@@ -190,7 +280,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_ESTIMATED_NUM_PPN,
-        .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AM,
         .mt_workers_shared = 0,
         .estimated_num_eps = (size_t)bs->size,
         .estimated_num_ppn = (size_t)(bs->local_size > 0 ? bs->local_size : 1),
@@ -206,6 +296,14 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     st = ucp_worker_create(p2p->context, &wparams, &p2p->worker);
     if (st != UCS_OK) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_create failed: %s", ucs_status_string(st));
+        goto out;
+    }
+    ucp_am_handler_param_t am = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
+                                 .id = AM_CTRL_ID,
+                                 .cb = am_ctrl_cb};
+    st = ucp_worker_set_am_recv_handler(p2p->worker, &am);
+    if (st != UCS_OK) {
+        rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_set_am_recv_handler failed: %s", ucs_status_string(st));
         goto out;
     }
     st = ucp_worker_get_address(p2p->worker, &addr, &addr_len);
@@ -239,6 +337,12 @@ out:
     return rc;
 }
 
+/* A rank UCX or the liveness record knows to be dead. */
+static int peer_gone(const weft_pt2pt_t *p2p, int r)
+{
+    return p2p->peers[r].lost || weft_rank_lost_why(r) != NULL;
+}
+
 /* Progresses `req` (a UCX request pointer or status) to completion or the deadline. */
 static ucs_status_t wait_ucx(ucp_worker_h worker, ucs_status_ptr_t req, double deadline)
 {
@@ -263,7 +367,9 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
         ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                      .flags = weft_cfg.peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0};
         for (int r = 0; r < p2p->npeers; r++) {
-            if (!p2p->peers[r].ep) continue;
+            /* A dead rank's endpoint would flush what it still holds for
+             * that rank until the deadline: ucp_worker_destroy drops it. */
+            if (!p2p->peers[r].ep || peer_gone(p2p, r)) continue;
             ucs_status_t st = wait_ucx(p2p->worker, ucp_ep_close_nbx(p2p->peers[r].ep, &param), deadline);
             if (st != UCS_OK && st != UCS_INPROGRESS && !p2p->peers[r].lost)
                 weft_debug("closing the endpoint to rank %d: %s", r, ucs_status_string(st));
@@ -282,14 +388,73 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
     }
 }
 
-/* Flushes every outstanding operation of this worker (before the final barrier). */
+/* Flushes what this rank sent to every live rank (before the final
+ * barrier), one endpoint at a time: a send to a dead rank never completes,
+ * and a flush of the whole worker would wait for it until the deadline.
+ * A rank found dead while this waits is given up at once. */
 int weft_p2p_flush(double deadline)
 {
+    weft_pt2pt_t *p2p = g_p2p;
     ucp_request_param_t param = {.op_attr_mask = 0};
-    ucs_status_t st = wait_ucx(g_p2p->worker, ucp_worker_flush_nbx(g_p2p->worker, &param), deadline);
-    if (st == UCS_OK) return WEFT_SUCCESS;
-    return weft_error(weft_p2p_status_to_weft(st), "weft_finalize: flushing outstanding sends failed: %s",
-                      ucs_status_string(st));
+    ucs_status_ptr_t *reqs = calloc((size_t)p2p->npeers, sizeof(*reqs));
+    ucs_status_t failed = UCS_OK;
+    int rc = WEFT_SUCCESS, failed_rank = -1, pending = 0;
+    if (!reqs) return weft_error(WEFT_ERR_NO_MEMORY, "weft_finalize: out of memory");
+    for (int r = 0; r < p2p->npeers; r++) {
+        if (!p2p->peers[r].ep || peer_gone(p2p, r)) continue;
+        ucs_status_ptr_t sp = ucp_ep_flush_nbx(p2p->peers[r].ep, &param);
+        if (UCS_PTR_IS_PTR(sp)) {
+            reqs[r] = sp;
+            pending++;
+        } else if (UCS_PTR_IS_ERR(sp) && failed == UCS_OK) {
+            failed = UCS_PTR_STATUS(sp);
+            failed_rank = r;
+        }
+    }
+    double start = weft_wtime(), next_check = start;
+    unsigned idle = 0;
+    while (pending > 0) {
+        int ev = (int)ucp_worker_progress(p2p->worker);
+        for (int r = 0; r < p2p->npeers && ev == 0; r++) {
+            if (!reqs[r]) continue;
+            ucs_status_t st = ucp_request_check_status(reqs[r]);
+            if (st == UCS_INPROGRESS && !peer_gone(p2p, r)) continue;
+            if (st != UCS_INPROGRESS && st != UCS_OK && !peer_gone(p2p, r) && failed == UCS_OK) {
+                failed = st;
+                failed_rank = r;
+            }
+            ucp_request_free(reqs[r]); /* a dead rank's: UCX releases it whenever it ends */
+            reqs[r] = NULL;
+            pending--;
+        }
+        if (ev == 0) {
+            double now = weft_wtime();
+            if (now >= next_check) { /* news of dead ranks, as any idle wait */
+                weft_liveness_poll(now, start, 0);
+                next_check = now + WEFT_LIVENESS_POLL_S;
+            }
+            if (deadline > 0 && now > deadline) break;
+        }
+        weft_progress_idle(&idle, ev);
+    }
+    if (pending > 0) {
+        char who[256] = "";
+        size_t used = 0;
+        for (int r = 0; r < p2p->npeers; r++)
+            if (reqs[r]) {
+                int n = snprintf(who + used, sizeof(who) - used, "%s%d", used ? ", " : "", r);
+                if (n > 0 && used + (size_t)n < sizeof(who)) used += (size_t)n;
+                ucp_request_free(reqs[r]);
+            }
+        rc = weft_error(WEFT_ERR_TIMEOUT,
+                        "weft_finalize: what this rank sent to rank%s %s was not delivered before the deadline",
+                        pending == 1 ? "" : "s", who);
+    } else if (failed != UCS_OK) {
+        rc = weft_error(weft_p2p_status_to_weft(failed), "weft_finalize: flushing the sends to rank %d failed: %s",
+                        failed_rank, ucs_status_string(failed));
+    }
+    free(reqs);
+    return rc;
 }
 
 WEFT_API const char *weft_ucx_version(void)

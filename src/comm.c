@@ -3,14 +3,17 @@
  * socket), free, abort, warm-up, and per-peer transport reports.
  *
  * Creation is one allgather over the parent: each member contributes its
- * color and key (or its list's hash), its node / NUMA / socket, and its
- * mask of free context ids. Every member then computes the same answer
- * locally: the groups, the ranks in each, and the lowest context id free
- * on every member of the parent (disjoint groups may share it: their
- * traffic never meets), plus the next three free ones, reserved for the
- * communicator's derived node, leader and rail sub-communicators. Those
- * are built later, locally, from the node map (weft_comm_derived): no
- * member needs to talk to another to build them. */
+ * color and key (or its list's hash), its node / NUMA / socket, its mask
+ * of free context slots and its creation epoch. Every member then computes
+ * the same answer locally: the groups, the ranks in each, the lowest slot
+ * free on every member of the parent (disjoint groups may share it: their
+ * traffic never meets) and the generation (the highest epoch; every member
+ * moves its own past it). The communicator's derived node, leader and rail
+ * sub-communicators share its slot and generation under their own kind
+ * (weft_internal.h has the layout); they are built later, locally, from
+ * the node map (weft_comm_derived): no member needs to talk to another to
+ * build them. weft_comm_shrink (ft.c) agrees on the same things among the
+ * survivors and builds its communicator with weft_comm_build. */
 #include "bootstrap/bootstrap.h"
 #include "request.h"
 #include "topo/topo.h"
@@ -22,20 +25,56 @@
 #define CTX_WORDS (WEFT_MAX_CONTEXTS / 64)
 
 static struct weft_comm_s world_comm;
-static uint64_t ctx_used[CTX_WORDS];
+static uint64_t ctx_used[CTX_WORDS];           /* context slots in use here */
+static weft_comm_t by_slot[WEFT_MAX_CONTEXTS]; /* the live communicator on each slot (control messages find it) */
+static uint32_t ctx_epoch;                     /* this process's creation epoch (weft_comm_epoch) */
 static struct weft_comm_s *comm_free_list; /* freed objects, reused (a stale handle fails the magic check) */
 static int live_comms;
 
 /* ---- context ids -------------------------------------------------------- */
 
-static void ctx_release(uint32_t id)
+static void ctx_release(uint32_t slot)
 {
-    ctx_used[id / 64] &= ~(UINT64_C(1) << (id % 64));
+    ctx_used[slot / 64] &= ~(UINT64_C(1) << (slot % 64));
 }
 
-static void ctx_take(uint32_t id)
+static void ctx_take(uint32_t slot)
 {
-    ctx_used[id / 64] |= UINT64_C(1) << (id % 64);
+    ctx_used[slot / 64] |= UINT64_C(1) << (slot % 64);
+}
+
+uint32_t weft_comm_epoch(void)
+{
+    return ctx_epoch;
+}
+
+void weft_comm_free_slots(uint64_t *bits)
+{
+    for (int w = 0; w < CTX_WORDS; w++)
+        bits[w] = ~ctx_used[w];
+}
+
+weft_comm_t weft_comm_lookup(uint32_t ctx)
+{
+    weft_comm_t c = by_slot[ctx & WEFT_CTX_SLOT_MASK];
+    return c && c->magic == WEFT_COMM_MAGIC && c->context_id == ctx ? c : NULL;
+}
+
+void weft_comm_foreach(void (*fn)(weft_comm_t comm, void *arg), void *arg)
+{
+    for (int s = 0; s < WEFT_MAX_CONTEXTS; s++)
+        if (by_slot[s] && by_slot[s]->magic == WEFT_COMM_MAGIC) fn(by_slot[s], arg);
+}
+
+/* A new communicator takes a slot that older ones (freed here) used:
+ * messages of theirs that arrived late sit unmatched in UCX's queue, where
+ * their generation keeps them from matching the new one; they are dropped
+ * here so they do not pile up. */
+static void ctx_discard_stale(uint32_t slot, uint32_t gen)
+{
+    if (!weft_xport || !weft_xport->discard) return;
+    for (uint32_t g = 0; g < WEFT_CTX_GENS; g++)
+        if (g != gen % WEFT_CTX_GENS) weft_xport->discard(weft_ctx_make(slot, 0, g), WEFT_CTX_FAMILY_MASK);
 }
 
 static void topo_free(weft_comm_t c);
@@ -46,9 +85,11 @@ int weft_comm_world_create(void)
 {
     memset(&world_comm, 0, sizeof(world_comm));
     memset(ctx_used, 0, sizeof(ctx_used));
-    ctx_used[0] = 0xf; /* context 0 is the world's, 1..3 its node, leader and rail comms' */
+    memset(by_slot, 0, sizeof(by_slot));
+    ctx_used[0] = 1; /* slot 0, generation 0 is the world's */
+    ctx_epoch = 1;
     world_comm.magic = WEFT_COMM_MAGIC;
-    world_comm.context_id = 0;
+    world_comm.context_id = weft_ctx_make(0, 0, 0);
     world_comm.rank = weft_g.rank;
     world_comm.size = weft_g.size;
     world_comm.world_ranks = NULL;
@@ -56,9 +97,10 @@ int weft_comm_world_create(void)
     world_comm.device = -1;
     world_comm.nnodes = weft_g.nnodes;
     for (int k = 0; k < WEFT_SUB_KINDS; k++)
-        world_comm.sub_ctx[k] = (uint32_t)(1 + k);
+        world_comm.sub_ctx[k] = weft_ctx_make(0, (uint32_t)(1 + k), 0);
     snprintf(world_comm.name, sizeof(world_comm.name), "world");
     weft_g.world = &world_comm;
+    by_slot[0] = &world_comm;
     live_comms = 0;
     return WEFT_SUCCESS;
 }
@@ -73,9 +115,10 @@ static void coll_release(weft_comm_t c)
 static void comm_release(weft_comm_t c)
 {
     coll_release(c);
-    ctx_release(c->context_id);
-    for (int k = 0; k < WEFT_SUB_KINDS; k++)
-        if (c->sub_ctx[k] != WEFT_SUB_NONE) ctx_release(c->sub_ctx[k]);
+    weft_ft_comm_release(c);
+    uint32_t slot = c->context_id & WEFT_CTX_SLOT_MASK;
+    ctx_release(slot);
+    if (by_slot[slot] == c) by_slot[slot] = NULL;
     topo_free(c);
     free(c->world_ranks);
     weft_hints_free(c->hints, c->nhints);
@@ -96,7 +139,9 @@ void weft_comm_world_destroy(void)
     /* Objects stay on the free list (a stale handle fails the magic check)
      * until the process ends; a new init reuses them. */
     coll_release(&world_comm);
+    weft_ft_comm_release(&world_comm);
     topo_free(&world_comm);
+    memset(by_slot, 0, sizeof(by_slot));
     weft_hints_free(world_comm.hints, world_comm.nhints);
     world_comm.hints = NULL;
     world_comm.nhints = 0;
@@ -110,6 +155,27 @@ int weft_comm_check(weft_comm_t comm, const char *fn)
     if (comm->magic != WEFT_COMM_MAGIC)
         return weft_error(WEFT_ERR_COMM, "%s: %p is not a live communicator (freed, or never created)", fn,
                           (void *)comm);
+    return WEFT_SUCCESS;
+}
+
+int weft_comm_revoked_error(weft_comm_t comm, const char *fn)
+{
+    int by = -1;
+    for (int r = 0; r < comm->size && by < 0; r++)
+        if (weft_comm_world_rank_of(comm, r) == comm->revoked_by) by = r;
+    weft_comm_t top = comm->parent ? comm->parent : comm;
+    if (by < 0 && top != comm)
+        for (int r = 0; r < top->size && by < 0; r++)
+            if (weft_comm_world_rank_of(top, r) == comm->revoked_by) by = r;
+    return weft_error(WEFT_ERR_REVOKED, "%s: comm %s was revoked by %s rank %d (world rank %d)", fn, comm->name,
+                      top == comm ? "its" : top->name, by, comm->revoked_by);
+}
+
+int weft_comm_check_usable(weft_comm_t comm, const char *fn)
+{
+    int rc = weft_comm_check(comm, fn);
+    if (rc) return rc;
+    if (WEFT_UNLIKELY(comm->revoked)) return weft_comm_revoked_error(comm, fn);
     return WEFT_SUCCESS;
 }
 
@@ -130,7 +196,7 @@ typedef struct {
     int32_t color; /* MODE_SPLIT: color (WEFT_UNDEFINED = none); MODE_RANKS: list length */
     int32_t key;
     int32_t invalid; /* this member's own arguments were bad: it takes part in no group */
-    int32_t pad;
+    uint32_t epoch;  /* weft_comm_epoch() */
     uint64_t list_hash;
     uint64_t free_ctx[CTX_WORDS];
 } create_info_t;
@@ -168,6 +234,9 @@ typedef struct {
     const char *fn;
 } create_args_t;
 
+static int comm_build(weft_comm_t parent, const int *members, int nmembers, uint32_t slot, uint32_t epoch,
+                      weft_options_t opts, const char *name, const char *fn, weft_comm_t *out);
+
 /* One collective over parent; *out is the new communicator or WEFT_COMM_NULL. */
 static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts, weft_comm_t *out)
 {
@@ -187,6 +256,7 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     }
     for (int w = 0; w < CTX_WORDS; w++)
         mine.free_ctx[w] = ~ctx_used[w];
+    mine.epoch = ctx_epoch;
 
     all = malloc(sizeof(*all) * (size_t)n);
     members = malloc(sizeof(int) * (size_t)n);
@@ -234,39 +304,53 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
         }
     }
 
-    /* The lowest context ids free on every member of the parent: the
-     * communicator's, then its derived node, leader and rail comms'. */
-    int ids[1 + WEFT_SUB_KINDS], nids = 0;
-    for (int w = 0; w < CTX_WORDS && nids < 1 + WEFT_SUB_KINDS; w++) {
+    /* The lowest slot free on every member of the parent, and the highest
+     * epoch among them (so the generation is new to every member). */
+    int slot = -1;
+    uint32_t epoch = 0;
+    for (int w = 0; w < CTX_WORDS && slot < 0; w++) {
         uint64_t m = ~UINT64_C(0);
         for (int r = 0; r < n; r++)
             m &= all[r].free_ctx[w];
-        for (; m && nids < 1 + WEFT_SUB_KINDS; m &= m - 1)
-            ids[nids++] = w * 64 + __builtin_ctzll(m);
+        if (m) slot = w * 64 + __builtin_ctzll(m);
     }
-    int ctx = nids == 1 + WEFT_SUB_KINDS ? ids[0] : -1;
-    if (ctx < 0) {
+    for (int r = 0; r < n; r++)
+        if (all[r].epoch > epoch) epoch = all[r].epoch;
+    if (slot < 0) {
         rc = weft_error(WEFT_ERR_NO_MEMORY,
-                        "%s: no 4 context ids (a communicator's and its node, leader and rail comms') are free on "
-                        "every member (at most %d context ids per process)",
+                        "%s: no context slot is free on every member (at most %d live communicators per process, "
+                        "world included)",
                         a->fn, WEFT_MAX_CONTEXTS);
         goto out;
     }
-    if (!(c = comm_alloc())) {
-        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", a->fn);
-        goto out;
+    rc = comm_build(parent, members, nmembers, (uint32_t)slot, epoch, opts, a->name, a->fn, &c);
+out:
+    free(all);
+    free(members);
+    *out = c;
+    return rc;
+}
+
+/* The communicator of parent's ranks members[0..n-1] on slot, generation
+ * from epoch; every member of it computes the same from the same inputs. */
+static int comm_build(weft_comm_t parent, const int *members, int nmembers, uint32_t slot, uint32_t epoch,
+                      weft_options_t opts, const char *name, const char *fn, weft_comm_t *out)
+{
+    int rc;
+    weft_comm_t c = comm_alloc();
+    *out = WEFT_COMM_NULL;
+    if (!c || !(c->world_ranks = malloc(sizeof(int) * (size_t)nmembers))) {
+        if (c) {
+            c->next_free = comm_free_list;
+            comm_free_list = c;
+        }
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
     }
     c->size = nmembers;
-    c->world_ranks = malloc(sizeof(int) * (size_t)nmembers);
-    if (!c->world_ranks) {
-        free(c);
-        c = NULL;
-        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", a->fn);
-        goto out;
-    }
+    c->rank = -1;
     for (int i = 0; i < nmembers; i++) {
         c->world_ranks[i] = weft_comm_world_rank_of(parent, members[i]);
-        if (members[i] == me) c->rank = i;
+        if (members[i] == parent->rank) c->rank = i;
     }
     for (int i = 0; i < nmembers; i++) {
         int first = 1;
@@ -274,32 +358,38 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
             first = weft_g.node_of[c->world_ranks[j]] != weft_g.node_of[c->world_ranks[i]];
         c->nnodes += first;
     }
+    uint32_t gen = epoch % WEFT_CTX_GENS;
     c->magic = WEFT_COMM_MAGIC;
-    c->context_id = (uint32_t)ctx;
+    c->context_id = weft_ctx_make(slot, 0, gen);
     c->device = -1;
-    ctx_take((uint32_t)ctx);
-    for (int k = 0; k < WEFT_SUB_KINDS; k++) {
-        c->sub_ctx[k] = (uint32_t)ids[1 + k];
-        ctx_take(c->sub_ctx[k]);
-    }
+    c->revoked_by = -1;
+    ctx_take(slot);
+    by_slot[slot] = c;
+    if (epoch >= ctx_epoch) ctx_epoch = epoch + 1;
+    for (int k = 0; k < WEFT_SUB_KINDS; k++)
+        c->sub_ctx[k] = weft_ctx_make(slot, (uint32_t)(1 + k), gen);
     live_comms++;
     char defname[64];
-    if (a->name)
-        snprintf(defname, sizeof(defname), "%s", a->name);
+    if (name)
+        snprintf(defname, sizeof(defname), "%s", name);
     else
-        snprintf(defname, sizeof(defname), "%.40s.%u", parent->name, (unsigned)ctx);
+        snprintf(defname, sizeof(defname), "%.40s.%u", parent->name, (unsigned)slot);
     if ((rc = weft_options_apply(c, parent, opts, defname))) {
         comm_release(c);
-        c = NULL;
-        goto out;
+        return rc;
     }
-    weft_debug("%s: comm %s: rank %d of %d, context %d", a->fn, c->name, c->rank, c->size, ctx);
-    rc = WEFT_SUCCESS;
-out:
-    free(all);
-    free(members);
+    ctx_discard_stale(slot, gen);
+    weft_ft_comm_created(c);
+    weft_debug("%s: comm %s: rank %d of %d, context slot %u generation %u", fn, c->name, c->rank, c->size,
+               (unsigned)slot, (unsigned)gen);
     *out = c;
-    return rc;
+    return WEFT_SUCCESS;
+}
+
+int weft_comm_build(weft_comm_t parent, const int *members, int nmembers, uint32_t slot, uint32_t epoch,
+                    const char *name, weft_comm_t *out)
+{
+    return comm_build(parent, members, nmembers, slot, epoch, WEFT_OPTIONS_NULL, name, "weft_comm_shrink", out);
 }
 
 /* Checks what must hold before this rank can take part at all. Bad
@@ -309,7 +399,7 @@ static int create_prologue(weft_comm_t comm, weft_options_t opts, const char *fn
 {
     int rc;
     WEFT_CHECK_INIT(fn);
-    if ((rc = weft_comm_check(comm, fn))) return rc;
+    if ((rc = weft_comm_check_usable(comm, fn))) return rc;
     if (opts && opts->magic != WEFT_OPTIONS_MAGIC)
         return weft_error(WEFT_ERR_ARG, "%s: %p is not a live options object", fn, (void *)opts);
     return WEFT_SUCCESS;
@@ -434,7 +524,7 @@ WEFT_API int weft_comm_free(weft_comm_t *comm)
     if ((rc = weft_comm_check(*comm, "weft_comm_free"))) return rc;
     weft_comm_t c = *comm;
     if (c == &world_comm) return weft_error(WEFT_ERR_COMM, "weft_comm_free: the world communicator cannot be freed");
-    if (c->pending > 0) {
+    if (c->pending > 0 && weft_request_detach_comm(c) > 0) {
         char list[512];
         weft_request_describe_pending(c, list, sizeof(list));
         return weft_error(WEFT_ERR_ARG, "weft_comm_free: comm %s still has %d pending request%s: %s", c->name,
@@ -562,6 +652,9 @@ int weft_comm_derived(weft_comm_t comm, int kind, weft_comm_t *out)
     c->timeout = comm->timeout;
     c->device = comm->device;
     c->nnodes = kind == WEFT_SUB_NODE ? 1 : c->size;
+    c->parent = comm;
+    c->revoked = comm->revoked; /* built after comm was revoked: born revoked */
+    c->revoked_by = comm->revoked_by;
     snprintf(c->name, sizeof(c->name), "%.50s.%s", comm->name, suffix[kind]);
     t->sub[kind] = c;
     t->built[kind] = 1;
@@ -663,7 +756,7 @@ WEFT_API int weft_comm_warmup(weft_comm_t comm)
 {
     int rc;
     WEFT_CHECK_INIT("weft_comm_warmup");
-    if ((rc = weft_comm_check(comm, "weft_comm_warmup"))) return rc;
+    if ((rc = weft_comm_check_usable(comm, "weft_comm_warmup"))) return rc;
     int n = comm->size;
     uint64_t *in = calloc((size_t)n, sizeof(uint64_t)), out = (uint64_t)comm->rank;
     weft_request_t *reqs = calloc(2 * (size_t)n, sizeof(weft_request_t));

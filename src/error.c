@@ -23,6 +23,7 @@ WEFT_API const char *weft_strerror(int status)
     case WEFT_ERR_INTERNAL: return "internal error";
     case WEFT_ERR_ALREADY: return "already done";
     case WEFT_ERR_COMM: return "invalid communicator";
+    case WEFT_ERR_REVOKED: return "communicator revoked";
     default: return "unknown status";
     }
 }

@@ -73,6 +73,7 @@ static int init_common(double deadline)
     WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);
     WEFT_CHECK_GOTO(weft_comm_world_create(), rc, fail);
     WEFT_CHECK_GOTO(weft_sched_init(), rc, fail);
+    WEFT_CHECK_GOTO(weft_ft_init(), rc, fail);
     WEFT_CHECK_GOTO(weft_coll_init(), rc, fail);
     weft_g.initialized = 1;
     weft_info_log("initialized: rank %d of %d (local %d of %d), bootstrap %s, UCX %s", weft_g.rank, weft_g.size,
@@ -82,6 +83,7 @@ fail:
     weft_g.initialized = 0;
     weft_sched_finalize();
     weft_comm_world_destroy();
+    weft_ft_finalize();
     weft_coll_finalize();
     if (weft_g.p2p) weft_p2p_finalize(weft_g.p2p, 0);
     weft_g.p2p = NULL;
@@ -125,17 +127,39 @@ WEFT_API int weft_init_oob(int rank, int size, weft_oob_allgather_fn allgather, 
     return init_common(deadline);
 }
 
+/* Over the bootstrap while every rank is alive; among the survivors once
+ * some are lost: the bootstrap's barrier cannot complete without them (the
+ * env store fails it at once) or would wait for them. A rank that learns
+ * of the loss only from the bootstrap's failure joins the survivors'. */
+static int closing_barrier(double deadline)
+{
+    if (weft_lost_count == 0) {
+        int rc = weft_bootstrap_barrier(&g_bs, deadline);
+        if (rc == WEFT_SUCCESS) return rc;
+        weft_liveness_poll(weft_wtime(), 0, 1);
+        if (weft_lost_count == 0) return rc;
+    }
+    int w = weft_world_lost_rank();
+    weft_info_log("weft_finalize: world rank %d %s lost (%s): the closing barrier is among the %s", w,
+                  weft_lost_count == 1 ? "is" : "and others are", weft_rank_lost_why(w), "survivors");
+    int rc = weft_ft_barrier(deadline);
+    /* Its last messages (the decision) reach the others before the endpoints close. */
+    return rc ? rc : weft_p2p_flush(deadline);
+}
+
 WEFT_API int weft_finalize(void)
 {
     int rc = WEFT_SUCCESS;
     WEFT_CHECK_INIT("weft_finalize");
     double deadline = weft_deadline_from(weft_cfg.timeout, weft_wtime());
     weft_sched_finalize();
-    /* Every rank's sends are delivered before any rank closes its endpoints. */
+    weft_liveness_poll(weft_wtime(), 0, 1); /* the latest news of dead ranks */
+    /* Every rank's sends to the live ranks are delivered before any rank
+     * closes its endpoints (what was sent to a dead rank is given up). */
     int flush_rc = weft_p2p_flush(deadline);
     char flush_msg[1024] = "";
     if (flush_rc != WEFT_SUCCESS) snprintf(flush_msg, sizeof(flush_msg), "%s", weft_last_error());
-    int barrier_rc = weft_bootstrap_barrier(&g_bs, deadline);
+    int barrier_rc = closing_barrier(deadline);
     if (flush_rc != WEFT_SUCCESS) {
         /* The flush's status is returned: the barrier's failure goes no further than this warning. */
         if (barrier_rc != WEFT_SUCCESS)

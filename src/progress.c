@@ -141,10 +141,10 @@ void weft_lost_describe(weft_comm_t comm, int rank, char *buf, size_t len)
     snprintf(buf, len, "rank %d (world rank %d) lost: %s", rank, world, why ? why : "no reason given");
 }
 
-void weft_liveness_poll(double now, int force)
+void weft_liveness_poll(double now, double since, int force)
 {
     weft_bootstrap_t *bs = weft_g.bs;
     if (!bs || !bs->poll_lost || (!force && now < next_poll)) return;
     next_poll = now + WEFT_LIVENESS_POLL_S;
-    bs->poll_lost(bs);
+    bs->poll_lost(bs, since > 0 && now > since ? now - since : 0);
 }

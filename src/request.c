@@ -80,6 +80,57 @@ int weft_request_live_count(void)
     return live_count;
 }
 
+static int on_comm(weft_request_t r, weft_comm_t comm)
+{
+    return r->comm && (r->comm == comm || r->comm->parent == comm);
+}
+
+/* Cancels, with status err, what is pending on comm (and its derived
+ * comms): collectives first, so each fails as a whole rather than through
+ * one of its own messages, then receives. Nothing is allocated meanwhile,
+ * so a request released on the way (a collective's own receive) stays on
+ * the free list with its magic cleared and is passed over. */
+void weft_request_fail_comm(weft_comm_t comm, int err)
+{
+    int n = 0;
+    weft_request_t *todo = live_count ? malloc(sizeof(*todo) * (size_t)live_count) : NULL;
+    if (!todo) return; /* nothing pending, or no memory: the waits' deadlines still hold */
+    for (weft_request_t r = live_list; r; r = r->live_next)
+        if (on_comm(r, comm) && !r->complete && r->ops->cancel) todo[n++] = r;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            weft_request_t r = todo[i];
+            int coll = !strcmp(r->ops->kind, "collective");
+            if (r->magic != WEFT_REQUEST_MAGIC || r->complete || coll != (pass == 0)) continue;
+            if (!coll && r->orphaned) continue; /* its cancel is already under way */
+            r->cancel_reason = err;
+            r->ops->cancel(r);
+        }
+    free(todo);
+}
+
+int weft_request_detach_comm(weft_comm_t comm)
+{
+    /* Collectives the user let go of still run on comm: stop them (their
+     * receives are canceled, their sends released). */
+    for (int again = 1; again;) {
+        again = 0;
+        for (weft_request_t r = live_list; r && !again; r = r->live_next)
+            if (on_comm(r, comm) && r->orphaned && !r->complete && !strcmp(r->ops->kind, "collective")) {
+                r->ops->cancel(r);
+                again = 1; /* the list changed */
+            }
+    }
+    /* What is left of them are messages only UCX still owns (a send to a
+     * dead rank never completes): they no longer count on comm. */
+    for (weft_request_t r = live_list; r; r = r->live_next)
+        if (on_comm(r, comm) && r->orphaned) {
+            r->comm->pending--;
+            r->comm = NULL;
+        }
+    return comm->pending;
+}
+
 void weft_request_cleanup(void)
 {
     live_list = NULL;
@@ -136,6 +187,7 @@ static int describe_timeout(weft_request_t req, double timeout_s)
 static int wait_loop(weft_request_t req, double deadline, double timeout_s)
 {
     unsigned idle = 0, polls = 0;
+    double since = 0;
     while (!req->complete) {
         int events = weft_progress();
         if (req->complete) break;
@@ -143,8 +195,9 @@ static int wait_loop(weft_request_t req, double deadline, double timeout_s)
             polls = 0;
             double now = weft_wtime();
             if (deadline < 0) deadline = weft_deadline_from(timeout_s, now);
+            if (since == 0) since = now;
             int late = deadline > 0 && now >= deadline;
-            weft_liveness_poll(now, late);
+            weft_liveness_poll(now, since, late);
             if (req->ops->check) req->ops->check(req);
             if (req->complete) break;
             if (late) return WEFT_ERR_TIMEOUT;
@@ -163,6 +216,8 @@ static int request_finish(weft_request_t *request, weft_status_t *status)
 {
     weft_request_t req = *request;
     int rc = req->status.error;
+    /* Failed by a revoke (maybe while this thread did something else): say who. */
+    if (WEFT_UNLIKELY(rc == WEFT_ERR_REVOKED) && req->comm) weft_comm_revoked_error(req->comm, req->ops->kind);
     if (status) *status = req->status;
     weft_request_release(req);
     *request = WEFT_REQUEST_NULL;
@@ -220,7 +275,7 @@ WEFT_API int weft_test(weft_request_t *request, int *flag, weft_status_t *status
     if (!req->complete) {
         int events = weft_progress();
         if (!req->complete) {
-            if (!events) weft_liveness_poll(weft_wtime(), 0);
+            if (!events) weft_liveness_poll(weft_wtime(), 0, 0);
             if (req->ops->check) req->ops->check(req);
         }
     }

@@ -66,6 +66,10 @@ int weft_request_wait_until(weft_request_t req, double deadline);
 /* The same with a relative timeout (seconds, 0 = none), the clock read only
  * once the wait turns out not to be immediate. */
 int weft_request_wait_for(weft_request_t req, double timeout_s);
+/* Before comm is freed: stops the collectives on it the user released,
+ * and lets go of released messages only UCX still owns (a send to a dead
+ * rank); returns the requests still pending on comm (the user's). */
+int weft_request_detach_comm(weft_comm_t comm);
 /* Lists comm's pending requests ("recv from rank 1 tag 5, ...") into buf. */
 void weft_request_describe_pending(weft_comm_t comm, char *buf, size_t len);
 /* Number of requests allocated and not yet released (at finalize). */

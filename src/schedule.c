@@ -556,7 +556,7 @@ static void sched_check(weft_request_t req)
 static int sched_cancel(weft_request_t req)
 {
     weft_sched_t *s = req->owner_data;
-    if (s) finish(s, WEFT_ERR_CANCELED);
+    if (s) finish(s, req->cancel_reason ? req->cancel_reason : WEFT_ERR_CANCELED); /* a revoke gives its own */
     return WEFT_SUCCESS;
 }
 
@@ -571,6 +571,11 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
 {
     int rc = weft_sched_end_round(s);
     if (rc) goto fail;
+    /* Revoked while this was being built or polled inline (shared memory). */
+    if (WEFT_UNLIKELY(s->comm->revoked)) {
+        rc = weft_comm_revoked_error(s->comm, s->name);
+        goto fail;
+    }
     s->req = weft_request_alloc(&sched_ops, s->comm);
     if (!s->req) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "collective %s: out of memory for a request", s->name);
@@ -656,7 +661,7 @@ int weft_sched_run(weft_sched_t *s)
                 if (rc) weft_comm_error_policy(comm, rc);
                 return rc;
             }
-            if (++polls >= limit) break;
+            if (++polls >= limit || WEFT_UNLIKELY(s->comm->revoked)) break; /* the start below fails it */
             if (active || polls % INLINE_PROGRESS_EVERY == 0) weft_progress();
         }
     }

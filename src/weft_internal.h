@@ -153,11 +153,36 @@ struct weft_options_s {
 };
 
 /* ---- communicators (comm.c) ------------------------------------------- */
-#define WEFT_COMM_MAGIC   0x77436f6du /* "wCom" */
-#define WEFT_MAX_CONTEXTS 4096        /* live communicators per process, world included */
+#define WEFT_COMM_MAGIC 0x77436f6du /* "wCom" */
+/* A context id (20 bits, the tag's context field) is a slot, a kind and a
+ * generation:
+ *   19..14  generation (6 bits): the members' creation epoch when the
+ *           communicator was made, so a message of a freed communicator
+ *           (one that timed out, say, and arrived late) never matches a
+ *           later communicator given the same slot;
+ *   13..12  kind: 0 the communicator itself, 1..3 its derived node,
+ *           leader and rail communicators (which share its slot);
+ *   11..0   slot: agreed free on every member at creation.
+ * So a process holds up to WEFT_MAX_CONTEXTS live communicators (world
+ * included; derived ones do not count). */
+#define WEFT_CTX_SLOT_BITS  12
+#define WEFT_CTX_KIND_SHIFT 12
+#define WEFT_CTX_GEN_SHIFT  14
+#define WEFT_CTX_GEN_BITS   6
+#define WEFT_CTX_BITS       (WEFT_CTX_GEN_SHIFT + WEFT_CTX_GEN_BITS)
+#define WEFT_MAX_CONTEXTS   (1 << WEFT_CTX_SLOT_BITS)
+#define WEFT_CTX_SLOT_MASK  ((uint32_t)WEFT_MAX_CONTEXTS - 1)
+#define WEFT_CTX_GENS       (1u << WEFT_CTX_GEN_BITS)
+/* Slot and generation, without the kind: a communicator and its derived ones. */
+#define WEFT_CTX_FAMILY_MASK (WEFT_CTX_SLOT_MASK | ((WEFT_CTX_GENS - 1) << WEFT_CTX_GEN_SHIFT))
+static inline uint32_t weft_ctx_make(uint32_t slot, uint32_t kind, uint32_t gen)
+{
+    return slot | kind << WEFT_CTX_KIND_SHIFT | (gen % WEFT_CTX_GENS) << WEFT_CTX_GEN_SHIFT;
+}
+struct weft_ft_comm;
 struct weft_comm_s {
     uint32_t magic;
-    uint32_t context_id; /* agreed by all members; part of every tag */
+    uint32_t context_id; /* agreed by all members; part of every tag (weft_ctx_make) */
     int rank;
     int size;
     int *world_ranks;  /* comm rank -> world rank (NULL for world: identity) */
@@ -181,11 +206,39 @@ struct weft_comm_s {
      * which has none); the objects are built locally on first use. */
     uint32_t sub_ctx[3];
     struct weft_comm_topo *topo; /* NULL until first asked for */
+    /* Fault tolerance (ft.c): set once revoked, here or by another member
+     * (then every operation on it fails with WEFT_ERR_REVOKED); the
+     * agreements' state, NULL until the first shrink or agree. */
+    int revoked;
+    int revoked_by;             /* the world rank that revoked it */
+    int revoke_sent;            /* this rank told the other members */
+    struct weft_comm_s *parent; /* a derived comm's communicator (NULL on others) */
+    struct weft_ft_comm *ft;
 };
 int weft_comm_world_create(void);
 void weft_comm_world_destroy(void);
 /* Validates a communicator handle (fn names the caller in the message). */
 int weft_comm_check(weft_comm_t comm, const char *fn);
+/* The same, and fails with WEFT_ERR_REVOKED on a revoked one: for every
+ * call that communicates on comm. */
+int weft_comm_check_usable(weft_comm_t comm, const char *fn);
+/* The error of an operation on a revoked comm (naming who revoked it). */
+int weft_comm_revoked_error(weft_comm_t comm, const char *fn);
+/* The live communicator (not a derived one) whose context id is ctx, or NULL. */
+weft_comm_t weft_comm_lookup(uint32_t ctx);
+/* This process's creation epoch: a new communicator's generation is the
+ * highest epoch among its members, and each member's epoch moves past it. */
+uint32_t weft_comm_epoch(void);
+/* The slots free here: a bitmap of WEFT_MAX_CONTEXTS bits. */
+void weft_comm_free_slots(uint64_t *bits);
+/* Builds, without communication, the communicator of parent's ranks
+ * `members` (in that order, this rank among them) on context slot `slot`,
+ * generation `gen` (agreed by the members), with parent's options;
+ * advances the epoch past gen. */
+int weft_comm_build(weft_comm_t parent, const int *members, int nmembers, uint32_t slot, uint32_t epoch,
+                    const char *name, weft_comm_t *out);
+/* Calls fn on every live communicator (world included, derived ones not). */
+void weft_comm_foreach(void (*fn)(weft_comm_t comm, void *arg), void *arg);
 static inline int weft_comm_spans_nodes(weft_comm_t comm)
 {
     return comm->nnodes > 1;
@@ -276,9 +329,12 @@ int weft_world_lost_rank(void);
 /* "rank R (world rank W) lost: why" for comm rank R of comm. */
 void weft_lost_describe(weft_comm_t comm, int rank, char *buf, size_t len);
 /* Asks the bootstrap for news of dead ranks: at most every
- * WEFT_LIVENESS_POLL_S unless `force`. Called from idle waits only. */
+ * WEFT_LIVENESS_POLL_S unless `force`. Called from idle waits only;
+ * `since` is when the calling wait began (0: unknown), so a bootstrap
+ * whose question costs its launcher something asks only on behalf of
+ * waits that are stuck, not of every short one. */
 #define WEFT_LIVENESS_POLL_S 0.01
-void weft_liveness_poll(double now, int force);
+void weft_liveness_poll(double now, double since, int force);
 
 /* ---- the transport below (registered by pt2pt/ at init) ---------------- */
 /* Tag classes: user point-to-point, collective schedules, control traffic
@@ -292,6 +348,15 @@ typedef struct weft_transport_ops {
     int (*progress)(void);
     /* Which transports/devices reach a world rank ("sysv/memory cma/memory"). */
     int (*peer_info)(int world_rank, char *buf, size_t len);
+    /* A control message (revoke notices, agreements) to a world rank: sent
+     * in the background (buf is copied), delivered on the peer, whatever it
+     * is waiting on, through weft_ft_deliver. */
+    int (*ctrl_send)(int world_rank, const void *buf, size_t len);
+    /* Receives and discards every message that has arrived with a context
+     * id equal to ctx on the bits of ctx_mask: a revoked communicator's
+     * traffic (its senders' pending sends complete), or a freed one's that
+     * came late. */
+    int (*discard)(uint32_t ctx, uint32_t ctx_mask);
 } weft_transport_ops_t;
 extern const weft_transport_ops_t *weft_xport;
 /* The transport's life cycle, called by the composition root (init.c);
@@ -303,6 +368,29 @@ void weft_p2p_finalize(struct weft_pt2pt *p2p, double deadline);
  * Asked at init before weft_p2p_init, to decide what to hand UCX. */
 int weft_p2p_ucx_has_verbs(void);
 int weft_p2p_flush(double deadline);
+
+/* ---- fault tolerance (ft.c) --------------------------------------------- */
+/* A control message from world rank `from` (called by the transport from
+ * its progress: copies and queues; weft_progress handles it right after). */
+void weft_ft_deliver(int from, const void *buf, size_t len);
+int weft_ft_init(void);
+void weft_ft_finalize(void);
+/* Marks comm (and its derived comms) revoked, fails their pending
+ * requests; `by` is the world rank that revoked it. */
+void weft_ft_revoke_local(weft_comm_t comm, int by);
+/* A new communicator was built here: applies what arrived for it before. */
+void weft_ft_comm_created(weft_comm_t comm);
+/* comm goes: releases its agreement state (decisions stay answerable). */
+void weft_ft_comm_release(weft_comm_t comm);
+/* weft_finalize's closing barrier once ranks are lost: an agreement among
+ * the world's survivors, within deadline. */
+int weft_ft_barrier(double deadline);
+/* Tests only (white-box fault injection): called after this rank, as an
+ * agreement's leader, sent `what` ("accept", "decide") to comm rank `to`. */
+extern void (*weft_ft_test_hook)(const char *what, int to);
+/* Fails comm's pending requests (and its derived comms') with status err:
+ * receives and collectives are canceled with it (request.c). */
+void weft_request_fail_comm(weft_comm_t comm, int err);
 
 /* ---- collective services (registered by coll/ at init) ---------------- */
 /* What the runtime core needs from the collectives module, e.g. to create

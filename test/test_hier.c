@@ -467,20 +467,23 @@ static int body_derive(int rank, int size, void *arg)
                      "dup's derived comm shares a context id");
         }
     TH_OK(weft_barrier(w));
-    /* Accounting: a freed comm's four ids come back (the next dup gets the same). */
+    /* Accounting: a freed comm's slot comes back (the next dup gets the
+     * same slot, under a new generation). */
     TH_OK(weft_comm_free(&d));
     TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &d));
-    TH_CHECK(d->context_id == dctx, "context id %u after free, expected %u again", d->context_id, dctx);
+    TH_CHECK((d->context_id & WEFT_CTX_SLOT_MASK) == (dctx & WEFT_CTX_SLOT_MASK) && d->context_id != dctx,
+             "context id %#x after free, expected slot %#x again in another generation", d->context_id, dctx);
     TH_OK(weft_comm_free(&d));
-    /* A split reserves ids the same way: each cycle gets the same four back. */
+    /* A split takes a slot the same way: each cycle gets the same one back. */
     uint32_t first = 0;
     for (int i = 0; i < 5; i++) {
         TH_OK(weft_comm_split(w, rank % 2, rank, WEFT_OPTIONS_NULL, &d));
         weft_comm_t x;
         TH_OK(weft_comm_derived(d, WEFT_SUB_RAIL, &x));
         if (i == 0) first = d->context_id;
-        TH_CHECK(d->context_id == first && x->context_id == d->sub_ctx[WEFT_SUB_RAIL] && x->context_id != first,
-                 "split cycle %d: context %u rail %u", i, d->context_id, x->context_id);
+        TH_CHECK((d->context_id & WEFT_CTX_SLOT_MASK) == (first & WEFT_CTX_SLOT_MASK) &&
+                     x->context_id == d->sub_ctx[WEFT_SUB_RAIL] && x->context_id != d->context_id,
+                 "split cycle %d: context %#x rail %#x", i, d->context_id, x->context_id);
         TH_OK(weft_comm_free(&d));
     }
     TH_OK(weft_finalize());

@@ -440,7 +440,7 @@ static int body_lost_notice(int rank, int size, void *arg)
         TH_CHECK(rc == WEFT_ERR_PEER_LOST, "rank %d: got %d: %s", rank, rc, weft_last_error());
     } else {
         while (!weft_rank_lost_why(l->victim) && weft_wtime() - t0 < 5) {
-            bs.poll_lost(&bs);
+            bs.poll_lost(&bs, 0);
             usleep(1000);
         }
     }

@@ -33,7 +33,8 @@ Test(units, status_codes_are_fixed_and_named)
     cr_assert_eq(WEFT_ERR_TRUNCATE, -5);
     cr_assert_eq(WEFT_ERR_NOT_INITIALIZED, -7);
     cr_assert_eq(WEFT_ERR_COMM, -13);
-    for (int s = 0; s >= -13; s--)
+    cr_assert_eq(WEFT_ERR_REVOKED, -14);
+    for (int s = 0; s >= -14; s--)
         cr_assert_str_neq(weft_strerror(s), "unknown status", "status %d unnamed", s);
     cr_assert_str_eq(weft_strerror(-999), "unknown status");
 }

@@ -73,6 +73,7 @@ out:
 
 int weft_bootstrap_barrier(weft_bootstrap_t *bs, double deadline)
 {
+    if (bs->barrier) return bs->barrier(bs, deadline);
     char one = 1;
     char *all = malloc((size_t)bs->size);
     if (!all) return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap barrier: out of memory");

@@ -31,8 +31,12 @@ struct weft_bootstrap {
     void (*abort)(weft_bootstrap_t *bs, int code, const char *msg);
     /* Reports the ranks the bootstrap has learnt are dead since the last
      * call, through weft_rank_lost, without blocking (NULL: it learns
-     * nothing of the kind). Called by idle waits, every few milliseconds. */
-    void (*poll_lost)(weft_bootstrap_t *bs);
+     * nothing of the kind). Called by idle waits, every few milliseconds;
+     * blocked_s: how long the calling wait has waited so far (0: unknown). */
+    void (*poll_lost)(weft_bootstrap_t *bs, double blocked_s);
+    /* Optional: a barrier cheaper than an allgather of one byte (NULL: the
+     * allgather is used). */
+    int (*barrier)(weft_bootstrap_t *bs, double deadline);
     void *impl;
 };
 

@@ -74,7 +74,7 @@ void weft_env_server_self(server_t *s, struct addrinfo *ai);
 int weft_env_client_connect(env_boot_t *eb, double deadline);
 /* The vtable's allgather, poll_lost and finalize. */
 int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
-void weft_env_poll_lost(weft_bootstrap_t *bs);
+void weft_env_poll_lost(weft_bootstrap_t *bs, double blocked_s);
 void weft_env_finalize(weft_bootstrap_t *bs, int graceful, double deadline);
 /* Stops rank 0's store (if this rank serves it), closes and frees eb. */
 void weft_env_free(env_boot_t *eb, int graceful, double deadline);

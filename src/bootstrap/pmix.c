@@ -2,10 +2,22 @@
  * Put + Commit, a data-collecting fence, and a Get per rank. The fence is
  * nonblocking so weft's own deadline holds even if the server has none.
  *
- * Liveness: an event handler for process-termination events records the
- * ranks a launcher reports dead. Launchers differ: Open MPI's mpirun usually
- * kills the whole job when one rank dies, so the event may never arrive (or
- * arrive with the job's own end); then waits end at their deadline. */
+ * Liveness, two sources, because launchers differ:
+ *   - an event handler for the process-termination events (PRRTE, Open MPI
+ *     5's mpirun);
+ *   - the server's process table (PMIX_QUERY_PROC_TABLE), asked on behalf of
+ *     a wait that has been stuck for PTABLE_AFTER seconds, at most every
+ *     ptable_interval(): Open MPI 4.1's mpirun never delivers the event
+ *     (with --enable-recovery its ORTE notifies PMIx 4's server with a custom
+ *     range but the session range, and the server refuses it: "PMIX ERROR:
+ *     BAD-PARAM in pmix_event_notification.c"), but its table has a dead
+ *     rank's state ("ABORTED BY SIGNAL") within milliseconds. A waiting
+ *     rank's question costs its local server a table of every rank, so
+ *     short waits (a collective between busy ranks) never ask, and big jobs
+ *     ask less often. A server that cannot answer is not asked again.
+ * Without either, waits end at their deadline. (Open MPI 4.1's mpirun also
+ * kills the whole job when a rank dies unless started with
+ * --enable-recovery; docs/LAUNCHING.md.) */
 #include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
 
@@ -47,26 +59,34 @@ static void probe_cb(pmix_status_t status, pmix_value_t *kv, void *cbdata)
     __atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
 }
 
-/* PMIx calls the handler on its own thread: it queues, pmix_poll_lost
- * reports on the main thread. A full queue drops events (the deadline
- * still holds). */
+/* PMIx calls the handler (and the table query's callback) on its own
+ * thread: they queue, pmix_poll_lost reports on the main thread. Each rank
+ * is queued once. A full queue drops events (the deadline still holds). */
 #define LOST_QUEUE 64
 static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     pmix_rank_t rank;
-    pmix_status_t status;
+    int from_table;       /* state (the process table) rather than status (an event) */
+    pmix_status_t status; /* the event */
+    pmix_proc_state_t state;
 } lost_queue[LOST_QUEUE];
 static int lost_queued;
+static unsigned char *lost_noted; /* per rank: queued once already */
+static int lost_noted_size;
 
-static void lost_push(const pmix_proc_t *proc, pmix_status_t status)
+static void lost_push(const pmix_proc_t *proc, int from_table, pmix_status_t status, pmix_proc_state_t state)
 {
     if (!proc || !PMIX_CHECK_NSPACE(proc->nspace, g_pmix.me.nspace) || proc->rank >= PMIX_RANK_VALID ||
         proc->rank == g_pmix.me.rank)
         return;
     pthread_mutex_lock(&lost_lock);
-    if (lost_queued < LOST_QUEUE) {
+    int r = (int)proc->rank;
+    if (lost_queued < LOST_QUEUE && (!lost_noted || r >= lost_noted_size || !lost_noted[r])) {
+        if (lost_noted && r < lost_noted_size) lost_noted[r] = 1;
         lost_queue[lost_queued].rank = proc->rank;
+        lost_queue[lost_queued].from_table = from_table;
         lost_queue[lost_queued].status = status;
+        lost_queue[lost_queued].state = state;
         __atomic_store_n(&lost_queued, lost_queued + 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&lost_lock);
@@ -80,28 +100,108 @@ static void lost_handler(size_t id, pmix_status_t status, const pmix_proc_t *sou
     (void)id, (void)results, (void)nresults;
     for (size_t i = 0; i < ninfo; i++) {
         if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC) && info[i].value.type == PMIX_PROC) {
-            lost_push(info[i].value.data.proc, status);
+            lost_push(info[i].value.data.proc, 0, status, 0);
             found = 1;
         } else if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROCS) && info[i].value.type == PMIX_DATA_ARRAY &&
                    info[i].value.data.darray && info[i].value.data.darray->type == PMIX_PROC) {
             const pmix_proc_t *procs = info[i].value.data.darray->array;
             for (size_t k = 0; k < info[i].value.data.darray->size; k++)
-                lost_push(&procs[k], status);
+                lost_push(&procs[k], 0, status, 0);
             found = 1;
         }
     }
-    if (!found) lost_push(source, status); /* older servers name the dead process as the source */
+    if (!found) lost_push(source, 0, status, 0); /* older servers name the dead process as the source */
     if (cbfunc) cbfunc(PMIX_EVENT_NO_ACTION_TAKEN, NULL, 0, NULL, NULL, cbdata);
 }
 
-static void pmix_poll_lost(weft_bootstrap_t *bs)
+/* ---- the process table ------------------------------------------------- */
+
+#define PTABLE_AFTER 0.01 /* seconds a wait is stuck before it asks */
+static pmix_query_t ptable_query;
+static int ptable_ready, ptable_off;
+static volatile int ptable_busy; /* a query in flight (its callback clears it) */
+static double ptable_next;
+
+/* At most every 10 ms for small jobs, every 2 s for 10,000 ranks. */
+static double ptable_interval(int size)
 {
-    (void)bs;
+    double t = (double)size * 2e-4;
+    return t > WEFT_LIVENESS_POLL_S ? t : WEFT_LIVENESS_POLL_S;
+}
+
+static void ptable_entry(const pmix_proc_info_t *p)
+{
+    /* Abnormal ends only (PMIX_PROC_STATE_ERROR and on): a rank that
+     * finalized and exited is no death. */
+    if (p->state >= PMIX_PROC_STATE_ERROR) lost_push(&p->proc, 1, 0, p->state);
+}
+
+static void ptable_cb(pmix_status_t status, pmix_info_t *info, size_t ninfo, void *cbdata,
+                      pmix_release_cbfunc_t release_fn, void *release_cbdata)
+{
+    (void)cbdata;
+    for (size_t i = 0; (status == PMIX_SUCCESS || status == PMIX_ERR_PARTIAL_SUCCESS) && i < ninfo; i++) {
+        if (!PMIX_CHECK_KEY(&info[i], PMIX_QUERY_PROC_TABLE) || info[i].value.type != PMIX_DATA_ARRAY ||
+            !info[i].value.data.darray)
+            continue;
+        const pmix_data_array_t *d = info[i].value.data.darray;
+        if (d->type == PMIX_PROC_INFO) { /* PMIx's own servers */
+            const pmix_proc_info_t *p = d->array;
+            for (size_t k = 0; k < d->size; k++)
+                ptable_entry(&p[k]);
+        } else if (d->type == PMIX_INFO) { /* Open MPI 4.1's ORTE: each entry wrapped in an info */
+            const pmix_info_t *in = d->array;
+            for (size_t k = 0; k < d->size; k++)
+                if (in[k].value.type == PMIX_PROC_INFO && in[k].value.data.pinfo) ptable_entry(in[k].value.data.pinfo);
+        }
+    }
+    if (status != PMIX_SUCCESS && status != PMIX_ERR_PARTIAL_SUCCESS) ptable_off = 1; /* not answered: stop asking */
+    if (release_fn) release_fn(release_cbdata);
+    __atomic_store_n(&ptable_busy, 0, __ATOMIC_RELEASE);
+}
+
+static void ptable_ask(void)
+{
+    if (!ptable_ready) {
+        PMIX_QUERY_CONSTRUCT(&ptable_query);
+        ptable_query.keys = calloc(2, sizeof(char *));
+        if (!ptable_query.keys || !(ptable_query.keys[0] = strdup(PMIX_QUERY_PROC_TABLE))) {
+            ptable_off = 1;
+            return;
+        }
+        PMIX_QUERY_QUALIFIERS_CREATE(&ptable_query, 1);
+        PMIX_INFO_LOAD(&ptable_query.qualifiers[0], PMIX_NSPACE, g_pmix.me.nspace, PMIX_STRING);
+        ptable_ready = 1;
+    }
+    __atomic_store_n(&ptable_busy, 1, __ATOMIC_RELEASE);
+    pmix_status_t st = PMIx_Query_info_nb(&ptable_query, 1, ptable_cb, NULL);
+    if (st != PMIX_SUCCESS) {
+        weft_debug("PMIx: the process table cannot be asked (%s): deaths are learnt from events only",
+                   PMIx_Error_string(st));
+        ptable_off = 1;
+        __atomic_store_n(&ptable_busy, 0, __ATOMIC_RELEASE);
+    }
+}
+
+static void pmix_poll_lost(weft_bootstrap_t *bs, double blocked_s)
+{
+    if (blocked_s >= PTABLE_AFTER && !ptable_off && !__atomic_load_n(&ptable_busy, __ATOMIC_ACQUIRE)) {
+        double now = weft_wtime();
+        if (now >= ptable_next) {
+            ptable_next = now + ptable_interval(bs->size);
+            ptable_ask();
+        }
+    }
     if (!__atomic_load_n(&lost_queued, __ATOMIC_ACQUIRE)) return; /* the common case: no lock */
     pthread_mutex_lock(&lost_lock);
-    for (int i = 0; i < lost_queued; i++)
-        weft_rank_lost((int)lost_queue[i].rank, "the launcher (PMIx) reports %s",
-                       PMIx_Error_string(lost_queue[i].status));
+    for (int i = 0; i < lost_queued; i++) {
+        if (lost_queue[i].from_table)
+            weft_rank_lost((int)lost_queue[i].rank, "the launcher's process table (PMIx) has it %s",
+                           PMIx_Proc_state_string(lost_queue[i].state));
+        else
+            weft_rank_lost((int)lost_queue[i].rank, "the launcher (PMIx) reports %s",
+                           PMIx_Error_string(lost_queue[i].status));
+    }
     __atomic_store_n(&lost_queued, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lost_lock);
 }
@@ -166,27 +266,18 @@ static void name_missing(pmix_bs_t *p, int size, const char *key, char *out, siz
     free(probes);
 }
 
-static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+/* A fence over the whole job (collecting the data put before it or not),
+ * nonblocking so weft's deadline holds even if the server has none. */
+static int fence(pmix_bs_t *p, int size, int collect, const char *key, double deadline)
 {
-    pmix_bs_t *p = bs->impl;
     pmix_status_t st;
-    pmix_key_t key;
-    pmix_value_t val;
     pmix_proc_t wild;
     pmix_info_t info[2];
-    bool collect = true;
+    bool want = collect != 0;
     int secs = deadline > 0 ? (int)(deadline - weft_wtime()) + 1 : 0;
 
-    snprintf(key, sizeof(key), "weft.ag.%u", p->seq++);
-    PMIX_VALUE_CONSTRUCT(&val);
-    val.type = PMIX_BYTE_OBJECT;
-    val.data.bo.bytes = (char *)(len ? send : "");
-    val.data.bo.size = len;
-    if ((st = PMIx_Put(PMIX_GLOBAL, key, &val)) != PMIX_SUCCESS || (st = PMIx_Commit()) != PMIX_SUCCESS)
-        return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx put/commit of %s failed: %s", key, PMIx_Error_string(st));
-
     PMIX_LOAD_PROCID(&wild, p->me.nspace, PMIX_RANK_WILDCARD);
-    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &want, PMIX_BOOL);
     PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &secs, PMIX_INT);
     fence_done = 0;
     st = PMIx_Fence_nb(&wild, 1, info, secs > 0 ? 2 : 1, fence_cb, NULL);
@@ -194,8 +285,8 @@ static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, si
         return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx fence could not start: %s", PMIx_Error_string(st));
     while (!__atomic_load_n(&fence_done, __ATOMIC_ACQUIRE)) {
         if (deadline > 0 && weft_wtime() > deadline) {
-            char missing[512];
-            name_missing(p, bs->size, key, missing, sizeof(missing));
+            char missing[512] = "unknown";
+            if (collect) name_missing(p, size, key, missing, sizeof(missing));
             return weft_error(WEFT_ERR_TIMEOUT,
                               "PMIx fence (%s) did not complete within the deadline: ranks that did not arrive: %s",
                               key, missing);
@@ -205,15 +296,44 @@ static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, si
     if (fence_status != PMIX_SUCCESS)
         return weft_error(fence_status == PMIX_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT : WEFT_ERR_BOOTSTRAP,
                           "PMIx fence (%s) failed: %s", key, PMIx_Error_string(fence_status));
+    return WEFT_SUCCESS;
+}
+
+static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+{
+    pmix_bs_t *p = bs->impl;
+    pmix_status_t st;
+    pmix_key_t key;
+    pmix_value_t val;
+    int rc;
+
+    snprintf(key, sizeof(key), "weft.ag.%u", p->seq++);
+    PMIX_VALUE_CONSTRUCT(&val);
+    val.type = PMIX_BYTE_OBJECT;
+    val.data.bo.bytes = (char *)(len ? send : "");
+    val.data.bo.size = len;
+    if ((st = PMIx_Put(PMIX_GLOBAL, key, &val)) != PMIX_SUCCESS || (st = PMIx_Commit()) != PMIX_SUCCESS)
+        return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx put/commit of %s failed: %s", key, PMIx_Error_string(st));
+    if ((rc = fence(p, bs->size, 1, key, deadline))) return rc;
 
     for (int r = 0; r < bs->size; r++) {
         pmix_proc_t proc;
         pmix_value_t *v = NULL;
+        pmix_info_t tinfo;
+        /* A rank that died before it put its value would make the server
+         * ask it forever (a launcher that lets the job go on after a death
+         * completes the fence without it): the deadline holds here too. */
+        int secs = deadline > 0 ? (int)(deadline - weft_wtime()) + 1 : 0;
+        if (secs > 0) PMIX_INFO_LOAD(&tinfo, PMIX_TIMEOUT, &secs, PMIX_INT);
+        if (weft_rank_lost_why(r))
+            return weft_error(WEFT_ERR_PEER_LOST, "PMIx allgather (%s): rank %d is lost: %s", key, r,
+                              weft_rank_lost_why(r));
         PMIX_LOAD_PROCID(&proc, p->me.nspace, (pmix_rank_t)r);
-        st = PMIx_Get(&proc, key, NULL, 0, &v);
+        st = PMIx_Get(&proc, key, secs > 0 ? &tinfo : NULL, secs > 0 ? 1 : 0, &v);
         if (st != PMIX_SUCCESS || !v || v->type != PMIX_BYTE_OBJECT || v->data.bo.size != len) {
-            int rc = weft_error(WEFT_ERR_BOOTSTRAP, "PMIx get of %s from rank %d failed: %s%s", key, r,
-                                PMIx_Error_string(st), st == PMIX_SUCCESS ? " (wrong type or length)" : "");
+            rc = weft_error(st == PMIX_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT : WEFT_ERR_BOOTSTRAP,
+                            "PMIx get of %s from rank %d failed: %s%s", key, r, PMIx_Error_string(st),
+                            st == PMIX_SUCCESS ? " (wrong type or length)" : "");
             if (v) PMIX_VALUE_RELEASE(v);
             return rc;
         }
@@ -223,11 +343,33 @@ static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, si
     return WEFT_SUCCESS;
 }
 
+/* No data to exchange: a fence alone (no put, no get of every rank's key). */
+static int pmix_barrier(weft_bootstrap_t *bs, double deadline)
+{
+    pmix_bs_t *p = bs->impl;
+    char key[32];
+    snprintf(key, sizeof(key), "barrier %u", p->seq++);
+    return fence(p, bs->size, 0, key, deadline);
+}
+
 static void pmix_finalize(weft_bootstrap_t *bs, int graceful, double deadline)
 {
     (void)graceful;
-    (void)deadline;
+    /* A table query still out points at ptable_query: let it land first
+     * (a second at most when there is no deadline: init failing). */
+    double until = deadline > 0 ? deadline : weft_wtime() + 1.0;
+    while (__atomic_load_n(&ptable_busy, __ATOMIC_ACQUIRE) && weft_wtime() < until)
+        sched_yield();
     PMIx_Finalize(NULL, 0);
+    if (ptable_ready && !__atomic_load_n(&ptable_busy, __ATOMIC_ACQUIRE)) {
+        PMIX_QUERY_DESTRUCT(&ptable_query);
+        ptable_ready = 0;
+    }
+    pthread_mutex_lock(&lost_lock);
+    free(lost_noted);
+    lost_noted = NULL;
+    lost_noted_size = 0;
+    pthread_mutex_unlock(&lost_lock);
     bs->impl = NULL;
 }
 
@@ -279,8 +421,15 @@ int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline)
     bs->finalize = pmix_finalize;
     bs->abort = pmix_abort;
     bs->poll_lost = pmix_poll_lost;
+    bs->barrier = pmix_barrier;
     bs->impl = &g_pmix;
     lost_queued = 0;
+    free(lost_noted);
+    lost_noted = calloc((size_t)size, 1);
+    lost_noted_size = lost_noted ? (int)size : 0;
+    ptable_off = 0;
+    ptable_busy = 0;
+    ptable_next = 0;
     register_lost_handler();
     return WEFT_SUCCESS;
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # functions are called indirectly (trap, run_case)
 # Runs the example programs under real launchers and checks what they print:
-#   mpirun -np 4 --oversubscribe   hello, ring, embed_mpi (Open MPI: PMIx bootstrap; embed_mpi: oob)
+#   mpirun -np 4 --oversubscribe   hello, ring, embed_mpi (Open MPI: PMIx bootstrap; embed_mpi: oob);
+#                                  shrink_loop with a rank killed (--enable-recovery): the survivors
+#                                  learn of it from PMIx within a second, shrink and finish
 #   srun --mpi=pmix -n 4           hello, ring (one-node Slurm from contrib/scripts/slurm-local.sh)
 #   weftrun -n 4                   hello, ring (env bootstrap: RANK/WORLD_SIZE/MASTER_ADDR/...),
-#                                  a fresh WEFT_JOB_SECRET per job, the store authenticated with it
+#                                  a fresh WEFT_JOB_SECRET per job, the store authenticated with it,
+#                                  shrink_loop with rank 0 (the store's host) killed
 #
 # An automake TESTS script: exit 0 pass, 77 skip (nothing could run), 1 fail.
 # make sets top_builddir/top_srcdir; by hand, from an in-tree build:
@@ -153,10 +156,31 @@ check_topo() {
     done
 }
 
+# check_shrink FILE VICTIM STEP: examples/shrink_loop lost world rank VICTIM
+# before step STEP; every survivor's step failed well before the deadline
+# (WEFT_TIMEOUT=30: a second at most), it continued on NP-1 ranks, and the
+# survivors finished with correct sums.
+check_shrink() {
+    local out=$1 victim=$2 step=$3 r line ms
+    check_line "$out" "shrink_loop: rank $victim: dying before step $step" || return 1
+    for ((r = 0; r < NP; r++)); do
+        [ "$r" = "$victim" ] && continue
+        line=$(grep -E "^shrink_loop: rank $r: step [0-9]+ failed after [0-9]+ ms" "$out" | head -n 1)
+        [ -n "$line" ] || { echo "rank $r: no failed step reported"; return 1; }
+        ms=$(sed -nE 's/.* failed after ([0-9]+) ms.*/\1/p' <<<"$line")
+        [ "$ms" -lt 1000 ] || { echo "rank $r: the failure took $ms ms (the loss was not noticed): $line"; return 1; }
+        grep -qE "^shrink_loop: rank $r: continuing on $((NP - 1)) of $NP ranks" "$out" ||
+            { echo "rank $r: did not continue on $((NP - 1)) ranks"; return 1; }
+    done
+    grep -q ": peer lost$" "$out" || { echo "no survivor saw the loss itself (peer lost)"; return 1; }
+    check_line "$out" "shrink_loop: $((NP - 1)) of $NP ranks finished 40 steps, sums ok"
+}
+
 # run_case NAME CHECK [ARGS...] -- COMMAND...: run under a wall-clock limit,
-# then require exit status 0 and CHECK FILE ARGS... to pass.
+# then require exit status 0 (WANT_STATUS, when set) and CHECK FILE ARGS...
+# to pass.
 run_case() {
-    local name=$1 check=$2 args=() out rc why
+    local name=$1 check=$2 args=() out rc why want=${WANT_STATUS:-0}
     shift 2
     while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
     shift
@@ -167,10 +191,11 @@ run_case() {
     wait "$child"
     rc=$?
     child=
-    if [ $rc = 124 ] || [ $rc = 137 ]; then
+    # (137 is also what weftrun returns when a rank was SIGKILLed on purpose.)
+    if [ $rc = 124 ] || { [ $rc = 137 ] && [ "$want" != 137 ]; }; then
         fail "$name" "timed out after ${LIMIT}s: $*" "$out"
-    elif [ $rc != 0 ]; then
-        fail "$name" "exit status $rc: $*" "$out"
+    elif [ $rc != "$want" ]; then
+        fail "$name" "exit status $rc (expected $want): $*" "$out"
     elif ! why=$("$check" "$out" ${args[@]+"${args[@]}"}); then
         fail "$name" "$why" "$out"
     else
@@ -208,6 +233,13 @@ else
     need_prog "mpirun weft_info --topo" "$top_builddir/src/tools/weft_info" &&
         run_case "mpirun weft_info --topo --peers" check_topo 1 -- "${mpirun_cmd[@]}" \
             "$top_builddir/src/tools/weft_info" --topo --peers
+    # A rank killed mid-run: Open MPI 4.1's mpirun ends the whole job unless
+    # told to recover; the survivors learn of it from PMIx (the process
+    # table: this mpirun sends no event), shrink and finish (mpirun: 0).
+    if [ -n "$is_ompi" ] && need_prog "mpirun shrink_loop (rank killed)" "$EX/shrink_loop"; then
+        run_case "mpirun --enable-recovery shrink_loop (rank 2 killed)" check_shrink 2 10 -- "${mpirun_cmd[@]}" \
+            --enable-recovery -x WEFT_TIMEOUT=30 "$EX/shrink_loop" 2 10
+    fi
     if [ ! -x "$EX/embed_mpi" ]; then
         skip "mpirun embed_mpi" "examples/embed_mpi not built: configure found no mpicc"
     elif [ -n "$is_ompi" ]; then
@@ -281,6 +313,11 @@ fi
 if need_prog "weftrun hello (authenticated)" "$WEFTRUN" && need_prog "weftrun hello (authenticated)" "$EX/hello"; then
     run_case "weftrun hello: the store is authenticated" check_hello_authenticated -- \
         env WEFT_LOG_LEVEL=info "$WEFTRUN" -n "$NP" "$EX/hello"
+fi
+if need_prog "weftrun shrink_loop (rank 0 killed)" "$WEFTRUN" && need_prog "weftrun shrink_loop" "$EX/shrink_loop"; then
+    # weftrun's status is the first failure's: the victim's SIGKILL.
+    WANT_STATUS=137 run_case "weftrun shrink_loop (rank 0, the store's host, killed)" check_shrink 0 7 -- \
+        env WEFT_TIMEOUT=30 "$WEFTRUN" -n "$NP" "$EX/shrink_loop" 0 7
 fi
 if need_prog "weftrun weft_info --topo" "$top_builddir/src/tools/weft_info"; then
     # Simulated nodes of 2 ranks each: NP/2 nodes in the map.

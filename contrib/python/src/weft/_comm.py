@@ -16,6 +16,7 @@ from . import _lib
 from ._buffers import DTYPE_SIZE, Buffer, as_buffer, check_count, label_in, same_dtype
 from .errors import (
     ERR_ALREADY,
+    ERR_PEER_LOST,
     ERR_TIMEOUT,
     WeftArgumentError,
     WeftCommError,
@@ -601,6 +602,46 @@ class Comm:
     def warmup(self) -> None:
         """Collective: connects every endpoint now, not at the first operation."""
         _lib.check(_lib.load().weft_comm_warmup(self._handle()))
+
+    # ---- surviving a lost rank (ULFM's revoke / shrink / agree) --------------------------
+
+    def revoke(self) -> None:
+        """Revokes the communicator on every member: pending and later operations
+        on it fail with WeftRevokedError, here at once and on the others as soon
+        as the notice arrives. Local (does not wait for the others). Afterwards
+        only :meth:`shrink`, :meth:`agree`, queries and :meth:`finalize` work."""
+        _lib.check(_lib.load().weft_comm_revoke(self._handle()))
+
+    def is_revoked(self) -> bool:
+        """True once the communicator is revoked (here, or a notice arrived)."""
+        flag = c_int()
+        _lib.check(_lib.load().weft_comm_is_revoked(self._handle(), byref(flag)))
+        return bool(flag.value)
+
+    def shrink(self) -> "Comm":
+        """Collective over the surviving members (revoked or not): they agree on
+        who is alive and each gets the same new communicator of exactly those
+        ranks, in this communicator's order, with its options. A member dying
+        during the shrink does not make it hang."""
+        out = c_void_p()
+        _lib.check(_lib.load().weft_comm_shrink(self._handle(), byref(out)))
+        comm = self._new(out)
+        assert comm is not None
+        return comm
+
+    def agree(self, flag: int = 1) -> int:
+        """Fault-tolerant agreement: returns the bitwise AND of ``flag`` over the
+        members agreed to be alive, the same on every survivor. When members
+        were lost, raises WeftPeerLostError whose ``flag`` attribute holds that
+        agreed value (also the same everywhere)."""
+        f = c_int(_int(flag, "flag"))
+        rc = _lib.load().weft_comm_agree(self._handle(), byref(f))
+        if rc == ERR_PEER_LOST:
+            e = make_error(rc, _lib.last_error())
+            e.flag = f.value  # type: ignore[attr-defined]
+            raise e
+        _lib.check(rc)
+        return f.value
 
     # ---- life cycle ---------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ ERR_CANCELED = -10
 ERR_INTERNAL = -11
 ERR_ALREADY = -12
 ERR_COMM = -13
+ERR_REVOKED = -14
 
 STATUS_NAMES: Dict[int, str] = {
     SUCCESS: "WEFT_SUCCESS",
@@ -43,6 +44,7 @@ STATUS_NAMES: Dict[int, str] = {
     ERR_INTERNAL: "WEFT_ERR_INTERNAL",
     ERR_ALREADY: "WEFT_ERR_ALREADY",
     ERR_COMM: "WEFT_ERR_COMM",
+    ERR_REVOKED: "WEFT_ERR_REVOKED",
 }
 
 # weft_strerror's texts, used only when the library cannot be asked (it is
@@ -62,6 +64,7 @@ _FALLBACK_STRERROR: Dict[int, str] = {
     ERR_INTERNAL: "internal error",
     ERR_ALREADY: "already done",
     ERR_COMM: "invalid communicator",
+    ERR_REVOKED: "communicator revoked",
 }
 
 
@@ -177,6 +180,13 @@ class WeftCommError(WeftError):
     default_code = ERR_COMM
 
 
+class WeftRevokedError(WeftError):
+    """WEFT_ERR_REVOKED: the communicator was revoked (``Comm.revoke()``, here or
+    by another member): shrink it, or free it."""
+
+    default_code = ERR_REVOKED
+
+
 class WeftLibraryNotFoundError(WeftError, OSError):  # type: ignore[misc]
     """libweft.so could not be loaded; the message lists every place tried."""
 
@@ -209,6 +219,7 @@ _CLASSES: Dict[int, Type[WeftError]] = {
     ERR_INTERNAL: WeftInternalError,
     ERR_ALREADY: WeftAlreadyError,
     ERR_COMM: WeftCommError,
+    ERR_REVOKED: WeftRevokedError,
 }
 
 # Set by weft._lib once the library is loaded: int -> weft_strerror text.
