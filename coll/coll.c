@@ -189,9 +189,21 @@ static int begin(weft_coll_args_t *a, weft_coll_kind_t kind, weft_comm_t comm, w
     return WEFT_SUCCESS;
 }
 
-static int check_count(int64_t count, const char *fn, const char *what)
+/* count elements of a's dtype, non-negative, whose bytes times `ranks`
+ * (a buffer of one such block per rank; 1: a single block) stay within
+ * WEFT_MAX_BYTES: every byte length and offset the algorithms derive from
+ * them is then exact. */
+static int check_count(const weft_coll_args_t *a, int64_t count, int ranks, const char *fn, const char *what)
 {
+    uint64_t bytes;
     if (count < 0) return weft_error(WEFT_ERR_ARG, "%s: negative %s %lld", fn, what, (long long)count);
+    if (weft_mul_bytes((uint64_t)count, a->esize, &bytes))
+        return weft_error(WEFT_ERR_ARG, "%s: %s %lld of %s overflows the address space (over %llu bytes)", fn, what,
+                          (long long)count, weft_dtype_name(a->dtype), (unsigned long long)WEFT_MAX_BYTES);
+    if (ranks > 1 && weft_mul_bytes(bytes, (uint64_t)ranks, &bytes))
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s %lld of %s times %d ranks overflows the address space (over %llu bytes)", fn, what,
+                          (long long)count, weft_dtype_name(a->dtype), ranks, (unsigned long long)WEFT_MAX_BYTES);
     return WEFT_SUCCESS;
 }
 
@@ -210,12 +222,16 @@ static int check_root(weft_comm_t comm, int root, const char *fn)
     return WEFT_SUCCESS;
 }
 
-/* A per-rank counts array (and optional displacements): non-NULL, counts >= 0. */
-static int check_vector(weft_comm_t comm, const int64_t *counts, const int64_t *displs, const char *fn,
+/* A per-rank counts array (and optional displacements): non-NULL, counts
+ * and displacements >= 0, each rank's block (displacement + count, in
+ * bytes) and the counts' sum within WEFT_MAX_BYTES. *total: the sum. */
+static int check_vector(const weft_coll_args_t *a, const int64_t *counts, const int64_t *displs, const char *fn,
                         const char *what, int64_t *total)
 {
+    weft_comm_t comm = a->comm;
+    const char *dt = weft_dtype_name(a->dtype);
+    uint64_t sum = 0, bytes, off;
     if (!counts) return weft_error(WEFT_ERR_ARG, "%s: NULL %s counts", fn, what);
-    *total = 0;
     for (int r = 0; r < comm->size; r++) {
         if (counts[r] < 0)
             return weft_error(WEFT_ERR_ARG, "%s: %s count for rank %d is negative (%lld)", fn, what, r,
@@ -223,8 +239,23 @@ static int check_vector(weft_comm_t comm, const int64_t *counts, const int64_t *
         if (displs && displs[r] < 0)
             return weft_error(WEFT_ERR_ARG, "%s: %s displacement for rank %d is negative (%lld)", fn, what, r,
                               (long long)displs[r]);
-        *total += counts[r];
+        if (weft_mul_bytes((uint64_t)counts[r], a->esize, &bytes))
+            return weft_error(WEFT_ERR_ARG, "%s: %s count for rank %d (%lld of %s) overflows the address space", fn,
+                              what, r, (long long)counts[r], dt);
+        if (displs && weft_mul_bytes((uint64_t)displs[r], a->esize, &off))
+            return weft_error(WEFT_ERR_ARG, "%s: %s displacement for rank %d (%lld of %s) overflows the address space",
+                              fn, what, r, (long long)displs[r], dt);
+        /* both at most WEFT_MAX_BYTES: their sums cannot wrap a uint64_t */
+        if (displs && off + bytes > WEFT_MAX_BYTES)
+            return weft_error(WEFT_ERR_ARG,
+                              "%s: %s displacement for rank %d (%lld) plus its count (%lld) of %s ends past the "
+                              "address space",
+                              fn, what, r, (long long)displs[r], (long long)counts[r], dt);
+        if ((sum += bytes) > WEFT_MAX_BYTES)
+            return weft_error(WEFT_ERR_ARG, "%s: the %s counts of ranks 0..%d add up to more than %llu bytes of %s", fn,
+                              what, r, (unsigned long long)WEFT_MAX_BYTES, dt);
     }
+    *total = (int64_t)(sum / (a->esize ? a->esize : 1));
     return WEFT_SUCCESS;
 }
 
@@ -250,7 +281,7 @@ static int bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_co
 {
     weft_coll_args_t a;
     int rc = begin(&a, WEFT_COLL_BCAST, comm, dtype, fn, req, req != NULL);
-    if (rc || (rc = check_count(count, fn, "count")) || (rc = check_buf(buf, count, fn, "buffer")) ||
+    if (rc || (rc = check_count(&a, count, 1, fn, "count")) || (rc = check_buf(buf, count, fn, "buffer")) ||
         (rc = check_root(comm, root, fn)))
         return rc;
     a.sendbuf = buf;
@@ -276,7 +307,7 @@ static int reduction(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, 
 {
     weft_coll_args_t a;
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
-    if (rc || (rc = check_count(count, fn, "count")) || (rc = weft_op_check(op, dtype, fn))) return rc;
+    if (rc || (rc = check_count(&a, count, 1, fn, "count")) || (rc = weft_op_check(op, dtype, fn))) return rc;
     int is_root = kind != WEFT_COLL_REDUCE || comm->rank == root;
     if (kind == WEFT_COLL_REDUCE && (rc = check_root(comm, root, fn))) return rc;
     if (sendbuf == WEFT_IN_PLACE) {
@@ -342,7 +373,10 @@ static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, v
 {
     weft_coll_args_t a;
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
-    if (rc || (rc = check_count(count, fn, "count"))) return rc;
+    /* Every rank checks the whole buffer's size (count x ranks), which only
+     * the root's or the receivers' calls touch: all fail alike. */
+    if (rc || (rc = check_count(&a, count, 1, fn, "count")) || (rc = check_count(&a, count, comm->size, fn, "count")))
+        return rc;
     int rooted = kind == WEFT_COLL_GATHER || kind == WEFT_COLL_SCATTER;
     if (rooted && (rc = check_root(comm, root, fn))) return rc;
     int me = comm->rank, is_root = !rooted || me == root;
@@ -446,8 +480,8 @@ static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendc
     if (rooted && (rc = check_root(comm, root, fn))) return rc;
     int is_root = !rooted || comm->rank == root;
     if (is_root) {
-        if ((rc = check_vector(comm, recvcounts, displs, fn, "receive", &total))) return rc;
         if (!displs) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+        if ((rc = check_vector(&a, recvcounts, displs, fn, "receive", &total))) return rc;
         if (total > 0 && !recvbuf) return weft_error(WEFT_ERR_ARG, "%s: NULL receive buffer", fn);
     }
     if (sendbuf == WEFT_IN_PLACE) {
@@ -455,7 +489,8 @@ static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendc
         sendcount = recvcounts[comm->rank];
         sendbuf = (char *)recvbuf + (size_t)displs[comm->rank] * a.esize;
     }
-    if ((rc = check_count(sendcount, fn, "send count")) || (rc = check_buf(sendbuf, sendcount, fn, "send buffer")))
+    if ((rc = check_count(&a, sendcount, 1, fn, "send count")) ||
+        (rc = check_buf(sendbuf, sendcount, fn, "send buffer")))
         return rc;
     if (is_root && sendcount != recvcounts[comm->rank])
         return weft_error(WEFT_ERR_ARG, "%s: this rank sends %lld elements but recvcounts[%d] is %lld", fn,
@@ -502,8 +537,8 @@ static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64
     if (rc || (rc = check_root(comm, root, fn))) return rc;
     int is_root = comm->rank == root;
     if (is_root) {
-        if ((rc = check_vector(comm, sendcounts, displs, fn, "send", &total))) return rc;
         if (!displs) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+        if ((rc = check_vector(&a, sendcounts, displs, fn, "send", &total))) return rc;
         if (total > 0 && !sendbuf) return weft_error(WEFT_ERR_ARG, "%s: NULL send buffer", fn);
         if (recvbuf == WEFT_IN_PLACE) {
             recvcount = sendcounts[root];
@@ -512,7 +547,7 @@ static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64
     } else if (recvbuf == WEFT_IN_PLACE) {
         return weft_error(WEFT_ERR_ARG, "%s: WEFT_IN_PLACE is only for the root", fn);
     }
-    if ((rc = check_count(recvcount, fn, "receive count")) ||
+    if ((rc = check_count(&a, recvcount, 1, fn, "receive count")) ||
         (rc = check_buf(recvbuf, recvcount, fn, "receive buffer")))
         return rc;
     if (is_root && recvcount != sendcounts[root])
@@ -549,10 +584,12 @@ static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recv
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
     if (rc || (rc = weft_op_check(op, dtype, fn))) return rc;
     if (kind == WEFT_COLL_REDUCE_SCATTER) {
-        if ((rc = check_vector(comm, recvcounts, NULL, fn, "receive", &total))) return rc;
+        if ((rc = check_vector(&a, recvcounts, NULL, fn, "receive", &total))) return rc;
         blockcount = recvcounts[comm->rank];
     } else {
-        if ((rc = check_count(blockcount, fn, "receive count"))) return rc;
+        if ((rc = check_count(&a, blockcount, 1, fn, "receive count")) ||
+            (rc = check_count(&a, blockcount, comm->size, fn, "receive count")))
+            return rc;
         total = blockcount * comm->size;
     }
     if (sendbuf == WEFT_IN_PLACE) sendbuf = recvbuf;
@@ -600,10 +637,10 @@ static int alltoall_v(const void *sendbuf, const int64_t *scounts, const int64_t
     if (rc) return rc;
     if (sendbuf == WEFT_IN_PLACE)
         return weft_error(WEFT_ERR_UNSUPPORTED, "%s: WEFT_IN_PLACE is not supported for alltoallv yet", fn);
-    if ((rc = check_vector(comm, scounts, sdispls, fn, "send", &stotal)) ||
-        (rc = check_vector(comm, rcounts, rdispls, fn, "receive", &rtotal)))
-        return rc;
     if (!sdispls || !rdispls) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+    if ((rc = check_vector(&a, scounts, sdispls, fn, "send", &stotal)) ||
+        (rc = check_vector(&a, rcounts, rdispls, fn, "receive", &rtotal)))
+        return rc;
     if ((rc = check_buf(sendbuf, stotal, fn, "send buffer")) || (rc = check_buf(recvbuf, rtotal, fn, "receive buffer")))
         return rc;
     a.sendbuf = sendbuf;

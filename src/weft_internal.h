@@ -6,6 +6,7 @@
 #include "weft.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -226,6 +227,20 @@ int weft_options_apply(weft_comm_t comm, weft_comm_t parent, weft_options_t opts
 void weft_hints_free(weft_hint_t *hints, int n);
 
 /* ---- datatypes (dtype.c) ---------------------------------------------- */
+/* The most bytes a buffer, or an offset into one, may span: pointer
+ * arithmetic past PTRDIFF_MAX is undefined, and no process maps that much. */
+#define WEFT_MAX_BYTES ((uint64_t)PTRDIFF_MAX)
+/* *out = a * b when the product is at most WEFT_MAX_BYTES: 0, else 1 (*out
+ * untouched). The one overflow check for every count x element size (x
+ * ranks) that becomes a byte length or an offset, point-to-point's and the
+ * collectives' alike. */
+static inline int weft_mul_bytes(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t p;
+    if (__builtin_mul_overflow(a, b, &p) || p > WEFT_MAX_BYTES) return 1;
+    *out = p;
+    return 0;
+}
 /* Validates (buf, count, dtype) and returns the byte length in *bytes. */
 int weft_buffer_check(const void *buf, int64_t count, weft_dtype_t dtype, const char *fn, const char *what,
                       size_t *bytes);

@@ -299,6 +299,91 @@ Test(coll_async, bad_arguments, .timeout = 60)
     cr_assert_eq(res.failed, 0);
 }
 
+/* ---- counts, displacements and their products that overflow ---------------- */
+/* Every rank passes the same bad arguments, so each fails alone at the
+ * call (no collective starts) with WEFT_ERR_ARG naming the argument.
+ * Before the front end checked them: count 2^62 (x 4 bytes wraps to 0)
+ * crashed in the shared-memory allreduce's reduction, INT64_MAX in
+ * shm_cma, and a displacement of INT64_MAX / 2 wrapped and wrote outside
+ * the receive buffer. */
+#define EXPECT_ARG(call, word)                                                                                         \
+    do {                                                                                                               \
+        int rc_ = (call);                                                                                              \
+        TH_CHECK(rc_ == WEFT_ERR_ARG && strstr(weft_last_error(), word), "%s: %d (%s), expected an error naming %s",   \
+                 #call, rc_, weft_last_error(), word);                                                                 \
+    } while (0)
+
+static int body_overflow(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)rank;
+    (void)size;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    static float f[64], g[64];
+    const int64_t big = INT64_C(1) << 62, huge = INT64_MAX;
+    /* count x 4 bytes fits, x 4 ranks does not */
+    const int64_t per_rank = (INT64_C(1) << 61) / 4;
+    int64_t counts[8], displs[8], zero[8] = {0};
+    for (int r = 0; r < 8; r++) {
+        counts[r] = 1;
+        displs[r] = r;
+    }
+    EXPECT_ARG(weft_allreduce(f, g, big, WEFT_FLOAT32, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_allreduce(f, g, huge, WEFT_FLOAT32, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_allreduce(WEFT_IN_PLACE, g, big, WEFT_INT64, WEFT_MAX, w), "count");
+    EXPECT_ARG(weft_reduce(f, g, big, WEFT_FLOAT64, WEFT_SUM, 0, w), "count");
+    EXPECT_ARG(weft_scan(f, g, big, WEFT_INT32, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_exscan(f, g, huge, WEFT_INT16, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_bcast(f, big, WEFT_FLOAT32, 0, w), "count");
+    EXPECT_ARG(weft_bcast(f, huge, WEFT_BFLOAT16, 0, w), "count");
+    /* the per-rank count fits, the whole buffer (count x ranks) does not */
+    EXPECT_ARG(weft_allgather(f, g, per_rank, WEFT_FLOAT64, w), "ranks");
+    EXPECT_ARG(weft_allgather(f, g, big, WEFT_FLOAT32, w), "count");
+    EXPECT_ARG(weft_gather(f, g, per_rank, WEFT_FLOAT64, 0, w), "ranks");
+    EXPECT_ARG(weft_scatter(f, g, per_rank, WEFT_FLOAT64, 0, w), "ranks");
+    EXPECT_ARG(weft_alltoall(f, g, per_rank, WEFT_FLOAT64, w), "ranks");
+    EXPECT_ARG(weft_alltoall(WEFT_IN_PLACE, g, per_rank, WEFT_FLOAT64, w), "ranks");
+    EXPECT_ARG(weft_reduce_scatter_block(f, g, per_rank, WEFT_FLOAT64, WEFT_SUM, w), "ranks");
+    EXPECT_ARG(weft_reduce_scatter_block(f, g, big, WEFT_FLOAT32, WEFT_SUM, w), "count");
+    /* displacements: one that wraps when scaled, one whose block ends past
+     * the address space, counts whose sum does */
+    displs[n - 1] = INT64_MAX / 2;
+    EXPECT_ARG(weft_allgatherv(f, 1, g, counts, displs, WEFT_FLOAT32, w), "displacement");
+    if (me == 0) { /* the vectors count at the root only: the others would start the call */
+        EXPECT_ARG(weft_gatherv(f, 1, g, counts, displs, WEFT_FLOAT32, 0, w), "displacement");
+        EXPECT_ARG(weft_scatterv(f, counts, displs, g, 1, WEFT_FLOAT32, 0, w), "displacement");
+    }
+    EXPECT_ARG(weft_alltoallv(f, counts, displs, g, counts, displs, WEFT_FLOAT32, w), "displacement");
+    displs[n - 1] = INT64_MAX / 4 - 1; /* x 4 bytes fits; its block's end does not */
+    counts[n - 1] = 8;
+    int64_t sc = me == n - 1 ? 8 : 1;
+    EXPECT_ARG(weft_allgatherv(f, sc, g, counts, displs, WEFT_FLOAT32, w), "displacement");
+    displs[n - 1] = n - 1;
+    counts[n - 1] = 1;
+    counts[0] = huge;
+    EXPECT_ARG(weft_allgatherv(f, me == 0 ? huge : 1, g, counts, displs, WEFT_FLOAT32, w), "count");
+    EXPECT_ARG(weft_alltoallv(f, counts, zero, g, counts, zero, WEFT_FLOAT32, w), "count");
+    counts[0] = counts[1] = INT64_MAX / 2 + 1; /* each fits, their sum wraps */
+    EXPECT_ARG(weft_reduce_scatter(f, g, counts, WEFT_BYTE, WEFT_BOR, w), "counts");
+    EXPECT_ARG(weft_alltoallv(f, counts, zero, g, counts, zero, WEFT_BYTE, w), "count");
+    /* None of that started anything: a real collective works. */
+    float one = 1, sum = 0;
+    TH_OK(weft_allreduce(&one, &sum, 1, WEFT_FLOAT32, WEFT_SUM, w));
+    TH_CHECK(sum == (float)n, "sum %g", (double)sum);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, overflowing_arguments, .timeout = 60)
+{
+    for (int n = 2; n <= 4; n += 2) {
+        th_result_t res = th_run(n, body_overflow, NULL, 40, quiet_env);
+        cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}
+
 /* ---- what reaches stderr at the default log level ------------------------ */
 /* An error returned to the caller is not printed (the caller has it, with
  * weft_last_error()); one weft swallows is a warning: here a barrier only
