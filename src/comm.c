@@ -16,8 +16,13 @@
 #include "topo/topo.h"
 #include "weft_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CTX_WORDS (WEFT_MAX_CONTEXTS / 64)
 
@@ -25,6 +30,67 @@ static struct weft_comm_s world_comm;
 static uint64_t ctx_used[CTX_WORDS];
 static struct weft_comm_s *comm_free_list; /* freed objects, reused (a stale handle fails the magic check) */
 static int live_comms;
+
+/* ---- nonces ------------------------------------------------------------- */
+
+uint64_t weft_random64(void)
+{
+    uint64_t v = 0;
+    ssize_t got;
+    do
+        got = getrandom(&v, sizeof(v), 0);
+    while (got < 0 && errno == EINTR);
+    if (got == (ssize_t)sizeof(v)) return v;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        got = read(fd, &v, sizeof(v));
+        close(fd);
+        if (got == (ssize_t)sizeof(v)) return v;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    weft_warn("no random bytes from the kernel (getrandom, /dev/urandom): communicator nonces fall back to the clock "
+              "and process id, which other users may guess");
+    return weft_prf64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30), (uint64_t)getpid(), (uint64_t)(uintptr_t)&v);
+}
+
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND(v0, v1, v2, v3)                                                                                       \
+    do {                                                                                                               \
+        v0 += v1;                                                                                                      \
+        v1 = ROTL(v1, 13);                                                                                             \
+        v1 ^= v0;                                                                                                      \
+        v0 = ROTL(v0, 32);                                                                                             \
+        v2 += v3;                                                                                                      \
+        v3 = ROTL(v3, 16);                                                                                             \
+        v3 ^= v2;                                                                                                      \
+        v0 += v3;                                                                                                      \
+        v3 = ROTL(v3, 21);                                                                                             \
+        v3 ^= v0;                                                                                                      \
+        v2 += v1;                                                                                                      \
+        v1 = ROTL(v1, 17);                                                                                             \
+        v1 ^= v2;                                                                                                      \
+        v2 = ROTL(v2, 32);                                                                                             \
+    } while (0)
+
+/* SipHash-2-4 (Aumasson and Bernstein) of the 16-byte message m0, m1
+ * (little-endian words) under the key (key, 0). */
+uint64_t weft_prf64(uint64_t key, uint64_t m0, uint64_t m1)
+{
+    uint64_t v0 = key ^ UINT64_C(0x736f6d6570736575), v1 = UINT64_C(0x646f72616e646f6d),
+             v2 = key ^ UINT64_C(0x6c7967656e657261), v3 = UINT64_C(0x7465646279746573);
+    const uint64_t m[3] = {m0, m1, (uint64_t)16 << 56}; /* the last block: the length, no bytes left */
+    for (int i = 0; i < 3; i++) {
+        v3 ^= m[i];
+        SIPROUND(v0, v1, v2, v3);
+        SIPROUND(v0, v1, v2, v3);
+        v0 ^= m[i];
+    }
+    v2 ^= 0xff;
+    for (int i = 0; i < 4; i++)
+        SIPROUND(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+}
 
 /* ---- context ids -------------------------------------------------------- */
 
@@ -57,6 +123,7 @@ int weft_comm_world_create(void)
     world_comm.nnodes = weft_g.nnodes;
     for (int k = 0; k < WEFT_SUB_KINDS; k++)
         world_comm.sub_ctx[k] = (uint32_t)(1 + k);
+    world_comm.nonce = weft_g.world_nonce;
     snprintf(world_comm.name, sizeof(world_comm.name), "world");
     weft_g.world = &world_comm;
     live_comms = 0;
@@ -132,6 +199,7 @@ typedef struct {
     int32_t invalid; /* this member's own arguments were bad: it takes part in no group */
     int32_t pad;
     uint64_t list_hash;
+    uint64_t nonce; /* this member's random contribution: the lowest parent rank's becomes the comm's */
     uint64_t free_ctx[CTX_WORDS];
 } create_info_t;
 
@@ -187,6 +255,7 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     }
     for (int w = 0; w < CTX_WORDS; w++)
         mine.free_ctx[w] = ~ctx_used[w];
+    mine.nonce = weft_random64();
 
     all = malloc(sizeof(*all) * (size_t)n);
     members = malloc(sizeof(int) * (size_t)n);
@@ -277,6 +346,10 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     c->magic = WEFT_COMM_MAGIC;
     c->context_id = (uint32_t)ctx;
     c->device = -1;
+    int lowest = members[0]; /* every member finds the same one */
+    for (int i = 1; i < nmembers; i++)
+        if (members[i] < lowest) lowest = members[i];
+    c->nonce = all[lowest].nonce;
     ctx_take((uint32_t)ctx);
     for (int k = 0; k < WEFT_SUB_KINDS; k++) {
         c->sub_ctx[k] = (uint32_t)ids[1 + k];
@@ -562,6 +635,11 @@ int weft_comm_derived(weft_comm_t comm, int kind, weft_comm_t *out)
     c->timeout = comm->timeout;
     c->device = comm->device;
     c->nnodes = kind == WEFT_SUB_NODE ? 1 : c->size;
+    /* Every member derives the same one; through the PRF, so a name made
+     * from it says nothing about the parent's (nor the parent's names
+     * about it). Rail comms of different ranks share it: their context
+     * and members differ. */
+    c->nonce = weft_prf64(comm->nonce, UINT64_C(0x6465726976656400) | (uint64_t)kind, c->context_id);
     snprintf(c->name, sizeof(c->name), "%.50s.%s", comm->name, suffix[kind]);
     t->sub[kind] = c;
     t->built[kind] = 1;

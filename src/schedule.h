@@ -37,6 +37,20 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what);
  * string such as "arrival flag"); the message is formatted only when a
  * timeout needs it, so a poll that waits costs no formatting. */
 void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
+/* A watch over a schedule of polling steps, for the component whose
+ * shared state they poll (coll/shm: its segment). check(arg) runs after
+ * every WEFT_SCHED_WATCH_POLLS polls that found a step not done yet: a
+ * negative return fails the schedule with it, so a member's failure that
+ * the component can see in its shared state ends the wait at once rather
+ * than at the deadline. failed(arg, rc) runs once when the schedule ends
+ * with an error (a failed step, a cancel, a timeout, finalize), before its
+ * scratch is freed. Either may be NULL. Costs nothing while no poll waits. */
+typedef struct weft_sched_watch {
+    int (*check)(void *arg);
+    void (*failed)(void *arg, int rc);
+} weft_sched_watch_t;
+#define WEFT_SCHED_WATCH_POLLS 64
+void weft_sched_watch(weft_sched_t *s, const weft_sched_watch_t *watch, void *arg);
 /* A child step: posts one nonblocking operation (a collective on a
  * sub-communicator) when its round starts, and the round waits for its
  * request with the round's messages. post returns a status and *req, or

@@ -109,6 +109,7 @@ typedef struct weft_state {
     int *node_of; /* world rank -> node index (nodes numbered by first rank) */
     uint64_t
         job_id; /* the same on every rank, different for every job: world rank 0's host id, pid and start time hashed */
+    uint64_t world_nonce; /* world rank 0's random contribution to the node-map exchange: the world's nonce */
     struct weft_bootstrap *bs;
     struct weft_pt2pt *p2p;
     weft_comm_t world;
@@ -177,6 +178,13 @@ struct weft_comm_s {
      * which has none); the objects are built locally on first use. */
     uint32_t sub_ctx[3];
     struct weft_comm_topo *topo; /* NULL until first asked for */
+    /* A secret agreed by the members at creation: every member's random
+     * contribution rides in the creation allgather and the lowest parent
+     * rank's is kept (the world's: world rank 0's, from the node-map
+     * exchange; a derived comm's: its parent's, put through weft_prf64).
+     * Names of the communicator's shared resources are derived from it
+     * (weft_comm_nonce), so nobody outside the job can predict them. */
+    uint64_t nonce;
 };
 int weft_comm_world_create(void);
 void weft_comm_world_destroy(void);
@@ -190,6 +198,21 @@ static inline int weft_comm_world_rank_of(weft_comm_t comm, int rank)
 {
     return comm->world_ranks ? comm->world_ranks[rank] : rank;
 }
+/* comm's nonce (see struct weft_comm_s): for names of its shared
+ * resources, through weft_prf64 only, so that a name seen does not give
+ * the nonce away. */
+static inline uint64_t weft_comm_nonce(weft_comm_t comm)
+{
+    return comm->nonce;
+}
+/* 64 random bits from the kernel (getrandom, else /dev/urandom; only when
+ * both fail, which Linux since 3.17 does not, a hash of the clock, pid and
+ * addresses, with a warning). */
+uint64_t weft_random64(void);
+/* A keyed pseudo-random function (SipHash-2-4 of two words under the key
+ * (key, 0)): outputs for any messages tell nothing about the key or about
+ * the output for another message. */
+uint64_t weft_prf64(uint64_t key, uint64_t m0, uint64_t m1);
 /* ---- topology of a communicator and its derived sub-communicators ------ */
 /* Built from the node map on first use, without communication, and cached
  * on the communicator (freed with it). Nodes are numbered by their first

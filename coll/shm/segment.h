@@ -166,6 +166,7 @@ _Static_assert(offsetof(weft_shm_ctrl_t, mapped) == 64 && sizeof(weft_shm_ctrl_t
 
 typedef struct weft_shm {
     char name[96];
+    weft_comm_t comm; /* for messages */
     char *base; /* the mapping, NULL until attached */
     size_t len;
     int n, me;
@@ -180,8 +181,14 @@ typedef struct weft_shm {
         int root;    /* and its tree's root */
     } use[WEFT_SHM_NBUF];
     int mapped;         /* this rank mapped the segment and counted itself */
-    int ready;          /* every member attached (the name is gone) */
-    int gave_up;        /* creation failed here: later calls decline */
+    int ready;          /* every member attached (the name is gone), and nothing broke since */
+    /* The segment could not be set up, or a shared-memory collective
+     * failed here (the members' sequences are out of step): the status
+     * every later shared-memory collective fails with at once, the
+     * collective it happened in, and why. */
+    int broken;
+    uint64_t broken_k;
+    char why[256];
     uint64_t ops;       /* collectives assigned a number (the next k) */
     uint64_t completed; /* collectives finished here, in order */
     weft_shm_ctrl_t *ctrl;
@@ -193,6 +200,7 @@ typedef struct weft_shm {
 typedef struct weft_shm_op {
     weft_shm_t *sh;
     uint64_t k;  /* the collective's sequence number (of its current piece) */
+    uint64_t k0; /* its first one */
     uint64_t nk; /* sequence numbers it takes: a message over a slot goes as nk pieces, one number each */
     int phase;
     int seen; /* weft_shm_wait_heads: the members before it were seen */
@@ -200,7 +208,11 @@ typedef struct weft_shm_op {
 
 /* The communicator's segment state, or NULL when the shared-memory
  * algorithms must decline (several nodes, one rank, bytes over a slot,
- * out of memory, creation failed before). Takes no collective action. */
+ * out of memory). Takes no collective action. After a failure (the
+ * segment could not be set up, or a collective failed: weft_shm_t's
+ * `broken`) the state is still returned and every op fails at its start:
+ * declining instead would send this rank to a base algorithm while the
+ * other members wait in the segment. */
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
 /* A message over a slot goes through the slots in pieces of at most one
  * slot, each piece a collective of its own (its own sequence number,
