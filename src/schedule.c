@@ -52,6 +52,7 @@ struct weft_sched {
     const weft_sched_watch_t *watch; /* NULL: none */
     void *watch_arg;
     unsigned watch_polls; /* polls that found a step not done */
+    int watch_started;    /* its start ran */
 };
 
 static weft_sched_t *active;
@@ -191,6 +192,13 @@ void weft_sched_watch(weft_sched_t *s, const weft_sched_watch_t *watch, void *ar
     s->watch = watch;
     s->watch_arg = arg;
     s->watch_polls = 0;
+    s->watch_started = 0;
+}
+
+static void watch_start(weft_sched_t *s)
+{
+    if (s->watch && !s->watch_started && s->watch->start) s->watch->start(s->watch_arg);
+    s->watch_started = 1;
 }
 
 /* The schedule ends with rc: a watch hears of a failure. */
@@ -602,6 +610,7 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
     /* The sequence number is taken only by schedules that run, so a
      * schedule an algorithm declined leaves no gap. */
     s->seq = s->comm->coll_seq++;
+    watch_start(s);
     *out = s->req;
     if (s->nrounds == 0) {
         s->req->owner_data = NULL;
@@ -668,6 +677,7 @@ int weft_sched_run(weft_sched_t *s)
         }
         unsigned polls = 0, limit = weft_cfg.spin_before_yield > 0 ? (unsigned)weft_cfg.spin_before_yield : 1;
         if (limit > INLINE_POLLS_MAX) limit = INLINE_POLLS_MAX;
+        watch_start(s);
         for (;;) {
             rc = run_locals(s);
             if (rc != SCHED_PENDING) {

@@ -536,18 +536,22 @@ static int body_cma_mismatch(int rank, int size, void *arg)
 
 /* Ranks that pass different counts to a slot bcast or allreduce (an
  * erroneous call) get WEFT_ERR_ARG naming both lengths instead of wrong
- * bytes, and nobody hangs. Rank 2 passes more. Flat bcast: only rank 2
- * reads the root's length. Tree bcast (radix 2: rank 2's child is rank 3)
- * of one and of several pieces: rank 2 and its child fail. Allreduce up
- * the tree: the root (rank 2's parent) and rank 2 fail; chunked
- * allreduce, allgather and reduce_scatter: every rank checks every
- * length, so all fail. */
+ * bytes, and nobody hangs. Rank 2 passes more (with `also3`, rank 3 too).
+ * Flat bcast: only rank 2 reads the root's length. Tree bcast (radix 2:
+ * rank 2's child is rank 3) of one and of several pieces: rank 2 and its
+ * child fail (also when the child passed what rank 2 did: rank 2 passes a
+ * bad mark down, not its own length, which rank 3's would match, and rank
+ * 3 took rank 2's stale slot for the message). Allreduce up the tree: the
+ * root (rank 2's parent) and rank 2 see it, and the root marks its result
+ * bad, so all fail; chunked allreduce, allgather and reduce_scatter: every
+ * rank checks every length, so all fail. */
 typedef struct {
     const char *coll;
     const char *alg;
     int64_t count; /* rank 2: count + extra */
     int64_t extra;
     int fail[4]; /* which ranks must fail */
+    int also3;   /* rank 3 passes rank 2's count */
 } mismatch_t;
 
 static int body_mismatch(int rank, int size, void *arg)
@@ -556,7 +560,7 @@ static int body_mismatch(int rank, int size, void *arg)
     (void)size;
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c = forced(m->coll, m->alg);
-    int64_t n = m->count + (rank == 2 ? m->extra : 0);
+    int64_t n = m->count + (rank == 2 || (rank == 3 && m->also3) ? m->extra : 0);
     static int32_t in[60000], out[4 * 60000];
     for (int64_t i = 0; i < n; i++)
         in[i] = (int32_t)(i + 1);
@@ -590,25 +594,109 @@ static void run_mismatch(const mismatch_t *m)
 Test(shm, mismatched_counts, .timeout = 120)
 {
     static const mismatch_t cases[] = {
-        {"bcast", "shm", 5, 1, {0, 0, 1, 0}},             /* flat, in the head line */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}},          /* down the tree (4000 bytes) */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}},     /* 2 pieces against 3 */
-        {"allreduce", "shm", 5, 1, {1, 0, 1, 0}},         /* up the tree to rank 0, the result read from it */
-        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}},      /* chunked: every rank checks every length */
-        {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}}, /* chunked, 2 pieces against 3 */
-        {"allgather", "shm", 100, 1, {1, 1, 1, 1}},
-        {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}},
-        {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}}, /* chunked below the threshold: every rank checks */
-        {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}},  /* every rank reads every length */
-        {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}}, /* 48 bytes in the head line against 52 in the body */
-        {"allreduce", "shm_ll", 5, 1, {1, 1, 1, 1}},       /* one line each: the owner sees two lengths */
-        {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}},      /* one line against two */
-        {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}},   /* 8 lines against 29: other owners */
-        {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}},  /* rank 2 over its largest: shm runs there */
-        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}},     /* 5 lines against 6: an owner's line only one writes */
+        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0},    /* flat, in the head line */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0}, /* down the tree (4000 bytes) */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1}, /* rank 3 as rank 2: rank 2's bad mark fails it */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1},      /* ranks 2 and 3 alike: the root sees rank 2 differ */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0},     /* 2 pieces against 3 */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0},         /* up the tree to rank 0, which marks its result bad */
+        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0},      /* chunked: every rank checks every length */
+        {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}, 0}, /* chunked, 2 pieces against 3 */
+        {"allgather", "shm", 100, 1, {1, 1, 1, 1}, 0},
+        {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}, 0},
+        {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}, 0},  /* chunked below the threshold: every rank checks */
+        {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}, 0},  /* every rank reads every length */
+        {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}, 0}, /* 48 bytes in the head line against 52 in the body */
+        {"allreduce", "shm_ll", 5, 1, {1, 1, 1, 1}, 0},       /* one line each: the owner sees two lengths */
+        {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}, 0},      /* one line against two */
+        {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}, 0},   /* 8 lines against 29: other owners */
+        {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}, 0},  /* rank 2 over its largest: shm runs there */
+        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}, 0},     /* 5 lines against 6: an owner's line only one writes */
     };
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);
+}
+
+/* Ranks that pass different datatypes or ops (with equal byte lengths:
+ * float32 against int32, max against sum) to a shared-memory collective:
+ * the signature that rides in the words that carried the length makes
+ * every rank that reads another's word fail with WEFT_ERR_ARG naming what
+ * differs, and a rank that found a difference passes it on (its word
+ * marked bad), so where every rank reads some word that depends on every
+ * member (allreduce, allgather, reduce_scatter) every rank fails. A bcast's
+ * root and a reduce's leaves read nothing: they cannot tell (WEFT_COLL_CHECK
+ * does). Rank 2 differs; radix 2 (rank 2's child is rank 3). Before, every
+ * rank returned success (float SUM against int SUM gave 1 and 1065353218). */
+enum { SIG_DTYPE, SIG_OP };
+typedef struct {
+    const char *coll;
+    const char *alg;
+    int64_t count;
+    int what;    /* SIG_DTYPE: rank 2 passes float32 for int32; SIG_OP: max for sum */
+    int fail[4]; /* which ranks must fail */
+} sigcase_t;
+
+static int body_sig_mismatch(int rank, int size, void *arg)
+{
+    const sigcase_t *m = arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    if (!strcmp(m->alg, "shm_cma") && !weft_shm_cma_usable()) return weft_finalize();
+    weft_comm_t c = forced(m->coll, m->alg);
+    weft_dtype_t d = rank == 2 && m->what == SIG_DTYPE ? WEFT_FLOAT32 : WEFT_INT32;
+    weft_op_t op = rank == 2 && m->what == SIG_OP ? WEFT_MAX : WEFT_SUM;
+    static int32_t in[8192], out[4 * 8192];
+    for (int64_t i = 0; i < m->count; i++)
+        in[i] = (int32_t)(i % 7 + rank);
+    int rc;
+    if (!strcmp(m->coll, "bcast"))
+        rc = weft_bcast(in, m->count, d, 0, c);
+    else if (!strcmp(m->coll, "reduce"))
+        rc = weft_reduce(in, out, m->count, d, op, 0, c);
+    else if (!strcmp(m->coll, "allgather"))
+        rc = weft_allgather(in, out, m->count, d, c);
+    else if (!strcmp(m->coll, "reduce_scatter_block"))
+        rc = weft_reduce_scatter_block(in, out, m->count / 4, d, op, c);
+    else
+        rc = weft_allreduce(in, out, m->count, d, op, c);
+    const char *word = m->what == SIG_DTYPE ? "datatypes" : "ops";
+    if (m->fail[rank])
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), word), "%s %s count %lld rank %d: %d (%s)", m->coll,
+                 m->alg, (long long)m->count, rank, rc, weft_last_error());
+    else
+        TH_CHECK(rc == 0, "%s %s count %lld rank %d: %d (%s)", m->coll, m->alg, (long long)m->count, rank, rc,
+                 weft_last_error());
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, mismatched_signatures, .timeout = 200)
+{
+    static const sigcase_t cases[] = {
+        {"allreduce", "shm", 4, SIG_DTYPE, {1, 1, 1, 1}}, /* up the tree: the root marks the result bad */
+        {"allreduce", "shm", 4, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm", 1000, SIG_DTYPE, {1, 1, 1, 1}}, /* chunked: every rank checks every word */
+        {"allreduce", "shm_chunked", 4, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm_allread", 4, SIG_DTYPE, {1, 1, 1, 1}},
+        {"allreduce", "shm_allread", 4, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm_ll", 20, SIG_DTYPE, {1, 1, 1, 1}}, /* the owners of the lines see it */
+        {"allreduce", "shm_ll", 20, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
+        {"reduce", "shm", 4, SIG_OP, {1, 0, 1, 0}},      /* rank 2 sees its child's, the root rank 2's bad mark */
+        {"bcast", "shm", 5, SIG_DTYPE, {0, 0, 1, 0}},    /* flat: only rank 2 reads a word unlike its own */
+        {"bcast", "shm", 1000, SIG_DTYPE, {0, 0, 1, 1}}, /* down the tree: rank 2, then its child */
+        {"bcast", "shm_cma", 8192, SIG_DTYPE, {0, 0, 1, 1}},
+        {"allgather", "shm", 4, SIG_DTYPE, {1, 1, 1, 1}},
+        {"allgather", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
+        {"reduce_scatter_block", "shm", 16, SIG_OP, {1, 1, 1, 1}},
+    };
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2", NULL};
+    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        th_result_t res = th_run(4, body_sig_mismatch, (void *)&cases[i], 30, env);
+        cr_assert_eq(res.timed_out, 0, "%s %s: hung", cases[i].coll, cases[i].alg);
+        cr_assert_eq(res.failed, 0, "%s %s count %lld", cases[i].coll, cases[i].alg, (long long)cases[i].count);
+    }
 }
 
 /* Counts on both sides of a selection threshold (an erroneous call): with

@@ -27,6 +27,8 @@
  * every other member's later collective finds it. */
 #include "coll/shm/segment.h"
 
+#include "op.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -244,7 +246,18 @@ static void watch_failed(void *arg, int rc)
     if (sh->base) poison(sh, op->k0, rc);
 }
 
-static const weft_sched_watch_t shm_watch = {.check = watch_check, .failed = watch_failed};
+/* The op takes its sequence numbers when its schedule starts: in the
+ * user's call order on every rank, also when the op's first poll comes
+ * later (after rounds of messages before it: WEFT_COLL_CHECK). */
+static void watch_start(void *arg)
+{
+    weft_shm_op_t *op = arg;
+    if (op->k != UINT64_MAX) return;
+    op->k = op->k0 = op->sh->ops;
+    op->sh->ops += op->nk;
+}
+
+static const weft_sched_watch_t shm_watch = {.start = watch_start, .check = watch_check, .failed = watch_failed};
 
 /* Creator: 1 done, < 0 error. */
 static int create(weft_shm_t *sh)
@@ -381,10 +394,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
 {
     weft_shm_t *sh = op->sh;
-    if (op->k == UINT64_MAX) { /* first call: at the schedule's start */
-        op->k = op->k0 = sh->ops;
-        sh->ops += op->nk;
-    }
+    if (WEFT_UNLIKELY(op->k == UINT64_MAX)) watch_start(op); /* (the schedule's start took them) */
     if (WEFT_UNLIKELY(!sh->ready)) {
         int rc = attach(s, op);
         if (rc <= 0) return rc;
@@ -473,65 +483,83 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
     return 1;
 }
 
-int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg)
+int weft_shm_sig_mismatch(weft_shm_op_t *op, int r, int root, uint64_t sig, const char *alg)
 {
-    return weft_shm_len_differs(r, root, weft_shm_head(op, r)->len, len, alg);
+    return weft_shm_sig_differs(r, root, weft_shm_head(op, r)->sig, sig, alg);
 }
 
-int weft_shm_len_differs(int r, int root, uint64_t theirs, uint64_t len, const char *alg)
+int weft_shm_sig_differs(int r, int root, uint64_t theirs, uint64_t sig, const char *alg)
 {
-    if (theirs == len) return 0;
-    if ((theirs ^ len) & WEFT_SHM_LEN_MARKS)
-        return weft_error(WEFT_ERR_ARG,
-                          "%s: rank %d ran another shared-memory algorithm for this call (%s; their counts fall "
-                          "under different selection rules: the ranks passed different counts)",
-                          alg, r,
-                          theirs & WEFT_SHM_LEN_ALLREAD   ? "shm_allread"
-                          : theirs & WEFT_SHM_LEN_CHUNKED ? "the chunked allreduce"
-                          : theirs & WEFT_SHM_LEN_LL      ? "shm_ll"
-                                                          : "a tree");
-    theirs &= ~WEFT_SHM_LEN_MARKS; /* marked alike: the lengths themselves */
-    len &= ~WEFT_SHM_LEN_MARKS;
+    char who[96];
+    if (theirs == sig) return 0;
     if (root < 0) /* no tree: every rank reads every member */
-        return weft_error(WEFT_ERR_ARG,
-                          "%s: rank %d has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "
-                          "counts)",
-                          alg, r, (unsigned long long)theirs, (unsigned long long)len);
-    return weft_error(WEFT_ERR_ARG,
-                      "%s: rank %d (%s, root %d) has a %llu-byte message, this rank's is %llu bytes (the ranks passed "
-                      "different counts)",
-                      alg, r, r == root ? "the root" : "this rank's neighbour in the tree", root,
-                      (unsigned long long)theirs, (unsigned long long)len);
+        snprintf(who, sizeof(who), "rank %d", r);
+    else
+        snprintf(who, sizeof(who), "rank %d (%s, root %d)", r,
+                 r == root ? "the root" : "this rank's neighbour in the tree", root);
+    return weft_shm_sig_differs_who(who, theirs, sig, alg);
 }
 
-int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg)
+int weft_shm_sig_differs_who(const char *who, uint64_t theirs, uint64_t sig, const char *alg)
+{
+    if (theirs == sig) return 0;
+    if (theirs == WEFT_SHM_SIG_BAD)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s found that the members' calls differ (the ranks passed different counts, "
+                          "datatypes, ops or roots)",
+                          alg, who);
+    if ((theirs ^ sig) & WEFT_SHM_SIG_MARKS)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s ran another shared-memory algorithm for this call (%s; their calls fall under "
+                          "different selection rules: the ranks passed different counts or datatypes)",
+                          alg, who,
+                          theirs & WEFT_SHM_SIG_ALLREAD   ? "shm_allread"
+                          : theirs & WEFT_SHM_SIG_CHUNKED ? "the chunked allreduce"
+                          : theirs & WEFT_SHM_SIG_LL      ? "shm_ll"
+                                                          : "a tree");
+    int td = (int)(theirs >> 56 & 0xf), md = (int)(sig >> 56 & 0xf), to = (int)(theirs >> 52 & 0xf),
+        mo = (int)(sig >> 52 & 0xf), tr = (int)(theirs >> 40 & 0xfff), mr = (int)(sig >> 40 & 0xfff);
+    if (td != md)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s passed datatype %s, this rank %s (the ranks passed different datatypes)", alg, who,
+                          weft_dtype_name((weft_dtype_t)td), weft_dtype_name((weft_dtype_t)md));
+    if (to != mo)
+        return weft_error(WEFT_ERR_ARG, "%s: %s passed op %s, this rank %s (the ranks passed different ops)", alg, who,
+                          weft_op_name((weft_op_t)to), weft_op_name((weft_op_t)mo));
+    if (tr != mr)
+        return weft_error(WEFT_ERR_ARG, "%s: %s passed root %d, this rank %d (the ranks passed different roots)", alg,
+                          who, tr, mr);
+    return weft_error(
+        WEFT_ERR_ARG, "%s: %s has a %llu-byte message, this rank's is %llu bytes (the ranks passed different counts)",
+        alg, who, (unsigned long long)(theirs & WEFT_SHM_SIG_LEN), (unsigned long long)(sig & WEFT_SHM_SIG_LEN));
+}
+
+int weft_shm_check_sigs(weft_shm_op_t *op, uint64_t sig, const char *alg)
 {
     int b = (int)(op->k % WEFT_SHM_NBUF);
+    uint32_t mine = weft_shm_sig32(sig);
     for (int r = 0; r < op->sh->n; r++) {
-        uint32_t theirs = op->sh->ctrl[r].slot_len[b];
-        if (theirs != (uint32_t)len)
-            return weft_error(WEFT_ERR_ARG,
-                              "%s: rank %d has a message of %u bytes (mod 2^32), this rank's is %llu bytes (the "
-                              "ranks passed different counts)",
-                              alg, r, theirs, (unsigned long long)len);
+        uint32_t theirs = op->sh->ctrl[r].slot_sig[b];
+        if (theirs != mine)
+            return weft_shm_sig_differs(r, -1, weft_shm_sig_from32(theirs), weft_shm_sig_from32(mine), alg);
     }
     return 0;
 }
 
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t sig,
                        const char *alg, const char *flag)
 {
     weft_shm_t *sh = op->sh;
     int v = weft_shm_vrank(sh, root), flat = weft_shm_flat_down(sh, bytes);
     int from = flat ? root : weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
     if (!weft_shm_head_wait(s, op, from, WEFT_SHM_RESULT, flag)) return 0;
-    int bad = len ? weft_shm_len_mismatch(op, from, root, len, alg) : 0;
+    int bad = sig ? weft_shm_sig_mismatch(op, from, root, sig, alg) : 0;
     const char *src = weft_shm_buf(op, from, bytes);
     if (!flat && weft_shm_has_children(v, sh->radix, sh->n)) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, root)) return 0;
-        /* after a mismatch no data, and this rank's own length: its children fail too */
+        /* after a mismatch no data, and a bad mark: its children fail too */
         if (!bad) memcpy(weft_shm_buf(op, sh->me, bytes), src, bytes);
-        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, bad ? len : weft_shm_head(op, from)->len);
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, bad ? WEFT_SHM_SIG_BAD : weft_shm_head(op, from)->sig);
         src = weft_shm_buf(op, sh->me, bytes);
     }
     if (bad) return bad;
