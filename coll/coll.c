@@ -137,6 +137,112 @@ static int coll_memtype(weft_coll_args_t *a)
     return WEFT_SUCCESS;
 }
 
+/* ---- WEFT_COLL_CHECK: the members' calls compared before anything runs ---- */
+
+/* What every member of a call must agree on (-1: nothing to compare for
+ * this collective). No padding: records are compared with memcmp. */
+typedef struct {
+    int32_t kind, dtype, op, root;
+    int64_t count;        /* the count, or per rank's block; -1 for the v-collectives */
+    uint64_t counts_hash; /* allgatherv, reduce_scatter: the counts every member passes alike; else 0 */
+} check_rec_t;
+_Static_assert(sizeof(check_rec_t) == 32, "a check record has no padding");
+
+typedef struct {
+    int n;
+    check_rec_t mine;
+    check_rec_t *all;
+    weft_comm_t comm;
+} call_check_t;
+
+static int kind_has_op(weft_coll_kind_t k)
+{
+    return k == WEFT_COLL_REDUCE || k == WEFT_COLL_ALLREDUCE || k == WEFT_COLL_REDUCE_SCATTER ||
+           k == WEFT_COLL_REDUCE_SCATTER_BLOCK || k == WEFT_COLL_SCAN || k == WEFT_COLL_EXSCAN;
+}
+
+static int kind_has_root(weft_coll_kind_t k)
+{
+    return k == WEFT_COLL_BCAST || k == WEFT_COLL_REDUCE || k == WEFT_COLL_GATHER || k == WEFT_COLL_GATHERV ||
+           k == WEFT_COLL_SCATTER || k == WEFT_COLL_SCATTERV;
+}
+
+static uint64_t hash_counts(const int64_t *counts, int n)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint64_t)counts[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+static void check_describe(const check_rec_t *r, char *buf, size_t len)
+{
+    const char *kind = r->kind >= 0 && r->kind < WEFT_COLL_KINDS ? weft_coll_kind_name((weft_coll_kind_t)r->kind)
+                                                                 : "an unknown collective";
+    int n = r->kind == WEFT_COLL_BARRIER ? snprintf(buf, len, "%s", kind)
+            : r->count >= 0              ? snprintf(buf, len, "%s of %lld x %s", kind, (long long)r->count,
+                                                    weft_dtype_name((weft_dtype_t)r->dtype))
+                            : snprintf(buf, len, "%s of %s", kind, weft_dtype_name((weft_dtype_t)r->dtype));
+    size_t used = n < 0 ? 0 : (size_t)n < len ? (size_t)n : len;
+    if (r->op >= 0) used += (size_t)snprintf(buf + used, len - used, ", op %s", weft_op_name((weft_op_t)r->op));
+    if (used < len && r->root >= 0) used += (size_t)snprintf(buf + used, len - used, ", root %d", r->root);
+    if (used < len && r->counts_hash)
+        snprintf(buf + used, len - used, ", counts hashing to %016llx", (unsigned long long)r->counts_hash);
+}
+
+/* Every member holds every record: all find the same first rank whose
+ * call differs from rank 0's, and fail with the same message. */
+static int check_compare(weft_sched_t *s, void *arg)
+{
+    call_check_t *c = arg;
+    (void)s;
+    for (int r = 1; r < c->n; r++)
+        if (memcmp(&c->all[r], &c->all[0], sizeof(check_rec_t))) {
+            char theirs[200], first[200];
+            check_describe(&c->all[r], theirs, sizeof(theirs));
+            check_describe(&c->all[0], first, sizeof(first));
+            return weft_error(WEFT_ERR_ARG,
+                              "WEFT_COLL_CHECK: the members of comm %s called different collectives or passed "
+                              "different arguments: rank %d called %s, rank 0 %s",
+                              c->comm->name, r, theirs, first);
+        }
+    return WEFT_SUCCESS;
+}
+
+/* The check's rounds, ahead of the algorithm's: an allgather of every
+ * member's record (Bruck), then the comparison; the algorithm's first
+ * messages go out in a later round, so only once the check passed. */
+static int check_build(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    int n = a->comm->size, rc;
+    call_check_t *c = weft_sched_scratch(s, sizeof(call_check_t) + sizeof(check_rec_t) * (size_t)n);
+    if (!c) return weft_error(WEFT_ERR_NO_MEMORY, "WEFT_COLL_CHECK: out of memory for %d records", n);
+    memset(c, 0, sizeof(*c));
+    c->n = n;
+    c->all = (check_rec_t *)(c + 1);
+    c->comm = a->comm;
+    c->mine.kind = (int32_t)a->kind;
+    c->mine.dtype = a->kind == WEFT_COLL_BARRIER ? -1 : (int32_t)a->dtype;
+    c->mine.op = kind_has_op(a->kind) ? (int32_t)a->op : -1;
+    c->mine.root = kind_has_root(a->kind) ? a->root : -1;
+    switch (a->kind) {
+    case WEFT_COLL_BARRIER: c->mine.count = 0; break;
+    case WEFT_COLL_ALLGATHERV:
+    case WEFT_COLL_REDUCE_SCATTER:
+        c->mine.count = -1;
+        c->mine.counts_hash = hash_counts(a->rcounts, n);
+        break;
+    case WEFT_COLL_GATHERV: /* the counts are the root's alone; alltoallv's differ by design */
+    case WEFT_COLL_SCATTERV:
+    case WEFT_COLL_ALLTOALLV: c->mine.count = -1; break;
+    default: c->mine.count = (int64_t)a->count;
+    }
+    if ((rc = weft_coll_allgather_bruck_build(s, &c->mine, c->all, sizeof(check_rec_t))) ||
+        (rc = weft_sched_call(s, check_compare, c)))
+        return rc;
+    return weft_sched_end_round(s);
+}
+
 static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
 {
     const weft_coll_alg_t *cands[32];
@@ -149,7 +255,8 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
         if (i == 1 && n == 2) n = weft_coll_select(a, cands, 32);
         weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
-        rc = cands[i]->build(s, a);
+        rc = WEFT_UNLIKELY(weft_coll_check) ? check_build(s, a) : WEFT_SUCCESS;
+        if (rc == WEFT_SUCCESS) rc = cands[i]->build(s, a);
         if (rc == WEFT_SUCCESS) return req ? weft_sched_start(s, req) : weft_sched_run(s);
         weft_sched_discard(s);
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;

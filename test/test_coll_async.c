@@ -384,6 +384,106 @@ Test(coll_async, overflowing_arguments, .timeout = 60)
     }
 }
 
+/* ---- WEFT_COLL_CHECK: the members' calls compared first --------------------- */
+/* With WEFT_COLL_CHECK=1 every collective first allgathers each member's
+ * (collective, datatype, op, root, count): calls that differ fail on every
+ * rank with WEFT_ERR_ARG and one message naming the first rank that
+ * differs, where without it base algorithms return wrong data (a float32
+ * sum against an int32 one) or wait for messages that never come (another
+ * root). Rank 2 differs in each case, on a fresh communicator (a failed
+ * call breaks a communicator's shared-memory collectives); correct calls,
+ * v-collectives included, still work. Before, WEFT_COLL_CHECK was an
+ * unknown variable. */
+static uint64_t text_hash(const char *t)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (; *t; t++)
+        h = (h ^ (unsigned char)*t) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* Every rank failed with the same message, which says what `want` says. */
+static void expect_check_failure(weft_comm_t w, int rank, int size, int rc, const char *what, const char *want)
+{
+    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "WEFT_COLL_CHECK") &&
+                 strstr(weft_last_error(), "rank 2 called") && strstr(weft_last_error(), want),
+             "rank %d: %s: %d (%s), wanted an error naming rank 2 and %s", rank, what, rc, weft_last_error(), want);
+    uint64_t mine = text_hash(weft_last_error()), all[8];
+    TH_OK(weft_allgather(&mine, all, 1, WEFT_UINT64, w));
+    for (int r = 0; r < size; r++)
+        TH_CHECK(all[r] == mine, "%s: rank %d's message differs from rank %d's (%s)", what, r, rank, weft_last_error());
+}
+
+static int body_coll_check(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n), c;
+    int32_t in[8], out[64];
+    for (int i = 0; i < 8; i++)
+        in[i] = rank + i;
+    /* correct calls */
+    TH_OK(weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, w));
+    TH_CHECK(out[1] == size * (size - 1) / 2 + size, "allreduce: %d", out[1]);
+    int64_t counts[8], displs[8];
+    for (int r = 0; r < size; r++) {
+        counts[r] = r % 2 + 1;
+        displs[r] = 2 * r;
+    }
+    TH_OK(weft_allgatherv(in, counts[rank], out, counts, displs, WEFT_INT32, w));
+    TH_CHECK(out[2 * (size - 1)] == size - 1, "allgatherv: %d", out[2 * (size - 1)]);
+    TH_OK(weft_barrier(w));
+    weft_request_t r;
+    TH_OK(weft_ibcast(in, 2, WEFT_INT32, 1, w, &r));
+    TH_OK(weft_wait(&r, NULL));
+    TH_CHECK(in[0] == 1, "ibcast: %d", in[0]);
+    /* a float32 sum against int32 ones, through a base algorithm */
+    c = th_forced(w, "allreduce", "ring");
+    int rc = weft_allreduce(in, out, 4, rank == 2 ? WEFT_FLOAT32 : WEFT_INT32, WEFT_SUM, c);
+    expect_check_failure(w, rank, size, rc, "allreduce ring", "allreduce of 4 x float32, op sum");
+    TH_OK(weft_comm_free(&c));
+    /* and through shared memory, where the signature would also see it */
+    c = th_forced(w, "allreduce", "shm");
+    rc = weft_allreduce(in, out, 4, WEFT_INT32, rank == 2 ? WEFT_MAX : WEFT_SUM, c);
+    expect_check_failure(w, rank, size, rc, "allreduce shm", "op max");
+    TH_OK(weft_comm_free(&c));
+    /* another root: without the check, binomial trees that wait for each other */
+    c = th_forced(w, "bcast", "binomial");
+    rc = weft_bcast(in, 2, WEFT_INT32, rank == 2 ? 1 : 0, c);
+    expect_check_failure(w, rank, size, rc, "bcast", "root 1");
+    TH_OK(weft_comm_free(&c));
+    /* another collective */
+    TH_OK(weft_comm_dup(w, NULL, &c));
+    rc = rank == 2 ? weft_reduce(in, out, 4, WEFT_INT32, WEFT_SUM, 0, c)
+                   : weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, c);
+    expect_check_failure(w, rank, size, rc, "reduce against allreduce", "called reduce");
+    TH_OK(weft_comm_free(&c));
+    /* another count, nonblocking */
+    TH_OK(weft_comm_dup(w, NULL, &c));
+    TH_OK(weft_iallgather(in, out, rank == 2 ? 3 : 2, WEFT_INT32, c, &r));
+    rc = weft_wait(&r, NULL);
+    expect_check_failure(w, rank, size, rc, "iallgather", "allgather of 3 x int32");
+    TH_OK(weft_comm_free(&c));
+    /* allgatherv counts that differ */
+    TH_OK(weft_comm_dup(w, NULL, &c));
+    if (rank == 2) counts[0]++;
+    rc = weft_allgatherv(in, counts[rank], out, counts, displs, WEFT_INT32, c);
+    expect_check_failure(w, rank, size, rc, "allgatherv", "counts hashing to");
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, coll_check, .timeout = 90)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", "WEFT_COLL_CHECK=1", NULL};
+    for (int n = 3; n <= 4; n++) {
+        th_result_t res = th_run(n, body_coll_check, NULL, 60, env);
+        cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}
+
 /* ---- what reaches stderr at the default log level ------------------------ */
 /* An error returned to the caller is not printed (the caller has it, with
  * weft_last_error()); one weft swallows is a warning: here a barrier only

@@ -190,10 +190,10 @@ static int broken_error(const weft_shm_t *sh)
                       sh->comm->name, sh->why);
 }
 
-/* Records in the header that this rank's collective number k failed: the
- * other members' collectives from k + 1 on fail at once (their watch). The
- * first member to fail keeps the record. */
-static void poison(weft_shm_t *sh, uint64_t k, int rc)
+/* Records in the header that the other members' collectives from number
+ * `from` on fail at once (their watch), because this rank's failed with
+ * rc. The first member to fail keeps the record. */
+static void poison(weft_shm_t *sh, uint64_t from, int rc)
 {
     shm_header_t *h = (shm_header_t *)sh->base;
     uint32_t none = 0;
@@ -201,13 +201,15 @@ static void poison(weft_shm_t *sh, uint64_t k, int rc)
                                                  memory_order_relaxed))
         return;
     h->poison_rc = rc;
-    atomic_store_explicit(&h->poison, k + 2, memory_order_release);
+    atomic_store_explicit(&h->poison, from + 1, memory_order_release);
 }
 
 /* The schedule's watch (weft_sched_watch) of every op: while it waits, a
  * failure recorded here or by another member in the header fails it at
- * once, when it is a later collective than the failed one (in the failed
- * one the others either get what they wait for, or time out as before). */
+ * once, when it is a later collective than the failed one, or the failed
+ * one itself where the failing rank had not begun it (in a collective it
+ * took part in, the others may still get what they wait for: they go on,
+ * and time out as before where they do not). */
 static int watch_check(void *arg)
 {
     weft_shm_op_t *op = arg;
@@ -220,11 +222,9 @@ static int watch_check(void *arg)
     if (!from || op->k0 + 1 < from) return 0;
     int r = (int)atomic_load_explicit(&h->poison_rank, memory_order_relaxed) - 1;
     weft_error(WEFT_ERR_COMM,
-               "coll/shm: comm %s: rank %d's shared-memory collective number %llu failed (%s), so this one (number "
-               "%llu) cannot complete; every later shared-memory collective on this communicator fails at once (free "
-               "it)",
-               sh->comm->name, r, (unsigned long long)(from - 2), weft_strerror(h->poison_rc),
-               (unsigned long long)op->k0);
+               "coll/shm: comm %s: rank %d's shared-memory collective failed (%s), so this one (number %llu) cannot "
+               "complete; every later shared-memory collective on this communicator fails at once (free it)",
+               sh->comm->name, r, weft_strerror(h->poison_rc), (unsigned long long)op->k0);
     return set_broken(sh, op->k0, WEFT_ERR_COMM);
 }
 
@@ -243,7 +243,10 @@ static void watch_failed(void *arg, int rc)
                  weft_strerror(rc));
     }
     sh->ready = 0;
-    if (sh->base) poison(sh, op->k0, rc);
+    /* phase 0: it published nothing of its collective (its first steps
+     * never ran, as when WEFT_COLL_CHECK failed the call), so no member can
+     * complete that one either */
+    if (sh->base) poison(sh, op->phase == 0 ? op->k0 : op->k0 + 1, rc);
 }
 
 /* The op takes its sequence numbers when its schedule starts: in the
