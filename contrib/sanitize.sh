@@ -74,7 +74,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:log_path=$reports/ubsan:suppressions=$s
 export LSAN_OPTIONS="detect_leaks=0"
 # ASan keeps freed memory in quarantine, so resident memory grows by
 # design: the soak test checks its results only here.
-export WEFT_SOAK_LIMIT=0
+export WEFT_TEST_SOAK_LIMIT=0
 echo "sanitize.sh: make check"
 check=0
 if [ -n "${TESTS:-}" ]; then

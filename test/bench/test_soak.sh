@@ -13,7 +13,7 @@
 # An automake TESTS script: exit 0 pass, 1 fail. make sets top_builddir;
 # by hand, from an in-tree build: test/bench/test_soak.sh
 # Settings: WEFT_TEST_TIMEOUT (seconds per run, default 120),
-# WEFT_SOAK_LIMIT (KiB, default 1536; 0: results only, no memory limit:
+# WEFT_TEST_SOAK_LIMIT (KiB, default 1536; 0: results only, no memory limit:
 # contrib/sanitize.sh, where ASan's quarantine holds freed memory).
 
 set -u
@@ -21,7 +21,7 @@ top_builddir=$(cd "${top_builddir:-.}" && pwd) || exit 1
 SOAK=$top_builddir/contrib/bench/weft-soak
 WEFTRUN=$top_builddir/src/tools/weftrun
 LIMIT=${WEFT_TEST_TIMEOUT:-120}
-GROWTH=${WEFT_SOAK_LIMIT:-1536}
+GROWTH=${WEFT_TEST_SOAK_LIMIT:-1536}
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT WEFT_BOOTSTRAP WEFT_RANKS_PER_NODE
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-soak.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
