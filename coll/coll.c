@@ -137,6 +137,112 @@ static int coll_memtype(weft_coll_args_t *a)
     return WEFT_SUCCESS;
 }
 
+/* ---- WEFT_COLL_CHECK: the members' calls compared before anything runs ---- */
+
+/* What every member of a call must agree on (-1: nothing to compare for
+ * this collective). No padding: records are compared with memcmp. */
+typedef struct {
+    int32_t kind, dtype, op, root;
+    int64_t count;        /* the count, or per rank's block; -1 for the v-collectives */
+    uint64_t counts_hash; /* allgatherv, reduce_scatter: the counts every member passes alike; else 0 */
+} check_rec_t;
+_Static_assert(sizeof(check_rec_t) == 32, "a check record has no padding");
+
+typedef struct {
+    int n;
+    check_rec_t mine;
+    check_rec_t *all;
+    weft_comm_t comm;
+} call_check_t;
+
+static int kind_has_op(weft_coll_kind_t k)
+{
+    return k == WEFT_COLL_REDUCE || k == WEFT_COLL_ALLREDUCE || k == WEFT_COLL_REDUCE_SCATTER ||
+           k == WEFT_COLL_REDUCE_SCATTER_BLOCK || k == WEFT_COLL_SCAN || k == WEFT_COLL_EXSCAN;
+}
+
+static int kind_has_root(weft_coll_kind_t k)
+{
+    return k == WEFT_COLL_BCAST || k == WEFT_COLL_REDUCE || k == WEFT_COLL_GATHER || k == WEFT_COLL_GATHERV ||
+           k == WEFT_COLL_SCATTER || k == WEFT_COLL_SCATTERV;
+}
+
+static uint64_t hash_counts(const int64_t *counts, int n)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint64_t)counts[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+static void check_describe(const check_rec_t *r, char *buf, size_t len)
+{
+    const char *kind = r->kind >= 0 && r->kind < WEFT_COLL_KINDS ? weft_coll_kind_name((weft_coll_kind_t)r->kind)
+                                                                 : "an unknown collective";
+    int n = r->kind == WEFT_COLL_BARRIER ? snprintf(buf, len, "%s", kind)
+            : r->count >= 0              ? snprintf(buf, len, "%s of %lld x %s", kind, (long long)r->count,
+                                                    weft_dtype_name((weft_dtype_t)r->dtype))
+                            : snprintf(buf, len, "%s of %s", kind, weft_dtype_name((weft_dtype_t)r->dtype));
+    size_t used = n < 0 ? 0 : (size_t)n < len ? (size_t)n : len;
+    if (r->op >= 0) used += (size_t)snprintf(buf + used, len - used, ", op %s", weft_op_name((weft_op_t)r->op));
+    if (used < len && r->root >= 0) used += (size_t)snprintf(buf + used, len - used, ", root %d", r->root);
+    if (used < len && r->counts_hash)
+        snprintf(buf + used, len - used, ", counts hashing to %016llx", (unsigned long long)r->counts_hash);
+}
+
+/* Every member holds every record: all find the same first rank whose
+ * call differs from rank 0's, and fail with the same message. */
+static int check_compare(weft_sched_t *s, void *arg)
+{
+    call_check_t *c = arg;
+    (void)s;
+    for (int r = 1; r < c->n; r++)
+        if (memcmp(&c->all[r], &c->all[0], sizeof(check_rec_t))) {
+            char theirs[200], first[200];
+            check_describe(&c->all[r], theirs, sizeof(theirs));
+            check_describe(&c->all[0], first, sizeof(first));
+            return weft_error(WEFT_ERR_ARG,
+                              "WEFT_COLL_CHECK: the members of comm %s called different collectives or passed "
+                              "different arguments: rank %d called %s, rank 0 %s",
+                              c->comm->name, r, theirs, first);
+        }
+    return WEFT_SUCCESS;
+}
+
+/* The check's rounds, ahead of the algorithm's: an allgather of every
+ * member's record (Bruck), then the comparison; the algorithm's first
+ * messages go out in a later round, so only once the check passed. */
+static int check_build(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    int n = a->comm->size, rc;
+    call_check_t *c = weft_sched_scratch(s, sizeof(call_check_t) + sizeof(check_rec_t) * (size_t)n);
+    if (!c) return weft_error(WEFT_ERR_NO_MEMORY, "WEFT_COLL_CHECK: out of memory for %d records", n);
+    memset(c, 0, sizeof(*c));
+    c->n = n;
+    c->all = (check_rec_t *)(c + 1);
+    c->comm = a->comm;
+    c->mine.kind = (int32_t)a->kind;
+    c->mine.dtype = a->kind == WEFT_COLL_BARRIER ? -1 : (int32_t)a->dtype;
+    c->mine.op = kind_has_op(a->kind) ? (int32_t)a->op : -1;
+    c->mine.root = kind_has_root(a->kind) ? a->root : -1;
+    switch (a->kind) {
+    case WEFT_COLL_BARRIER: c->mine.count = 0; break;
+    case WEFT_COLL_ALLGATHERV:
+    case WEFT_COLL_REDUCE_SCATTER:
+        c->mine.count = -1;
+        c->mine.counts_hash = hash_counts(a->rcounts, n);
+        break;
+    case WEFT_COLL_GATHERV: /* the counts are the root's alone; alltoallv's differ by design */
+    case WEFT_COLL_SCATTERV:
+    case WEFT_COLL_ALLTOALLV: c->mine.count = -1; break;
+    default: c->mine.count = (int64_t)a->count;
+    }
+    if ((rc = weft_coll_allgather_bruck_build(s, &c->mine, c->all, sizeof(check_rec_t))) ||
+        (rc = weft_sched_call(s, check_compare, c)))
+        return rc;
+    return weft_sched_end_round(s);
+}
+
 static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
 {
     const weft_coll_alg_t *cands[32];
@@ -149,7 +255,8 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
         if (i == 1 && n == 2) n = weft_coll_select(a, cands, 32);
         weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
-        rc = cands[i]->build(s, a);
+        rc = WEFT_UNLIKELY(weft_coll_check) ? check_build(s, a) : WEFT_SUCCESS;
+        if (rc == WEFT_SUCCESS) rc = cands[i]->build(s, a);
         if (rc == WEFT_SUCCESS) return req ? weft_sched_start(s, req) : weft_sched_run(s);
         weft_sched_discard(s);
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;
@@ -189,9 +296,21 @@ static int begin(weft_coll_args_t *a, weft_coll_kind_t kind, weft_comm_t comm, w
     return WEFT_SUCCESS;
 }
 
-static int check_count(int64_t count, const char *fn, const char *what)
+/* count elements of a's dtype, non-negative, whose bytes times `ranks`
+ * (a buffer of one such block per rank; 1: a single block) stay within
+ * WEFT_MAX_BYTES: every byte length and offset the algorithms derive from
+ * them is then exact. */
+static int check_count(const weft_coll_args_t *a, int64_t count, int ranks, const char *fn, const char *what)
 {
+    uint64_t bytes;
     if (count < 0) return weft_error(WEFT_ERR_ARG, "%s: negative %s %lld", fn, what, (long long)count);
+    if (weft_mul_bytes((uint64_t)count, a->esize, &bytes))
+        return weft_error(WEFT_ERR_ARG, "%s: %s %lld of %s overflows the address space (over %llu bytes)", fn, what,
+                          (long long)count, weft_dtype_name(a->dtype), (unsigned long long)WEFT_MAX_BYTES);
+    if (ranks > 1 && weft_mul_bytes(bytes, (uint64_t)ranks, &bytes))
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s %lld of %s times %d ranks overflows the address space (over %llu bytes)", fn, what,
+                          (long long)count, weft_dtype_name(a->dtype), ranks, (unsigned long long)WEFT_MAX_BYTES);
     return WEFT_SUCCESS;
 }
 
@@ -210,12 +329,16 @@ static int check_root(weft_comm_t comm, int root, const char *fn)
     return WEFT_SUCCESS;
 }
 
-/* A per-rank counts array (and optional displacements): non-NULL, counts >= 0. */
-static int check_vector(weft_comm_t comm, const int64_t *counts, const int64_t *displs, const char *fn,
+/* A per-rank counts array (and optional displacements): non-NULL, counts
+ * and displacements >= 0, each rank's block (displacement + count, in
+ * bytes) and the counts' sum within WEFT_MAX_BYTES. *total: the sum. */
+static int check_vector(const weft_coll_args_t *a, const int64_t *counts, const int64_t *displs, const char *fn,
                         const char *what, int64_t *total)
 {
+    weft_comm_t comm = a->comm;
+    const char *dt = weft_dtype_name(a->dtype);
+    uint64_t sum = 0, bytes, off;
     if (!counts) return weft_error(WEFT_ERR_ARG, "%s: NULL %s counts", fn, what);
-    *total = 0;
     for (int r = 0; r < comm->size; r++) {
         if (counts[r] < 0)
             return weft_error(WEFT_ERR_ARG, "%s: %s count for rank %d is negative (%lld)", fn, what, r,
@@ -223,8 +346,23 @@ static int check_vector(weft_comm_t comm, const int64_t *counts, const int64_t *
         if (displs && displs[r] < 0)
             return weft_error(WEFT_ERR_ARG, "%s: %s displacement for rank %d is negative (%lld)", fn, what, r,
                               (long long)displs[r]);
-        *total += counts[r];
+        if (weft_mul_bytes((uint64_t)counts[r], a->esize, &bytes))
+            return weft_error(WEFT_ERR_ARG, "%s: %s count for rank %d (%lld of %s) overflows the address space", fn,
+                              what, r, (long long)counts[r], dt);
+        if (displs && weft_mul_bytes((uint64_t)displs[r], a->esize, &off))
+            return weft_error(WEFT_ERR_ARG, "%s: %s displacement for rank %d (%lld of %s) overflows the address space",
+                              fn, what, r, (long long)displs[r], dt);
+        /* both at most WEFT_MAX_BYTES: their sums cannot wrap a uint64_t */
+        if (displs && off + bytes > WEFT_MAX_BYTES)
+            return weft_error(WEFT_ERR_ARG,
+                              "%s: %s displacement for rank %d (%lld) plus its count (%lld) of %s ends past the "
+                              "address space",
+                              fn, what, r, (long long)displs[r], (long long)counts[r], dt);
+        if ((sum += bytes) > WEFT_MAX_BYTES)
+            return weft_error(WEFT_ERR_ARG, "%s: the %s counts of ranks 0..%d add up to more than %llu bytes of %s", fn,
+                              what, r, (unsigned long long)WEFT_MAX_BYTES, dt);
     }
+    *total = (int64_t)(sum / (a->esize ? a->esize : 1));
     return WEFT_SUCCESS;
 }
 
@@ -250,7 +388,7 @@ static int bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_co
 {
     weft_coll_args_t a;
     int rc = begin(&a, WEFT_COLL_BCAST, comm, dtype, fn, req, req != NULL);
-    if (rc || (rc = check_count(count, fn, "count")) || (rc = check_buf(buf, count, fn, "buffer")) ||
+    if (rc || (rc = check_count(&a, count, 1, fn, "count")) || (rc = check_buf(buf, count, fn, "buffer")) ||
         (rc = check_root(comm, root, fn)))
         return rc;
     a.sendbuf = buf;
@@ -276,7 +414,7 @@ static int reduction(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, 
 {
     weft_coll_args_t a;
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
-    if (rc || (rc = check_count(count, fn, "count")) || (rc = weft_op_check(op, dtype, fn))) return rc;
+    if (rc || (rc = check_count(&a, count, 1, fn, "count")) || (rc = weft_op_check(op, dtype, fn))) return rc;
     int is_root = kind != WEFT_COLL_REDUCE || comm->rank == root;
     if (kind == WEFT_COLL_REDUCE && (rc = check_root(comm, root, fn))) return rc;
     if (sendbuf == WEFT_IN_PLACE) {
@@ -342,7 +480,10 @@ static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, v
 {
     weft_coll_args_t a;
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
-    if (rc || (rc = check_count(count, fn, "count"))) return rc;
+    /* Every rank checks the whole buffer's size (count x ranks), which only
+     * the root's or the receivers' calls touch: all fail alike. */
+    if (rc || (rc = check_count(&a, count, 1, fn, "count")) || (rc = check_count(&a, count, comm->size, fn, "count")))
+        return rc;
     int rooted = kind == WEFT_COLL_GATHER || kind == WEFT_COLL_SCATTER;
     if (rooted && (rc = check_root(comm, root, fn))) return rc;
     int me = comm->rank, is_root = !rooted || me == root;
@@ -446,8 +587,8 @@ static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendc
     if (rooted && (rc = check_root(comm, root, fn))) return rc;
     int is_root = !rooted || comm->rank == root;
     if (is_root) {
-        if ((rc = check_vector(comm, recvcounts, displs, fn, "receive", &total))) return rc;
         if (!displs) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+        if ((rc = check_vector(&a, recvcounts, displs, fn, "receive", &total))) return rc;
         if (total > 0 && !recvbuf) return weft_error(WEFT_ERR_ARG, "%s: NULL receive buffer", fn);
     }
     if (sendbuf == WEFT_IN_PLACE) {
@@ -455,7 +596,8 @@ static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendc
         sendcount = recvcounts[comm->rank];
         sendbuf = (char *)recvbuf + (size_t)displs[comm->rank] * a.esize;
     }
-    if ((rc = check_count(sendcount, fn, "send count")) || (rc = check_buf(sendbuf, sendcount, fn, "send buffer")))
+    if ((rc = check_count(&a, sendcount, 1, fn, "send count")) ||
+        (rc = check_buf(sendbuf, sendcount, fn, "send buffer")))
         return rc;
     if (is_root && sendcount != recvcounts[comm->rank])
         return weft_error(WEFT_ERR_ARG, "%s: this rank sends %lld elements but recvcounts[%d] is %lld", fn,
@@ -502,8 +644,8 @@ static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64
     if (rc || (rc = check_root(comm, root, fn))) return rc;
     int is_root = comm->rank == root;
     if (is_root) {
-        if ((rc = check_vector(comm, sendcounts, displs, fn, "send", &total))) return rc;
         if (!displs) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+        if ((rc = check_vector(&a, sendcounts, displs, fn, "send", &total))) return rc;
         if (total > 0 && !sendbuf) return weft_error(WEFT_ERR_ARG, "%s: NULL send buffer", fn);
         if (recvbuf == WEFT_IN_PLACE) {
             recvcount = sendcounts[root];
@@ -512,7 +654,7 @@ static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64
     } else if (recvbuf == WEFT_IN_PLACE) {
         return weft_error(WEFT_ERR_ARG, "%s: WEFT_IN_PLACE is only for the root", fn);
     }
-    if ((rc = check_count(recvcount, fn, "receive count")) ||
+    if ((rc = check_count(&a, recvcount, 1, fn, "receive count")) ||
         (rc = check_buf(recvbuf, recvcount, fn, "receive buffer")))
         return rc;
     if (is_root && recvcount != sendcounts[root])
@@ -549,10 +691,12 @@ static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recv
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
     if (rc || (rc = weft_op_check(op, dtype, fn))) return rc;
     if (kind == WEFT_COLL_REDUCE_SCATTER) {
-        if ((rc = check_vector(comm, recvcounts, NULL, fn, "receive", &total))) return rc;
+        if ((rc = check_vector(&a, recvcounts, NULL, fn, "receive", &total))) return rc;
         blockcount = recvcounts[comm->rank];
     } else {
-        if ((rc = check_count(blockcount, fn, "receive count"))) return rc;
+        if ((rc = check_count(&a, blockcount, 1, fn, "receive count")) ||
+            (rc = check_count(&a, blockcount, comm->size, fn, "receive count")))
+            return rc;
         total = blockcount * comm->size;
     }
     if (sendbuf == WEFT_IN_PLACE) sendbuf = recvbuf;
@@ -600,10 +744,10 @@ static int alltoall_v(const void *sendbuf, const int64_t *scounts, const int64_t
     if (rc) return rc;
     if (sendbuf == WEFT_IN_PLACE)
         return weft_error(WEFT_ERR_UNSUPPORTED, "%s: WEFT_IN_PLACE is not supported for alltoallv yet", fn);
-    if ((rc = check_vector(comm, scounts, sdispls, fn, "send", &stotal)) ||
-        (rc = check_vector(comm, rcounts, rdispls, fn, "receive", &rtotal)))
-        return rc;
     if (!sdispls || !rdispls) return weft_error(WEFT_ERR_ARG, "%s: NULL displacements", fn);
+    if ((rc = check_vector(&a, scounts, sdispls, fn, "send", &stotal)) ||
+        (rc = check_vector(&a, rcounts, rdispls, fn, "receive", &rtotal)))
+        return rc;
     if ((rc = check_buf(sendbuf, stotal, fn, "send buffer")) || (rc = check_buf(recvbuf, rtotal, fn, "receive buffer")))
         return rc;
     a.sendbuf = sendbuf;

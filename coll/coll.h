@@ -128,6 +128,11 @@ static inline char *weft_coll_rblock(const weft_coll_args_t *a, int r)
  * out of memory (the error is set, naming `alg`). */
 const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, size_t bytes, const char *alg);
 
+/* WEFT_COLL_CHECK (select.c declares it with the framework's variables):
+ * every call's schedule starts with a check that all members passed the
+ * same call (coll.c). */
+extern int weft_coll_check;
+
 /* Selection (select.c): the candidates for a call, best first, ending
  * with every other algorithm of the collective as a fallback. */
 int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int max);

@@ -19,8 +19,13 @@
 #include "topo/topo.h"
 #include "weft_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CTX_WORDS (WEFT_MAX_CONTEXTS / 64)
 
@@ -28,8 +33,69 @@ static struct weft_comm_s world_comm;
 static uint64_t ctx_used[CTX_WORDS];           /* context slots in use here */
 static weft_comm_t by_slot[WEFT_MAX_CONTEXTS]; /* the live communicator on each slot (control messages find it) */
 static uint32_t ctx_epoch;                     /* this process's creation epoch (weft_comm_epoch) */
-static struct weft_comm_s *comm_free_list; /* freed objects, reused (a stale handle fails the magic check) */
+static struct weft_comm_s *comm_free_list;     /* freed objects, reused (a stale handle fails the magic check) */
 static int live_comms;
+
+/* ---- nonces ------------------------------------------------------------- */
+
+uint64_t weft_random64(void)
+{
+    uint64_t v = 0;
+    ssize_t got;
+    do
+        got = getrandom(&v, sizeof(v), 0);
+    while (got < 0 && errno == EINTR);
+    if (got == (ssize_t)sizeof(v)) return v;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        got = read(fd, &v, sizeof(v));
+        close(fd);
+        if (got == (ssize_t)sizeof(v)) return v;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    weft_warn("no random bytes from the kernel (getrandom, /dev/urandom): communicator nonces fall back to the clock "
+              "and process id, which other users may guess");
+    return weft_prf64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30), (uint64_t)getpid(), (uint64_t)(uintptr_t)&v);
+}
+
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND(v0, v1, v2, v3)                                                                                       \
+    do {                                                                                                               \
+        v0 += v1;                                                                                                      \
+        v1 = ROTL(v1, 13);                                                                                             \
+        v1 ^= v0;                                                                                                      \
+        v0 = ROTL(v0, 32);                                                                                             \
+        v2 += v3;                                                                                                      \
+        v3 = ROTL(v3, 16);                                                                                             \
+        v3 ^= v2;                                                                                                      \
+        v0 += v3;                                                                                                      \
+        v3 = ROTL(v3, 21);                                                                                             \
+        v3 ^= v0;                                                                                                      \
+        v2 += v1;                                                                                                      \
+        v1 = ROTL(v1, 17);                                                                                             \
+        v1 ^= v2;                                                                                                      \
+        v2 = ROTL(v2, 32);                                                                                             \
+    } while (0)
+
+/* SipHash-2-4 (Aumasson and Bernstein) of the 16-byte message m0, m1
+ * (little-endian words) under the key (key, 0). */
+uint64_t weft_prf64(uint64_t key, uint64_t m0, uint64_t m1)
+{
+    uint64_t v0 = key ^ UINT64_C(0x736f6d6570736575), v1 = UINT64_C(0x646f72616e646f6d),
+             v2 = key ^ UINT64_C(0x6c7967656e657261), v3 = UINT64_C(0x7465646279746573);
+    const uint64_t m[3] = {m0, m1, (uint64_t)16 << 56}; /* the last block: the length, no bytes left */
+    for (int i = 0; i < 3; i++) {
+        v3 ^= m[i];
+        SIPROUND(v0, v1, v2, v3);
+        SIPROUND(v0, v1, v2, v3);
+        v0 ^= m[i];
+    }
+    v2 ^= 0xff;
+    for (int i = 0; i < 4; i++)
+        SIPROUND(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+}
 
 /* ---- context ids -------------------------------------------------------- */
 
@@ -98,6 +164,7 @@ int weft_comm_world_create(void)
     world_comm.nnodes = weft_g.nnodes;
     for (int k = 0; k < WEFT_SUB_KINDS; k++)
         world_comm.sub_ctx[k] = weft_ctx_make(0, (uint32_t)(1 + k), 0);
+    world_comm.nonce = weft_g.world_nonce;
     snprintf(world_comm.name, sizeof(world_comm.name), "world");
     weft_g.world = &world_comm;
     by_slot[0] = &world_comm;
@@ -198,6 +265,7 @@ typedef struct {
     int32_t invalid; /* this member's own arguments were bad: it takes part in no group */
     uint32_t epoch;  /* weft_comm_epoch() */
     uint64_t list_hash;
+    uint64_t nonce; /* this member's random contribution: the lowest parent rank's becomes the comm's */
     uint64_t free_ctx[CTX_WORDS];
 } create_info_t;
 
@@ -235,7 +303,7 @@ typedef struct {
 } create_args_t;
 
 static int comm_build(weft_comm_t parent, const int *members, int nmembers, uint32_t slot, uint32_t epoch,
-                      weft_options_t opts, const char *name, const char *fn, weft_comm_t *out);
+                      uint64_t nonce, weft_options_t opts, const char *name, const char *fn, weft_comm_t *out);
 
 /* One collective over parent; *out is the new communicator or WEFT_COMM_NULL. */
 static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts, weft_comm_t *out)
@@ -257,6 +325,7 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     for (int w = 0; w < CTX_WORDS; w++)
         mine.free_ctx[w] = ~ctx_used[w];
     mine.epoch = ctx_epoch;
+    mine.nonce = weft_random64();
 
     all = malloc(sizeof(*all) * (size_t)n);
     members = malloc(sizeof(int) * (size_t)n);
@@ -323,7 +392,10 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
                         a->fn, WEFT_MAX_CONTEXTS);
         goto out;
     }
-    rc = comm_build(parent, members, nmembers, (uint32_t)slot, epoch, opts, a->name, a->fn, &c);
+    int lowest = members[0]; /* every member finds the same one */
+    for (int i = 1; i < nmembers; i++)
+        if (members[i] < lowest) lowest = members[i];
+    rc = comm_build(parent, members, nmembers, (uint32_t)slot, epoch, all[lowest].nonce, opts, a->name, a->fn, &c);
 out:
     free(all);
     free(members);
@@ -334,7 +406,7 @@ out:
 /* The communicator of parent's ranks members[0..n-1] on slot, generation
  * from epoch; every member of it computes the same from the same inputs. */
 static int comm_build(weft_comm_t parent, const int *members, int nmembers, uint32_t slot, uint32_t epoch,
-                      weft_options_t opts, const char *name, const char *fn, weft_comm_t *out)
+                      uint64_t nonce, weft_options_t opts, const char *name, const char *fn, weft_comm_t *out)
 {
     int rc;
     weft_comm_t c = comm_alloc();
@@ -362,6 +434,7 @@ static int comm_build(weft_comm_t parent, const int *members, int nmembers, uint
     c->magic = WEFT_COMM_MAGIC;
     c->context_id = weft_ctx_make(slot, 0, gen);
     c->device = -1;
+    c->nonce = nonce;
     c->revoked_by = -1;
     ctx_take(slot);
     by_slot[slot] = c;
@@ -389,7 +462,10 @@ static int comm_build(weft_comm_t parent, const int *members, int nmembers, uint
 int weft_comm_build(weft_comm_t parent, const int *members, int nmembers, uint32_t slot, uint32_t epoch,
                     const char *name, weft_comm_t *out)
 {
-    return comm_build(parent, members, nmembers, slot, epoch, WEFT_OPTIONS_NULL, name, "weft_comm_shrink", out);
+    /* Every survivor derives the same secret from the parent's (no member
+     * sends one: the agreement decided everything else). */
+    uint64_t nonce = weft_prf64(parent->nonce, UINT64_C(0x736872696e6b00) | epoch, slot);
+    return comm_build(parent, members, nmembers, slot, epoch, nonce, WEFT_OPTIONS_NULL, name, "weft_comm_shrink", out);
 }
 
 /* Checks what must hold before this rank can take part at all. Bad
@@ -655,6 +731,11 @@ int weft_comm_derived(weft_comm_t comm, int kind, weft_comm_t *out)
     c->parent = comm;
     c->revoked = comm->revoked; /* built after comm was revoked: born revoked */
     c->revoked_by = comm->revoked_by;
+    /* Every member derives the same one; through the PRF, so a name made
+     * from it says nothing about the parent's (nor the parent's names
+     * about it). Rail comms of different ranks share it: their context
+     * and members differ. */
+    c->nonce = weft_prf64(comm->nonce, UINT64_C(0x6465726976656400) | (uint64_t)kind, c->context_id);
     snprintf(c->name, sizeof(c->name), "%.50s.%s", comm->name, suffix[kind]);
     t->sub[kind] = c;
     t->built[kind] = 1;

@@ -31,11 +31,12 @@ int weft_buffer_check(const void *buf, int64_t count, weft_dtype_t dtype, const 
     size_t esize = weft_dtype_size(dtype);
     if (esize == 0) return weft_error(WEFT_ERR_ARG, "%s: unknown datatype %d for %s", fn, (int)dtype, what);
     if (count < 0) return weft_error(WEFT_ERR_ARG, "%s: negative count %lld for %s", fn, (long long)count, what);
-    if ((uint64_t)count > SIZE_MAX / esize)
+    uint64_t len;
+    if (weft_mul_bytes((uint64_t)count, esize, &len))
         return weft_error(WEFT_ERR_ARG, "%s: count %lld of %s overflows the address space for %s", fn, (long long)count,
                           dtypes[dtype].name, what);
     if (buf == NULL && count > 0)
         return weft_error(WEFT_ERR_ARG, "%s: NULL %s with count %lld", fn, what, (long long)count);
-    *bytes = (size_t)count * esize;
+    *bytes = (size_t)len;
     return WEFT_SUCCESS;
 }

@@ -49,6 +49,10 @@ struct weft_sched {
     struct weft_sched *next_active;
     void *spare;    /* SCHED_SCRATCH_KEEP bytes kept across uses */
     int spare_used; /* handed out by weft_sched_scratch */
+    const weft_sched_watch_t *watch; /* NULL: none */
+    void *watch_arg;
+    unsigned watch_polls; /* polls that found a step not done */
+    int watch_started;    /* its start ran */
 };
 
 static weft_sched_t *active;
@@ -92,6 +96,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->child_next = -1;
     s->nchildren = 0;
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
+    s->watch = NULL;
     return s;
 }
 
@@ -180,6 +185,27 @@ int weft_sched_poll(weft_sched_t *s, weft_sched_poll_fn fn, void *arg)
     op->poll = fn;
     op->arg = arg;
     return WEFT_SUCCESS;
+}
+
+void weft_sched_watch(weft_sched_t *s, const weft_sched_watch_t *watch, void *arg)
+{
+    s->watch = watch;
+    s->watch_arg = arg;
+    s->watch_polls = 0;
+    s->watch_started = 0;
+}
+
+static void watch_start(weft_sched_t *s)
+{
+    if (s->watch && !s->watch_started && s->watch->start) s->watch->start(s->watch_arg);
+    s->watch_started = 1;
+}
+
+/* The schedule ends with rc: a watch hears of a failure. */
+static void watch_end(weft_sched_t *s, int rc)
+{
+    if (WEFT_UNLIKELY(rc != WEFT_SUCCESS) && s->watch && s->watch->failed) s->watch->failed(s->watch_arg, rc);
+    s->watch = NULL;
 }
 
 void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
@@ -366,6 +392,9 @@ static int run_locals(weft_sched_t *s)
             int rc = op->poll(s, op->arg);
             if (rc == 0) {
                 s->local_pos = i;
+                if (s->watch && ++s->watch_polls % WEFT_SCHED_WATCH_POLLS == 0 && s->watch->check &&
+                    (rc = s->watch->check(s->watch_arg)) < 0)
+                    return rc;
                 return SCHED_PENDING;
             }
             if (rc < 0) return rc;
@@ -420,6 +449,7 @@ static void finish(weft_sched_t *s, int rc)
     abandon_round(s);
     abandon_children(s);
     log_end(s, rc);
+    watch_end(s, rc);
     req->owner_data = NULL;
     sched_free(s);
     if (req->orphaned)
@@ -585,6 +615,7 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
     /* The sequence number is taken only by schedules that run, so a
      * schedule an algorithm declined leaves no gap. */
     s->seq = s->comm->coll_seq++;
+    watch_start(s);
     *out = s->req;
     if (s->nrounds == 0) {
         s->req->owner_data = NULL;
@@ -651,11 +682,13 @@ int weft_sched_run(weft_sched_t *s)
         }
         unsigned polls = 0, limit = weft_cfg.spin_before_yield > 0 ? (unsigned)weft_cfg.spin_before_yield : 1;
         if (limit > INLINE_POLLS_MAX) limit = INLINE_POLLS_MAX;
+        watch_start(s);
         for (;;) {
             rc = run_locals(s);
             if (rc != SCHED_PENDING) {
                 s->comm->coll_seq++; /* as weft_sched_start: the numbering stays the same on every rank */
                 log_end(s, rc);
+                watch_end(s, rc);
                 weft_comm_t comm = s->comm;
                 sched_free(s);
                 if (rc) weft_comm_error_policy(comm, rc);

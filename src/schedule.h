@@ -37,6 +37,25 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what);
  * string such as "arrival flag"); the message is formatted only when a
  * timeout needs it, so a poll that waits costs no formatting. */
 void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
+/* A watch over a schedule of polling steps, for the component whose
+ * shared state they poll (coll/shm: its segment). start(arg) runs once
+ * when the schedule starts (weft_sched_start, or weft_sched_run before
+ * its first poll), in the user's call order on every rank, before any
+ * step: the place to take a ticket (coll/shm's sequence numbers; steps
+ * run later, after rounds of messages before them). check(arg) runs after
+ * every WEFT_SCHED_WATCH_POLLS polls that found a step not done yet: a
+ * negative return fails the schedule with it, so a member's failure that
+ * the component can see in its shared state ends the wait at once rather
+ * than at the deadline. failed(arg, rc) runs once when the schedule ends
+ * with an error (a failed step, a cancel, a timeout, finalize), before its
+ * scratch is freed. Either may be NULL. Costs nothing while no poll waits. */
+typedef struct weft_sched_watch {
+    void (*start)(void *arg);
+    int (*check)(void *arg);
+    void (*failed)(void *arg, int rc);
+} weft_sched_watch_t;
+#define WEFT_SCHED_WATCH_POLLS 64
+void weft_sched_watch(weft_sched_t *s, const weft_sched_watch_t *watch, void *arg);
 /* A child step: posts one nonblocking operation (a collective on a
  * sub-communicator) when its round starts, and the round waits for its
  * request with the round's messages. post returns a status and *req, or

@@ -6,6 +6,7 @@
 #include "weft.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -113,6 +114,7 @@ typedef struct weft_state {
     int *node_of; /* world rank -> node index (nodes numbered by first rank) */
     uint64_t
         job_id; /* the same on every rank, different for every job: world rank 0's host id, pid and start time hashed */
+    uint64_t world_nonce; /* world rank 0's random contribution to the node-map exchange: the world's nonce */
     struct weft_bootstrap *bs;
     struct weft_pt2pt *p2p;
     weft_comm_t world;
@@ -214,6 +216,13 @@ struct weft_comm_s {
     int revoke_sent;            /* this rank told the other members */
     struct weft_comm_s *parent; /* a derived comm's communicator (NULL on others) */
     struct weft_ft_comm *ft;
+    /* A secret agreed by the members at creation: every member's random
+     * contribution rides in the creation allgather and the lowest parent
+     * rank's is kept (the world's: world rank 0's, from the node-map
+     * exchange; a derived comm's: its parent's, put through weft_prf64).
+     * Names of the communicator's shared resources are derived from it
+     * (weft_comm_nonce), so nobody outside the job can predict them. */
+    uint64_t nonce;
 };
 int weft_comm_world_create(void);
 void weft_comm_world_destroy(void);
@@ -247,6 +256,21 @@ static inline int weft_comm_world_rank_of(weft_comm_t comm, int rank)
 {
     return comm->world_ranks ? comm->world_ranks[rank] : rank;
 }
+/* comm's nonce (see struct weft_comm_s): for names of its shared
+ * resources, through weft_prf64 only, so that a name seen does not give
+ * the nonce away. */
+static inline uint64_t weft_comm_nonce(weft_comm_t comm)
+{
+    return comm->nonce;
+}
+/* 64 random bits from the kernel (getrandom, else /dev/urandom; only when
+ * both fail, which Linux since 3.17 does not, a hash of the clock, pid and
+ * addresses, with a warning). */
+uint64_t weft_random64(void);
+/* A keyed pseudo-random function (SipHash-2-4 of two words under the key
+ * (key, 0)): outputs for any messages tell nothing about the key or about
+ * the output for another message. */
+uint64_t weft_prf64(uint64_t key, uint64_t m0, uint64_t m1);
 /* ---- topology of a communicator and its derived sub-communicators ------ */
 /* Built from the node map on first use, without communication, and cached
  * on the communicator (freed with it). Nodes are numbered by their first
@@ -284,6 +308,20 @@ int weft_options_apply(weft_comm_t comm, weft_comm_t parent, weft_options_t opts
 void weft_hints_free(weft_hint_t *hints, int n);
 
 /* ---- datatypes (dtype.c) ---------------------------------------------- */
+/* The most bytes a buffer, or an offset into one, may span: pointer
+ * arithmetic past PTRDIFF_MAX is undefined, and no process maps that much. */
+#define WEFT_MAX_BYTES ((uint64_t)PTRDIFF_MAX)
+/* *out = a * b when the product is at most WEFT_MAX_BYTES: 0, else 1 (*out
+ * untouched). The one overflow check for every count x element size (x
+ * ranks) that becomes a byte length or an offset, point-to-point's and the
+ * collectives' alike. */
+static inline int weft_mul_bytes(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t p;
+    if (__builtin_mul_overflow(a, b, &p) || p > WEFT_MAX_BYTES) return 1;
+    *out = p;
+    return 0;
+}
 /* Validates (buf, count, dtype) and returns the byte length in *bytes. */
 int weft_buffer_check(const void *buf, int64_t count, weft_dtype_t dtype, const char *fn, const char *what,
                       size_t *bytes);

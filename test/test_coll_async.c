@@ -299,6 +299,191 @@ Test(coll_async, bad_arguments, .timeout = 60)
     cr_assert_eq(res.failed, 0);
 }
 
+/* ---- counts, displacements and their products that overflow ---------------- */
+/* Every rank passes the same bad arguments, so each fails alone at the
+ * call (no collective starts) with WEFT_ERR_ARG naming the argument.
+ * Before the front end checked them: count 2^62 (x 4 bytes wraps to 0)
+ * crashed in the shared-memory allreduce's reduction, INT64_MAX in
+ * shm_cma, and a displacement of INT64_MAX / 2 wrapped and wrote outside
+ * the receive buffer. */
+#define EXPECT_ARG(call, word)                                                                                         \
+    do {                                                                                                               \
+        int rc_ = (call);                                                                                              \
+        TH_CHECK(rc_ == WEFT_ERR_ARG && strstr(weft_last_error(), word), "%s: %d (%s), expected an error naming %s",   \
+                 #call, rc_, weft_last_error(), word);                                                                 \
+    } while (0)
+
+static int body_overflow(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)rank;
+    (void)size;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    static float f[64], g[64];
+    const int64_t big = INT64_C(1) << 62, huge = INT64_MAX;
+    /* count x 4 bytes fits, x 4 ranks does not */
+    const int64_t per_rank = (INT64_C(1) << 61) / 4;
+    int64_t counts[8], displs[8], zero[8] = {0};
+    for (int r = 0; r < 8; r++) {
+        counts[r] = 1;
+        displs[r] = r;
+    }
+    EXPECT_ARG(weft_allreduce(f, g, big, WEFT_FLOAT32, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_allreduce(f, g, huge, WEFT_FLOAT32, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_allreduce(WEFT_IN_PLACE, g, big, WEFT_INT64, WEFT_MAX, w), "count");
+    EXPECT_ARG(weft_reduce(f, g, big, WEFT_FLOAT64, WEFT_SUM, 0, w), "count");
+    EXPECT_ARG(weft_scan(f, g, big, WEFT_INT32, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_exscan(f, g, huge, WEFT_INT16, WEFT_SUM, w), "count");
+    EXPECT_ARG(weft_bcast(f, big, WEFT_FLOAT32, 0, w), "count");
+    EXPECT_ARG(weft_bcast(f, huge, WEFT_BFLOAT16, 0, w), "count");
+    /* the per-rank count fits, the whole buffer (count x ranks) does not */
+    EXPECT_ARG(weft_allgather(f, g, per_rank, WEFT_FLOAT64, w), "ranks");
+    EXPECT_ARG(weft_allgather(f, g, big, WEFT_FLOAT32, w), "count");
+    EXPECT_ARG(weft_gather(f, g, per_rank, WEFT_FLOAT64, 0, w), "ranks");
+    EXPECT_ARG(weft_scatter(f, g, per_rank, WEFT_FLOAT64, 0, w), "ranks");
+    EXPECT_ARG(weft_alltoall(f, g, per_rank, WEFT_FLOAT64, w), "ranks");
+    EXPECT_ARG(weft_alltoall(WEFT_IN_PLACE, g, per_rank, WEFT_FLOAT64, w), "ranks");
+    EXPECT_ARG(weft_reduce_scatter_block(f, g, per_rank, WEFT_FLOAT64, WEFT_SUM, w), "ranks");
+    EXPECT_ARG(weft_reduce_scatter_block(f, g, big, WEFT_FLOAT32, WEFT_SUM, w), "count");
+    /* displacements: one that wraps when scaled, one whose block ends past
+     * the address space, counts whose sum does */
+    displs[n - 1] = INT64_MAX / 2;
+    EXPECT_ARG(weft_allgatherv(f, 1, g, counts, displs, WEFT_FLOAT32, w), "displacement");
+    if (me == 0) { /* the vectors count at the root only: the others would start the call */
+        EXPECT_ARG(weft_gatherv(f, 1, g, counts, displs, WEFT_FLOAT32, 0, w), "displacement");
+        EXPECT_ARG(weft_scatterv(f, counts, displs, g, 1, WEFT_FLOAT32, 0, w), "displacement");
+    }
+    EXPECT_ARG(weft_alltoallv(f, counts, displs, g, counts, displs, WEFT_FLOAT32, w), "displacement");
+    displs[n - 1] = INT64_MAX / 4 - 1; /* x 4 bytes fits; its block's end does not */
+    counts[n - 1] = 8;
+    int64_t sc = me == n - 1 ? 8 : 1;
+    EXPECT_ARG(weft_allgatherv(f, sc, g, counts, displs, WEFT_FLOAT32, w), "displacement");
+    displs[n - 1] = n - 1;
+    counts[n - 1] = 1;
+    counts[0] = huge;
+    EXPECT_ARG(weft_allgatherv(f, me == 0 ? huge : 1, g, counts, displs, WEFT_FLOAT32, w), "count");
+    EXPECT_ARG(weft_alltoallv(f, counts, zero, g, counts, zero, WEFT_FLOAT32, w), "count");
+    counts[0] = counts[1] = INT64_MAX / 2 + 1; /* each fits, their sum wraps */
+    EXPECT_ARG(weft_reduce_scatter(f, g, counts, WEFT_BYTE, WEFT_BOR, w), "counts");
+    EXPECT_ARG(weft_alltoallv(f, counts, zero, g, counts, zero, WEFT_BYTE, w), "count");
+    /* None of that started anything: a real collective works. */
+    float one = 1, sum = 0;
+    TH_OK(weft_allreduce(&one, &sum, 1, WEFT_FLOAT32, WEFT_SUM, w));
+    TH_CHECK(sum == (float)n, "sum %g", (double)sum);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, overflowing_arguments, .timeout = 60)
+{
+    for (int n = 2; n <= 4; n += 2) {
+        th_result_t res = th_run(n, body_overflow, NULL, 40, quiet_env);
+        cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}
+
+/* ---- WEFT_COLL_CHECK: the members' calls compared first --------------------- */
+/* With WEFT_COLL_CHECK=1 every collective first allgathers each member's
+ * (collective, datatype, op, root, count): calls that differ fail on every
+ * rank with WEFT_ERR_ARG and one message naming the first rank that
+ * differs, where without it base algorithms return wrong data (a float32
+ * sum against an int32 one) or wait for messages that never come (another
+ * root). Rank 2 differs in each case, on a fresh communicator (a failed
+ * call breaks a communicator's shared-memory collectives); correct calls,
+ * v-collectives included, still work. Before, WEFT_COLL_CHECK was an
+ * unknown variable. */
+static uint64_t text_hash(const char *t)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (; *t; t++)
+        h = (h ^ (unsigned char)*t) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* Every rank failed with the same message, which says what `want` says. */
+static void expect_check_failure(weft_comm_t w, int rank, int size, int rc, const char *what, const char *want)
+{
+    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "WEFT_COLL_CHECK") &&
+                 strstr(weft_last_error(), "rank 2 called") && strstr(weft_last_error(), want),
+             "rank %d: %s: %d (%s), wanted an error naming rank 2 and %s", rank, what, rc, weft_last_error(), want);
+    uint64_t mine = text_hash(weft_last_error()), all[8];
+    TH_OK(weft_allgather(&mine, all, 1, WEFT_UINT64, w));
+    for (int r = 0; r < size; r++)
+        TH_CHECK(all[r] == mine, "%s: rank %d's message differs from rank %d's (%s)", what, r, rank, weft_last_error());
+}
+
+static int body_coll_check(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n), c;
+    int32_t in[8], out[64];
+    for (int i = 0; i < 8; i++)
+        in[i] = rank + i;
+    /* correct calls */
+    TH_OK(weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, w));
+    TH_CHECK(out[1] == size * (size - 1) / 2 + size, "allreduce: %d", out[1]);
+    int64_t counts[8], displs[8];
+    for (int r = 0; r < size; r++) {
+        counts[r] = r % 2 + 1;
+        displs[r] = 2 * r;
+    }
+    TH_OK(weft_allgatherv(in, counts[rank], out, counts, displs, WEFT_INT32, w));
+    TH_CHECK(out[2 * (size - 1)] == size - 1, "allgatherv: %d", out[2 * (size - 1)]);
+    TH_OK(weft_barrier(w));
+    weft_request_t r;
+    TH_OK(weft_ibcast(in, 2, WEFT_INT32, 1, w, &r));
+    TH_OK(weft_wait(&r, NULL));
+    TH_CHECK(in[0] == 1, "ibcast: %d", in[0]);
+    /* a float32 sum against int32 ones, through a base algorithm */
+    c = th_forced(w, "allreduce", "ring");
+    int rc = weft_allreduce(in, out, 4, rank == 2 ? WEFT_FLOAT32 : WEFT_INT32, WEFT_SUM, c);
+    expect_check_failure(w, rank, size, rc, "allreduce ring", "allreduce of 4 x float32, op sum");
+    TH_OK(weft_comm_free(&c));
+    /* and through shared memory, where the signature would also see it */
+    c = th_forced(w, "allreduce", "shm");
+    rc = weft_allreduce(in, out, 4, WEFT_INT32, rank == 2 ? WEFT_MAX : WEFT_SUM, c);
+    expect_check_failure(w, rank, size, rc, "allreduce shm", "op max");
+    TH_OK(weft_comm_free(&c));
+    /* another root: without the check, binomial trees that wait for each other */
+    c = th_forced(w, "bcast", "binomial");
+    rc = weft_bcast(in, 2, WEFT_INT32, rank == 2 ? 1 : 0, c);
+    expect_check_failure(w, rank, size, rc, "bcast", "root 1");
+    TH_OK(weft_comm_free(&c));
+    /* another collective */
+    TH_OK(weft_comm_dup(w, NULL, &c));
+    rc = rank == 2 ? weft_reduce(in, out, 4, WEFT_INT32, WEFT_SUM, 0, c)
+                   : weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, c);
+    expect_check_failure(w, rank, size, rc, "reduce against allreduce", "called reduce");
+    TH_OK(weft_comm_free(&c));
+    /* another count, nonblocking */
+    TH_OK(weft_comm_dup(w, NULL, &c));
+    TH_OK(weft_iallgather(in, out, rank == 2 ? 3 : 2, WEFT_INT32, c, &r));
+    rc = weft_wait(&r, NULL);
+    expect_check_failure(w, rank, size, rc, "iallgather", "allgather of 3 x int32");
+    TH_OK(weft_comm_free(&c));
+    /* allgatherv counts that differ */
+    TH_OK(weft_comm_dup(w, NULL, &c));
+    if (rank == 2) counts[0]++;
+    rc = weft_allgatherv(in, counts[rank], out, counts, displs, WEFT_INT32, c);
+    expect_check_failure(w, rank, size, rc, "allgatherv", "counts hashing to");
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, coll_check, .timeout = 90)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", "WEFT_COLL_CHECK=1", NULL};
+    for (int n = 3; n <= 4; n++) {
+        th_result_t res = th_run(n, body_coll_check, NULL, 60, env);
+        cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}
+
 /* ---- what reaches stderr at the default log level ------------------------ */
 /* An error returned to the caller is not printed (the caller has it, with
  * weft_last_error()); one weft swallows is a warning: here a barrier only

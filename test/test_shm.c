@@ -12,10 +12,15 @@
 #include "weft.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -495,7 +500,10 @@ static int body_cma(int rank, int size, void *arg)
 /* bcast_shm_cma with a rank that expects another length (an erroneous
  * call): that rank gets WEFT_ERR_ARG naming both lengths, its child in the
  * tree (radix 2: rank 3 under rank 2) fails because its parent did, the
- * others get the message, nobody hangs, and the next collective works. */
+ * others get the message, nobody hangs; the communicator's shared-memory
+ * sequence is then broken on ranks 2 and 3, so the next shared-memory
+ * collective fails at once on every rank (ranks 2 and 3 at its start, the
+ * others seeing rank 2's record in the segment) instead of at the deadline. */
 static int body_cma_mismatch(int rank, int size, void *arg)
 {
     (void)arg;
@@ -517,7 +525,10 @@ static int body_cma_mismatch(int rank, int size, void *arg)
         TH_CHECK(rc == 0, "rank %d: %d (%s)", rank, rc, weft_last_error());
         TH_CHECK(th_verify(b, 32768, 77u, NULL), "rank %d: wrong data", rank);
     }
-    TH_OK(weft_barrier(c));
+    double t0 = weft_wtime();
+    rc = weft_barrier(c);
+    TH_CHECK(rc == WEFT_ERR_COMM && strstr(weft_last_error(), "fails at once") && weft_wtime() - t0 < 5,
+             "rank %d: the barrier after: %d after %.1f s (%s)", rank, rc, weft_wtime() - t0, weft_last_error());
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_finalize());
     return 0;
@@ -525,18 +536,22 @@ static int body_cma_mismatch(int rank, int size, void *arg)
 
 /* Ranks that pass different counts to a slot bcast or allreduce (an
  * erroneous call) get WEFT_ERR_ARG naming both lengths instead of wrong
- * bytes, and nobody hangs. Rank 2 passes more. Flat bcast: only rank 2
- * reads the root's length. Tree bcast (radix 2: rank 2's child is rank 3)
- * of one and of several pieces: rank 2 and its child fail. Allreduce up
- * the tree: the root (rank 2's parent) and rank 2 fail; chunked
- * allreduce, allgather and reduce_scatter: every rank checks every
- * length, so all fail. */
+ * bytes, and nobody hangs. Rank 2 passes more (with `also3`, rank 3 too).
+ * Flat bcast: only rank 2 reads the root's length. Tree bcast (radix 2:
+ * rank 2's child is rank 3) of one and of several pieces: rank 2 and its
+ * child fail (also when the child passed what rank 2 did: rank 2 passes a
+ * bad mark down, not its own length, which rank 3's would match, and rank
+ * 3 took rank 2's stale slot for the message). Allreduce up the tree: the
+ * root (rank 2's parent) and rank 2 see it, and the root marks its result
+ * bad, so all fail; chunked allreduce, allgather and reduce_scatter: every
+ * rank checks every length, so all fail. */
 typedef struct {
     const char *coll;
     const char *alg;
     int64_t count; /* rank 2: count + extra */
     int64_t extra;
     int fail[4]; /* which ranks must fail */
+    int also3;   /* rank 3 passes rank 2's count */
 } mismatch_t;
 
 static int body_mismatch(int rank, int size, void *arg)
@@ -545,7 +560,7 @@ static int body_mismatch(int rank, int size, void *arg)
     (void)size;
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c = forced(m->coll, m->alg);
-    int64_t n = m->count + (rank == 2 ? m->extra : 0);
+    int64_t n = m->count + (rank == 2 || (rank == 3 && m->also3) ? m->extra : 0);
     static int32_t in[60000], out[4 * 60000];
     for (int64_t i = 0; i < n; i++)
         in[i] = (int32_t)(i + 1);
@@ -579,25 +594,109 @@ static void run_mismatch(const mismatch_t *m)
 Test(shm, mismatched_counts, .timeout = 120)
 {
     static const mismatch_t cases[] = {
-        {"bcast", "shm", 5, 1, {0, 0, 1, 0}},             /* flat, in the head line */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}},          /* down the tree (4000 bytes) */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}},     /* 2 pieces against 3 */
-        {"allreduce", "shm", 5, 1, {1, 0, 1, 0}},         /* up the tree to rank 0, the result read from it */
-        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}},      /* chunked: every rank checks every length */
-        {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}}, /* chunked, 2 pieces against 3 */
-        {"allgather", "shm", 100, 1, {1, 1, 1, 1}},
-        {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}},
-        {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}}, /* chunked below the threshold: every rank checks */
-        {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}},  /* every rank reads every length */
-        {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}}, /* 48 bytes in the head line against 52 in the body */
-        {"allreduce", "shm_ll", 5, 1, {1, 1, 1, 1}},       /* one line each: the owner sees two lengths */
-        {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}},      /* one line against two */
-        {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}},   /* 8 lines against 29: other owners */
-        {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}},  /* rank 2 over its largest: shm runs there */
-        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}},     /* 5 lines against 6: an owner's line only one writes */
+        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0},    /* flat, in the head line */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0}, /* down the tree (4000 bytes) */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1}, /* rank 3 as rank 2: rank 2's bad mark fails it */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1},      /* ranks 2 and 3 alike: the root sees rank 2 differ */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0},     /* 2 pieces against 3 */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0},         /* up the tree to rank 0, which marks its result bad */
+        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0},      /* chunked: every rank checks every length */
+        {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}, 0}, /* chunked, 2 pieces against 3 */
+        {"allgather", "shm", 100, 1, {1, 1, 1, 1}, 0},
+        {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}, 0},
+        {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}, 0},  /* chunked below the threshold: every rank checks */
+        {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}, 0},  /* every rank reads every length */
+        {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}, 0}, /* 48 bytes in the head line against 52 in the body */
+        {"allreduce", "shm_ll", 5, 1, {1, 1, 1, 1}, 0},       /* one line each: the owner sees two lengths */
+        {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}, 0},      /* one line against two */
+        {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}, 0},   /* 8 lines against 29: other owners */
+        {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}, 0},  /* rank 2 over its largest: shm runs there */
+        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}, 0},     /* 5 lines against 6: an owner's line only one writes */
     };
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);
+}
+
+/* Ranks that pass different datatypes or ops (with equal byte lengths:
+ * float32 against int32, max against sum) to a shared-memory collective:
+ * the signature that rides in the words that carried the length makes
+ * every rank that reads another's word fail with WEFT_ERR_ARG naming what
+ * differs, and a rank that found a difference passes it on (its word
+ * marked bad), so where every rank reads some word that depends on every
+ * member (allreduce, allgather, reduce_scatter) every rank fails. A bcast's
+ * root and a reduce's leaves read nothing: they cannot tell (WEFT_COLL_CHECK
+ * does). Rank 2 differs; radix 2 (rank 2's child is rank 3). Before, every
+ * rank returned success (float SUM against int SUM gave 1 and 1065353218). */
+enum { SIG_DTYPE, SIG_OP };
+typedef struct {
+    const char *coll;
+    const char *alg;
+    int64_t count;
+    int what;    /* SIG_DTYPE: rank 2 passes float32 for int32; SIG_OP: max for sum */
+    int fail[4]; /* which ranks must fail */
+} sigcase_t;
+
+static int body_sig_mismatch(int rank, int size, void *arg)
+{
+    const sigcase_t *m = arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    if (!strcmp(m->alg, "shm_cma") && !weft_shm_cma_usable()) return weft_finalize();
+    weft_comm_t c = forced(m->coll, m->alg);
+    weft_dtype_t d = rank == 2 && m->what == SIG_DTYPE ? WEFT_FLOAT32 : WEFT_INT32;
+    weft_op_t op = rank == 2 && m->what == SIG_OP ? WEFT_MAX : WEFT_SUM;
+    static int32_t in[8192], out[4 * 8192];
+    for (int64_t i = 0; i < m->count; i++)
+        in[i] = (int32_t)(i % 7 + rank);
+    int rc;
+    if (!strcmp(m->coll, "bcast"))
+        rc = weft_bcast(in, m->count, d, 0, c);
+    else if (!strcmp(m->coll, "reduce"))
+        rc = weft_reduce(in, out, m->count, d, op, 0, c);
+    else if (!strcmp(m->coll, "allgather"))
+        rc = weft_allgather(in, out, m->count, d, c);
+    else if (!strcmp(m->coll, "reduce_scatter_block"))
+        rc = weft_reduce_scatter_block(in, out, m->count / 4, d, op, c);
+    else
+        rc = weft_allreduce(in, out, m->count, d, op, c);
+    const char *word = m->what == SIG_DTYPE ? "datatypes" : "ops";
+    if (m->fail[rank])
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), word), "%s %s count %lld rank %d: %d (%s)", m->coll,
+                 m->alg, (long long)m->count, rank, rc, weft_last_error());
+    else
+        TH_CHECK(rc == 0, "%s %s count %lld rank %d: %d (%s)", m->coll, m->alg, (long long)m->count, rank, rc,
+                 weft_last_error());
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, mismatched_signatures, .timeout = 200)
+{
+    static const sigcase_t cases[] = {
+        {"allreduce", "shm", 4, SIG_DTYPE, {1, 1, 1, 1}}, /* up the tree: the root marks the result bad */
+        {"allreduce", "shm", 4, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm", 1000, SIG_DTYPE, {1, 1, 1, 1}}, /* chunked: every rank checks every word */
+        {"allreduce", "shm_chunked", 4, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm_allread", 4, SIG_DTYPE, {1, 1, 1, 1}},
+        {"allreduce", "shm_allread", 4, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm_ll", 20, SIG_DTYPE, {1, 1, 1, 1}}, /* the owners of the lines see it */
+        {"allreduce", "shm_ll", 20, SIG_OP, {1, 1, 1, 1}},
+        {"allreduce", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
+        {"reduce", "shm", 4, SIG_OP, {1, 0, 1, 0}},      /* rank 2 sees its child's, the root rank 2's bad mark */
+        {"bcast", "shm", 5, SIG_DTYPE, {0, 0, 1, 0}},    /* flat: only rank 2 reads a word unlike its own */
+        {"bcast", "shm", 1000, SIG_DTYPE, {0, 0, 1, 1}}, /* down the tree: rank 2, then its child */
+        {"bcast", "shm_cma", 8192, SIG_DTYPE, {0, 0, 1, 1}},
+        {"allgather", "shm", 4, SIG_DTYPE, {1, 1, 1, 1}},
+        {"allgather", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
+        {"reduce_scatter_block", "shm", 16, SIG_OP, {1, 1, 1, 1}},
+    };
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2", NULL};
+    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        th_result_t res = th_run(4, body_sig_mismatch, (void *)&cases[i], 30, env);
+        cr_assert_eq(res.timed_out, 0, "%s %s: hung", cases[i].coll, cases[i].alg);
+        cr_assert_eq(res.failed, 0, "%s %s count %lld", cases[i].coll, cases[i].alg, (long long)cases[i].count);
+    }
 }
 
 /* Counts on both sides of a selection threshold (an erroneous call): with
@@ -935,4 +1034,261 @@ Test(shm, stale_segment_swept_at_init, .timeout = 60)
     th_result_t res = th_run(1, body_sweep, NULL, 30, single);
     cr_assert_eq(res.failed, 0);
     cr_assert(!shm_exists(name), "the sweep left %s", name);
+}
+
+/* ---- segments nobody else can take -------------------------------------------- */
+
+/* Someone outside the job takes a communicator's segment name before its
+ * creator (the test computes it, white-box): as this user with mode 0666,
+ * or as 'nobody' (the tests run as root) with 0666 or 0600. Rank 0's
+ * exclusive create fails, the others refuse what they find (not this
+ * user's, or not 0600): every rank fails well before its deadline with a
+ * message naming the segment, and so does the next collective on that
+ * communicator. Before: rank 0 failed with "File exists" and the others
+ * waited for the segment until their deadline (mapping the other user's
+ * file, had it looked like a segment). */
+typedef struct {
+    int as_nobody;
+    mode_t mode;
+} squat_t;
+
+/* Creates name as the squatter would (a forked child, as 'nobody' when
+ * asked): 0 done, else errno. */
+static int squat(const char *name, const squat_t *q)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (q->as_nobody && (setgid(65534) || setuid(65534))) _exit(100);
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, q->mode);
+        if (fd < 0 || fchmod(fd, q->mode)) _exit(errno ? errno : 101);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 102;
+}
+
+/* Within a few seconds of t0 (the timeout is 20), with rc an error whose
+ * message names the segment. */
+static void failed_fast(int rank, const char *what, int rc, double t0, const char *name)
+{
+    double took = weft_wtime() - t0;
+    TH_CHECK(rc != WEFT_SUCCESS && took < 5 && strstr(weft_last_error(), name),
+             "rank %d: %s: %d (%s) after %.1f s; wanted an error naming %s within 5 s", rank, what, rc,
+             weft_last_error(), took, name);
+}
+
+static int body_squat(int rank, int size, void *arg)
+{
+    const squat_t *q = arg;
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world(), d;
+    TH_OK(weft_comm_dup(w, NULL, &d));
+    weft_shm_t *sh = weft_shm_get(d, 0); /* the state, not yet attached: the name is known */
+    TH_CHECK(sh, "no shared-memory state on the dup");
+    char name[96];
+    snprintf(name, sizeof(name), "%s", sh->name);
+    if (rank == 0) {
+        int err = squat(name, q);
+        TH_CHECK(err == 0, "the squatter could not create %s: %s", name, strerror(err));
+    }
+    TH_OK(weft_barrier(w)); /* the name is taken before anyone's first call on d */
+    int32_t in[4] = {1, 2, 3, 4}, out[4];
+    double t0 = weft_wtime();
+    int rc = weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, d);
+    failed_fast(rank, "the first allreduce", rc, t0, name);
+    t0 = weft_wtime();
+    rc = weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, d);
+    failed_fast(rank, "the second allreduce", rc, t0, name);
+    TH_OK(weft_barrier(w)); /* everyone looked: the squatter's file may go */
+    if (rank == 0) TH_CHECK(shm_unlink(name) == 0, "unlink %s: %s", name, strerror(errno));
+    TH_OK(weft_comm_free(&d));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+static void squat_run(int as_nobody, mode_t mode)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    squat_t q = {as_nobody, mode};
+    th_result_t res = th_run(4, body_squat, &q, 60, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+Test(shm, squatted_0666_same_user_fails_fast, .timeout = 90)
+{
+    squat_run(0, 0666);
+}
+Test(shm, squatted_0666_other_user_fails_fast, .timeout = 90)
+{
+    if (geteuid() != 0) cr_skip_test("needs root to create a file as another user");
+    squat_run(1, 0666);
+}
+Test(shm, squatted_0600_other_user_fails_fast, .timeout = 90)
+{
+    if (geteuid() != 0) cr_skip_test("needs root to create a file as another user");
+    squat_run(1, 0600);
+}
+
+/* The creator cannot size its segment (a file-size limit on rank 0 makes
+ * ftruncate fail with EFBIG): it marks the name failed, and the other
+ * members fail at once instead of waiting for the segment until their
+ * deadline; the next collective fails at once too. */
+static int body_creator_fails(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world(), d;
+    TH_OK(weft_comm_dup(w, NULL, &d));
+    char name[96];
+    snprintf(name, sizeof(name), "%s", weft_shm_get(d, 0)->name);
+    struct rlimit old = {0, 0}, small;
+    if (rank == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        TH_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0, "getrlimit: %s", strerror(errno));
+        small = (struct rlimit){4096, old.rlim_max}; /* the soft limit only: it can be raised again */
+        TH_CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0, "setrlimit: %s", strerror(errno));
+    }
+    int32_t in[4] = {1, 2, 3, 4}, out[4];
+    double t0 = weft_wtime();
+    int rc = weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, d);
+    if (rank == 0) TH_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0, "setrlimit: %s", strerror(errno));
+    failed_fast(rank, "the allreduce", rc, t0, name);
+    if (rank != 0) TH_CHECK(strstr(weft_last_error(), "could not set it up"), "rank %d: %s", rank, weft_last_error());
+    t0 = weft_wtime();
+    rc = weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, d);
+    failed_fast(rank, "the second allreduce", rc, t0, name);
+    TH_OK(weft_barrier(w));
+    if (rank == 0) shm_unlink(name); /* the failed mark (else the sweep takes it after a minute) */
+    TH_OK(weft_comm_free(&d));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, creator_failure_fails_fast, .timeout = 90)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    th_result_t res = th_run(4, body_creator_fails, NULL, 60, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+/* Segment names are not predictable: the same job, context id and
+ * members (dup, free, dup again) give another name, and so do two runs
+ * of the same program; every member computes the same one. Rank 0 writes
+ * its names to the file in arg. */
+static int body_names(int rank, int size, void *arg)
+{
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world(), d;
+    char names[3][96], all[4][96];
+    for (int i = 0; i < 2; i++) {
+        TH_OK(weft_comm_dup(w, NULL, &d));
+        snprintf(names[i], sizeof(names[i]), "%s", weft_shm_get(d, 0)->name);
+        TH_OK(weft_allgather(names[i], all, 96, WEFT_BYTE, w));
+        for (int r = 0; r < size; r++)
+            TH_CHECK(!strcmp(all[r], names[i]), "rank %d's name %s, rank %d's %s", rank, names[i], r, all[r]);
+        TH_OK(weft_comm_free(&d));
+    }
+    TH_CHECK(strcmp(names[0], names[1]), "dup, free, dup: the same segment name twice: %s", names[0]);
+    snprintf(names[2], sizeof(names[2]), "%s", weft_shm_get(w, 0)->name);
+    if (rank == 0) {
+        FILE *f = fopen(arg, "w");
+        TH_CHECK(f, "%s: %s", (const char *)arg, strerror(errno));
+        fprintf(f, "%s\n%s\n%s\n", names[0], names[1], names[2]);
+        fclose(f);
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, segment_names_unpredictable, .timeout = 60)
+{
+    char file[2][64], text[2][400];
+    for (int i = 0; i < 2; i++) {
+        snprintf(file[i], sizeof(file[i]), "/tmp/weft-test-names-%d-%d", (int)getpid(), i);
+        th_result_t res = th_run(3, body_names, file[i], 30, quiet_env);
+        cr_assert_eq(res.failed, 0);
+        FILE *f = fopen(file[i], "r");
+        cr_assert(f);
+        size_t n = fread(text[i], 1, sizeof(text[i]) - 1, f);
+        text[i][n] = '\0';
+        fclose(f);
+        unlink(file[i]);
+    }
+    cr_assert(strcmp(text[0], text[1]), "two runs named their segments alike:\n%s", text[0]);
+}
+
+/* A shared-memory collective that fails on one rank (rank 2 passed another
+ * count to a flat bcast: only it notices) breaks the communicator's
+ * sequence there: the next one fails at once on every rank, rank 2 at its
+ * start and the others waiting for it, who find its record in the
+ * segment. Before: rank 2 went on and the sequences could disagree. */
+static int body_after_failure(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t c = forced("bcast", "shm");
+    int32_t b[8] = {0}, in[4] = {1, 2, 3, 4}, out[4];
+    int rc = weft_bcast(b, rank == 2 ? 6 : 5, WEFT_INT32, 0, c);
+    TH_CHECK((rc == WEFT_ERR_ARG) == (rank == 2), "rank %d: bcast %d (%s)", rank, rc, weft_last_error());
+    double t0 = weft_wtime();
+    rc = weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, c);
+    TH_CHECK(rc == WEFT_ERR_COMM && strstr(weft_last_error(), "fails at once") && weft_wtime() - t0 < 5,
+             "rank %d: the allreduce after: %d after %.1f s (%s)", rank, rc, weft_wtime() - t0, weft_last_error());
+    if (rank != 2)
+        TH_CHECK(strstr(weft_last_error(), "rank 2's shared-memory collective"), "rank %d: %s", rank,
+                 weft_last_error());
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, after_a_failure_later_ones_fail_fast, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    th_result_t res = th_run(4, body_after_failure, NULL, 40, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+/* Ranks time out in a shared-memory collective (rank 3 comes late) and
+ * cancel it: their later ones, and rank 3's (which may still have
+ * finished the late one: the others' inputs were there), fail at once
+ * instead of waiting for collectives the sequence can no longer complete. */
+static int body_after_timeout(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world(), d;
+    TH_OK(weft_comm_dup(w, NULL, &d));
+    int32_t in[4] = {1, 2, 3, 4}, out[4];
+    TH_OK(weft_comm_set_timeout(d, 1));
+    TH_OK(weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, d)); /* attached */
+    if (rank == 3) usleep(1500000);
+    int rc = weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, d);
+    TH_CHECK(rc == WEFT_ERR_TIMEOUT || (rank == 3 && rc == WEFT_SUCCESS), "rank %d: %d (%s)", rank, rc,
+             weft_last_error());
+    TH_OK(weft_comm_set_timeout(d, 10));
+    double t0 = weft_wtime();
+    rc = weft_allreduce(in, out, 4, WEFT_INT32, WEFT_SUM, d);
+    TH_CHECK(rc != WEFT_SUCCESS && weft_wtime() - t0 < 5, "rank %d: the allreduce after: %d after %.1f s (%s)", rank,
+             rc, weft_wtime() - t0, weft_last_error());
+    TH_OK(weft_comm_free(&d));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, after_a_timeout_later_ones_fail_fast, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    th_result_t res = th_run(4, body_after_timeout, NULL, 40, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
 }

@@ -9,7 +9,8 @@ typedef struct weft_shm_allgather {
     weft_shm_op_t op;
     const void *send;
     size_t bytes;
-    int rc;     /* the first failure (a length mismatch, a failed read) */
+    uint64_t sig; /* the call's (weft_shm_sig of the block) */
+    int rc;       /* the first failure (a signature mismatch, a failed read) */
     char **dst; /* where rank r's block goes */
 } weft_shm_allgather_t;
 
@@ -23,6 +24,7 @@ static inline int weft_shm_allgather_build(weft_sched_t *s, const weft_coll_args
     if (!g) return WEFT_ERR_NO_MEMORY;
     g->send = a->sendbuf;
     g->bytes = a->count * a->esize;
+    g->sig = weft_shm_sig(a, g->bytes);
     g->dst = weft_shm_op_extra(g, sizeof(*g));
     for (int r = 0; r < sh->n; r++)
         g->dst[r] = weft_coll_rblock(a, r);

@@ -13,11 +13,11 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
     case 1:
-        if ((rc = weft_shm_contribute(s, op, g->send, g->bytes, g->bytes)) <= 0) return rc;
+        if ((rc = weft_shm_contribute(s, op, g->send, g->bytes, g->sig)) <= 0) return rc;
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        g->rc = weft_shm_check_lens(op, g->bytes, "allgather_shm");
+        g->rc = weft_shm_check_sigs(op, g->sig, "allgather_shm");
         for (int r = 0; !g->rc && r < op->sh->n; r++)
             if (g->dst[r] != g->send) memcpy(g->dst[r], weft_shm_slot(op, r), g->bytes);
         weft_shm_op_end(op);

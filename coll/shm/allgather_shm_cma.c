@@ -17,7 +17,7 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        weft_shm_cma_lend(op, g->send, g->bytes);
+        weft_shm_cma_lend(op, g->send, g->sig);
         op->phase = 1;
         /* fall through */
     case 1:
@@ -28,9 +28,8 @@ static int step(weft_sched_t *s, void *arg)
         for (int i = 1; i < n && !g->rc; i++) { /* from the next rank on: readers spread over the owners */
             int r = (me + i) % n;
             const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
-            g->rc = c->cma_len != g->bytes
-                        ? weft_error(WEFT_ERR_ARG, "allgather_shm_cma: rank %d lends %llu bytes, this rank expects %zu",
-                                     r, (unsigned long long)c->cma_len, g->bytes)
+            g->rc = c->cma_sig != g->sig
+                        ? weft_shm_sig_differs(r, -1, c->cma_sig, g->sig, "allgather_shm_cma")
                         : weft_shm_cma_read(g->dst[r], c->cma_pid, c->cma_addr, g->bytes, "allgather_shm_cma");
         }
         weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* even after a failed read */

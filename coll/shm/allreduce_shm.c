@@ -38,7 +38,6 @@ static int tree_piece(weft_sched_t *s, weft_shm_reduce_t *x)
     weft_shm_t *sh = op->sh;
     int rc;
     size_t bytes = x->count * x->esize;
-    uint64_t total = (uint64_t)(x->total * x->esize);
     switch (op->phase) {
     case 1:
         if (!weft_shm_tree_up(s, x, 0)) return 0;
@@ -49,14 +48,15 @@ static int tree_piece(weft_sched_t *s, weft_shm_reduce_t *x)
             char *res = weft_shm_buf(op, sh->me, bytes);
             weft_shm_reduce_children(x, res, 0, 0);
             weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, res, x->count, sh->n);
-            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, total);
+            /* a child's signature unlike its own: every reader of the result fails too */
+            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->rc ? WEFT_SHM_SIG_BAD : x->sig);
             memcpy(x->recv, res, bytes);
             break;
         }
         op->phase = 2; /* the result */
         /* fall through */
     case 2:
-        if ((rc = weft_shm_tree_down(s, op, 0, x->recv, bytes, x->piece ? 0 : total, x->alg, "result flag")) == 0)
+        if ((rc = weft_shm_tree_down(s, op, 0, x->recv, bytes, x->piece ? 0 : x->sig, x->alg, "result flag")) == 0)
             return 0;
         if (rc < 0 && !x->rc) x->rc = rc;
         weft_shm_all_started(sh, op->k); /* the result needed every member's partial */
@@ -119,35 +119,26 @@ typedef struct {
     int ngroups, group; /* this rank's group (of WEFT_SHM_RADIX consecutive ranks) */
     int *members;       /* its group's ranks, then one rank of each other group */
     int nmembers, nothers;
-    uint64_t k0; /* round 1's sequence number (round 2: k0 + 1) */
-    int rc;      /* a length mismatch seen in round 1 */
+    uint64_t k0;  /* round 1's sequence number (round 2: k0 + 1) */
+    uint64_t sig; /* the signature this rank publishes and expects (marked: segment.h) */
+    int rc;       /* a signature mismatch seen in round 1 */
 } allread_t;
 
-/* A partial whose group saw ranks with different lengths: the round-2
- * readers fail too, so nobody takes wrong bytes and nobody waits. */
-#define ALLREAD_BAD_LEN UINT64_MAX
 /* Heads are published as RESULT (2k + 2) but awaited from PARTIAL on: a
  * rank that ran a tree algorithm for the same call (an erroneous one)
- * raises only its PARTIAL, and the length check then fails everyone
+ * raises only its PARTIAL, and the signature check then fails everyone
  * instead of leaving this rank waiting. */
 #define ALLREAD_EVENT WEFT_SHM_PARTIAL
-/* The length this rank publishes and expects (marked: segment.h). */
-#define ALLREAD_LEN(x) ((uint64_t)(x)->bytes | WEFT_SHM_LEN_ALLREAD)
 
-/* 0 when each of the ranks' heads (slot of op->k) says len, else an
- * error naming the first that differs. */
-static int check_lens(allread_t *x, const int *ranks, int count)
+/* 0 when each of the ranks' heads (slot of op->k) carries this rank's
+ * signature, else an error naming the first that differs (a partial
+ * marked WEFT_SHM_SIG_BAD: its group saw a difference, and the round-2
+ * readers fail too, so nobody takes wrong bytes and nobody waits). */
+static int check_sigs(allread_t *x, const int *ranks, int count)
 {
     for (int i = 0; i < count; i++) {
-        int r = ranks ? ranks[i] : i;
-        uint64_t theirs = weft_shm_head(&x->op, r)->len;
-        if (theirs == ALLREAD_LEN(x)) continue;
-        if (theirs == ALLREAD_BAD_LEN)
-            return weft_error(WEFT_ERR_ARG,
-                              "allreduce_shm_allread: rank %d's group has ranks with other lengths (the ranks passed "
-                              "different counts)",
-                              r);
-        return weft_shm_len_mismatch(&x->op, r, -1, ALLREAD_LEN(x), "allreduce_shm_allread");
+        int rc = weft_shm_sig_mismatch(&x->op, ranks ? ranks[i] : i, -1, x->sig, "allreduce_shm_allread");
+        if (rc) return rc;
     }
     return 0;
 }
@@ -210,13 +201,13 @@ static int step_allread(weft_sched_t *s, void *arg)
     case 1:
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         memcpy(weft_shm_buf(op, sh->me, x->bytes), x->send, x->bytes);
-        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, ALLREAD_LEN(x));
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->sig);
         op->phase = 2;
         /* fall through */
     case 2:
         if (x->ngroups == 1) { /* every member's input, in rank order */
             if (!weft_shm_wait_heads(s, op, ALLREAD_EVENT, NULL, 0, "input flag")) return 0;
-            x->rc = check_lens(x, NULL, sh->n); /* every rank checks every length: all fail */
+            x->rc = check_sigs(x, NULL, sh->n); /* every rank checks every signature: all fail */
             if (!x->rc) {
                 reduce_heads(x, op, x->recv, NULL, sh->n);
                 weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->recv, x->count, sh->n);
@@ -229,7 +220,7 @@ static int step_allread(weft_sched_t *s, void *arg)
         }
         if (!weft_shm_wait_heads(s, op, ALLREAD_EVENT, x->members, x->nmembers, "input flag (its group's)"))
             return 0;
-        x->rc = check_lens(x, x->members, x->nmembers);
+        x->rc = check_sigs(x, x->members, x->nmembers);
         op->phase = 3;
         /* fall through */
     case 3: { /* the group's partial into this rank's slot of round 2 */
@@ -241,7 +232,7 @@ static int step_allread(weft_sched_t *s, void *arg)
         }
         if (!x->rc) reduce_heads(x, &r1, weft_shm_buf(op, sh->me, x->bytes), x->members, x->nmembers);
         weft_shm_op_end(&r1); /* round 1's slots are read */
-        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->rc ? ALLREAD_BAD_LEN : ALLREAD_LEN(x));
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, x->rc ? WEFT_SHM_SIG_BAD : x->sig);
         op->phase = 4;
     }
         /* fall through */
@@ -250,7 +241,7 @@ static int step_allread(weft_sched_t *s, void *arg)
         if (!weft_shm_wait_heads(s, op, ALLREAD_EVENT, others, x->nothers, "partial flag (another group's)"))
             return 0;
         weft_shm_all_started(sh, x->k0); /* every group's partial needed every member's input */
-        if (!x->rc) x->rc = check_lens(x, others, x->nothers);
+        if (!x->rc) x->rc = check_sigs(x, others, x->nothers);
         if (!x->rc) {
             /* others[] holds one rank per group, this rank's own group included */
             reduce_heads(x, op, x->recv, others, x->ngroups);
@@ -276,6 +267,7 @@ static int build_allread(weft_sched_t *s, const weft_coll_args_t *a)
     x->bytes = a->bytes;
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
+    x->sig = weft_shm_sig(a, a->bytes) | WEFT_SHM_SIG_ALLREAD;
     x->members = weft_shm_op_extra(x, sizeof(*x));
     /* Two sequence numbers whenever groups are possible (the radix is
      * known only once attached, the numbers are taken before); in one

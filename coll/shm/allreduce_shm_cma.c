@@ -39,7 +39,8 @@ typedef struct {
     void *recv;
     size_t count, esize;
     int dtype, rop;
-    int rc;   /* the first failed read */
+    uint64_t sig; /* the call's (weft_shm_sig of the vector) */
+    int rc;       /* the first failed read or signature mismatch */
     int next; /* phase 2: the next peer (offset from this rank) to read */
     char *acc, *tmp;
 } allreduce_t;
@@ -50,9 +51,8 @@ static const char *piece_of(allreduce_t *x, int q, size_t at, size_t bytes)
     weft_shm_t *sh = x->op.sh;
     if (q == sh->me) return (const char *)x->send + at;
     const weft_shm_ctrl_t *c = &sh->ctrl[q];
-    if (c->cma_len != x->count * x->esize) {
-        x->rc = weft_error(WEFT_ERR_ARG, "allreduce_shm_cma: rank %d reduces %llu bytes, this rank %zu", q,
-                           (unsigned long long)c->cma_len, x->count * x->esize);
+    if (c->cma_sig != x->sig) {
+        x->rc = weft_shm_sig_differs(q, -1, c->cma_sig, x->sig, "allreduce_shm_cma");
         return NULL;
     }
     int rc = weft_shm_cma_read(x->tmp, c->cma_pid, c->cma_addr + at, bytes, "allreduce_shm_cma");
@@ -91,7 +91,7 @@ static int step(weft_sched_t *s, void *arg)
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         RESULT_ADDR(sh, sh->me) = (uint64_t)(uintptr_t)x->recv;
-        weft_shm_cma_lend(op, x->send, x->count * x->esize);
+        weft_shm_cma_lend(op, x->send, x->sig);
         op->phase = 1;
         /* fall through */
     case 1:
@@ -135,6 +135,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->esize = a->esize;
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
+    x->sig = weft_shm_sig(a, bytes);
     x->acc = weft_shm_op_extra(x, sizeof(*x));
     x->tmp = x->acc + PIECE;
     return weft_sched_poll(s, step, x);

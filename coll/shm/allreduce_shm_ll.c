@@ -12,12 +12,13 @@
  * results to all) instead of four with head flags (flag, then data, for
  * inputs and results), and a rank polls only the lines it needs.
  *
- * Lengths: each line's sequence word carries its writer's message length
- * (or WEFT_SHM_LL_BAD from an owner that saw two lengths), so ranks that
- * passed different counts fail where they read; a rank waiting for a line
- * that another rank's different count never writes finds that rank's
- * head (published first, marked WEFT_SHM_LEN_LL) with another length every
- * WAIT_CHECK polls and fails too. */
+ * Signatures: each line's sequence word carries its writer's 20-bit
+ * signature (weft_shm_sig_ll: message length, datatype, op; or
+ * WEFT_SHM_LL_BAD from an owner that saw two), so ranks that passed
+ * different counts, datatypes or ops fail where they read; a rank waiting
+ * for a line that another rank's different count never writes finds that
+ * rank's head (published first, marked WEFT_SHM_SIG_LL) with another
+ * signature every WAIT_CHECK polls and fails too. */
 #include "coll/shm/segment.h"
 
 #include "op.h"
@@ -26,7 +27,7 @@
  * (a rank with another count or another algorithm never writes the line
  * awaited, but its head says so). */
 #define WAIT_CHECK 256u
-#define LL_SEQ_MASK ((UINT64_C(1) << 48) - 1)
+#define LL_SEQ_MASK ((UINT64_C(1) << WEFT_SHM_LL_SEQ_BITS) - 1)
 
 typedef struct {
     weft_shm_op_t op;
@@ -39,15 +40,16 @@ typedef struct {
     size_t l0, cnt;  /* this rank's lines */
     size_t base, extra; /* rank r owns base + (r < extra) lines (weft_coll_block) */
     int left;        /* phase 3: reduced lines not yet copied */
+    uint64_t sig;    /* the head's signature (marked), and the lines' (weft_shm_sig_ll) */
+    uint64_t tag;
     unsigned polls;  /* of the current wait */
     int rc;
     unsigned char got[WEFT_SHM_LL_LINES];
 } ll_t;
 
-static uint64_t ll_len(const ll_t *x) { return (uint64_t)x->bytes | WEFT_SHM_LEN_LL; }
 static uint64_t ll_word(const ll_t *x, int ev, uint64_t tag)
 {
-    return tag << 48 | (2 * x->op.k + (uint64_t)ev);
+    return tag << WEFT_SHM_LL_SEQ_BITS | (2 * x->op.k + (uint64_t)ev);
 }
 static size_t line_bytes(const ll_t *x, int j)
 {
@@ -55,16 +57,11 @@ static size_t line_bytes(const ll_t *x, int j)
     return x->bytes - at < WEFT_SHM_LL_DATA ? x->bytes - at : WEFT_SHM_LL_DATA;
 }
 
-/* A line that arrived with another writer's length: the error (once). */
+/* A line that arrived with another writer's signature: the error (once). */
 static int bad_line(ll_t *x, int r, uint64_t word)
 {
-    uint64_t tag = word >> 48;
-    if (tag == WEFT_SHM_LL_BAD)
-        return weft_error(WEFT_ERR_ARG,
-                          "allreduce_shm_ll: rank %d found that the ranks passed different counts (a reduced line "
-                          "marked bad)",
-                          r);
-    return weft_shm_len_differs(r, -1, tag | WEFT_SHM_LEN_LL, ll_len(x), "allreduce_shm_ll");
+    return weft_shm_sig_differs(r, -1, weft_shm_sig_from_ll(word >> WEFT_SHM_LL_SEQ_BITS), weft_shm_sig_from_ll(x->tag),
+                                "allreduce_shm_ll");
 }
 
 /* Every WAIT_CHECK polls of a wait: a member whose head is in this
@@ -76,7 +73,7 @@ static int check_heads(ll_t *x)
     if (++x->polls % WAIT_CHECK) return 0;
     for (int r = 0; r < op->sh->n; r++)
         if (atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) >= 2 * op->k + WEFT_SHM_PARTIAL) {
-            int rc = weft_shm_len_mismatch(op, r, -1, ll_len(x), "allreduce_shm_ll");
+            int rc = weft_shm_sig_mismatch(op, r, -1, x->sig, "allreduce_shm_ll");
             if (rc) return rc;
         }
     return 0;
@@ -94,7 +91,7 @@ static void reduce_lines(ll_t *x)
         const weft_shm_ll_line_t *lines = weft_shm_ll(op, r);
         for (size_t j = x->l0; j < x->l0 + x->cnt && !x->rc; j++) {
             uint64_t w = atomic_load_explicit(&lines[j].seq, memory_order_relaxed);
-            if (w >> 48 != x->bytes) x->rc = bad_line(x, r, w);
+            if (w >> WEFT_SHM_LL_SEQ_BITS != x->tag) x->rc = bad_line(x, r, w);
         }
     }
     for (size_t j = x->l0; j < x->l0 + x->cnt; j++) {
@@ -107,7 +104,7 @@ static void reduce_lines(ll_t *x)
         x->kern(dst, weft_shm_ll(op, 0)[j].d, WEFT_SHM_LL_RANK_STRIDE, n, m);
         weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, m, n);
         memcpy(mine[j].d, dst, b);
-        atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, x->bytes), memory_order_release);
+        atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, x->tag), memory_order_release);
     }
 }
 
@@ -133,9 +130,9 @@ static int step(weft_sched_t *s, void *arg)
     case 1: {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         /* the head first: a rank waiting in vain for a line finds it */
-        weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, ll_len(x));
+        weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, x->sig);
         weft_shm_ll_line_t *mine = weft_shm_ll(op, sh->me);
-        uint64_t w = ll_word(x, WEFT_SHM_PARTIAL, x->bytes);
+        uint64_t w = ll_word(x, WEFT_SHM_PARTIAL, x->tag);
         for (int j = 0; j < x->nl; j++) {
             memcpy(mine[j].d, (const char *)x->send + (size_t)j * WEFT_SHM_LL_DATA, line_bytes(x, j));
             atomic_store_explicit(&mine[j].seq, w, memory_order_release);
@@ -184,7 +181,7 @@ static int step(weft_sched_t *s, void *arg)
                     if (late < 0) late = o;
                     continue;
                 }
-                if (w >> 48 != x->bytes) {
+                if (w >> WEFT_SHM_LL_SEQ_BITS != x->tag) {
                     x->rc = bad_line(x, o, w);
                     break;
                 }
@@ -213,7 +210,7 @@ static int step(weft_sched_t *s, void *arg)
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     weft_shm_t *sh = a->count && a->bytes <= WEFT_SHM_LL_MAX ? weft_shm_get(a->comm, 0) : NULL;
-    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    if (!sh || sh->ops >= WEFT_SHM_LL_OPS_MAX) return WEFT_ERR_UNSUPPORTED; /* (its sequence bits) */
     ll_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, "allreduce_shm_ll");
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->send = a->sendbuf;
@@ -224,6 +221,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
     x->kern = weft_op_strided_kernel(a->op, a->dtype); /* valid: checked at the call */
+    x->sig = weft_shm_sig(a, a->bytes) | WEFT_SHM_SIG_LL;
+    x->tag = weft_shm_sig_ll(x->sig);
     return weft_sched_poll(s, step, x);
 }
 

@@ -20,7 +20,8 @@ typedef struct {
     int root;
     uint64_t k0; /* the first piece's sequence number */
     uint64_t piece;
-    int rc; /* a length mismatch, returned at the end */
+    uint64_t sig; /* the call's (weft_shm_sig of the message) */
+    int rc;       /* a signature mismatch, returned at the end */
 } bcast_t;
 
 static int step(weft_sched_t *s, void *arg)
@@ -44,10 +45,10 @@ static int step(weft_sched_t *s, void *arg)
                                 b->root))
                 return 0;
             memcpy(weft_shm_buf(op, sh->me, len), b->buf + off, len);
-            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, b->bytes);
+            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, b->sig);
         } else if (op->phase == 1) {
-            /* the first piece checks the length */
-            rc = weft_shm_tree_down(s, op, b->root, b->buf + off, len, b->piece ? 0 : b->bytes, "bcast_shm",
+            /* the first piece checks the signature */
+            rc = weft_shm_tree_down(s, op, b->root, b->buf + off, len, b->piece ? 0 : b->sig, "bcast_shm",
                                     "message flag");
             if (rc == 0) return 0;
             if (rc < 0) {
@@ -56,9 +57,9 @@ static int step(weft_sched_t *s, void *arg)
             }
         } else if (!weft_shm_flat_down(sh, len) &&
                    weft_shm_has_children(weft_shm_vrank(sh, b->root), sh->radix, sh->n)) {
-            /* lengths differed: no data, only heads for the children (they failed on the first) */
+            /* signatures differed: no data, only heads for the children (they failed on the first) */
             if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, b->root)) return 0;
-            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, b->bytes);
+            weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, WEFT_SHM_SIG_BAD);
         }
         weft_shm_op_end(op);
     }
@@ -75,6 +76,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     b->buf = a->recvbuf;
     b->bytes = bytes;
     b->root = a->root;
+    b->sig = weft_shm_sig(a, bytes);
     b->op.nk = weft_shm_pieces(bytes, 1, &per);
     return weft_sched_poll(s, step, b);
 }

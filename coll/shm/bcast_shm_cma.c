@@ -39,6 +39,7 @@ typedef struct {
     weft_shm_op_t op;
     char *buf;
     size_t bytes, got;
+    uint64_t sig; /* the call's (weft_shm_sig of the message) */
     int root, rc;
 } bcast_t;
 
@@ -57,7 +58,7 @@ static int step(weft_sched_t *s, void *arg)
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         set_ready(sh, sh->me == b->root ? b->bytes : 0);
-        weft_shm_cma_lend(op, b->buf, b->bytes); /* then `arrived` */
+        weft_shm_cma_lend(op, b->buf, b->sig); /* then `arrived` */
         op->phase = sh->me == b->root ? 2 : 1;
         if (op->phase == 2) goto lent;
         /* fall through */
@@ -66,11 +67,10 @@ static int step(weft_sched_t *s, void *arg)
         int parent = weft_shm_rank_of(sh, weft_shm_parent(v, CMA_RADIX), b->root);
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, parent, "arrival flag")) return 0;
         const weft_shm_ctrl_t *c = &sh->ctrl[parent];
-        if (c->cma_len != b->bytes) {
-            b->rc = weft_error(WEFT_ERR_ARG,
-                               "bcast_shm_cma: rank %d (this rank's parent in the tree of root %d) has a %llu-byte "
-                               "message, this rank's is %zu bytes",
-                               parent, b->root, (unsigned long long)c->cma_len, b->bytes);
+        if (c->cma_sig != b->sig) {
+            char who[96];
+            snprintf(who, sizeof(who), "rank %d (this rank's parent in the tree of root %d)", parent, b->root);
+            b->rc = weft_shm_sig_differs_who(who, c->cma_sig, b->sig, "bcast_shm_cma");
             set_ready(sh, READY_FAILED);
             op->phase = 2;
             goto lent;
@@ -120,6 +120,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     b->buf = a->recvbuf;
     b->bytes = bytes;
     b->root = a->root;
+    b->sig = weft_shm_sig(a, bytes);
     return weft_sched_poll(s, step, b);
 }
 

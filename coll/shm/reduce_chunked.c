@@ -11,10 +11,10 @@
 
 #include <string.h>
 
-/* The chunked path's lengths are marked (segment.h), so a rank that ran
- * the tree or shm_allread for the same call fails instead of taking these
- * flags for its own. */
-#define CHUNKED_LEN(x) ((uint64_t)((x)->total * (x)->esize) | WEFT_SHM_LEN_CHUNKED)
+/* The chunked path's signatures are marked (segment.h), so a rank that
+ * ran the tree or shm_allread for the same call fails instead of taking
+ * these flags for its own. */
+#define CHUNKED_SIG(x) ((x)->sig | WEFT_SHM_SIG_CHUNKED)
 
 /* dst[0, len) = slot[0] op slot[1] op ... op slot[n-1] from element off,
  * always in rank order: every rank computes the same bits. */
@@ -71,16 +71,16 @@ int weft_shm_chunked_piece(weft_sched_t *s, weft_shm_reduce_t *x)
     case 1:
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         memcpy(weft_shm_slot(op, sh->me), x->send, x->count * x->esize);
-        weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, CHUNKED_LEN(x));
+        weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, CHUNKED_SIG(x));
         op->phase = 2;
         /* fall through */
     case 2:
         if (!weft_shm_wait_heads_each(s, op, WEFT_SHM_PARTIAL, NULL, 0, x->got, chunk_input_seen, x, "input flag"))
             return 0;
-        /* Every rank checks every length (the first piece's), so when one
+        /* Every rank checks every signature (the first piece's), so when one
          * differs every rank fails here and nobody waits for chunks. */
         for (int r = 0; x->piece == 0 && !x->rc && r < sh->n; r++)
-            x->rc = weft_shm_len_mismatch(op, r, -1, CHUNKED_LEN(x), x->alg);
+            x->rc = weft_shm_sig_mismatch(op, r, -1, CHUNKED_SIG(x), x->alg);
         if (!x->rc && x->len) {
             char *mine = (char *)x->recv + x->off * x->esize;
             reduce_slots(x, mine, x->off, x->len);

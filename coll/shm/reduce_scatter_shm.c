@@ -12,6 +12,7 @@ typedef struct {
     void *recv;
     size_t total, off, len, esize; /* elements: the vector, this rank's block */
     int dtype, rop;
+    uint64_t sig; /* the call's (weft_shm_sig of the vector) */
 } reduce_scatter_t;
 
 static int step(weft_sched_t *s, void *arg)
@@ -22,11 +23,11 @@ static int step(weft_sched_t *s, void *arg)
     switch (op->phase) {
     case 0:
     case 1:
-        if ((rc = weft_shm_contribute(s, op, x->send, x->total * x->esize, x->total * x->esize)) <= 0) return rc;
+        if ((rc = weft_shm_contribute(s, op, x->send, x->total * x->esize, x->sig)) <= 0) return rc;
         /* fall through */
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        if ((rc = weft_shm_check_lens(op, x->total * x->esize, "reduce_scatter_shm"))) {
+        if ((rc = weft_shm_check_sigs(op, x->sig, "reduce_scatter_shm"))) {
             weft_shm_op_end(op); /* nothing read: every rank finds the mismatch and nobody waits */
             return rc;
         }
@@ -70,6 +71,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->esize = a->esize;
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
+    x->sig = weft_shm_sig(a, (uint64_t)total * a->esize);
     return weft_sched_poll(s, step, x);
 }
 

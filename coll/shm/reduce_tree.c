@@ -28,6 +28,7 @@ int weft_shm_reduce_build(weft_sched_t *s, const weft_coll_args_t *a, int root, 
     x->rop = (int)a->op;
     x->root = root;
     x->alg = alg;
+    x->sig = weft_shm_sig(a, (uint64_t)a->count * a->esize);
     return weft_sched_poll(s, step, x);
 }
 
@@ -63,15 +64,14 @@ int weft_shm_tree_up(weft_sched_t *s, weft_shm_reduce_t *x, int root)
     weft_shm_t *sh = op->sh;
     int v = weft_shm_vrank(sh, root);
     size_t bytes = x->count * x->esize;
-    uint64_t total = (uint64_t)(x->total * x->esize);
     if (!weft_shm_wait_children(s, op, root, "partial flag")) return 0;
-    if (x->piece == 0) /* the first piece checks the children's lengths (the call goes on: nobody waits) */
+    if (x->piece == 0) /* the first piece checks the children's signatures (the call goes on: nobody waits) */
         WEFT_SHM_FOR_CHILDREN(sh, v, root, c, {
-            if (!x->rc) x->rc = weft_shm_len_mismatch(op, c, root, total, x->alg);
+            if (!x->rc) x->rc = weft_shm_sig_mismatch(op, c, root, x->sig, x->alg);
         });
     if (v == 0) return 1;
     if (!weft_shm_claim(s, op, WEFT_SHM_READ_PARENT, root)) return 0;
     weft_shm_reduce_children(x, weft_shm_buf(op, sh->me, bytes), v, root);
-    weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, total);
+    weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, x->rc ? WEFT_SHM_SIG_BAD : x->sig);
     return 1;
 }

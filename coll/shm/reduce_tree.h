@@ -27,7 +27,8 @@ typedef struct weft_shm_reduce {
     char *recv0;
     size_t total, per; /* its elements, and per piece */
     uint64_t k0, piece;
-    int rc;             /* the first length mismatch (reported when the call ends: nobody is left waiting) */
+    uint64_t sig;       /* the call's signature (weft_shm_sig of the whole vector) */
+    int rc;             /* the first signature mismatch (reported when the call ends: nobody is left waiting) */
     const char *alg;    /* for messages */
     size_t off, len;    /* chunked: this rank's chunk of the current piece (elements) */
     unsigned char *got; /* chunked: weft_shm_wait_heads_each's, n bytes */
@@ -74,10 +75,11 @@ static inline int weft_shm_reduce_pieces(weft_sched_t *s, weft_shm_reduce_t *x,
 }
 
 /* The current piece up the tree of `root`: waits for this rank's
- * children's PARTIAL (the first piece checks their lengths; the call goes
- * on, nobody waits), then a non-root claims its slot (read by its
- * parent), reduces its input and the children's partials into it and
- * raises its PARTIAL. The root only waits: it reduces them itself
+ * children's PARTIAL (the first piece checks their signatures; the call
+ * goes on, nobody waits, and a rank that found one unlike its own marks its
+ * partial WEFT_SHM_SIG_BAD, so the root fails too), then a non-root claims
+ * its slot (read by its parent), reduces its input and the children's
+ * partials into it and raises its PARTIAL. The root only waits: it reduces them itself
  * (weft_shm_reduce_children). 1 / 0 as a polling step. */
 int weft_shm_tree_up(weft_sched_t *s, weft_shm_reduce_t *x, int root);
 /* dst = own input op each child's partial (v: this rank in the tree of

@@ -1,16 +1,33 @@
 /* coll/shm's segment: creation without any collective, attach, the flag
- * waits, release and the stale-segment sweep (segment.h has the layout).
+ * waits, release, failures and the stale-segment sweep (segment.h has the
+ * layout).
  *
- * Name: /weft-<job>-<host>-<context id>-<members hash>, all of which every
- * member knows (the job id is world rank 0's, from the init exchange).
- * Communicator rank 0 creates it (O_CREAT | O_EXCL, mode 0600), sizes it
- * and marks it ready; the others open it when it appears, and every rank
- * counts itself in the header. The last to attach unlinks the name, so
- * from then on the memory lives exactly as long as some rank maps it: a
+ * Name: /weft-<job>-<host>-<context id>-<members hash>-<tag>, where the
+ * tag is a keyed hash (weft_prf64) of the context id and the members
+ * under the communicator's nonce, a secret its members agreed on at its
+ * creation (src/comm.c): every member computes the name, nobody outside
+ * the job can, and a name seen in /dev/shm tells nothing about another.
+ * Communicator rank 0 creates it (O_CREAT | O_EXCL, mode exactly 0600),
+ * sizes it and marks it ready; the others open it when it appears and
+ * refuse it unless this user owns it with mode 0600 (anything else is
+ * another user's, who could read and write the members' data), and every
+ * rank counts itself in the header. The last to attach unlinks the name,
+ * so from then on the memory lives exactly as long as some rank maps it: a
  * killed job leaves nothing. A job killed before every rank attached
  * leaves the name; the header records the creator's pid and host, and the
- * next weft_init on the host removes segments whose creator is gone. */
+ * next weft_init on the host removes segments whose creator is gone.
+ *
+ * Failures end every member's wait at once, not at its deadline: a name
+ * taken by someone else fails the creator (O_EXCL) and the others (owner
+ * and mode); a creator that cannot size or map it leaves the name emptied
+ * with mode SHM_FAILED_MODE, which the others recognise (the sweep removes
+ * it later); a collective that fails on one rank (a mismatch, a timeout,
+ * a cancel) breaks the communicator's shared-memory sequence there, and it
+ * records that in the header (`poison`), where the schedule's watch of
+ * every other member's later collective finds it. */
 #include "coll/shm/segment.h"
+
+#include "op.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,8 +45,21 @@
 #define SHM_MAGIC  UINT64_C(0x77656674736d3031) /* "weftsm01" */
 #define SHM_HEADER ((size_t)4096)
 
+/* The creator's mode; and the mark of a name whose creator failed (owner
+ * execute only: no creator makes it, and no mode 0600 reduced by a umask
+ * is it). */
+#define SHM_MODE        0600
+#define SHM_FAILED_MODE 0100
+
 typedef struct shm_header {
     _Atomic uint64_t ready; /* SHM_MAGIC once the creator filled the header */
+    /* 1 + the first collective number every member fails at once (a
+     * member's collective failed: from the next on, none can complete);
+     * 0: none. Written once, by the first member to fail (poison_rank: 1 +
+     * its rank, claimed first), with its status. */
+    _Atomic uint64_t poison;
+    _Atomic uint32_t poison_rank;
+    int32_t poison_rc;
     int64_t creator_pid;
     uint64_t host_id;
     uint64_t len;
@@ -61,7 +91,7 @@ static uint64_t members_hash(weft_comm_t comm)
 static weft_shm_t *comm_shm(weft_comm_t comm)
 {
     weft_shm_t *sh = weft_coll_state(comm, WEFT_COLL_COMP_SHM);
-    if (WEFT_LIKELY(sh)) return sh->gave_up ? NULL : sh;
+    if (WEFT_LIKELY(sh)) return sh;
     if (comm->size < 2 || weft_comm_spans_nodes(comm)) return NULL;
     if (!(sh = calloc(1, sizeof(*sh)))) return NULL;
     if (!(sh->seen_done = calloc((size_t)comm->size, sizeof(uint64_t)))) {
@@ -70,9 +100,12 @@ static weft_shm_t *comm_shm(weft_comm_t comm)
     }
     sh->n = comm->size;
     sh->me = comm->rank;
+    sh->comm = comm;
     sh->len = segment_len(comm->size);
-    snprintf(sh->name, sizeof(sh->name), "/weft-%016llx-%016llx-%x-%08x", (unsigned long long)weft_g.job_id,
-             (unsigned long long)weft_topo_host_id(), (unsigned)comm->context_id, (unsigned)(members_hash(comm) >> 32));
+    uint64_t members = members_hash(comm);
+    snprintf(sh->name, sizeof(sh->name), "/weft-%016llx-%016llx-%x-%08x-%016llx", (unsigned long long)weft_g.job_id,
+             (unsigned long long)weft_topo_host_id(), (unsigned)comm->context_id, (unsigned)(members >> 32),
+             (unsigned long long)weft_prf64(weft_comm_nonce(comm), comm->context_id, members));
     if (weft_coll_state_set(comm, WEFT_COLL_COMP_SHM, sh)) {
         free(sh->seen_done);
         free(sh);
@@ -135,45 +168,129 @@ static void set_pointers(weft_shm_t *sh)
     sh->ll = sh->data + (size_t)sh->n * WEFT_SHM_NBUF * WEFT_SHM_SLOT_STRIDE;
 }
 
-/* Removes a name this process's creator is sure is stale: a segment of a
- * process that is gone, or of an earlier communicator of this process. */
-static int stale_name(const char *name)
+/* The segment failed here (status rc, its message already set): later
+ * ops fail at once with it (weft_shm_op_begin). Returns rc. */
+static int set_broken(weft_shm_t *sh, uint64_t k, int rc)
 {
-    int fd = shm_open(name, O_RDONLY, 0);
-    if (fd < 0) return errno == ENOENT;
-    struct stat st;
-    int stale = 0;
-    if (!fstat(fd, &st) && st.st_uid == getuid() && (size_t)st.st_size >= sizeof(shm_header_t)) {
-        shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
-        if (h != MAP_FAILED) {
-            pid_t pid = (pid_t)h->creator_pid;
-            stale = pid == getpid() || (kill(pid, 0) && errno == ESRCH);
-            munmap(h, sizeof(*h));
-        }
+    if (!sh->broken) {
+        sh->broken = rc;
+        sh->broken_k = k;
+        snprintf(sh->why, sizeof(sh->why), "%s", weft_last_error());
     }
-    close(fd);
-    if (stale) shm_unlink(name);
-    return stale;
+    sh->ready = 0; /* later ops take weft_shm_op_begin's slow way, which fails them */
+    return rc;
 }
+
+static int broken_error(const weft_shm_t *sh)
+{
+    return weft_error(sh->broken,
+                      "coll/shm: comm %s: an earlier shared-memory collective failed on this rank (%s), so every "
+                      "later shared-memory collective on this communicator fails at once (free it; WEFT_COLL_TUNE "
+                      "can keep its calls off coll/shm)",
+                      sh->comm->name, sh->why);
+}
+
+/* Records in the header that the other members' collectives from number
+ * `from` on fail at once (their watch), because this rank's failed with
+ * rc. The first member to fail keeps the record. */
+static void poison(weft_shm_t *sh, uint64_t from, int rc)
+{
+    shm_header_t *h = (shm_header_t *)sh->base;
+    uint32_t none = 0;
+    if (!atomic_compare_exchange_strong_explicit(&h->poison_rank, &none, (uint32_t)sh->me + 1, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    h->poison_rc = rc;
+    atomic_store_explicit(&h->poison, from + 1, memory_order_release);
+}
+
+/* The schedule's watch (weft_sched_watch) of every op: while it waits, a
+ * failure recorded here or by another member in the header fails it at
+ * once, when it is a later collective than the failed one, or the failed
+ * one itself where the failing rank had not begun it (in a collective it
+ * took part in, the others may still get what they wait for: they go on,
+ * and time out as before where they do not). */
+static int watch_check(void *arg)
+{
+    weft_shm_op_t *op = arg;
+    weft_shm_t *sh = op->sh;
+    if (op->k == UINT64_MAX) return 0;
+    if (sh->broken && op->k0 > sh->broken_k) return broken_error(sh);
+    if (!sh->base) return 0;
+    shm_header_t *h = (shm_header_t *)sh->base;
+    uint64_t from = atomic_load_explicit(&h->poison, memory_order_acquire);
+    if (!from || op->k0 + 1 < from) return 0;
+    int r = (int)atomic_load_explicit(&h->poison_rank, memory_order_relaxed) - 1;
+    weft_error(WEFT_ERR_COMM,
+               "coll/shm: comm %s: rank %d's shared-memory collective failed (%s), so this one (number %llu) cannot "
+               "complete; every later shared-memory collective on this communicator fails at once (free it)",
+               sh->comm->name, r, weft_strerror(h->poison_rc), (unsigned long long)op->k0);
+    return set_broken(sh, op->k0, WEFT_ERR_COMM);
+}
+
+/* The op's schedule failed (or was canceled, or timed out) after the op
+ * took its numbers: the communicator's shared-memory sequence is out of
+ * step here. */
+static void watch_failed(void *arg, int rc)
+{
+    weft_shm_op_t *op = arg;
+    weft_shm_t *sh = op->sh;
+    if (op->k == UINT64_MAX) return; /* it never started: nothing is out of step */
+    if (!sh->broken) {
+        sh->broken = WEFT_ERR_COMM;
+        sh->broken_k = op->k0;
+        snprintf(sh->why, sizeof(sh->why), "collective number %llu failed here (%s)", (unsigned long long)op->k0,
+                 weft_strerror(rc));
+    }
+    sh->ready = 0;
+    /* phase 0: it published nothing of its collective (its first steps
+     * never ran, as when WEFT_COLL_CHECK failed the call), so no member can
+     * complete that one either */
+    if (sh->base) poison(sh, op->phase == 0 ? op->k0 : op->k0 + 1, rc);
+}
+
+/* The op takes its sequence numbers when its schedule starts: in the
+ * user's call order on every rank, also when the op's first poll comes
+ * later (after rounds of messages before it: WEFT_COLL_CHECK). */
+static void watch_start(void *arg)
+{
+    weft_shm_op_t *op = arg;
+    if (op->k != UINT64_MAX) return;
+    op->k = op->k0 = op->sh->ops;
+    op->sh->ops += op->nk;
+}
+
+static const weft_sched_watch_t shm_watch = {.start = watch_start, .check = watch_check, .failed = watch_failed};
 
 /* Creator: 1 done, < 0 error. */
 static int create(weft_shm_t *sh)
 {
-    int fd = shm_open(sh->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 && errno == EEXIST && stale_name(sh->name)) fd = shm_open(sh->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
+    int fd = shm_open(sh->name, O_RDWR | O_CREAT | O_EXCL, SHM_MODE);
+    if (fd < 0) {
+        int err = errno;
+        if (err == EEXIST)
+            return weft_error(WEFT_ERR_INTERNAL,
+                              "coll/shm: shared-memory segment %s already exists: something outside this job took "
+                              "the communicator's segment name before its creator; refusing it (so do the other "
+                              "members)",
+                              sh->name);
         return weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot create shared-memory segment %s: %s", sh->name,
-                          strerror(errno));
+                          strerror(err));
+    }
     int err = 0;
-    if (ftruncate(fd, (off_t)sh->len)) err = errno;
+    /* exactly 0600 whatever the umask: the other members check it */
+    if (fchmod(fd, SHM_MODE) || ftruncate(fd, (off_t)sh->len)) err = errno;
     void *p = err ? MAP_FAILED : mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (!err && p == MAP_FAILED) err = errno;
-    close(fd);
     if (err) {
-        shm_unlink(sh->name);
+        /* The name stays, emptied and marked failed, so the other members
+         * fail at once instead of waiting for it (the sweep removes it). */
+        if (ftruncate(fd, 0) || fchmod(fd, SHM_FAILED_MODE)) shm_unlink(sh->name);
+        close(fd);
         return weft_error(WEFT_ERR_NO_MEMORY, "coll/shm: cannot size or map segment %s (%zu bytes): %s", sh->name,
                           sh->len, strerror(err));
     }
+    close(fd);
     sh->base = p;
     shm_header_t *h = p;
     h->creator_pid = getpid();
@@ -189,18 +306,44 @@ static int create(weft_shm_t *sh)
     return 1;
 }
 
-/* The others: 1 mapped, 0 not there (or not ready) yet, < 0 error. */
+/* The others: 1 mapped, 0 not there (or not ready) yet, < 0 error. What
+ * is under the name is refused unless this user owns it with mode 0600:
+ * anything else was made by someone who could read or write it. */
 static int open_existing(weft_shm_t *sh)
 {
     int fd = shm_open(sh->name, O_RDWR, 0);
-    if (fd < 0)
-        return errno == ENOENT ? 0
-                               : weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot open shared-memory segment %s: %s",
-                                            sh->name, strerror(errno));
+    if (fd < 0) {
+        int err = errno;
+        if (err == ENOENT) return 0;
+        return weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot open shared-memory segment %s: %s%s", sh->name,
+                          strerror(err), err == EACCES ? " (another user's, or its creator marked it failed)" : "");
+    }
     struct stat st;
-    if (fstat(fd, &st) || (size_t)st.st_size < sh->len) { /* the creator has not sized it yet */
+    int rc = 0;
+    unsigned mode = 0;
+    if (fstat(fd, &st)) {
+        rc = weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot stat shared-memory segment %s: %s", sh->name,
+                        strerror(errno));
+    } else if (st.st_uid != geteuid()) {
+        rc = weft_error(WEFT_ERR_INTERNAL,
+                        "coll/shm: shared-memory segment %s belongs to uid %u, not to this job's user (uid %u): "
+                        "refusing it (its owner could read and write the members' data)",
+                        sh->name, (unsigned)st.st_uid, (unsigned)geteuid());
+    } else if ((mode = (unsigned)st.st_mode & 07777) == SHM_FAILED_MODE) {
+        rc = weft_error(WEFT_ERR_INTERNAL,
+                        "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up and marked it "
+                        "failed",
+                        sh->name);
+    } else if (mode != SHM_MODE && !((mode & ~(unsigned)SHM_MODE) == 0 && st.st_size == 0)) {
+        /* (a smaller mode on an empty file: the creator's umask, before its fchmod) */
+        rc = weft_error(WEFT_ERR_INTERNAL,
+                        "coll/shm: shared-memory segment %s has mode %04o, not %04o: refusing it (its creator, if "
+                        "not rank 0, could let others read or write the members' data)",
+                        sh->name, mode, (unsigned)SHM_MODE);
+    }
+    if (rc || mode != SHM_MODE || (size_t)st.st_size < sh->len) { /* an error, or the creator has not sized it yet */
         close(fd);
-        return 0;
+        return rc;
     }
     void *p = mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
@@ -225,12 +368,10 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
 {
     weft_shm_t *sh = op->sh;
     shm_header_t *h;
+    if (sh->broken) return broken_error(sh);
     if (!sh->mapped) {
         int rc = sh->me == 0 ? create(sh) : open_existing(sh);
-        if (rc < 0) {
-            sh->gave_up = 1;
-            return rc;
-        }
+        if (rc < 0) return set_broken(sh, op->k0, rc);
         if (rc == 0) {
             weft_sched_waiting(s, 0, "rank 0's shared-memory segment (not created yet)");
             return 0;
@@ -256,10 +397,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
 {
     weft_shm_t *sh = op->sh;
-    if (op->k == UINT64_MAX) { /* first call: at the schedule's start */
-        op->k = sh->ops;
-        sh->ops += op->nk;
-    }
+    if (WEFT_UNLIKELY(op->k == UINT64_MAX)) watch_start(op); /* (the schedule's start took them) */
     if (WEFT_UNLIKELY(!sh->ready)) {
         int rc = attach(s, op);
         if (rc <= 0) return rc;
@@ -348,65 +486,83 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
     return 1;
 }
 
-int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg)
+int weft_shm_sig_mismatch(weft_shm_op_t *op, int r, int root, uint64_t sig, const char *alg)
 {
-    return weft_shm_len_differs(r, root, weft_shm_head(op, r)->len, len, alg);
+    return weft_shm_sig_differs(r, root, weft_shm_head(op, r)->sig, sig, alg);
 }
 
-int weft_shm_len_differs(int r, int root, uint64_t theirs, uint64_t len, const char *alg)
+int weft_shm_sig_differs(int r, int root, uint64_t theirs, uint64_t sig, const char *alg)
 {
-    if (theirs == len) return 0;
-    if ((theirs ^ len) & WEFT_SHM_LEN_MARKS)
-        return weft_error(WEFT_ERR_ARG,
-                          "%s: rank %d ran another shared-memory algorithm for this call (%s; their counts fall "
-                          "under different selection rules: the ranks passed different counts)",
-                          alg, r,
-                          theirs & WEFT_SHM_LEN_ALLREAD   ? "shm_allread"
-                          : theirs & WEFT_SHM_LEN_CHUNKED ? "the chunked allreduce"
-                          : theirs & WEFT_SHM_LEN_LL      ? "shm_ll"
-                                                          : "a tree");
-    theirs &= ~WEFT_SHM_LEN_MARKS; /* marked alike: the lengths themselves */
-    len &= ~WEFT_SHM_LEN_MARKS;
+    char who[96];
+    if (theirs == sig) return 0;
     if (root < 0) /* no tree: every rank reads every member */
-        return weft_error(WEFT_ERR_ARG,
-                          "%s: rank %d has a %llu-byte message, this rank's is %llu bytes (the ranks passed different "
-                          "counts)",
-                          alg, r, (unsigned long long)theirs, (unsigned long long)len);
-    return weft_error(WEFT_ERR_ARG,
-                      "%s: rank %d (%s, root %d) has a %llu-byte message, this rank's is %llu bytes (the ranks passed "
-                      "different counts)",
-                      alg, r, r == root ? "the root" : "this rank's neighbour in the tree", root,
-                      (unsigned long long)theirs, (unsigned long long)len);
+        snprintf(who, sizeof(who), "rank %d", r);
+    else
+        snprintf(who, sizeof(who), "rank %d (%s, root %d)", r,
+                 r == root ? "the root" : "this rank's neighbour in the tree", root);
+    return weft_shm_sig_differs_who(who, theirs, sig, alg);
 }
 
-int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg)
+int weft_shm_sig_differs_who(const char *who, uint64_t theirs, uint64_t sig, const char *alg)
+{
+    if (theirs == sig) return 0;
+    if (theirs == WEFT_SHM_SIG_BAD)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s found that the members' calls differ (the ranks passed different counts, "
+                          "datatypes, ops or roots)",
+                          alg, who);
+    if ((theirs ^ sig) & WEFT_SHM_SIG_MARKS)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s ran another shared-memory algorithm for this call (%s; their calls fall under "
+                          "different selection rules: the ranks passed different counts or datatypes)",
+                          alg, who,
+                          theirs & WEFT_SHM_SIG_ALLREAD   ? "shm_allread"
+                          : theirs & WEFT_SHM_SIG_CHUNKED ? "the chunked allreduce"
+                          : theirs & WEFT_SHM_SIG_LL      ? "shm_ll"
+                                                          : "a tree");
+    int td = (int)(theirs >> 56 & 0xf), md = (int)(sig >> 56 & 0xf), to = (int)(theirs >> 52 & 0xf),
+        mo = (int)(sig >> 52 & 0xf), tr = (int)(theirs >> 40 & 0xfff), mr = (int)(sig >> 40 & 0xfff);
+    if (td != md)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s passed datatype %s, this rank %s (the ranks passed different datatypes)", alg, who,
+                          weft_dtype_name((weft_dtype_t)td), weft_dtype_name((weft_dtype_t)md));
+    if (to != mo)
+        return weft_error(WEFT_ERR_ARG, "%s: %s passed op %s, this rank %s (the ranks passed different ops)", alg, who,
+                          weft_op_name((weft_op_t)to), weft_op_name((weft_op_t)mo));
+    if (tr != mr)
+        return weft_error(WEFT_ERR_ARG, "%s: %s passed root %d, this rank %d (the ranks passed different roots)", alg,
+                          who, tr, mr);
+    return weft_error(
+        WEFT_ERR_ARG, "%s: %s has a %llu-byte message, this rank's is %llu bytes (the ranks passed different counts)",
+        alg, who, (unsigned long long)(theirs & WEFT_SHM_SIG_LEN), (unsigned long long)(sig & WEFT_SHM_SIG_LEN));
+}
+
+int weft_shm_check_sigs(weft_shm_op_t *op, uint64_t sig, const char *alg)
 {
     int b = (int)(op->k % WEFT_SHM_NBUF);
+    uint32_t mine = weft_shm_sig32(sig);
     for (int r = 0; r < op->sh->n; r++) {
-        uint32_t theirs = op->sh->ctrl[r].slot_len[b];
-        if (theirs != (uint32_t)len)
-            return weft_error(WEFT_ERR_ARG,
-                              "%s: rank %d has a message of %u bytes (mod 2^32), this rank's is %llu bytes (the "
-                              "ranks passed different counts)",
-                              alg, r, theirs, (unsigned long long)len);
+        uint32_t theirs = op->sh->ctrl[r].slot_sig[b];
+        if (theirs != mine)
+            return weft_shm_sig_differs(r, -1, weft_shm_sig_from32(theirs), weft_shm_sig_from32(mine), alg);
     }
     return 0;
 }
 
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t sig,
                        const char *alg, const char *flag)
 {
     weft_shm_t *sh = op->sh;
     int v = weft_shm_vrank(sh, root), flat = weft_shm_flat_down(sh, bytes);
     int from = flat ? root : weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
     if (!weft_shm_head_wait(s, op, from, WEFT_SHM_RESULT, flag)) return 0;
-    int bad = len ? weft_shm_len_mismatch(op, from, root, len, alg) : 0;
+    int bad = sig ? weft_shm_sig_mismatch(op, from, root, sig, alg) : 0;
     const char *src = weft_shm_buf(op, from, bytes);
     if (!flat && weft_shm_has_children(v, sh->radix, sh->n)) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, root)) return 0;
-        /* after a mismatch no data, and this rank's own length: its children fail too */
+        /* after a mismatch no data, and a bad mark: its children fail too */
         if (!bad) memcpy(weft_shm_buf(op, sh->me, bytes), src, bytes);
-        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, bad ? len : weft_shm_head(op, from)->len);
+        weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, bad ? WEFT_SHM_SIG_BAD : weft_shm_head(op, from)->sig);
         src = weft_shm_buf(op, sh->me, bytes);
     }
     if (bad) return bad;
@@ -481,6 +637,7 @@ void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t ext
     op->sh = sh;
     op->k = UINT64_MAX;
     op->nk = 1;
+    weft_sched_watch(s, &shm_watch, op);
     return op;
 }
 
@@ -490,7 +647,9 @@ void weft_shm_comm_release(weft_comm_t comm, void *state)
     weft_shm_t *sh = state;
     /* A member never attached (it died, or timed out): the name is still
      * there, and the creator removes it. */
-    if (sh->me == 0 && sh->mapped && !sh->ready) shm_unlink(sh->name);
+    if (sh->me == 0 && sh->mapped &&
+        atomic_load_explicit(&((shm_header_t *)sh->base)->attached, memory_order_acquire) < (uint32_t)sh->n)
+        shm_unlink(sh->name);
     if (sh->base) munmap(sh->base, sh->len);
     free(sh->seen_done);
     free(sh);

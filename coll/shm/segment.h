@@ -19,7 +19,7 @@
  *                     line prefetcher does not couple neighbours), written
  *                     only by that rank: first its arrived / done sequence
  *                     counters, the buffer it lends (shm_cma) and its
- *                     slots' message lengths, what a reader needs once
+ *                     slots' call signatures, what a reader needs once
  *                     `arrived` is seen; then `mapped`. Bytes of each line
  *                     belong to the algorithm running, which lays its own
  *                     fields over them (weft_shm_ctrl_t)
@@ -46,9 +46,10 @@
  * shm_allread, the chunked allreduce) signal through the head line of the
  * slot they wrote: seq = 2k + 1 (PARTIAL) when a rank's partial or input
  * is there, 2k + 2 (RESULT) when the message or the result is; the line
- * also carries the whole message's length, checked by the first piece's
- * readers (ranks that passed different counts fail instead of taking
- * wrong bytes). A message of at most WEFT_SHM_INLINE bytes sits in the
+ * also carries the call's signature (datatype, op, root and the whole
+ * message's length: weft_shm_sig), checked by the first piece's readers
+ * (ranks that passed different arguments fail instead of taking wrong
+ * bytes). A message of at most WEFT_SHM_INLINE bytes sits in the
  * same line as its sequence word, so a reader's one cache miss brings
  * both. Results and messages up to WEFT_SHM_FLAT_MAX bytes, and a
  * barrier's release, are read by every rank straight from the root's slot
@@ -80,14 +81,14 @@
 #define WEFT_SHM_SLOT ((size_t)64 * 1024)
 /* The single-copy (CMA) algorithms take messages (blocks) from this size on. */
 #define WEFT_SHM_CMA_MIN ((size_t)16 * 1024)
-/* A slot's head line: its sequence word, the length of the whole message
- * (all pieces) it belongs to, so a reader whose length differs can fail
- * instead of taking the wrong bytes, and the bytes of a message that fits
- * beside them. */
+/* A slot's head line: its sequence word, the signature of the call it
+ * belongs to (weft_shm_sig: datatype, op, root, the whole message's
+ * length), so a reader whose call differs can fail instead of taking the
+ * wrong bytes, and the bytes of a message that fits beside them. */
 #define WEFT_SHM_INLINE 48
 typedef struct weft_shm_head {
     _Atomic uint64_t seq; /* 2k + 1: partial of collective k here; 2k + 2: its message / result */
-    uint64_t len;         /* the collective's message length in bytes, every piece */
+    uint64_t sig;         /* the collective's signature, every piece */
     unsigned char inl[WEFT_SHM_INLINE];
 } weft_shm_head_t;
 /* The head line sits alone in a 128-byte pair of lines, its body after
@@ -99,10 +100,11 @@ typedef struct weft_shm_head {
 enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
 /* shm_ll's flagged lines: WEFT_SHM_LL_DATA bytes of data (a multiple of
  * every element size) and the line's sequence word, which carries
- * 2k + 1 (an input) or 2k + 2 (a reduced line) in its low 48 bits and the
- * writer's message length in its top 16 (WEFT_SHM_LL_BAD: a writer that
- * found the ranks' lengths differ), stored after the data with release
- * order: one transfer of the line brings data and flag. */
+ * 2k + 1 (an input) or 2k + 2 (a reduced line) in its low
+ * WEFT_SHM_LL_SEQ_BITS bits and the writer's signature in its top 20
+ * (weft_shm_sig_ll: datatype, op, message length; WEFT_SHM_LL_BAD: a
+ * writer that found the ranks' calls differ), stored after the data with
+ * release order: one transfer of the line brings data and flag. */
 #define WEFT_SHM_LL_DATA 56
 #define WEFT_SHM_LL_LINES 128
 /* One line more than the lines: with a span of a multiple of 4 KiB every
@@ -111,14 +113,19 @@ enum { WEFT_SHM_PARTIAL = 1, WEFT_SHM_RESULT = 2 };
  * lines NBUF sets on. */
 #define WEFT_SHM_LL_SPAN ((size_t)(WEFT_SHM_LL_LINES + 1) * 64)
 #define WEFT_SHM_LL_MAX ((size_t)WEFT_SHM_LL_LINES * WEFT_SHM_LL_DATA)
-#define WEFT_SHM_LL_BAD UINT64_C(0xffff)
+#define WEFT_SHM_LL_SEQ_BITS 44
+#define WEFT_SHM_LL_BAD      ((UINT64_C(1) << (64 - WEFT_SHM_LL_SEQ_BITS)) - 1)
+/* 2k + 2 must fit the sequence bits: shm_ll declines on a communicator
+ * past this many shared-memory collectives (2^42, a margin below 2^43;
+ * 50 days of back-to-back 1 us calls). */
+#define WEFT_SHM_LL_OPS_MAX (UINT64_C(1) << (WEFT_SHM_LL_SEQ_BITS - 2))
 typedef struct weft_shm_ll_line {
     unsigned char d[WEFT_SHM_LL_DATA];
     _Atomic uint64_t seq;
 } weft_shm_ll_line_t;
 _Static_assert(sizeof(weft_shm_ll_line_t) == 64, "a flagged line is one cache line");
 _Static_assert(WEFT_SHM_LL_SPAN % 4096 != 0, "line j of consecutive ranks in different L1 sets");
-_Static_assert(WEFT_SHM_LL_MAX < WEFT_SHM_LL_BAD, "an LL message's length fits the tag and is not the bad tag");
+_Static_assert(WEFT_SHM_LL_MAX < (1u << 13), "an LL message's length fits its 13 bits of the line's signature");
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
  * fastest and the slowest rank before the fastest waits (a reduce's
  * leaves, a bcast's root leave at once). */
@@ -135,16 +142,16 @@ typedef struct weft_shm_ctrl {
     _Alignas(uint64_t) unsigned char alg_first[8];
     _Atomic uint64_t done; /* this rank finished reading collective k */
     /* shm_cma: the buffer this rank lends for its current collective (its
-     * pid, address, length: weft_shm_cma_lend), written before it
-     * publishes `arrived` and left alone until the readers' `done` says
-     * they finished. */
+     * pid, address, and the call's signature, which says its length:
+     * weft_shm_cma_lend), written before it publishes `arrived` and left
+     * alone until the readers' `done` says they finished. */
     int64_t cma_pid;
     uint64_t cma_addr;
-    uint64_t cma_len;
-    /* per slot, the low 32 bits of the message length of its last
-     * contribution (weft_shm_contribute): weft_shm_check_lens reads it in
-     * the line the arrival wait just brought */
-    uint32_t slot_len[WEFT_SHM_NBUF];
+    uint64_t cma_sig;
+    /* per slot, the 32-bit signature of its last contribution
+     * (weft_shm_sig32, weft_shm_contribute): weft_shm_check_sigs reads it
+     * in the line the arrival wait just brought */
+    uint32_t slot_sig[WEFT_SHM_NBUF];
     /* second line */
     _Atomic uint64_t mapped; /* 1 once this rank mapped the segment */
     /* the algorithm's fields polled apart from the arrival
@@ -166,6 +173,7 @@ _Static_assert(offsetof(weft_shm_ctrl_t, mapped) == 64 && sizeof(weft_shm_ctrl_t
 
 typedef struct weft_shm {
     char name[96];
+    weft_comm_t comm; /* for messages */
     char *base; /* the mapping, NULL until attached */
     size_t len;
     int n, me;
@@ -180,8 +188,14 @@ typedef struct weft_shm {
         int root;    /* and its tree's root */
     } use[WEFT_SHM_NBUF];
     int mapped;         /* this rank mapped the segment and counted itself */
-    int ready;          /* every member attached (the name is gone) */
-    int gave_up;        /* creation failed here: later calls decline */
+    int ready;          /* every member attached (the name is gone), and nothing broke since */
+    /* The segment could not be set up, or a shared-memory collective
+     * failed here (the members' sequences are out of step): the status
+     * every later shared-memory collective fails with at once, the
+     * collective it happened in, and why. */
+    int broken;
+    uint64_t broken_k;
+    char why[256];
     uint64_t ops;       /* collectives assigned a number (the next k) */
     uint64_t completed; /* collectives finished here, in order */
     weft_shm_ctrl_t *ctrl;
@@ -193,6 +207,7 @@ typedef struct weft_shm {
 typedef struct weft_shm_op {
     weft_shm_t *sh;
     uint64_t k;  /* the collective's sequence number (of its current piece) */
+    uint64_t k0; /* its first one */
     uint64_t nk; /* sequence numbers it takes: a message over a slot goes as nk pieces, one number each */
     int phase;
     int seen; /* weft_shm_wait_heads: the members before it were seen */
@@ -200,7 +215,11 @@ typedef struct weft_shm_op {
 
 /* The communicator's segment state, or NULL when the shared-memory
  * algorithms must decline (several nodes, one rank, bytes over a slot,
- * out of memory, creation failed before). Takes no collective action. */
+ * out of memory). Takes no collective action. After a failure (the
+ * segment could not be set up, or a collective failed: weft_shm_t's
+ * `broken`) the state is still returned and every op fails at its start:
+ * declining instead would send this rank to a base algorithm while the
+ * other members wait in the segment. */
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
 /* A message over a slot goes through the slots in pieces of at most one
  * slot, each piece a collective of its own (its own sequence number,
@@ -226,19 +245,22 @@ int weft_shm_cma_usable(void);
 /* Copies len bytes at raddr in process pid into dst (partial reads are
  * continued). 0 or an error code (the op's name in the message). */
 int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const char *alg);
-/* Publishes this rank's lent buffer for collective op->k (then arrived). */
-static inline void weft_shm_cma_lend(weft_shm_op_t *op, const void *buf, size_t len)
+/* Publishes this rank's lent buffer for collective op->k with the call's
+ * signature (weft_shm_sig of its length), then arrived. */
+static inline void weft_shm_cma_lend(weft_shm_op_t *op, const void *buf, uint64_t sig)
 {
     weft_shm_ctrl_t *c = &op->sh->ctrl[op->sh->me];
     c->cma_pid = (int64_t)getpid();
     c->cma_addr = (uint64_t)(uintptr_t)buf;
-    c->cma_len = len;
+    c->cma_sig = sig;
     atomic_store_explicit((_Atomic uint64_t *)&c->arrived, op->k + 1, memory_order_release);
 }
-/* The op's start: takes its number (at the schedule's start, so in start
- * order), attaches (creating or opening the segment), and waits until the
- * previous shared-memory collective on this communicator finished here.
- * 1 when done, 0 not yet, < 0 an error (as a polling step). */
+/* The op's start (its numbers were taken when its schedule started, so in
+ * start order: weft_shm_op_alloc set the schedule's watch): attaches
+ * (creating or opening the segment), fails at once when the
+ * communicator's shared-memory sequence broke (weft_shm_t's `broken`), and
+ * waits until the previous shared-memory collective on this communicator
+ * finished here. 1 when done, 0 not yet, < 0 an error (as a polling step). */
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op);
 /* Waits until field (offsetof in weft_shm_ctrl_t) of every member (or of
  * `only` when >= 0) is >= target. 1 / 0 as a polling step. */
@@ -268,14 +290,14 @@ static inline char *weft_shm_buf(const weft_shm_op_t *op, int r, size_t bytes)
     return bytes <= WEFT_SHM_INLINE ? (char *)weft_shm_head(op, r)->inl : weft_shm_slot(op, r);
 }
 /* Raises this rank's head to event ev (WEFT_SHM_PARTIAL / RESULT) of
- * collective op->k, after its data and the message's length `len`
+ * collective op->k, after its data and the call's signature `sig`
  * (release order). */
-static inline void weft_shm_head_publish_msg(weft_shm_op_t *op, int ev, uint64_t len)
+static inline void weft_shm_head_publish_msg(weft_shm_op_t *op, int ev, uint64_t sig)
 {
-    weft_shm_head(op, op->sh->me)->len = len;
+    weft_shm_head(op, op->sh->me)->sig = sig;
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
 }
-/* The same without data (the barrier): the length and the bytes stay. */
+/* The same without data (the barrier): the signature and the bytes stay. */
 static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
 {
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
@@ -326,33 +348,91 @@ void weft_shm_record(weft_shm_op_t *op, int readers, int root);
  * (claimed for its children) and raises its own RESULT when it has
  * children, then copies the message into dst. Messages read straight
  * from the root (weft_shm_flat_down) take one hop: the root's RESULT,
- * then the copy. `len` (0: unchecked) is the whole message's length: when
- * the head read from says another, nothing is copied, the children get a
- * head with this rank's length (so they fail too, and nobody waits) and
+ * then the copy. `sig` (0: unchecked) is the call's signature: when the
+ * head read from carries another, nothing is copied, the children get a
+ * head marked WEFT_SHM_SIG_BAD (so they fail too, and nobody waits) and
  * the mismatch is returned (< 0, reported as `alg`'s). 1 / 0 as a polling
  * step. */
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t len,
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t sig,
                        const char *alg, const char *flag);
-/* shm_allread, the chunked allreduce and shm_ll mark the lengths they
- * publish with a bit of their own (the tree's are unmarked), so a rank that ran
- * another shared-memory algorithm for the same call (ranks whose counts
- * fall on both sides of a selection threshold: an erroneous call) sees a
- * mismatch instead of taking the other's flags for its own. */
-#define WEFT_SHM_LEN_ALLREAD ((uint64_t)1 << 62)
-#define WEFT_SHM_LEN_CHUNKED ((uint64_t)1 << 61)
-#define WEFT_SHM_LEN_LL ((uint64_t)1 << 60)
-#define WEFT_SHM_LEN_MARKS (WEFT_SHM_LEN_ALLREAD | WEFT_SHM_LEN_CHUNKED | WEFT_SHM_LEN_LL)
-/* 0 when rank r's head (slot of collective op->k) carries message length
- * len, else an error naming both lengths (an erroneous call: ranks passed
- * different counts; root < 0: a pattern without a tree), or saying that
- * the two are marked differently (WEFT_SHM_LEN_MARKS). */
-int weft_shm_len_mismatch(weft_shm_op_t *op, int r, int root, uint64_t len, const char *alg);
-/* The same for a length `theirs` read elsewhere (shm_ll: a line's word). */
-int weft_shm_len_differs(int r, int root, uint64_t theirs, uint64_t len, const char *alg);
+/* ---- signatures ----------------------------------------------------------
+ * What the members of a call must agree on, carried in the words coll/shm
+ * publishes anyway beside its data (a slot's head line, a rank's slot
+ * words, shm_ll's line words, a CMA lend), where only the message length
+ * used to be: checking it costs no store and no cache line more than the
+ * length did. Ranks that passed different datatypes, ops, roots or counts
+ * fail with WEFT_ERR_ARG naming what differs, wherever a rank reads
+ * another's word, instead of reducing each other's bytes as their own.
+ * The 64-bit signature (head lines, CMA):
+ *   bits  0-39  the whole message's length in bytes (mod 2^40)
+ *        40-51  the root (mod 4096; 0 where the collective has none)
+ *        52-55  the op (0 where the collective has none)
+ *        56-59  the datatype
+ *        60-62  the algorithm's mark (WEFT_SHM_SIG_ALLREAD, _CHUNKED, _LL;
+ *               none: a tree), so a rank that ran another shared-memory
+ *               algorithm for the same call (its count fell under another
+ *               selection rule) does not take the other's flags for its own
+ *        63     set only in WEFT_SHM_SIG_BAD: a rank that found the
+ *               members' calls differ passes that on to its readers
+ * shm_ll's lines carry 20 bits (weft_shm_sig_ll: length, datatype, op;
+ * its messages are at most 7 KiB and it has no root) and the slot words
+ * 32 (weft_shm_sig32: length mod 2^20, root mod 16, op, datatype; slot
+ * messages are at most 64 KiB). */
+#define WEFT_SHM_SIG_ALLREAD ((uint64_t)1 << 62)
+#define WEFT_SHM_SIG_CHUNKED ((uint64_t)1 << 61)
+#define WEFT_SHM_SIG_LL      ((uint64_t)1 << 60)
+#define WEFT_SHM_SIG_MARKS   (WEFT_SHM_SIG_ALLREAD | WEFT_SHM_SIG_CHUNKED | WEFT_SHM_SIG_LL)
+#define WEFT_SHM_SIG_BAD     UINT64_MAX
+#define WEFT_SHM_SIG_LEN     ((UINT64_C(1) << 40) - 1)
+_Static_assert(WEFT_DTYPE_COUNT <= 16 && WEFT_OP_COUNT <= 8, "a datatype fits 4 bits and an op 3 of a signature");
+static inline uint64_t weft_shm_sig_pack(uint64_t len, int root, int op, int dtype)
+{
+    return (len & WEFT_SHM_SIG_LEN) | ((uint64_t)((unsigned)root & 0xfffu) << 40) |
+           ((uint64_t)((unsigned)op & 0xfu) << 52) | ((uint64_t)((unsigned)dtype & 0xfu) << 56);
+}
+/* The signature of call a whose message (the part the signature vouches
+ * for: a vector, a block) is len bytes. */
+static inline uint64_t weft_shm_sig(const weft_coll_args_t *a, uint64_t len)
+{
+    return weft_shm_sig_pack(len, a->root, (int)a->op, (int)a->dtype);
+}
+static inline uint32_t weft_shm_sig32(uint64_t sig)
+{
+    return (uint32_t)((sig & 0xfffffu) | ((sig >> 40 & 0xfu) << 20) | ((sig >> 52 & 0xfu) << 24) |
+                      ((sig >> 56 & 0xfu) << 28));
+}
+static inline uint64_t weft_shm_sig_ll(uint64_t sig)
+{
+    return (sig & 0x1fffu) | ((sig >> 56 & 0xfu) << 13) | ((sig >> 52 & 0x7u) << 17);
+}
+/* Back to the 64-bit layout (with the fields a short word has), for
+ * messages. */
+static inline uint64_t weft_shm_sig_from32(uint32_t w)
+{
+    return weft_shm_sig_pack(w & 0xfffffu, (int)(w >> 20 & 0xfu), (int)(w >> 24 & 0xfu), (int)(w >> 28 & 0xfu));
+}
+static inline uint64_t weft_shm_sig_from_ll(uint64_t tag)
+{
+    return tag == WEFT_SHM_LL_BAD
+               ? WEFT_SHM_SIG_BAD
+               : weft_shm_sig_pack(tag & 0x1fffu, 0, (int)(tag >> 17 & 0x7u), (int)(tag >> 13 & 0xfu)) |
+                     WEFT_SHM_SIG_LL;
+}
+/* 0 when rank r's head (slot of collective op->k) carries signature sig,
+ * else WEFT_ERR_ARG naming what differs: the datatype, the op, the root,
+ * the length (the ranks passed different counts), the algorithm's mark,
+ * or that r found the calls differ (WEFT_SHM_SIG_BAD). root >= 0: the tree
+ * the algorithm reads r in (the message says whether r is its root or a
+ * neighbour); < 0: a pattern without a tree. */
+int weft_shm_sig_mismatch(weft_shm_op_t *op, int r, int root, uint64_t sig, const char *alg);
+/* The same for a signature `theirs` read elsewhere (a line's word, a CMA
+ * lend), r described by `who` ("rank 3 (...)"; NULL: "rank r"). */
+int weft_shm_sig_differs(int r, int root, uint64_t theirs, uint64_t sig, const char *alg);
+int weft_shm_sig_differs_who(const char *who, uint64_t theirs, uint64_t sig, const char *alg);
 /* After every member's arrival (weft_shm_contribute): 0 when all
- * contributed messages of length len (its low 32 bits), or an error naming
- * the first rank whose length differs. */
-int weft_shm_check_lens(weft_shm_op_t *op, uint64_t len, const char *alg);
+ * contributed with signature sig (its 32 bits), or an error naming the
+ * first rank whose signature differs. */
+int weft_shm_check_sigs(weft_shm_op_t *op, uint64_t sig, const char *alg);
 /* 1 when a message (result) of `bytes` goes from the root to every rank
  * directly rather than down the tree (WEFT_SHM_FLAT_MAX, the creator's). */
 static inline int weft_shm_flat_down(const weft_shm_t *sh, size_t bytes) { return bytes <= sh->flat_max; }
@@ -409,11 +489,11 @@ int weft_shm_wait_done_children(weft_sched_t *s, weft_shm_op_t *op, int root, in
     } while (0)
 #define WEFT_SHM_FOR_CHILDREN(sh, v, root, c, body) WEFT_SHM_FOR_CHILDREN_R(sh, (sh)->radix, v, root, c, body)
 /* The first two phases of a contribution: start the operation, wait until
- * this rank's slot may be reused, copy src into it (and the message's
- * length `len` into its flag line, for weft_shm_check_lens) and publish
- * the arrival. 1: done (op->phase is 2), 0: not yet, < 0: an error. */
-static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const void *src, size_t bytes,
-                                      uint64_t len)
+ * this rank's slot may be reused, copy src into it (and the call's
+ * signature `sig` into its flag line, for weft_shm_check_sigs) and
+ * publish the arrival. 1: done (op->phase is 2), 0: not yet, < 0: an
+ * error. */
+static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const void *src, size_t bytes, uint64_t sig)
 {
     if (op->phase == 0) {
         int rc = weft_shm_op_begin(s, op);
@@ -423,7 +503,7 @@ static inline int weft_shm_contribute(weft_sched_t *s, weft_shm_op_t *op, const 
     if (op->phase == 1) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
         memcpy(weft_shm_slot(op, op->sh->me), src, bytes);
-        op->sh->ctrl[op->sh->me].slot_len[op->k % WEFT_SHM_NBUF] = (uint32_t)len;
+        op->sh->ctrl[op->sh->me].slot_sig[op->k % WEFT_SHM_NBUF] = weft_shm_sig32(sig);
         weft_shm_publish(op, offsetof(weft_shm_ctrl_t, arrived));
         op->phase = 2;
     }

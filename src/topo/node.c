@@ -49,6 +49,7 @@ typedef struct {
     uint64_t machine; /* the machine (its CPUs), even when nodes are simulated */
     int64_t sim;      /* explicit node id, or -1 */
     uint64_t job;  /* hash of host, pid and start time: world rank 0's names the job */
+    uint64_t nonce; /* random: world rank 0's is the world communicator's nonce */
 } node_key_t;
 
 static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
@@ -60,6 +61,7 @@ static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t pid = (uint64_t)getpid(), t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     k->job = fnv1a(fnv1a(k->host, (const char *)&pid, sizeof(pid)), (const char *)&t, sizeof(t));
+    k->nonce = weft_random64();
     if (weft_cfg.node_id[0]) {
         char *end;
         errno = 0;
@@ -116,6 +118,7 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
     }
     weft_g.nnodes = nnodes;
     weft_g.job_id = all[0].job;
+    weft_g.world_nonce = all[0].nonce;
     weft_g.node = weft_g.node_of[bs->rank];
     int lr = 0, ls = 0;
     for (int r = 0; r < n; r++)
