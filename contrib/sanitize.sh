@@ -24,6 +24,8 @@
 # suppressions (contrib/sanitize.supp) are for code outside weft only.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=contrib/lib-test-logs.sh
+. "$src/contrib/lib-test-logs.sh"
 JOBS=${JOBS:-$(nproc)}
 SAN=${SANITIZE:--fsanitize=address,undefined}
 CFLAGS_SAN=${SANITIZE_CFLAGS:--fno-omit-frame-pointer -g -O1}
@@ -92,15 +94,7 @@ for f in "$reports"/*; do
 done
 if [ "$check" -ne 0 ]; then
     echo "sanitize.sh: make check failed (status $check); failing logs:"
-    for log in test/*.log test/*/*.log; do
-        [ -f "$log" ] || continue
-        case "$log" in */test-suite.log) continue ;; esac
-        trs="${log%.log}.trs"
-        if [ -f "$trs" ] && grep -q ":test-result: FAIL\|:test-result: ERROR" "$trs"; then
-            echo "=== $log"
-            tail -40 "$log"
-        fi
-    done
+    failing_test_logs 40
 fi
 if [ "$found" -ne 0 ]; then
     echo "sanitize.sh: $found sanitizer report(s)"

@@ -4,6 +4,8 @@
 # Exits non-zero when anything fails. Assumes contrib/install-deps.sh ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=contrib/lib-test-logs.sh
+. contrib/lib-test-logs.sh
 JOBS=${JOBS:-$(nproc)}
 # werror_configured: config.status was made with --enable-werror (the last
 # --enable-werror[=yes|no] / --disable-werror given wins, as in configure).
@@ -86,15 +88,7 @@ for log in test/*.log test/*/*.log; do
 done
 if [ "$status" -ne 0 ]; then
     echo "--- failing test logs ---"
-    for log in test/*.log test/*/*.log; do
-        [ -f "$log" ] || continue
-        case "$log" in */test-suite.log) continue ;; esac
-        trs="${log%.log}.trs"
-        if [ -f "$trs" ] && grep -q ":test-result: FAIL\|:test-result: ERROR" "$trs"; then
-            echo "=== $log"
-            tail -60 "$log"
-        fi
-    done
+    failing_test_logs 60
     [ "$failed" -gt 0 ] || failed=1
 fi
 # Why each skipped test was skipped (Criterion prints "[SKIP] suite::test:

@@ -22,6 +22,7 @@
  * by cuCtxSynchronize), time per copy. The CUDA driver (libcuda.so.1) is
  * loaded at run time; without one the program says so and exits 2. */
 #include "osu/cuda_mem.h"
+#include "osu/size.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -51,27 +52,10 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int parse_size(const char *s, size_t *out, const char **end_out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    if (*end == 'k' || *end == 'K')
-        v <<= 10, end++;
-    else if (*end == 'm' || *end == 'M')
-        v <<= 20, end++;
-    else if (*end == 'g' || *end == 'G')
-        v <<= 30, end++;
-    *out = (size_t)v;
-    *end_out = end;
-    return 0;
-}
-
 static int parse_range(const char *s, size_t *lo, size_t *hi)
 {
     const char *end;
-    if (parse_size(s, lo, &end) || *end != ':' || parse_size(end + 1, hi, &end) || *end) return -1;
+    if (osu_parse_size(s, lo, &end) || *end != ':' || osu_parse_size(end + 1, hi, &end) || *end) return -1;
     return *lo > *hi || *hi > ((size_t)1 << 34) ? -1 : 0;
 }
 

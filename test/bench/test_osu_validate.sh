@@ -23,26 +23,21 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT WEFT_BOOTSTRAP
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-osu.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0 skipped=0
+# shellcheck source=test/bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 run_case() { # name, command...
     local name=$1 out=$work/out
     shift
     if timeout -k 5 "$LIMIT" "$@" >"$out" 2>&1 && grep -q "Pass" "$out" && ! grep -q "Fail" "$out"; then
-        passed=$((passed + 1))
-        echo "PASS $name"
+        pass "$name"
     else
-        failed=$((failed + 1))
-        echo "FAIL $name"
-        sed 's/^/    /' "$out" | tail -25
+        fail "$name"
+        show_tail 25 "$out"
     fi
 }
 
-if [ ! -x "$BENCH/weft-osu" ]; then
-    echo "FAIL: $BENCH/weft-osu is not built"
-    echo "0 passed, 1 failed, 0 skipped"
-    exit 1
-fi
+require_built "$BENCH/weft-osu"
 programs=$("$BENCH/weft-osu" --list)
 for np in 2 3; do
     for p in $programs; do
@@ -70,12 +65,10 @@ expect_exit2() { # name, pattern, command...
     timeout -k 5 "$LIMIT" "$@" >"$out" 2>&1
     rc=$?
     if [ "$rc" -eq 2 ] && grep -Eq "$pattern" "$out"; then
-        passed=$((passed + 1))
-        echo "PASS $name: exit 2, $(grep -Eo "$pattern" "$out" | head -1)"
+        pass "$name: exit 2, $(grep -Eo "$pattern" "$out" | head -1)"
     else
-        failed=$((failed + 1))
-        echo "FAIL $name: exit $rc (expected 2 and /$pattern/)"
-        sed 's/^/    /' "$out" | tail -10
+        fail "$name: exit $rc (expected 2 and /$pattern/)"
+        show_tail 10 "$out"
     fi
 }
 expect_exit2 "weft-osu-allreduce -d cuda refused" "point-to-point programs" \
@@ -88,8 +81,7 @@ probe=$work/probe
 timeout -k 5 "$LIMIT" "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-latency" -d cuda D D "${OPTS[@]}" >"$probe" 2>&1
 probe_rc=$?
 if [ "$probe_rc" -eq 2 ] && grep -Eq "$no_gpu|$refused" "$probe"; then
-    passed=$((passed + 1))
-    echo "PASS weft-osu-latency -d cuda D D stops cleanly: exit 2, $(grep -Eo "$no_gpu|$refused" "$probe" | head -1)"
+    pass "weft-osu-latency -d cuda D D stops cleanly: exit 2, $(grep -Eo "$no_gpu|$refused" "$probe" | head -1)"
     echo "SKIP device-buffer validation (latency, bw, bibw x D D, D H, H D): no usable GPU here"
     skipped=$((skipped + 9))
 else
@@ -111,14 +103,11 @@ if [ -x "$BENCH/mpi-osu" ] && command -v mpirun >/dev/null; then
         rc=$?
         if { [ "$rc" -eq 0 ] && grep -q Pass "$out" && ! grep -q Fail "$out"; } ||
             { [ "$rc" -ne 0 ] && grep -q "not CUDA-aware" "$out"; }; then
-            passed=$((passed + 1))
-            echo "PASS mpi-osu-latency -d cuda D D: $([ "$rc" -eq 0 ] && echo validated || echo refused, not CUDA-aware)"
+            pass "mpi-osu-latency -d cuda D D: $([ "$rc" -eq 0 ] && echo validated || echo refused, not CUDA-aware)"
         else
-            failed=$((failed + 1))
-            echo "FAIL mpi-osu-latency -d cuda D D: exit $rc"
-            sed 's/^/    /' "$out" | tail -10
+            fail "mpi-osu-latency -d cuda D D: exit $rc"
+            show_tail 10 "$out"
         fi
     fi
 fi
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+summary

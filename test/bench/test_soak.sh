@@ -25,7 +25,8 @@ GROWTH=${WEFT_TEST_SOAK_LIMIT:-1536}
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT WEFT_BOOTSTRAP WEFT_RANKS_PER_NODE
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-soak.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
+# shellcheck source=test/bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 run_case() { # name, env assignments..., then the soak's options after --
     local name=$1 out=$work/out
@@ -38,21 +39,14 @@ run_case() { # name, env assignments..., then the soak's options after --
     shift
     if env ${envs[@]+"${envs[@]}"} timeout -k 5 "$LIMIT" "$WEFTRUN" -n 4 --timeout "$LIMIT" "$SOAK" "$@" -g "$GROWTH" \
         >"$out" 2>&1 && { [ "$GROWTH" -eq 0 ] || grep -q "^# PASS" "$out"; }; then
-        passed=$((passed + 1))
-        echo "PASS $name"
+        pass "$name"
     else
-        failed=$((failed + 1))
-        echo "FAIL $name"
+        fail "$name"
     fi
-    sed 's/^/    /' "$out" | tail -25
+    show_tail 25 "$out"
 }
 
-if [ ! -x "$SOAK" ]; then
-    echo "FAIL: $SOAK is not built"
-    echo "0 passed, 1 failed, 0 skipped"
-    exit 1
-fi
+require_built "$SOAK"
 run_case "soak 4 ranks, one node" -- -c 100000 -k 5000
 run_case "soak 4 ranks, 2 simulated nodes" WEFT_RANKS_PER_NODE=2 -- -c 50000 -k 2000
-echo "$passed passed, $failed failed, 0 skipped"
-[ "$failed" -eq 0 ]
+summary

@@ -31,10 +31,8 @@ NP=${WEFT_TEST_NP:-4}
 LIMIT=${WEFT_TEST_TIMEOUT:-120}
 LAPS=10
 
-case $(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]') in
-    true | 1 | yes) in_ci=1 ;;
-    *) in_ci= ;;
-esac
+# shellcheck source=test/launchers/lib.sh
+. "$here/lib.sh"
 
 # Start from a clean launch environment: variables left by an enclosing
 # launcher (a Slurm allocation, mpirun, torchrun) or a forced WEFT_BOOTSTRAP
@@ -50,7 +48,6 @@ while IFS= read -r var; do
 done < <(compgen -e)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-launchers.XXXXXX") || exit 1
-passed=0 failed=0 skipped=0
 slurm_started=
 child=
 
@@ -69,12 +66,8 @@ cleanup() {
     fi
     rm -rf "$work"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap_cleanup
 
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-skip() { echo "SKIP: $1 ($2)"; skipped=$((skipped + 1)); }
 fail() {
     echo "FAIL: $1${2:+ ($2)}"
     failed=$((failed + 1))
@@ -82,10 +75,6 @@ fail() {
         echo "    --- output (last 40 lines) ---"
         tail -n 40 "$3" | sed 's/^/    /'
     fi
-}
-# A launcher that is not there: a skip on a developer machine, a failure in CI.
-missing() {
-    if [ -n "$in_ci" ]; then fail "$1" "$2; required when CI=$CI"; else skip "$1" "$2"; fi
 }
 
 # --- output checks: each prints what is wrong, and fails, or prints nothing --

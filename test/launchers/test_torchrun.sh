@@ -60,10 +60,8 @@ if [ "${1:-}" = --late-dns-inner ]; then
     exit $status
 fi
 
-case $(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]') in
-    true | 1 | yes) in_ci=1 ;;
-    *) in_ci= ;;
-esac
+# shellcheck source=test/launchers/lib.sh
+. "$here/lib.sh"
 
 # A clean launch environment: variables of an enclosing launcher would
 # change which bootstrap the programs pick.
@@ -82,7 +80,6 @@ export WEFT_LIBRARY=$top_builddir/.libs/libweft.so.0
 export PYTHONPATH=$top_srcdir/contrib/python/src${PYTHONPATH:+:$PYTHONPATH}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-torchrun.XXXXXX") || exit 1
-passed=0 failed=0 skipped=0
 children=()
 
 cleanup() {
@@ -91,12 +88,8 @@ cleanup() {
     for p in "${children[@]}"; do wait "$p" 2>/dev/null; done
     rm -rf "$work"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap_cleanup
 
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-skip() { echo "SKIP: $1 ($2)"; skipped=$((skipped + 1)); }
 fail() {
     local f
     echo "FAIL: $1${2:+ ($2)}"
@@ -107,9 +100,6 @@ fail() {
         echo "    --- $(basename "$f") (last 40 lines) ---"
         grep -v 'UserWarning: Failed to initialize NumPy\|_conversion_method_template' "$f" | tail -n 40 | sed 's/^/    /'
     done
-}
-missing() { # a missing prerequisite: a skip on a developer machine, a failure in CI
-    if [ -n "$in_ci" ]; then fail "$1" "$2; required when CI=$CI"; else skip "$1" "$2"; fi
 }
 
 free_port() {

@@ -5,6 +5,7 @@
 #include "osu.h"
 
 #include "cuda_mem.h"
+#include "size.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -102,20 +103,13 @@ static void usage(FILE *f, const char *prog)
     fprintf(f, "\n");
 }
 
+/* A whole argument: a size and nothing after it. */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    if (*end == 'k' || *end == 'K')
-        v <<= 10, end++;
-    else if (*end == 'm' || *end == 'M')
-        v <<= 20, end++;
-    else if (*end == 'g' || *end == 'G')
-        v <<= 30, end++;
-    if (*end) return -1;
-    *out = (size_t)v;
+    const char *end;
+    size_t v;
+    if (osu_parse_size(s, &v, &end) || *end) return -1;
+    *out = v;
     return 0;
 }
 
