@@ -77,6 +77,11 @@ export LSAN_OPTIONS="detect_leaks=0"
 # ASan keeps freed memory in quarantine, so resident memory grows by
 # design: the soak test checks its results only here.
 export WEFT_TEST_SOAK_LIMIT=0
+# CI=true makes tests whose tools are missing fail instead of skipping; the
+# copy has no .venv (torch) and an instrumented libweft cannot load into an
+# uninstrumented python anyway: the torchrun cases run in contrib/test.sh's
+# pass, here they are skipped.
+unset CI
 echo "sanitize.sh: make check"
 check=0
 if [ -n "${TESTS:-}" ]; then
