@@ -1,6 +1,7 @@
 /* The collective front end: argument checks, in-place resolution,
  * selection with fallback, schedule start; and the registry. */
 #include "coll/coll.h"
+
 #include "pt2pt/cuda.h"
 
 #include <stdlib.h>
@@ -72,6 +73,7 @@ const weft_var_t *weft_coll_var(int i)
 typedef struct {
     void *state[WEFT_COLL_COMPS];
     const weft_coll_alg_t *forced[WEFT_COLL_KINDS];
+    unsigned forced_mem[WEFT_COLL_KINDS]; /* the memory types the forced algorithm's component takes */
 } coll_comm_t;
 
 static coll_comm_t *coll_comm(weft_comm_t comm)
@@ -88,9 +90,10 @@ int weft_coll_state_set(weft_comm_t comm, int id, void *state)
     return WEFT_SUCCESS;
 }
 
-const weft_coll_alg_t *weft_coll_forced(weft_comm_t comm, weft_coll_kind_t kind)
+const weft_coll_alg_t *weft_coll_forced(weft_comm_t comm, weft_coll_kind_t kind, weft_memtype_t mem)
 {
-    return comm->coll ? ((coll_comm_t *)comm->coll)->forced[kind] : NULL;
+    const coll_comm_t *cc = comm->coll;
+    return cc && (cc->forced_mem[kind] & WEFT_MEM_BIT(mem)) ? cc->forced[kind] : NULL;
 }
 
 static void comm_release(weft_comm_t comm)
@@ -129,8 +132,8 @@ static int coll_memtype(weft_coll_args_t *a)
                            a->recvbufs ? a->recvbufs[0] : NULL};
     for (int i = 0; i < 3; i++) {
         weft_memtype_t mem;
-        int path, rc = weft_cuda_classify(bufs[i], 1, weft_coll_kind_name(a->kind), i ? "receive buffer" : "send buffer",
-                                          &mem, &path);
+        int path, rc = weft_cuda_classify(bufs[i], 1, weft_coll_kind_name(a->kind),
+                                          i ? "receive buffer" : "send buffer", &mem, &path);
         if (rc) return rc;
         if (mem != WEFT_MEM_HOST) a->mem = mem;
     }
@@ -264,7 +267,8 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
                    cands[i]->name);
     }
     if (n == 0)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: the buffers are %s memory, and no collective component of this "
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "%s: the buffers are %s memory, and no collective component of this "
                           "build takes them (weft_info --coll lists the components and their memory types)",
                           weft_coll_kind_name(a->kind), weft_memtype_name(a->mem));
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no algorithm accepts this call (%d tried)",
@@ -785,8 +789,7 @@ static int internal_allgather(weft_comm_t comm, const void *send, void *recv, si
     return weft_sched_run(s);
 }
 
-static int force_algorithm(weft_comm_t comm, const char *coll, size_t len, const char *name, char *why,
-                           size_t why_len)
+static int force_algorithm(weft_comm_t comm, const char *coll, size_t len, const char *name, char *why, size_t why_len)
 {
     for (int k = 0; k < WEFT_COLL_KINDS; k++) {
         const char *kn = weft_coll_kind_name((weft_coll_kind_t)k);
@@ -805,6 +808,7 @@ static int force_algorithm(weft_comm_t comm, const char *coll, size_t len, const
             return -3;
         }
         cc->forced[k] = a;
+        cc->forced_mem[k] = weft_coll_component_of(a)->memtypes;
         return 1;
     }
     snprintf(why, why_len, "'%.*s' is not a collective weft knows", (int)len, coll);

@@ -139,8 +139,9 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
 int weft_coll_select_init(void);
 void weft_coll_select_finalize(void);
 const weft_coll_alg_t *weft_coll_find(weft_coll_kind_t kind, const char *name);
-/* An algorithm a hint chose for comm's calls of `kind`, or NULL. */
-const weft_coll_alg_t *weft_coll_forced(weft_comm_t comm, weft_coll_kind_t kind);
+/* An algorithm a hint chose for comm's calls of `kind` on buffers of
+ * memory type mem (its component takes them), or NULL. */
+const weft_coll_alg_t *weft_coll_forced(weft_comm_t comm, weft_coll_kind_t kind, weft_memtype_t mem);
 /* The registry (coll.c): every component's algorithms, NULL-terminated,
  * and which component each belongs to. */
 extern const weft_coll_alg_t *const *weft_coll_algorithms;

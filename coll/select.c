@@ -335,8 +335,8 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
     int n = 0, np = a->comm->size;
     int multi = weft_comm_spans_nodes(a->comm);
     unsigned mem = WEFT_MEM_BIT(a->mem);
-    const weft_coll_alg_t *forced = weft_coll_forced(a->comm, a->kind);
-    if (forced && (weft_coll_component_of(forced)->memtypes & mem)) n = add_candidate(out, n, max, forced);
+    const weft_coll_alg_t *forced = weft_coll_forced(a->comm, a->kind, a->mem);
+    if (forced) n = add_candidate(out, n, max, forced);
     /* Matching rules, best score first (the table is kept sorted). */
     for (int i = kind_first[a->kind]; i < kind_first[a->kind + 1] && n < max; i++) {
         const rule_t *r = &rules[i];

@@ -58,15 +58,22 @@ static void parent_dirs(const char *path)
     mkdirs(dir);
 }
 
+/* root/rel, rel formatted from fmt. */
+static void at_root(char *path, size_t len, const char *fmt, va_list ap)
+{
+    char rel[512];
+    vsnprintf(rel, sizeof(rel), fmt, ap);
+    snprintf(path, len, "%s/%s", root, rel);
+}
+
 /* Writes "text\n" at root/rel (sysfs attributes end in a newline). */
 static void put(const char *text, const char *fmt, ...)
 {
-    char rel[512], path[1024];
+    char path[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(rel, sizeof(rel), fmt, ap);
+    at_root(path, sizeof(path), fmt, ap);
     va_end(ap);
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
     parent_dirs(path);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f, "fopen %s: %s", path, strerror(errno));
@@ -77,23 +84,21 @@ static void put(const char *text, const char *fmt, ...)
 /* An attribute whose read fails (see the file comment). */
 static void unreadable(const char *fmt, ...)
 {
-    char rel[512], path[1024];
+    char path[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(rel, sizeof(rel), fmt, ap);
+    at_root(path, sizeof(path), fmt, ap);
     va_end(ap);
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
     mkdirs(path);
 }
 
 static void link_at(const char *target, const char *fmt, ...)
 {
-    char rel[512], path[1024];
+    char path[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(rel, sizeof(rel), fmt, ap);
+    at_root(path, sizeof(path), fmt, ap);
     va_end(ap);
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
     parent_dirs(path);
     cr_assert_eq(symlink(target, path), 0, "symlink %s -> %s: %s", path, target, strerror(errno));
 }
