@@ -182,7 +182,12 @@ int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char
         if (mode == MODE_OFF)
             return weft_error(WEFT_ERR_UNSUPPORTED, "%s: %s is device memory and WEFT_CUDA=off", fn, what);
         *mem = WEFT_MEM_CUDA;
-        *path = ucx_cuda && mode != MODE_STAGED ? WEFT_CUDA_UCX : WEFT_CUDA_STAGED;
+        /* Small messages skip UCX's CUDA transports in auto mode: one copy
+         * through weft's pinned buffer on each side beats cuda_ipc's handle
+         * exchange and copy completion (docs/PERFORMANCE.md section 8). */
+        *path = ucx_cuda && (mode == MODE_UCX || (mode == MODE_AUTO && bytes > (size_t)weft_cfg.cuda_small))
+                    ? WEFT_CUDA_UCX
+                    : WEFT_CUDA_STAGED;
         return WEFT_SUCCESS;
     }
     /* Host memory, pinned or registered host memory, managed memory (the
@@ -306,13 +311,23 @@ static void chunk_copy(weft_cuda_stage_t *st, size_t k, size_t bytes)
     }
 }
 
-/* Direct copy of len bytes between the device buffer at off and host, waited for. */
+/* Direct copy of len bytes between the device buffer at off and host (UCX's
+ * buffer), waited for. Through a pinned chunk when it fits: a copy between
+ * the device and pageable memory is slower (the driver stages it itself). */
 static void direct_copy(weft_cuda_stage_t *st, size_t off, void *host, size_t len)
 {
-    CUdeviceptr dev = (CUdeviceptr)(uintptr_t)(st->dev + off), h = (CUdeviceptr)(uintptr_t)host;
-    CUresult r = st->send ? drv.memcpy_async(h, dev, len, st->stream) : drv.memcpy_async(dev, h, len, st->stream);
+    CUresult r = CUDA_SUCCESS;
+    chunk_t *c = len <= chunk_bytes ? chunk_get(&r) : NULL;
+    CUdeviceptr dev = (CUdeviceptr)(uintptr_t)(st->dev + off), h = (CUdeviceptr)(uintptr_t)(c ? c->host : (char *)host);
+    if (c && !st->send) memcpy(c->host, host, len);
+    r = st->send ? drv.memcpy_async(h, dev, len, st->stream) : drv.memcpy_async(dev, h, len, st->stream);
     if (r == CUDA_SUCCESS) r = drv.stream_synchronize(st->stream);
     stage_fail(st, r, st->send ? "copying device memory to the host" : "copying to the device");
+    if (c) {
+        if (st->send && r == CUDA_SUCCESS) memcpy(host, c->host, len);
+        c->next = chunk_pool;
+        chunk_pool = c;
+    }
 }
 
 /* Sender: issues the copies of chunks up to `upto` bytes (chunk-aligned or

@@ -59,6 +59,10 @@ static const weft_var_t vars[] = {
     {"WEFT_CUDA_STAGE_DEPTH", WEFT_VAR_INT, "4",
      "staged path: chunks of one message in flight (the copy of chunk k + 1 runs while chunk k is sent); 1..16",
      FIELD(cuda_stage_depth), 0},
+    {"WEFT_CUDA_SMALL", WEFT_VAR_INT, "1024",
+     "WEFT_CUDA=auto over a UCX that carries CUDA memory: device buffers up to this many bytes are copied through "
+     "weft's pinned host buffer instead of UCX's CUDA transports (one copy each side, no IPC handshake); 0: never",
+     FIELD(cuda_small), 0},
     {"WEFT_RDMA_SELECT", WEFT_VAR_BOOL, "1",
      "at init, choose the RDMA port nearest this rank's GPU (or on the route to MASTER_ADDR) and its RoCE GID index "
      "and hand them to UCX as UCX_NET_DEVICES / UCX_IB_GID_INDEX unless those are set (docs/RDMA.md; "

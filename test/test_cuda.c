@@ -1,9 +1,11 @@
 /* Device buffers in point-to-point, on the one GPU of the host: 2-4 ranks
  * share device 0 (CUDA IPC between processes on one device works). Every
- * case runs twice: WEFT_CUDA=staged (pinned host chunks) and
+ * case runs three times: WEFT_CUDA=staged (pinned host chunks),
  * WEFT_CUDA=auto (UCX's CUDA transports when the UCX in use carries them,
- * else staged again). Without a driver or a device each test is skipped,
- * with the reason. */
+ * except messages up to WEFT_CUDA_SMALL, staged: the two ends of one
+ * message may take different paths) and auto with WEFT_CUDA_SMALL=0 (UCX
+ * for every size). Without a driver or a device each test is skipped, with
+ * the reason. */
 #include "gpu.h"
 #include "harness.h"
 #include "weft.h"
@@ -13,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const paths[] = {"WEFT_CUDA=staged", "WEFT_CUDA=auto"};
+static const char *const paths[] = {"WEFT_CUDA=staged", "WEFT_CUDA=auto", "WEFT_CUDA_SMALL=0"};
 
 static void need_gpu(void)
 {
@@ -29,7 +31,7 @@ static void run_paths(int n, th_body_fn body, void *arg, const char *const *extr
     static char level[64];
     snprintf(level, sizeof(level), "WEFT_LOG_LEVEL=%s",
              getenv("WEFT_TEST_LOG_LEVEL") ? getenv("WEFT_TEST_LOG_LEVEL") : "error");
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < 3; p++) {
         const char *env[] = {
             level, "WEFT_TIMEOUT=60", paths[p], extra ? extra[0] : NULL, extra && extra[0] ? extra[1] : NULL, NULL};
         th_result_t res = th_run(n, body, arg, 120, env);

@@ -16,7 +16,7 @@
 #                   for a fresh start
 #     -r ROUNDS     alternating rounds (default 3)
 #     -p PROGRAMS   comma list (default latency,bw,bibw; mbw-mr, multi-lat also work)
-#     -P PLACES     buffer placements, rank 0's then rank 1's (default DD,DH,HD; HH, M.. too)
+#     -P PLACES     buffer placements, rank 0's then rank 1's (default DD,DH,HD; HH, M.. and P (pinned host) too)
 #     -C PARTS      what to run (default: every part there is):
 #                     sys       weft over the system UCX (no CUDA transports there: weft stages
 #                               through pinned host buffers)
@@ -38,6 +38,11 @@
 #                   over UCXDIR's UCX when -U is given (label openmpi-ucx; may crash)
 #     --all-sizes   print every size (default: every 16th power of two and the largest);
 #                   OUTDIR/summary-full.txt always has every size (and the floor's own tables)
+#     --mps         run under an MPS control daemon of this script's own (started before the
+#                   first run, stopped at exit; needs nvidia-cuda-mps-control and a GPU in
+#                   Default compute mode). Without MPS, two processes on one GPU take turns
+#                   (time-sliced contexts): device writes in both cost ~150 us a message.
+#                   Use a fresh -o OUTDIR: the tables would mix the two otherwise
 #     --copy DIR    copy summary-full.txt, medians.csv, gpu-pt2pt.log (every failure) and
 #                   gpu-pt2pt-raw.tar.gz (every run's output) to DIR
 #   e.g. contrib/bench/gpu-pt2pt.sh -b build -U ucx-cu13 -r 3 --copy "$OUT"
@@ -53,7 +58,7 @@ set -euo pipefail
 
 args="$*"
 builddir=. ucxdir="" outdir=${TMPDIR:-/tmp}/weft-gpu rounds=3 programs=latency,bw,bibw places=DD,DH,HD
-parts="" limit=90 deadline=540 lat_sizes=1:4m bw_sizes=1:16m floor_bw=1m:1g validate=0 ompi_force=0 all_sizes=0 copy_to=""
+parts="" limit=90 deadline=540 lat_sizes=1:4m bw_sizes=1:16m floor_bw=1m:1g validate=0 ompi_force=0 all_sizes=0 copy_to="" mps=0
 weft_env=() ucx_env=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -73,8 +78,9 @@ while [ $# -gt 0 ]; do
         --validate) validate=1; shift ;;
         --ompi-force) ompi_force=1; shift ;;
         --all-sizes) all_sizes=1; shift ;;
+        --mps) mps=1; shift ;;
         --copy) copy_to=$2; shift 2 ;;
-        -h | --help) sed -n '2,51p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,56p' "$0"; exit 0 ;;
         --) shift; break ;;
         *) echo "gpu-pt2pt.sh: unknown option $1 (see -h)" >&2; exit 2 ;;
     esac
@@ -125,6 +131,14 @@ fi
 bind=(--bind-to core --map-by core)
 log=$outdir/gpu-pt2pt.log
 echo "# $(date -u +%FT%TZ) gpu-pt2pt.sh $args (launcher: $launcher)" >>"$log"
+if [ "$mps" = 1 ]; then
+    command -v nvidia-cuda-mps-control >/dev/null || { echo "gpu-pt2pt.sh: --mps: no nvidia-cuda-mps-control" >&2; exit 2; }
+    export CUDA_MPS_PIPE_DIRECTORY=$outdir/mps-pipe CUDA_MPS_LOG_DIRECTORY=$outdir/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || { echo "gpu-pt2pt.sh: --mps: nvidia-cuda-mps-control -d failed" >&2; exit 2; }
+    trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true' EXIT
+    echo "# MPS: on (a control daemon of this run, pipe $CUDA_MPS_PIPE_DIRECTORY)" | tee -a "$log"
+fi
 
 # The host, once per call.
 {
@@ -215,7 +229,7 @@ for p in sys ucx ompi; do
 done
 IFS=, read -r -a progs <<<"$programs"
 IFS=, read -r -a xys <<<"$places"
-mem_of() { case $1 in D) echo cuda ;; H) echo host ;; M) echo cuda-managed ;; esac; }
+mem_of() { case $1 in D) echo cuda ;; H | P) echo host ;; M) echo cuda-managed ;; esac; }
 
 if [ "$validate" = 1 ]; then
     for p in "${osu_parts[@]}"; do
@@ -279,8 +293,8 @@ def add(d, key, v):
     d.setdefault(key, []).append(v)
 for path in glob.glob(os.path.join(outdir, "*-r*.csv")):
     name = os.path.basename(path)
-    m = re.match(r"^(latency|bw|bibw|mbw-mr|multi-lat)-([DHM]{2})-(.+)-r\d+\.csv$", name)
-    p = re.match(r"^(latency|bw)-np2-ucx_perftest-([DHM]{2})-r\d+\.csv$", name)
+    m = re.match(r"^(latency|bw|bibw|mbw-mr|multi-lat)-([DHMP]{2})-(.+)-r\d+\.csv$", name)
+    p = re.match(r"^(latency|bw)-np2-ucx_perftest-([DHMP]{2})-r\d+\.csv$", name)
     f = re.match(r"^cuda-floor-r\d+\.csv$", name)
     if not (m or p or f):
         continue

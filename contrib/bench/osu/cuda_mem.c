@@ -25,9 +25,17 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
-#define CUDA_SUCCESS         0
-#define CU_MEM_ATTACH_GLOBAL 0x1
+typedef struct CUstream_st *CUstream;
+#define CU_IPC_HANDLE_SIZE 64
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle;
+#define CUDA_SUCCESS                       0
+#define CU_MEM_ATTACH_GLOBAL               0x1
+#define CU_STREAM_NON_BLOCKING             0x1
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
 #endif
+_Static_assert(CU_IPC_HANDLE_SIZE == CM_IPC_HANDLE_BYTES, "CUipcMemHandle size");
 
 static struct {
     void *lib;
@@ -50,6 +58,16 @@ static struct {
     CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*StreamCreate)(CUstream *, unsigned int);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    /* optional (NULL where the driver lacks them: cm_ipc_* fail) */
+    CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+    CUresult (*IpcCloseMemHandle)(CUdeviceptr);
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
 } cu;
@@ -75,6 +93,15 @@ CM_SAME(MemsetD8, cuMemsetD8_v2);
 CM_SAME(MemcpyHtoD, cuMemcpyHtoD_v2);
 CM_SAME(MemcpyDtoH, cuMemcpyDtoH_v2);
 CM_SAME(MemcpyDtoD, cuMemcpyDtoD_v2);
+CM_SAME(StreamCreate, cuStreamCreate);
+CM_SAME(StreamDestroy, cuStreamDestroy_v2);
+CM_SAME(StreamSynchronize, cuStreamSynchronize);
+CM_SAME(MemcpyHtoDAsync, cuMemcpyHtoDAsync_v2);
+CM_SAME(MemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);
+CM_SAME(MemcpyDtoDAsync, cuMemcpyDtoDAsync_v2);
+CM_SAME(IpcGetMemHandle, cuIpcGetMemHandle);
+CM_SAME(IpcOpenMemHandle, cuIpcOpenMemHandle_v2);
+CM_SAME(IpcCloseMemHandle, cuIpcCloseMemHandle);
 CM_SAME(GetErrorName, cuGetErrorName);
 CM_SAME(GetErrorString, cuGetErrorString);
 #endif
@@ -147,10 +174,11 @@ int cm_init(int local_rank, char *err, size_t errlen)
             goto fail;
         }
         static const struct {
-            const char *name;
+            const char *name, *alt; /* alt: an older name of the same entry point */
             size_t offset;
+            int optional;
         } syms[] = {
-#define SYM(field, name) {name, offsetof(__typeof__(cu), field)}
+#define SYM(field, name) {name, NULL, offsetof(__typeof__(cu), field), 0}
             SYM(Init, "cuInit"),
             SYM(DriverGetVersion, "cuDriverGetVersion"),
             SYM(DeviceGetCount, "cuDeviceGetCount"),
@@ -168,13 +196,26 @@ int cm_init(int local_rank, char *err, size_t errlen)
             SYM(MemcpyHtoD, "cuMemcpyHtoD_v2"),
             SYM(MemcpyDtoH, "cuMemcpyDtoH_v2"),
             SYM(MemcpyDtoD, "cuMemcpyDtoD_v2"),
+            SYM(StreamCreate, "cuStreamCreate"),
+            SYM(StreamDestroy, "cuStreamDestroy_v2"),
+            SYM(StreamSynchronize, "cuStreamSynchronize"),
+            SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+            SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+            SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+/* Optional (NULL where missing); cuIpcOpenMemHandle_v2 since CUDA 11, the same prototype. */
+#define OPT(field, name, alt_name) {name, alt_name, offsetof(__typeof__(cu), field), 1}
+            OPT(IpcGetMemHandle, "cuIpcGetMemHandle", NULL),
+            OPT(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"),
+            OPT(IpcCloseMemHandle, "cuIpcCloseMemHandle", NULL),
             SYM(GetErrorName, "cuGetErrorName"),
             SYM(GetErrorString, "cuGetErrorString"),
 #undef SYM
+#undef OPT
         };
         for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
             void *f = dlsym(cu.lib, syms[i].name);
-            if (!f) {
+            if (!f && syms[i].alt) f = dlsym(cu.lib, syms[i].alt);
+            if (!f && !syms[i].optional) {
                 set_error("libcuda.so.1 has no %s (a driver older than CUDA 8?)", syms[i].name);
                 dlclose(cu.lib);
                 cu.lib = NULL;
@@ -293,4 +334,83 @@ int cm_sync(void)
     if (!cu.ready) return not_ready();
     CUresult rc = cu.CtxSynchronize();
     return rc == CUDA_SUCCESS ? 0 : failed(rc, "cuCtxSynchronize", (size_t)-1);
+}
+
+void *cm_stream_create(int nonblocking)
+{
+    if (!cu.ready) return not_ready(), NULL;
+    CUstream s = NULL;
+    CUresult rc = cu.StreamCreate(&s, nonblocking ? CU_STREAM_NON_BLOCKING : 0);
+    if (rc != CUDA_SUCCESS) return failed(rc, "cuStreamCreate", (size_t)-1), NULL;
+    return s;
+}
+
+void cm_stream_destroy(void *stream)
+{
+    if (cu.ready && stream) cu.StreamDestroy((CUstream)stream);
+}
+
+int cm_stream_sync(void *stream)
+{
+    if (!cu.ready) return not_ready();
+    CUresult rc = cu.StreamSynchronize((CUstream)stream);
+    return rc == CUDA_SUCCESS ? 0 : failed(rc, "cuStreamSynchronize", (size_t)-1);
+}
+
+int cm_htod_async(void *dev, const void *host, size_t bytes, void *stream)
+{
+    if (!cu.ready) return not_ready();
+    CUresult rc = bytes ? cu.MemcpyHtoDAsync(dptr(dev), host, bytes, (CUstream)stream) : CUDA_SUCCESS;
+    return rc == CUDA_SUCCESS ? 0 : failed(rc, "cuMemcpyHtoDAsync", bytes);
+}
+
+int cm_dtoh_async(void *host, const void *dev, size_t bytes, void *stream)
+{
+    if (!cu.ready) return not_ready();
+    CUresult rc = bytes ? cu.MemcpyDtoHAsync(host, dptr(dev), bytes, (CUstream)stream) : CUDA_SUCCESS;
+    return rc == CUDA_SUCCESS ? 0 : failed(rc, "cuMemcpyDtoHAsync", bytes);
+}
+
+int cm_dtod_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (!cu.ready) return not_ready();
+    CUresult rc = bytes ? cu.MemcpyDtoDAsync(dptr(dst), dptr(src), bytes, (CUstream)stream) : CUDA_SUCCESS;
+    return rc == CUDA_SUCCESS ? 0 : failed(rc, "cuMemcpyDtoDAsync", bytes);
+}
+
+static int no_ipc(const char *what)
+{
+    set_error("libcuda.so.1 has no %s: this driver offers no CUDA IPC", what);
+    return -1;
+}
+
+int cm_ipc_get(void *handle, void *dev)
+{
+    if (!cu.ready) return not_ready();
+    if (!cu.IpcGetMemHandle) return no_ipc("cuIpcGetMemHandle");
+    CUipcMemHandle h;
+    CUresult rc = cu.IpcGetMemHandle(&h, dptr(dev));
+    if (rc != CUDA_SUCCESS) return failed(rc, "cuIpcGetMemHandle", (size_t)-1);
+    memcpy(handle, &h, sizeof(h));
+    return 0;
+}
+
+void *cm_ipc_open(const void *handle)
+{
+    if (!cu.ready) return not_ready(), NULL;
+    if (!cu.IpcOpenMemHandle) return no_ipc("cuIpcOpenMemHandle"), NULL;
+    CUipcMemHandle h;
+    memcpy(&h, handle, sizeof(h));
+    CUdeviceptr p = 0;
+    CUresult rc = cu.IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (rc != CUDA_SUCCESS) return failed(rc, "cuIpcOpenMemHandle", (size_t)-1), NULL;
+    return (void *)(uintptr_t)p;
+}
+
+int cm_ipc_close(void *mapped)
+{
+    if (!cu.ready) return not_ready();
+    if (!cu.IpcCloseMemHandle) return no_ipc("cuIpcCloseMemHandle");
+    CUresult rc = cu.IpcCloseMemHandle(dptr(mapped));
+    return rc == CUDA_SUCCESS ? 0 : failed(rc, "cuIpcCloseMemHandle", (size_t)-1);
 }

@@ -36,4 +36,26 @@ int cm_dtoh(void *host, const void *dev, size_t bytes);
 int cm_dtod(void *dst, const void *src, size_t bytes);
 int cm_sync(void); /* cuCtxSynchronize */
 
+/* Streams (cuStreamCreate, cuStreamSynchronize, cuStreamDestroy), as void *.
+ * nonblocking: CU_STREAM_NON_BLOCKING, no implicit ordering with the legacy
+ * default stream (the synchronous copies above). */
+void *cm_stream_create(int nonblocking);
+void cm_stream_destroy(void *stream);
+int cm_stream_sync(void *stream);
+/* Copies queued on a stream (cuMemcpyHtoDAsync, DtoHAsync, DtoDAsync),
+ * complete after cm_stream_sync; host memory should be pinned (cm_host_alloc). */
+int cm_htod_async(void *dev, const void *host, size_t bytes, void *stream);
+int cm_dtoh_async(void *host, const void *dev, size_t bytes, void *stream);
+int cm_dtod_async(void *dst, const void *src, size_t bytes, void *stream);
+
+/* CUDA IPC: cm_ipc_get writes the CM_IPC_HANDLE_BYTES-byte handle of a
+ * cm_alloc'd buffer (cuIpcGetMemHandle); another process maps it with
+ * cm_ipc_open (cuIpcOpenMemHandle, lazy peer access; the device pointer, or
+ * NULL) and unmaps it with cm_ipc_close (cuIpcCloseMemHandle). Fails where
+ * the driver or the host allows no IPC (e.g. some containers and sandboxes). */
+#define CM_IPC_HANDLE_BYTES 64
+int cm_ipc_get(void *handle, void *dev);
+void *cm_ipc_open(const void *handle);
+int cm_ipc_close(void *mapped);
+
 #endif

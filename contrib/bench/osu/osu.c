@@ -87,7 +87,8 @@ static void usage(FILE *f, const char *prog)
             "  -t N             calls to test during the compute phase of nonblocking benchmarks (default 0)\n"
             "  -d cuda [A B]    device buffers, point-to-point programs only: A and B place the buffers of rank 0\n"
             "                   and rank 1 (mbw-mr, multi-lat: of the first and second half), each D (device),\n"
-            "                   H (host) or M (managed); default D D (OSU's own binaries default to H H); the\n"
+            "                   H (host), P (pinned host: cuMemAllocHost; not OSU's) or M (managed); default D D\n"
+            "                   (OSU's own binaries default to H H); the\n"
             "                   words alone (D H) imply -d cuda. GPU: local rank modulo the device count; the\n"
             "                   driver (libcuda.so.1) is loaded at run time (exit 2 where there is none);\n"
             "                   OSU_CUDA=force (environment) passes device pointers to a library that says\n"
@@ -187,7 +188,7 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             dev_opt = !strcmp(v, "cuda") ? 'c' : !strcmp(v, "managed") ? 'm' : !strcmp(v, "host") ? 'h' : 0;
             bad = !dev_opt;
             i++;
-        } else if (a[0] && !a[1] && strchr("DHMdhm", a[0])) {
+        } else if (a[0] && !a[1] && strchr("DHMPdhmp", a[0])) {
             if (nwords == 2) {
                 if (rank0) fprintf(stderr, "%s: a third buffer location '%s' (two: rank 0's, rank 1's)\n", prog, a);
                 return -1;
@@ -219,7 +220,7 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
             fprintf(stderr, "%s: buffer locations come in pairs, rank 0's then rank 1's: D D, D H, H D or H H\n", prog);
         return -1;
     }
-    int device_words = nwords == 2 && (words[0] != 'H' || words[1] != 'H');
+    int device_words = nwords == 2 && (words[0] != 'H' || words[1] != 'H'); /* P H needs the driver too */
     if (dev_opt == 'h' && device_words) {
         if (rank0) fprintf(stderr, "%s: -d host contradicts the buffer locations %c %c\n", prog, words[0], words[1]);
         return -1;
@@ -385,11 +386,15 @@ void osu_pool_init_at(osu_pool_t *p, size_t bytes, char loc)
         if (loc == 'H') {
             if (posix_memalign((void **)&p->slot[i], 4096, slot)) bk_abort("out of memory for buffers");
             memset(p->slot[i], 0, slot); /* fault the pages in before timing */
+        } else if (loc == 'P') {
+            if (!(p->slot[i] = cm_host_alloc(slot))) bk_abort(cm_last_error());
+            memset(p->slot[i], 0, slot);
         } else if (!(p->slot[i] = cm_alloc(slot, loc == 'M')) || cm_memset(p->slot[i], 0, slot)) {
             bk_abort(cm_last_error());
         }
     }
-    if (loc != 'H' && osu_opt.validate && !(p->scratch = malloc(slot))) bk_abort("out of memory for buffers");
+    if (loc != 'H' && loc != 'P' && osu_opt.validate && !(p->scratch = malloc(slot)))
+        bk_abort("out of memory for buffers");
 }
 
 void osu_pool_free(osu_pool_t *p)
@@ -397,6 +402,8 @@ void osu_pool_free(osu_pool_t *p)
     for (int i = 0; i < p->nslots; i++)
         if (p->loc == 'H')
             free(p->slot[i]);
+        else if (p->loc == 'P')
+            cm_host_free(p->slot[i]);
         else
             cm_free(p->slot[i]);
     free(p->slot);
@@ -408,7 +415,7 @@ void osu_pool_free(osu_pool_t *p)
 
 void osu_pool_fill(const osu_pool_t *p, void *buf, size_t bytes, int src, int dst, int it)
 {
-    if (p->loc == 'H') {
+    if (p->loc == 'H' || p->loc == 'P') {
         osu_fill(buf, BK_CHAR, bytes, src, dst, 0, it);
         return;
     }
@@ -419,7 +426,7 @@ void osu_pool_fill(const osu_pool_t *p, void *buf, size_t bytes, int src, int ds
 
 size_t osu_pool_check(const osu_pool_t *p, const void *buf, size_t bytes, int src, int dst, int it)
 {
-    if (p->loc == 'H') return osu_check(buf, BK_CHAR, bytes, src, dst, 0, it);
+    if (p->loc == 'H' || p->loc == 'P') return osu_check(buf, BK_CHAR, bytes, src, dst, 0, it);
     if (!p->scratch) bk_abort("device pool without a host copy (validation off?)");
     if (cm_dtoh(p->scratch, buf, bytes)) bk_abort(cm_last_error());
     return osu_check(p->scratch, BK_CHAR, bytes, src, dst, 0, it);
@@ -427,7 +434,7 @@ size_t osu_pool_check(const osu_pool_t *p, const void *buf, size_t bytes, int sr
 
 const char *osu_loc_name(char loc)
 {
-    return loc == 'D' ? "DEVICE (D)" : loc == 'M' ? "MANAGED (M)" : "HOST (H)";
+    return loc == 'D' ? "DEVICE (D)" : loc == 'M' ? "MANAGED (M)" : loc == 'P' ? "PINNED HOST (P)" : "HOST (H)";
 }
 
 void osu_fill(void *buf, bk_type_t type, size_t count, int src, int dst, size_t first_idx, int it)
