@@ -9,7 +9,8 @@
 
 /* ---- the registry: the components and their algorithms ------------------- */
 
-const weft_coll_component_t *const weft_coll_components[] = {&weft_coll_base, &weft_coll_shm, &weft_coll_hier, NULL};
+const weft_coll_component_t *const weft_coll_components[] = {&weft_coll_base, &weft_coll_shm, &weft_coll_hier,
+                                                                &weft_coll_cuda, NULL};
 
 /* Every component's algorithms in one list (built at init), and each one's
  * component. */

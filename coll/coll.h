@@ -1,4 +1,4 @@
-/* The collective framework: components (coll/base, coll/shm, coll/hier),
+/* The collective framework: components (coll/base, coll/shm, coll/hier, coll/cuda),
  * each a descriptor with its algorithms (one file each), its WEFT_*
  * variables and its per-communicator state; a selection table (the
  * built-in rules are coll/rules.conf); and the front end that validates
@@ -66,7 +66,7 @@ const char *weft_coll_kind_name(weft_coll_kind_t kind);
 
 /* ---- components ------------------------------------------------------- */
 /* A component's slot in a communicator's collective state. */
-enum { WEFT_COLL_COMP_BASE, WEFT_COLL_COMP_SHM, WEFT_COLL_COMP_HIER, WEFT_COLL_COMPS };
+enum { WEFT_COLL_COMP_BASE, WEFT_COLL_COMP_SHM, WEFT_COLL_COMP_HIER, WEFT_COLL_COMP_CUDA, WEFT_COLL_COMPS };
 
 /* A threshold an algorithm applies inside itself (rather than a selection
  * rule), shown by weft_info --coll. `var` names the WEFT_* variable that
@@ -98,7 +98,7 @@ typedef struct weft_coll_component {
     void (*comm_release)(weft_comm_t comm, void *state);
 } weft_coll_component_t;
 
-extern const weft_coll_component_t weft_coll_base, weft_coll_shm, weft_coll_hier;
+extern const weft_coll_component_t weft_coll_base, weft_coll_shm, weft_coll_hier, weft_coll_cuda;
 
 /* Component `id`'s state on comm (NULL until it set one). */
 static inline void *weft_coll_state(weft_comm_t comm, int id)

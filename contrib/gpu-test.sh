@@ -4,6 +4,10 @@
 # contrib/install-deps.sh and the CUDA toolkit), then runs
 #   - test/test_cuda: device buffers in point-to-point on 2 and 4 ranks
 #     sharing the GPU, staged and through UCX (WEFT_CUDA=staged / auto);
+#   - test/test_cuda_coll: collectives on device buffers (coll/cuda) on 2-4
+#     ranks sharing the GPU, against the same calls on host buffers (without
+#     MPS every barrier costs the ranks a GPU time slice: minutes, not
+#     seconds; under MPS, nvidia-cuda-mps-control -d, much less);
 #   - contrib/python/tests/test_gpu.py and test_device_arrays.py on 2 ranks,
 #     with CuPy / torch arrays, when a python with numpy and pytest is found
 #     (PYTHON=...; skipped with the reason otherwise);
@@ -16,9 +20,10 @@
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$src}" && pwd)
-if [ ! -x "$build/test/test_cuda" ]; then
+if [ ! -x "$build/test/test_cuda" ] || [ ! -x "$build/test/test_cuda_coll" ]; then
     (cd "$build" && { [ -x configure ] || ./autogen.sh; } && { [ -f Makefile ] || ./configure --with-cuda; } &&
-        make -j"$(nproc)" && make -j"$(nproc)" test/test_cuda) || { echo "gpu-test: build failed" >&2; exit 1; }
+        make -j"$(nproc)" && make -j"$(nproc)" test/test_cuda test/test_cuda_coll) ||
+        { echo "gpu-test: build failed" >&2; exit 1; }
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # NVLink multicast stays off on shared GPU hosts.
@@ -27,14 +32,17 @@ log=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-test.XXXXXX")
 trap 'rm -rf "$log"' EXIT
 passed=0 failed=0 skipped=0 status=0
 
-echo "== test/test_cuda"
-CRITERION_VERBOSITY_LEVEL=1 timeout 900 "$build/test/test_cuda" -j1 >"$log/c.log" 2>&1 || status=1
-grep -E "^\[(PASS|FAIL|SKIP)\]" "$log/c.log"
-line=$(grep -E "Synthesis: Tested" "$log/c.log" | tail -1)
-passed=$((passed + $(sed -nE 's/.*Passing: ([0-9]+).*/\1/p' <<<"$line")))
-failed=$((failed + $(sed -nE 's/.*Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1+\2/p' <<<"$line")))
-skipped=$((skipped + $(grep -c "^\[SKIP\]" "$log/c.log")))
-[ "$status" -eq 0 ] || tail -40 "$log/c.log"
+for t in test_cuda test_cuda_coll; do
+    echo "== test/$t"
+    st=0
+    CRITERION_VERBOSITY_LEVEL=1 timeout 1800 "$build/test/$t" -j1 >"$log/$t.log" 2>&1 || st=1
+    grep -E "^\[(PASS|FAIL|SKIP)\]" "$log/$t.log"
+    line=$(grep -E "Synthesis: Tested" "$log/$t.log" | tail -1)
+    passed=$((passed + $(sed -nE 's/.*Passing: ([0-9]+).*/\1/p' <<<"$line")))
+    failed=$((failed + $(sed -nE 's/.*Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1+\2/p' <<<"$line")))
+    skipped=$((skipped + $(grep -c "^\[SKIP\]" "$log/$t.log")))
+    [ "$st" -eq 0 ] || { status=1; tail -40 "$log/$t.log"; }
+done
 
 echo "== Python device arrays (2 ranks)"
 py=${PYTHON:-}

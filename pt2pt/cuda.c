@@ -1,6 +1,7 @@
 /* Device buffers in point-to-point: detection, and the staged path for a
  * UCX without CUDA memory (see cuda.h). */
 #include "pt2pt/cuda.h"
+#include "src/cuda_driver.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -72,28 +73,12 @@ int weft_cuda_possible(void)
 
 /* ---- the driver, opened at run time ------------------------------------------ */
 
-static struct {
-    CUresult (*init)(unsigned);
-    CUresult (*get_error_string)(CUresult, const char **);
-    CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
-    CUresult (*ctx_push)(CUcontext);
-    CUresult (*ctx_pop)(CUcontext *);
-    CUresult (*stream_create)(CUstream *, unsigned);
-    CUresult (*stream_destroy)(CUstream);
-    CUresult (*stream_synchronize)(CUstream);
-    CUresult (*event_create)(CUevent *, unsigned);
-    CUresult (*event_destroy)(CUevent);
-    CUresult (*event_record)(CUevent, CUstream);
-    CUresult (*event_synchronize)(CUevent);
-    CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-    CUresult (*mem_host_alloc)(void **, size_t, unsigned);
-    CUresult (*mem_free_host)(void *);
-} drv;
+weft_cu_driver_t weft_cu;
 
-static const char *cu_text(CUresult r)
+const char *weft_cu_text(CUresult r)
 {
     const char *s = NULL;
-    if (drv.get_error_string) drv.get_error_string(r, &s);
+    if (weft_cu.get_error_string) weft_cu.get_error_string(r, &s);
     return s ? s : "unknown CUDA error";
 }
 
@@ -105,31 +90,55 @@ static int driver_load(void)
         const char *name;
         void **fn;
     } syms[] = {
-        {"cuInit", (void **)&drv.init},
-        {"cuGetErrorString", (void **)&drv.get_error_string},
-        {"cuPointerGetAttributes", (void **)&drv.pointer_get_attributes},
-        {"cuCtxPushCurrent_v2", (void **)&drv.ctx_push},
-        {"cuCtxPopCurrent_v2", (void **)&drv.ctx_pop},
-        {"cuStreamCreate", (void **)&drv.stream_create},
-        {"cuStreamDestroy_v2", (void **)&drv.stream_destroy},
-        {"cuStreamSynchronize", (void **)&drv.stream_synchronize},
-        {"cuEventCreate", (void **)&drv.event_create},
-        {"cuEventDestroy_v2", (void **)&drv.event_destroy},
-        {"cuEventRecord", (void **)&drv.event_record},
-        {"cuEventSynchronize", (void **)&drv.event_synchronize},
-        {"cuMemcpyAsync", (void **)&drv.memcpy_async},
-        {"cuMemHostAlloc", (void **)&drv.mem_host_alloc},
-        {"cuMemFreeHost", (void **)&drv.mem_free_host},
+        {"cuInit", (void **)&weft_cu.init},
+        {"cuGetErrorString", (void **)&weft_cu.get_error_string},
+        {"cuPointerGetAttributes", (void **)&weft_cu.pointer_get_attributes},
+        {"cuCtxPushCurrent_v2", (void **)&weft_cu.ctx_push},
+        {"cuCtxPopCurrent_v2", (void **)&weft_cu.ctx_pop},
+        {"cuStreamCreate", (void **)&weft_cu.stream_create},
+        {"cuStreamDestroy_v2", (void **)&weft_cu.stream_destroy},
+        {"cuStreamSynchronize", (void **)&weft_cu.stream_synchronize},
+        {"cuEventCreate", (void **)&weft_cu.event_create},
+        {"cuEventDestroy_v2", (void **)&weft_cu.event_destroy},
+        {"cuEventRecord", (void **)&weft_cu.event_record},
+        {"cuEventSynchronize", (void **)&weft_cu.event_synchronize},
+        {"cuMemcpyAsync", (void **)&weft_cu.memcpy_async},
+        {"cuMemHostAlloc", (void **)&weft_cu.mem_host_alloc},
+        {"cuMemFreeHost", (void **)&weft_cu.mem_free_host},
     };
+    struct {
+        const char *name;
+        void **fn;
+    } optional[] = {
+        {"cuEventQuery", (void **)&weft_cu.event_query},
+        {"cuStreamWaitEvent", (void **)&weft_cu.stream_wait_event},
+        {"cuStreamIsCapturing", (void **)&weft_cu.stream_is_capturing},
+        {"cuMemAlloc_v2", (void **)&weft_cu.mem_alloc},
+        {"cuMemFree_v2", (void **)&weft_cu.mem_free},
+        {"cuMemsetD8_v2", (void **)&weft_cu.memset_d8},
+        {"cuMemHostGetDevicePointer_v2", (void **)&weft_cu.mem_host_get_device_pointer},
+        {"cuIpcGetMemHandle", (void **)&weft_cu.ipc_get_mem_handle},
+        {"cuIpcOpenMemHandle_v2", (void **)&weft_cu.ipc_open_mem_handle},
+        {"cuIpcCloseMemHandle", (void **)&weft_cu.ipc_close_mem_handle},
+        {"cuModuleLoadData", (void **)&weft_cu.module_load_data},
+        {"cuModuleUnload", (void **)&weft_cu.module_unload},
+        {"cuModuleGetFunction", (void **)&weft_cu.module_get_function},
+        {"cuLaunchKernel", (void **)&weft_cu.launch_kernel},
+        {"cuCtxGetCurrent", (void **)&weft_cu.ctx_get_current},
+        {"cuCtxGetDevice", (void **)&weft_cu.ctx_get_device},
+        {"cuDeviceGetAttribute", (void **)&weft_cu.device_get_attribute},
+    };
+    for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
+        *optional[i].fn = dlsym(h, optional[i].name);
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
         if (!(*syms[i].fn = dlsym(h, syms[i].name))) {
             weft_warn("cuda: libcuda.so.1 is loaded but has no %s: device buffers are not recognised", syms[i].name);
             driver_state = -1;
             return -1;
         }
-    CUresult r = drv.init(0);
+    CUresult r = weft_cu.init(0);
     if (r != CUDA_SUCCESS) {
-        weft_warn("cuda: cuInit failed (%s): device buffers are not recognised", cu_text(r));
+        weft_warn("cuda: cuInit failed (%s): device buffers are not recognised", weft_cu_text(r));
         driver_state = -1;
         return -1;
     }
@@ -169,10 +178,10 @@ int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char
     CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
                                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     void *data[] = {&type, &managed, &start, &size};
-    CUresult r = drv.pointer_get_attributes(4, attrs, data, (CUdeviceptr)(uintptr_t)buf);
+    CUresult r = weft_cu.pointer_get_attributes(4, attrs, data, (CUdeviceptr)(uintptr_t)buf);
     if (r != CUDA_SUCCESS)
         return weft_error(WEFT_ERR_ARG, "%s: %s at %p: the CUDA driver cannot tell what memory it is: %s", fn, what,
-                          buf, cu_text(r));
+                          buf, weft_cu_text(r));
     if (type == CU_MEMORYTYPE_DEVICE && !managed) {
         uintptr_t end = (uintptr_t)start + size;
         if (size && (uintptr_t)buf + bytes > end)
@@ -258,7 +267,7 @@ static CUstream stream_of(CUcontext ctx, CUresult *r)
             /* A blocking stream: weft's copies start after the work already
              * queued on the legacy default stream (a kernel that cleared a
              * receive buffer there, or wrote a send buffer, comes first). */
-            if ((*r = drv.stream_create(&s, CU_STREAM_DEFAULT)) != CUDA_SUCCESS) return NULL;
+            if ((*r = weft_cu.stream_create(&s, CU_STREAM_DEFAULT)) != CUDA_SUCCESS) return NULL;
             streams[i].ctx = ctx;
             streams[i].stream = s;
             return s;
@@ -280,9 +289,9 @@ static chunk_t *chunk_get(CUresult *r)
         return NULL;
     }
     /* Portable: usable from every context's stream. */
-    if ((*r = drv.mem_host_alloc((void **)&c->host, chunk_bytes, CU_MEMHOSTALLOC_PORTABLE)) != CUDA_SUCCESS ||
-        (*r = drv.event_create(&c->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-        if (c->host) drv.mem_free_host(c->host);
+    if ((*r = weft_cu.mem_host_alloc((void **)&c->host, chunk_bytes, CU_MEMHOSTALLOC_PORTABLE)) != CUDA_SUCCESS ||
+        (*r = weft_cu.event_create(&c->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        if (c->host) weft_cu.mem_free_host(c->host);
         free(c);
         return NULL;
     }
@@ -292,7 +301,7 @@ static chunk_t *chunk_get(CUresult *r)
 static void chunk_wait(weft_cuda_stage_t *st, chunk_t *c)
 {
     if (!c->pending) return;
-    stage_fail(st, drv.event_synchronize(c->ev), "waiting for a staged copy");
+    stage_fail(st, weft_cu.event_synchronize(c->ev), "waiting for a staged copy");
     c->pending = 0;
 }
 
@@ -303,10 +312,10 @@ static void chunk_copy(weft_cuda_stage_t *st, size_t k, size_t bytes)
     chunk_t *c = st->slot[k % (size_t)st->nslots];
     CUdeviceptr dev = (CUdeviceptr)(uintptr_t)(st->dev + k * st->chunk), host = (CUdeviceptr)(uintptr_t)c->host;
     CUresult r =
-        st->send ? drv.memcpy_async(host, dev, bytes, st->stream) : drv.memcpy_async(dev, host, bytes, st->stream);
+        st->send ? weft_cu.memcpy_async(host, dev, bytes, st->stream) : weft_cu.memcpy_async(dev, host, bytes, st->stream);
     stage_fail(st, r, st->send ? "copying device memory to a pinned chunk" : "copying a pinned chunk to the device");
     if (r == CUDA_SUCCESS) {
-        stage_fail(st, drv.event_record(c->ev, st->stream), "recording a staged copy");
+        stage_fail(st, weft_cu.event_record(c->ev, st->stream), "recording a staged copy");
         c->pending = 1;
     }
 }
@@ -320,8 +329,8 @@ static void direct_copy(weft_cuda_stage_t *st, size_t off, void *host, size_t le
     chunk_t *c = len <= chunk_bytes ? chunk_get(&r) : NULL;
     CUdeviceptr dev = (CUdeviceptr)(uintptr_t)(st->dev + off), h = (CUdeviceptr)(uintptr_t)(c ? c->host : (char *)host);
     if (c && !st->send) memcpy(c->host, host, len);
-    r = st->send ? drv.memcpy_async(h, dev, len, st->stream) : drv.memcpy_async(dev, h, len, st->stream);
-    if (r == CUDA_SUCCESS) r = drv.stream_synchronize(st->stream);
+    r = st->send ? weft_cu.memcpy_async(h, dev, len, st->stream) : weft_cu.memcpy_async(dev, h, len, st->stream);
+    if (r == CUDA_SUCCESS) r = weft_cu.stream_synchronize(st->stream);
     stage_fail(st, r, st->send ? "copying device memory to the host" : "copying to the device");
     if (c) {
         if (st->send && r == CUDA_SUCCESS) memcpy(host, c->host, len);
@@ -354,8 +363,8 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
     CUresult r;
     CUpointer_attribute a = CU_POINTER_ATTRIBUTE_CONTEXT;
     void *d = &st->ctx;
-    if ((r = drv.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dev)) != CUDA_SUCCESS ||
-        (r = drv.ctx_push(st->ctx)) != CUDA_SUCCESS)
+    if ((r = weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dev)) != CUDA_SUCCESS ||
+        (r = weft_cu.ctx_push(st->ctx)) != CUDA_SUCCESS)
         goto fail;
     st->stream = stream_of(st->ctx, &r);
     if (st->stream && bytes > DIRECT_MAX) {
@@ -372,13 +381,13 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
         if (r == CUDA_SUCCESS && send) send_issue(st, (size_t)st->nslots * st->chunk);
     }
     CUcontext popped;
-    drv.ctx_pop(&popped);
+    weft_cu.ctx_pop(&popped);
     weft_debug("cuda: staged %s of %zu bytes at %p: %d chunk slots", send ? "send" : "receive", bytes, dev, st->nslots);
     if (r == CUDA_SUCCESS && st->stream && st->err == CUDA_SUCCESS) return st;
     if (st->err != CUDA_SUCCESS) r = st->err;
 fail:
     weft_error(WEFT_ERR_TRANSPORT, "cuda: preparing a staged %s of %zu bytes failed: %s", send ? "send" : "receive",
-               bytes, cu_text(r));
+               bytes, weft_cu_text(r));
     weft_cuda_stage_free(st);
     return NULL;
 }
@@ -406,7 +415,7 @@ static size_t dt_pack(void *state, size_t offset, void *dest, size_t max)
     weft_cuda_stage_t *st = state;
     weft_log(WEFT_LOG_TRACE, "cuda: pack up to %zu bytes at %zu of %zu", max, offset, st->len);
     size_t want = offset < st->len ? (st->len - offset < max ? st->len - offset : max) : 0, done = 0;
-    if (drv.ctx_push(st->ctx) != CUDA_SUCCESS) {
+    if (weft_cu.ctx_push(st->ctx) != CUDA_SUCCESS) {
         stage_fail(st, CUDA_ERROR_INVALID_CONTEXT, "making the buffer's context current");
         memset(dest, 0, want);
         return want;
@@ -428,7 +437,7 @@ static size_t dt_pack(void *state, size_t offset, void *dest, size_t max)
     }
     if (offset == st->next) st->next = offset + done;
     CUcontext popped;
-    drv.ctx_pop(&popped);
+    weft_cu.ctx_pop(&popped);
     if (st->err != CUDA_SUCCESS) memset(dest, 0, want);
     return want;
 }
@@ -440,7 +449,7 @@ static ucs_status_t dt_unpack(void *state, size_t offset, const void *src, size_
              length ? *(const unsigned char *)src : 0);
     if (offset >= st->len) return UCS_OK;
     if (length > st->len - offset) length = st->len - offset;
-    if (drv.ctx_push(st->ctx) != CUDA_SUCCESS) {
+    if (weft_cu.ctx_push(st->ctx) != CUDA_SUCCESS) {
         stage_fail(st, CUDA_ERROR_INVALID_CONTEXT, "making the buffer's context current");
         return UCS_OK;
     }
@@ -460,7 +469,7 @@ static ucs_status_t dt_unpack(void *state, size_t offset, const void *src, size_
         st->next = offset + length;
     }
     CUcontext popped;
-    drv.ctx_pop(&popped);
+    weft_cu.ctx_pop(&popped);
     return UCS_OK;
 }
 
@@ -472,7 +481,7 @@ static void dt_finish(void *state)
     if (st->finished) return;
     st->finished = 1;
     if (!st->nslots) return;
-    if (drv.ctx_push(st->ctx) != CUDA_SUCCESS) {
+    if (weft_cu.ctx_push(st->ctx) != CUDA_SUCCESS) {
         stage_fail(st, CUDA_ERROR_INVALID_CONTEXT, "making the buffer's context current");
         return;
     }
@@ -483,14 +492,14 @@ static void dt_finish(void *state)
     for (int i = 0; i < st->nslots; i++)
         chunk_wait(st, st->slot[i]);
     CUcontext popped;
-    drv.ctx_pop(&popped);
+    weft_cu.ctx_pop(&popped);
 }
 
 int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what)
 {
     dt_finish(st);
     if (st->err == CUDA_SUCCESS) return WEFT_SUCCESS;
-    return weft_error(WEFT_ERR_TRANSPORT, "%s: %s failed: %s", what, st->err_at, cu_text(st->err));
+    return weft_error(WEFT_ERR_TRANSPORT, "%s: %s failed: %s", what, st->err_at, weft_cu_text(st->err));
 }
 
 void weft_cuda_stage_free(weft_cuda_stage_t *st)
@@ -547,12 +556,12 @@ void weft_cuda_finalize(void)
         while (chunk_pool) {
             chunk_t *c = chunk_pool;
             chunk_pool = c->next;
-            drv.event_destroy(c->ev);
-            drv.mem_free_host(c->host);
+            weft_cu.event_destroy(c->ev);
+            weft_cu.mem_free_host(c->host);
             free(c);
         }
         for (int i = 0; i < MAX_CTX && streams[i].ctx; i++) {
-            drv.stream_destroy(streams[i].stream);
+            weft_cu.stream_destroy(streams[i].stream);
             streams[i].ctx = NULL;
         }
     }

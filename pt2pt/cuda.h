@@ -25,9 +25,9 @@
 /* How a buffer travels: host (as given), UCX's CUDA transports, staged. */
 enum { WEFT_CUDA_HOST = 0, WEFT_CUDA_UCX = 1, WEFT_CUDA_STAGED = 2 };
 
-/* The fast test every message pays: 0 when no buffer of this process can
- * be device memory (libcuda not loaded, or device support off). */
-int weft_cuda_possible(void);
+/* weft_cuda_possible() (src/cuda_driver.h): the fast test every message
+ * pays, 0 when no buffer of this process can be device memory. */
+#include "src/cuda_driver.h"
 
 /* Classifies [buf, buf + bytes): *mem (WEFT_MEM_HOST / WEFT_MEM_CUDA) and
  * *path (WEFT_CUDA_*). Errors (WEFT_ERR_UNSUPPORTED: device memory and no

@@ -5,7 +5,7 @@ WEFT_API const char *weft_build_info(void)
 {
     return "version=" PACKAGE_VERSION
 #ifdef WEFT_HAVE_CUDA
-           " cuda=" WEFT_CUDA_DIR "(point-to-point: device buffers; collectives: host only)"
+           " cuda=" WEFT_CUDA_DIR "(point-to-point: device buffers; collectives: coll/cuda among one node's ranks)"
 #else
            " cuda=no"
 #endif

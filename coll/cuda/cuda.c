@@ -1,0 +1,630 @@
+/* coll/cuda: collectives on device buffers among the ranks of one node,
+ * by kernels over CUDA IPC-mapped scratch (kernels.h: the layout and the
+ * protocol; kernels.cu: the kernels, embedded as a fatbin and loaded
+ * through the driver, which weft opens at run time and never links).
+ *
+ * Per communicator: each rank's scratch region (flags, two slots of
+ * WEFT_CUDA_COLL_SLOT bytes), its sequence counter in device memory, two
+ * words of host-mapped memory (abort, error), weft's stream; the regions are
+ * exchanged once, at the first GPU collective, by a host allgather of their
+ * IPC handles. A call stages its contribution into its slot, passes a
+ * barrier kernel, then reduces or copies out of the peers' slots, in
+ * slot-sized chunks; every launch goes on the communicator's stream when
+ * its schedule starts (in the user's call order), and the schedule polls
+ * an event recorded after the last launch. A wait past the deadline sets
+ * the abort word: the kernels stop, the call returns the timeout, and the
+ * communicator's GPU collectives fail from then on (its ranks' counters are
+ * out of step). Semantics as for CUDA-aware MPI: the caller synchronises
+ * the stream that wrote the buffers; the call returns when the result is in
+ * place. */
+#include "coll/coll.h"
+#include "pt2pt/cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+    int slot;    /* WEFT_CUDA_COLL_SLOT */
+    int enabled; /* WEFT_CUDA_COLL */
+} cvars;
+
+static const weft_var_t vars[] = {
+    {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
+     "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
+     "they fail with WEFT_ERR_UNSUPPORTED",
+     &cvars.enabled, 0},
+    {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT, "8388608",
+     "coll/cuda: bytes of each of a rank's two scratch slots (its device memory, mapped by its peers); larger "
+     "messages go in chunks of this size, one barrier each. Costs 2 x this + 4 KiB of device memory per rank "
+     "and communicator that runs a GPU collective",
+     &cvars.slot, 0},
+};
+
+#ifdef WEFT_HAVE_CUDA_KERNELS
+#include "coll/cuda/kernels.h"
+#include "coll/cuda/kernels_fatbin.inc"
+#include "src/cuda_driver.h"
+
+/* ---- the kernels, one module per context ------------------------------------ */
+
+static const char *const reduce_names[] = {"weft_ck_reduce_i8",  "weft_ck_reduce_u8",  "weft_ck_reduce_i16",
+                                           "weft_ck_reduce_u16", "weft_ck_reduce_i32", "weft_ck_reduce_u32",
+                                           "weft_ck_reduce_i64", "weft_ck_reduce_u64", "weft_ck_reduce_f16",
+                                           "weft_ck_reduce_bf16", "weft_ck_reduce_f32", "weft_ck_reduce_f64"};
+enum { NREDUCE = (int)(sizeof(reduce_names) / sizeof(reduce_names[0])) };
+
+typedef struct module {
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction stage, barrier, copy, reduce[NREDUCE];
+    int sms;
+} module_t;
+
+enum { MAX_CTX = 16 };
+static module_t modules[MAX_CTX];
+
+static int cu_fail(CUresult r, const char *what)
+{
+    return weft_error(WEFT_ERR_TRANSPORT, "coll/cuda: %s failed: %s", what, weft_cu_text(r));
+}
+
+static int module_of(CUcontext ctx, module_t **out)
+{
+    int i;
+    for (i = 0; i < MAX_CTX && modules[i].ctx; i++)
+        if (modules[i].ctx == ctx) {
+            *out = &modules[i];
+            return WEFT_SUCCESS;
+        }
+    if (i == MAX_CTX) return weft_error(WEFT_ERR_UNSUPPORTED, "coll/cuda: more than %d CUDA contexts", MAX_CTX);
+    module_t *m = &modules[i];
+    CUresult r = weft_cu.module_load_data(&m->mod, weft_ck_fatbin);
+    if (r != CUDA_SUCCESS)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "coll/cuda: loading the kernels failed: %s (built for sm_80 and sm_90, with PTX for newer)",
+                          weft_cu_text(r));
+    struct {
+        const char *name;
+        CUfunction *f;
+    } fns[3 + NREDUCE] = {{"weft_ck_stage", &m->stage}, {"weft_ck_barrier", &m->barrier}, {"weft_ck_copy", &m->copy}};
+    for (int k = 0; k < NREDUCE; k++)
+        fns[3 + k].name = reduce_names[k], fns[3 + k].f = &m->reduce[k];
+    for (int k = 0; k < 3 + NREDUCE; k++)
+        if ((r = weft_cu.module_get_function(fns[k].f, m->mod, fns[k].name)) != CUDA_SUCCESS) {
+            weft_cu.module_unload(m->mod);
+            return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbin: %s", fns[k].name,
+                              weft_cu_text(r));
+        }
+    CUdevice dev;
+    m->sms = 32;
+    if (weft_cu.ctx_get_device(&dev) == CUDA_SUCCESS)
+        weft_cu.device_get_attribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    m->ctx = ctx;
+    *out = m;
+    return WEFT_SUCCESS;
+}
+
+/* ---- per-communicator state ----------------------------------------------------- */
+
+/* What each rank tells the others at setup. */
+typedef struct {
+    int32_t status; /* WEFT_SUCCESS or this rank's setup error */
+    int32_t device;
+    uint64_t slot;
+    CUipcMemHandle handle;
+} exch_t;
+
+typedef struct cuda_state {
+    weft_comm_t comm;
+    int n, me;
+    int ready;  /* regions exchanged and mapped */
+    int broken; /* a weft error code: every later call fails with it */
+    char why[256];
+    CUcontext ctx;
+    module_t *m;
+    CUstream stream;
+    CUdeviceptr region; /* this rank's: header + 2 slots */
+    CUdeviceptr counter;
+    size_t slot;
+    int *words; /* host-mapped: [0] abort, [1] error */
+    CUdeviceptr dwords;
+    CUdeviceptr peer[WEFT_CK_MAX_RANKS]; /* every rank's region (own: region) */
+} cuda_state_t;
+
+static void state_release(weft_comm_t comm, void *p)
+{
+    (void)comm;
+    cuda_state_t *st = p;
+    if (!st) return;
+    if (st->ctx && weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
+        if (st->stream) weft_cu.stream_synchronize(st->stream);
+        for (int r = 0; r < st->n; r++)
+            if (st->peer[r] && r != st->me) weft_cu.ipc_close_mem_handle(st->peer[r]);
+        if (st->region) weft_cu.mem_free(st->region);
+        if (st->counter) weft_cu.mem_free(st->counter);
+        if (st->words) weft_cu.mem_free_host(st->words);
+        if (st->stream) weft_cu.stream_destroy(st->stream);
+        CUcontext popped;
+        weft_cu.ctx_pop(&popped);
+    }
+    free(st);
+}
+
+static int broken_error(const cuda_state_t *st)
+{
+    return weft_error(st->broken,
+                      "coll/cuda: comm %s: %s; every later GPU collective on this communicator fails at once (free "
+                      "it and split a new one)",
+                      st->comm->name, st->why);
+}
+
+/* This rank's half of the setup: its region, counter, words, stream. */
+static int setup_local(cuda_state_t *st, exch_t *mine)
+{
+    CUresult r;
+    int rc;
+    if ((rc = module_of(st->ctx, &st->m))) return rc;
+    st->slot = (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot);
+    size_t len = WEFT_CK_HDR + 2 * st->slot;
+    if ((r = weft_cu.mem_alloc(&st->region, len)) != CUDA_SUCCESS) return cu_fail(r, "allocating the scratch region");
+    if ((r = weft_cu.memset_d8(st->region, 0, WEFT_CK_HDR)) != CUDA_SUCCESS) return cu_fail(r, "clearing the flags");
+    if ((r = weft_cu.mem_alloc(&st->counter, sizeof(unsigned long long))) != CUDA_SUCCESS ||
+        (r = weft_cu.memset_d8(st->counter, 0, sizeof(unsigned long long))) != CUDA_SUCCESS)
+        return cu_fail(r, "allocating the sequence counter");
+    /* The flags are clear before any peer can see the region: a late clear
+     * would erase a fast peer's first announcement. */
+    if ((r = weft_cu.stream_synchronize(NULL)) != CUDA_SUCCESS) return cu_fail(r, "clearing the flags");
+    if ((r = weft_cu.mem_host_alloc((void **)&st->words, 2 * sizeof(int),
+                                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE)) != CUDA_SUCCESS)
+        return cu_fail(r, "allocating the abort word");
+    st->words[0] = st->words[1] = 0;
+    if ((r = weft_cu.mem_host_get_device_pointer(&st->dwords, st->words, 0)) != CUDA_SUCCESS)
+        return cu_fail(r, "mapping the abort word");
+    if ((r = weft_cu.stream_create(&st->stream, CU_STREAM_DEFAULT)) != CUDA_SUCCESS)
+        return cu_fail(r, "creating the stream");
+    if ((r = weft_cu.ipc_get_mem_handle(&mine->handle, st->region)) != CUDA_SUCCESS)
+        return cu_fail(r, "cuIpcGetMemHandle of the scratch region");
+    mine->slot = st->slot;
+    CUdevice dev = 0;
+    weft_cu.ctx_get_device(&dev);
+    mine->device = (int32_t)dev;
+    return WEFT_SUCCESS;
+}
+
+/* The setup, collective over comm (a host allgather of every rank's
+ * record): every rank fails alike when one could not set up. */
+static int setup(cuda_state_t *st)
+{
+    exch_t mine, all[WEFT_CK_MAX_RANKS];
+    memset(&mine, 0, sizeof(mine));
+    memset(all, 0, sizeof(all));
+    CUresult r = weft_cu.ctx_push(st->ctx);
+    if (r != CUDA_SUCCESS) return cu_fail(r, "making the buffers' context current");
+    int rc = setup_local(st, &mine);
+    char local_why[200] = "";
+    if (rc) snprintf(local_why, sizeof(local_why), "%s", weft_last_error());
+    mine.status = rc;
+    int arc = weft_allgather(&mine, all, (int64_t)sizeof(mine), WEFT_BYTE, st->comm);
+    if (arc) rc = arc;
+    for (int p = 0; !rc && p < st->n; p++) {
+        if (all[p].status) {
+            rc = weft_error(WEFT_ERR_UNSUPPORTED, "coll/cuda: comm %s: rank %d could not set up its GPU scratch (%s)",
+                            st->comm->name, p, weft_strerror(all[p].status));
+        } else if (all[p].slot != st->slot) {
+            rc = weft_error(WEFT_ERR_ARG, "coll/cuda: comm %s: rank %d has WEFT_CUDA_COLL_SLOT=%llu, this rank %zu",
+                            st->comm->name, p, (unsigned long long)all[p].slot, st->slot);
+        } else if (p == st->me) {
+            st->peer[p] = st->region;
+        } else if ((r = weft_cu.ipc_open_mem_handle(&st->peer[p], all[p].handle,
+                                                    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != CUDA_SUCCESS) {
+            rc = weft_error(WEFT_ERR_UNSUPPORTED,
+                            "coll/cuda: comm %s: mapping rank %d's scratch (device %d) through CUDA IPC failed: %s",
+                            st->comm->name, p, (int)all[p].device, weft_cu_text(r));
+        }
+    }
+    if (rc && local_why[0]) weft_warn("coll/cuda: %s", local_why);
+    CUcontext popped;
+    weft_cu.ctx_pop(&popped);
+    if (rc) {
+        st->broken = rc;
+        snprintf(st->why, sizeof(st->why), "its GPU setup failed (%s)", weft_last_error());
+        return rc;
+    }
+    st->ready = 1;
+    weft_debug("coll/cuda: comm %s: %d ranks mapped, slots of %zu bytes", st->comm->name, st->n, st->slot);
+    return WEFT_SUCCESS;
+}
+
+static int get_state(weft_comm_t comm, CUcontext ctx, cuda_state_t **out)
+{
+    cuda_state_t *st = weft_coll_state(comm, WEFT_COLL_COMP_CUDA);
+    if (!st) {
+        if (!(st = calloc(1, sizeof(*st)))) return weft_error(WEFT_ERR_NO_MEMORY, "coll/cuda: out of memory");
+        st->comm = comm;
+        st->n = comm->size;
+        st->me = comm->rank;
+        st->ctx = ctx;
+        if (weft_coll_state_set(comm, WEFT_COLL_COMP_CUDA, st)) {
+            free(st);
+            return weft_error(WEFT_ERR_NO_MEMORY, "coll/cuda: out of memory");
+        }
+    }
+    if (st->broken) return broken_error(st);
+    if (st->ctx != ctx)
+        return weft_error(WEFT_ERR_ARG,
+                          "coll/cuda: comm %s: the buffers belong to another CUDA context than its first GPU "
+                          "collective's (one device per rank and communicator)",
+                          comm->name);
+    if (!st->ready) {
+        int rc = setup(st);
+        if (rc) return rc;
+    }
+    *out = st;
+    return WEFT_SUCCESS;
+}
+
+/* ---- one call ------------------------------------------------------------------------ */
+
+typedef struct cuda_op {
+    cuda_state_t *st;
+    weft_coll_args_t a;
+    CUevent ev;
+    int started; /* the launches were issued (the event marks their end) */
+    const char *name;
+} cuda_op_t;
+
+static int launch(cuda_op_t *op, CUfunction f, unsigned gx, unsigned gy, void *args, const char *what)
+{
+    void *params[] = {args};
+    CUresult r = weft_cu.launch_kernel(f, gx, gy, 1, 256, 1, 1, 0, op->st->stream, params, NULL);
+    return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, what);
+}
+
+/* Blocks for a grid-stride kernel over `bytes` (16 bytes a thread a turn). */
+static unsigned grid_for(const cuda_op_t *op, size_t bytes)
+{
+    size_t b = (bytes + 256 * 16 - 1) / (256 * 16), most = (size_t)op->st->m->sms * 4;
+    return (unsigned)(b < 1 ? 1 : b > most ? most : b);
+}
+
+static weft_ck_ctl_t ctl_of(const cuda_state_t *st)
+{
+    weft_ck_ctl_t c = {(unsigned long long *)(uintptr_t)st->counter, (volatile int *)(uintptr_t)st->dwords,
+                       (volatile int *)(uintptr_t)(st->dwords + sizeof(int))};
+    return c;
+}
+
+static int stage(cuda_op_t *op, const char *in, size_t off, size_t bytes)
+{
+    cuda_state_t *st = op->st;
+    weft_ck_stage_args_t s = {ctl_of(st), in, (char *)(uintptr_t)st->region, st->slot, off, bytes};
+    return bytes ? launch(op, st->m->stage, grid_for(op, bytes), 1, &s, "launching the stage kernel") : 0;
+}
+
+static int barrier(cuda_op_t *op)
+{
+    cuda_state_t *st = op->st;
+    weft_ck_barrier_args_t b;
+    memset(&b, 0, sizeof(b));
+    b.ctl = ctl_of(st);
+    b.nranks = st->n;
+    b.rank = st->me;
+    b.my_flags = (unsigned long long *)(uintptr_t)st->region;
+    for (int p = 0; p < st->n; p++)
+        b.peer_flags[p] = (unsigned long long *)(uintptr_t)st->peer[p];
+    void *params[] = {&b};
+    CUresult r = weft_cu.launch_kernel(st->m->barrier, 1, 1, 1, 32, 1, 1, 0, st->stream, params, NULL);
+    return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the barrier kernel");
+}
+
+static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
+{
+    cuda_state_t *st = op->st;
+    weft_ck_reduce_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.ctl = ctl_of(st);
+    for (int p = 0; p < st->n; p++)
+        a.scratch[p] = (const char *)(uintptr_t)st->peer[p];
+    a.slot_bytes = st->slot;
+    a.src_off = src_off;
+    a.nsrc = st->n;
+    a.op = (int)op->a.op;
+    a.out = out;
+    a.count = count;
+    if (!count) return WEFT_SUCCESS;
+    return launch(op, st->m->reduce[op->a.dtype], grid_for(op, count * op->a.esize), 1, &a,
+                  "launching the reduce kernel");
+}
+
+/* Copies: descriptor i takes len bytes at src_off of rank src[i]'s slot to dst[i]. */
+static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, const size_t *src_off_step,
+                    char *const *dst, size_t len)
+{
+    cuda_state_t *st = op->st;
+    weft_ck_copy_args_t c;
+    memset(&c, 0, sizeof(c));
+    c.ctl = ctl_of(st);
+    for (int p = 0; p < st->n; p++)
+        c.scratch[p] = (const char *)(uintptr_t)st->peer[p];
+    c.slot_bytes = st->slot;
+    c.n = n;
+    for (int i = 0; i < n; i++) {
+        c.d[i].src = src[i];
+        c.d[i].src_off = src_off_base + (src_off_step ? src_off_step[i] : 0);
+        c.d[i].len = len;
+        c.d[i].dst = dst[i];
+    }
+    if (!len || !n) return WEFT_SUCCESS;
+    return launch(op, st->m->copy, grid_for(op, len), (unsigned)n, &c, "launching the copy kernel");
+}
+
+/* Issues the whole call on the stream, chunk by chunk (each chunk: stage,
+ * barrier, reduce or copy), then records the event. */
+static int issue(cuda_op_t *op)
+{
+    const weft_coll_args_t *a = &op->a;
+    cuda_state_t *st = op->st;
+    int n = st->n, me = st->me, rc = WEFT_SUCCESS;
+    size_t es = a->esize ? a->esize : 1, slot = st->slot;
+    const char *in = a->sendbuf == WEFT_IN_PLACE ? (const char *)a->recvbuf : (const char *)a->sendbuf;
+    char *out = a->recvbuf;
+    int src[WEFT_CK_MAX_RANKS];
+    char *dst[WEFT_CK_MAX_RANKS];
+    size_t step[WEFT_CK_MAX_RANKS];
+    switch (a->kind) {
+    case WEFT_COLL_BARRIER: rc = barrier(op); break;
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE: {
+        size_t per = slot / es;
+        for (size_t o = 0; !rc && o < a->count; o += per) {
+            size_t k = a->count - o < per ? a->count - o : per;
+            if (!(rc = stage(op, in + o * es, 0, k * es)) && !(rc = barrier(op)) &&
+                (a->kind == WEFT_COLL_ALLREDUCE || me == a->root))
+                rc = reduce(op, 0, out + o * es, k);
+        }
+        break;
+    }
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: {
+        size_t per = slot / es / (size_t)n; /* elements of each rank's block per chunk */
+        for (size_t o = 0; !rc && o < a->count; o += per) {
+            size_t k = a->count - o < per ? a->count - o : per;
+            for (int p = 0; !rc && p < n; p++)
+                rc = stage(op, in + ((size_t)p * a->count + o) * es, (size_t)p * k * es, k * es);
+            if (!rc && !(rc = barrier(op))) rc = reduce(op, (size_t)me * k * es, out + o * es, k);
+        }
+        break;
+    }
+    case WEFT_COLL_BCAST: {
+        size_t bytes = a->count * es;
+        for (size_t o = 0; !rc && o < bytes; o += slot) {
+            size_t k = bytes - o < slot ? bytes - o : slot;
+            if (me == a->root) rc = stage(op, out + o, 0, k);
+            if (!rc) rc = barrier(op);
+            src[0] = a->root;
+            dst[0] = out + o;
+            if (!rc && me != a->root) rc = copy_out(op, 1, src, 0, NULL, dst, k);
+        }
+        break;
+    }
+    case WEFT_COLL_ALLGATHER: {
+        size_t block = a->count * es;
+        for (size_t o = 0; !rc && o < block; o += slot) {
+            size_t k = block - o < slot ? block - o : slot;
+            if (!(rc = stage(op, in + o, 0, k)) && !(rc = barrier(op))) {
+                for (int p = 0; p < n; p++)
+                    src[p] = p, dst[p] = weft_coll_rblock(a, p) + o;
+                rc = copy_out(op, n, src, 0, NULL, dst, k);
+            }
+        }
+        break;
+    }
+    case WEFT_COLL_ALLTOALL: {
+        size_t block = a->count * es, per = slot / (size_t)n;
+        for (size_t o = 0; !rc && o < block; o += per) {
+            size_t k = block - o < per ? block - o : per;
+            for (int p = 0; !rc && p < n; p++)
+                rc = stage(op, in + (size_t)p * block + o, (size_t)p * k, k);
+            if (!rc && !(rc = barrier(op))) {
+                for (int p = 0; p < n; p++)
+                    src[p] = p, dst[p] = out + (size_t)p * block + o, step[p] = 0;
+                rc = copy_out(op, n, src, (size_t)me * k, step, dst, k);
+            }
+        }
+        break;
+    }
+    default: rc = weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s not implemented", weft_coll_kind_name(a->kind));
+    }
+    if (rc) return rc;
+    CUresult r = weft_cu.event_record(op->ev, st->stream);
+    return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "recording the call's event");
+}
+
+/* The schedule's start (in the user's call order on every rank): issues the launches. */
+static void op_start(void *arg)
+{
+    cuda_op_t *op = arg;
+    if (op->started) return;
+    op->started = 1;
+    cuda_state_t *st = op->st;
+    if (st->broken) return; /* the poll reports it */
+    CUresult r = weft_cu.ctx_push(st->ctx);
+    int rc = r == CUDA_SUCCESS ? issue(op) : cu_fail(r, "making the buffers' context current");
+    CUcontext popped;
+    if (r == CUDA_SUCCESS) weft_cu.ctx_pop(&popped);
+    if (rc) {
+        st->broken = rc;
+        snprintf(st->why, sizeof(st->why), "launching a %s failed (%s)", op->name, weft_last_error());
+    }
+}
+
+static int op_poll(weft_sched_t *s, void *arg)
+{
+    cuda_op_t *op = arg;
+    cuda_state_t *st = op->st;
+    if (!op->started) op_start(op);
+    if (st->broken) return broken_error(st);
+    CUresult r = weft_cu.event_query(op->ev);
+    if (r == CUDA_SUCCESS) return 1;
+    if (r != CUDA_ERROR_NOT_READY) return cu_fail(r, "waiting for the GPU collective");
+    weft_sched_waiting(s, -1, "the GPU collective's kernels (a peer's barrier flag)");
+    return 0;
+}
+
+/* A failed schedule (timeout, cancel, an error): the kernels may still wait
+ * on peers; the abort word ends them, and the communicator's counters are
+ * out of step from here on. */
+static void op_failed(void *arg, int rc)
+{
+    cuda_op_t *op = arg;
+    cuda_state_t *st = op->st;
+    if (!op->started || !st->words) return;
+    st->words[0] = 1;
+    __sync_synchronize();
+    if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
+        weft_cu.event_synchronize(op->ev);
+        CUcontext popped;
+        weft_cu.ctx_pop(&popped);
+    }
+    int peer = st->words[1] - 1;
+    if (!st->broken) {
+        st->broken = WEFT_ERR_COMM;
+        if (peer >= 0)
+            snprintf(st->why, sizeof(st->why), "a %s ended (%s) while its kernels waited for rank %d", op->name,
+                     weft_strerror(rc), peer);
+        else
+            snprintf(st->why, sizeof(st->why), "a %s ended (%s)", op->name, weft_strerror(rc));
+    }
+    if (peer >= 0)
+        weft_warn("coll/cuda: comm %s: %s ended (%s): the GPU kernels were waiting for rank %d's barrier flag",
+                  st->comm->name, op->name, weft_strerror(rc), peer);
+}
+
+static const weft_sched_watch_t cuda_watch = {.start = op_start, .failed = op_failed};
+
+static int op_end(weft_sched_t *s, void *arg)
+{
+    (void)s;
+    cuda_op_t *op = arg;
+    weft_cu.event_destroy(op->ev);
+    op->ev = NULL;
+    return WEFT_SUCCESS;
+}
+
+/* The context of a device buffer, or a decline when it is not one. */
+static int device_ctx(const void *buf, CUcontext *ctx)
+{
+    if (!buf || buf == WEFT_IN_PLACE) return WEFT_SUCCESS;
+    unsigned type = 0;
+    CUcontext c = NULL;
+    CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT};
+    void *data[] = {&type, &c};
+    if (weft_cu.pointer_get_attributes(2, at, data, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_DEVICE)
+        return weft_coll_decline("coll/cuda: a buffer at %p is not device memory", buf);
+    if (*ctx && c && c != *ctx) return weft_coll_decline("coll/cuda: the buffers belong to different contexts");
+    if (c) *ctx = c;
+    return WEFT_SUCCESS;
+}
+
+static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
+{
+    weft_comm_t comm = a->comm;
+    if (!cvars.enabled) return weft_coll_decline("coll/cuda: WEFT_CUDA_COLL=0");
+    if (!weft_cu.launch_kernel || !weft_cu.ipc_open_mem_handle || !weft_cu.event_query)
+        return weft_coll_decline("coll/cuda: the CUDA driver lacks kernel launch, IPC or event queries");
+    if (weft_comm_spans_nodes(comm)) return weft_coll_decline("coll/cuda: the communicator spans nodes");
+    if (comm->size > WEFT_CK_MAX_RANKS)
+        return weft_coll_decline("coll/cuda: %d ranks (at most %d)", comm->size, WEFT_CK_MAX_RANKS);
+    int reduces = a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_REDUCE ||
+                  a->kind == WEFT_COLL_REDUCE_SCATTER_BLOCK;
+    if (reduces && (a->op > WEFT_AVG || (int)a->dtype >= NREDUCE))
+        return weft_coll_decline("coll/cuda: %s on %s", weft_op_name(a->op), weft_dtype_name(a->dtype));
+    CUcontext ctx = NULL;
+    int rc;
+    if ((rc = device_ctx(a->sendbuf, &ctx)) || (rc = device_ctx(a->recvbuf, &ctx))) return rc;
+    if (a->recvbufs)
+        for (int r = 0; r < comm->size; r++)
+            if ((rc = device_ctx(a->recvbufs[r], &ctx))) return rc;
+    if (!ctx && weft_cu.ctx_get_current(&ctx) != CUDA_SUCCESS) ctx = NULL;
+    if (!ctx) return weft_coll_decline("coll/cuda: no CUDA context (no device buffer, none current)");
+    cuda_state_t *st = NULL;
+    if ((rc = get_state(comm, ctx, &st))) return rc;
+    size_t total = a->kind == WEFT_COLL_BARRIER ? 1 : a->count;
+    if (total == 0) return WEFT_SUCCESS; /* every rank passes the same count: nothing to do anywhere */
+    cuda_op_t *op = weft_sched_scratch(s, sizeof(*op));
+    if (!op) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", name);
+    memset(op, 0, sizeof(*op));
+    op->st = st;
+    op->a = *a;
+    op->name = name;
+    CUresult r = weft_cu.event_create(&op->ev, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) return cu_fail(r, "creating an event");
+    weft_sched_watch(s, &cuda_watch, op);
+    if ((rc = weft_sched_poll(s, op_poll, op)) || (rc = weft_sched_call(s, op_end, op))) return rc;
+    return WEFT_SUCCESS;
+}
+
+#else /* no kernels in this build */
+
+static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
+{
+    (void)s;
+    (void)a;
+    (void)name;
+    return weft_coll_decline("coll/cuda: built without nvcc (no kernels)");
+}
+
+static void state_release(weft_comm_t comm, void *p)
+{
+    (void)comm;
+    (void)p;
+}
+
+#endif
+
+#define CUDA_ALG(kind_, fn_, desc_)                                                                                    \
+    static int build_##fn_(weft_sched_t *s, const weft_coll_args_t *a)                                                 \
+    {                                                                                                                  \
+        return build(s, a, #fn_ " cuda");                                                                              \
+    }                                                                                                                  \
+    const weft_coll_alg_t weft_alg_##fn_##_cuda = {"cuda", kind_, desc_, build_##fn_};
+
+CUDA_ALG(WEFT_COLL_BARRIER, barrier, "a barrier kernel: release/acquire flags at system scope over CUDA IPC")
+CUDA_ALG(WEFT_COLL_ALLREDUCE, allreduce,
+         "one shot: every rank stages its vector, passes a barrier kernel, then reduces every peer's slot in rank "
+         "order (the same bits everywhere)")
+CUDA_ALG(WEFT_COLL_REDUCE, reduce, "as allreduce, the root alone reducing")
+CUDA_ALG(WEFT_COLL_REDUCE_SCATTER_BLOCK, reduce_scatter_block,
+         "every rank stages its vector, then reduces its own block of every peer's slot")
+CUDA_ALG(WEFT_COLL_BCAST, bcast, "the root stages, the others copy from its slot")
+CUDA_ALG(WEFT_COLL_ALLGATHER, allgather, "every rank stages its block, then copies every peer's into the output")
+CUDA_ALG(WEFT_COLL_ALLTOALL, alltoall, "every rank stages its blocks, then copies its block of every peer's slot")
+
+static const weft_coll_alg_t *const algorithms[] = {
+    &weft_alg_barrier_cuda,   &weft_alg_allreduce_cuda, &weft_alg_reduce_cuda,   &weft_alg_reduce_scatter_block_cuda,
+    &weft_alg_bcast_cuda,     &weft_alg_allgather_cuda, &weft_alg_alltoall_cuda, NULL,
+};
+
+static const int max_ranks = 8, hdr = 4096;
+
+static const weft_coll_param_t params[] = {
+    {"slot", "every coll/cuda algorithm", &cvars.slot, "bytes", "WEFT_CUDA_COLL_SLOT",
+     "messages larger than a slot go in chunks, one barrier each"},
+    {"max_ranks", "every coll/cuda algorithm", &max_ranks, "ranks", NULL,
+     "communicators of more ranks decline (one node's GPUs)"},
+    {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
+};
+
+const weft_coll_component_t weft_coll_cuda = {
+    .id = WEFT_COLL_COMP_CUDA,
+    .name = "cuda",
+    .description = "collectives on device buffers among one node's ranks: kernels over CUDA IPC-mapped scratch",
+    .memtypes = WEFT_MEM_BIT(WEFT_MEM_CUDA),
+    .algorithms = algorithms,
+    .vars = vars,
+    .nvars = (int)(sizeof(vars) / sizeof(vars[0])),
+    .params = params,
+    .nparams = (int)(sizeof(params) / sizeof(params[0])),
+    .comm_release = state_release,
+};

@@ -1,0 +1,556 @@
+/* coll/cuda's kernels: compiled by nvcc into a fatbin (Makefile.am), embedded
+ * in libweft as coll/cuda/kernels_fatbin.inc and loaded by cuda.c through the
+ * driver (cuModuleLoadData). The argument blocks and their meaning are in
+ * kernels.h; every entry point is extern "C" (unmangled names for
+ * cuModuleGetFunction) and takes its block by value.
+ *
+ * Memory ordering. A collective is stage -> barrier -> reduce / copy, three
+ * kernels in one stream. Kernel boundaries order each kernel's memory
+ * operations before the next one's (stream order); across ranks, the
+ * barrier's release store (system scope) of flag seq and the peer's acquire
+ * load that sees it carry the order from "this rank's stage of call seq is
+ * done and its reduce of call seq - 1 has finished reading" to "the peer's
+ * next kernel may read this rank's slot and reuse its own". Reads of peer
+ * slots are plain loads: they run in a later kernel than the acquire.
+ *
+ * Reductions are strictly left to right over the sources (p = 0 .. nsrc - 1)
+ * on every rank, so every rank computes the same bits. Semantics follow
+ * src/op.h where the two agree (MIN / MAX bit for bit, including -0 < +0 and
+ * NaN payloads: the same integer-domain code as the host); float16 /
+ * bfloat16 SUM / PROD / AVG accumulate in float32 and round once at the end
+ * (kernels.h), unless WEFT_CK_HALF_ROUND_EACH_STEP is 1, which rounds to 16
+ * bits after every step as src/op.c's binary kernels do (then the GPU and
+ * host paths agree bit for bit for any nsrc, NaN payloads aside: GPU float
+ * arithmetic returns the canonical NaN). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "coll/cuda/kernels.h"
+
+#ifndef WEFT_CK_HALF_ROUND_EACH_STEP
+#define WEFT_CK_HALF_ROUND_EACH_STEP 0
+#endif
+
+#define MAXR WEFT_CK_MAX_RANKS
+
+namespace {
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                        */
+/* ------------------------------------------------------------------ */
+__device__ __forceinline__ size_t grid_tid()
+{
+    return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ size_t grid_threads()
+{
+    return (size_t)gridDim.x * blockDim.x;
+}
+
+/* The slot of the given parity in a scratch region. */
+__device__ __forceinline__ const char *slot_of(const char *scratch, unsigned long long parity, size_t slot_bytes)
+{
+    return scratch + WEFT_CK_HDR + (size_t)parity * slot_bytes;
+}
+
+/* ------------------------------------------------------------------ */
+/* Byte copies (stage, copy)                                            */
+/* ------------------------------------------------------------------ */
+/* dst and src congruent modulo sizeof(V): head bytes up to V alignment,
+ * a body of V words (4 per thread per iteration, for memory-level
+ * parallelism over NVLink), tail bytes. */
+template <typename V>
+__device__ __forceinline__ void copy_congruent(char *dst, const char *src, size_t n, size_t tid, size_t nth)
+{
+    const size_t W = sizeof(V);
+    size_t head = (W - ((uintptr_t)dst & (W - 1))) & (W - 1);
+    if (head > n)
+        head = n;
+    size_t nv = (n - head) / W;
+    size_t tail = head + nv * W;
+    for (size_t j = tid; j < head; j += nth)
+        dst[j] = src[j];
+    for (size_t j = tail + tid; j < n; j += nth)
+        dst[j] = src[j];
+    V *vd = reinterpret_cast<V *>(dst + head);
+    const V *vs = reinterpret_cast<const V *>(src + head);
+    size_t i = tid;
+    for (; i + 3 * nth < nv; i += 4 * nth) {
+        V a = vs[i], b = vs[i + nth], c = vs[i + 2 * nth], d = vs[i + 3 * nth];
+        vd[i] = a;
+        vd[i + nth] = b;
+        vd[i + 2 * nth] = c;
+        vd[i + 3 * nth] = d;
+    }
+    for (; i < nv; i += nth)
+        vd[i] = vs[i];
+}
+
+/* dst and src not congruent modulo 4: bytes up to dst's 4-byte alignment,
+ * then 32-bit stores, each made from two aligned 32-bit source words by a
+ * funnel shift (the source words are aligned words that each hold at least
+ * one byte of the source range: nothing outside it is touched beyond its
+ * own aligned words), then tail bytes. */
+__device__ __forceinline__ void copy_shifted(char *dst, const char *src, size_t n, size_t tid, size_t nth)
+{
+    size_t head = (4 - ((uintptr_t)dst & 3)) & 3;
+    if (head > n)
+        head = n;
+    size_t nw = (n - head) / 4;
+    /* word j reads source words j and j + 1; the last body word would read
+     * past the range's last aligned word, so it goes to the tail */
+    nw = nw > 0 ? nw - 1 : 0;
+    size_t tail = head + nw * 4;
+    for (size_t j = tid; j < head; j += nth)
+        dst[j] = src[j];
+    for (size_t j = tail + tid; j < n; j += nth)
+        dst[j] = src[j];
+    if (nw == 0)
+        return;
+    const char *s = src + head;
+    unsigned k = (unsigned)((uintptr_t)s & 3); /* 1..3: dst + head is aligned, src is not congruent */
+    const unsigned *ws = reinterpret_cast<const unsigned *>(s - k);
+    unsigned *wd = reinterpret_cast<unsigned *>(dst + head);
+    for (size_t i = tid; i < nw; i += nth)
+        wd[i] = __funnelshift_r(ws[i], ws[i + 1], 8 * k); /* little-endian: bytes k..k+3 of ws[i]:ws[i+1] */
+}
+
+__device__ __forceinline__ void copy_any(char *dst, const char *src, size_t n, size_t tid, size_t nth)
+{
+    uintptr_t mis = (uintptr_t)dst ^ (uintptr_t)src;
+    if ((mis & 15) == 0)
+        copy_congruent<uint4>(dst, src, n, tid, nth);
+    else if ((mis & 7) == 0)
+        copy_congruent<uint2>(dst, src, n, tid, nth);
+    else if ((mis & 3) == 0)
+        copy_congruent<unsigned>(dst, src, n, tid, nth);
+    else
+        copy_shifted(dst, src, n, tid, nth);
+}
+
+/* ------------------------------------------------------------------ */
+/* Barrier: release / acquire at system scope                           */
+/* ------------------------------------------------------------------ */
+__device__ __forceinline__ void st_release_sys(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long ld_acquire_sys(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* Element types: storage S (what memory holds), accumulator A, and the */
+/* arithmetic the ops need. 16-bit floats are stored as their bits.     */
+/* ------------------------------------------------------------------ */
+/* Integers: wrapping SUM / PROD in the unsigned type of at least 32
+ * bits (8 / 16-bit operands never promote to int, so no signed overflow
+ * and no UB); conversion back to T is modular. */
+template <typename T> struct IntType {
+    typedef T S;
+    typedef T A;
+    static const bool is_int = true;
+    typedef typename std::conditional<sizeof(T) <= 4, unsigned, unsigned long long>::type W;
+    static __device__ __forceinline__ A to(S x) { return x; }
+    static __device__ __forceinline__ S from(A a) { return a; }
+    static __device__ __forceinline__ A add(A a, A b) { return (T)((W)a + (W)b); }
+    static __device__ __forceinline__ A mul(A a, A b) { return (T)((W)a * (W)b); }
+    /* C division: truncation toward zero (the wrapped sum, as src/op.c) */
+    static __device__ __forceinline__ S avg(A a, int n) { return (T)(a / (T)n); }
+    static __device__ __forceinline__ S min(S a, S b) { return a < b ? a : b; }
+    static __device__ __forceinline__ S max(S a, S b) { return a > b ? a : b; }
+};
+
+/* MIN / MAX on floats, as src/op.c's FLOAT_MINMAX: NaN-propagating (one
+ * NaN operand: that NaN's bits; two: their OR), -0 < +0 (ties take the
+ * OR of the bits for min, the AND for max), so commutative bit for bit. */
+__device__ __forceinline__ float min_f32(float a, float b)
+{
+    float r = a < b ? a : b;
+    r = a == b ? __uint_as_float(__float_as_uint(a) | __float_as_uint(b)) : r;
+    float nan = b != b ? __uint_as_float(__float_as_uint(a) | __float_as_uint(b)) : a;
+    return a != a ? nan : r;
+}
+__device__ __forceinline__ float max_f32(float a, float b)
+{
+    float r = a > b ? a : b;
+    r = a == b ? __uint_as_float(__float_as_uint(a) & __float_as_uint(b)) : r;
+    float nan = b != b ? __uint_as_float(__float_as_uint(a) | __float_as_uint(b)) : a;
+    return a != a ? nan : r;
+}
+__device__ __forceinline__ double min_f64(double a, double b)
+{
+    double r = a < b ? a : b;
+    r = a == b ? __longlong_as_double(__double_as_longlong(a) | __double_as_longlong(b)) : r;
+    double nan = b != b ? __longlong_as_double(__double_as_longlong(a) | __double_as_longlong(b)) : a;
+    return a != a ? nan : r;
+}
+__device__ __forceinline__ double max_f64(double a, double b)
+{
+    double r = a > b ? a : b;
+    r = a == b ? __longlong_as_double(__double_as_longlong(a) & __double_as_longlong(b)) : r;
+    double nan = b != b ? __longlong_as_double(__double_as_longlong(a) | __double_as_longlong(b)) : a;
+    return a != a ? nan : r;
+}
+
+/* float / double: IEEE operations through the _rn intrinsics, which nvcc
+ * never contracts into FMAs. AVG: the correctly rounded quotient. */
+struct F32Type {
+    typedef float S;
+    typedef float A;
+    static const bool is_int = false;
+    static __device__ __forceinline__ A to(S x) { return x; }
+    static __device__ __forceinline__ S from(A a) { return a; }
+    static __device__ __forceinline__ A add(A a, A b) { return __fadd_rn(a, b); }
+    static __device__ __forceinline__ A mul(A a, A b) { return __fmul_rn(a, b); }
+    static __device__ __forceinline__ S avg(A a, int n) { return __fdiv_rn(a, (float)n); }
+    static __device__ __forceinline__ S min(S a, S b) { return min_f32(a, b); }
+    static __device__ __forceinline__ S max(S a, S b) { return max_f32(a, b); }
+};
+
+struct F64Type {
+    typedef double S;
+    typedef double A;
+    static const bool is_int = false;
+    static __device__ __forceinline__ A to(S x) { return x; }
+    static __device__ __forceinline__ S from(A a) { return a; }
+    static __device__ __forceinline__ A add(A a, A b) { return __dadd_rn(a, b); }
+    static __device__ __forceinline__ A mul(A a, A b) { return __dmul_rn(a, b); }
+    static __device__ __forceinline__ S avg(A a, int n) { return __ddiv_rn(a, (double)n); }
+    static __device__ __forceinline__ S min(S a, S b) { return min_f64(a, b); }
+    static __device__ __forceinline__ S max(S a, S b) { return max_f64(a, b); }
+};
+
+/* 16-bit floats in the integer domain, as src/op.c's HALF_MINMAX: a
+ * sign-magnitude key orders values (-0 and +0 both 0; NaN magnitudes lie
+ * above Inf's), ties take the OR (min) / AND (max) of the bits, NaNs
+ * propagate (two: their OR). INF: 0x7c00 (float16) or 0x7f80 (bfloat16). */
+template <unsigned short INF, bool IS_MIN>
+__device__ __forceinline__ unsigned short half_minmax(unsigned short A, unsigned short B)
+{
+    short va = (short)(A & 0x7fff), vb = (short)(B & 0x7fff);
+    short sa = (short)(0 - (A >> 15)), sb = (short)(0 - (B >> 15)); /* 0 or -1 */
+    short ka = (short)((va ^ sa) - sa), kb = (short)((vb ^ sb) - sb);
+    unsigned short r = (IS_MIN ? ka < kb : ka > kb) ? A : B;
+    r = ka == kb ? (unsigned short)(IS_MIN ? (A | B) : (A & B)) : r;
+    unsigned short na = va > (short)INF ? A : 0, nb = vb > (short)INF ? B : 0;
+    return va > (short)INF || vb > (short)INF ? (unsigned short)(na | nb) : r;
+}
+
+/* float16 / bfloat16: SUM / PROD / AVG in float32, rounded to nearest
+ * even once at the end (or after every step: WEFT_CK_HALF_ROUND_EACH_STEP). */
+template <class H> struct HalfType {
+    typedef unsigned short S;
+    typedef float A;
+    static const bool is_int = false;
+    static __device__ __forceinline__ A to(S x) { return H::to_float(x); }
+    static __device__ __forceinline__ S from(A a) { return H::from_float(a); }
+    static __device__ __forceinline__ A step(A r) { return WEFT_CK_HALF_ROUND_EACH_STEP ? to(from(r)) : r; }
+    static __device__ __forceinline__ A add(A a, A b) { return step(__fadd_rn(a, b)); }
+    static __device__ __forceinline__ A mul(A a, A b) { return step(__fmul_rn(a, b)); }
+    static __device__ __forceinline__ S avg(A a, int n) { return from(__fdiv_rn(a, (float)n)); }
+    static __device__ __forceinline__ S min(S a, S b) { return half_minmax<H::INF, true>(a, b); }
+    static __device__ __forceinline__ S max(S a, S b) { return half_minmax<H::INF, false>(a, b); }
+};
+struct Fp16Bits {
+    static const unsigned short INF = 0x7c00;
+    static __device__ __forceinline__ float to_float(unsigned short x) { return __half2float(__ushort_as_half(x)); }
+    static __device__ __forceinline__ unsigned short from_float(float a) { return __half_as_ushort(__float2half_rn(a)); }
+};
+struct Bf16Bits {
+    static const unsigned short INF = 0x7f80;
+    static __device__ __forceinline__ float to_float(unsigned short x) { return __uint_as_float((unsigned)x << 16); }
+    static __device__ __forceinline__ unsigned short from_float(float a)
+    {
+        return __bfloat16_as_ushort(__float2bfloat16_rn(a));
+    }
+};
+typedef HalfType<Fp16Bits> F16Type;
+typedef HalfType<Bf16Bits> BF16Type;
+
+/* ------------------------------------------------------------------ */
+/* Ops: init (first source), step (each next one), fin (the result)     */
+/* ------------------------------------------------------------------ */
+template <class N> struct OpSum {
+    typedef typename N::S S;
+    typedef typename N::A A;
+    static __device__ __forceinline__ A init(S x) { return N::to(x); }
+    static __device__ __forceinline__ A step(A a, S x) { return N::add(a, N::to(x)); }
+    static __device__ __forceinline__ S fin(A a, int) { return N::from(a); }
+};
+template <class N> struct OpProd {
+    typedef typename N::S S;
+    typedef typename N::A A;
+    static __device__ __forceinline__ A init(S x) { return N::to(x); }
+    static __device__ __forceinline__ A step(A a, S x) { return N::mul(a, N::to(x)); }
+    static __device__ __forceinline__ S fin(A a, int) { return N::from(a); }
+};
+template <class N> struct OpAvg {
+    typedef typename N::S S;
+    typedef typename N::A A;
+    static __device__ __forceinline__ A init(S x) { return N::to(x); }
+    static __device__ __forceinline__ A step(A a, S x) { return N::add(a, N::to(x)); }
+    static __device__ __forceinline__ S fin(A a, int n) { return N::avg(a, n); }
+};
+template <class N> struct OpMin {
+    typedef typename N::S S;
+    typedef S A;
+    static __device__ __forceinline__ A init(S x) { return x; }
+    static __device__ __forceinline__ A step(A a, S x) { return N::min(a, x); }
+    static __device__ __forceinline__ S fin(A a, int) { return a; }
+};
+template <class N> struct OpMax {
+    typedef typename N::S S;
+    typedef S A;
+    static __device__ __forceinline__ A init(S x) { return x; }
+    static __device__ __forceinline__ A step(A a, S x) { return N::max(a, x); }
+    static __device__ __forceinline__ S fin(A a, int) { return a; }
+};
+/* Bitwise ops (integer kernels only; not in kernels.h's list, free to use). */
+template <class N> struct OpBand {
+    typedef typename N::S S;
+    typedef S A;
+    static __device__ __forceinline__ A init(S x) { return x; }
+    static __device__ __forceinline__ A step(A a, S x) { return (S)(a & x); }
+    static __device__ __forceinline__ S fin(A a, int) { return a; }
+};
+template <class N> struct OpBor {
+    typedef typename N::S S;
+    typedef S A;
+    static __device__ __forceinline__ A init(S x) { return x; }
+    static __device__ __forceinline__ A step(A a, S x) { return (S)(a | x); }
+    static __device__ __forceinline__ S fin(A a, int) { return a; }
+};
+template <class N> struct OpBxor {
+    typedef typename N::S S;
+    typedef S A;
+    static __device__ __forceinline__ A init(S x) { return x; }
+    static __device__ __forceinline__ A step(A a, S x) { return (S)(a ^ x); }
+    static __device__ __forceinline__ S fin(A a, int) { return a; }
+};
+
+/* ------------------------------------------------------------------ */
+/* The reduction loop                                                   */
+/* ------------------------------------------------------------------ */
+/* One element: all loads first (independent, in flight together), then
+ * the fold in source order. src is indexed only with constants (fully
+ * unrolled), so it stays in registers. */
+template <class Op>
+__device__ __forceinline__ typename Op::S reduce_one(const typename Op::S *const (&src)[MAXR], int nsrc, size_t i)
+{
+    typedef typename Op::S S;
+    S v[MAXR];
+#pragma unroll
+    for (int p = 0; p < MAXR; p++)
+        if (p < nsrc)
+            v[p] = src[p][i];
+    typename Op::A acc = Op::init(v[0]);
+#pragma unroll
+    for (int p = 1; p < MAXR; p++)
+        if (p < nsrc)
+            acc = Op::step(acc, v[p]);
+    return Op::fin(acc, nsrc);
+}
+
+template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_reduce_args_t &a)
+{
+    typedef typename Op::S S;
+    const int V = 16 / sizeof(S); /* elements per 16-byte vector */
+    union Vec {
+        uint4 u;
+        S e[16 / sizeof(S)];
+    };
+
+    int nsrc = a.nsrc < 1 ? 1 : a.nsrc > MAXR ? MAXR : a.nsrc;
+    unsigned long long parity = *a.ctl.counter & 1;
+    S *out = static_cast<S *>(a.out);
+    size_t count = a.count;
+    size_t tid = grid_tid(), nth = grid_threads();
+
+    const S *src[MAXR];
+    uintptr_t mis = 0; /* bits where some source's address differs from out's */
+#pragma unroll
+    for (int p = 0; p < MAXR; p++) {
+        /* a.scratch[p] with a constant p (a computed index would copy the
+         * parameter block to local memory); unused entries repeat src[0] */
+        const S *s = reinterpret_cast<const S *>(slot_of(a.scratch[p], parity, a.slot_bytes) + a.src_off);
+        src[p] = p < nsrc ? s : src[0];
+        mis |= (uintptr_t)src[p] ^ (uintptr_t)out;
+    }
+
+    /* every source congruent with out modulo 16: a scalar head up to
+     * out's 16-byte alignment, a body of 16-byte vectors, a scalar tail;
+     * otherwise all scalar (head = nv = 0) */
+    size_t head = 0, nv = 0;
+    if ((mis & 15) == 0) {
+        head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
+        if (head > count)
+            head = count;
+        nv = (count - head) / V;
+        const uint4 *vsrc[MAXR];
+#pragma unroll
+        for (int p = 0; p < MAXR; p++)
+            vsrc[p] = reinterpret_cast<const uint4 *>(src[p] + head);
+        uint4 *vout = reinterpret_cast<uint4 *>(out + head);
+        for (size_t i = tid; i < nv; i += nth) {
+            Vec v[MAXR];
+#pragma unroll
+            for (int p = 0; p < MAXR; p++)
+                if (p < nsrc)
+                    v[p].u = vsrc[p][i];
+            typename Op::A acc[V];
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                acc[j] = Op::init(v[0].e[j]);
+#pragma unroll
+            for (int p = 1; p < MAXR; p++)
+                if (p < nsrc) {
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        acc[j] = Op::step(acc[j], v[p].e[j]);
+                }
+            Vec r;
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                r.e[j] = Op::fin(acc[j], nsrc);
+            vout[i] = r.u;
+        }
+    }
+    /* head and tail in one loop (one copy of the scalar code) */
+    size_t done = head + nv * V, nscalar = head + (count - done);
+    for (size_t k = tid; k < nscalar; k += nth) {
+        size_t i = k < head ? k : done + (k - head);
+        out[i] = reduce_one<Op>(src, nsrc, i);
+    }
+}
+
+/* op is uniform across the grid: one switch, outside the loops. Unknown
+ * ops (and bitwise ops on floats) do nothing: the host checks first. */
+template <class N> __device__ __forceinline__ void reduce_dispatch(const weft_ck_reduce_args_t &a)
+{
+    switch (a.op) {
+    case 0: reduce_run<OpSum<N>>(a); break;
+    case 1: reduce_run<OpProd<N>>(a); break;
+    case 2: reduce_run<OpMin<N>>(a); break;
+    case 3: reduce_run<OpMax<N>>(a); break;
+    case 4: reduce_run<OpAvg<N>>(a); break;
+    default:
+        if constexpr (N::is_int) {
+            switch (a.op) {
+            case 5: reduce_run<OpBand<N>>(a); break;
+            case 6: reduce_run<OpBor<N>>(a); break;
+            case 7: reduce_run<OpBxor<N>>(a); break;
+            default: break;
+            }
+        }
+        break;
+    }
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ */
+/* Entry points                                                         */
+/* ------------------------------------------------------------------ */
+extern "C" __global__ void weft_ck_stage(weft_ck_stage_args_t a)
+{
+    unsigned long long parity = (*a.ctl.counter + 1) & 1;
+    char *dst = a.scratch + WEFT_CK_HDR + (size_t)parity * a.slot_bytes + a.off;
+    copy_any(dst, static_cast<const char *>(a.in), a.bytes, grid_tid(), grid_threads());
+}
+
+/* One block; thread p (< nranks, != rank) announces to peer p and waits
+ * for it. All threads agree on the outcome through a shared flag: the
+ * counter moves only when no wait was ended by an abort. */
+extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
+{
+    __shared__ unsigned long long seq_s;
+    __shared__ int aborted_s;
+    const int p = threadIdx.x;
+    if (p == 0) {
+        seq_s = *a.ctl.counter + 1;
+        aborted_s = 0;
+    }
+    __syncthreads(); /* the counter is read before thread 0 may write it below */
+    const unsigned long long seq = seq_s;
+    const int nranks = a.nranks < MAXR ? a.nranks : MAXR;
+    /* peer p's flag array, picked with constant indices (as in weft_ck_copy) */
+    unsigned long long *peer = nullptr;
+#pragma unroll
+    for (int j = 0; j < MAXR; j++)
+        if (j == p)
+            peer = a.peer_flags[j];
+    if (p < nranks && p != a.rank && blockIdx.x == 0) {
+        /* release: this rank's earlier kernels in the stream (its stage of
+         * call seq, its reads of call seq - 1's slots) happen before the
+         * peer sees seq */
+        st_release_sys(peer + a.rank, seq);
+        unsigned spins = 0;
+        /* acquire: what peer p did before announcing seq happens before
+         * everything after this (the kernels that follow in the stream) */
+        while (ld_acquire_sys(a.my_flags + p) < seq) {
+            if ((++spins & 255) == 0 && *a.ctl.abort) {
+                *a.ctl.error = 1 + p;
+                __threadfence_system();
+                aborted_s = 1;
+                break;
+            }
+            __nanosleep(100);
+        }
+    }
+    __syncthreads();
+    if (p == 0 && blockIdx.x == 0 && !aborted_s)
+        *a.ctl.counter = seq;
+}
+
+extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
+{
+    const int y = blockIdx.y;
+    if (y >= a.n || y >= MAXR)
+        return;
+    /* pick descriptor y with constant indices (no dynamic indexing of the
+     * parameter block, which would copy it to local memory) */
+    int src = 0;
+    size_t src_off = 0, len = 0;
+    char *dst = nullptr;
+#pragma unroll
+    for (int j = 0; j < MAXR; j++)
+        if (j == y) {
+            src = a.d[j].src;
+            src_off = a.d[j].src_off;
+            len = a.d[j].len;
+            dst = a.d[j].dst;
+        }
+    if (src < 0 || src >= MAXR)
+        return;
+    const char *scratch = a.scratch[0];
+#pragma unroll
+    for (int j = 1; j < MAXR; j++)
+        if (j == src)
+            scratch = a.scratch[j];
+    unsigned long long parity = *a.ctl.counter & 1;
+    copy_any(dst, slot_of(scratch, parity, a.slot_bytes) + src_off, len, grid_tid(), grid_threads());
+}
+
+#define WEFT_CK_REDUCE(name, N)                                                                                        \
+    extern "C" __global__ void weft_ck_reduce_##name(weft_ck_reduce_args_t a) { reduce_dispatch<N>(a); }
+WEFT_CK_REDUCE(i8, IntType<int8_t>)
+WEFT_CK_REDUCE(u8, IntType<uint8_t>)
+WEFT_CK_REDUCE(i16, IntType<int16_t>)
+WEFT_CK_REDUCE(u16, IntType<uint16_t>)
+WEFT_CK_REDUCE(i32, IntType<int32_t>)
+WEFT_CK_REDUCE(u32, IntType<uint32_t>)
+WEFT_CK_REDUCE(i64, IntType<int64_t>)
+WEFT_CK_REDUCE(u64, IntType<uint64_t>)
+WEFT_CK_REDUCE(f16, F16Type)
+WEFT_CK_REDUCE(bf16, BF16Type)
+WEFT_CK_REDUCE(f32, F32Type)
+WEFT_CK_REDUCE(f64, F64Type)

@@ -1,0 +1,334 @@
+/* Collectives on device buffers (coll/cuda), 2-4 ranks sharing device 0:
+ * every collective coll/cuda implements, every numeric type and op, against
+ * the same call on host buffers (coll/base and coll/shm, the reference);
+ * results identical on every rank; in place, zero counts, odd counts and
+ * counts over a slot (WEFT_CUDA_COLL_SLOT=4096 here, so chunks); a rank
+ * that never comes ends the others' wait at the deadline, and another
+ * communicator then works. Skipped, with the reason, without a device. */
+#include "gpu.h"
+#include "harness.h"
+#include "weft.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void need_gpu(void)
+{
+    char why[256];
+    if (!gpu_available(why, sizeof(why))) cr_skip_test("no CUDA device: %s", why);
+}
+
+static void run(int n, th_body_fn body, const char *extra)
+{
+    need_gpu();
+    static char level[64];
+    snprintf(level, sizeof(level), "WEFT_LOG_LEVEL=%s",
+             getenv("WEFT_TEST_LOG_LEVEL") ? getenv("WEFT_TEST_LOG_LEVEL") : "error");
+    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", extra, NULL};
+    th_result_t res = th_run(n, body, NULL, 240, env);
+    cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
+    cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
+}
+
+static weft_comm_t start(void)
+{
+    if (gpu_open()) {
+        fprintf(stderr, "no CUDA context on device 0\n");
+        exit(1);
+    }
+    if (weft_init(NULL, NULL)) {
+        fprintf(stderr, "weft_init: %s\n", weft_last_error());
+        exit(1);
+    }
+    return weft_comm_world();
+}
+
+static const weft_dtype_t types[] = {WEFT_INT8,  WEFT_UINT8,  WEFT_INT16,   WEFT_UINT16,    WEFT_INT32,   WEFT_UINT32,
+                                     WEFT_INT64, WEFT_UINT64, WEFT_FLOAT16, WEFT_BFLOAT16, WEFT_FLOAT32, WEFT_FLOAT64};
+enum { NTYPES = (int)(sizeof(types) / sizeof(types[0])) };
+static const weft_op_t ops[] = {WEFT_SUM, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG};
+
+/* Element i of rank r's input as a double: small values every type holds
+ * exactly; for prod, +-1 and +-2 (products stay powers of two). */
+static double value(int r, size_t i, weft_op_t op, int is_unsigned)
+{
+    unsigned h = (unsigned)(r * 7919 + (int)i * 104729 + 13);
+    h ^= h >> 7;
+    if (op == WEFT_PROD) {
+        double v = (h & 1) ? 2 : 1;
+        return !is_unsigned && (h & 2) ? -v : v;
+    }
+    int v = (int)(h % 17) - 8;
+    return is_unsigned ? (double)(v + 8) : (double)v;
+}
+
+static uint16_t to_half(float f)
+{
+    /* small integers only: exact */
+    if (f == 0) return signbit(f) ? 0x8000 : 0;
+    uint32_t sign = f < 0 ? 0x8000u : 0;
+    float a = fabsf(f);
+    int e;
+    float m = frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    uint32_t exp = (uint32_t)(e - 1 + 15), mant = (uint32_t)((m * 2 - 1) * 1024);
+    return (uint16_t)(sign | exp << 10 | mant);
+}
+
+static void put(void *buf, weft_dtype_t t, size_t i, double v)
+{
+    switch (t) {
+    case WEFT_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case WEFT_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case WEFT_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case WEFT_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+    case WEFT_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case WEFT_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case WEFT_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case WEFT_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case WEFT_FLOAT16: ((uint16_t *)buf)[i] = to_half((float)v); break;
+    case WEFT_BFLOAT16: {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
+        break;
+    }
+    case WEFT_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    default: ((double *)buf)[i] = v; break;
+    }
+}
+
+static void *dev_copy(const void *h, size_t bytes)
+{
+    void *d = gpu_alloc(bytes ? bytes : 1);
+    if (!d || gpu_upload(d, h, bytes)) {
+        fprintf(stderr, "device allocation / upload of %zu bytes failed\n", bytes);
+        exit(1);
+    }
+    return d;
+}
+
+static void *host_of(const void *d, size_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    if (gpu_download(h, d, bytes)) {
+        fprintf(stderr, "download of %zu bytes failed\n", bytes);
+        exit(1);
+    }
+    return h;
+}
+
+/* The device result equals the host reference and is the same on every rank. */
+static void same(weft_comm_t w, const void *ref, const void *dev_out, size_t bytes, const char *what)
+{
+    unsigned char *got = host_of(dev_out, bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes && !bad; i++)
+        if (got[i] != ((const unsigned char *)ref)[i]) bad = i + 1;
+    TH_CHECK(!bad, "%s: byte %zu of %zu: 0x%02x on the device, 0x%02x on the host", what, bad - 1, bytes,
+             got[bad ? bad - 1 : 0], ((const unsigned char *)ref)[bad ? bad - 1 : 0]);
+    /* identical everywhere: rank 0's bytes broadcast and compared */
+    unsigned char *r0 = malloc(bytes ? bytes : 1);
+    memcpy(r0, got, bytes);
+    TH_OK(weft_bcast(r0, (int64_t)bytes, WEFT_BYTE, 0, w));
+    TH_CHECK(!memcmp(r0, got, bytes), "%s: the result differs from rank 0's", what);
+    free(r0);
+    free(got);
+}
+
+static size_t esize(weft_dtype_t t)
+{
+    return t == WEFT_INT8 || t == WEFT_UINT8       ? 1
+           : t == WEFT_INT64 || t == WEFT_UINT64 || t == WEFT_FLOAT64 ? 8
+           : t == WEFT_INT32 || t == WEFT_UINT32 || t == WEFT_FLOAT32 ? 4
+                                                                       : 2;
+}
+
+static int is_unsigned(weft_dtype_t t)
+{
+    return t == WEFT_UINT8 || t == WEFT_UINT16 || t == WEFT_UINT32 || t == WEFT_UINT64;
+}
+
+/* 1, odd, one slot's worth around the 4096-byte slot, several chunks. */
+static const size_t counts[] = {1, 7, 1000, 2049, 5000};
+
+static int body_allreduce(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = start();
+    for (int ti = 0; ti < NTYPES; ti++)
+        for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++)
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+                weft_dtype_t t = types[ti];
+                weft_op_t op = ops[oi];
+                size_t n = counts[ci], bytes = n * esize(t);
+                unsigned char *in = malloc(bytes), *ref = malloc(bytes);
+                for (size_t i = 0; i < n; i++)
+                    put(in, t, i, value(rank, i, op, is_unsigned(t)));
+                TH_OK(weft_allreduce(in, ref, (int64_t)n, t, op, w));
+                void *din = dev_copy(in, bytes), *dout = gpu_alloc(bytes);
+                char what[96];
+                snprintf(what, sizeof(what), "allreduce %s %s x %zu on %d ranks", weft_dtype_name(t),
+                         op == WEFT_SUM    ? "sum"
+                         : op == WEFT_PROD ? "prod"
+                         : op == WEFT_MIN  ? "min"
+                         : op == WEFT_MAX  ? "max"
+                                           : "avg",
+                         n, size);
+                int rc = weft_allreduce(din, dout, (int64_t)n, t, op, w);
+                TH_CHECK(rc == 0, "%s: %s", what, weft_last_error());
+                same(w, ref, dout, bytes, what);
+                /* in place */
+                rc = weft_allreduce(WEFT_IN_PLACE, din, (int64_t)n, t, op, w);
+                TH_CHECK(rc == 0, "%s in place: %s", what, weft_last_error());
+                same(w, ref, din, bytes, what);
+                gpu_free(din);
+                gpu_free(dout);
+                free(in);
+                free(ref);
+            }
+    /* zero count: nothing to do, no hang */
+    void *d = gpu_alloc(16);
+    TH_OK(weft_allreduce(d, d, 0, WEFT_FLOAT32, WEFT_SUM, w));
+    gpu_free(d);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, allreduce_2_ranks, .timeout = 600)
+{
+    run(2, body_allreduce, NULL);
+}
+
+Test(cuda_coll, allreduce_3_ranks, .timeout = 600)
+{
+    run(3, body_allreduce, NULL);
+}
+
+Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
+{
+    run(4, body_allreduce, NULL);
+}
+
+/* Byte patterns through the data-moving collectives and reduce /
+ * reduce_scatter_block, each against the host call. */
+static int body_others(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = start();
+    static const size_t sizes[] = {1, 3, 4095, 4097, 10001};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k], all = n * (size_t)size;
+        unsigned char *in = malloc(all), *ref = malloc(all);
+        for (size_t i = 0; i < all; i++)
+            in[i] = (unsigned char)(rank * 37 + (int)i * 11 + (int)k);
+        void *din = dev_copy(in, all), *dout = gpu_alloc(all);
+        char what[64];
+        /* bcast from the last rank */
+        int root = size - 1;
+        memcpy(ref, in, n);
+        TH_OK(weft_bcast(ref, (int64_t)n, WEFT_BYTE, root, w));
+        void *db = dev_copy(in, n);
+        snprintf(what, sizeof(what), "bcast %zu B from %d", n, root);
+        TH_CHECK(weft_bcast(db, (int64_t)n, WEFT_BYTE, root, w) == 0, "%s: %s", what, weft_last_error());
+        same(w, ref, db, n, what);
+        gpu_free(db);
+        /* allgather */
+        TH_OK(weft_allgather(in, ref, (int64_t)n, WEFT_BYTE, w));
+        snprintf(what, sizeof(what), "allgather %zu B", n);
+        TH_CHECK(weft_allgather(din, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
+        same(w, ref, dout, all, what);
+        /* alltoall */
+        TH_OK(weft_alltoall(in, ref, (int64_t)n, WEFT_BYTE, w));
+        snprintf(what, sizeof(what), "alltoall %zu B", n);
+        TH_CHECK(weft_alltoall(din, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
+        unsigned char *got = host_of(dout, all);
+        TH_CHECK(!memcmp(got, ref, all), "%s: differs from the host's", what);
+        free(got);
+        /* reduce_scatter_block (int8 sum: wraps alike) and reduce to rank 1 % size */
+        TH_OK(weft_reduce_scatter_block(in, ref, (int64_t)n, WEFT_INT8, WEFT_SUM, w));
+        snprintf(what, sizeof(what), "reduce_scatter_block %zu B", n);
+        TH_CHECK(weft_reduce_scatter_block(din, dout, (int64_t)n, WEFT_INT8, WEFT_SUM, w) == 0, "%s: %s", what,
+                 weft_last_error());
+        got = host_of(dout, n);
+        TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
+        free(got);
+        int rroot = 1 % size;
+        TH_OK(weft_reduce(in, ref, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w));
+        snprintf(what, sizeof(what), "reduce %zu B to %d", n, rroot);
+        TH_CHECK(weft_reduce(din, dout, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w) == 0, "%s: %s", what,
+                 weft_last_error());
+        if (rank == rroot) {
+            got = host_of(dout, n);
+            TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
+            free(got);
+        }
+        TH_OK(weft_barrier(w)); /* the host one */
+        gpu_free(din);
+        gpu_free(dout);
+        free(in);
+        free(ref);
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, others_2_ranks, .timeout = 600)
+{
+    run(2, body_others, NULL);
+}
+
+Test(cuda_coll, others_4_ranks, .timeout = 600)
+{
+    run(4, body_others, NULL);
+}
+
+/* The last rank skips a GPU allreduce: the others' kernels wait at the
+ * barrier until the deadline, the abort word ends them, the call fails
+ * with the timeout on each of them, and later GPU collectives on that
+ * communicator fail at once (its ranks are out of step, as after any
+ * collective some members skipped). Another communicator, made before,
+ * then runs a GPU allreduce correctly on everyone: the GPU and the
+ * processes stay usable. */
+static int body_timeout(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = start(), spare;
+    TH_OK(weft_comm_dup(w, NULL, &spare));
+    float one[4] = {1, 1, 1, 1}, ref[4];
+    void *d = dev_copy(one, sizeof(one)), *o = gpu_alloc(sizeof(one));
+    TH_OK(weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, w)); /* sets coll/cuda up everywhere */
+    if (rank != size - 1) {
+        int rc = weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, w);
+        TH_CHECK(rc == WEFT_ERR_TIMEOUT, "the allreduce the last rank skipped returned %d (%s): %s", rc,
+                 weft_strerror(rc), weft_last_error());
+        rc = weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, w);
+        TH_CHECK(rc != 0, "a GPU allreduce after the aborted one succeeded on an out-of-step communicator");
+    } else {
+        sleep(6); /* past the others' deadline: they then wait a second for it below, not five */
+    }
+    TH_OK(weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, spare));
+    float *got = host_of(o, sizeof(one));
+    for (int i = 0; i < 4; i++)
+        ref[i] = (float)size;
+    TH_CHECK(!memcmp(got, ref, sizeof(ref)), "the other communicator's allreduce gave %g, not %d", got[0], size);
+    free(got);
+    TH_OK(weft_comm_free(&spare));
+    gpu_free(d);
+    gpu_free(o);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
+{
+    need_gpu();
+    const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", NULL};
+    th_result_t res = th_run(3, body_timeout, NULL, 120, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0, "%d of 3 ranks failed", res.failed);
+}
