@@ -247,11 +247,25 @@ static int check_build(weft_sched_t *s, const weft_coll_args_t *a)
     return weft_sched_end_round(s);
 }
 
+/* A weft_*_on_stream call in progress on this thread (set around the
+ * family function it calls, read here: one front end for both forms). */
+static _Thread_local struct {
+    int on;
+    void *stream;
+} on_stream;
+
 static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
 {
     const weft_coll_alg_t *cands[32];
     int rc = coll_memtype(a);
     if (rc) return rc;
+    if (on_stream.on) {
+        a->on_stream = 1;
+        a->stream = on_stream.stream;
+        /* Host buffers: the stream's work first, then the host collective. */
+        if (a->mem == WEFT_MEM_HOST && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind))))
+            return rc;
+    }
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */
     int n = weft_coll_select(a, cands, 2);
@@ -837,4 +851,63 @@ void weft_coll_finalize(void)
 {
     weft_coll_svc = NULL;
     weft_coll_select_finalize();
+}
+
+/* ---- stream-ordered calls ------------------------------------------------------ */
+
+/* Runs `call` (a family function given &tmp as its request) as a
+ * stream-ordered call: device buffers go on `stream`, the call returns
+ * once the work is enqueued; *req (when not NULL) is its work handle,
+ * otherwise the request is released as it completes. */
+#define ON_STREAM(stream_, req_, call)                                                                                 \
+    do {                                                                                                               \
+        weft_request_t tmp = WEFT_REQUEST_NULL;                                                                        \
+        on_stream.on = 1;                                                                                              \
+        on_stream.stream = (stream_);                                                                                  \
+        int rc_ = (call);                                                                                              \
+        on_stream.on = 0;                                                                                              \
+        on_stream.stream = NULL;                                                                                       \
+        if (rc_) return rc_;                                                                                           \
+        if (req_) {                                                                                                    \
+            *(req_) = tmp;                                                                                             \
+            return WEFT_SUCCESS;                                                                                       \
+        }                                                                                                              \
+        return weft_request_free(&tmp);                                                                                \
+    } while (0)
+
+WEFT_API int weft_barrier_on_stream(weft_comm_t c, void *stream, weft_request_t *req)
+{
+    ON_STREAM(stream, req, barrier(c, &tmp, "weft_barrier_on_stream"));
+}
+WEFT_API int weft_bcast_on_stream(void *buf, int64_t n, weft_dtype_t d, int root, weft_comm_t c, void *stream,
+                                  weft_request_t *req)
+{
+    ON_STREAM(stream, req, bcast(buf, n, d, root, c, &tmp, "weft_bcast_on_stream"));
+}
+WEFT_API int weft_reduce_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root,
+                                   weft_comm_t c, void *stream, weft_request_t *req)
+{
+    ON_STREAM(stream, req, reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, &tmp, "weft_reduce_on_stream"));
+}
+WEFT_API int weft_allreduce_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
+                                      void *stream, weft_request_t *req)
+{
+    ON_STREAM(stream, req, reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, &tmp, "weft_allreduce_on_stream"));
+}
+WEFT_API int weft_allgather_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, void *stream,
+                                      weft_request_t *req)
+{
+    ON_STREAM(stream, req, per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, &tmp, "weft_allgather_on_stream"));
+}
+WEFT_API int weft_alltoall_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, void *stream,
+                                     weft_request_t *req)
+{
+    ON_STREAM(stream, req, per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, &tmp, "weft_alltoall_on_stream"));
+}
+WEFT_API int weft_reduce_scatter_block_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op,
+                                                 weft_comm_t c, void *stream, weft_request_t *req)
+{
+    ON_STREAM(stream, req,
+              reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, &tmp,
+                             "weft_reduce_scatter_block_on_stream"));
 }

@@ -52,6 +52,8 @@ typedef struct weft_coll_args {
     const int64_t *scounts, *sdispls, *rcounts, *rdispls; /* v-variants */
     size_t bytes;                                         /* message size the selection looks at */
     weft_memtype_t mem;                                   /* where the buffers live (selection key) */
+    int on_stream; /* a weft_*_on_stream call: device work goes on `stream` and the call returns at once */
+    void *stream;  /* its CUstream (NULL: the legacy default stream) */
 } weft_coll_args_t;
 
 typedef struct weft_coll_alg {

@@ -413,6 +413,34 @@ WEFT_API int weft_exscan(const void *sendbuf, void *recvbuf, int64_t count, weft
 WEFT_API int weft_iexscan(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
                           weft_comm_t comm, weft_request_t *request);
 
+/* Stream-ordered collectives, as NCCL users expect: with device buffers
+ * (coll/cuda: the ranks of one node) the collective is enqueued on `stream`
+ * (a cudaStream_t / CUstream; NULL: the legacy default stream) and the call
+ * returns at once: the result is in place in stream order, and a CUDA
+ * graph that captures the call replays it (each replay a new collective, in
+ * the same order on every rank). request, when not NULL, receives a work
+ * handle: weft_test polls the GPU work's completion, weft_wait blocks the
+ * host until it is done (the communicator's deadline applies); pass NULL to
+ * let it go. A deadline that passes, in a wait or while nobody waits, stops
+ * the kernels (an abort word they watch) and fails the communicator's later
+ * GPU collectives, naming the rank they waited for. With host buffers the
+ * stream is synchronised first and the collective runs as weft_i*; counts,
+ * datatypes, ops and WEFT_IN_PLACE as in the blocking forms. */
+WEFT_API int weft_barrier_on_stream(weft_comm_t comm, void *stream, weft_request_t *request);
+WEFT_API int weft_bcast_on_stream(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm,
+                                  void *stream, weft_request_t *request);
+WEFT_API int weft_reduce_on_stream(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
+                                   int root, weft_comm_t comm, void *stream, weft_request_t *request);
+WEFT_API int weft_allreduce_on_stream(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype,
+                                      weft_op_t op, weft_comm_t comm, void *stream, weft_request_t *request);
+WEFT_API int weft_allgather_on_stream(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype,
+                                      weft_comm_t comm, void *stream, weft_request_t *request);
+WEFT_API int weft_alltoall_on_stream(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype,
+                                     weft_comm_t comm, void *stream, weft_request_t *request);
+WEFT_API int weft_reduce_scatter_block_on_stream(const void *sendbuf, void *recvbuf, int64_t recvcount,
+                                                 weft_dtype_t dtype, weft_op_t op, weft_comm_t comm, void *stream,
+                                                 weft_request_t *request);
+
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 /* ------------------------------------------------------------------ */

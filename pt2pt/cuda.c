@@ -567,6 +567,18 @@ void weft_cuda_finalize(void)
     }
 }
 
+int weft_cuda_stream_sync(void *stream, const char *what)
+{
+    if (!weft_cuda_possible())
+        return stream ? weft_error(WEFT_ERR_ARG, "%s: a stream (%p), but this process has no CUDA driver loaded", what,
+                                   stream)
+                      : WEFT_SUCCESS;
+    CUresult r = weft_cu.stream_synchronize((CUstream)stream);
+    return r == CUDA_SUCCESS
+               ? WEFT_SUCCESS
+               : weft_error(WEFT_ERR_ARG, "%s: synchronising stream %p failed: %s", what, stream, weft_cu_text(r));
+}
+
 void weft_cuda_describe(char *buf, size_t len)
 {
     const char *how = mode == MODE_OFF ? "off (WEFT_CUDA=off)"
@@ -639,6 +651,13 @@ int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what)
 void weft_cuda_stage_free(weft_cuda_stage_t *st)
 {
     (void)st;
+}
+
+int weft_cuda_stream_sync(void *stream, const char *what)
+{
+    return stream ? weft_error(WEFT_ERR_UNSUPPORTED, "%s: a stream (%p), but this weft was built without CUDA", what,
+                               stream)
+                  : WEFT_SUCCESS;
 }
 
 void weft_cuda_describe(char *buf, size_t len)

@@ -50,6 +50,12 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send);
 int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what);
 void weft_cuda_stage_free(weft_cuda_stage_t *st);
 
+/* Synchronises a CUstream (NULL: the legacy default stream) for a
+ * stream-ordered call on host buffers (`what` names the call in errors);
+ * without a loaded driver only NULL is accepted (there is no work to wait
+ * for). */
+int weft_cuda_stream_sync(void *stream, const char *what);
+
 /* "host cuda(ucx: cuda_copy, cuda_ipc)" and the like, for weft_info. */
 void weft_cuda_describe(char *buf, size_t len);
 

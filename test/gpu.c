@@ -26,6 +26,15 @@ static struct {
     CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t);
     CUresult (*error_string)(CUresult, const char **);
     CUresult (*ctx_synchronize)(void);
+    CUresult (*stream_create)(void **, unsigned);
+    CUresult (*stream_synchronize)(void *);
+    CUresult (*stream_destroy)(void *);
+    CUresult (*begin_capture)(void *, int);
+    CUresult (*end_capture)(void *, void **);
+    CUresult (*graph_instantiate)(void **, void *, unsigned long long);
+    CUresult (*graph_launch)(void *, void *);
+    CUresult (*graph_exec_destroy)(void *);
+    CUresult (*graph_destroy)(void *);
 } cu;
 
 static const char *load(void)
@@ -48,6 +57,15 @@ static const char *load(void)
         {"cuMemsetD8_v2", (void **)&cu.memset_d8},
         {"cuGetErrorString", (void **)&cu.error_string},
         {"cuCtxSynchronize", (void **)&cu.ctx_synchronize},
+        {"cuStreamCreate", (void **)&cu.stream_create},
+        {"cuStreamSynchronize", (void **)&cu.stream_synchronize},
+        {"cuStreamDestroy_v2", (void **)&cu.stream_destroy},
+        {"cuStreamBeginCapture_v2", (void **)&cu.begin_capture},
+        {"cuStreamEndCapture", (void **)&cu.end_capture},
+        {"cuGraphInstantiateWithFlags", (void **)&cu.graph_instantiate},
+        {"cuGraphLaunch", (void **)&cu.graph_launch},
+        {"cuGraphExecDestroy", (void **)&cu.graph_exec_destroy},
+        {"cuGraphDestroy", (void **)&cu.graph_destroy},
     };
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
         if (!(*syms[i].fn = dlsym(h, syms[i].name))) return "libcuda.so.1 lacks a driver entry point";
@@ -122,4 +140,44 @@ int gpu_download(void *host, const void *dev, size_t bytes)
 int gpu_memset(void *dev, unsigned char v, size_t bytes)
 {
     return bytes ? cu.memset_d8((CUdeviceptr)(uintptr_t)dev, v, bytes) || cu.ctx_synchronize() : 0;
+}
+
+void *gpu_stream(void)
+{
+    void *s = NULL;
+    return cu.stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */) ? NULL : s;
+}
+
+int gpu_stream_sync(void *stream)
+{
+    return cu.stream_synchronize(stream) ? -1 : 0;
+}
+
+void gpu_stream_free(void *stream)
+{
+    cu.stream_destroy(stream);
+}
+
+int gpu_capture_begin(void *stream)
+{
+    return cu.begin_capture(stream, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */) ? -1 : 0;
+}
+
+void *gpu_capture_end(void *stream)
+{
+    void *graph = NULL, *exec = NULL;
+    if (cu.end_capture(stream, &graph) || !graph) return NULL;
+    CUresult r = cu.graph_instantiate(&exec, graph, 0);
+    cu.graph_destroy(graph);
+    return r ? NULL : exec;
+}
+
+int gpu_graph_launch(void *exec, void *stream)
+{
+    return cu.graph_launch(exec, stream) ? -1 : 0;
+}
+
+void gpu_graph_free(void *exec)
+{
+    cu.graph_exec_destroy(exec);
 }

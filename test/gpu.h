@@ -17,5 +17,13 @@ void gpu_free(void *p);
 int gpu_upload(void *dev, const void *host, size_t bytes);
 int gpu_download(void *host, const void *dev, size_t bytes);
 int gpu_memset(void *dev, unsigned char v, size_t bytes);
+/* Streams and CUDA graphs (stream capture, relaxed mode): NULL / -1 on failure. */
+void *gpu_stream(void);
+int gpu_stream_sync(void *stream);
+void gpu_stream_free(void *stream);
+int gpu_capture_begin(void *stream);
+void *gpu_capture_end(void *stream); /* the instantiated graph */
+int gpu_graph_launch(void *exec, void *stream);
+void gpu_graph_free(void *exec);
 
 #endif

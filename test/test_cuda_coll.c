@@ -287,6 +287,79 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
     run(4, body_others, NULL);
 }
 
+/* Stream-ordered calls: enqueued on a stream of the caller's, with a work
+ * handle (weft_wait) or none (the stream synchronised); then captured into a
+ * CUDA graph (an allreduce and an allgather) and replayed ten times with new
+ * inputs, each replay a new pair of collectives. */
+static int body_stream(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = start();
+    enum { N = 1000 };
+    float in[N], *got;
+    void *st = gpu_stream();
+    TH_CHECK(st != NULL, "cuStreamCreate failed");
+    void *din = gpu_alloc(sizeof(in)), *dout = gpu_alloc(sizeof(in)), *dall = gpu_alloc(sizeof(in) * (size_t)size);
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < N; i++)
+            in[i] = (float)(rank + i % 5 + k);
+        TH_OK(gpu_upload(din, in, sizeof(in)));
+        weft_request_t req = WEFT_REQUEST_NULL;
+        TH_OK(weft_allreduce_on_stream(din, dout, N, WEFT_FLOAT32, WEFT_SUM, w, st, k == 1 ? NULL : &req));
+        if (k == 1)
+            TH_OK(gpu_stream_sync(st));
+        else
+            TH_OK(weft_wait(&req, NULL));
+        got = host_of(dout, sizeof(in));
+        for (int i = 0; i < N; i++)
+            TH_CHECK(got[i] == (float)(size * (i % 5 + k) + size * (size - 1) / 2), "stream call %d: element %d is %g",
+                     k, i, got[i]);
+        free(got);
+    }
+    /* graph capture and replay */
+    TH_CHECK(gpu_capture_begin(st) == 0, "cuStreamBeginCapture failed");
+    TH_OK(weft_allreduce_on_stream(din, dout, N, WEFT_FLOAT32, WEFT_SUM, w, st, NULL));
+    TH_OK(weft_allgather_on_stream(din, dall, N, WEFT_FLOAT32, w, st, NULL));
+    void *g = gpu_capture_end(st);
+    TH_CHECK(g != NULL, "capturing the collectives into a graph failed");
+    for (int k = 0; k < 10; k++) {
+        for (int i = 0; i < N; i++)
+            in[i] = (float)(rank * 10 + k + i % 3);
+        TH_OK(gpu_upload(din, in, sizeof(in)));
+        TH_CHECK(gpu_graph_launch(g, st) == 0 && gpu_stream_sync(st) == 0, "replay %d failed", k);
+        got = host_of(dout, sizeof(in));
+        for (int i = 0; i < N; i++)
+            TH_CHECK(got[i] == (float)(10 * size * (size - 1) / 2 + size * (k + i % 3)), "replay %d: element %d is %g",
+                     k, i, got[i]);
+        free(got);
+        got = host_of(dall, sizeof(in) * (size_t)size);
+        for (int r = 0; r < size; r++)
+            for (int i = 0; i < N; i++)
+                TH_CHECK(got[r * N + i] == (float)(r * 10 + k + i % 3), "replay %d: allgather block %d element %d is %g",
+                         k, r, i, got[r * N + i]);
+        free(got);
+    }
+    gpu_graph_free(g);
+    /* an eager call after the replays stays in step */
+    TH_OK(weft_allreduce(din, dout, N, WEFT_FLOAT32, WEFT_MAX, w));
+    gpu_free(din);
+    gpu_free(dout);
+    gpu_free(dall);
+    gpu_stream_free(st);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, stream_and_graph_2_ranks, .timeout = 300)
+{
+    run(2, body_stream, NULL);
+}
+
+Test(cuda_coll, stream_and_graph_4_ranks, .timeout = 300)
+{
+    run(4, body_stream, NULL);
+}
+
 /* The last rank skips a GPU allreduce: the others' kernels wait at the
  * barrier until the deadline, the abort word ends them, the call fails
  * with the timeout on each of them, and later GPU collectives on that

@@ -269,6 +269,8 @@ static int get_state(weft_comm_t comm, CUcontext ctx, cuda_state_t **out)
 typedef struct cuda_op {
     cuda_state_t *st;
     weft_coll_args_t a;
+    CUstream stream; /* the caller's (weft_*_on_stream) or the communicator's */
+    int capturing;   /* the stream is being captured into a CUDA graph: no event, nothing to poll */
     CUevent ev;
     int started; /* the launches were issued (the event marks their end) */
     const char *name;
@@ -277,7 +279,7 @@ typedef struct cuda_op {
 static int launch(cuda_op_t *op, CUfunction f, unsigned gx, unsigned gy, void *args, const char *what)
 {
     void *params[] = {args};
-    CUresult r = weft_cu.launch_kernel(f, gx, gy, 1, 256, 1, 1, 0, op->st->stream, params, NULL);
+    CUresult r = weft_cu.launch_kernel(f, gx, gy, 1, 256, 1, 1, 0, op->stream, params, NULL);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, what);
 }
 
@@ -314,7 +316,7 @@ static int barrier(cuda_op_t *op)
     for (int p = 0; p < st->n; p++)
         b.peer_flags[p] = (unsigned long long *)(uintptr_t)st->peer[p];
     void *params[] = {&b};
-    CUresult r = weft_cu.launch_kernel(st->m->barrier, 1, 1, 1, 32, 1, 1, 0, st->stream, params, NULL);
+    CUresult r = weft_cu.launch_kernel(st->m->barrier, 1, 1, 1, 32, 1, 1, 0, op->stream, params, NULL);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the barrier kernel");
 }
 
@@ -435,8 +437,8 @@ static int issue(cuda_op_t *op)
     }
     default: rc = weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s not implemented", weft_coll_kind_name(a->kind));
     }
-    if (rc) return rc;
-    CUresult r = weft_cu.event_record(op->ev, st->stream);
+    if (rc || op->capturing) return rc;
+    CUresult r = weft_cu.event_record(op->ev, op->stream);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "recording the call's event");
 }
 
@@ -464,6 +466,7 @@ static int op_poll(weft_sched_t *s, void *arg)
     cuda_state_t *st = op->st;
     if (!op->started) op_start(op);
     if (st->broken) return broken_error(st);
+    if (op->capturing) return 1; /* launched into the graph: each replay runs it */
     CUresult r = weft_cu.event_query(op->ev);
     if (r == CUDA_SUCCESS) return 1;
     if (r != CUDA_ERROR_NOT_READY) return cu_fail(r, "waiting for the GPU collective");
@@ -478,7 +481,7 @@ static void op_failed(void *arg, int rc)
 {
     cuda_op_t *op = arg;
     cuda_state_t *st = op->st;
-    if (!op->started || !st->words) return;
+    if (!op->started || !st->words || op->capturing) return;
     st->words[0] = 1;
     __sync_synchronize();
     if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
@@ -506,7 +509,7 @@ static int op_end(weft_sched_t *s, void *arg)
 {
     (void)s;
     cuda_op_t *op = arg;
-    weft_cu.event_destroy(op->ev);
+    if (op->ev) weft_cu.event_destroy(op->ev);
     op->ev = NULL;
     return WEFT_SUCCESS;
 }
@@ -558,8 +561,17 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
     op->st = st;
     op->a = *a;
     op->name = name;
-    CUresult r = weft_cu.event_create(&op->ev, CU_EVENT_DISABLE_TIMING);
-    if (r != CUDA_SUCCESS) return cu_fail(r, "creating an event");
+    op->stream = a->on_stream ? (CUstream)a->stream : st->stream;
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = CUDA_SUCCESS;
+    if (a->on_stream && weft_cu.stream_is_capturing &&
+        (r = weft_cu.stream_is_capturing(op->stream, &cap)) != CUDA_SUCCESS)
+        return cu_fail(r, "asking whether the stream is being captured");
+    if (cap == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+        return weft_error(WEFT_ERR_ARG, "%s: the stream's graph capture was invalidated", name);
+    op->capturing = cap == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (!op->capturing && (r = weft_cu.event_create(&op->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+        return cu_fail(r, "creating an event");
     weft_sched_watch(s, &cuda_watch, op);
     if ((rc = weft_sched_poll(s, op_poll, op)) || (rc = weft_sched_call(s, op_end, op))) return rc;
     return WEFT_SUCCESS;

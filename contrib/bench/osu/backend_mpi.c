@@ -233,3 +233,23 @@ int bk_icoll(const bk_coll_args_t *a, bk_req_t *req)
 {
     return check(post(a, mreq(req)), "nonblocking collective");
 }
+
+/* Errors return (MPI_ERRORS_RETURN) for this one call, then are fatal again. */
+int bk_coll_try(const bk_coll_args_t *a, int nonblocking, char *why, size_t len)
+{
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = post(a, nonblocking ? &r : NULL);
+    if (rc == MPI_SUCCESS && nonblocking) rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    if (rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING] = "";
+        int n = 0;
+        MPI_Error_string(rc, text, &n);
+        for (char *c = text; *c; c++)
+            if (*c == '\n') *c = ' ';
+        snprintf(why, len, "%s", text);
+        return 1;
+    }
+    return 0;
+}

@@ -200,3 +200,12 @@ int bk_icoll(const bk_coll_args_t *a, bk_req_t *req)
 {
     return check(post(a, wreq(req)), "nonblocking collective");
 }
+
+int bk_coll_try(const bk_coll_args_t *a, int nonblocking, char *why, size_t len)
+{
+    weft_request_t r = WEFT_REQUEST_NULL;
+    int rc = post(a, nonblocking ? &r : NULL);
+    if (rc == WEFT_SUCCESS && nonblocking) rc = weft_wait(&r, NULL);
+    if (rc != WEFT_SUCCESS) snprintf(why, len, "%s (%s)", weft_last_error(), weft_strerror(rc));
+    return rc;
+}

@@ -80,6 +80,10 @@ int bk_test(bk_req_t *req, int *done);
 /* Collectives: blocking, and nonblocking (completed by bk_waitall/bk_test). */
 int bk_coll(const bk_coll_args_t *a);
 int bk_icoll(const bk_coll_args_t *a, bk_req_t *req);
+/* One collective that may fail without ending the job: blocking, or
+ * (nonblocking) posted and waited for. 0 on success; otherwise nonzero with
+ * the library's error in why (one line). */
+int bk_coll_try(const bk_coll_args_t *a, int nonblocking, char *why, size_t len);
 
 size_t bk_type_size(bk_type_t t);
 

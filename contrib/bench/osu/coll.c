@@ -10,7 +10,16 @@
  * Nonblocking (OSU's overlap method): the pure communication time T is
  * measured with post + wait; then each iteration posts, computes for T
  * (calling test -t times if asked), and waits. Overlap % = 100 * (1 -
- * (overall - compute) / T), clamped to [0, 100]. */
+ * (overall - compute) / T), clamped to [0, 100].
+ *
+ * -d cuda / -d managed: every rank's send and receive buffers on its GPU
+ * (the pools of osu.c); the timing is the same (a blocking call returns
+ * when its result is in place, a wait when the request completed), and
+ * validation writes and reads the buffers through the pools' host copies,
+ * outside the timers. One untimed call before the table tells whether the
+ * library runs the collective on such buffers at all (and sets up what it
+ * keeps for them, e.g. weft's IPC-mapped scratch); if not, the lowest rank
+ * that failed prints the library's error and every rank returns 2. */
 #include "osu.h"
 
 #include <stdlib.h>
@@ -79,11 +88,15 @@ static bk_coll_args_t make_args(coll_ctx_t *c, size_t count, int it)
     return a;
 }
 
-/* Validation: the inputs of iteration `it`, written outside the timer. */
-static void fill_inputs(coll_ctx_t *c, const bk_coll_args_t *a, size_t count, int it)
+/* Validation: the inputs of iteration `it`, written outside the timer
+ * (device buffers: into the pools' host copies, then copied over). */
+static void fill_inputs(coll_ctx_t *c, const bk_coll_args_t *dev, size_t count, int it)
 {
     size_t sbytes, rbytes;
     buffer_bytes(c, count, &sbytes, &rbytes);
+    bk_coll_args_t host = *dev, *a = &host;
+    host.sendbuf = osu_pool_host(&c->sp, (void *)dev->sendbuf);
+    host.recvbuf = osu_pool_host(&c->rp, dev->recvbuf);
     memset(a->recvbuf, 0xff, rbytes); /* a call that writes nothing fails the check */
     void *sb = (void *)a->sendbuf;
     switch (c->b->coll) {
@@ -105,6 +118,8 @@ static void fill_inputs(coll_ctx_t *c, const bk_coll_args_t *a, size_t count, in
     case BK_BARRIER: break;
     default: osu_fill(sb, c->type, count, c->me, 0, 0, it); break;
     }
+    osu_pool_push(&c->sp, (void *)dev->sendbuf, sbytes);
+    osu_pool_push(&c->rp, dev->recvbuf, rbytes);
 }
 
 /* Sum over ranks of osu_value(r, 0, idx, it), as the reductions compute it. */
@@ -120,8 +135,14 @@ static size_t check_sum(const coll_ctx_t *c, const float *buf, size_t count, siz
     return bad;
 }
 
-static size_t check_outputs(const coll_ctx_t *c, const bk_coll_args_t *a, size_t count, int it)
+static size_t check_outputs(const coll_ctx_t *c, const bk_coll_args_t *dev, size_t count, int it)
 {
+    size_t sbytes, rbytes;
+    buffer_bytes(c, count, &sbytes, &rbytes);
+    if (c->b->coll == BK_BARRIER) return 0;
+    osu_pool_pull(&c->rp, dev->recvbuf, rbytes);
+    bk_coll_args_t host = *dev, *a = &host;
+    host.recvbuf = osu_pool_host(&c->rp, dev->recvbuf);
     const char *rb = a->recvbuf;
     size_t blk = count * c->esize, bad = 0;
     switch (c->b->coll) {
@@ -163,8 +184,9 @@ static void ctx_init(coll_ctx_t *c, const osu_bench_t *b)
     size_t sbytes, rbytes, maxcount = osu_opt.max_size / c->esize;
     if (b->coll == BK_REDUCE_SCATTER || b->coll == BK_REDUCE_SCATTER_BLOCK) maxcount /= (size_t)c->n;
     buffer_bytes(c, maxcount, &sbytes, &rbytes);
-    osu_pool_init(&c->sp, sbytes);
-    osu_pool_init(&c->rp, rbytes);
+    /* osu.c: loc[0] == loc[1] for collectives ('H', or 'D' / 'M' with -d) */
+    osu_pool_init_at(&c->sp, sbytes, osu_opt.loc[0]);
+    osu_pool_init_at(&c->rp, rbytes, osu_opt.loc[1]);
     c->counts64 = calloc((size_t)c->n, sizeof(int64_t));
     c->displs64 = calloc((size_t)c->n, sizeof(int64_t));
     c->counts32 = calloc((size_t)c->n, sizeof(int));
@@ -194,6 +216,32 @@ static int size_runs(const coll_ctx_t *c, size_t size)
 {
     if (c->b->coll == BK_BARRIER) return size == osu_first_size();
     return elems(c, size) > 0;
+}
+
+/* Buffers that are not host memory: one call of the first size, untimed
+ * (see the top). 0 to go on; 2 (every rank) when some rank's call failed,
+ * the lowest such rank having printed why. */
+static int probe(coll_ctx_t *c, int nonblocking)
+{
+    if (osu_opt.loc[0] == 'H' && osu_opt.loc[1] == 'H') return 0;
+    size_t size = osu_first_size();
+    while (size <= osu_opt.max_size && !size_runs(c, size))
+        size = osu_next_size(size);
+    if (size > osu_opt.max_size) return 0;
+    bk_coll_args_t a = make_args(c, elems(c, size), 0);
+    char why[1200] = "";
+    int failed = bk_coll_try(&a, nonblocking, why, sizeof(why)) != 0;
+    double mine = failed ? c->me : c->n, lowest = c->n;
+    bk_coll_args_t r = {
+        .coll = BK_ALLREDUCE, .sendbuf = &mine, .recvbuf = &lowest, .count = 1, .type = BK_DOUBLE, .op = BK_MIN};
+    bk_coll(&r);
+    if ((int)lowest >= c->n) return 0;
+    if (failed && c->me == (int)lowest) {
+        fprintf(stderr, "%s-osu-%s: rank %d: %s of %zu bytes on %s buffers failed: %s\n", bk_short_name(),
+                c->b->name, c->me, c->b->name, size, osu_loc_name(osu_opt.loc[1]), why);
+        fflush(stderr);
+    }
+    return 2;
 }
 
 /* Busy "compute" for `secs`, calling test `tests` times at even intervals. */
@@ -260,6 +308,10 @@ int osu_run_coll(const osu_bench_t *b)
 {
     coll_ctx_t c;
     ctx_init(&c, b);
+    if (probe(&c, 0)) {
+        ctx_free(&c);
+        return 2;
+    }
     char cols[256];
     snprintf(cols, sizeof(cols), "# Size       Avg Latency(us)%s%s",
              osu_opt.full ? "   Min Latency(us)   Max Latency(us)  Iterations" : "",
@@ -292,6 +344,10 @@ int osu_run_icoll(const osu_bench_t *b)
 {
     coll_ctx_t c;
     ctx_init(&c, b);
+    if (probe(&c, 1)) {
+        ctx_free(&c);
+        return 2;
+    }
     char cols[320];
     snprintf(cols, sizeof(cols),
              "# Size           Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%%)%s%s",

@@ -85,15 +85,18 @@ static void usage(FILE *f, const char *prog)
             "  -f               full statistics: min / avg / max over ranks and the iteration count\n"
             "  -W N             window of messages in flight for bw, bibw, mbw-mr (default 64)\n"
             "  -t N             calls to test during the compute phase of nonblocking benchmarks (default 0)\n"
-            "  -d cuda [A B]    device buffers, point-to-point programs only: A and B place the buffers of rank 0\n"
+            "  -d cuda [A B]    device buffers. Point-to-point programs: A and B place the buffers of rank 0\n"
             "                   and rank 1 (mbw-mr, multi-lat: of the first and second half), each D (device),\n"
             "                   H (host), P (pinned host: cuMemAllocHost; not OSU's) or M (managed); default D D\n"
-            "                   (OSU's own binaries default to H H); the\n"
-            "                   words alone (D H) imply -d cuda. GPU: local rank modulo the device count; the\n"
+            "                   (OSU's own binaries default to H H); the words alone (D H) imply -d cuda.\n"
+            "                   Collectives: every buffer of every rank on its GPU (no A B); a collective the\n"
+            "                   library cannot run on device buffers ends with its error (exit 2).\n"
+            "                   GPU: local rank modulo the device count; the\n"
             "                   driver (libcuda.so.1) is loaded at run time (exit 2 where there is none);\n"
             "                   OSU_CUDA=force (environment) passes device pointers to a library that says\n"
             "                   it cannot take them (an MPI that is not CUDA-aware)\n"
-            "  -d host          host buffers (the default); -d managed: M M (OSU 5's -d managed)\n"
+            "  -d host          host buffers (the default); -d managed: M M (OSU 5's -d managed; collectives:\n"
+            "                   managed buffers on every rank)\n"
             "  --rotate BYTES   rotate buffers spanning this many bytes (default 32m; 0 = one buffer)\n"
             "  --csv FILE       also append one CSV row per size to FILE\n"
             "  --label NAME     library name in the CSV rows (default %s; e.g. one per algorithm)\n"
@@ -230,13 +233,15 @@ static int parse_options(int argc, char **argv, const osu_bench_t *b, const char
         memcpy(osu_opt.loc, words, 2);
     else
         memset(osu_opt.loc, dev_opt == 'm' ? 'M' : osu_opt.accel ? 'D' : 'H', 2);
-    if ((osu_opt.accel || nwords) && b->family != OSU_PT2PT) {
+    /* Collectives: every buffer of every rank in one place (-d cuda: device,
+     * -d managed: managed); the D / H words place two ranks' buffers, which
+     * a collective does not have. */
+    if (nwords && b->family != OSU_PT2PT) {
         if (rank0)
             fprintf(stderr,
-                    "%s: -d cuda: device buffers are measured by the point-to-point programs (latency, bw, bibw, "
-                    "mbw-mr, multi-lat) for now; collectives on GPU buffers are a later issue: run %s with host "
-                    "buffers (no -d)\n",
-                    prog, prog);
+                    "%s: buffer locations (%c %c) are for the point-to-point programs; collectives take -d cuda "
+                    "(device buffers on every rank) or -d managed\n",
+                    prog, words[0], words[1]);
         return -1;
     }
     int pt2pt_latency = b->family == OSU_PT2PT && (b->pt2pt_kind == PT_LATENCY || b->pt2pt_kind == PT_MULTI_LAT);
@@ -413,23 +418,38 @@ void osu_pool_free(osu_pool_t *p)
     p->nslots = 0;
 }
 
+static int pool_on_host(const osu_pool_t *p)
+{
+    return p->loc == 'H' || p->loc == 'P';
+}
+
+void *osu_pool_host(const osu_pool_t *p, void *buf)
+{
+    if (pool_on_host(p)) return buf;
+    if (!p->scratch) bk_abort("device pool without a host copy (validation off?)");
+    return p->scratch;
+}
+
+void osu_pool_push(const osu_pool_t *p, void *buf, size_t bytes)
+{
+    if (!pool_on_host(p) && cm_htod(buf, osu_pool_host(p, buf), bytes)) bk_abort(cm_last_error());
+}
+
+void osu_pool_pull(const osu_pool_t *p, const void *buf, size_t bytes)
+{
+    if (!pool_on_host(p) && cm_dtoh(osu_pool_host(p, NULL), buf, bytes)) bk_abort(cm_last_error());
+}
+
 void osu_pool_fill(const osu_pool_t *p, void *buf, size_t bytes, int src, int dst, int it)
 {
-    if (p->loc == 'H' || p->loc == 'P') {
-        osu_fill(buf, BK_CHAR, bytes, src, dst, 0, it);
-        return;
-    }
-    if (!p->scratch) bk_abort("device pool without a host copy (validation off?)");
-    osu_fill(p->scratch, BK_CHAR, bytes, src, dst, 0, it);
-    if (cm_htod(buf, p->scratch, bytes)) bk_abort(cm_last_error());
+    osu_fill(osu_pool_host(p, buf), BK_CHAR, bytes, src, dst, 0, it);
+    osu_pool_push(p, buf, bytes);
 }
 
 size_t osu_pool_check(const osu_pool_t *p, const void *buf, size_t bytes, int src, int dst, int it)
 {
-    if (p->loc == 'H' || p->loc == 'P') return osu_check(buf, BK_CHAR, bytes, src, dst, 0, it);
-    if (!p->scratch) bk_abort("device pool without a host copy (validation off?)");
-    if (cm_dtoh(p->scratch, buf, bytes)) bk_abort(cm_last_error());
-    return osu_check(p->scratch, BK_CHAR, bytes, src, dst, 0, it);
+    osu_pool_pull(p, buf, bytes);
+    return osu_check(osu_pool_host(p, (void *)buf), BK_CHAR, bytes, src, dst, 0, it);
 }
 
 const char *osu_loc_name(char loc)

@@ -71,6 +71,14 @@ void osu_pool_free(osu_pool_t *p);
  * device buffers through a host copy (cuMemcpyHtoD / DtoH), outside timers. */
 void osu_pool_fill(const osu_pool_t *p, void *buf, size_t bytes, int src, int dst, int it);
 size_t osu_pool_check(const osu_pool_t *p, const void *buf, size_t bytes, int src, int dst, int it);
+/* The same for any layout (the collectives' typed blocks): write into
+ * osu_pool_host(p, buf), then osu_pool_push the first `bytes` to buf; or
+ * osu_pool_pull them from buf and read osu_pool_host. Host pools: buf
+ * itself, push and pull do nothing; device pools: the host copy (one for
+ * the whole pool, so one buffer at a time), cuMemcpyHtoD / DtoH. */
+void *osu_pool_host(const osu_pool_t *p, void *buf);
+void osu_pool_push(const osu_pool_t *p, void *buf, size_t bytes);
+void osu_pool_pull(const osu_pool_t *p, const void *buf, size_t bytes);
 /* "HOST (H)", "DEVICE (D)", "MANAGED (M)" */
 const char *osu_loc_name(char loc);
 static inline void *osu_pool_get(const osu_pool_t *p, int iteration)
