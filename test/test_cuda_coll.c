@@ -4,7 +4,8 @@
  * results identical on every rank; in place, zero counts, odd counts and
  * counts over a slot (WEFT_CUDA_COLL_SLOT=4096 here, so chunks); a rank
  * that never comes ends the others' wait at the deadline, and another
- * communicator then works. Skipped, with the reason, without a device. */
+ * communicator then works; a killed rank is named within the deadline and
+ * the survivors' shrunk communicator works. Skipped, with the reason, without a device. */
 #include "gpu.h"
 #include "harness.h"
 #include "weft.h"
@@ -14,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
 
 static void need_gpu(void)
@@ -404,4 +406,48 @@ Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
     th_result_t res = th_run(3, body_timeout, NULL, 120, env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0, "%d of 3 ranks failed", res.failed);
+}
+
+/* A rank killed (SIGKILL) while the others are in a GPU allreduce: they
+ * fail within the deadline, the message naming it; they shrink the
+ * communicator and run a GPU allreduce on it correctly. */
+static int body_kill(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = start(), s;
+    float one[4] = {1, 1, 1, 1};
+    void *d = dev_copy(one, sizeof(one)), *o = gpu_alloc(sizeof(one));
+    TH_OK(weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, w));
+    if (rank == size - 1) {
+        fflush(stderr);
+        kill(getpid(), SIGKILL);
+    }
+    int rc = weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, w);
+    TH_CHECK(rc == WEFT_ERR_TIMEOUT || rc == WEFT_ERR_PEER_LOST, "the allreduce without rank %d returned %d (%s): %s",
+             size - 1, rc, weft_strerror(rc), weft_last_error());
+    char want[32];
+    snprintf(want, sizeof(want), "rank %d", size - 1);
+    TH_CHECK(strstr(weft_last_error(), want) != NULL, "the error does not name %s: %s", want, weft_last_error());
+    TH_OK(weft_comm_shrink(w, &s));
+    TH_OK(weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, s));
+    float *got = host_of(o, sizeof(one));
+    TH_CHECK(got[0] == (float)(size - 1) && got[3] == (float)(size - 1), "after the shrink: %g, not %d", got[0],
+             size - 1);
+    free(got);
+    TH_OK(weft_comm_free(&s));
+    gpu_free(d);
+    gpu_free(o);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, killed_rank_then_shrink, .timeout = 300)
+{
+    need_gpu();
+    const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", NULL};
+    th_result_t res = th_run(3, body_kill, NULL, 120, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.exit_code[2], 128 + SIGKILL, "the victim exited with %d", res.exit_code[2]);
+    cr_assert_eq(res.exit_code[0], 0, "rank 0 exited with %d", res.exit_code[0]);
+    cr_assert_eq(res.exit_code[1], 0, "rank 1 exited with %d", res.exit_code[1]);
 }

@@ -498,9 +498,12 @@ static void op_failed(void *arg, int rc)
         else
             snprintf(st->why, sizeof(st->why), "a %s ended (%s)", op->name, weft_strerror(rc));
     }
-    if (peer >= 0)
-        weft_warn("coll/cuda: comm %s: %s ended (%s): the GPU kernels were waiting for rank %d's barrier flag",
-                  st->comm->name, op->name, weft_strerror(rc), peer);
+    if (peer >= 0) { /* the message says whom the kernels waited for */
+        char was[200];
+        snprintf(was, sizeof(was), "%s", weft_last_error());
+        weft_error(rc, "%s (the GPU kernels were waiting for rank %d's barrier flag; stopped through the abort word)",
+                   was, peer);
+    }
 }
 
 static const weft_sched_watch_t cuda_watch = {.start = op_start, .failed = op_failed};
