@@ -127,6 +127,8 @@ static int driver_load(void)
         {"cuCtxGetCurrent", (void **)&weft_cu.ctx_get_current},
         {"cuCtxGetDevice", (void **)&weft_cu.ctx_get_device},
         {"cuDeviceGetAttribute", (void **)&weft_cu.device_get_attribute},
+        {"cuStreamCreateWithPriority", (void **)&weft_cu.stream_create_with_priority},
+        {"cuCtxGetStreamPriorityRange", (void **)&weft_cu.ctx_get_stream_priority_range},
     };
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
         *optional[i].fn = dlsym(h, optional[i].name);

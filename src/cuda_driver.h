@@ -45,6 +45,8 @@ typedef struct weft_cu_driver {
     CUresult (*ctx_get_current)(CUcontext *);
     CUresult (*ctx_get_device)(CUdevice *);
     CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*stream_create_with_priority)(CUstream *, unsigned, int);
+    CUresult (*ctx_get_stream_priority_range)(int *, int *);
 } weft_cu_driver_t;
 
 extern weft_cu_driver_t weft_cu;

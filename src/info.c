@@ -4,8 +4,10 @@
 WEFT_API const char *weft_build_info(void)
 {
     return "version=" PACKAGE_VERSION
-#ifdef WEFT_HAVE_CUDA
+#if defined(WEFT_HAVE_CUDA_KERNELS)
            " cuda=" WEFT_CUDA_DIR "(point-to-point: device buffers; collectives: coll/cuda among one node's ranks)"
+#elif defined(WEFT_HAVE_CUDA)
+           " cuda=" WEFT_CUDA_DIR "(point-to-point: device buffers; collectives: host only, no nvcc at configure)"
 #else
            " cuda=no"
 #endif

@@ -172,8 +172,10 @@ static int parse_positive_int(const char *v, long *out)
         snprintf((h)->reason, sizeof((h)->reason), __VA_ARGS__);                                                       \
     } while (0)
 
-#ifdef WEFT_HAVE_CUDA
-#define NO_GPU_REASON "this build has no GPU collectives (CUDA headers were found, but no GPU code paths are compiled)"
+#if defined(WEFT_HAVE_CUDA_KERNELS)
+#define NO_GPU_REASON NULL
+#elif defined(WEFT_HAVE_CUDA)
+#define NO_GPU_REASON "this build has no GPU collectives (configure found no nvcc to compile coll/cuda's kernels)"
 #else
 #define NO_GPU_REASON "no CUDA in this build"
 #endif
@@ -193,18 +195,34 @@ static void evaluate(weft_comm_t comm, weft_hint_t *h)
         }
         return;
     }
+    const char *no_gpu = NO_GPU_REASON;
     if (!strcmp(k, "is_high_priority_stream")) {
-        if (parse_bool(v, &b))
+        if (parse_bool(v, &b)) {
             SET(h, WEFT_HINT_REJECTED, "'%s' is not a boolean", v);
-        else
-            SET(h, WEFT_HINT_IGNORED, NO_GPU_REASON);
+        } else if (no_gpu) {
+            SET(h, WEFT_HINT_IGNORED, "%s", no_gpu);
+        } else {
+            comm->gpu_high_priority = b;
+            SET(h, WEFT_HINT_APPLIED, "coll/cuda's stream for blocking GPU collectives: %s priority",
+                b ? "highest" : "default");
+        }
         return;
     }
     if (!strcmp(k, "max_ctas") || !strcmp(k, "min_ctas") || !strcmp(k, "cga_cluster_size")) {
-        if (parse_positive_int(v, &l))
+        if (parse_positive_int(v, &l)) {
             SET(h, WEFT_HINT_REJECTED, "'%s' is not a positive integer", v);
-        else
-            SET(h, WEFT_HINT_IGNORED, NO_GPU_REASON);
+        } else if (no_gpu) {
+            SET(h, WEFT_HINT_IGNORED, "%s", no_gpu);
+        } else if (!strcmp(k, "cga_cluster_size")) {
+            SET(h, WEFT_HINT_IGNORED,
+                "coll/cuda's kernels launch without thread-block clusters (memory-bound copies and reductions)");
+        } else if (k[1] == 'a') {
+            comm->gpu_max_ctas = (int)l;
+            SET(h, WEFT_HINT_APPLIED, "coll/cuda's copy and reduce kernels use at most %ld thread blocks", l);
+        } else {
+            comm->gpu_min_ctas = (int)l;
+            SET(h, WEFT_HINT_APPLIED, "coll/cuda's copy and reduce kernels use at least %ld thread blocks", l);
+        }
         return;
     }
     size_t klen = strlen(k), slen = strlen("_algorithm");

@@ -196,7 +196,9 @@ struct weft_comm_s {
     int pending;        /* live requests on this communicator */
     weft_hint_t *hints; /* evaluated hints */
     int nhints;
-    int nnodes; /* distinct nodes among the members */
+    int gpu_max_ctas, gpu_min_ctas; /* hints max_ctas / min_ctas: coll/cuda's grid bounds (0: its own) */
+    int gpu_high_priority;          /* hint is_high_priority_stream: coll/cuda's own stream at high priority */
+    int nnodes;                     /* distinct nodes among the members */
     char name[64];
     /* The collective module's state on this communicator (its components'
      * and the algorithms hints chose): opaque here, owned by coll/, NULL

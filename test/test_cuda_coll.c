@@ -344,6 +344,29 @@ static int body_stream(int rank, int size, void *arg)
     gpu_graph_free(g);
     /* an eager call after the replays stays in step */
     TH_OK(weft_allreduce(din, dout, N, WEFT_FLOAT32, WEFT_MAX, w));
+    /* hints: one thread block per kernel, a high-priority stream: applied, same results */
+    weft_options_t o;
+    weft_comm_t h;
+    TH_OK(weft_options_create(&o));
+    TH_OK(weft_options_set_hint(o, "max_ctas", "1"));
+    TH_OK(weft_options_set_hint(o, "is_high_priority_stream", "1"));
+    TH_OK(weft_comm_dup(w, o, &h));
+    TH_OK(weft_options_free(&o));
+    int hs;
+    char why[160];
+    TH_OK(weft_comm_hint_status(h, "max_ctas", &hs, why, sizeof(why)));
+    TH_CHECK(hs == WEFT_HINT_APPLIED, "max_ctas: %d (%s)", hs, why);
+    TH_OK(weft_comm_hint_status(h, "is_high_priority_stream", &hs, why, sizeof(why)));
+    TH_CHECK(hs == WEFT_HINT_APPLIED, "is_high_priority_stream: %d (%s)", hs, why);
+    for (int i = 0; i < N; i++)
+        in[i] = (float)(rank + i % 7);
+    TH_OK(gpu_upload(din, in, sizeof(in)));
+    TH_OK(weft_allreduce(din, dout, N, WEFT_FLOAT32, WEFT_SUM, h));
+    got = host_of(dout, sizeof(in));
+    for (int i = 0; i < N; i++)
+        TH_CHECK(got[i] == (float)(size * (i % 7) + size * (size - 1) / 2), "max_ctas=1: element %d is %g", i, got[i]);
+    free(got);
+    TH_OK(weft_comm_free(&h));
     gpu_free(din);
     gpu_free(dout);
     gpu_free(dall);

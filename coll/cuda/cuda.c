@@ -181,8 +181,13 @@ static int setup_local(cuda_state_t *st, exch_t *mine)
     st->words[0] = st->words[1] = 0;
     if ((r = weft_cu.mem_host_get_device_pointer(&st->dwords, st->words, 0)) != CUDA_SUCCESS)
         return cu_fail(r, "mapping the abort word");
-    if ((r = weft_cu.stream_create(&st->stream, CU_STREAM_DEFAULT)) != CUDA_SUCCESS)
-        return cu_fail(r, "creating the stream");
+    int least = 0, greatest = 0;
+    if (st->comm->gpu_high_priority && weft_cu.stream_create_with_priority && weft_cu.ctx_get_stream_priority_range &&
+        weft_cu.ctx_get_stream_priority_range(&least, &greatest) == CUDA_SUCCESS)
+        r = weft_cu.stream_create_with_priority(&st->stream, CU_STREAM_DEFAULT, greatest);
+    else
+        r = weft_cu.stream_create(&st->stream, CU_STREAM_DEFAULT);
+    if (r != CUDA_SUCCESS) return cu_fail(r, "creating the stream");
     if ((r = weft_cu.ipc_get_mem_handle(&mine->handle, st->region)) != CUDA_SUCCESS)
         return cu_fail(r, "cuIpcGetMemHandle of the scratch region");
     mine->slot = st->slot;
@@ -283,11 +288,16 @@ static int launch(cuda_op_t *op, CUfunction f, unsigned gx, unsigned gy, void *a
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, what);
 }
 
-/* Blocks for a grid-stride kernel over `bytes` (16 bytes a thread a turn). */
+/* Blocks for a grid-stride kernel over `bytes` (16 bytes a thread a turn),
+ * within the communicator's max_ctas / min_ctas hints. */
 static unsigned grid_for(const cuda_op_t *op, size_t bytes)
 {
+    const weft_comm_t c = op->st->comm;
     size_t b = (bytes + 256 * 16 - 1) / (256 * 16), most = (size_t)op->st->m->sms * 4;
-    return (unsigned)(b < 1 ? 1 : b > most ? most : b);
+    if (b > most) b = most;
+    if (c->gpu_max_ctas > 0 && b > (size_t)c->gpu_max_ctas) b = (size_t)c->gpu_max_ctas;
+    if (c->gpu_min_ctas > 0 && b < (size_t)c->gpu_min_ctas) b = (size_t)c->gpu_min_ctas;
+    return (unsigned)(b < 1 ? 1 : b);
 }
 
 static weft_ck_ctl_t ctl_of(const cuda_state_t *st)

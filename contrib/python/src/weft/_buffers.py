@@ -4,10 +4,12 @@ Accepted: anything with the buffer protocol (bytearray, bytes, memoryview,
 array.array, numpy arrays), numpy-like arrays (``__array_interface__``, which
 covers numpy dtypes without a buffer format such as ml_dtypes' bfloat16), and
 DLPack objects on the CPU. Device arrays (``__cuda_array_interface__``, DLPack
-on a CUDA device) are accepted where the caller allows them (point-to-point):
-their producer's stream is synchronised before the operation is posted (see
-_cuda). Nothing is ever copied to make a buffer fit: non-contiguous buffers
-and read-only outputs are rejected with a message.
+on a CUDA device) are accepted where the caller allows them: point-to-point
+synchronises their producer's stream before the operation is posted; the
+stream-ordered collectives (``on_stream``) order the producer's work before
+the stream they enqueue on instead (see _cuda). Nothing is ever copied to
+make a buffer fit: non-contiguous buffers and read-only outputs are rejected
+with a message.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import enum
 import re
 import struct
 import sys
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from . import _cuda
 from .errors import WeftArgumentError, WeftUnsupportedError
@@ -286,33 +288,85 @@ def _from_memoryview(obj: Any, what: str) -> Buffer:
     return Buffer(obj, mv, addr, mv.nbytes, dtype, tuple(mv.shape or ()), mv.readonly, what)
 
 
+def _classify(obj: Any, what: str) -> Tuple[str, Any]:
+    """How ``obj`` is read: ("array", __array_interface__), ("dlpack", (device
+    type, id)), ("cai", __cuda_array_interface__) or ("buffer", None)."""
+    ai = getattr(obj, "__array_interface__", None)
+    if isinstance(ai, dict) and hasattr(obj, "dtype"):
+        return "array", ai
+    dl_device = _dlpack_device(obj, what)
+    if dl_device is not None and (dl_device[0] != _KDLCPU or not _has_buffer_protocol(obj)):
+        # DLPack before the CUDA Array Interface (CuPy and torch offer both): its
+        # stream hand-over is exact, where a CAI may name no stream (torch's is v2).
+        return "dlpack", dl_device
+    cai = _cuda_array_interface(obj)
+    if cai is not None:
+        return "cai", cai
+    return "buffer", None
+
+
+class DeviceArray(NamedTuple):
+    """What a device array says about itself before it is read (device_array)."""
+
+    how: str  # "__cuda_array_interface__" or "DLPack, device type 2 id 0"
+    device: Optional[int]  # the device ordinal DLPack names (None: a CAI, which does not say)
+    stream: Optional[int]  # the producer's current stream (torch, CuPy) or the CAI's 'stream'
+
+
+def device_array(obj: Any, what: str) -> Optional[DeviceArray]:
+    """A DeviceArray when ``obj`` would be read as CUDA memory, else None (host
+    memory, or something as_buffer will refuse). Exports nothing."""
+    if obj is None:
+        return None
+    kind, info = _classify(obj, what)
+    if kind == "dlpack" and info[0] in _DLPACK_CUDA:
+        how = f"DLPack, device type {info[0]} id {info[1]}"
+        return DeviceArray(how, info[1], _cuda.framework_stream(obj, info[1], what))
+    if kind == "cai":
+        stream = _cuda.framework_stream(obj, None, what)
+        if stream is None:
+            s = info.get("stream")
+            try:
+                stream = None if s is None else int(s)
+            except (TypeError, ValueError):
+                raise WeftArgumentError(
+                    f"{what}: __cuda_array_interface__ stream {s!r} is not a stream handle"
+                ) from None
+        return DeviceArray("__cuda_array_interface__", None, stream)
+    return None
+
+
 def as_buffer(
-    obj: Any, what: str, *, output: bool, device: bool = False, sync: bool = True
+    obj: Any,
+    what: str,
+    *,
+    output: bool,
+    device: bool = False,
+    sync: bool = True,
+    on_stream: Optional[int] = None,
 ) -> Buffer:
     """Validates ``obj`` as an input (read) or output (written) buffer.
 
-    device: whether the operation takes CUDA memory (point-to-point does,
-    collectives do not: WeftUnsupportedError). sync: the operation is about
-    to be posted, so a device array's producer stream is synchronised here;
-    False only inspects (dtype_of).
+    device: whether the operation takes CUDA memory (point-to-point and the
+    stream-ordered collectives do, the other collectives do not:
+    WeftUnsupportedError). sync: the operation is about to be posted, so a
+    device array's producer stream is synchronised here; False only inspects
+    (dtype_of). on_stream: the operation will be enqueued on this CUstream
+    (0: the legacy default stream): a device array's pending work is ordered
+    before it (DLPack's stream hand-over) rather than waited for; only a CAI
+    stream other than this one (or a v2 CAI, which names none) is synchronised.
     """
     if obj is None:
         raise WeftArgumentError(f"{what}: None is not a buffer")
-    ai = getattr(obj, "__array_interface__", None)
-    if isinstance(ai, dict) and hasattr(obj, "dtype"):
-        buf = _from_array_interface(obj, ai, what)
+    kind, info = _classify(obj, what)
+    if kind == "array":
+        buf = _from_array_interface(obj, info, what)
+    elif kind == "dlpack":
+        buf = _from_dlpack(obj, info, what, output, device, sync, on_stream)
+    elif kind == "cai":
+        buf = _from_cuda_array_interface(obj, info, what, output, device, sync, on_stream)
     else:
-        dl_device = _dlpack_device(obj, what)
-        if dl_device is not None and (dl_device[0] != _KDLCPU or not _has_buffer_protocol(obj)):
-            # DLPack before the CUDA Array Interface (CuPy and torch offer both): its
-            # stream hand-over is exact, where a CAI may name no stream (torch's is v2).
-            buf = _from_dlpack(obj, dl_device, what, output, device, sync)
-        else:
-            cai = _cuda_array_interface(obj)
-            if cai is not None:
-                buf = _from_cuda_array_interface(obj, cai, what, output, device, sync)
-            else:
-                buf = _from_memoryview(obj, what)
+        buf = _from_memoryview(obj, what)
     if output and buf.readonly:
         raise WeftArgumentError(
             f"{what}: the buffer is read-only ({_describe(obj)}) but weft writes into it; "
@@ -344,11 +398,18 @@ def _is_c_contiguous(shape: Sequence[int], strides: Optional[Sequence[int]], uni
     return True
 
 
+# What takes device arrays, for the messages of what does not.
+DEVICE_OPERATIONS = (
+    "send, recv, isend, irecv and the collectives all_reduce, reduce, broadcast, "
+    "all_gather_single, reduce_scatter_single, all_to_all_single (equal splits) and barrier "
+    "take device arrays"
+)
+
+
 def _device_refused(obj: Any, how: str, what: str) -> WeftUnsupportedError:
     return WeftUnsupportedError(
         f"{what}: a CUDA device array ({_describe(obj)}, {how}); this operation takes host "
-        "memory only (send, recv, isend and irecv take device arrays): copy it to host memory "
-        "first"
+        f"memory only ({DEVICE_OPERATIONS}): copy it to host memory first"
     )
 
 
@@ -410,7 +471,13 @@ def _typestr_dtype(typestr: Any, what: str) -> DType:
 
 
 def _from_cuda_array_interface(
-    obj: Any, cai: Dict[str, Any], what: str, output: bool, device: bool, sync: bool
+    obj: Any,
+    cai: Dict[str, Any],
+    what: str,
+    output: bool,
+    device: bool,
+    sync: bool,
+    on_stream: Optional[int] = None,
 ) -> Buffer:
     if not device:
         raise _device_refused(obj, "__cuda_array_interface__", what)
@@ -448,6 +515,10 @@ def _from_cuda_array_interface(
         else:
             stream = None
             wait = int(cai.get("version", 0) or 0) < 3
+        if wait and stream is not None and on_stream is not None:
+            # Stream-ordered: the work is enqueued behind the array's own stream,
+            # so only another stream's work needs waiting for.
+            wait = not _cuda._same_stream(stream, on_stream)
         if wait and nbytes:
             _cuda.driver(what).synchronize(stream, addr, None, what)
     return Buffer(obj, obj, addr, nbytes, dtype, shape, bool(readonly), what, device=True)
@@ -649,6 +720,7 @@ def _from_dlpack(
     output: bool,
     device: bool,
     sync: bool,
+    on_stream: Optional[int] = None,
 ) -> Buffer:
     dev_type, dev_id = dl_device
     is_cuda = dev_type in _DLPACK_CUDA
@@ -662,7 +734,13 @@ def _from_dlpack(
         raise _device_refused(obj, f"DLPack, device type {dev_type} id {dev_id}", what)
     stream: Optional[int] = None
     if is_cuda:
-        if sync:
+        if sync and on_stream is not None:
+            _cuda.check_library(what)
+            # Stream-ordered: the producer orders its pending work on the data
+            # before the stream weft enqueues on (DLPack has no 0: the legacy
+            # default stream is 1); nothing is waited for here.
+            stream = on_stream or _cuda.STREAM_LEGACY
+        elif sync:
             _cuda.check_library(what)
             # The producer orders its pending work on the data before this
             # stream; synchronising it below makes the data ready for weft.
@@ -704,7 +782,7 @@ def _from_dlpack(
             count *= d
         nbytes = count * DTYPE_SIZE[dtype]
         addr = (int(t.data or 0) + int(t.byte_offset)) if nbytes else 0
-        if is_cuda and sync and nbytes:
+        if is_cuda and sync and nbytes and on_stream is None:
             _cuda.driver(what).synchronize(stream, addr, dev_id, what)
     except BaseException:
         owner.release()

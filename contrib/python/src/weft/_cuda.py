@@ -1,5 +1,6 @@
 """The CUDA driver calls that device arrays need: stream synchronisation before
-an operation is posted, and the stream handed to DLPack producers.
+an operation is posted, the stream handed to DLPack producers, and the stream
+a stream-ordered collective is enqueued on (the producer's current stream).
 
 libcuda.so.1 is loaded through ctypes on the first device array, never
 before, so hosts without CUDA never load it; nothing here needs CuPy or
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import operator
 import re
+import sys
 import threading
 from ctypes import byref, c_char_p, c_int, c_uint, c_uint64, c_void_p
 from typing import Any, Dict, Iterator, Optional
 
 from . import _lib
-from .errors import WeftCudaError, WeftUnsupportedError
+from .errors import WeftArgumentError, WeftCudaError, WeftUnsupportedError
 
 # Special CUstream handles (cuda.h), the same numbers the CUDA Array Interface
 # and DLPack use for the default streams.
@@ -224,3 +227,71 @@ def check_library(what: str) -> None:
             f"(weft_build_info: {_library_why}); build weft with --with-cuda, or copy the array "
             "to host memory first"
         )
+
+
+def _same_stream(a: int, b: int) -> bool:
+    """Whether two CUstream handles name the same stream (0 and 1 are both the
+    legacy default stream)."""
+    return (a or STREAM_LEGACY) == (b or STREAM_LEGACY)
+
+
+def framework_stream(obj: Any, device: Optional[int], what: str) -> Optional[int]:
+    """The current stream (a CUstream handle, 0: the legacy default) that the
+    framework ``obj`` comes from would run its next kernel on, on ``device``
+    (None: its current device): torch.cuda.current_stream(device).cuda_stream
+    for a torch tensor, cupy.cuda.get_current_stream(device).ptr for a CuPy
+    array; None for anything else. Neither framework is ever imported: an
+    object of theirs means they are loaded already."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None) if torch is not None else None
+    if isinstance(tensor, type) and isinstance(obj, tensor):
+        try:
+            s = torch.cuda.current_stream(device)  # type: ignore[union-attr]
+            return int(s.cuda_stream)
+        except Exception as e:
+            raise WeftCudaError(
+                f"{what}: torch.cuda.current_stream({device}) failed: {e!r}"
+            ) from None
+    cupy = sys.modules.get("cupy")
+    ndarray = getattr(cupy, "ndarray", None) if cupy is not None else None
+    if isinstance(ndarray, type) and isinstance(obj, ndarray):
+        get = cupy.cuda.get_current_stream  # type: ignore[union-attr]
+        try:
+            try:
+                s = get(device) if device is not None else get()
+            except TypeError:  # CuPy before get_current_stream(device_id)
+                s = get()
+            return int(s.ptr)
+        except Exception as e:
+            raise WeftCudaError(
+                f"{what}: cupy.cuda.get_current_stream() failed: {e!r}"
+            ) from None
+    return None
+
+
+def stream_handle(stream: Any, what: str) -> int:
+    """A stream argument as a CUstream handle: an int (0: the legacy default
+    stream, 1: legacy, 2: per-thread default, else a handle), an object with
+    ``__cuda_stream__()`` (CUDA Python's protocol), a torch.cuda.Stream
+    (``cuda_stream``) or a CuPy stream (``ptr``)."""
+    if isinstance(stream, bool):
+        raise WeftArgumentError(f"{what}: stream {stream!r} is not a CUDA stream")
+    try:
+        return operator.index(stream)
+    except TypeError:
+        pass
+    proto = getattr(stream, "__cuda_stream__", None)
+    try:
+        if callable(proto):
+            return operator.index(proto()[1])
+        for attr in ("cuda_stream", "ptr"):
+            h = getattr(stream, attr, None)
+            if h is not None:
+                return operator.index(h)
+    except Exception as e:
+        raise WeftArgumentError(f"{what}: cannot read the stream handle of {stream!r}: {e!r}") from None
+    raise WeftArgumentError(
+        f"{what}: {type(stream).__module__}.{type(stream).__qualname__} is not a CUDA stream "
+        "(pass torch.cuda.Stream, cupy.cuda.Stream, an object with __cuda_stream__, or a "
+        "CUstream handle as an int; 0: the legacy default stream)"
+    )

@@ -62,6 +62,7 @@ _p_status = POINTER(WeftStatus)
 _buf = c_void_p
 _dt = c_int
 _req = _p_handle
+_stream = c_void_p
 
 # name: (restype, argtypes). Every int-returning call is a status.
 _PROTOTYPES = {
@@ -127,6 +128,17 @@ _PROTOTYPES = {
     "weft_ireduce_scatter_block": (c_int, [_buf, _buf, c_int64, _dt, c_int, _handle, _req]),
     "weft_ialltoall": (c_int, [_buf, _buf, c_int64, _dt, _handle, _req]),
     "weft_ialltoallv": (c_int, [_buf, _p_i64, _p_i64, _buf, _p_i64, _p_i64, _dt, _handle, _req]),
+    # Stream-ordered collectives: (..., comm, stream (a CUstream; NULL: legacy default), request*).
+    "weft_barrier_on_stream": (c_int, [_handle, _stream, _req]),
+    "weft_bcast_on_stream": (c_int, [_buf, c_int64, _dt, c_int, _handle, _stream, _req]),
+    "weft_reduce_on_stream": (c_int, [_buf, _buf, c_int64, _dt, c_int, c_int, _handle, _stream, _req]),
+    "weft_allreduce_on_stream": (c_int, [_buf, _buf, c_int64, _dt, c_int, _handle, _stream, _req]),
+    "weft_allgather_on_stream": (c_int, [_buf, _buf, c_int64, _dt, _handle, _stream, _req]),
+    "weft_alltoall_on_stream": (c_int, [_buf, _buf, c_int64, _dt, _handle, _stream, _req]),
+    "weft_reduce_scatter_block_on_stream": (
+        c_int,
+        [_buf, _buf, c_int64, _dt, c_int, _handle, _stream, _req],
+    ),
     "weft_test": (c_int, [_p_handle, _p_int, _p_status]),
     "weft_wait_timeout": (c_int, [_p_handle, c_double, _p_status]),
     "weft_request_cancel": (c_int, [_p_handle]),
