@@ -262,6 +262,8 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
     if (on_stream.on) {
         a->on_stream = 1;
         a->stream = on_stream.stream;
+        /* A barrier has no buffers: on a stream, with CUDA loaded, it is the GPU's (a barrier kernel). */
+        if (a->kind == WEFT_COLL_BARRIER && weft_cuda_possible()) a->mem = WEFT_MEM_CUDA;
         /* Host buffers: the stream's work first, then the host collective. */
         if (a->mem == WEFT_MEM_HOST && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind))))
             return rc;

@@ -318,6 +318,9 @@ static int body_stream(int rank, int size, void *arg)
                      k, i, got[i]);
         free(got);
     }
+    /* a barrier on the stream is a barrier kernel there */
+    TH_OK(weft_barrier_on_stream(w, st, NULL));
+    TH_OK(gpu_stream_sync(st));
     /* graph capture and replay */
     TH_CHECK(gpu_capture_begin(st) == 0, "cuStreamBeginCapture failed");
     TH_OK(weft_allreduce_on_stream(din, dout, N, WEFT_FLOAT32, WEFT_SUM, w, st, NULL));

@@ -71,8 +71,8 @@ expect_exit2() { # name, pattern, command...
         show_tail 10 "$out"
     fi
 }
-expect_exit2 "weft-osu-allreduce -d cuda refused" "point-to-point programs" \
-    "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-allreduce" -d cuda
+expect_exit2 "weft-osu-allreduce: buffer locations refused (point-to-point only)" "point-to-point programs" \
+    "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-allreduce" -d cuda D H
 expect_exit2 "weft-osu-latency: a lone buffer location refused" "come in pairs" \
     "$WEFTRUN" -n 2 --timeout "$LIMIT" "$BENCH/weft-osu-latency" D
 no_gpu="libcuda\.so\.1[^:]*cannot be loaded|no CUDA device|not an NVIDIA driver|cuInit\(\) failed"

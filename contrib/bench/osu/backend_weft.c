@@ -88,14 +88,16 @@ void bk_abort(const char *why)
 }
 
 /* weft_build_info's cuda=VALUE: "no" (built without CUDA), or a description
- * of the GPU support this build has; weft detects the memory type of every
- * point-to-point buffer itself. */
+ * of the GPU support this build has (a path, then what point to point and
+ * the collectives do in parentheses, spaces and all); weft detects the
+ * memory type of every buffer itself. */
 int bk_device_support(char *why, size_t len)
 {
     const char *info = weft_build_info(), *cuda = info ? strstr(info, "cuda=") : NULL;
-    char value[160] = "unknown";
+    char value[256] = "unknown";
     if (cuda) {
-        size_t n = strcspn(cuda + 5, " ");
+        size_t n = strcspn(cuda + 5, " (");
+        if (cuda[5 + n] == '(') n += strcspn(cuda + 5 + n, ")") + (strchr(cuda + 5 + n, ')') ? 1 : 0);
         snprintf(value, sizeof(value), "%.*s", (int)(n < sizeof(value) ? n : sizeof(value) - 1), cuda + 5);
     }
     if (strstr(value, "no-gpu-paths")) {
