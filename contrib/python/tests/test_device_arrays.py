@@ -2,14 +2,20 @@
 DLPack producers (built here with ctypes) over host memory, labelled as CUDA.
 A stand-in driver records which stream would be synchronised; the library's
 GPU-support check is bypassed, so the point-to-point tests move the (host)
-memory through the real library. The real GPU paths are in test_gpu.py."""
+memory through the real library. The stream-ordered collectives' C calls
+(weft_*_on_stream) are replaced by recorders that keep what the package
+passed (pointers, counts, dtypes, stream) and post the host form (weft_i*)
+in their place, so the results are real too. The real GPU paths are in
+test_gpu.py."""
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import re
 import subprocess
 import sys
+import types
 from ctypes import c_int32, c_int64, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -17,7 +23,7 @@ import numpy as np
 import pytest
 
 import weft
-from weft import DType, _buffers, _cuda
+from weft import DType, _buffers, _comm, _cuda, _lib
 
 # ---- stand-ins ---------------------------------------------------------------------------
 
@@ -515,18 +521,6 @@ def test_dtype_of_device_array_synchronises_nothing(fake_cuda, monkeypatch):
 # ---- where device arrays are taken ---------------------------------------------------------
 
 
-def test_collectives_refuse_device_arrays(comm, fake_cuda):
-    p = FakeDLPack(np.zeros(4, np.float32), device=(2, 0))
-    cai = FakeCAI(np.zeros(4, np.float32), stream=3)
-    for obj, how in ((cai, "__cuda_array_interface__"), (p, "DLPack, device type 2 id 0")):
-        with pytest.raises(weft.WeftUnsupportedError) as e:
-            comm.all_reduce(obj)
-        assert e.value.detail.startswith("all_reduce: tensor: a CUDA device array (")
-        assert f"FakeCAI, {how})" in e.value.detail or f"FakeDLPack, {how})" in e.value.detail
-        assert "this operation takes host memory only" in e.value.detail
-    assert p.calls == [] and fake_cuda.syncs == []
-
-
 def test_library_without_gpu_support_refuses(fake_cuda, monkeypatch):
     monkeypatch.setattr(_cuda, "_library_ok", None)  # ask the loaded library
     info = weft.build_info()
@@ -620,3 +614,426 @@ def test_numpy_point_to_point_touches_no_driver(comm, fake_cuda):
     w.wait()
     assert got.tolist() == [1.0, 2.0, left]
     assert fake_cuda.syncs == [] and fake_cuda.stream_devices == []
+
+
+# ---- stream-ordered collectives, through recorders of the C calls ---------------------------
+
+# Each weft_*_on_stream call and its host form (the same arguments less the stream).
+_HOST_FORM = {
+    "weft_allreduce_on_stream": "weft_iallreduce",
+    "weft_reduce_on_stream": "weft_ireduce",
+    "weft_bcast_on_stream": "weft_ibcast",
+    "weft_allgather_on_stream": "weft_iallgather",
+    "weft_alltoall_on_stream": "weft_ialltoall",
+    "weft_reduce_scatter_block_on_stream": "weft_ireduce_scatter_block",
+    "weft_barrier_on_stream": "weft_ibarrier",
+}
+IN_PLACE = 1
+LEGACY = 1  # the legacy default stream as DLPack names it
+
+
+class StreamCalls:
+    """What the package passed to weft_*_on_stream: (name, arguments without the
+    communicator, request and stream, stream). c_void_p arguments are recorded
+    as their value (WEFT_IN_PLACE: 1, NULL: None)."""
+
+    def __init__(self) -> None:
+        self.calls: List[Tuple[str, Tuple[Any, ...], Any]] = []
+
+    def only(self) -> Tuple[str, Tuple[Any, ...], Any]:
+        assert len(self.calls) == 1, self.calls
+        return self.calls[0]
+
+
+@pytest.fixture()
+def on_stream(monkeypatch: pytest.MonkeyPatch, fake_cuda: FakeDriver) -> StreamCalls:
+    lib = _lib.load()
+    rec = StreamCalls()
+    for name, host in _HOST_FORM.items():
+
+        def fake(*args: Any, _name: str = name, _host: Any = getattr(lib, host)) -> int:
+            *call, stream, req = args
+            vals = tuple(a.value if isinstance(a, c_void_p) else a for a in call[:-1])
+            rec.calls.append((_name, vals, stream))
+            return _host(*call, req)
+
+        monkeypatch.setattr(lib, name, fake)
+    yield rec
+    settle()
+
+
+def settle() -> None:
+    """Waits for the stream-ordered works the package holds (as a later stream
+    synchronisation would find them done) and lets the package forget them."""
+    for w in list(_comm._rt.inflight):
+        w.wait()
+    _comm._reap_stream_work()
+    assert _comm._rt.inflight == []
+
+
+def dev(arr: np.ndarray, device: int = 0, **kw: Any) -> FakeDLPack:
+    return FakeDLPack(arr, device=(2, device), **kw)
+
+
+def test_all_reduce_dlpack_is_enqueued_on_the_legacy_stream(comm, on_stream, fake_cuda):
+    """A DLPack producer that is neither torch nor CuPy: the legacy default
+    stream (NULL to C, 1 to the producer), nothing synchronised on the host."""
+    a = np.arange(6, dtype=np.float32) + comm.rank
+    p = dev(a)
+    assert comm.all_reduce(p, weft.ReduceOp.MAX) is None
+    assert on_stream.only() == (
+        "weft_allreduce_on_stream",
+        (IN_PLACE, a.ctypes.data, 6, DType.FLOAT32, weft.ReduceOp.MAX),
+        None,
+    )
+    assert p.calls == [{"stream": LEGACY, "max_version": (1, 0), "copy": False}]
+    assert fake_cuda.syncs == [] and fake_cuda.stream_devices == []
+    settle()
+    np.testing.assert_array_equal(a, np.arange(6, dtype=np.float32) + comm.size - 1)
+
+
+@pytest.mark.parametrize(
+    "stream,version,c_stream,syncs",
+    [
+        (0x5100, 3, 0x5100, []),  # its stream: enqueued there, nothing waited for
+        (2, 3, 2, []),  # the per-thread default stream
+        (None, 3, None, []),  # nothing pending: the legacy default stream
+        (_MISSING, 3, None, []),
+        (_MISSING, 2, None, [None]),  # v2 names no stream: the context is synchronised
+    ],
+    ids=["handle", "per-thread", "v3-None", "v3-absent", "v2-absent"],
+)
+def test_all_reduce_cai_stream(comm, on_stream, fake_cuda, stream, version, c_stream, syncs):
+    a = np.full(5, comm.rank + 1, dtype=np.int64)
+    comm.all_reduce(FakeCAI(a, stream=stream, version=version))
+    assert on_stream.only() == (
+        "weft_allreduce_on_stream",
+        (IN_PLACE, a.ctypes.data, 5, DType.INT64, weft.ReduceOp.SUM),
+        c_stream,
+    )
+    assert fake_cuda.syncs == [(s, a.ctypes.data, None) for s in syncs]
+    settle()
+    assert a.tolist() == [comm.size * (comm.size + 1) // 2] * 5
+
+
+_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+_DTYPES += ["float16", "float32", "float64"]
+
+
+@pytest.mark.parametrize("dt", _DTYPES)
+def test_all_reduce_dtypes(comm, on_stream, dt):
+    a = np.full(3, 2, dtype=dt)
+    comm.all_reduce(FakeCAI(a, stream=None), weft.ReduceOp.SUM)
+    assert on_stream.only()[1][3] == _buffers._NUMPY_NAMES[dt]
+    settle()
+    assert a.tolist() == [2 * comm.size] * 3
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _bf16_value(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_all_reduce_bfloat16_dlpack(comm, on_stream):
+    bits = _bf16_bits(np.array([1.0, 2.5, -3.0, 0.5]) * (comm.rank + 1))
+    comm.all_reduce(dev(bits, dtype=(4, 16, 1)), weft.ReduceOp.AVG)
+    assert on_stream.only()[1][2:] == (4, DType.BFLOAT16, weft.ReduceOp.AVG)
+    settle()
+    mean = (comm.size + 1) / 2
+    np.testing.assert_allclose(
+        _bf16_value(bits), np.array([1.0, 2.5, -3.0, 0.5]) * mean, rtol=1.6e-2
+    )
+
+
+def test_broadcast_and_reduce(comm, on_stream):
+    root = comm.size - 1
+    a = np.arange(4, dtype=np.float64) * (comm.rank + 1)
+    p = dev(a)
+    comm.broadcast(p, root)
+    assert on_stream.only() == (
+        "weft_bcast_on_stream",
+        (a.ctypes.data, 4, DType.FLOAT64, root),
+        None,
+    )
+    # the root's array is only read: an input may be a copy, the others' may not
+    assert ("copy" in p.calls[0]) == (comm.rank != root)
+    settle()
+    np.testing.assert_array_equal(a, np.arange(4) * comm.size)
+    on_stream.calls.clear()
+
+    b = np.full(3, comm.rank + 1, dtype=np.int32)
+    comm.reduce(FakeCAI(b, stream=0x61), 0, weft.ReduceOp.SUM)
+    want_args = (IN_PLACE, b.ctypes.data) if comm.rank == 0 else (b.ctypes.data, None)
+    assert on_stream.only() == (
+        "weft_reduce_on_stream",
+        want_args + (3, DType.INT32, weft.ReduceOp.SUM, 0),
+        0x61,
+    )
+    settle()
+    want = comm.size * (comm.size + 1) // 2 if comm.rank == 0 else comm.rank + 1
+    assert b.tolist() == [want] * 3
+
+
+def test_all_gather_single_first_array_names_the_stream(comm, on_stream, fake_cuda):
+    """The input (a CAI on stream 0x71) names the stream; the output (DLPack) is
+    handed it; an output CAI on another stream would be synchronised."""
+    inp = np.array([comm.rank, 10 + comm.rank], dtype=np.uint16)
+    out = np.zeros(2 * comm.size, dtype=np.uint16)
+    q = dev(out)
+    comm.all_gather_single(q, FakeCAI(inp, stream=0x71))
+    assert on_stream.only() == (
+        "weft_allgather_on_stream",
+        (inp.ctypes.data, out.ctypes.data, 2, DType.UINT16),
+        0x71,
+    )
+    assert q.calls[0]["stream"] == 0x71 and q.calls[0]["copy"] is False
+    assert fake_cuda.syncs == []
+    settle()
+    assert out.tolist() == [v for r in range(comm.size) for v in (r, 10 + r)]
+    on_stream.calls.clear()
+
+    out2 = np.zeros(2 * comm.size, dtype=np.uint16)
+    comm.all_gather_single(FakeCAI(out2, stream=0x72), FakeCAI(inp, stream=0x71))
+    assert on_stream.only()[2] == 0x71
+    assert fake_cuda.syncs == [(0x72, out2.ctypes.data, None)]
+    settle()
+    assert out2.tolist() == out.tolist()
+
+
+def test_reduce_scatter_single(comm, on_stream):
+    n = comm.size
+    inp = np.arange(3 * n, dtype=np.float32) * (comm.rank + 1)
+    out = np.zeros(3, dtype=np.float32)
+    comm.reduce_scatter_single(dev(out), dev(inp), weft.ReduceOp.SUM)
+    assert on_stream.only() == (
+        "weft_reduce_scatter_block_on_stream",
+        (inp.ctypes.data, out.ctypes.data, 3, DType.FLOAT32, weft.ReduceOp.SUM),
+        None,
+    )
+    settle()
+    total = n * (n + 1) / 2
+    np.testing.assert_array_equal(out, np.arange(3 * comm.rank, 3 * comm.rank + 3) * total)
+
+
+@pytest.mark.parametrize("splits", [False, True], ids=["no-splits", "equal-splits"])
+def test_all_to_all_single(comm, on_stream, splits):
+    n = comm.size
+    inp = (np.arange(2 * n, dtype=np.int16) + 100 * comm.rank).reshape(n, 2)
+    out = np.zeros((n, 2), dtype=np.int16)
+    sizes = [1] * n if splits else None
+    comm.all_to_all_single(dev(out), dev(inp), sizes, sizes)
+    assert on_stream.only() == (
+        "weft_alltoall_on_stream",
+        (inp.ctypes.data, out.ctypes.data, 2, DType.INT16),
+        None,
+    )
+    settle()
+    want = [[100 * r + 2 * comm.rank, 100 * r + 2 * comm.rank + 1] for r in range(n)]
+    assert out.tolist() == want
+
+
+def test_all_to_all_single_unequal_splits_refused(comm, on_stream):
+    n = comm.size
+    if n < 2:
+        pytest.skip("unequal splits need 2 or more ranks")
+    inp, out = dev(np.zeros(n + 1, np.float32)), dev(np.zeros(n + 1, np.float32))
+    sizes = [2] + [1] * (n - 1)
+    with pytest.raises(weft.WeftUnsupportedError) as e:
+        comm.all_to_all_single(out, inp, sizes, sizes)
+    assert e.value.detail.startswith("all_to_all_single: device arrays take equal blocks only")
+    assert on_stream.calls == []
+
+
+def test_framework_stream_is_used(comm, on_stream, monkeypatch):
+    """torch tensors and CuPy arrays go on their framework's current stream for
+    their device (stand-in modules here; 0, the default stream, is NULL to C
+    and 1 to DLPack)."""
+    asked: List[Any] = []
+    current = {"torch": 0x7100, "cupy": 0}
+
+    class TorchStream:
+        def __init__(self, device: int) -> None:
+            self.cuda_stream = current["torch"] + device if current["torch"] else 0
+
+    torch = types.ModuleType("torch")
+    torch.Tensor = type("Tensor", (FakeDLPack,), {})  # type: ignore[attr-defined]
+    torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        current_stream=lambda device=None: (asked.append(("torch", device)), TorchStream(device))[1]
+    )
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = type("ndarray", (FakeDLPack,), {})  # type: ignore[attr-defined]
+    cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        get_current_stream=lambda device_id=-1: (
+            asked.append(("cupy", device_id)),
+            types.SimpleNamespace(ptr=current["cupy"]),
+        )[1]
+    )
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    a = np.ones(4, np.float32)
+    t = torch.Tensor(a, device=(2, 1))
+    comm.all_reduce(t)
+    assert asked == [("torch", 1)]
+    assert on_stream.calls[-1][2] == 0x7101 and t.calls[0]["stream"] == 0x7101
+    c = cupy.ndarray(a, device=(2, 0))
+    comm.all_reduce(c)
+    assert asked[-1] == ("cupy", 0)
+    assert on_stream.calls[-1][2] is None and c.calls[0]["stream"] == LEGACY
+    settle()
+    assert a.tolist() == [comm.size**2] * 4
+
+
+def test_no_framework_is_imported(comm, on_stream, monkeypatch):
+    imported: List[str] = []
+    real = builtins.__import__
+
+    def spy(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] in ("torch", "cupy"):
+            imported.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", spy)
+    a = np.zeros(2, np.float64)
+    comm.all_reduce(dev(a))
+    comm.all_reduce(FakeCAI(a, stream=None))
+    settle()
+    assert imported == []
+
+
+def test_async_work_waits_through_the_request(comm, on_stream):
+    a = np.full(1000, comm.rank, dtype=np.float64)
+    p = dev(a, versioned=True)
+    w = comm.all_reduce(p, async_op=True)
+    assert isinstance(w, weft.Work)
+    p.drop_capsules()
+    assert p.deleter_calls == {}  # the Work holds the tensor
+    assert w.wait() is True and w.is_completed()
+    assert list(p.deleter_calls.values()) == [1]
+    np.testing.assert_array_equal(a, np.full(1000, comm.size * (comm.size - 1) / 2))
+    _comm._reap_stream_work()
+    assert _comm._rt.inflight == []
+
+
+def test_blocking_call_holds_its_arrays_until_the_work_is_done(comm, on_stream):
+    """A blocking call returns once enqueued; the package keeps the Work (and the
+    consumed DLPack tensor) until it completes, found by a later call."""
+    a = np.full(10, 1.5, dtype=np.float32)
+    p = dev(a)
+    assert comm.all_reduce(p) is None
+    p.drop_capsules()
+    assert p.deleter_calls == {}
+    held = [w for w in _comm._rt.inflight if w._comm is comm]
+    assert len(held) == 1 and held[0]._blocking
+    held[0].wait()  # as a later call finds it completed
+    assert list(p.deleter_calls.values()) == [1]  # let go at completion
+    comm.all_reduce(dev(np.zeros(1, np.float32)))  # the next call forgets it
+    assert held[0] not in _comm._rt.inflight
+    settle()
+    np.testing.assert_array_equal(a, np.full(10, 1.5 * comm.size, np.float32))
+
+
+def test_failure_after_return_is_raised_by_the_next_device_call(comm, on_stream):
+    class FailedWork:  # stands for a blocking call's work that failed on the GPU
+        _blocking = True
+        _kind = "all_reduce"
+        _comm = comm
+        _error = weft.errors.make_error(weft.errors.ERR_TIMEOUT, "rank 1 never came")
+
+        def is_completed(self) -> bool:
+            return True
+
+    with _comm._rt.inflight_lock:
+        _comm._rt.inflight.append(FailedWork())  # type: ignore[arg-type]
+    with pytest.raises(weft.WeftTimeoutError) as e:
+        comm.broadcast(dev(np.zeros(2, np.int8)), 0)
+    assert e.value.detail == (
+        "broadcast: not started: the stream-ordered all_reduce called earlier on communicator "
+        "pytest failed after its call returned: rank 1 never came"
+    )
+    assert on_stream.calls == []
+    comm.broadcast(dev(np.zeros(2, np.int8)), 0)  # raised once
+    assert len(on_stream.calls) == 1
+
+
+def test_barrier_on_a_stream(comm, on_stream):
+    class CudaStreamProtocol:
+        def __cuda_stream__(self) -> Tuple[int, int]:
+            return (0, 0x8300)
+
+    streams = [
+        (0x8100, 0x8100),
+        (0, None),
+        (types.SimpleNamespace(cuda_stream=0x8200), 0x8200),  # torch.cuda.Stream
+        (types.SimpleNamespace(ptr=0x8400), 0x8400),  # cupy.cuda.Stream
+        (CudaStreamProtocol(), 0x8300),
+    ]
+    for s, want in streams:
+        assert comm.barrier(stream=s) is None  # blocking: every member has entered
+    assert _comm._rt.inflight == []  # waited for: not held
+    w = comm.barrier(stream=0x8500, async_op=True)
+    assert _comm._rt.inflight == [w]  # held until it completes
+    assert w.wait()
+    assert [c[0] for c in on_stream.calls] == ["weft_barrier_on_stream"] * 6
+    assert [c[2] for c in on_stream.calls] == [want for _, want in streams] + [0x8500]
+    with pytest.raises(weft.WeftArgumentError, match="barrier: stream: builtins.str is not a CUDA"):
+        comm.barrier(stream="default")
+
+
+# ---- what is refused ---------------------------------------------------------------------------
+
+
+def test_mixing_host_and_device_arrays_refused(comm, on_stream):
+    p = dev(np.zeros(4, np.float32))
+    host = np.zeros(4 * comm.size, np.float32)
+    with pytest.raises(weft.WeftUnsupportedError) as e:
+        comm.all_gather_single(host, p)
+    assert e.value.detail == (
+        "all_gather_single: input is a CUDA device array (test_device_arrays.FakeDLPack, "
+        "DLPack, device type 2 id 0) but output is host memory (numpy.ndarray); the buffers "
+        "of one collective are all device arrays or all host memory: copy one side first"
+    )
+    with pytest.raises(weft.WeftUnsupportedError, match="output is a CUDA device array"):
+        comm.reduce_scatter_single(FakeCAI(np.zeros(4, np.float32)), host)
+    with pytest.raises(weft.WeftUnsupportedError, match="but input is host memory"):
+        comm.all_to_all_single(p, np.zeros(4, np.float32))
+    assert p.calls == [] and on_stream.calls == []  # refused before anything is exported
+
+
+def test_arrays_on_two_devices_refused(comm, on_stream):
+    a, b = dev(np.zeros(2, np.int32), 0), dev(np.zeros(2 * comm.size, np.int32), 1)
+    with pytest.raises(weft.WeftUnsupportedError) as e:
+        comm.all_gather_single(b, a)
+    assert e.value.detail.startswith(
+        "all_gather_single: the device arrays are on different devices (input on device 0, "
+        "output on device 1)"
+    )
+    assert a.calls == [] and b.calls == []
+
+
+def test_other_collectives_refuse_device_arrays(comm, on_stream, fake_cuda):
+    p = dev(np.zeros(4, np.float32))
+    cai = FakeCAI(np.zeros(4, np.float32), stream=3)
+    n = comm.size
+    cases = [
+        ("gather: input", lambda x: comm.gather(None, x, 0) if comm.rank else comm.gather(
+            np.zeros(4 * n, np.float32), x, 0)),
+        ("scatter: output", lambda x: comm.scatter(x, None, 0) if comm.rank else comm.scatter(
+            x, np.zeros(4 * n, np.float32), 0)),
+        ("all_gather: tensor", lambda x: comm.all_gather([np.zeros(4, np.float32)] * n, x)),
+        ("reduce_scatter: output", lambda x: comm.reduce_scatter(
+            x, [np.zeros(4, np.float32)] * n)),
+    ]
+    for label, call in cases:
+        for obj, how in ((cai, "FakeCAI, __cuda_array_interface__"), (p, "FakeDLPack, DLPack")):
+            with pytest.raises(weft.WeftUnsupportedError) as e:
+                call(obj)
+            assert e.value.detail.startswith(f"{label}: a CUDA device array (")
+            assert how in e.value.detail
+            assert "this operation takes host memory only (send, recv, isend, irecv and the " \
+                "collectives all_reduce, reduce, broadcast, all_gather_single, " \
+                "reduce_scatter_single, all_to_all_single (equal splits) and barrier take " \
+                "device arrays)" in e.value.detail
+    assert p.calls == [] and fake_cuda.syncs == [] and on_stream.calls == []

@@ -144,9 +144,10 @@ def test_bad_timeout_values(comm):
         comm.barrier(timeout="soon")
 
 
-def test_collectives_take_host_memory_only(comm):
-    """Collectives refuse device arrays before touching them (point-to-point takes
-    them: test_device_arrays.py)."""
+def test_host_only_collectives_refuse_device_arrays(comm):
+    """Collectives without a GPU form refuse device arrays before touching them
+    (point-to-point and the stream-ordered collectives take them:
+    test_device_arrays.py)."""
     class FakeCuda:
         __cuda_array_interface__ = {
             "shape": (4,),
@@ -164,9 +165,12 @@ def test_collectives_take_host_memory_only(comm):
 
     for obj in (FakeCuda(), FakeDLPackGPU()):
         with pytest.raises(weft.WeftUnsupportedError, match="takes host memory only") as e:
-            comm.all_reduce(obj)
+            comm.gather(np.zeros(4 * comm.size, np.float32) if comm.rank == 0 else None, obj, 0)
         assert e.value.code == -6
-        assert e.value.detail.startswith("all_reduce: tensor: a CUDA device array (")
+        assert e.value.detail.startswith("gather: input: a CUDA device array (")
+        assert "all_reduce, reduce, broadcast, all_gather_single" in e.value.detail
+        with pytest.raises(weft.WeftUnsupportedError, match="all device arrays or all host"):
+            comm.all_gather_single(np.zeros(4 * comm.size, np.float32), obj)
 
 
 _KEEP = []  # communicators left out of step: never freed, so their context id is never reused

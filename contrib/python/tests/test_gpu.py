@@ -1,6 +1,10 @@
 """Device arrays on a real GPU (CuPy and/or torch): send / recv / isend / irecv
 device to device, host to device and back, and producers whose last kernel is
-still queued on a side stream when weft is called.
+still queued on a side stream when weft is called; the stream-ordered
+collectives (all_reduce, reduce, broadcast, all_gather_single,
+reduce_scatter_single, all_to_all_single, barrier) against the same
+collective on host copies through weft, async_op=True, and a call on a side
+stream whose later kernels read the result without a host synchronisation.
 
 Skipped, with the reason, where there is no CUDA device (probed in a child
 process, so this one never loads libcuda), where neither CuPy nor torch is
@@ -105,6 +109,7 @@ class CaiOnly:
 
 class CupyArrays:
     name = "cupy"
+    has_bf16 = False
 
     def __init__(self, device: int):
         import cupy
@@ -129,6 +134,25 @@ class CupyArrays:
     def host(self, x: Any) -> np.ndarray:
         return self.cp.asnumpy(x)
 
+    def array(self, a: np.ndarray, dtype: str) -> Any:
+        return self.cp.asarray(a.astype(dtype))
+
+    def zeros(self, n: int, dtype: str) -> Any:
+        return self.cp.zeros(n, dtype=dtype)
+
+    def host_copy(self, x: Any) -> Any:
+        """A host copy of ``x`` that weft reads as host memory, same dtype."""
+        return self.cp.asnumpy(x)
+
+    def numpy(self, x: Any) -> np.ndarray:
+        return np.asarray(x) if isinstance(x, np.ndarray) else self.cp.asnumpy(x)
+
+    def current_stream(self) -> Any:
+        return self.cp.cuda.get_current_stream()
+
+    def idle(self, stream: Any) -> bool:
+        return bool(stream.done)
+
     def stream(self) -> Any:
         return self.cp.cuda.Stream(non_blocking=True)
 
@@ -147,6 +171,7 @@ class CupyArrays:
 
 class TorchArrays:
     name = "torch"
+    has_bf16 = True
 
     def __init__(self, device: int):
         import torch
@@ -160,6 +185,27 @@ class TorchArrays:
 
     def host(self, x: Any) -> np.ndarray:
         return x.cpu().float().numpy() if x.dtype == self.torch.bfloat16 else x.cpu().numpy()
+
+    def array(self, a: np.ndarray, dtype: str) -> Any:
+        t = self.torch.from_numpy(np.ascontiguousarray(a))
+        return t.to(device="cuda", dtype=getattr(self.torch, dtype))
+
+    def zeros(self, n: int, dtype: str) -> Any:
+        return self.torch.zeros(n, dtype=getattr(self.torch, dtype), device="cuda")
+
+    def host_copy(self, x: Any) -> Any:
+        """A host copy of ``x`` that weft reads as host memory, same dtype: a numpy
+        array, or for bfloat16 (no numpy dtype) a CPU tensor (DLPack on the CPU)."""
+        return x.cpu() if x.dtype == self.torch.bfloat16 else x.cpu().numpy()
+
+    def numpy(self, x: Any) -> np.ndarray:
+        return x if isinstance(x, np.ndarray) else self.host(x)
+
+    def current_stream(self) -> Any:
+        return self.torch.cuda.current_stream()
+
+    def idle(self, stream: Any) -> bool:
+        return bool(stream.query())
 
     def stream(self) -> Any:
         return self.torch.cuda.Stream()
@@ -302,7 +348,161 @@ def test_gpu_torch_bfloat16(comm, fw):
     np.testing.assert_array_equal(fw.host(got), np.full(N, left + 0.5, np.float32))
 
 
-def test_gpu_collectives_refuse_device_arrays(comm, fw):
+# ---- stream-ordered collectives -------------------------------------------------------------
+
+M = 4096  # elements per rank: small, each collective one round of kernels
+_INFO = weft.build_info()
+needs_coll_cuda = pytest.mark.skipif(
+    "coll/cuda" not in _INFO, reason=f"libweft has no GPU collectives (coll/cuda): {_INFO}"
+)
+
+
+def rank_values(rank: int, n: int = M, seed: int = 0) -> np.ndarray:
+    """Small integers (exact in bfloat16, sums too), different on every rank."""
+    return ((np.arange(n) * (3 + seed) + 7 * rank) % 17 - 8).astype(np.float64)
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    if dtype == "bfloat16":
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1.6e-2)
+    elif dtype.startswith("float"):
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_coll_cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+@pytest.mark.parametrize("op", ["SUM", "MAX", "AVG"])
+def test_gpu_all_reduce(comm, fw, op, dtype):
+    """Enqueued on the current stream behind the array's creation; read back on
+    the same stream (no synchronisation by the caller)."""
+    if dtype == "bfloat16" and not fw.has_bf16:
+        pytest.skip(f"{fw.name} has no bfloat16")
+    x = fw.array(rank_values(comm.rank), dtype)
+    h = fw.host_copy(x)
+    assert comm.all_reduce(x, getattr(weft.ReduceOp, op)) is None
+    comm.all_reduce(h, getattr(weft.ReduceOp, op))
+    assert_same(fw.numpy(x), fw.numpy(h), dtype)
+
+
+@needs_coll_cuda
+def test_gpu_broadcast_and_reduce(comm, fw):
+    root = comm.size - 1
+    x = fw.array(rank_values(comm.rank), "float32")
+    h = fw.host_copy(x)
+    comm.broadcast(x, root)
+    comm.broadcast(h, root)
+    assert_same(fw.numpy(x), fw.numpy(h), "float32")
+    assert_same(fw.numpy(x), rank_values(root), "float32")
+    y = fw.array(rank_values(comm.rank, seed=1), "int64")
+    hy = fw.host_copy(y)
+    comm.reduce(y, 0, weft.ReduceOp.SUM)
+    comm.reduce(hy, 0, weft.ReduceOp.SUM)
+    assert_same(fw.numpy(y), fw.numpy(hy), "int64")
+
+
+@needs_coll_cuda
+def test_gpu_all_gather_single(comm, fw):
+    x = fw.array(rank_values(comm.rank), "float32")
+    out = fw.zeros(M * comm.size, "float32")
+    hout = np.zeros(M * comm.size, np.float32)
+    comm.all_gather_single(out, x)
+    comm.all_gather_single(hout, fw.host_copy(x))
+    assert_same(fw.numpy(out), hout, "float32")
+    assert_same(hout[:M], rank_values(0), "float32")
+
+
+@needs_coll_cuda
+def test_gpu_reduce_scatter_single(comm, fw):
+    x = fw.array(rank_values(comm.rank, M * comm.size), "float32")
+    out = fw.zeros(M, "float32")
+    hout = np.zeros(M, np.float32)
+    comm.reduce_scatter_single(out, x, weft.ReduceOp.SUM)
+    comm.reduce_scatter_single(hout, fw.host_copy(x), weft.ReduceOp.SUM)
+    assert_same(fw.numpy(out), hout, "float32")
+
+
+@needs_coll_cuda
+def test_gpu_all_to_all_single(comm, fw):
+    x = fw.array(rank_values(comm.rank, M * comm.size, seed=2), "int64")
+    out = fw.zeros(M * comm.size, "int64")
+    hout = np.zeros(M * comm.size, np.int64)
+    comm.all_to_all_single(out, x)
+    comm.all_to_all_single(hout, fw.host_copy(x))
+    assert_same(fw.numpy(out), hout, "int64")
+
+
+@needs_coll_cuda
+def test_gpu_all_reduce_async_wait(comm, fw):
+    x = fw.array(rank_values(comm.rank), "float32")
+    h = fw.host_copy(x)
+    w = comm.all_reduce(x, weft.ReduceOp.MAX, async_op=True)
+    assert isinstance(w, weft.Work)
+    assert w.wait() is True  # the GPU work is done
+    assert w.is_completed()
+    comm.all_reduce(h, weft.ReduceOp.MAX)
+    assert_same(fw.numpy(x), h, "float32")
+
+
+@needs_coll_cuda
+def test_gpu_all_reduce_on_a_side_stream(comm, fw):
+    """On a non-default stream made current (``with torch.cuda.stream(s):`` /
+    ``with s:``): the fill, queued behind a spinning kernel, the all_reduce and
+    a kernel reading its result all go on s in that order; only
+    s.synchronize() waits, after them."""
+    x = fw.zeros(M, "float32")
+    fw.synchronize()
+    s = fw.stream()
+    with fw.on(s):
+        if not fw.spin_problem:
+            fw.spin(SPIN_CYCLES // 2)
+        fw.fill(x, comm.rank + 1)
+        assert comm.all_reduce(x) is None
+        y = x * 2
+    s.synchronize()
+    total = comm.size * (comm.size + 1) / 2
+    assert_same(fw.host(y), np.full(M, 2 * total), "float32")
+    assert_same(fw.host(x), np.full(M, total), "float32")
+
+
+@needs_coll_cuda
+def test_gpu_all_reduce_through_cai(comm, fw):
+    """An array seen through __cuda_array_interface__ only: CuPy's names its
+    stream (the collective goes there); torch's (v2) names none (the context
+    is synchronised first, the collective goes on the legacy default stream)."""
+    x = fw.zeros(M, "float32")
+    fw.synchronize()
+    s = fw.stream()
+    with fw.on(s):
+        fw.fill(x, comm.rank + 2)
+        comm.all_reduce(CaiOnly(x), weft.ReduceOp.MAX)
+    fw.synchronize()
+    assert_same(fw.host(x), np.full(M, comm.size + 1), "float32")
+
+
+@needs_coll_cuda
+def test_gpu_barrier_on_a_stream(comm, fw):
+    """barrier(stream=s): the barrier in s's order (a barrier kernel behind s's
+    work); the blocking call returns once it has completed, so s is idle then."""
+    s = fw.stream()
+    with fw.on(s):
+        if not fw.spin_problem:
+            fw.spin(SPIN_CYCLES // 2)
+        x = fw.full(M, 1)
+    assert comm.barrier(stream=s) is None
+    assert fw.idle(s)  # drained before the barrier
+    comm.barrier(stream=fw.current_stream())
+    w = comm.barrier(stream=s, async_op=True)
+    w.wait()
+    assert_same(fw.host(x), np.ones(M), "float32")
+
+
+def test_gpu_other_collectives_refuse_device_arrays(comm, fw):
     x = fw.full(4, 1)
-    with pytest.raises(weft.WeftUnsupportedError, match="takes host memory only"):
-        comm.all_reduce(x)
+    with pytest.raises(weft.WeftUnsupportedError, match="takes host memory only") as e:
+        comm.all_gather([fw.full(4, 0) for _ in range(comm.size)], x)
+    assert "all_gather_single" in e.value.detail
+    with pytest.raises(weft.WeftUnsupportedError, match="all device arrays or all host memory"):
+        comm.all_gather_single(np.zeros(4 * comm.size, np.float32), x)

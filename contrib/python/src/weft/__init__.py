@@ -3,7 +3,10 @@
 A pure-Python package over ctypes: it loads libweft.so (see ``weft._lib`` for
 where it looks: WEFT_LIBRARY first) and needs no compiler. Buffers are numpy
 arrays or anything with the buffer protocol; results are written in place.
-send / recv / isend / irecv also take CUDA device arrays (CuPy, torch).
+send / recv / isend / irecv also take CUDA device arrays (CuPy, torch), and
+so do all_reduce, reduce, broadcast, all_gather_single, reduce_scatter_single
+and all_to_all_single, stream-ordered: enqueued on the array's current
+stream, returning without waiting for the GPU (see Comm).
 
     import numpy as np, weft
 

@@ -12,16 +12,27 @@ import threading
 from ctypes import byref, c_char_p, c_double, c_int, c_int64, c_void_p
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _lib
-from ._buffers import DTYPE_SIZE, Buffer, as_buffer, check_count, label_in, same_dtype
+from . import _cuda, _lib
+from ._buffers import (
+    DTYPE_SIZE,
+    Buffer,
+    _describe,
+    as_buffer,
+    check_count,
+    device_array,
+    label_in,
+    same_dtype,
+)
 from .errors import (
     ERR_ALREADY,
     ERR_PEER_LOST,
     ERR_TIMEOUT,
     WeftArgumentError,
     WeftCommError,
+    WeftError,
     WeftNotInitializedError,
     WeftTimeoutError,
+    WeftUnsupportedError,
     make_error,
 )
 
@@ -85,6 +96,11 @@ class _Runtime:
         self.abandoned: List[Any] = []
         self.exit_hooks = False
         self.uncaught = False  # an uncaught exception is ending the program
+        # Stream-ordered collectives on device arrays whose GPU work may still
+        # run: their Works (request and buffers) are held here until they
+        # complete, whether the caller kept the Work (async_op=True) or not.
+        self.inflight: List["Work"] = []
+        self.inflight_lock = threading.RLock()
 
 
 _rt = _Runtime()
@@ -169,6 +185,12 @@ class Work:
     again). Dropping a pending Work releases its request (a pending receive
     is canceled, anything else finishes in the background) and keeps its
     buffers alive for good, since the library may still use them.
+
+    A collective on device arrays (stream-ordered) completes when its GPU
+    work is done: ``wait()`` blocks the calling thread until then
+    (weft_wait), ``is_completed()`` polls it (weft_test); kernels queued
+    later on the array's stream see the result without either. Dropping
+    such a Work cancels nothing: the package holds it until it completes.
     """
 
     def __init__(
@@ -193,6 +215,11 @@ class Work:
         self._posted = False
         self._error: Optional[BaseException] = None
         self._status: Optional[RecvStatus] = None
+        # A stream-ordered collective posted by a blocking call (nobody holds
+        # this Work: a failure is raised by the communicator's next device call).
+        self._blocking = False
+        if _rt.inflight:
+            _reap_stream_work()
 
     def _post(self, fn: Callable[..., int], *args: Any) -> None:
         _lib.check(fn(*args, byref(self._req)))
@@ -309,6 +336,45 @@ class Work:
         return f"<weft.Work {self._kind} {state}>"
 
 
+def _reap_stream_work() -> None:
+    """Forgets the stream-ordered works whose GPU work has completed (their
+    buffers are let go then). A failed one that a blocking call posted is
+    kept on its communicator for its next device collective to raise."""
+    with _rt.inflight_lock:
+        if not _rt.inflight:
+            return
+        still: List[Work] = []
+        for w in _rt.inflight:
+            try:
+                done = w.is_completed()
+            except Exception as e:  # weft_test refused the request: give it up
+                w._abandon()
+                if w._error is None:
+                    w._error = e
+                done = True
+            if not done:
+                still.append(w)
+            elif w._blocking and w._error is not None and w._comm._async_error is None:
+                w._comm._async_error = (w._kind, w._error)
+        _rt.inflight[:] = still
+
+
+def _drain_stream_work(comm: Optional["Comm"]) -> None:
+    """Waits for the stream-ordered works of ``comm`` (None: of every
+    communicator) before it is freed or the runtime finalized; their errors are
+    not raised here (a timed-out one is given up)."""
+    with _rt.inflight_lock:
+        mine = [w for w in _rt.inflight if comm is None or w._comm is comm]
+        _rt.inflight[:] = [w for w in _rt.inflight if not (comm is None or w._comm is comm)]
+    for w in mine:
+        try:
+            w.wait()
+        except WeftTimeoutError:
+            w._abandon()
+        except WeftError:
+            pass
+
+
 # --------------------------------------------------------------------------------------------
 # Communicators
 # --------------------------------------------------------------------------------------------
@@ -393,7 +459,16 @@ class Comm:
     protocol; outputs must be writable and C-contiguous and are written in
     place. Point-to-point also takes CUDA device arrays (CuPy, torch,
     ``__cuda_array_interface__``, DLPack), synchronising their producer's
-    stream before posting.
+    stream before posting. all_reduce, reduce, broadcast, all_gather_single,
+    reduce_scatter_single and all_to_all_single (equal splits) take device
+    arrays too (every buffer of the call on the same device), stream-ordered
+    as torch.distributed with NCCL: the collective is enqueued on the array's
+    stream (the producer's current stream: torch.cuda.current_stream(),
+    cupy.cuda.get_current_stream(); a CAI's ``stream``; else the legacy
+    default stream) and the call returns without waiting for the GPU, the
+    result in place for later work on that stream. ``async_op=True`` returns
+    a Work whose ``wait()`` blocks the host until the GPU work is done.
+    ``barrier(stream=s)`` is the barrier in ``s``'s order.
     """
 
     def __init__(self, handle: c_void_p, *, is_world: bool = False):
@@ -407,6 +482,9 @@ class Comm:
         self._rank = r.value
         self._size = s.value
         self._name = (lib.weft_comm_name(self._h) or b"").decode("utf-8", "replace")
+        # (kind, error) of a blocking stream-ordered collective that failed after
+        # its call returned: raised by the next device collective on this comm.
+        self._async_error: Optional[Tuple[str, BaseException]] = None
 
     # ---- identity -----------------------------------------------------------------------
 
@@ -647,13 +725,15 @@ class Comm:
 
     def finalize(self) -> None:
         """Releases the communicator (for the world: finalizes the runtime, as
-        weft.finalize()). Fails while operations on it are still pending."""
+        weft.finalize()). Fails while operations on it are still pending;
+        stream-ordered collectives on device arrays are waited for first."""
         if self._is_world:
             if self._gen == _rt.generation:
                 finalize()
             return
         if self._h.value is None or self._gen != _rt.generation:
             return
+        _drain_stream_work(self)
         _lib.check(_lib.load().weft_comm_free(byref(self._h)))
 
     def abort(self, code: int = 1) -> None:
@@ -687,6 +767,89 @@ class Comm:
 
     def _root(self, root: Any, what: str) -> int:
         return _int(root, f"{what}: root")
+
+    # ---- stream-ordered collectives on device arrays ----------------------------------------
+
+    def _reap(self, op: str) -> None:
+        """Forgets completed stream-ordered work; raises (once) the failure of an
+        earlier blocking one on this communicator, found after its call returned."""
+        _reap_stream_work()
+        failed, self._async_error = self._async_error, None
+        if failed is not None:
+            kind, e = failed
+            code = getattr(e, "code", None)
+            if not isinstance(e, WeftError) or code is None:
+                raise e
+            raise make_error(
+                code,
+                f"{op}: not started: the stream-ordered {kind} called earlier on communicator "
+                f"{self._name} failed after its call returned: {e.detail}",
+            ) from e
+
+    def _device_buffers(
+        self, op: str, specs: Sequence[Tuple[str, Any, bool]]
+    ) -> Optional[Tuple[List[Buffer], int]]:
+        """The buffers of a stream-ordered collective and the CUstream it goes on
+        (0: the legacy default stream), or None when no argument is a device
+        array (the host path). specs: (label, object, written?) per argument.
+
+        The stream is the first device array's: its framework's current stream
+        (torch, CuPy), else the stream its CUDA Array Interface names, else the
+        legacy default stream. DLPack producers order their pending work before
+        it (``__dlpack__(stream=...)``); a CAI naming another stream, or none
+        (v2), is synchronised first.
+        """
+        found = [(label, obj, out, device_array(obj, label)) for label, obj, out in specs]
+        dev = [f for f in found if f[3] is not None]
+        if not dev:
+            return None
+        host = [f for f in found if f[3] is None and f[1] is not None]
+        if host:
+            d_names = " and ".join(label_in(op, f[0]) for f in dev)
+            h_names = " and ".join(label_in(op, f[0]) for f in host)
+            d_what = ", ".join(f"{_describe(f[1])}, {f[3].how}" for f in dev)
+            h_what = ", ".join(_describe(f[1]) for f in host)
+            d_is = "is a CUDA device array" if len(dev) == 1 else "are CUDA device arrays"
+            h_is = "is" if len(host) == 1 else "are"
+            raise WeftUnsupportedError(
+                f"{op}: {d_names} {d_is} ({d_what}) but {h_names} {h_is} host memory ({h_what}); "
+                "the buffers of one collective are all device arrays or all host memory: copy one "
+                "side first"
+            )
+        devices = sorted({f[3].device for f in dev if f[3].device is not None})
+        if len(devices) > 1:
+            where = ", ".join(f"{label_in(op, f[0])} on device {f[3].device}" for f in dev)
+            raise WeftUnsupportedError(
+                f"{op}: the device arrays are on different devices ({where}); one collective "
+                "works on the arrays of one device"
+            )
+        self._reap(op)
+        stream = next((f[3].stream for f in dev if f[3].stream is not None), 0)
+        bufs = [
+            as_buffer(obj, label, output=out, device=True, on_stream=stream)
+            for label, obj, out, _ in dev
+        ]
+        return bufs, stream
+
+    def _post_on_stream(
+        self,
+        kind: str,
+        keep: Tuple[Any, ...],
+        stream: int,
+        async_op: bool,
+        timeout: Timeout,
+        fn: Callable[..., int],
+        *args: Any,
+    ) -> Optional[Work]:
+        """Enqueues a weft_*_on_stream call on ``stream`` and returns at once: the
+        Work (async_op) or None. Either way the Work is held until its GPU work
+        completes, so the buffers outlive it."""
+        w = Work(self, kind, keep, timeout)
+        w._blocking = not async_op
+        w._post(fn, *args, stream or None)
+        with _rt.inflight_lock:
+            _rt.inflight.append(w)
+        return w if async_op else None
 
     # ---- point-to-point -----------------------------------------------------------------
 
@@ -755,16 +918,63 @@ class Comm:
 
     # ---- collectives --------------------------------------------------------------------
 
-    def barrier(self, async_op: bool = False, timeout: Timeout = None) -> Optional[Work]:
-        """Returns once every member has entered the barrier."""
-        w = Work(self, "barrier", (), timeout)
-        w._post(_lib.load().weft_ibarrier, self._handle())
-        return self._run(w, async_op)
+    def barrier(
+        self, async_op: bool = False, timeout: Timeout = None, stream: Any = None
+    ) -> Optional[Work]:
+        """Returns once every member has entered the barrier.
+
+        stream: a CUDA stream (torch.cuda.Stream, cupy.cuda.Stream, an object
+        with ``__cuda_stream__``, or a CUstream handle as an int; 0: the legacy
+        default stream): weft_barrier_on_stream, the barrier in that stream's
+        order (with the CUDA driver loaded, a barrier kernel queued behind the
+        stream's work so far; otherwise the stream is synchronised, then the
+        host barrier). async_op=False waits on the host, as the host barrier
+        and torch.distributed.barrier do, until this rank's barrier has
+        completed: every member's stream reached it. async_op=True returns a
+        Work at once; later work on ``stream`` runs after the barrier, and the
+        package holds the Work until it completes."""
+        if stream is None:
+            w = Work(self, "barrier", (), timeout)
+            w._post(_lib.load().weft_ibarrier, self._handle())
+            return self._run(w, async_op)
+        h = _cuda.stream_handle(stream, "barrier: stream")
+        self._reap("barrier")
+        if async_op:
+            return self._post_on_stream(
+                "barrier",
+                (stream,),
+                h,
+                True,
+                timeout,
+                _lib.load().weft_barrier_on_stream,
+                self._handle(),
+            )
+        w = Work(self, "barrier", (stream,), timeout)
+        w._post(_lib.load().weft_barrier_on_stream, self._handle(), h or None)
+        return self._run(w, False)
 
     def all_reduce(
         self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False, timeout: Timeout = None
     ) -> Optional[Work]:
-        """Reduces ``tensor`` over all ranks, in place: every rank gets the result."""
+        """Reduces ``tensor`` over all ranks, in place: every rank gets the result.
+        A device array: enqueued on its stream (see the class), no host wait."""
+        dev = self._device_buffers("all_reduce", [("all_reduce: tensor", tensor, True)])
+        if dev is not None:
+            (b,), stream = dev
+            return self._post_on_stream(
+                "all_reduce",
+                (b,),
+                stream,
+                async_op,
+                timeout,
+                _lib.load().weft_allreduce_on_stream,
+                _IN_PLACE,
+                b.ptr,
+                b.count,
+                b.dtype,
+                _op(op),
+                self._handle(),
+            )
         b = as_buffer(tensor, "all_reduce: tensor", output=True)
         w = Work(self, "all_reduce", (b,), timeout)
         w._post(
@@ -787,9 +997,27 @@ class Comm:
         timeout: Timeout = None,
     ) -> Optional[Work]:
         """Reduces ``tensor`` over all ranks into ``root``'s ``tensor`` (in place);
-        the other ranks' tensors are only read."""
+        the other ranks' tensors are only read. A device array: stream-ordered."""
         root = self._root(root, "reduce")
         is_root = root == self._rank
+        dev = self._device_buffers("reduce", [("reduce: tensor", tensor, is_root)])
+        if dev is not None:
+            (b,), stream = dev
+            return self._post_on_stream(
+                "reduce",
+                (b,),
+                stream,
+                async_op,
+                timeout,
+                _lib.load().weft_reduce_on_stream,
+                _IN_PLACE if is_root else b.ptr,
+                b.ptr if is_root else None,
+                b.count,
+                b.dtype,
+                _op(op),
+                root,
+                self._handle(),
+            )
         b = as_buffer(tensor, "reduce: tensor", output=is_root)
         w = Work(self, "reduce", (b,), timeout)
         w._post(
@@ -807,8 +1035,25 @@ class Comm:
     def broadcast(
         self, tensor: Any, root: int, async_op: bool = False, timeout: Timeout = None
     ) -> Optional[Work]:
-        """Copies ``root``'s ``tensor`` into every other rank's ``tensor``."""
+        """Copies ``root``'s ``tensor`` into every other rank's ``tensor``. A device
+        array: stream-ordered."""
         root = self._root(root, "broadcast")
+        dev = self._device_buffers("broadcast", [("broadcast: tensor", tensor, root != self._rank)])
+        if dev is not None:
+            (b,), stream = dev
+            return self._post_on_stream(
+                "broadcast",
+                (b,),
+                stream,
+                async_op,
+                timeout,
+                _lib.load().weft_bcast_on_stream,
+                b.ptr,
+                b.count,
+                b.dtype,
+                root,
+                self._handle(),
+            )
         b = as_buffer(tensor, "broadcast: tensor", output=root != self._rank)
         w = Work(self, "broadcast", (b,), timeout)
         w._post(_lib.load().weft_ibcast, b.ptr, b.count, b.dtype, root, self._handle())
@@ -822,7 +1067,8 @@ class Comm:
         timeout: Timeout = None,
     ) -> Optional[Work]:
         """Gathers every rank's ``tensor`` into ``tensor_list`` (one buffer per rank,
-        each written directly)."""
+        each written directly). Host memory only: all_gather_single takes
+        device arrays."""
         inp = as_buffer(tensor, "all_gather: tensor", output=False)
         outs = self._out_list(tensor_list, "all_gather: tensor_list", inp)
         ptrs = (c_void_p * self._size)(*[o.ptr for o in outs])
@@ -835,7 +1081,32 @@ class Comm:
     def all_gather_single(
         self, output: Any, input: Any, async_op: bool = False, timeout: Timeout = None
     ) -> Optional[Work]:
-        """Gathers every rank's ``input`` into ``output`` (size x input elements, rank order)."""
+        """Gathers every rank's ``input`` into ``output`` (size x input elements, rank
+        order). Device arrays: stream-ordered."""
+        dev = self._device_buffers(
+            "all_gather_single",
+            [
+                ("all_gather_single: input", input, False),
+                ("all_gather_single: output", output, True),
+            ],
+        )
+        if dev is not None:
+            (inp, out), stream = dev
+            dt = same_dtype(inp, out)
+            check_count(out, inp.count * self._size, f"{self._size} ranks x {inp.count}")
+            return self._post_on_stream(
+                "all_gather_single",
+                (inp, out),
+                stream,
+                async_op,
+                timeout,
+                _lib.load().weft_allgather_on_stream,
+                inp.ptr,
+                out.ptr,
+                inp.count,
+                dt,
+                self._handle(),
+            )
         inp = as_buffer(input, "all_gather_single: input", output=False)
         out = as_buffer(output, "all_gather_single: output", output=True)
         dt = same_dtype(inp, out)
@@ -853,7 +1124,8 @@ class Comm:
         timeout: Timeout = None,
     ) -> Optional[Work]:
         """Reduces ``input_list[r]`` over all ranks into rank r's ``output``.
-        (The inputs are copied into one contiguous vector first.)"""
+        (The inputs are copied into one contiguous vector first.) Host memory
+        only: reduce_scatter_single takes device arrays."""
         out = as_buffer(output, "reduce_scatter: output", output=True)
         ins = self._in_list(input_list, "reduce_scatter: input_list", out)
         tmp = _concat(ins)
@@ -877,7 +1149,33 @@ class Comm:
         async_op: bool = False,
         timeout: Timeout = None,
     ) -> Optional[Work]:
-        """Reduces ``input`` (size x output elements) over all ranks; rank r gets block r."""
+        """Reduces ``input`` (size x output elements) over all ranks; rank r gets block r.
+        Device arrays: stream-ordered."""
+        dev = self._device_buffers(
+            "reduce_scatter_single",
+            [
+                ("reduce_scatter_single: input", input, False),
+                ("reduce_scatter_single: output", output, True),
+            ],
+        )
+        if dev is not None:
+            (inp, out), stream = dev
+            dt = same_dtype(out, inp)
+            check_count(inp, out.count * self._size, f"{self._size} ranks x output's {out.count}")
+            return self._post_on_stream(
+                "reduce_scatter_single",
+                (inp, out),
+                stream,
+                async_op,
+                timeout,
+                _lib.load().weft_reduce_scatter_block_on_stream,
+                inp.ptr,
+                out.ptr,
+                out.count,
+                dt,
+                _op(op),
+                self._handle(),
+            )
         inp = as_buffer(input, "reduce_scatter_single: input", output=False)
         out = as_buffer(output, "reduce_scatter_single: output", output=True)
         dt = same_dtype(out, inp)
@@ -909,8 +1207,51 @@ class Comm:
         same count, a multiple of size). With them (torch semantics), the sizes
         count rows along dimension 0: ``input_split_sizes[i]`` rows go to rank
         i, ``output_split_sizes[i]`` rows come from rank i; a None side splits
-        its rows equally.
+        its rows equally. Device arrays (stream-ordered) take equal blocks only:
+        no split sizes, or split sizes that are all equal.
         """
+        dev = self._device_buffers(
+            "all_to_all_single",
+            [
+                ("all_to_all_single: input", input, False),
+                ("all_to_all_single: output", output, True),
+            ],
+        )
+        if dev is not None:
+            (inp, out), stream = dev
+            dt = same_dtype(inp, out)
+            n = self._size
+            if output_split_sizes is None and input_split_sizes is None:
+                check_count(out, inp.count, "the same count as input")
+                if inp.count % n:
+                    raise WeftArgumentError(
+                        f"all_to_all_single: input: {inp.count} elements do not split into {n} "
+                        "equal blocks"
+                    )
+                block = inp.count // n
+            else:
+                sc, _ = self._splits(inp, input_split_sizes, "input_split_sizes")
+                rc, _ = self._splits(out, output_split_sizes, "output_split_sizes")
+                if len(set(sc)) > 1 or list(sc) != list(rc):
+                    raise WeftUnsupportedError(
+                        f"all_to_all_single: device arrays take equal blocks only (the GPU "
+                        f"collectives have no all-to-all-v): {list(sc)} elements to send, "
+                        f"{list(rc)} to receive per rank; use host arrays for unequal splits"
+                    )
+                block = sc[0] if n else 0
+            return self._post_on_stream(
+                "all_to_all_single",
+                (inp, out),
+                stream,
+                async_op,
+                timeout,
+                _lib.load().weft_alltoall_on_stream,
+                inp.ptr,
+                out.ptr,
+                block,
+                dt,
+                self._handle(),
+            )
         inp = as_buffer(input, "all_to_all_single: input", output=False)
         out = as_buffer(output, "all_to_all_single: output", output=True)
         dt = same_dtype(inp, out)
@@ -1102,12 +1443,14 @@ def world() -> Comm:
 
 
 def finalize() -> None:
-    """Completes outstanding work, synchronises with the other ranks and releases
+    """Completes outstanding work (stream-ordered collectives on device arrays
+    are waited for first), synchronises with the other ranks and releases
     everything; communicators and pending work become invalid. Does nothing
     when weft is not initialized. weft.init() may be called again."""
     with _rt.lock:
         if _lib.path() is None or not is_initialized():
             return
+        _drain_stream_work(None)
         rc = _lib.load().weft_finalize()
         _rt.generation += 1
         _rt.world = None

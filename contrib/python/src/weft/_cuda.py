@@ -289,7 +289,9 @@ def stream_handle(stream: Any, what: str) -> int:
             if h is not None:
                 return operator.index(h)
     except Exception as e:
-        raise WeftArgumentError(f"{what}: cannot read the stream handle of {stream!r}: {e!r}") from None
+        raise WeftArgumentError(
+            f"{what}: cannot read the stream handle of {stream!r}: {e!r}"
+        ) from None
     raise WeftArgumentError(
         f"{what}: {type(stream).__module__}.{type(stream).__qualname__} is not a CUDA stream "
         "(pass torch.cuda.Stream, cupy.cuda.Stream, an object with __cuda_stream__, or a "

@@ -131,7 +131,10 @@ _PROTOTYPES = {
     # Stream-ordered collectives: (..., comm, stream (a CUstream; NULL: legacy default), request*).
     "weft_barrier_on_stream": (c_int, [_handle, _stream, _req]),
     "weft_bcast_on_stream": (c_int, [_buf, c_int64, _dt, c_int, _handle, _stream, _req]),
-    "weft_reduce_on_stream": (c_int, [_buf, _buf, c_int64, _dt, c_int, c_int, _handle, _stream, _req]),
+    "weft_reduce_on_stream": (
+        c_int,
+        [_buf, _buf, c_int64, _dt, c_int, c_int, _handle, _stream, _req],
+    ),
     "weft_allreduce_on_stream": (c_int, [_buf, _buf, c_int64, _dt, c_int, _handle, _stream, _req]),
     "weft_allgather_on_stream": (c_int, [_buf, _buf, c_int64, _dt, _handle, _stream, _req]),
     "weft_alltoall_on_stream": (c_int, [_buf, _buf, c_int64, _dt, _handle, _stream, _req]),
