@@ -267,11 +267,13 @@ static int body_bad(int rank, int size, void *arg)
     rc = weft_send(gone, 100, WEFT_BYTE, 0, 0, w);
     TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "neither readable host memory nor device memory"),
              "a freed device buffer: %d (%s)", rc, weft_last_error());
-    float *x = gpu_alloc(64 * sizeof(float));
-    rc = weft_allreduce(x, x, 64, WEFT_FLOAT32, WEFT_SUM, w);
+    /* a collective no component takes on device buffers (coll/cuda has no gather) */
+    float *x = gpu_alloc(64 * sizeof(float)), *y = gpu_alloc(64 * sizeof(float));
+    rc = weft_gather(x, y, 64, WEFT_FLOAT32, 0, w);
     TH_CHECK(rc == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "cuda memory"),
-             "allreduce on device buffers: %d (%s)", rc, weft_last_error());
+             "gather on device buffers: %d (%s)", rc, weft_last_error());
     gpu_free(x);
+    gpu_free(y);
     gpu_free(d);
     TH_OK(weft_finalize());
     return 0;
