@@ -10,7 +10,7 @@
 /* ---- the registry: the components and their algorithms ------------------- */
 
 const weft_coll_component_t *const weft_coll_components[] = {&weft_coll_base, &weft_coll_shm, &weft_coll_hier,
-                                                                &weft_coll_cuda, NULL};
+                                                             &weft_coll_cuda, NULL};
 
 /* Every component's algorithms in one list (built at init), and each one's
  * component. */
@@ -265,8 +265,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
         /* A barrier has no buffers: on a stream, with CUDA loaded, it is the GPU's (a barrier kernel). */
         if (a->kind == WEFT_COLL_BARRIER && weft_cuda_possible()) a->mem = WEFT_MEM_CUDA;
         /* Host buffers: the stream's work first, then the host collective. */
-        if (a->mem == WEFT_MEM_HOST && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind))))
-            return rc;
+        if (a->mem == WEFT_MEM_HOST && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind)))) return rc;
     }
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */

@@ -1,6 +1,7 @@
 /* Device buffers in point-to-point: detection, and the staged path for a
  * UCX without CUDA memory (see cuda.h). */
 #include "pt2pt/cuda.h"
+
 #include "src/cuda_driver.h"
 
 #include <dlfcn.h>
@@ -313,8 +314,8 @@ static void chunk_copy(weft_cuda_stage_t *st, size_t k, size_t bytes)
 {
     chunk_t *c = st->slot[k % (size_t)st->nslots];
     CUdeviceptr dev = (CUdeviceptr)(uintptr_t)(st->dev + k * st->chunk), host = (CUdeviceptr)(uintptr_t)c->host;
-    CUresult r =
-        st->send ? weft_cu.memcpy_async(host, dev, bytes, st->stream) : weft_cu.memcpy_async(dev, host, bytes, st->stream);
+    CUresult r = st->send ? weft_cu.memcpy_async(host, dev, bytes, st->stream)
+                          : weft_cu.memcpy_async(dev, host, bytes, st->stream);
     stage_fail(st, r, st->send ? "copying device memory to a pinned chunk" : "copying a pinned chunk to the device");
     if (r == CUDA_SUCCESS) {
         stage_fail(st, weft_cu.event_record(c->ev, st->stream), "recording a staged copy");

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,4 +181,25 @@ int gpu_graph_launch(void *exec, void *stream)
 void gpu_graph_free(void *exec)
 {
     cu.graph_exec_destroy(exec);
+}
+
+weft_comm_t gpu_weft_start(void)
+{
+    if (gpu_open()) {
+        fprintf(stderr, "no CUDA context on device 0\n");
+        exit(1);
+    }
+    if (weft_init(NULL, NULL)) {
+        fprintf(stderr, "weft_init: %s\n", weft_last_error());
+        exit(1);
+    }
+    return weft_comm_world();
+}
+
+const char *gpu_log_level_env(void)
+{
+    static char level[64];
+    snprintf(level, sizeof(level), "WEFT_LOG_LEVEL=%s",
+             getenv("WEFT_TEST_LOG_LEVEL") ? getenv("WEFT_TEST_LOG_LEVEL") : "error");
+    return level;
 }

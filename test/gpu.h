@@ -3,7 +3,16 @@
 #ifndef WEFT_TEST_GPU_H
 #define WEFT_TEST_GPU_H
 
+#include "weft.h"
+
 #include <stddef.h>
+
+/* In a Criterion test: skips it, with the reason, where no device is usable. */
+#define GPU_NEED()                                                                                                     \
+    do {                                                                                                               \
+        char gpu_why_[256];                                                                                            \
+        if (!gpu_available(gpu_why_, sizeof(gpu_why_))) cr_skip_test("no CUDA device: %s", gpu_why_);                  \
+    } while (0)
 
 /* In a forked child, so the calling process never initialises CUDA
  * (a child forked after that could not use it): 1 when a device is
@@ -12,6 +21,11 @@ int gpu_available(char *why, size_t len);
 /* In a rank's process: opens the driver and makes device 0's primary
  * context current (every rank of the one-GPU host shares it). 0 or -1. */
 int gpu_open(void);
+/* In a rank: gpu_open, then weft_init; exits with a message on failure. */
+weft_comm_t gpu_weft_start(void);
+/* "WEFT_LOG_LEVEL=<WEFT_TEST_LOG_LEVEL or error>" for the ranks' environment
+ * (WEFT_TEST_LOG_LEVEL=debug shows their logs when one fails). */
+const char *gpu_log_level_env(void);
 void *gpu_alloc(size_t bytes);
 void gpu_free(void *p);
 int gpu_upload(void *dev, const void *host, size_t bytes);

@@ -17,20 +17,11 @@
 
 static const char *const paths[] = {"WEFT_CUDA=staged", "WEFT_CUDA=auto", "WEFT_CUDA_SMALL=0"};
 
-static void need_gpu(void)
-{
-    char why[256];
-    if (!gpu_available(why, sizeof(why))) cr_skip_test("no CUDA device: %s", why);
-}
-
 /* Runs body on n ranks under each path (extra: up to two more variables, or NULL). */
 static void run_paths(int n, th_body_fn body, void *arg, const char *const *extra)
 {
-    need_gpu();
-    /* WEFT_TEST_LOG_LEVEL=debug shows the ranks' logs when one fails. */
-    static char level[64];
-    snprintf(level, sizeof(level), "WEFT_LOG_LEVEL=%s",
-             getenv("WEFT_TEST_LOG_LEVEL") ? getenv("WEFT_TEST_LOG_LEVEL") : "error");
+    GPU_NEED();
+    const char *level = gpu_log_level_env();
     for (int p = 0; p < 3; p++) {
         const char *env[] = {
             level, "WEFT_TIMEOUT=60", paths[p], extra ? extra[0] : NULL, extra && extra[0] ? extra[1] : NULL, NULL};
@@ -38,19 +29,6 @@ static void run_paths(int n, th_body_fn body, void *arg, const char *const *extr
         cr_assert_eq(res.timed_out, 0, "%s: hung", paths[p]);
         cr_assert_eq(res.failed, 0, "%s: %d of %d ranks failed", paths[p], res.failed, n);
     }
-}
-
-static weft_comm_t start(void)
-{
-    if (gpu_open()) {
-        fprintf(stderr, "no CUDA context on device 0\n");
-        exit(1);
-    }
-    if (weft_init(NULL, NULL)) {
-        fprintf(stderr, "weft_init: %s\n", weft_last_error());
-        exit(1);
-    }
-    return weft_comm_world();
 }
 
 static unsigned char pattern(int src, size_t i, size_t n)
@@ -112,7 +90,7 @@ static const size_t sizes[] = {1, 8, 4095, 65539, 524288, 524289, 3 * 1048576 + 
 static int body_ring(int rank, int size, void *arg)
 {
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     int right = (rank + 1) % size, left = (rank + size - 1) % size;
     static const int place[3][2] = {{1, 1}, {0, 1}, {1, 0}}; /* {send on device, receive on device} */
     for (int p = 0; p < 3; p++)
@@ -161,7 +139,7 @@ static size_t any_len(int seq)
 static int body_any(int rank, int size, void *arg)
 {
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     if (rank) {
         for (int seq = 0; seq < PER_SENDER; seq++) {
             size_t n = any_len(seq);
@@ -199,7 +177,7 @@ static int body_edges(int rank, int size, void *arg)
 {
     (void)size;
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     size_t big = 1 << 20;
     void *s = buffer(1, big, rank), *r = buffer(1, big, -1);
     weft_status_t st;
@@ -257,7 +235,7 @@ static int body_bad(int rank, int size, void *arg)
     (void)rank;
     (void)size;
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     void *d = gpu_alloc(1000);
     int rc = weft_send(d, 2000, WEFT_BYTE, 0, 0, w);
     TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "past the end of its device allocation"),
@@ -289,7 +267,7 @@ static int body_off(int rank, int size, void *arg)
     (void)rank;
     (void)size;
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     void *d = gpu_alloc(64);
     int rc = weft_send(d, 64, WEFT_BYTE, 0, 0, w);
     TH_CHECK(rc == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "send buffer is device memory"),
@@ -301,7 +279,7 @@ static int body_off(int rank, int size, void *arg)
 
 Test(cuda, device_support_off, .timeout = 120)
 {
-    need_gpu();
+    GPU_NEED();
     const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_CUDA=off", NULL};
     th_result_t res = th_run(1, body_off, NULL, 60, env);
     cr_assert_eq(res.failed, 0);

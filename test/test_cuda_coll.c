@@ -12,44 +12,23 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <unistd.h>
-
-static void need_gpu(void)
-{
-    char why[256];
-    if (!gpu_available(why, sizeof(why))) cr_skip_test("no CUDA device: %s", why);
-}
 
 static void run(int n, th_body_fn body, const char *extra)
 {
-    need_gpu();
-    static char level[64];
-    snprintf(level, sizeof(level), "WEFT_LOG_LEVEL=%s",
-             getenv("WEFT_TEST_LOG_LEVEL") ? getenv("WEFT_TEST_LOG_LEVEL") : "error");
+    GPU_NEED();
+    const char *level = gpu_log_level_env();
     const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", extra, NULL};
     th_result_t res = th_run(n, body, NULL, 240, env);
     cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
 }
 
-static weft_comm_t start(void)
-{
-    if (gpu_open()) {
-        fprintf(stderr, "no CUDA context on device 0\n");
-        exit(1);
-    }
-    if (weft_init(NULL, NULL)) {
-        fprintf(stderr, "weft_init: %s\n", weft_last_error());
-        exit(1);
-    }
-    return weft_comm_world();
-}
-
-static const weft_dtype_t types[] = {WEFT_INT8,  WEFT_UINT8,  WEFT_INT16,   WEFT_UINT16,    WEFT_INT32,   WEFT_UINT32,
+static const weft_dtype_t types[] = {WEFT_INT8,  WEFT_UINT8,  WEFT_INT16,   WEFT_UINT16,   WEFT_INT32,   WEFT_UINT32,
                                      WEFT_INT64, WEFT_UINT64, WEFT_FLOAT16, WEFT_BFLOAT16, WEFT_FLOAT32, WEFT_FLOAT64};
 enum { NTYPES = (int)(sizeof(types) / sizeof(types[0])) };
 static const weft_op_t ops[] = {WEFT_SUM, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG};
@@ -144,10 +123,10 @@ static void same(weft_comm_t w, const void *ref, const void *dev_out, size_t byt
 
 static size_t esize(weft_dtype_t t)
 {
-    return t == WEFT_INT8 || t == WEFT_UINT8       ? 1
+    return t == WEFT_INT8 || t == WEFT_UINT8                          ? 1
            : t == WEFT_INT64 || t == WEFT_UINT64 || t == WEFT_FLOAT64 ? 8
            : t == WEFT_INT32 || t == WEFT_UINT32 || t == WEFT_FLOAT32 ? 4
-                                                                       : 2;
+                                                                      : 2;
 }
 
 static int is_unsigned(weft_dtype_t t)
@@ -161,7 +140,7 @@ static const size_t counts[] = {1, 7, 1000, 2049, 5000};
 static int body_allreduce(int rank, int size, void *arg)
 {
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     for (int ti = 0; ti < NTYPES; ti++)
         for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++)
             for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
@@ -221,7 +200,7 @@ Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
 static int body_others(int rank, int size, void *arg)
 {
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     static const size_t sizes[] = {1, 3, 4095, 4097, 10001};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         size_t n = sizes[k], all = n * (size_t)size;
@@ -296,7 +275,7 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
 static int body_stream(int rank, int size, void *arg)
 {
     (void)arg;
-    weft_comm_t w = start();
+    weft_comm_t w = gpu_weft_start();
     enum { N = 1000 };
     float in[N], *got;
     void *st = gpu_stream();
@@ -340,8 +319,8 @@ static int body_stream(int rank, int size, void *arg)
         got = host_of(dall, sizeof(in) * (size_t)size);
         for (int r = 0; r < size; r++)
             for (int i = 0; i < N; i++)
-                TH_CHECK(got[r * N + i] == (float)(r * 10 + k + i % 3), "replay %d: allgather block %d element %d is %g",
-                         k, r, i, got[r * N + i]);
+                TH_CHECK(got[r * N + i] == (float)(r * 10 + k + i % 3),
+                         "replay %d: allgather block %d element %d is %g", k, r, i, got[r * N + i]);
         free(got);
     }
     gpu_graph_free(g);
@@ -398,7 +377,7 @@ Test(cuda_coll, stream_and_graph_4_ranks, .timeout = 300)
 static int body_timeout(int rank, int size, void *arg)
 {
     (void)arg;
-    weft_comm_t w = start(), spare;
+    weft_comm_t w = gpu_weft_start(), spare;
     TH_OK(weft_comm_dup(w, NULL, &spare));
     float one[4] = {1, 1, 1, 1}, ref[4];
     void *d = dev_copy(one, sizeof(one)), *o = gpu_alloc(sizeof(one));
@@ -427,7 +406,7 @@ static int body_timeout(int rank, int size, void *arg)
 
 Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
 {
-    need_gpu();
+    GPU_NEED();
     const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", NULL};
     th_result_t res = th_run(3, body_timeout, NULL, 120, env);
     cr_assert_eq(res.timed_out, 0, "hung");
@@ -440,7 +419,7 @@ Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
 static int body_kill(int rank, int size, void *arg)
 {
     (void)arg;
-    weft_comm_t w = start(), s;
+    weft_comm_t w = gpu_weft_start(), s;
     float one[4] = {1, 1, 1, 1};
     void *d = dev_copy(one, sizeof(one)), *o = gpu_alloc(sizeof(one));
     TH_OK(weft_allreduce(d, o, 4, WEFT_FLOAT32, WEFT_SUM, w));
@@ -469,7 +448,7 @@ static int body_kill(int rank, int size, void *arg)
 
 Test(cuda_coll, killed_rank_then_shrink, .timeout = 300)
 {
-    need_gpu();
+    GPU_NEED();
     const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", NULL};
     th_result_t res = th_run(3, body_kill, NULL, 120, env);
     cr_assert_eq(res.timed_out, 0, "hung");

@@ -17,8 +17,9 @@
  * out of step). Semantics as for CUDA-aware MPI: the caller synchronises
  * the stream that wrote the buffers; the call returns when the result is in
  * place. */
-#include "coll/coll.h"
 #include "pt2pt/cuda.h"
+
+#include "coll/coll.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,9 +49,9 @@ static const weft_var_t vars[] = {
 
 /* ---- the kernels, one module per context ------------------------------------ */
 
-static const char *const reduce_names[] = {"weft_ck_reduce_i8",  "weft_ck_reduce_u8",  "weft_ck_reduce_i16",
-                                           "weft_ck_reduce_u16", "weft_ck_reduce_i32", "weft_ck_reduce_u32",
-                                           "weft_ck_reduce_i64", "weft_ck_reduce_u64", "weft_ck_reduce_f16",
+static const char *const reduce_names[] = {"weft_ck_reduce_i8",   "weft_ck_reduce_u8",  "weft_ck_reduce_i16",
+                                           "weft_ck_reduce_u16",  "weft_ck_reduce_i32", "weft_ck_reduce_u32",
+                                           "weft_ck_reduce_i64",  "weft_ck_reduce_u64", "weft_ck_reduce_f16",
                                            "weft_ck_reduce_bf16", "weft_ck_reduce_f32", "weft_ck_reduce_f64"};
 enum { NREDUCE = (int)(sizeof(reduce_names) / sizeof(reduce_names[0])) };
 
@@ -221,8 +222,8 @@ static int setup(cuda_state_t *st)
                             st->comm->name, p, (unsigned long long)all[p].slot, st->slot);
         } else if (p == st->me) {
             st->peer[p] = st->region;
-        } else if ((r = weft_cu.ipc_open_mem_handle(&st->peer[p], all[p].handle,
-                                                    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != CUDA_SUCCESS) {
+        } else if ((r = weft_cu.ipc_open_mem_handle(&st->peer[p], all[p].handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=
+                   CUDA_SUCCESS) {
             rc = weft_error(WEFT_ERR_UNSUPPORTED,
                             "coll/cuda: comm %s: mapping rank %d's scratch (device %d) through CUDA IPC failed: %s",
                             st->comm->name, p, (int)all[p].device, weft_cu_text(r));
@@ -552,8 +553,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
     if (weft_comm_spans_nodes(comm)) return weft_coll_decline("coll/cuda: the communicator spans nodes");
     if (comm->size > WEFT_CK_MAX_RANKS)
         return weft_coll_decline("coll/cuda: %d ranks (at most %d)", comm->size, WEFT_CK_MAX_RANKS);
-    int reduces = a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_REDUCE ||
-                  a->kind == WEFT_COLL_REDUCE_SCATTER_BLOCK;
+    int reduces =
+        a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_REDUCE || a->kind == WEFT_COLL_REDUCE_SCATTER_BLOCK;
     if (reduces && (a->op > WEFT_AVG || (int)a->dtype >= NREDUCE))
         return weft_coll_decline("coll/cuda: %s on %s", weft_op_name(a->op), weft_dtype_name(a->dtype));
     CUcontext ctx = NULL;
@@ -627,8 +628,8 @@ CUDA_ALG(WEFT_COLL_ALLGATHER, allgather, "every rank stages its block, then copi
 CUDA_ALG(WEFT_COLL_ALLTOALL, alltoall, "every rank stages its blocks, then copies its block of every peer's slot")
 
 static const weft_coll_alg_t *const algorithms[] = {
-    &weft_alg_barrier_cuda,   &weft_alg_allreduce_cuda, &weft_alg_reduce_cuda,   &weft_alg_reduce_scatter_block_cuda,
-    &weft_alg_bcast_cuda,     &weft_alg_allgather_cuda, &weft_alg_alltoall_cuda, NULL,
+    &weft_alg_barrier_cuda, &weft_alg_allreduce_cuda, &weft_alg_reduce_cuda,   &weft_alg_reduce_scatter_block_cuda,
+    &weft_alg_bcast_cuda,   &weft_alg_allgather_cuda, &weft_alg_alltoall_cuda, NULL,
 };
 
 static const int max_ranks = 8, hdr = 4096;
