@@ -69,48 +69,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "osu/size.h"
+#include "osu/floor.h"
 
 #define MAXR 8
 #define MAX_REPS 1000
 #define LIMIT_S 60.0                         /* seconds without progress before giving up on the processes */
 #define SPIN_LIMIT_NS 2000000000ull          /* a flag kernel's wait for one peer */
 #define TRAFFIC_PER_REP ((size_t)256 << 20) /* bytes a traffic repetition moves at least (calls permitting) */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {us / 1000000, us % 1000000 * 1000};
-    nanosleep(&ts, NULL);
-}
-
-static size_t next_size(size_t s)
-{
-    return s ? s * 2 : 1;
-}
 
 /* ------------------------------------------------------------------ */
 /* Kernels                                                              */
@@ -264,15 +232,6 @@ static int cuda_start(int device, char *err, size_t len)
     return 0;
 }
 
-static void mps_note(char *buf, size_t len)
-{
-    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
-    struct stat st;
-    snprintf(buf, len, "MPS control pipe %s (%s)", stat(path, &st) ? "not found" : "found", path);
-}
-
 /* ------------------------------------------------------------------ */
 /* Traffic floor                                                        */
 /* ------------------------------------------------------------------ */
@@ -347,14 +306,14 @@ static meas_t measure(int test, int r, size_t bytes, int reps, int calls_max, do
         launch(test, r, bytes); /* warm-up */
     cuda_check(cudaStreamSynchronize(tr.stream), "cudaStreamSynchronize");
     for (int rep = 0; rep < reps; rep++) {
-        double t0 = now();
+        double t0 = floor_now();
         for (int c = 0; c < calls; c++) {
             launch(test, r, bytes);
             cuda_check(cudaStreamSynchronize(tr.stream), "cudaStreamSynchronize");
         }
-        t[rep] = (now() - t0) / calls;
+        t[rep] = (floor_now() - t0) / calls;
     }
-    m.call_us = median(t, reps) * 1e6;
+    m.call_us = floor_median(t, reps) * 1e6;
     cudaEvent_t e0, e1;
     cuda_check(cudaEventCreate(&e0), "cudaEventCreate");
     cuda_check(cudaEventCreate(&e1), "cudaEventCreate");
@@ -368,19 +327,19 @@ static meas_t measure(int test, int r, size_t bytes, int reps, int calls_max, do
         cuda_check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
         t[rep] = ms * 1e-3 / calls;
     }
-    m.kernel_us = median(t, reps) * 1e6;
+    m.kernel_us = floor_median(t, reps) * 1e6;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     for (int rep = 0; rep < reps; rep++) {
-        double t0 = now();
+        double t0 = floor_now();
         for (int c = 0; c < calls; c++) {
             for (int j = 0; j < r; j++)
                 launch(test, r, bytes);
             cuda_check(cudaStreamSynchronize(tr.stream), "cudaStreamSynchronize");
         }
-        t[rep] = (now() - t0) / calls;
+        t[rep] = (floor_now() - t0) / calls;
     }
-    m.shared_us = median(t, reps) * 1e6;
+    m.shared_us = floor_median(t, reps) * 1e6;
     m.gbps = m.kernel_us > 0 ? (double)traffic / (m.kernel_us * 1e-6) / 1e9 : 0;
     return m;
 }
@@ -418,7 +377,7 @@ static int traffic(int device, const int *ranks, int nranks, size_t lo, size_t h
     fflush(stdout);
     for (int i = 0; i < nranks; i++) {
         int r = ranks[i];
-        for (size_t s = lo ? lo : 1; s <= hi; s = next_size(s)) {
+        for (size_t s = lo ? lo : 1; s <= hi; s = floor_next_size(s)) {
             printf("%-7d %10zu", r, s);
             for (int test = 0; test < NT; test++) {
                 if (test == T_REDUCE && s < 4) { /* not one float */
@@ -496,12 +455,12 @@ static void s_check(void)
 static void s_meet(int st)
 {
     set_state(st);
-    double t0 = now();
+    double t0 = floor_now();
     for (int p = 0; p < s_n; p++)
         while (load_state(p) < st) {
             s_check();
-            if (now() - t0 > LIMIT_S) s_fail(1, "process %d did not reach step %d in %.0f s", p, st, LIMIT_S);
-            sleep_us(100);
+            if (floor_now() - t0 > LIMIT_S) s_fail(1, "process %d did not reach step %d in %.0f s", p, st, LIMIT_S);
+            floor_sleep_us(100);
         }
 }
 
@@ -548,7 +507,7 @@ static void sync_child(int device, int reps, int iters)
     a.timed_out = (volatile int *)timed_out_dev;
     s_meet(S_OPEN);
     for (int rep = -1; rep < reps; rep++) { /* -1: warm-up */
-        double t0 = now();
+        double t0 = floor_now();
         for (int i = 0; i < iters; i++) {
             a.seq++;
             sync_k<<<1, (unsigned)(s_n - 1), 0, stream>>>(a);
@@ -559,7 +518,7 @@ static void sync_child(int device, int reps, int iters)
                 s_fail(1, "iteration %llu: process %d's flag did not arrive within %.0f s", a.seq, gone - 1,
                        SPIN_LIMIT_NS * 1e-9);
         }
-        if (rep >= 0) sh->t[s_me][rep] = (now() - t0) / iters;
+        if (rep >= 0) sh->t[s_me][rep] = (floor_now() - t0) / iters;
         __atomic_fetch_add(&sh->progress, 1, __ATOMIC_RELAXED);
         s_check();
     }
@@ -610,7 +569,7 @@ static int sync_run(int n, int device, int reps, int iters, FILE *csv, int *head
     }
     /* Watch: every process ends, or one fails (the others follow it), or nothing moves for LIMIT_S. */
     unsigned long long last = 0;
-    double t_last = now(), t_fail = 0;
+    double t_last = floor_now(), t_fail = 0;
     int left = n, killed = 0;
     while (left) {
         for (int i = 0; i < n; i++) {
@@ -620,18 +579,18 @@ static int sync_run(int n, int device, int reps, int iters, FILE *csv, int *head
                 if (r < 0) status[i] = -1;
                 reaped[i] = 1, left--;
                 int ok = status[i] != -1 && WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0;
-                if (!ok && !t_fail) t_fail = now();
+                if (!ok && !t_fail) t_fail = floor_now();
             }
         }
         unsigned long long prog = __atomic_load_n(&sh->progress, __ATOMIC_RELAXED);
-        double t = now();
+        double t = floor_now();
         if (prog != last) last = prog, t_last = t;
         if (left && !killed && (t - t_last > LIMIT_S || (t_fail && t - t_fail > 10))) {
             for (int i = 0; i < n; i++)
                 if (!reaped[i]) kill(pid[i], SIGKILL);
             killed = 1;
         }
-        if (left) sleep_us(1000);
+        if (left) floor_sleep_us(1000);
     }
     int rc = 0;
     for (int i = 0; i < n && !rc; i++)
@@ -658,7 +617,7 @@ static int sync_run(int n, int device, int reps, int iters, FILE *csv, int *head
     }
     if (!*header_done) {
         char mps[4400];
-        mps_note(mps, sizeof(mps));
+        floor_mps_note(mps, sizeof(mps));
         printf("# weft coll-floor: sync floor, R processes on %s; %s\n"
                "# us per iteration: one launch of a flag kernel (release-store to every peer's flags, acquire-spin\n"
                "# on theirs, system scope, CUDA IPC) + cudaStreamSynchronize; median of %d repetitions of %d\n"
@@ -671,11 +630,11 @@ static int sync_run(int n, int device, int reps, int iters, FILE *csv, int *head
     double lo = 0, hi = 0;
     for (int i = 0; i < n; i++) {
         memcpy(all + (size_t)i * reps, sh->t[i], sizeof(double) * (size_t)reps);
-        double m = median(sh->t[i], reps) * 1e6;
+        double m = floor_median(sh->t[i], reps) * 1e6;
         lo = i == 0 || m < lo ? m : lo;
         hi = i == 0 || m > hi ? m : hi;
     }
-    double m = median(all, n * reps) * 1e6;
+    double m = floor_median(all, n * reps) * 1e6;
     printf("%-7d %12.2f %12.2f %12.2f\n", n, m, lo, hi);
     fflush(stdout);
     if (csv) fprintf(csv, "sync,%d,0,%.4f,,,,%d\n", n, m, reps);
@@ -686,13 +645,6 @@ static int sync_run(int n, int device, int reps, int iters, FILE *csv, int *head
 /* ------------------------------------------------------------------ */
 /* main                                                                 */
 /* ------------------------------------------------------------------ */
-static int parse_range(const char *s, size_t *lo, size_t *hi)
-{
-    const char *end;
-    if (osu_parse_size(s, lo, &end) || *end != ':' || osu_parse_size(end + 1, hi, &end) || *end) return -1;
-    return *lo > *hi || *hi > ((size_t)1 << 32) ? -1 : 0;
-}
-
 static int parse_ranks(const char *s, int *ranks, int *n)
 {
     *n = 0;
@@ -746,7 +698,7 @@ int main(int argc, char **argv)
         } else if (!v) {
             bad = 1;
         } else if (!strcmp(a, "-m")) {
-            bad = parse_range(v, &lo, &hi);
+            bad = floor_parse_range(v, &lo, &hi, (size_t)1 << 32);
         } else if (!strcmp(a, "-r")) {
             bad = parse_ranks(v, ranks, &nranks);
         } else if (!strcmp(a, "-n")) {

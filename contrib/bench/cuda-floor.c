@@ -56,7 +56,7 @@
 #define _GNU_SOURCE
 #endif
 #include "osu/cuda_mem.h"
-#include "osu/size.h"
+#include "osu/floor.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -67,44 +67,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { DTOD, DTOH, HTOD, NDIR };
 static const char *dir_name[NDIR] = {"DtoD", "DtoH", "HtoD"};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int parse_range(const char *s, size_t *lo, size_t *hi)
-{
-    const char *end;
-    if (osu_parse_size(s, lo, &end) || *end != ':' || osu_parse_size(end + 1, hi, &end) || *end) return -1;
-    return *lo > *hi || *hi > ((size_t)1 << 34) ? -1 : 0;
-}
-
-static size_t next_size(size_t s)
-{
-    return s ? s * 2 : 1;
-}
 
 static void *dev_src, *dev_dst, *host_buf;
 
@@ -153,12 +120,12 @@ static void pp_end_row(void)
 /* The parent: reaps the child, waiting up to limit seconds, then SIGKILL (limit 0: one look, no kill). */
 static int pp_reap(double limit)
 {
-    for (double t0 = now(); !pp_reaped;) {
+    for (double t0 = floor_now(); !pp_reaped;) {
         pid_t r = waitpid(pp_child, &pp_status, WNOHANG);
         if (r == pp_child || (r < 0 && errno != EINTR)) {
             if (r < 0) pp_status = -1;
             pp_reaped = 1;
-        } else if (now() - t0 >= limit) {
+        } else if (floor_now() - t0 >= limit) {
             if (limit > 0) {
                 kill(pp_child, SIGKILL);
                 while (waitpid(pp_child, &pp_status, 0) < 0 && errno == EINTR)
@@ -167,7 +134,7 @@ static int pp_reap(double limit)
             }
             break;
         } else {
-            nanosleep(&(struct timespec){0, 1000000}, NULL);
+            floor_sleep_us(1000);
         }
     }
     return pp_reaped;
@@ -236,7 +203,7 @@ static void pp_wait(_Atomic uint64_t *w, uint64_t v)
     double t0 = 0, last = 0;
     for (unsigned spins = 1; atomic_load_explicit(w, memory_order_acquire) < v; spins++) {
         if (spins % 1024) continue;
-        double t = now();
+        double t = floor_now();
         if (!t0) t0 = last = t;
         if (t - last < 0.01) continue;
         last = t;
@@ -267,7 +234,7 @@ static void pp_op(int op, size_t bytes)
  * first; it times from its first turn to the end of the child's last. */
 static double pp_run(int op, size_t bytes, int roundtrips)
 {
-    double t0 = now();
+    double t0 = floor_now();
     for (int k = 0; k < roundtrips; k++) {
         if (pp_me == 1) pp_wait(&pp->seq, pp_next);
         pp_op(op, bytes);
@@ -275,7 +242,7 @@ static double pp_run(int op, size_t bytes, int roundtrips)
         pp_next += 2;
         if (pp_me == 0) pp_wait(&pp->seq, pp_next);
     }
-    return (now() - t0) / roundtrips / 2;
+    return (floor_now() - t0) / roundtrips / 2;
 }
 
 /* Tells the peer this process reached state, then waits for the peer to reach it. */
@@ -324,14 +291,11 @@ static int pingpong(int device, int reps, int roundtrips, size_t lo, size_t hi, 
             if (!(csv = fopen(csv_path, "w"))) pp_fail(2, "cannot open %s: %s", csv_path, strerror(errno));
             fprintf(csv, "test,direction,size,median_us,mbs,reps\n");
         }
-        char mps[4096];
-        const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-        snprintf(mps, sizeof(mps), "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
-        struct stat st;
+        char mps[4400];
+        floor_mps_note(mps, sizeof(mps));
         int v = cm_driver_version();
-        printf("# weft cuda-floor --pingpong: two processes on device %d (%s), driver %d.%d; MPS control pipe %s "
-               "(%s)\n",
-               cm_device(), cm_device_name(), v / 1000, v % 1000 / 10, stat(mps, &st) ? "not found" : "found", mps);
+        printf("# weft cuda-floor --pingpong: two processes on device %d (%s), driver %d.%d; %s\n", cm_device(),
+               cm_device_name(), v / 1000, v % 1000 / 10, mps);
         printf("# us per one-way handoff (round trip / 2), median of %d repetitions of %d round trips; a turn: the\n"
                "# copy on a non-blocking stream, cuStreamSynchronize, then the turn flag; host memory pinned;\n"
                "# peer-DtoD reads the other process's buffer through CUDA IPC; none: the flag alone\n",
@@ -346,7 +310,7 @@ static int pingpong(int device, int reps, int roundtrips, size_t lo, size_t hi, 
         fflush(stdout);
     }
     /* Both processes run the same schedule; only the parent's times count. */
-    for (size_t s = lo ? lo : 1; s <= hi; s = next_size(s)) {
+    for (size_t s = lo ? lo : 1; s <= hi; s = floor_next_size(s)) {
         if (pp_me == 0) printf("%-12zu", s), pp_midline = 1;
         for (int op = 0; op < NPP; op++) {
             pp_run(op, s, 10); /* warm-up */
@@ -355,7 +319,7 @@ static int pingpong(int device, int reps, int roundtrips, size_t lo, size_t hi, 
                 if (t) t[r] = one_way;
             }
             if (pp_me) continue;
-            double m = median(t, reps);
+            double m = floor_median(t, reps);
             printf("%16.2f", m * 1e6);
             if (csv)
                 fprintf(csv, "pingpong,%s,%zu,%.4f,%.4f,%d\n", pp_name[op], s, m * 1e6,
@@ -414,9 +378,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "-d")) {
             device = atoi(v), bad = device < 0;
         } else if (!strcmp(a, "-b")) {
-            bad = parse_range(v, &bw_lo, &bw_hi);
+            bad = floor_parse_range(v, &bw_lo, &bw_hi, (size_t)1 << 34);
         } else if (!strcmp(a, "-l")) {
-            bad = parse_range(v, &lat_lo, &lat_hi), lat_set = 1;
+            bad = floor_parse_range(v, &lat_lo, &lat_hi, (size_t)1 << 34), lat_set = 1;
         } else if (!strcmp(a, "--csv")) {
             csv_path = v;
         } else {
@@ -473,16 +437,16 @@ int main(int argc, char **argv)
     if (do_bw) {
         printf("# Bandwidth (MB/s = 10^6 B/s): one copy per repetition, timed to its completion; host: pinned\n");
         printf("%-12s%16s%16s%16s\n", "# Size", "DtoD (MB/s)", "DtoH (MB/s)", "HtoD (MB/s)");
-        for (size_t s = bw_lo ? bw_lo : 1; s <= bw_hi; s = next_size(s)) {
+        for (size_t s = bw_lo ? bw_lo : 1; s <= bw_hi; s = floor_next_size(s)) {
             printf("%-12zu", s);
             for (int d = 0; d < NDIR; d++) {
                 copy(d, s); /* warm-up */
                 for (int r = 0; r < reps; r++) {
-                    double t0 = now();
+                    double t0 = floor_now();
                     copy(d, s);
-                    t[r] = now() - t0;
+                    t[r] = floor_now() - t0;
                 }
-                double m = median(t, reps), mbs = (double)s / m / 1e6;
+                double m = floor_median(t, reps), mbs = (double)s / m / 1e6;
                 printf("%16.2f", mbs);
                 if (csv) fprintf(csv, "bw,%s,%zu,%.4f,%.4f,%d\n", dir_name[d], s, m * 1e6, mbs, reps);
             }
@@ -495,18 +459,18 @@ int main(int argc, char **argv)
                "# DtoD: cuMemcpyDtoD + cuCtxSynchronize; DtoH, HtoD: pinned host, synchronous)\n",
                copies);
         printf("%-12s%16s%16s%16s\n", "# Size", "DtoD (us)", "DtoH (us)", "HtoD (us)");
-        for (size_t s = lat_lo ? lat_lo : 1; s <= lat_hi; s = next_size(s)) {
+        for (size_t s = lat_lo ? lat_lo : 1; s <= lat_hi; s = floor_next_size(s)) {
             printf("%-12zu", s);
             for (int d = 0; d < NDIR; d++) {
                 for (int k = 0; k < 10; k++)
                     copy(d, s); /* warm-up */
                 for (int r = 0; r < reps; r++) {
-                    double t0 = now();
+                    double t0 = floor_now();
                     for (int k = 0; k < copies; k++)
                         copy(d, s);
-                    t[r] = (now() - t0) / copies;
+                    t[r] = (floor_now() - t0) / copies;
                 }
-                double m = median(t, reps);
+                double m = floor_median(t, reps);
                 printf("%16.2f", m * 1e6);
                 if (csv) fprintf(csv, "lat,%s,%zu,%.4f,%.4f,%d\n", dir_name[d], s, m * 1e6, (double)s / m / 1e6, reps);
             }

@@ -49,41 +49,23 @@
 # ranks share it), sync (a launch plus one flag round trip among R
 # processes), weft/max = weft / max(traffic, sync).
 set -euo pipefail
+# shellcheck source=contrib/bench/gpu-lib.sh
+. "$(dirname "$0")/gpu-lib.sh"
 
 args="$*"
-builddir=. outdir=${TMPDIR:-/tmp}/weft-gpu-coll rounds=3 ranks_list=2,4
-programs=allreduce,allgather,bcast,reduce-scatter-block,alltoall,barrier sizes=4:16m
-limit=120 deadline=540 floor=1 validate=0 all_sizes=0 copy_to="" mps=0
-weft_env=()
+outdir=${TMPDIR:-/tmp}/weft-gpu-coll limit=120 ranks_list=2,4
+programs=allreduce,allgather,bcast,reduce-scatter-block,alltoall,barrier sizes=4:16m floor=1
 while [ $# -gt 0 ]; do
     case $1 in
-        -b) builddir=$2; shift 2 ;;
-        -o) outdir=$2; shift 2 ;;
-        -r) rounds=$2; shift 2 ;;
         -n) ranks_list=$2; shift 2 ;;
         -p) programs=$2; shift 2 ;;
         -m) sizes=$2; shift 2 ;;
-        -t) limit=$2; shift 2 ;;
-        -T) deadline=$2; shift 2 ;;
-        -e) weft_env+=("$2"); shift 2 ;;
         --no-floor) floor=0; shift ;;
-        --validate) validate=1; shift ;;
-        --all-sizes) all_sizes=1; shift ;;
-        --mps) mps=1; shift ;;
-        --copy) copy_to=$2; shift 2 ;;
-        -h | --help) sed -n '2,50p' "$0"; exit 0 ;;
-        --) shift; break ;;
-        *) echo "gpu-coll.sh: unknown option $1 (see -h)" >&2; exit 2 ;;
+        *) common_option "$@"; [ "$opt_shift" -gt 0 ] || { shift; break; }; shift "$opt_shift" ;;
     esac
 done
 extra=("$@")
-srcdir=$(cd "$(dirname "$0")/../.." && pwd)
-builddir=$(cd "$builddir" && pwd)
-bench=$builddir/contrib/bench
-outdir=$(realpath -m "$outdir")
-case $outdir/ in "$(realpath "$srcdir")"/docs/*)
-    echo "gpu-coll.sh: raw runs do not go under docs/ (-o elsewhere)" >&2; exit 2 ;;
-esac
+setup_dirs
 IFS=, read -r -a nps <<<"$ranks_list"
 IFS=, read -r -a progs <<<"$programs"
 for np in "${nps[@]}"; do
@@ -94,73 +76,21 @@ if [ "$floor" = 1 ] && [ ! -x "$bench/coll-floor" ]; then
     echo "gpu-coll.sh: $bench/coll-floor not built (configure found no nvcc): no floor columns" >&2
     floor=0
 fi
-mkdir -p "$outdir"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-launcher=mpirun
-if ! command -v mpirun >/dev/null; then
-    launcher=weftrun
-    if [ ! -x "$builddir/src/tools/weftrun" ] || ! command -v taskset >/dev/null; then
-        echo "gpu-coll.sh: neither mpirun nor $builddir/src/tools/weftrun with taskset" >&2
-        exit 2
-    fi
-fi
-log=$outdir/gpu-coll.log
-echo "# $(date -u +%FT%TZ) gpu-coll.sh $args (launcher: $launcher)" >>"$log"
-if [ "$mps" = 1 ]; then
-    command -v nvidia-cuda-mps-control >/dev/null || { echo "gpu-coll.sh: --mps: no nvidia-cuda-mps-control" >&2; exit 2; }
-    export CUDA_MPS_PIPE_DIRECTORY=$outdir/mps-pipe CUDA_MPS_LOG_DIRECTORY=$outdir/mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d || { echo "gpu-coll.sh: --mps: nvidia-cuda-mps-control -d failed" >&2; exit 2; }
-    trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true' EXIT
-    echo "# MPS: on (a control daemon of this run, pipe $CUDA_MPS_PIPE_DIRECTORY)" | tee -a "$log"
-fi
+setup_launcher
+start_log "$args"
 
 # The host, once per call.
-{
-    gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader 2>/dev/null | head -1 || true)
-    echo "# GPU: ${gpu:-unknown (no nvidia-smi)}; $(nproc) cores; $(uname -r)"
-    w=$(LD_LIBRARY_PATH=$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$builddir/src/tools/weft_info" 2>/dev/null |
-        grep -o 'cuda=[^)]*)\?' | head -1 || true)
-    [ -z "$w" ] || echo "# weft: $w (weft_info)"
-} | tee -a "$log"
+host_lines | tee -a "$log"
 
-failures=0
-note_failure() { # what, output file: its first lines that are neither table nor mpirun's boilerplate
-    failures=$((failures + 1))
-    local line
-    line="FAILED: $1: $(grep -v '^#\|^[0-9]\|^---\|^ *$' "$2" | grep -Eiv 'primary job|per user-direction|mpirun detected|process name|exit code|to be terminated|first process to do so|has been aborted' |
-        head -n 2 | tr '\n' ' ' | cut -c1-300)"
-    echo "$line" >>"$log"
-    [ "$failures" -gt 5 ] || echo "$line" # the first five on stdout, every one in the log
-}
-
-bind=(--bind-to core --map-by core)
 # One weft-osu run: program ranks round (a number, or "check": a validation run, no CSV) [options...]
 run_osu() {
-    local prog=$1 np=$2 k=$3 margs=() csvargs=() csv out x
+    local prog=$1 np=$2 k=$3 osu_env=("${weft_env[@]}") osu_mpirun=()
     shift 3
-    for x in "${weft_env[@]}"; do margs+=(-x "${x%%=*}"); done
-    csv=$outdir/$prog-np$np-r$k.csv out=$outdir/$prog-np$np-r$k.out
-    if [ "$k" != check ]; then
-        rm -f "$csv"
-        csvargs=(--csv "$csv")
-    fi
-    local launch=(mpirun -np "$np" "${bind[@]}" "${margs[@]}")
-    # shellcheck disable=SC2016 # expanded by each rank's sh
-    [ $launcher = mpirun ] || launch=("$builddir/src/tools/weftrun" -n "$np" sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"')
-    if ! env "${weft_env[@]}" timeout -k 5 "$limit" "${launch[@]}" "$bench/weft-osu" "$prog" -d cuda "${csvargs[@]}" \
-        -i 200 -x 20 --iters-large 40 --warmup-large 4 "$@" >"$out" 2>&1; then
-        note_failure "weft $prog $np ranks round $k ($out)" "$out"
-        [ "$k" = check ] || rm -f "$csv"
-        return 0
-    fi
-    if [ "$k" = check ] && { ! grep -q Pass "$out" || grep -q Fail "$out"; }; then
-        note_failure "weft $prog $np ranks: validation" "$out"
-    fi
+    osu_run "weft $prog $np ranks" "$np" "$k" "$outdir/$prog-np$np-r$k" "$bench/weft-osu" "$prog" -d cuda \
+        -i 200 -x 20 --iters-large 40 --warmup-large 4 "$@"
 }
 
 # coll-floor's sizes: the run's, down to the smallest block of reduce-scatter-block.
-to_bytes() { numfmt --from=iec "$(tr 'km' 'KM' <<<"$1")"; }
 lo=$(to_bytes "${sizes%%:*}") hi=$(to_bytes "${sizes##*:}")
 maxnp=$(printf '%s\n' "${nps[@]}" | sort -n | tail -1)
 flo=$((lo / maxnp))
@@ -191,20 +121,14 @@ if [ "$validate" = 1 ]; then
     echo "# validation (-c, 4 B..1 MiB): ${#progs[@]} programs x ${#nps[@]} rank counts, $failures failed" | tee -a "$log"
 fi
 
-last=0
-for ((k = 1; k <= rounds; k++)); do
-    if [ "$deadline" -gt 0 ] && [ "$k" -gt 1 ] && [ $((SECONDS + last)) -gt "$deadline" ]; then
-        echo "# stopping after round $((k - 1)) of $rounds: another ${last} s would pass -T $deadline" | tee -a "$log"
-        break
-    fi
-    t0=$SECONDS
+one_round() { # round
+    local k=$1 np prog
     [ "$floor" = 0 ] || run_floor "$k"
     for np in "${nps[@]}"; do
         for prog in "${progs[@]}"; do run_osu "$prog" "$np" "$k" -m "$sizes" "${extra[@]}"; done
     done
-    last=$((SECONDS - t0))
-    echo "# round $k/$rounds: $last s ($failures failed so far)" | tee -a "$log"
-done
+}
+run_rounds one_round
 
 # The library and device lines of the last run, and the floor's headers.
 f=$(find "$outdir" -maxdepth 1 -name "*-np*-r*.out" | sort | tail -n 1)
@@ -291,10 +215,4 @@ with open(os.path.join(outdir, "medians.csv"), "w") as f:
         f.write(f"floor-{t}{'-xR' if c == 'shared_us' else ''},{r},{s},{v:.4f},{len(floor[(t, r, s, c)])},coll-floor\n")
 print(f"# every size: {os.path.join(outdir, 'summary-full.txt')}; medians: {os.path.join(outdir, 'medians.csv')}")
 EOF
-if [ -n "$copy_to" ]; then
-    mkdir -p "$copy_to"
-    cp "$outdir/summary-full.txt" "$outdir/medians.csv" "$log" "$copy_to/"
-    tar czf "$copy_to/gpu-coll-raw.tar.gz" -C "$(dirname "$outdir")" "$(basename "$outdir")"
-    echo "# copied to $copy_to: summary-full.txt medians.csv gpu-coll.log gpu-coll-raw.tar.gz"
-fi
-[ "$failures" -eq 0 ] || echo "# $failures runs failed (the first 5 above; all in $log, raw output in $outdir)"
+finish

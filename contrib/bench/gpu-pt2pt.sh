@@ -55,54 +55,29 @@
 # Ratios weft / peer: latency below 1 is weft faster, bandwidth above 1.
 # weft-osu's defaults but for latency -i 1000 -x 100 (large sizes: a tenth).
 set -euo pipefail
+# shellcheck source=contrib/bench/gpu-lib.sh
+. "$(dirname "$0")/gpu-lib.sh"
 
 args="$*"
-builddir=. ucxdir="" outdir=${TMPDIR:-/tmp}/weft-gpu rounds=3 programs=latency,bw,bibw places=DD,DH,HD
-parts="" limit=90 deadline=540 lat_sizes=1:4m bw_sizes=1:16m floor_bw=1m:1g validate=0 ompi_force=0 all_sizes=0 copy_to="" mps=0
-weft_env=() ucx_env=()
+ucxdir="" outdir=${TMPDIR:-/tmp}/weft-gpu programs=latency,bw,bibw places=DD,DH,HD
+parts="" limit=90 lat_sizes=1:4m bw_sizes=1:16m floor_bw=1m:1g ompi_force=0
+ucx_env=()
 while [ $# -gt 0 ]; do
     case $1 in
-        -b) builddir=$2; shift 2 ;;
         -U) ucxdir=$2; shift 2 ;;
-        -o) outdir=$2; shift 2 ;;
-        -r) rounds=$2; shift 2 ;;
         -p) programs=$2; shift 2 ;;
         -P) places=$2; shift 2 ;;
         -C) parts=$2; shift 2 ;;
-        -t) limit=$2; shift 2 ;;
-        -T) deadline=$2; shift 2 ;;
-        -e) weft_env+=("$2"); shift 2 ;;
         --lat-sizes) lat_sizes=$2; shift 2 ;;
         --bw-sizes) bw_sizes=$2; shift 2 ;;
         --floor-bw) floor_bw=$2; shift 2 ;;
-        --validate) validate=1; shift ;;
         --ompi-force) ompi_force=1; shift ;;
-        --all-sizes) all_sizes=1; shift ;;
-        --mps) mps=1; shift ;;
-        --copy) copy_to=$2; shift 2 ;;
-        -h | --help) sed -n '2,56p' "$0"; exit 0 ;;
-        --) shift; break ;;
-        *) echo "gpu-pt2pt.sh: unknown option $1 (see -h)" >&2; exit 2 ;;
+        *) common_option "$@"; [ "$opt_shift" -gt 0 ] || { shift; break; }; shift "$opt_shift" ;;
     esac
 done
 extra=("$@")
-srcdir=$(cd "$(dirname "$0")/../.." && pwd)
-builddir=$(cd "$builddir" && pwd)
-bench=$builddir/contrib/bench
-outdir=$(realpath -m "$outdir")
-case $outdir/ in "$(realpath "$srcdir")"/docs/*)
-    echo "gpu-pt2pt.sh: raw runs do not go under docs/ (-o elsewhere)" >&2; exit 2 ;;
-esac
-mkdir -p "$outdir"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-launcher=mpirun
-if ! command -v mpirun >/dev/null; then
-    launcher=weftrun
-    if [ ! -x "$builddir/src/tools/weftrun" ] || ! command -v taskset >/dev/null; then
-        echo "gpu-pt2pt.sh: neither mpirun nor $builddir/src/tools/weftrun with taskset" >&2
-        exit 2
-    fi
-fi
+setup_dirs
+setup_launcher
 if [ -n "$ucxdir" ]; then
     ucxdir=$(cd "$ucxdir" && pwd)
     [ -e "$ucxdir/libucx/lib/libucp.so.0" ] ||
@@ -128,24 +103,11 @@ if has floor && [ ! -x "$bench/cuda-floor" ]; then
     echo "gpu-pt2pt.sh: $bench/cuda-floor not built (configure found no CUDA): no floor column" >&2
     parts=${parts//floor/}
 fi
-bind=(--bind-to core --map-by core)
-log=$outdir/gpu-pt2pt.log
-echo "# $(date -u +%FT%TZ) gpu-pt2pt.sh $args (launcher: $launcher)" >>"$log"
-if [ "$mps" = 1 ]; then
-    command -v nvidia-cuda-mps-control >/dev/null || { echo "gpu-pt2pt.sh: --mps: no nvidia-cuda-mps-control" >&2; exit 2; }
-    export CUDA_MPS_PIPE_DIRECTORY=$outdir/mps-pipe CUDA_MPS_LOG_DIRECTORY=$outdir/mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d || { echo "gpu-pt2pt.sh: --mps: nvidia-cuda-mps-control -d failed" >&2; exit 2; }
-    trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true' EXIT
-    echo "# MPS: on (a control daemon of this run, pipe $CUDA_MPS_PIPE_DIRECTORY)" | tee -a "$log"
-fi
+start_log "$args"
 
 # The host, once per call.
 {
-    gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
-    echo "# GPU: ${gpu:-unknown (no nvidia-smi)}; $(nproc) cores; $(uname -r)"
-    w=$(grep -o 'cuda=[^ ]*' <<<"$("$builddir/src/tools/weft_info" 2>/dev/null)" | head -1 || true)
-    [ -z "$w" ] || echo "# weft: $w (weft_info)"
+    host_lines
     sys_ucx=$(ucx_info -v 2>/dev/null | grep -Eo '[0-9]+\.[0-9]+\.[0-9]+' | head -1 || true)
     cuda_tls() { "$@" -d 2>/dev/null | grep -Eo 'Transport: (cuda|gdr)[a-z_]*' | sort -u | sed 's/Transport: //' | tr '\n' ' ' || true; }
     t=$(cuda_tls ucx_info)
@@ -156,16 +118,6 @@ fi
         echo "# $ucxdir UCX ${w:-?}: CUDA transports: ${t:-none}"
     fi
 } | tee -a "$log"
-
-failures=0
-note_failure() { # what, output file: its first lines that are neither table nor mpirun's boilerplate
-    failures=$((failures + 1))
-    local line
-    line="FAILED: $1: $(grep -v '^#\|^[0-9]\|^---\|^ *$' "$2" | grep -Eiv 'primary job|per user-direction|mpirun detected|process name|exit code|to be terminated|first process to do so|has been aborted' |
-        head -n 2 | tr '\n' ' ' | cut -c1-300)"
-    echo "$line" >>"$log"
-    [ "$failures" -gt 5 ] || echo "$line" # the first five on stdout, every one in the log
-}
 
 # Open MPI: CUDA-aware by its own word (mpi-osu asks MPIX_Query_cuda_support).
 ompi_label="" ompi_args=() ompi_envs=()
@@ -193,32 +145,16 @@ iters_of() { [ "$1" = latency ] || [ "$1" = multi-lat ] && echo "-i 1000 -x 100"
 # One weft-osu / mpi-osu run: part program placement round (a number, or
 # "check": a validation run, no CSV) [options...]
 run_osu() {
-    local part=$1 prog=$2 xy=$3 k=$4 label bin envs=() margs=() csvargs=() csv out x
+    local part=$1 prog=$2 xy=$3 k=$4 label bin osu_env=() osu_mpirun=()
     shift 4
     case $part in
-        sys) label=weft-sys bin=$bench/weft-osu envs=("${weft_env[@]}") ;;
-        ucx) label=weft-ucx bin=$bench/weft-osu envs=("${weft_env[@]}" "${ucx_env[@]}") ;;
-        ompi) label=$ompi_label bin=$bench/mpi-osu envs=("${ompi_envs[@]}") margs=("${ompi_args[@]}") ;;
+        sys) label=weft-sys bin=$bench/weft-osu osu_env=("${weft_env[@]}") ;;
+        ucx) label=weft-ucx bin=$bench/weft-osu osu_env=("${weft_env[@]}" "${ucx_env[@]}") ;;
+        ompi) label=$ompi_label bin=$bench/mpi-osu osu_env=("${ompi_envs[@]}") osu_mpirun=("${ompi_args[@]}") ;;
     esac
-    for x in "${envs[@]}"; do margs+=(-x "${x%%=*}"); done
-    csv=$outdir/$prog-$xy-$label-r$k.csv out=$outdir/$prog-$xy-$label-r$k.out
-    if [ "$k" != check ]; then
-        rm -f "$csv"
-        csvargs=(--csv "$csv")
-    fi
-    local launch=(mpirun -np 2 "${bind[@]}" "${margs[@]}")
-    # shellcheck disable=SC2016 # expanded by each rank's sh
-    [ $launcher = mpirun ] || launch=("$builddir/src/tools/weftrun" -n 2 sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"')
     # shellcheck disable=SC2046 # iters_of: words
-    if ! env "${envs[@]}" timeout -k 5 "$limit" "${launch[@]}" "$bin" "$prog" \
-        -d cuda "${xy:0:1}" "${xy:1:1}" --label "$label" "${csvargs[@]}" $(iters_of "$prog") "$@" >"$out" 2>&1; then
-        note_failure "$label $prog ${xy:0:1} ${xy:1:1} round $k ($out)" "$out"
-        [ "$k" = check ] || rm -f "$csv"
-        return 0
-    fi
-    if [ "$k" = check ] && { ! grep -q Pass "$out" || grep -q Fail "$out"; }; then
-        note_failure "$label $prog ${xy:0:1} ${xy:1:1}: validation" "$out"
-    fi
+    osu_run "$label $prog ${xy:0:1} ${xy:1:1}" 2 "$k" "$outdir/$prog-$xy-$label-r$k" "$bin" "$prog" \
+        -d cuda "${xy:0:1}" "${xy:1:1}" --label "$label" $(iters_of "$prog") "$@"
 }
 
 osu_parts=()
@@ -241,21 +177,14 @@ if [ "$validate" = 1 ]; then
 fi
 
 # The perftest range covers both tables.
-to_bytes() { numfmt --from=iec "$(tr 'km' 'KM' <<<"$1")"; }
 pt_lo=$(to_bytes "${lat_sizes%%:*}") pt_hi=$(to_bytes "${bw_sizes##*:}")
 [ "$(to_bytes "${bw_sizes%%:*}")" -lt "$pt_lo" ] && pt_lo=$(to_bytes "${bw_sizes%%:*}")
 [ "$(to_bytes "${lat_sizes##*:}")" -gt "$pt_hi" ] && pt_hi=$(to_bytes "${lat_sizes##*:}")
 [ "$pt_lo" -lt 1 ] && pt_lo=1
 fl_lat_hi=$(to_bytes "${lat_sizes##*:}")
 
-last=0
-has sys || has ucx || has ompi || has perftest || has floor || rounds=0 # -C none: the tables only
-for ((k = 1; k <= rounds; k++)); do
-    if [ "$deadline" -gt 0 ] && [ "$k" -gt 1 ] && [ $((SECONDS + last)) -gt "$deadline" ]; then
-        echo "# stopping after round $((k - 1)) of $rounds: another ${last} s would pass -T $deadline" | tee -a "$log"
-        break
-    fi
-    t0=$SECONDS
+one_round() { # round
+    local k=$1 xy prog p
     if has floor; then
         "$bench/cuda-floor" -n 11 -k 20 -b "$floor_bw" -l "1:$fl_lat_hi" --csv "$outdir/cuda-floor-r$k.csv" \
             >"$outdir/cuda-floor-r$k.out" 2>&1 || { note_failure "cuda-floor round $k" "$outdir/cuda-floor-r$k.out"; rm -f "$outdir/cuda-floor-r$k.csv"; }
@@ -273,9 +202,9 @@ for ((k = 1; k <= rounds; k++)); do
                 note_failure "ucx_perftest -m $(mem_of "${xy:0:1}"),$(mem_of "${xy:1:1}") round $k" "$outdir/perftest-$xy-r$k.out"
         fi
     done
-    last=$((SECONDS - t0))
-    echo "# round $k/$rounds: $last s (parts: ${parts//,/ }; $failures failed so far)" | tee -a "$log"
-done
+}
+has sys || has ucx || has ompi || has perftest || has floor || rounds=0 # -C none: the tables only
+run_rounds one_round "parts: ${parts//,/ }; "
 
 # The library lines weft-osu printed (which UCX each part ran on).
 for label in weft-sys weft-ucx openmpi openmpi-ucx; do
@@ -380,10 +309,4 @@ with open(os.path.join(outdir, "medians.csv"), "w") as f:
         f.write(f"copy-{t},{d},cuda-floor,{s},{v:.4f},{len(floor[(t, d, s)])},{'MB/s' if t == 'bw' else 'us'}\n")
 print(f"# every size: {os.path.join(outdir, 'summary-full.txt')}; medians: {os.path.join(outdir, 'medians.csv')}")
 EOF
-if [ -n "$copy_to" ]; then
-    mkdir -p "$copy_to"
-    cp "$outdir/summary-full.txt" "$outdir/medians.csv" "$log" "$copy_to/"
-    tar czf "$copy_to/gpu-pt2pt-raw.tar.gz" -C "$(dirname "$outdir")" "$(basename "$outdir")"
-    echo "# copied to $copy_to: summary-full.txt medians.csv gpu-pt2pt.log gpu-pt2pt-raw.tar.gz"
-fi
-[ "$failures" -eq 0 ] || echo "# $failures runs failed (the first 5 above; all in $log, raw output in $outdir)"
+finish

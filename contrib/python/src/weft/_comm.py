@@ -831,6 +831,39 @@ class Comm:
         ]
         return bufs, stream
 
+    def _buffers(
+        self, op: str, specs: Sequence[Tuple[str, Any, bool]]
+    ) -> Tuple[List[Buffer], Optional[int]]:
+        """The buffers of a collective that takes device arrays, one per spec
+        ((label, object, written?), in order), and the CUstream it goes on
+        (_device_buffers), or None for the stream when no argument is a device
+        array: host buffers, the host path."""
+        dev = self._device_buffers(op, specs)
+        if dev is not None:
+            return dev
+        return [as_buffer(obj, label, output=out) for label, obj, out in specs], None
+
+    def _start(
+        self,
+        kind: str,
+        keep: Tuple[Any, ...],
+        stream: Optional[int],
+        async_op: bool,
+        timeout: Timeout,
+        host_fn: Callable[..., int],
+        stream_fn: Callable[..., int],
+        *args: Any,
+    ) -> Optional[Work]:
+        """Posts a collective with the buffers and stream of _buffers: host memory
+        (stream None) through host_fn (weft_i*), run as _run does; device arrays
+        enqueued on the stream through stream_fn (weft_*_on_stream, the same
+        arguments and the stream), as _post_on_stream does."""
+        if stream is not None:
+            return self._post_on_stream(kind, keep, stream, async_op, timeout, stream_fn, *args)
+        w = Work(self, kind, keep, timeout)
+        w._post(host_fn, *args)
+        return self._run(w, async_op)
+
     def _post_on_stream(
         self,
         kind: str,
@@ -958,27 +991,16 @@ class Comm:
     ) -> Optional[Work]:
         """Reduces ``tensor`` over all ranks, in place: every rank gets the result.
         A device array: enqueued on its stream (see the class), no host wait."""
-        dev = self._device_buffers("all_reduce", [("all_reduce: tensor", tensor, True)])
-        if dev is not None:
-            (b,), stream = dev
-            return self._post_on_stream(
-                "all_reduce",
-                (b,),
-                stream,
-                async_op,
-                timeout,
-                _lib.load().weft_allreduce_on_stream,
-                _IN_PLACE,
-                b.ptr,
-                b.count,
-                b.dtype,
-                _op(op),
-                self._handle(),
-            )
-        b = as_buffer(tensor, "all_reduce: tensor", output=True)
-        w = Work(self, "all_reduce", (b,), timeout)
-        w._post(
-            _lib.load().weft_iallreduce,
+        (b,), stream = self._buffers("all_reduce", [("all_reduce: tensor", tensor, True)])
+        lib = _lib.load()
+        return self._start(
+            "all_reduce",
+            (b,),
+            stream,
+            async_op,
+            timeout,
+            lib.weft_iallreduce,
+            lib.weft_allreduce_on_stream,
             _IN_PLACE,
             b.ptr,
             b.count,
@@ -986,7 +1008,6 @@ class Comm:
             _op(op),
             self._handle(),
         )
-        return self._run(w, async_op)
 
     def reduce(
         self,
@@ -1000,28 +1021,16 @@ class Comm:
         the other ranks' tensors are only read. A device array: stream-ordered."""
         root = self._root(root, "reduce")
         is_root = root == self._rank
-        dev = self._device_buffers("reduce", [("reduce: tensor", tensor, is_root)])
-        if dev is not None:
-            (b,), stream = dev
-            return self._post_on_stream(
-                "reduce",
-                (b,),
-                stream,
-                async_op,
-                timeout,
-                _lib.load().weft_reduce_on_stream,
-                _IN_PLACE if is_root else b.ptr,
-                b.ptr if is_root else None,
-                b.count,
-                b.dtype,
-                _op(op),
-                root,
-                self._handle(),
-            )
-        b = as_buffer(tensor, "reduce: tensor", output=is_root)
-        w = Work(self, "reduce", (b,), timeout)
-        w._post(
-            _lib.load().weft_ireduce,
+        (b,), stream = self._buffers("reduce", [("reduce: tensor", tensor, is_root)])
+        lib = _lib.load()
+        return self._start(
+            "reduce",
+            (b,),
+            stream,
+            async_op,
+            timeout,
+            lib.weft_ireduce,
+            lib.weft_reduce_on_stream,
             _IN_PLACE if is_root else b.ptr,
             b.ptr if is_root else None,
             b.count,
@@ -1030,7 +1039,6 @@ class Comm:
             root,
             self._handle(),
         )
-        return self._run(w, async_op)
 
     def broadcast(
         self, tensor: Any, root: int, async_op: bool = False, timeout: Timeout = None
@@ -1038,26 +1046,24 @@ class Comm:
         """Copies ``root``'s ``tensor`` into every other rank's ``tensor``. A device
         array: stream-ordered."""
         root = self._root(root, "broadcast")
-        dev = self._device_buffers("broadcast", [("broadcast: tensor", tensor, root != self._rank)])
-        if dev is not None:
-            (b,), stream = dev
-            return self._post_on_stream(
-                "broadcast",
-                (b,),
-                stream,
-                async_op,
-                timeout,
-                _lib.load().weft_bcast_on_stream,
-                b.ptr,
-                b.count,
-                b.dtype,
-                root,
-                self._handle(),
-            )
-        b = as_buffer(tensor, "broadcast: tensor", output=root != self._rank)
-        w = Work(self, "broadcast", (b,), timeout)
-        w._post(_lib.load().weft_ibcast, b.ptr, b.count, b.dtype, root, self._handle())
-        return self._run(w, async_op)
+        (b,), stream = self._buffers(
+            "broadcast", [("broadcast: tensor", tensor, root != self._rank)]
+        )
+        lib = _lib.load()
+        return self._start(
+            "broadcast",
+            (b,),
+            stream,
+            async_op,
+            timeout,
+            lib.weft_ibcast,
+            lib.weft_bcast_on_stream,
+            b.ptr,
+            b.count,
+            b.dtype,
+            root,
+            self._handle(),
+        )
 
     def all_gather(
         self,
@@ -1083,37 +1089,30 @@ class Comm:
     ) -> Optional[Work]:
         """Gathers every rank's ``input`` into ``output`` (size x input elements, rank
         order). Device arrays: stream-ordered."""
-        dev = self._device_buffers(
+        (inp, out), stream = self._buffers(
             "all_gather_single",
             [
                 ("all_gather_single: input", input, False),
                 ("all_gather_single: output", output, True),
             ],
         )
-        if dev is not None:
-            (inp, out), stream = dev
-            dt = same_dtype(inp, out)
-            check_count(out, inp.count * self._size, f"{self._size} ranks x {inp.count}")
-            return self._post_on_stream(
-                "all_gather_single",
-                (inp, out),
-                stream,
-                async_op,
-                timeout,
-                _lib.load().weft_allgather_on_stream,
-                inp.ptr,
-                out.ptr,
-                inp.count,
-                dt,
-                self._handle(),
-            )
-        inp = as_buffer(input, "all_gather_single: input", output=False)
-        out = as_buffer(output, "all_gather_single: output", output=True)
         dt = same_dtype(inp, out)
         check_count(out, inp.count * self._size, f"{self._size} ranks x {inp.count}")
-        w = Work(self, "all_gather_single", (inp, out), timeout)
-        w._post(_lib.load().weft_iallgather, inp.ptr, out.ptr, inp.count, dt, self._handle())
-        return self._run(w, async_op)
+        lib = _lib.load()
+        return self._start(
+            "all_gather_single",
+            (inp, out),
+            stream,
+            async_op,
+            timeout,
+            lib.weft_iallgather,
+            lib.weft_allgather_on_stream,
+            inp.ptr,
+            out.ptr,
+            inp.count,
+            dt,
+            self._handle(),
+        )
 
     def reduce_scatter(
         self,
@@ -1151,38 +1150,24 @@ class Comm:
     ) -> Optional[Work]:
         """Reduces ``input`` (size x output elements) over all ranks; rank r gets block r.
         Device arrays: stream-ordered."""
-        dev = self._device_buffers(
+        (inp, out), stream = self._buffers(
             "reduce_scatter_single",
             [
                 ("reduce_scatter_single: input", input, False),
                 ("reduce_scatter_single: output", output, True),
             ],
         )
-        if dev is not None:
-            (inp, out), stream = dev
-            dt = same_dtype(out, inp)
-            check_count(inp, out.count * self._size, f"{self._size} ranks x output's {out.count}")
-            return self._post_on_stream(
-                "reduce_scatter_single",
-                (inp, out),
-                stream,
-                async_op,
-                timeout,
-                _lib.load().weft_reduce_scatter_block_on_stream,
-                inp.ptr,
-                out.ptr,
-                out.count,
-                dt,
-                _op(op),
-                self._handle(),
-            )
-        inp = as_buffer(input, "reduce_scatter_single: input", output=False)
-        out = as_buffer(output, "reduce_scatter_single: output", output=True)
         dt = same_dtype(out, inp)
         check_count(inp, out.count * self._size, f"{self._size} ranks x output's {out.count}")
-        w = Work(self, "reduce_scatter_single", (inp, out), timeout)
-        w._post(
-            _lib.load().weft_ireduce_scatter_block,
+        lib = _lib.load()
+        return self._start(
+            "reduce_scatter_single",
+            (inp, out),
+            stream,
+            async_op,
+            timeout,
+            lib.weft_ireduce_scatter_block,
+            lib.weft_reduce_scatter_block_on_stream,
             inp.ptr,
             out.ptr,
             out.count,
@@ -1190,7 +1175,6 @@ class Comm:
             _op(op),
             self._handle(),
         )
-        return self._run(w, async_op)
 
     def all_to_all_single(
         self,
@@ -1210,50 +1194,13 @@ class Comm:
         its rows equally. Device arrays (stream-ordered) take equal blocks only:
         no split sizes, or split sizes that are all equal.
         """
-        dev = self._device_buffers(
+        (inp, out), stream = self._buffers(
             "all_to_all_single",
             [
                 ("all_to_all_single: input", input, False),
                 ("all_to_all_single: output", output, True),
             ],
         )
-        if dev is not None:
-            (inp, out), stream = dev
-            dt = same_dtype(inp, out)
-            n = self._size
-            if output_split_sizes is None and input_split_sizes is None:
-                check_count(out, inp.count, "the same count as input")
-                if inp.count % n:
-                    raise WeftArgumentError(
-                        f"all_to_all_single: input: {inp.count} elements do not split into {n} "
-                        "equal blocks"
-                    )
-                block = inp.count // n
-            else:
-                sc, _ = self._splits(inp, input_split_sizes, "input_split_sizes")
-                rc, _ = self._splits(out, output_split_sizes, "output_split_sizes")
-                if len(set(sc)) > 1 or list(sc) != list(rc):
-                    raise WeftUnsupportedError(
-                        f"all_to_all_single: device arrays take equal blocks only (the GPU "
-                        f"collectives have no all-to-all-v): {list(sc)} elements to send, "
-                        f"{list(rc)} to receive per rank; use host arrays for unequal splits"
-                    )
-                block = sc[0] if n else 0
-            return self._post_on_stream(
-                "all_to_all_single",
-                (inp, out),
-                stream,
-                async_op,
-                timeout,
-                _lib.load().weft_alltoall_on_stream,
-                inp.ptr,
-                out.ptr,
-                block,
-                dt,
-                self._handle(),
-            )
-        inp = as_buffer(input, "all_to_all_single: input", output=False)
-        out = as_buffer(output, "all_to_all_single: output", output=True)
         dt = same_dtype(inp, out)
         n = self._size
         lib = _lib.load()
@@ -1262,16 +1209,37 @@ class Comm:
             if inp.count % n:
                 raise WeftArgumentError(
                     f"all_to_all_single: input: {inp.count} elements do not split into {n} "
-                    "equal blocks; pass split sizes"
+                    "equal blocks" + ("; pass split sizes" if stream is None else "")
                 )
-            w = Work(self, "all_to_all_single", (inp, out), timeout)
-            w._post(lib.weft_ialltoall, inp.ptr, out.ptr, inp.count // n, dt, self._handle())
-            return self._run(w, async_op)
-        sc, sd = self._splits(inp, input_split_sizes, "input_split_sizes")
-        rc, rd = self._splits(out, output_split_sizes, "output_split_sizes")
-        w = Work(self, "all_to_all_single", (inp, out, sc, sd, rc, rd), timeout)
-        w._post(lib.weft_ialltoallv, inp.ptr, sc, sd, out.ptr, rc, rd, dt, self._handle())
-        return self._run(w, async_op)
+            block = inp.count // n
+        else:
+            sc, sd = self._splits(inp, input_split_sizes, "input_split_sizes")
+            rc, rd = self._splits(out, output_split_sizes, "output_split_sizes")
+            if stream is None:  # host memory: any splits (all-to-all-v)
+                w = Work(self, "all_to_all_single", (inp, out, sc, sd, rc, rd), timeout)
+                w._post(lib.weft_ialltoallv, inp.ptr, sc, sd, out.ptr, rc, rd, dt, self._handle())
+                return self._run(w, async_op)
+            if len(set(sc)) > 1 or list(sc) != list(rc):
+                raise WeftUnsupportedError(
+                    f"all_to_all_single: device arrays take equal blocks only (the GPU "
+                    f"collectives have no all-to-all-v): {list(sc)} elements to send, "
+                    f"{list(rc)} to receive per rank; use host arrays for unequal splits"
+                )
+            block = sc[0] if n else 0
+        return self._start(
+            "all_to_all_single",
+            (inp, out),
+            stream,
+            async_op,
+            timeout,
+            lib.weft_ialltoall,
+            lib.weft_alltoall_on_stream,
+            inp.ptr,
+            out.ptr,
+            block,
+            dt,
+            self._handle(),
+        )
 
     def gather(
         self,
