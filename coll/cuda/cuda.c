@@ -28,6 +28,7 @@
 static struct {
     int slot;    /* WEFT_CUDA_COLL_SLOT */
     int enabled; /* WEFT_CUDA_COLL */
+    int fused;   /* WEFT_CUDA_COLL_FUSED */
 } cvars;
 
 static const weft_var_t vars[] = {
@@ -40,6 +41,10 @@ static const weft_var_t vars[] = {
      "messages go in chunks of this size, one barrier each. Costs 2 x this + 4 KiB of device memory per rank "
      "and communicator that runs a GPU collective",
      &cvars.slot, 0},
+    {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT, "65536",
+     "coll/cuda: calls that stage up to this many bytes per rank run as one launch of one thread block (stage, "
+     "barrier and reduce or copy fused) instead of three launches; 0: never",
+     &cvars.fused, 0},
 };
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
@@ -59,6 +64,7 @@ typedef struct module {
     CUcontext ctx;
     CUmodule mod;
     CUfunction stage, barrier, copy, reduce[NREDUCE];
+    CUfunction fused_copy, fused_reduce[NREDUCE];
     int sms;
 } module_t;
 
@@ -88,10 +94,17 @@ static int module_of(CUcontext ctx, module_t **out)
     struct {
         const char *name;
         CUfunction *f;
-    } fns[3 + NREDUCE] = {{"weft_ck_stage", &m->stage}, {"weft_ck_barrier", &m->barrier}, {"weft_ck_copy", &m->copy}};
-    for (int k = 0; k < NREDUCE; k++)
-        fns[3 + k].name = reduce_names[k], fns[3 + k].f = &m->reduce[k];
-    for (int k = 0; k < 3 + NREDUCE; k++)
+    } fns[4 + 2 * NREDUCE] = {{"weft_ck_stage", &m->stage},
+                              {"weft_ck_barrier", &m->barrier},
+                              {"weft_ck_copy", &m->copy},
+                              {"weft_ck_fused_copy", &m->fused_copy}};
+    static char fused_names[NREDUCE][40];
+    for (int k = 0; k < NREDUCE; k++) {
+        snprintf(fused_names[k], sizeof(fused_names[k]), "weft_ck_fused_%s", reduce_names[k] + strlen("weft_ck_"));
+        fns[4 + k].name = reduce_names[k], fns[4 + k].f = &m->reduce[k];
+        fns[4 + NREDUCE + k].name = fused_names[k], fns[4 + NREDUCE + k].f = &m->fused_reduce[k];
+    }
+    for (int k = 0; k < 4 + 2 * NREDUCE; k++)
         if ((r = weft_cu.module_get_function(fns[k].f, m->mod, fns[k].name)) != CUDA_SUCCESS) {
             weft_cu.module_unload(m->mod);
             return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbin: %s", fns[k].name,
@@ -280,6 +293,8 @@ typedef struct cuda_op {
     CUevent ev;
     int started; /* the launches were issued (the event marks their end) */
     const char *name;
+    int fusing;                 /* one chunk, small: the steps fill fz, issue launches it once */
+    weft_ck_fused_args_t fz;
 } cuda_op_t;
 
 static int launch(cuda_op_t *op, CUfunction f, unsigned gx, unsigned gy, void *args, const char *what)
@@ -311,8 +326,14 @@ static weft_ck_ctl_t ctl_of(const cuda_state_t *st)
 static int stage(cuda_op_t *op, const char *in, size_t off, size_t bytes)
 {
     cuda_state_t *st = op->st;
+    if (!bytes) return WEFT_SUCCESS;
+    if (op->fusing) {
+        weft_ck_stage_piece_t *p = &op->fz.stage[op->fz.nstage++];
+        p->in = in, p->off = off, p->bytes = bytes;
+        return WEFT_SUCCESS;
+    }
     weft_ck_stage_args_t s = {ctl_of(st), in, (char *)(uintptr_t)st->region, st->slot, off, bytes};
-    return bytes ? launch(op, st->m->stage, grid_for(op, bytes), 1, &s, "launching the stage kernel") : 0;
+    return launch(op, st->m->stage, grid_for(op, bytes), 1, &s, "launching the stage kernel");
 }
 
 static int barrier(cuda_op_t *op)
@@ -326,6 +347,10 @@ static int barrier(cuda_op_t *op)
     b.my_flags = (unsigned long long *)(uintptr_t)st->region;
     for (int p = 0; p < st->n; p++)
         b.peer_flags[p] = (unsigned long long *)(uintptr_t)st->peer[p];
+    if (op->fusing) {
+        op->fz.bar = b;
+        return WEFT_SUCCESS;
+    }
     void *params[] = {&b};
     CUresult r = weft_cu.launch_kernel(st->m->barrier, 1, 1, 1, 32, 1, 1, 0, op->stream, params, NULL);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the barrier kernel");
@@ -346,6 +371,11 @@ static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
     a.out = out;
     a.count = count;
     if (!count) return WEFT_SUCCESS;
+    if (op->fusing) {
+        op->fz.red = a;
+        op->fz.mode = 1;
+        return WEFT_SUCCESS;
+    }
     return launch(op, st->m->reduce[op->a.dtype], grid_for(op, count * op->a.esize), 1, &a,
                   "launching the reduce kernel");
 }
@@ -369,6 +399,11 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
         c.d[i].dst = dst[i];
     }
     if (!len || !n) return WEFT_SUCCESS;
+    if (op->fusing) {
+        op->fz.cp = c;
+        op->fz.mode = 2;
+        return WEFT_SUCCESS;
+    }
     return launch(op, st->m->copy, grid_for(op, len), (unsigned)n, &c, "launching the copy kernel");
 }
 
@@ -385,6 +420,17 @@ static int issue(cuda_op_t *op)
     int src[WEFT_CK_MAX_RANKS];
     char *dst[WEFT_CK_MAX_RANKS];
     size_t step[WEFT_CK_MAX_RANKS];
+    /* Bytes each rank stages: within a slot, the loops below make one chunk. */
+    size_t staged = a->kind == WEFT_COLL_BARRIER ? 0
+                    : a->kind == WEFT_COLL_REDUCE_SCATTER_BLOCK || a->kind == WEFT_COLL_ALLTOALL
+                        ? (size_t)n * a->count * es
+                        : a->count * es;
+    memset(&op->fz, 0, sizeof(op->fz));
+    op->fusing = cvars.fused > 0 && staged <= (size_t)cvars.fused && staged <= slot;
+    if (op->fusing) {
+        op->fz.scratch = (char *)(uintptr_t)st->region;
+        op->fz.slot_bytes = slot;
+    }
     switch (a->kind) {
     case WEFT_COLL_BARRIER: rc = barrier(op); break;
     case WEFT_COLL_ALLREDUCE:
@@ -447,6 +493,12 @@ static int issue(cuda_op_t *op)
         break;
     }
     default: rc = weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s not implemented", weft_coll_kind_name(a->kind));
+    }
+    if (!rc && op->fusing) {
+        CUfunction f = op->fz.mode == 1 ? st->m->fused_reduce[a->dtype] : st->m->fused_copy;
+        void *params[] = {&op->fz};
+        CUresult r = weft_cu.launch_kernel(f, 1, 1, 1, 256, 1, 1, 0, op->stream, params, NULL);
+        if (r != CUDA_SUCCESS) rc = cu_fail(r, "launching the fused kernel");
     }
     if (rc || op->capturing) return rc;
     CUresult r = weft_cu.event_record(op->ev, op->stream);
@@ -637,6 +689,8 @@ static const int max_ranks = 8, hdr = 4096;
 static const weft_coll_param_t params[] = {
     {"slot", "every coll/cuda algorithm", &cvars.slot, "bytes", "WEFT_CUDA_COLL_SLOT",
      "messages larger than a slot go in chunks, one barrier each"},
+    {"fused", "every coll/cuda algorithm", &cvars.fused, "bytes", "WEFT_CUDA_COLL_FUSED",
+     "calls staging up to this much per rank run as one launch of one block"},
     {"max_ranks", "every coll/cuda algorithm", &max_ranks, "ranks", NULL,
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},

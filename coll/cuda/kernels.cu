@@ -467,10 +467,13 @@ extern "C" __global__ void weft_ck_stage(weft_ck_stage_args_t a)
     copy_any(dst, static_cast<const char *>(a.in), a.bytes, grid_tid(), grid_threads());
 }
 
-/* One block; thread p (< nranks, != rank) announces to peer p and waits
- * for it. All threads agree on the outcome through a shared flag: the
- * counter moves only when no wait was ended by an abort. */
-extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
+namespace {
+/* The barrier, in one block: thread p (< nranks, != rank) announces to peer
+ * p and waits for it. All threads agree on the outcome through a shared
+ * flag: the counter moves only when no wait was ended by an abort. Returns
+ * 1 when passed (the counter is then seq, visible to the whole block), 0
+ * when aborted. */
+__device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
 {
     __shared__ unsigned long long seq_s;
     __shared__ int aborted_s;
@@ -489,13 +492,12 @@ extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
         if (j == p)
             peer = a.peer_flags[j];
     if (p < nranks && p != a.rank && blockIdx.x == 0) {
-        /* release: this rank's earlier kernels in the stream (its stage of
-         * call seq, its reads of call seq - 1's slots) happen before the
-         * peer sees seq */
+        /* release: this rank's earlier work (its stage of call seq, its
+         * reads of call seq - 1's slots) happens before the peer sees seq */
         st_release_sys(peer + a.rank, seq);
         unsigned spins = 0;
         /* acquire: what peer p did before announcing seq happens before
-         * everything after this (the kernels that follow in the stream) */
+         * everything after this */
         while (ld_acquire_sys(a.my_flags + p) < seq) {
             if ((++spins & 255) == 0 && *a.ctl.abort) {
                 *a.ctl.error = 1 + p;
@@ -507,15 +509,16 @@ extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
         }
     }
     __syncthreads();
-    if (p == 0 && blockIdx.x == 0 && !aborted_s)
+    const int passed = !aborted_s;
+    if (p == 0 && blockIdx.x == 0 && passed)
         *a.ctl.counter = seq;
+    __syncthreads(); /* the new counter is what the block reads next */
+    return passed;
 }
 
-extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
+/* Copy descriptor y of a (its source slot: the counter's parity). */
+__device__ __forceinline__ void copy_desc(const weft_ck_copy_args_t &a, int y, size_t tid, size_t nth)
 {
-    const int y = blockIdx.y;
-    if (y >= a.n || y >= MAXR)
-        return;
     /* pick descriptor y with constant indices (no dynamic indexing of the
      * parameter block, which would copy it to local memory) */
     int src = 0;
@@ -537,11 +540,58 @@ extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
         if (j == src)
             scratch = a.scratch[j];
     unsigned long long parity = *a.ctl.counter & 1;
-    copy_any(dst, slot_of(scratch, parity, a.slot_bytes) + src_off, len, grid_tid(), grid_threads());
+    copy_any(dst, slot_of(scratch, parity, a.slot_bytes) + src_off, len, tid, nth);
+}
+
+/* The fused call's stage: every piece into this rank's next slot, then a
+ * system-scope fence per thread, so the barrier's release covers the
+ * writes of every thread of the block. */
+__device__ __forceinline__ void stage_block(const weft_ck_fused_args_t &a)
+{
+    unsigned long long parity = (*a.bar.ctl.counter + 1) & 1;
+    char *slot = a.scratch + WEFT_CK_HDR + (size_t)parity * a.slot_bytes;
+#pragma unroll
+    for (int j = 0; j < MAXR; j++)
+        if (j < a.nstage)
+            copy_any(slot + a.stage[j].off, static_cast<const char *>(a.stage[j].in), a.stage[j].bytes, threadIdx.x,
+                     blockDim.x);
+    __threadfence_system();
+    __syncthreads();
+}
+} // namespace
+
+extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
+{
+    barrier_block(a);
+}
+
+extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
+{
+    const int y = blockIdx.y;
+    if (y >= a.n || y >= MAXR)
+        return;
+    copy_desc(a, y, grid_tid(), grid_threads());
+}
+
+extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
+{
+    stage_block(a);
+    if (!barrier_block(a.bar) || a.mode != 2)
+        return;
+#pragma unroll
+    for (int y = 0; y < MAXR; y++)
+        if (y < a.cp.n)
+            copy_desc(a.cp, y, threadIdx.x, blockDim.x);
 }
 
 #define WEFT_CK_REDUCE(name, N)                                                                                        \
-    extern "C" __global__ void weft_ck_reduce_##name(weft_ck_reduce_args_t a) { reduce_dispatch<N>(a); }
+    extern "C" __global__ void weft_ck_reduce_##name(weft_ck_reduce_args_t a) { reduce_dispatch<N>(a); }             \
+    extern "C" __global__ void weft_ck_fused_reduce_##name(weft_ck_fused_args_t a)                                     \
+    {                                                                                                                  \
+        stage_block(a);                                                                                                \
+        if (barrier_block(a.bar) && a.mode == 1)                                                                       \
+            reduce_dispatch<N>(a.red);                                                                                 \
+    }
 WEFT_CK_REDUCE(i8, IntType<int8_t>)
 WEFT_CK_REDUCE(u8, IntType<uint8_t>)
 WEFT_CK_REDUCE(i16, IntType<int16_t>)

@@ -92,4 +92,27 @@ typedef struct weft_ck_copy_args {
     weft_ck_copy_desc_t d[WEFT_CK_MAX_RANKS];
 } weft_ck_copy_args_t;
 
+/* weft_ck_fused_copy and weft_ck_fused_reduce_<type>: a whole small call
+ * in one launch of ONE block (a single block needs no grid-wide sync):
+ * the stage pieces (each: `bytes` from `in` to this rank's slot at `off`,
+ * the slot of *counter + 1 as weft_ck_stage), the barrier (bar, as
+ * weft_ck_barrier; an abort ends the kernel there), then red (mode 1,
+ * fused_reduce) or cp (mode 2, fused_copy; mode 0: nothing) over the slot
+ * the barrier made current. Same protocol, so fused and three-launch calls
+ * follow each other on a communicator in any mix. */
+typedef struct weft_ck_stage_piece {
+    const void *in;
+    size_t off, bytes;
+} weft_ck_stage_piece_t;
+typedef struct weft_ck_fused_args {
+    weft_ck_barrier_args_t bar;
+    char *scratch; /* this rank's region */
+    size_t slot_bytes;
+    int nstage;
+    weft_ck_stage_piece_t stage[WEFT_CK_MAX_RANKS];
+    int mode; /* 0 barrier only, 1 reduce, 2 copy */
+    weft_ck_reduce_args_t red;
+    weft_ck_copy_args_t cp;
+} weft_ck_fused_args_t;
+
 #endif
