@@ -180,6 +180,11 @@ static int body_allreduce(int rank, int size, void *arg)
     return 0;
 }
 
+Test(cuda_coll, allreduce_1_rank, .timeout = 600)
+{
+    run(1, body_allreduce, NULL);
+}
+
 Test(cuda_coll, allreduce_2_ranks, .timeout = 600)
 {
     run(2, body_allreduce, NULL);
@@ -256,6 +261,11 @@ static int body_others(int rank, int size, void *arg)
     }
     TH_OK(weft_finalize());
     return 0;
+}
+
+Test(cuda_coll, others_1_rank, .timeout = 600)
+{
+    run(1, body_others, NULL);
 }
 
 Test(cuda_coll, others_2_ranks, .timeout = 600)
@@ -411,6 +421,32 @@ Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
     th_result_t res = th_run(3, body_timeout, NULL, 120, env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0, "%d of 3 ranks failed", res.failed);
+}
+
+/* Mismatched counts (one chunk on rank 0, three on rank 1) under
+ * WEFT_COLL_CHECK=1: every rank fails with the mismatch named, none hangs
+ * (the rank whose kernels wait at a second barrier is stopped through the
+ * abort word). */
+static int body_mismatch(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    size_t n = rank == 0 ? 100 : 3000;
+    void *d = gpu_alloc(3000 * sizeof(float)), *o = gpu_alloc(3000 * sizeof(float));
+    TH_OK(gpu_memset(d, 0, 3000 * sizeof(float)));
+    int rc = weft_allreduce(d, o, (int64_t)n, WEFT_FLOAT32, WEFT_SUM, w);
+    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "different arguments"),
+             "rank %d: mismatched counts gave %d (%s): %s", rank, rc, weft_strerror(rc), weft_last_error());
+    gpu_free(d);
+    gpu_free(o);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, mismatched_counts_fail_everywhere, .timeout = 300)
+{
+    run(2, body_mismatch, "WEFT_COLL_CHECK=1");
 }
 
 /* A rank killed (SIGKILL) while the others are in a GPU allreduce: they
