@@ -570,6 +570,34 @@ void weft_cuda_finalize(void)
     }
 }
 
+int weft_cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return WEFT_SUCCESS;
+    if (!weft_cuda_possible()) {
+        memmove(dst, src, bytes);
+        return WEFT_SUCCESS;
+    }
+    CUcontext ctx = NULL;
+    CUpointer_attribute a = CU_POINTER_ATTRIBUTE_CONTEXT;
+    void *d = &ctx;
+    if (weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dst) != CUDA_SUCCESS || !ctx) {
+        d = &ctx;
+        if (weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)src) != CUDA_SUCCESS || !ctx) {
+            memmove(dst, src, bytes); /* neither is device memory */
+            return WEFT_SUCCESS;
+        }
+    }
+    CUresult r = weft_cu.ctx_push(ctx);
+    CUstream s = r == CUDA_SUCCESS ? stream_of(ctx, &r) : NULL;
+    if (s) r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, s);
+    if (s && r == CUDA_SUCCESS) r = weft_cu.stream_synchronize(s);
+    CUcontext popped;
+    weft_cu.ctx_pop(&popped);
+    return r == CUDA_SUCCESS ? WEFT_SUCCESS
+                             : weft_error(WEFT_ERR_TRANSPORT, "cuda: a collective's local copy of %zu bytes failed: %s",
+                                          bytes, weft_cu_text(r));
+}
+
 int weft_cuda_stream_sync(void *stream, const char *what)
 {
     if (!weft_cuda_possible())
@@ -654,6 +682,12 @@ int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what)
 void weft_cuda_stage_free(weft_cuda_stage_t *st)
 {
     (void)st;
+}
+
+int weft_cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    memmove(dst, src, bytes);
+    return WEFT_SUCCESS;
 }
 
 int weft_cuda_stream_sync(void *stream, const char *what)

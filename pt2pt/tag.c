@@ -149,8 +149,10 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
         .user_data = req,
     };
     /* Collective schedules move host memory (their front end classified the
-     * buffers): only user messages are classified here. */
-    if (cls == WEFT_TAG_CLASS_USER && WEFT_UNLIKELY(weft_cuda_possible()) &&
+     * buffers) unless they say otherwise: user messages are classified. */
+    int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE);
+    cls &= ~WEFT_TAG_CLASS_DEVICE;
+    if (classify && WEFT_UNLIKELY(weft_cuda_possible()) &&
         (rc = device_param(&req, &buf, bytes, 1, &param, "send buffer")))
         return rc;
     ucs_status_ptr_t sp = ucp_tag_send_nbx(
@@ -183,6 +185,8 @@ static void recv_tag_mask(int source, unsigned cls, int tag, weft_comm_t comm, u
 int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out)
 {
     ucp_tag_t t, mask;
+    int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE);
+    cls &= ~WEFT_TAG_CLASS_DEVICE;
     weft_request_t req = weft_request_alloc(&recv_ops, comm);
     if (!req) return weft_error(WEFT_ERR_NO_MEMORY, "recv: out of memory for a request");
     req->peer = source;
@@ -207,7 +211,7 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
         .recv_info.tag_info = info,
     };
     int rc;
-    if (cls == WEFT_TAG_CLASS_USER && WEFT_UNLIKELY(weft_cuda_possible()) &&
+    if (classify && WEFT_UNLIKELY(weft_cuda_possible()) &&
         (rc = device_param(&req, (const void **)&buf, bytes, 0, &param, "receive buffer")))
         return rc;
     ucs_status_ptr_t sp = ucp_tag_recv_nbx(weft_g.p2p->worker, buf, bytes, t, mask, &param);

@@ -59,4 +59,8 @@ const char *weft_cu_text(CUresult r);
  * first sight of it), 0 otherwise. */
 int weft_cuda_possible(void);
 
+/* A copy between any two buffers (device or host memory), done on return:
+ * a collective schedule's local copy on device buffers (pt2pt/cuda.c). */
+int weft_cuda_copy(void *dst, const void *src, size_t bytes);
+
 #endif

@@ -4,6 +4,7 @@
  * 2^23 are in flight. */
 #include "schedule.h"
 
+#include "cuda_driver.h"
 #include "op.h"
 
 #include <stdlib.h>
@@ -53,6 +54,7 @@ struct weft_sched {
     void *watch_arg;
     unsigned watch_polls; /* polls that found a step not done */
     int watch_started;    /* its start ran */
+    int device;           /* its buffers may be device memory (weft_sched_device) */
 };
 
 static weft_sched_t *active;
@@ -141,6 +143,11 @@ int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes)
     op->src = src;
     op->bytes = bytes;
     return WEFT_SUCCESS;
+}
+
+void weft_sched_device(weft_sched_t *s)
+{
+    s->device = 1;
 }
 
 int weft_sched_reduce(weft_sched_t *s, int rop, int dtype, void *inout, const void *in, size_t count)
@@ -356,6 +363,7 @@ static int post_round(weft_sched_t *s)
 {
     int start = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur], rc;
     int tag = (int)coll_tag(s);
+    unsigned cls = WEFT_TAG_CLASS_COLL | (s->device ? WEFT_TAG_CLASS_DEVICE : 0u);
     s->nreqs = 0;
     if ((rc = grow((void **)&s->reqs, &s->reqs_cap, end - start, sizeof(weft_request_t)))) return rc;
     /* Receives first, so matching sends find them posted; children last. */
@@ -363,11 +371,9 @@ static int post_round(weft_sched_t *s)
         for (int i = start; i < end; i++) {
             sched_op_t *op = &s->ops[i];
             if (pass == 0 && op->kind == OP_RECV)
-                rc = weft_xport->irecv(op->buf, op->bytes, op->peer, WEFT_TAG_CLASS_COLL, tag, s->comm,
-                                       &s->reqs[s->nreqs]);
+                rc = weft_xport->irecv(op->buf, op->bytes, op->peer, cls, tag, s->comm, &s->reqs[s->nreqs]);
             else if (pass == 1 && op->kind == OP_SEND)
-                rc = weft_xport->isend(op->src, op->bytes, op->peer, WEFT_TAG_CLASS_COLL, tag, s->comm,
-                                       &s->reqs[s->nreqs]);
+                rc = weft_xport->isend(op->src, op->bytes, op->peer, cls, tag, s->comm, &s->reqs[s->nreqs]);
             else
                 continue;
             if (rc) return rc;
@@ -400,8 +406,14 @@ static int run_locals(weft_sched_t *s)
             if (rc < 0) return rc;
             s->local_pos = 0;
             s->waiting_what = NULL;
-        } else if (op->kind == OP_COPY)
-            memmove(op->buf, op->src, op->bytes);
+        } else if (op->kind == OP_COPY) {
+            if (WEFT_UNLIKELY(s->device)) {
+                int rc = weft_cuda_copy(op->buf, op->src, op->bytes);
+                if (rc) return rc;
+            } else {
+                memmove(op->buf, op->src, op->bytes);
+            }
+        }
         else if (op->kind == OP_REDUCE)
             weft_op_reduce((weft_op_t)op->rop, (weft_dtype_t)op->dtype, op->buf, op->src, op->bytes);
         else if (op->kind == OP_FINALIZE)

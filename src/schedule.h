@@ -21,6 +21,10 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name);
 int weft_sched_send(weft_sched_t *s, const void *buf, size_t bytes, int peer);
 int weft_sched_recv(weft_sched_t *s, void *buf, size_t bytes, int peer);
 int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes);
+/* The schedule's buffers may be device memory: its messages are classified
+ * as user messages are (UCX's CUDA transports or the staged path) and its
+ * copies go through the CUDA driver. Reductions stay host-only. */
+void weft_sched_device(weft_sched_t *s);
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg);
 /* A polling local step: waits on memory (flags in a shared segment), not
  * on messages. fn returns 1 when done, 0 for "not yet" (the round stays

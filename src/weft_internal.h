@@ -381,6 +381,10 @@ void weft_liveness_poll(double now, double since, int force);
 /* Tag classes: user point-to-point, collective schedules, control traffic
  * never match each other (pt2pt/pt2pt.h has the bit layout). */
 enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2 };
+/* OR'ed into a class passed to isend / irecv (never on the wire): the
+ * buffer may be device memory, classify it as a user message's (a
+ * collective schedule on device buffers, weft_sched_device). */
+#define WEFT_TAG_CLASS_DEVICE 0x100u
 /* Bits of the tag field a collective schedule may use. */
 #define WEFT_COLL_TAG_BITS 23
 typedef struct weft_transport_ops {

@@ -7,7 +7,11 @@
  * in its final place in the output (contiguous or list form): no staging
  * copy, and the result is bit-identical to the flat algorithms'. Each rank
  * sends N - 1 blocks across nodes (the minimum) and the L rails use the
- * links at once. Needs equal ranks per node (declines otherwise). */
+ * links at once. Needs equal ranks per node (declines otherwise).
+ * Device buffers take the same schedule, its messages through UCX's CUDA
+ * transports (or weft's staged path) and its one local copy through the
+ * driver: the node exchange (CUDA IPC inside the node) and the rail ring
+ * run at the same time, straight into the output. */
 #include "coll/hier/hier.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -15,6 +19,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     const weft_comm_topo_t *t;
     int rc = weft_hier_shape(a, 1, "allgather hier", &t);
     if (rc) return rc;
+    if (a->mem != WEFT_MEM_HOST) weft_sched_device(s);
     int n = a->comm->size, N = t->nnodes, L = n / N, m = t->my_node, l = t->my_local;
     size_t bytes = a->count * a->esize;
     int *at = weft_sched_scratch(s, sizeof(int) * (size_t)n); /* at[node * L + local] = comm rank */
@@ -44,6 +49,6 @@ const weft_coll_alg_t weft_alg_allgather_hier = {
     .name = "hier",
     .kind = WEFT_COLL_ALLGATHER,
     .description = "a ring per rail across nodes overlapped with the node exchange, straight into the output "
-                   "(multi-node, equal ranks per node)",
+                   "(multi-node, equal ranks per node; host or device buffers)",
     .build = build,
 };

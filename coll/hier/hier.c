@@ -35,7 +35,7 @@ const weft_coll_component_t weft_coll_hier = {
     .id = WEFT_COLL_COMP_HIER,
     .name = "hier",
     .description = "several nodes: steps on the node, leader and rail sub-communicators (each runs its own selection)",
-    .memtypes = WEFT_MEM_BIT(WEFT_MEM_HOST),
+    .memtypes = WEFT_MEM_BIT(WEFT_MEM_HOST) | WEFT_MEM_BIT(WEFT_MEM_CUDA), /* cuda: allgather alone */
     .algorithms = algorithms,
     .comm_release = hier_release,
 };
@@ -43,6 +43,10 @@ const weft_coll_component_t weft_coll_hier = {
 int weft_hier_shape(const weft_coll_args_t *a, int need_equal, const char *alg, const weft_comm_topo_t **out)
 {
     weft_comm_t c = a->comm;
+    /* Device buffers: only the allgather moves them (its messages and copies
+     * are device-aware schedules); the others reduce on the host. */
+    if (a->mem != WEFT_MEM_HOST && a->kind != WEFT_COLL_ALLGATHER)
+        return weft_coll_decline("%s: device buffers (coll/hier takes them in allgather only)", alg);
     if (c->sub_ctx[WEFT_SUB_NODE] == WEFT_SUB_NONE)
         return weft_coll_decline("%s: comm %s is itself derived", alg, c->name);
     if (c->nnodes <= 1) return weft_coll_decline("%s: comm %s is on one node", alg, c->name);
