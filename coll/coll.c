@@ -252,6 +252,7 @@ static int check_build(weft_sched_t *s, const weft_coll_args_t *a)
 static _Thread_local struct {
     int on;
     void *stream;
+    int host; /* set by coll_finish: the call's buffers are host memory */
 } on_stream;
 
 static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
@@ -260,12 +261,14 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
     int rc = coll_memtype(a);
     if (rc) return rc;
     if (on_stream.on) {
+        on_stream.on = 0; /* taken: a collective this one runs inside (coll/cuda's setup) is an ordinary call */
         a->on_stream = 1;
         a->stream = on_stream.stream;
         /* A barrier has no buffers: on a stream, with CUDA loaded, it is the GPU's (a barrier kernel). */
         if (a->kind == WEFT_COLL_BARRIER && weft_cuda_possible()) a->mem = WEFT_MEM_CUDA;
         /* Host buffers: the stream's work first, then the host collective. */
-        if (a->mem == WEFT_MEM_HOST && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind)))) return rc;
+        on_stream.host = a->mem == WEFT_MEM_HOST;
+        if (on_stream.host && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind)))) return rc;
     }
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */
@@ -859,12 +862,15 @@ void weft_coll_finalize(void)
 /* Runs `call` (a family function given &tmp as its request) as a
  * stream-ordered call: device buffers go on `stream`, the call returns
  * once the work is enqueued; *req (when not NULL) is its work handle,
- * otherwise the request is released as it completes. */
+ * otherwise the request is released as it completes. Host buffers with no
+ * request: the call waits (nothing else would tell the caller when its
+ * buffers are free). */
 #define ON_STREAM(stream_, req_, call)                                                                                 \
     do {                                                                                                               \
         weft_request_t tmp = WEFT_REQUEST_NULL;                                                                        \
         on_stream.on = 1;                                                                                              \
         on_stream.stream = (stream_);                                                                                  \
+        on_stream.host = 0;                                                                                            \
         int rc_ = (call);                                                                                              \
         on_stream.on = 0;                                                                                              \
         on_stream.stream = NULL;                                                                                       \
@@ -873,7 +879,7 @@ void weft_coll_finalize(void)
             *(req_) = tmp;                                                                                             \
             return WEFT_SUCCESS;                                                                                       \
         }                                                                                                              \
-        return weft_request_free(&tmp);                                                                                \
+        return on_stream.host ? weft_wait(&tmp, NULL) : weft_request_free(&tmp);                                       \
     } while (0)
 
 WEFT_API int weft_barrier_on_stream(weft_comm_t c, void *stream, weft_request_t *req)

@@ -424,7 +424,8 @@ WEFT_API int weft_iexscan(const void *sendbuf, void *recvbuf, int64_t count, wef
  * let it go. A deadline that passes, in a wait or while nobody waits, stops
  * the kernels (an abort word they watch) and fails the communicator's later
  * GPU collectives, naming the rank they waited for. With host buffers the
- * stream is synchronised first and the collective runs as weft_i*; counts,
+ * stream is synchronised first and the collective runs as weft_i* (with no
+ * request, to its end before the call returns); counts,
  * datatypes, ops and WEFT_IN_PLACE as in the blocking forms. */
 WEFT_API int weft_barrier_on_stream(weft_comm_t comm, void *stream, weft_request_t *request);
 WEFT_API int weft_bcast_on_stream(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm,

@@ -648,3 +648,36 @@ Test(coll_async, rank_killed_is_the_store_host, .timeout = 90)
 {
     run_killed(0, "ring", 0);
 }
+
+/* ---- stream-ordered calls on host buffers ---------------------------------- */
+/* With host buffers a weft_*_on_stream call synchronises the stream (none
+ * here: NULL) and runs the host collective: with no request it is done on
+ * return, with one the request completes it. A stream given where no CUDA
+ * driver is loaded is refused, naming the call. */
+static int body_on_stream_host(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    int64_t x[3] = {rank, 1, 2 * rank}, y[3] = {0, 0, 0};
+    TH_OK(weft_allreduce_on_stream(x, y, 3, WEFT_INT64, WEFT_SUM, w, NULL, NULL));
+    TH_CHECK(y[1] == size && y[0] == (int64_t)size * (size - 1) / 2, "no request: %lld %lld", (long long)y[0],
+             (long long)y[1]);
+    weft_request_t req;
+    int64_t g[8] = {0};
+    TH_OK(weft_allgather_on_stream(&x[0], g, 1, WEFT_INT64, w, NULL, &req));
+    TH_OK(weft_wait(&req, NULL));
+    for (int r = 0; r < size; r++)
+        TH_CHECK(g[r] == r, "allgather: block %d is %lld", r, (long long)g[r]);
+    TH_OK(weft_barrier_on_stream(w, NULL, NULL));
+    int rc = weft_allreduce_on_stream(x, y, 3, WEFT_INT64, WEFT_SUM, w, (void *)0x1234, NULL);
+    TH_CHECK(rc != 0 && strstr(weft_last_error(), "stream"), "a stream without CUDA: %d (%s)", rc, weft_last_error());
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(coll_async, on_stream_host_buffers, .timeout = 60)
+{
+    th_result_t res = th_run(3, body_on_stream_host, NULL, 50, NULL);
+    cr_assert_eq(res.failed, 0);
+}

@@ -293,7 +293,7 @@ typedef struct cuda_op {
     CUevent ev;
     int started; /* the launches were issued (the event marks their end) */
     const char *name;
-    int fusing;                 /* one chunk, small: the steps fill fz, issue launches it once */
+    int fusing; /* one chunk, small: the steps fill fz, issue launches it once */
     weft_ck_fused_args_t fz;
 } cuda_op_t;
 
@@ -549,6 +549,8 @@ static void op_failed(void *arg, int rc)
     __sync_synchronize();
     if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
         weft_cu.event_synchronize(op->ev);
+        weft_cu.event_destroy(op->ev); /* op_end, which would, does not run after a failure */
+        op->ev = NULL;
         CUcontext popped;
         weft_cu.ctx_pop(&popped);
     }
