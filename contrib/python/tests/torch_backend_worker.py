@@ -1,0 +1,222 @@
+"""One rank of the weft torch.distributed backend test (run under torchrun by
+test_torch_backend.py / run-torch-backend.sh): every collective on weft against
+gloo in the same job, async work, subgroups, DDP against gloo, a timeout that raises.
+Prints "torch backend worker: rank R of N, ok" at the end."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import weft.torch as wt
+
+dist.init_process_group(backend="weft", timeout=datetime.timedelta(seconds=30))
+rank, n = dist.get_rank(), dist.get_world_size()
+gloo = dist.new_group(backend="gloo")
+assert dist.get_backend() == "weft", dist.get_backend()
+failures = []
+
+
+def check(name, a, b):
+    if isinstance(a, (list, tuple)):
+        ok = len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    else:
+        ok = torch.equal(a, b)
+    if not ok:
+        failures.append(f"{name}: weft {a} != gloo {b}")
+
+
+def both(name, fn, make):
+    """fn(tensors, group) on weft and on gloo with fresh inputs from make()."""
+    w, g = make(), make()
+    fn(w, None)
+    fn(g, gloo)
+    check(name, w, g)
+
+
+def base(dtype=torch.float32, k=6):
+    return (torch.arange(k, dtype=torch.float64) * (rank + 1) + rank).to(dtype)
+
+
+ops = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.ReduceOp.MIN,
+       "MAX": dist.ReduceOp.MAX}
+for dt in (torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16, torch.float16):
+    for on, op in ops.items():
+        both(f"all_reduce {on} {dt}", lambda t, g, op=op: dist.all_reduce(t, op, group=g), lambda dt=dt: base(dt))
+for on, op in {"BAND": dist.ReduceOp.BAND, "BOR": dist.ReduceOp.BOR, "BXOR": dist.ReduceOp.BXOR}.items():
+    both(f"all_reduce {on}", lambda t, g, op=op: dist.all_reduce(t, op, group=g), lambda: base(torch.int64) + 5)
+# AVG: gloo has none; against gloo's SUM / n
+a = base(torch.float64)
+dist.all_reduce(a, dist.ReduceOp.AVG)
+s = base(torch.float64)
+dist.all_reduce(s, group=gloo)
+check("all_reduce AVG", a, s / n)
+# non-contiguous (a transposed view), written back in place
+both("all_reduce non-contiguous", lambda t, g: dist.all_reduce(t, group=g),
+     lambda: (torch.arange(12.0).view(3, 4) + rank).t())
+both("broadcast", lambda t, g: dist.broadcast(t, src=n - 1, group=g), lambda: base())
+# reduce: only the root's result is defined (gloo leaves partial sums elsewhere)
+rw, rg = base(), base()
+dist.reduce(rw, dst=1 % n, op=dist.ReduceOp.MAX)
+dist.reduce(rg, dst=1 % n, op=dist.ReduceOp.MAX, group=gloo)
+if rank == 1 % n:
+    check("reduce", rw, rg)
+
+
+def ag(lst, g):
+    dist.all_gather(lst, base(k=3), group=g)
+
+
+both("all_gather", ag, lambda: [torch.zeros(3) for _ in range(n)])
+both("all_gather_into_tensor", lambda t, g: dist.all_gather_into_tensor(t, base(k=3), group=g),
+     lambda: torch.zeros(3 * n))
+both("reduce_scatter", lambda t, g: dist.reduce_scatter(t, [base(k=2) + i for i in range(n)], group=g),
+     lambda: torch.zeros(2))
+both("reduce_scatter_tensor", lambda t, g: dist.reduce_scatter_tensor(t, base(k=2 * n), group=g),
+     lambda: torch.zeros(2))
+both("all_to_all_single equal", lambda t, g: dist.all_to_all_single(t, base(k=2 * n), group=g),
+     lambda: torch.zeros(2 * n))
+# unequal splits: rank r sends (j + 1) rows of 2 to rank j and receives (r + 1) from each
+in_s = [j + 1 for j in range(n)]
+out_s = [rank + 1] * n
+inp = torch.arange(sum(in_s) * 2, dtype=torch.float32).view(-1, 2) + 100 * rank
+both("all_to_all_single splits",
+     lambda t, g: dist.all_to_all_single(t, inp, out_s, in_s, group=g),
+     lambda: torch.zeros(sum(out_s), 2))
+# all_to_all (list): gloo has none; against the known values (rank j sends base_j(k=r+1) to r)
+got = [torch.zeros(rank + 1) for _ in range(n)]
+dist.all_to_all(got, [base(k=j + 1) for j in range(n)])
+check("all_to_all", got, [(torch.arange(rank + 1, dtype=torch.float64) * (j + 1) + j).float() for j in range(n)])
+
+
+def gat(lst, g):
+    dist.gather(base(k=3), lst if rank == 0 else None, dst=0, group=g)
+
+
+both("gather", gat, lambda: [torch.zeros(3) for _ in range(n)])
+
+
+def sca(t, g):
+    dist.scatter(t, [base(k=3) * 10 + i for i in range(n)] if rank == 0 else None, src=0, group=g)
+
+
+both("scatter", sca, lambda: torch.zeros(3))
+dist.barrier()
+# send / recv, isend / irecv, batch_isend_irecv: a ring
+nxt, prv = (rank + 1) % n, (rank - 1) % n
+if rank % 2 == 0:
+    dist.send(base(), nxt)
+    r = torch.zeros(6)
+    dist.recv(r, prv)
+else:
+    r = torch.zeros(6)
+    dist.recv(r, prv)
+    dist.send(base(), nxt)
+r_ref = (torch.arange(6, dtype=torch.float64) * (prv + 1) + prv).float()
+check("send/recv", r, r_ref)
+r2 = torch.zeros(6)
+works = [dist.isend(base(), nxt), dist.irecv(r2, prv)]
+for w in works:
+    w.wait()
+check("isend/irecv", r2, r_ref)
+r3 = torch.zeros(6)
+reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, base(), nxt), dist.P2POp(dist.irecv, r3, prv)])
+for w in reqs:
+    w.wait()
+check("batch_isend_irecv", r3, r_ref)
+
+# async_op: Work.wait(timeout), is_completed, get_future
+x = base()
+w = dist.all_reduce(x, async_op=True)
+assert w.wait(timeout=datetime.timedelta(seconds=20))
+assert w.is_completed()
+fut = w.get_future()
+y = base()
+dist.all_reduce(y, group=gloo)
+check("async all_reduce", x, y)
+check("async future value", fut.value()[0], y)
+
+# CUDA tensors are refused with a clear error (when CUDA is available)
+if torch.cuda.is_available():
+    try:
+        dist.all_reduce(torch.ones(2, device="cuda"))
+        failures.append("a CUDA tensor was accepted")
+    except Exception as e:
+        if "not supported by the weft torch backend yet" not in str(e):
+            failures.append(f"CUDA refusal message: {e}")
+
+# new_group of a subset, named by torch, its own weft communicator
+sub_ranks = list(range(0, n, 2))
+sub = dist.new_group(sub_ranks)
+if rank in sub_ranks:
+    t = torch.ones(2) * rank
+    dist.all_reduce(t, group=sub)
+    check("subgroup all_reduce", t, torch.ones(2) * sum(sub_ranks))
+    assert isinstance(sub, wt.ProcessGroupWeft) and sub.comm.size == len(sub_ranks), sub
+
+# DDP: 5 steps of a tiny model on weft and on gloo, identical losses step by step
+def train(group):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(5):
+        xb, yb = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return torch.stack(losses), params
+
+
+lw, pw = train(None)
+lg, pg = train(gloo)
+# 2 ranks: bit-identical (a + b is one rounding either way); more ranks: weft and gloo add
+# in different orders, so equal to float32 rounding (reported).
+if n == 2:
+    check("DDP losses", lw, lg)
+    check("DDP parameters", pw, pg)
+else:
+    for what, a, b in (("losses", lw, lg), ("parameters", pw, pg)):
+        if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+            failures.append(f"DDP {what}: weft {a} != gloo {b}")
+if rank == 0:
+    print(f"DDP 5 steps, weft vs gloo: losses max |diff| {(lw - lg).abs().max().item():.3g}, "
+          f"parameters max |diff| {(pw - pg).abs().max().item():.3g}", flush=True)
+
+# warm-up option: a new group warmed at creation
+wt.set_warmup(True)
+warm = dist.new_group(list(range(n)))
+wt.set_warmup(False)
+t = torch.ones(1)
+dist.all_reduce(t, group=warm)
+check("warm group", t, torch.ones(1) * n)
+
+# a timeout raises (rank 0 skips a collective on a group with a 2 s timeout)
+tg = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
+if rank != 0:
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(2), group=tg)
+        failures.append("the collective that rank 0 skipped completed")
+    except wt.WeftDistTimeoutError as e:
+        dt = time.monotonic() - t0
+        if not (1.5 < dt < 10):
+            failures.append(f"timeout raised after {dt:.1f} s, expected ~2 s")
+        print(f"rank {rank}: timeout raised after {dt:.1f} s: {e}", flush=True)
+dist.barrier(group=gloo)
+
+if failures:
+    for f in failures:
+        print(f"rank {rank}: FAIL {f}", flush=True)
+    sys.exit(1)
+dist.destroy_process_group()
+print(f"torch backend worker: rank {rank} of {n}, ok", flush=True)
