@@ -1,8 +1,13 @@
 #!/bin/bash
-# The weft torch.distributed backend test: tests/torch_backend_worker.py under
-# torchrun --standalone on 2 and on 4 local processes (each rank checks every
-# collective against gloo in the same job, DDP against gloo, async work,
-# subgroups, a timeout that raises). Exit 0 pass, 77 skip (no torch), 1 fail.
+# The weft torch.distributed backend test, under torchrun --standalone:
+#   tests/torch_backend_worker.py on 2 and on 4 local processes (each rank checks every
+#     collective against gloo in the same job, DDP against gloo, async work, subgroups,
+#     8 threads posting on one group, a timeout that raises);
+#   tests/torch_fsdp_worker.py on 4 (FSDP FULL_SHARD and HYBRID_SHARD on 2 simulated
+#     nodes of 2 ranks, weft against gloo);
+#   tests/torch_kill_worker.py on 4 (the last rank SIGKILLs itself: the others must raise
+#     weft's error within the group's timeout, and torchrun must report the failure).
+# Exit 0 pass, 77 skip (no torch), 1 fail.
 #
 # usage: contrib/python/tests/run-torch-backend.sh [BUILD_DIR]
 #   WEFT_TORCH_PYTHON  interpreter with torch (default: the checkout's .venv/bin/python, python3)
@@ -35,23 +40,46 @@ export OMP_NUM_THREADS=1 WEFT_INIT_TIMEOUT=${WEFT_INIT_TIMEOUT:-60}
 limit=${WEFT_TEST_TIMEOUT:-120}
 echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($py), library $WEFT_LIBRARY"
 passed=0 failed=0
-for np in 2 4; do
+# run_case NAME NP WORKER OK_PATTERN EXPECT_RC [torchrun options...]: EXPECT_RC 0 (all NP ranks
+# print OK_PATTERN) or "fail" (torchrun fails, NP-1 ranks print OK_PATTERN, no "FAIL" line).
+run_case() {
+    local name=$1 np=$2 worker=$3 pat=$4 expect=$5
+    shift 5
+    local out rc ok want=$np t0=$SECONDS good=false
     out=$(mktemp "${TMPDIR:-/tmp}/weft-torch-backend.XXXXXX")
-    t0=$SECONDS
     timeout -k 10 "$limit" "$py" -m torch.distributed.run --standalone --nproc-per-node "$np" \
-        --monitor-interval 0.2 "$here/torch_backend_worker.py" >"$out" 2>&1
+        "$@" "$here/$worker" >"$out" 2>&1
     rc=$?
-    ok=$(grep -c "^torch backend worker: rank [0-9]* of $np, ok$" "$out")
-    grep -E "^DDP 5 steps|timeout raised" "$out" | sed 's/^/    /'
-    if [ $rc = 0 ] && [ "$ok" = "$np" ]; then
-        echo "PASS: $np ranks ($((SECONDS - t0)) s)"
+    # counted with grep -o: the ranks share torchrun's stdout, so two ranks' lines can run together
+    ok=$(grep -o "$pat" "$out" | wc -l)
+    grep -E "^DDP 5 steps|^FSDP |^threads: |timeout raised|^torch kill worker: rank [0-9]* raised" "$out" |
+        cut -c1-300 | sed 's/^/    /'
+    if [ "$expect" = 0 ]; then
+        [ $rc = 0 ] && [ "$ok" = "$np" ] && good=true
+    else
+        want=$((np - 1))
+        [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] && [ "$ok" = "$want" ] &&
+            grep -q "Signal 9 (SIGKILL)" "$out" && ! grep -q "torch kill worker: .*FAIL" "$out" && good=true
+    fi
+    if $good; then
+        echo "PASS: $name, $np ranks ($((SECONDS - t0)) s)"
         passed=$((passed + 1))
     else
-        echo "FAIL: $np ranks: exit status $rc, $ok of $np ranks ok ($((SECONDS - t0)) s)"
+        echo "FAIL: $name, $np ranks: exit status $rc, $ok of $want ranks ok ($((SECONDS - t0)) s)"
         grep -v 'UserWarning\|_conversion_method_template' "$out" | tail -n 40 | sed 's/^/    /'
         failed=$((failed + 1))
     fi
     rm -f "$out"
+}
+for np in 2 4; do
+    run_case "collectives, DDP, threads, timeout" "$np" torch_backend_worker.py \
+        "torch backend worker: rank [0-9]* of $np, ok" 0 --monitor-interval 0.2
 done
+run_case "FSDP FULL_SHARD, HYBRID_SHARD" 4 torch_fsdp_worker.py "torch fsdp worker: rank [0-9]* of 4, ok" 0 \
+    --monitor-interval 0.2
+# A killed rank: torchrun's monitor interval (8 s) is longer than the group's timeout (3 s),
+# so the survivors raise and exit before torchrun would tear them down.
+KILL_TEST_TIMEOUT=3 run_case "a killed rank" 4 torch_kill_worker.py \
+    "torch kill worker: rank [0-9]* raised WeftDist[A-Za-z]*Error after [0-9.]* s: weft " fail --monitor-interval 8
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

@@ -1,6 +1,8 @@
 """The weft torch.distributed backend (weft.torch): runs tests/run-torch-backend.sh
 (torchrun on 2 and 4 local processes, every collective against gloo, DDP against
-gloo, async work, subgroups, a timeout that raises). Skips with the reason when
+gloo, async work, subgroups, 8 threads on one group, a timeout that raises;
+FSDP FULL_SHARD / HYBRID_SHARD / fully_shard against gloo on 4; a SIGKILLed rank
+on 4). Skips with the reason when
 torch is not importable, and inside a multi-rank pytest run (run-tests.sh launches
 every test on every rank; this one launches its own ranks)."""
 

@@ -1,6 +1,7 @@
 """One rank of the weft torch.distributed backend test (run under torchrun by
 test_torch_backend.py / run-torch-backend.sh): every collective on weft against
-gloo in the same job, async work, subgroups, DDP against gloo, a timeout that raises.
+gloo in the same job, async work, subgroups, DDP against gloo, 8 threads posting
+on one group (ordered and racing), a timeout that raises.
 Prints "torch backend worker: rank R of N, ok" at the end."""
 
 from __future__ import annotations
@@ -191,6 +192,94 @@ else:
 if rank == 0:
     print(f"DDP 5 steps, weft vs gloo: losses max |diff| {(lw - lg).abs().max().item():.3g}, "
           f"parameters max |diff| {(pw - pg).abs().max().item():.3g}", flush=True)
+
+# threads: 8 threads and the main thread post on the same group at once (the backend
+# serialises weft calls with one lock and waits in slices, so no call may deadlock another).
+# (a) ordered: a ticket makes every rank post in the same global order, so each thread's
+# async all_reduce results are exact. (b) unordered: posts race, so rank 0's k-th operation
+# may meet rank 1's j-th of another thread; every tensor has one shape, and the total of all
+# results a rank sees is the sum of every value every rank posted whatever the pairing.
+import threading  # noqa: E402
+
+NT, NI, K = 8, 8, 16
+tcond = threading.Condition()
+ticket = [0]
+terrs = []
+
+
+def val(t, i, r):
+    return float(1000 * t + 10 * i + r)
+
+
+def ordered(t):
+    try:
+        works = []
+        for i in range(NI):
+            with tcond:  # slot i * NT + t of the global order
+                tcond.wait_for(lambda: ticket[0] == i * NT + t)
+                x = torch.full((K,), val(t, i, rank))
+                works.append((i, x, dist.all_reduce(x, async_op=True)))
+                ticket[0] += 1
+                tcond.notify_all()
+            if i % 3 == 0:  # some waited at once, the rest at the end
+                works[-1][2].wait()
+        for i, x, w in works:
+            w.wait()
+            want = sum(val(t, i, r) for r in range(n))
+            if not torch.equal(x, torch.full((K,), want)):
+                terrs.append(f"thread {t} op {i}: {x[0].item()} != {want}")
+    except Exception as e:  # noqa: BLE001
+        terrs.append(f"thread {t}: {type(e).__name__}: {e}")
+
+
+def unordered(t, out):
+    try:
+        works = []
+        for i in range(NI):
+            x = torch.full((K,), val(t, i, rank))
+            works.append((x, dist.all_reduce(x, async_op=True)))
+            if i % 4 == 0:
+                time.sleep(0.0005 * ((t + rank) % 3))
+        for x, w in works:
+            w.wait()
+            out.append(x)
+    except Exception as e:  # noqa: BLE001
+        terrs.append(f"thread {t}: {type(e).__name__}: {e}")
+
+
+t0 = time.monotonic()
+phase_s = {}
+for phase in ("ordered", "unordered"):
+    tp = time.monotonic()
+    outs = [[] for _ in range(NT + 1)]
+    if phase == "ordered":
+        ths = [threading.Thread(target=ordered, args=(t,), daemon=True) for t in range(NT)]
+    else:
+        ths = [threading.Thread(target=unordered, args=(t, outs[t]), daemon=True) for t in range(NT)]
+    for th in ths:
+        th.start()
+    if phase == "unordered":  # the main thread posts blocking all_reduces of the same shape meanwhile
+        for i in range(NI):
+            x = torch.full((K,), val(NT, i, rank))
+            dist.all_reduce(x)
+            outs[NT].append(x)
+    for th in ths:
+        th.join(timeout=max(1.0, 60 - (time.monotonic() - t0)))
+    if any(th.is_alive() for th in ths):
+        print(f"rank {rank}: FAIL threads ({phase}) still running after 60 s: deadlock", flush=True)
+        import os  # noqa: E402
+
+        os._exit(1)
+    phase_s[phase] = time.monotonic() - tp
+    if phase == "unordered":
+        got = sum(x.sum().item() for o in outs for x in o)
+        want = K * sum(val(t, i, r) for t in range(NT + 1) for i in range(NI) for r in range(n))
+        if sum(len(o) for o in outs) != (NT + 1) * NI or got != want:
+            terrs.append(f"unordered: total of results {got} != {want}")
+failures.extend(terrs)
+if rank == 0:
+    print(f"threads: {NT} threads x {NI} async all_reduce + main thread, ordered and racing, "
+          f"{phase_s['ordered']:.2f} s + {phase_s['unordered']:.2f} s, {'ok' if not terrs else 'FAILED'}", flush=True)
 
 # warm-up option: a new group warmed at creation
 wt.set_warmup(True)
