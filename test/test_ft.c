@@ -261,7 +261,8 @@ static int body_loop(int rank, int size, void *arg)
         TH_OK(weft_comm_revoke(comm));
         weft_comm_t next;
         rc = weft_comm_shrink(comm, &next);
-        TH_CHECK(rc == WEFT_SUCCESS, "rank %d: shrink: rc %d (%s): %s", rank, rc, weft_strerror(rc), weft_last_error());
+        TH_CHECK(rc == WEFT_SUCCESS, "rank %d (seed %u: victim %d, step %d, %s): shrink: rc %d (%s): %s", rank, seed,
+                 victim, kill_step, mid ? "mid-allreduce" : "before it", rc, weft_strerror(rc), weft_last_error());
         if (comm != w) TH_OK(weft_comm_free(&comm));
         comm = next;
         int resume = step;
