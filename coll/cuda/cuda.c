@@ -492,7 +492,9 @@ static int issue(cuda_op_t *op)
         }
         break;
     }
-    default: rc = weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s not implemented", weft_coll_kind_name(a->kind));
+    default: /* only the kinds of the algorithm table below reach here */
+        rc = weft_error(WEFT_ERR_INTERNAL, "coll/cuda: called for %s, which has no coll/cuda algorithm",
+                        weft_coll_kind_name(a->kind));
     }
     if (!rc && op->fusing) {
         CUfunction f = op->fz.mode == 1 ? st->m->fused_reduce[a->dtype] : st->m->fused_copy;
