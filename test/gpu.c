@@ -110,7 +110,11 @@ int gpu_open(void)
 {
     CUdevice dev;
     CUcontext ctx;
-    if (load() || cu.init(0) || cu.device_get(&dev, 0) || cu.primary_retain(&ctx, dev) || cu.ctx_set_current(ctx))
+    int n = 0;
+    const char *lr = getenv("LOCAL_RANK");
+    if (load() || cu.init(0) || cu.device_get_count(&n) || n < 1) return -1;
+    /* One GPU per local rank where there are several (the harness sets LOCAL_RANK), else all share one. */
+    if (cu.device_get(&dev, (lr ? atoi(lr) : 0) % n) || cu.primary_retain(&ctx, dev) || cu.ctx_set_current(ctx))
         return -1;
     return 0;
 }
@@ -186,7 +190,7 @@ void gpu_graph_free(void *exec)
 weft_comm_t gpu_weft_start(void)
 {
     if (gpu_open()) {
-        fprintf(stderr, "no CUDA context on device 0\n");
+        fprintf(stderr, "no CUDA context on device LOCAL_RANK %% count\n");
         exit(1);
     }
     if (weft_init(NULL, NULL)) {

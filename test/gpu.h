@@ -18,7 +18,7 @@
  * (a child forked after that could not use it): 1 when a device is
  * usable, else 0 with the reason in why. */
 int gpu_available(char *why, size_t len);
-/* In a rank's process: opens the driver and makes device 0's primary
+/* In a rank's process: opens the driver and makes device LOCAL_RANK % count's primary
  * context current (every rank of the one-GPU host shares it). 0 or -1. */
 int gpu_open(void);
 /* In a rank: gpu_open, then weft_init; exits with a message on failure. */
