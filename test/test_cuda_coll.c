@@ -18,14 +18,19 @@
 #include <string.h>
 #include <unistd.h>
 
-static void run(int n, th_body_fn body, const char *extra)
+static void run2(int n, th_body_fn body, const char *extra, const char *extra2)
 {
     GPU_NEED();
     const char *level = gpu_log_level_env();
-    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", extra, NULL};
+    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", extra, extra2, NULL};
     th_result_t res = th_run(n, body, NULL, 240, env);
     cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
+}
+
+static void run(int n, th_body_fn body, const char *extra)
+{
+    run2(n, body, extra, NULL);
 }
 
 static const weft_dtype_t types[] = {WEFT_INT8,  WEFT_UINT8,  WEFT_INT16,   WEFT_UINT16,   WEFT_INT32,   WEFT_UINT32,
@@ -200,6 +205,30 @@ Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
     run(4, body_allreduce, NULL);
 }
 
+/* The pipelined kernel for every call that does not fuse: with 4 KiB slots
+ * its positions are 64 bytes (16 per piece on 3 and 4 ranks), so every
+ * block reuses each position many times, and fused and pipelined calls
+ * alternate on the communicator. */
+Test(cuda_coll, allreduce_pipelined_1_rank, .timeout = 600)
+{
+    run(1, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+}
+
+Test(cuda_coll, allreduce_pipelined_2_ranks, .timeout = 600)
+{
+    run(2, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+}
+
+Test(cuda_coll, allreduce_pipelined_3_ranks, .timeout = 600)
+{
+    run(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+}
+
+Test(cuda_coll, allreduce_pipelined_4_ranks, .timeout = 600)
+{
+    run(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+}
+
 /* Byte patterns through the data-moving collectives and reduce /
  * reduce_scatter_block, each against the host call. */
 static int body_others(int rank, int size, void *arg)
@@ -276,6 +305,23 @@ Test(cuda_coll, others_2_ranks, .timeout = 600)
 Test(cuda_coll, others_4_ranks, .timeout = 600)
 {
     run(4, body_others, NULL);
+}
+
+/* Fused, chunked and pipelined calls mixed: calls staging 16000 bytes or
+ * more per rank pipelined, smaller ones over a slot in chunks. */
+Test(cuda_coll, others_pipelined_2_ranks, .timeout = 600)
+{
+    run(2, body_others, "WEFT_CUDA_COLL_PIPE=16000");
+}
+
+Test(cuda_coll, others_pipelined_3_ranks, .timeout = 600)
+{
+    run(3, body_others, "WEFT_CUDA_COLL_PIPE=16000");
+}
+
+Test(cuda_coll, others_pipelined_4_ranks, .timeout = 600)
+{
+    run(4, body_others, "WEFT_CUDA_COLL_PIPE=1");
 }
 
 /* Stream-ordered calls: enqueued on a stream of the caller's, with a work
@@ -377,6 +423,17 @@ Test(cuda_coll, stream_and_graph_4_ranks, .timeout = 300)
     run(4, body_stream, NULL);
 }
 
+/* The same with every call pipelined (nothing fused): graph replays of the pipelined kernel. */
+Test(cuda_coll, stream_and_graph_pipelined_2_ranks, .timeout = 300)
+{
+    run2(2, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
+}
+
+Test(cuda_coll, stream_and_graph_pipelined_4_ranks, .timeout = 300)
+{
+    run2(4, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
+}
+
 /* The last rank skips a GPU allreduce: the others' kernels wait at the
  * barrier until the deadline, the abort word ends them, the call fails
  * with the timeout on each of them, and later GPU collectives on that
@@ -418,6 +475,19 @@ Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
 {
     GPU_NEED();
     const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", NULL};
+    th_result_t res = th_run(3, body_timeout, NULL, 120, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0, "%d of 3 ranks failed", res.failed);
+}
+
+/* The same where every call is pipelined (nothing fused): the skipped
+ * call's barrier kernel waits and the abort word ends it, and the
+ * pipelined kernel queued behind it on the stream then ends at once too. */
+Test(cuda_coll, timeout_in_pipelined_kernel, .timeout = 300)
+{
+    GPU_NEED();
+    const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0",
+                         NULL};
     th_result_t res = th_run(3, body_timeout, NULL, 120, env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0, "%d of 3 ranks failed", res.failed);

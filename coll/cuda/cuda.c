@@ -20,6 +20,7 @@
 #include "pt2pt/cuda.h"
 
 #include "coll/coll.h"
+#include "coll/cuda/kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,12 @@ static struct {
     int slot;    /* WEFT_CUDA_COLL_SLOT */
     int enabled; /* WEFT_CUDA_COLL */
     int fused;   /* WEFT_CUDA_COLL_FUSED */
+    int pipe;    /* WEFT_CUDA_COLL_PIPE */
 } cvars;
+
+/* The pipelined kernel's launch: blocks (within the max_ctas / min_ctas
+ * hints), positions per block, threads per block. */
+enum { PIPE_BLOCKS = 32, PIPE_DEPTH = 4, PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
@@ -45,10 +51,14 @@ static const weft_var_t vars[] = {
      "coll/cuda: calls that stage up to this many bytes per rank run as one launch of one thread block (stage, "
      "barrier and reduce or copy fused) instead of three launches; 0: never",
      &cvars.fused, 0},
+    {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT, "8388608",
+     "coll/cuda: calls that stage at least this many bytes per rank run as one barrier then one pipelined launch of "
+     "many blocks (each unit staged, announced and consumed with its own flags, so staging, NVLink reads and "
+     "reductions overlap) instead of slot-sized chunks of three launches each; 0: never",
+     &cvars.pipe, 0},
 };
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
-#include "coll/cuda/kernels.h"
 #include "coll/cuda/kernels_fatbin.inc"
 #include "src/cuda_driver.h"
 
@@ -65,6 +75,7 @@ typedef struct module {
     CUmodule mod;
     CUfunction stage, barrier, copy, reduce[NREDUCE];
     CUfunction fused_copy, fused_reduce[NREDUCE];
+    CUfunction pipe_copy, pipe_reduce[NREDUCE];
     int sms;
 } module_t;
 
@@ -94,17 +105,20 @@ static int module_of(CUcontext ctx, module_t **out)
     struct {
         const char *name;
         CUfunction *f;
-    } fns[4 + 2 * NREDUCE] = {{"weft_ck_stage", &m->stage},
+    } fns[5 + 3 * NREDUCE] = {{"weft_ck_stage", &m->stage},
                               {"weft_ck_barrier", &m->barrier},
                               {"weft_ck_copy", &m->copy},
-                              {"weft_ck_fused_copy", &m->fused_copy}};
-    static char fused_names[NREDUCE][40];
+                              {"weft_ck_fused_copy", &m->fused_copy},
+                              {"weft_ck_pipe_copy", &m->pipe_copy}};
+    static char fused_names[NREDUCE][40], pipe_names[NREDUCE][40];
     for (int k = 0; k < NREDUCE; k++) {
         snprintf(fused_names[k], sizeof(fused_names[k]), "weft_ck_fused_%s", reduce_names[k] + strlen("weft_ck_"));
-        fns[4 + k].name = reduce_names[k], fns[4 + k].f = &m->reduce[k];
-        fns[4 + NREDUCE + k].name = fused_names[k], fns[4 + NREDUCE + k].f = &m->fused_reduce[k];
+        snprintf(pipe_names[k], sizeof(pipe_names[k]), "weft_ck_pipe_%s", reduce_names[k] + strlen("weft_ck_"));
+        fns[5 + k].name = reduce_names[k], fns[5 + k].f = &m->reduce[k];
+        fns[5 + NREDUCE + k].name = fused_names[k], fns[5 + NREDUCE + k].f = &m->fused_reduce[k];
+        fns[5 + 2 * NREDUCE + k].name = pipe_names[k], fns[5 + 2 * NREDUCE + k].f = &m->pipe_reduce[k];
     }
-    for (int k = 0; k < 4 + 2 * NREDUCE; k++)
+    for (int k = 0; k < 5 + 3 * NREDUCE; k++)
         if ((r = weft_cu.module_get_function(fns[k].f, m->mod, fns[k].name)) != CUDA_SUCCESS) {
             weft_cu.module_unload(m->mod);
             return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbin: %s", fns[k].name,
@@ -407,6 +421,97 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
     return launch(op, st->m->copy, grid_for(op, len), (unsigned)n, &c, "launching the copy kernel");
 }
 
+/* The pipelined form of a large call (kernels.h: weft_ck_pipe_args): a
+ * barrier (the slots are free, the counter moves), then one launch of
+ * `blocks` blocks, each with `depth` positions of the two slots. *piped
+ * stays 0 when the slots are too small for the geometry (the caller
+ * chunks instead). */
+static int pipe_issue(cuda_op_t *op, int *piped)
+{
+    const weft_coll_args_t *a = &op->a;
+    cuda_state_t *st = op->st;
+    const weft_comm_t c = st->comm;
+    int n = st->n, me = st->me;
+    size_t es = a->esize ? a->esize : 1, block = a->count * es;
+    weft_ck_pipe_args_t p;
+    memset(&p, 0, sizeof(p));
+    p.ctl = ctl_of(st);
+    p.nranks = n;
+    p.rank = me;
+    for (int r = 0; r < n; r++)
+        p.scratch[r] = (char *)(uintptr_t)st->peer[r];
+    unsigned all = ((1u << n) - 1) & ~(1u << me);
+    p.in = a->sendbuf == WEFT_IN_PLACE ? (const char *)a->recvbuf : (const char *)a->sendbuf;
+    p.out = a->recvbuf;
+    p.stage_on = p.consume_on = 1;
+    p.read_mask = p.cons_mask = all;
+    p.npieces = 1;
+    p.esize = es;
+    p.count = a->count;
+    p.op = (int)a->op;
+    CUfunction f = st->m->pipe_copy;
+    switch (a->kind) {
+    case WEFT_COLL_ALLREDUCE: p.mode = 1; break;
+    case WEFT_COLL_REDUCE:
+        p.mode = 1;
+        p.consume_on = me == a->root;
+        p.read_mask = me == a->root ? all : 0;
+        p.cons_mask = me == a->root ? 0 : 1u << a->root;
+        break;
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK:
+        p.mode = 1;
+        p.npieces = n;
+        p.in_stride = block;
+        p.red_piece = me;
+        break;
+    case WEFT_COLL_ALLGATHER:
+    case WEFT_COLL_ALLTOALL:
+    case WEFT_COLL_BCAST:
+        p.mode = 2;
+        p.esize = 1;
+        p.count = block;
+        p.copy_self = a->kind != WEFT_COLL_BCAST;
+        if (a->kind == WEFT_COLL_ALLTOALL) {
+            p.npieces = n;
+            p.in_stride = block;
+            p.copy_piece = me;
+        }
+        for (int r = 0; r < n; r++)
+            p.dst[r] = a->kind == WEFT_COLL_ALLGATHER ? weft_coll_rblock(a, r) : (char *)a->recvbuf + (size_t)r * block;
+        if (a->kind == WEFT_COLL_BCAST) {
+            p.in = a->recvbuf;
+            p.dst[a->root] = a->recvbuf;
+            p.stage_on = me == a->root;
+            p.consume_on = me != a->root;
+            p.read_mask = me == a->root ? 0 : 1u << a->root;
+            p.cons_mask = me == a->root ? all : 0;
+        }
+        break;
+    default: return WEFT_SUCCESS; /* not pipelined: the caller chunks */
+    }
+    if (p.mode == 1) f = st->m->pipe_reduce[a->dtype];
+    /* geometry: blocks within the hints and the SMs; positions of whole 16-byte words per piece */
+    unsigned g = PIPE_BLOCKS;
+    if (c->gpu_max_ctas > 0 && g > (unsigned)c->gpu_max_ctas) g = (unsigned)c->gpu_max_ctas;
+    if (c->gpu_min_ctas > 0 && g < (unsigned)c->gpu_min_ctas) g = (unsigned)c->gpu_min_ctas;
+    if (g > (unsigned)st->m->sms) g = (unsigned)st->m->sms;
+    if (g * PIPE_DEPTH > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS / PIPE_DEPTH;
+    if (g < 1) g = 1;
+    size_t posbytes = 2 * st->slot / ((size_t)g * PIPE_DEPTH);
+    size_t piece = posbytes / (size_t)p.npieces / 16 * 16;
+    p.unit_elems = piece / p.esize;
+    if (!p.unit_elems || !p.count) return WEFT_SUCCESS;
+    p.units = (p.count + p.unit_elems - 1) / p.unit_elems;
+    if (p.units < g) g = (unsigned)p.units;
+    p.depth = PIPE_DEPTH;
+    int rc = barrier(op);
+    if (rc) return rc;
+    *piped = 1;
+    void *params[] = {&p};
+    CUresult r = weft_cu.launch_kernel(f, g, 1, 1, PIPE_THREADS, 1, 1, 0, op->stream, params, NULL);
+    return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the pipelined kernel");
+}
+
 /* Issues the whole call on the stream, chunk by chunk (each chunk: stage,
  * barrier, reduce or copy), then records the event. */
 static int issue(cuda_op_t *op)
@@ -431,8 +536,12 @@ static int issue(cuda_op_t *op)
         op->fz.scratch = (char *)(uintptr_t)st->region;
         op->fz.slot_bytes = slot;
     }
-    switch (a->kind) {
-    case WEFT_COLL_BARRIER: rc = barrier(op); break;
+    int piped = 0;
+    if (!op->fusing && cvars.pipe > 0 && staged >= (size_t)cvars.pipe && (rc = pipe_issue(op, &piped))) return rc;
+    switch (piped ? WEFT_COLL_BARRIER : a->kind) {
+    case WEFT_COLL_BARRIER:
+        if (!piped) rc = barrier(op);
+        break;
     case WEFT_COLL_ALLREDUCE:
     case WEFT_COLL_REDUCE: {
         size_t per = slot / es;
@@ -688,7 +797,7 @@ static const weft_coll_alg_t *const algorithms[] = {
     &weft_alg_bcast_cuda,   &weft_alg_allgather_cuda, &weft_alg_alltoall_cuda, NULL,
 };
 
-static const int max_ranks = 8, hdr = 4096;
+static const int max_ranks = 8, hdr = WEFT_CK_HDR, pipe_blocks = PIPE_BLOCKS, pipe_depth = PIPE_DEPTH;
 
 static const weft_coll_param_t params[] = {
     {"slot", "every coll/cuda algorithm", &cvars.slot, "bytes", "WEFT_CUDA_COLL_SLOT",
@@ -698,6 +807,12 @@ static const weft_coll_param_t params[] = {
     {"max_ranks", "every coll/cuda algorithm", &max_ranks, "ranks", NULL,
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
+    {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
+     "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks"},
+    {"pipe_blocks", "every coll/cuda algorithm", &pipe_blocks, "blocks", NULL,
+     "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
+    {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,
+     "slot positions per block of the pipelined kernel: units in flight per block"},
 };
 
 const weft_coll_component_t weft_coll_cuda = {

@@ -360,7 +360,10 @@ __device__ __forceinline__ typename Op::S reduce_one(const typename Op::S *const
     return Op::fin(acc, nsrc);
 }
 
-template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_reduce_args_t &a)
+/* out[i] = op over src[0..nsrc) of element i, i < count, threads tid of nth. */
+template <class Op>
+__device__ __forceinline__ void reduce_range(const char *const (&base)[MAXR], int nsrc, void *out_, size_t count, size_t tid,
+                                             size_t nth)
 {
     typedef typename Op::S S;
     const int V = 16 / sizeof(S); /* elements per 16-byte vector */
@@ -368,20 +371,13 @@ template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_red
         uint4 u;
         S e[16 / sizeof(S)];
     };
-
-    int nsrc = a.nsrc < 1 ? 1 : a.nsrc > MAXR ? MAXR : a.nsrc;
-    unsigned long long parity = *a.ctl.counter & 1;
-    S *out = static_cast<S *>(a.out);
-    size_t count = a.count;
-    size_t tid = grid_tid(), nth = grid_threads();
-
+    S *out = static_cast<S *>(out_);
     const S *src[MAXR];
     uintptr_t mis = 0; /* bits where some source's address differs from out's */
 #pragma unroll
     for (int p = 0; p < MAXR; p++) {
-        /* a.scratch[p] with a constant p (a computed index would copy the
-         * parameter block to local memory); unused entries repeat src[0] */
-        const S *s = reinterpret_cast<const S *>(slot_of(a.scratch[p], parity, a.slot_bytes) + a.src_off);
+        /* base[p] with a constant p; unused entries repeat src[0] */
+        const S *s = reinterpret_cast<const S *>(base[p]);
         src[p] = p < nsrc ? s : src[0];
         mis |= (uintptr_t)src[p] ^ (uintptr_t)out;
     }
@@ -430,6 +426,17 @@ template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_red
         size_t i = k < head ? k : done + (k - head);
         out[i] = reduce_one<Op>(src, nsrc, i);
     }
+}
+
+template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_reduce_args_t &a)
+{
+    int nsrc = a.nsrc < 1 ? 1 : a.nsrc > MAXR ? MAXR : a.nsrc;
+    unsigned long long parity = *a.ctl.counter & 1;
+    const char *base[MAXR];
+#pragma unroll
+    for (int p = 0; p < MAXR; p++)
+        base[p] = slot_of(a.scratch[p], parity, a.slot_bytes) + a.src_off;
+    reduce_range<Op>(base, nsrc, a.out, a.count, grid_tid(), grid_threads());
 }
 
 /* op is uniform across the grid: one switch, outside the loops. Unknown
@@ -558,6 +565,143 @@ __device__ __forceinline__ void stage_block(const weft_ck_fused_args_t &a)
     __threadfence_system();
     __syncthreads();
 }
+
+/* ---- the pipelined kernels (kernels.h: weft_ck_pipe_args) ---------------- */
+__device__ __forceinline__ unsigned long long *pipe_flag(char *region, size_t off, int pos, int q)
+{
+    return reinterpret_cast<unsigned long long *>(region + off) + (size_t)pos * MAXR + q;
+}
+
+__device__ __forceinline__ char *pick_region(const weft_ck_pipe_args_t &a, int p)
+{
+    char *r = a.scratch[0];
+#pragma unroll
+    for (int j = 1; j < MAXR; j++)
+        if (j == p)
+            r = a.scratch[j];
+    return r;
+}
+
+/* Thread 0: waits until flag q of every rank in mask (at off, position pos,
+ * in this rank's region) reaches v; 0 when the abort word ended the wait. */
+__device__ __forceinline__ int pipe_wait(const weft_ck_pipe_args_t &a, char *mine, size_t off, int pos, unsigned mask,
+                                         unsigned long long v)
+{
+    for (int q = 0; q < MAXR; q++) {
+        if (!(mask >> q & 1))
+            continue;
+        const unsigned long long *f = pipe_flag(mine, off, pos, q);
+        unsigned spins = 0;
+        while (ld_acquire_sys(f) < v) {
+            if ((++spins & 1023) == 0 && *a.ctl.abort) {
+                *a.ctl.error = 1 + q;
+                __threadfence_system();
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Thread 0: release-stores v into flag `rank` of position pos (at off) in the region of every rank in mask. */
+__device__ __forceinline__ void pipe_post(const weft_ck_pipe_args_t &a, size_t off, int pos, unsigned mask,
+                                          unsigned long long v)
+{
+#pragma unroll
+    for (int q = 0; q < MAXR; q++)
+        if (mask >> q & 1)
+            st_release_sys(pipe_flag(pick_region(a, q), off, pos, a.rank), v);
+}
+
+template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const weft_ck_pipe_args_t &a)
+{
+    __shared__ int ok_s;
+    /* the barrier before ended by the abort word: the counter did not move, nothing to do */
+    if (*a.ctl.abort)
+        return;
+    const unsigned long long seq = *a.ctl.counter;
+    const unsigned G = gridDim.x, b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+    const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
+    char *mine = pick_region(a, a.rank);
+    const size_t piece = a.unit_elems * a.esize, posbytes = piece * (size_t)a.npieces;
+    if (tid == 0)
+        ok_s = 1;
+    __syncthreads();
+    size_t j = 0;
+    for (size_t u = b; u < a.units; u += G, j++) {
+        const int pos = (int)(b + (j % (size_t)depth) * G);
+        const unsigned long long v = (seq << 24) | (unsigned long long)(u + 1);
+        const size_t e0 = u * a.unit_elems, ne = a.count - e0 < a.unit_elems ? a.count - e0 : a.unit_elems;
+        /* 1. the position is free: its consumers read its previous unit */
+        if (j >= (size_t)depth && a.stage_on && tid == 0 &&
+            !pipe_wait(a, mine, WEFT_CK_PIPE_DN, pos, a.cons_mask, v - (unsigned long long)depth * G))
+            ok_s = 0;
+        __syncthreads();
+        if (!ok_s)
+            return;
+        /* 2. stage and announce */
+        if (a.stage_on) {
+            char *dst = mine + WEFT_CK_HDR + (size_t)pos * posbytes;
+            for (int k = 0; k < a.npieces; k++)
+                copy_any(dst + (size_t)k * piece, a.in + (size_t)k * a.in_stride + e0 * a.esize, ne * a.esize, tid,
+                         nth);
+            __threadfence_system();
+            __syncthreads();
+            if (tid == 0)
+                pipe_post(a, WEFT_CK_PIPE_RDY, pos, a.cons_mask, v);
+        }
+        if (!a.consume_on)
+            continue;
+        /* 3. wait for the producers, consume, tell them */
+        if (tid == 0 && !pipe_wait(a, mine, WEFT_CK_PIPE_RDY, pos, a.read_mask, v))
+            ok_s = 0;
+        __syncthreads();
+        if (!ok_s)
+            return;
+        if (REDUCE) {
+            const char *base[MAXR];
+#pragma unroll
+            for (int p = 0; p < MAXR; p++)
+                base[p] = pick_region(a, p < nranks ? p : 0) + WEFT_CK_HDR + (size_t)pos * posbytes +
+                          (size_t)a.red_piece * piece;
+            reduce_range<Op>(base, nranks, static_cast<char *>(a.out) + e0 * a.esize, ne, tid, nth);
+        } else {
+#pragma unroll
+            for (int p = 0; p < MAXR; p++) {
+                if (p >= nranks || !((a.read_mask >> p & 1) || (p == a.rank && a.copy_self)))
+                    continue;
+                copy_any(a.dst[p] + e0 * a.esize,
+                         pick_region(a, p) + WEFT_CK_HDR + (size_t)pos * posbytes + (size_t)a.copy_piece * piece,
+                         ne * a.esize, tid, nth);
+            }
+        }
+        __syncthreads();
+        if (tid == 0)
+            pipe_post(a, WEFT_CK_PIPE_DN, pos, a.read_mask, v);
+    }
+    /* every position this block used: its last unit was read */
+    if (a.stage_on && tid == 0 && j > 0) {
+        size_t first = j > (size_t)depth ? j - (size_t)depth : 0;
+        for (size_t k = first; k < j; k++) {
+            size_t u = b + k * G;
+            if (!pipe_wait(a, mine, WEFT_CK_PIPE_DN, (int)(b + (k % (size_t)depth) * G), a.cons_mask,
+                           (seq << 24) | (unsigned long long)(u + 1)))
+                break;
+        }
+    }
+}
+
+template <class N> __device__ __forceinline__ void pipe_dispatch(const weft_ck_pipe_args_t &a)
+{
+    switch (a.op) {
+    case 0: pipe_run<OpSum<N>, true>(a); break;
+    case 1: pipe_run<OpProd<N>, true>(a); break;
+    case 2: pipe_run<OpMin<N>, true>(a); break;
+    case 3: pipe_run<OpMax<N>, true>(a); break;
+    case 4: pipe_run<OpAvg<N>, true>(a); break;
+    default: break;
+    }
+}
 } // namespace
 
 extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
@@ -571,6 +715,11 @@ extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
     if (y >= a.n || y >= MAXR)
         return;
     copy_desc(a, y, grid_tid(), grid_threads());
+}
+
+extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
+{
+    pipe_run<OpSum<IntType<uint8_t>>, false>(a);
 }
 
 extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
@@ -591,7 +740,8 @@ extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
         stage_block(a);                                                                                                \
         if (barrier_block(a.bar) && a.mode == 1)                                                                       \
             reduce_dispatch<N>(a.red);                                                                                 \
-    }
+    }                                                                                                                  \
+    extern "C" __global__ void weft_ck_pipe_reduce_##name(weft_ck_pipe_args_t a) { pipe_dispatch<N>(a); }
 WEFT_CK_REDUCE(i8, IntType<int8_t>)
 WEFT_CK_REDUCE(u8, IntType<uint8_t>)
 WEFT_CK_REDUCE(i16, IntType<int16_t>)

@@ -23,7 +23,13 @@
 #include <stddef.h>
 
 #define WEFT_CK_MAX_RANKS 8
-#define WEFT_CK_HDR 4096 /* bytes of flags at the start of a scratch region */
+#define WEFT_CK_HDR 65536 /* bytes of flags at the start of a scratch region */
+/* The pipelined kernels' flags, in the header after the barrier's:
+ * unsigned long long rdy[WEFT_CK_PIPE_MAXPOS][WEFT_CK_MAX_RANKS] at
+ * WEFT_CK_PIPE_RDY, dn[..][..] at WEFT_CK_PIPE_DN (see weft_ck_pipe_args). */
+#define WEFT_CK_PIPE_MAXPOS 256
+#define WEFT_CK_PIPE_RDY 4096
+#define WEFT_CK_PIPE_DN (WEFT_CK_PIPE_RDY + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
 
 typedef struct weft_ck_ctl {
     unsigned long long *counter; /* this rank's device memory: sequence number of the last barrier passed */
@@ -114,5 +120,47 @@ typedef struct weft_ck_fused_args {
     weft_ck_reduce_args_t red;
     weft_ck_copy_args_t cp;
 } weft_ck_fused_args_t;
+
+/* weft_ck_pipe_copy and weft_ck_pipe_reduce_<type>: a large call in one
+ * launch of many blocks, pipelined, after a weft_ck_barrier (which makes
+ * the slots free and sets the counter: seq = *counter, read only). The
+ * call is cut into `units`; a unit is npieces pieces of unit_elems
+ * elements of esize bytes (copies: bytes, esize 1). Both slots together
+ * are 2 * slot_bytes bytes of positions of npieces * unit_elems * esize
+ * bytes; block b takes units b, b + G, b + 2G, ... (G = gridDim.x) and its
+ * j-th unit goes to position b + (j % depth) * G (G * depth <= MAXPOS and
+ * the positions fit the slots). For unit u, value v = (seq << 24) | (u + 1):
+ *   1. j >= depth: wait until dn[pos][c] >= the value of the position's
+ *      previous unit for every consumer c (cons_mask): they read it;
+ *   2. stage_on: piece k (k < npieces) of the unit, elements
+ *      [u * unit_elems, ...) of in + k * in_stride, into the position at
+ *      k * unit_elems * esize; release-store (system scope) v into
+ *      rdy[pos][rank] of every consumer's region;
+ *   3. consume_on: wait until rdy[pos][p] >= v (this rank's region) for
+ *      every producer p (read_mask); then reduce: out[u * unit_elems + i] =
+ *      op over every rank in rank order of its position's element
+ *      red_piece * unit_elems + i; or copy: for every producer p (and this
+ *      rank when copy_self) the position's piece copy_piece to
+ *      dst[p] + u * unit_elems; then release-store v into dn[pos][rank] of
+ *      every producer's region;
+ * and at the end every block waits for its positions' last dn, so the next
+ * call (of either protocol) may stage at once. count: elements per piece
+ * in the whole call (the last unit is short). Waits watch ctl.abort as the
+ * barrier's do (1 + the awaited rank in *ctl.error). */
+typedef struct weft_ck_pipe_args {
+    weft_ck_ctl_t ctl;
+    int nranks, rank;
+    char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
+    int mode;                         /* 1 reduce, 2 copy */
+    int op;
+    unsigned read_mask, cons_mask; /* bit p: rank p */
+    int stage_on, consume_on, copy_self;
+    int npieces, depth, red_piece, copy_piece;
+    size_t units, unit_elems, esize, count;
+    const char *in;
+    size_t in_stride; /* bytes between the input's pieces */
+    void *out;        /* reduce */
+    char *dst[WEFT_CK_MAX_RANKS]; /* copy: where producer p's pieces go */
+} weft_ck_pipe_args_t;
 
 #endif
