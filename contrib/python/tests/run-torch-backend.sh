@@ -2,7 +2,10 @@
 # The weft torch.distributed backend test, under torchrun --standalone:
 #   tests/torch_backend_worker.py on 2 and on 4 local processes (each rank checks every
 #     collective against gloo in the same job, DDP against gloo, async work, subgroups,
-#     8 threads posting on one group, a timeout that raises);
+#     split_group, 8 threads posting on one group, a timeout that raises);
+#   tests/torch_cuda_worker.py on 2 with WEFT_TORCH_CUDA_SIM=1 (the backend's CUDA code
+#     paths, compositions included, on CPU tensors with stand-ins for torch.cuda; the
+#     real GPU run is tests/run-torch-cuda.sh);
 #   tests/torch_fsdp_worker.py on 4 (FSDP FULL_SHARD and HYBRID_SHARD on 2 simulated
 #     nodes of 2 ranks, weft against gloo);
 #   tests/torch_kill_worker.py on 4 (the last rank SIGKILLs itself: the others must raise
@@ -52,7 +55,7 @@ run_case() {
     rc=$?
     # counted with grep -o: the ranks share torchrun's stdout, so two ranks' lines can run together
     ok=$(grep -o "$pat" "$out" | wc -l)
-    grep -E "^DDP 5 steps|^FSDP |^threads: |timeout raised|^torch kill worker: rank [0-9]* raised" "$out" |
+    grep -E "^DDP 5 steps|^FSDP |^threads: |^checks: |timeout raised|^torch kill worker: rank [0-9]* raised" "$out" |
         cut -c1-300 | sed 's/^/    /'
     if [ "$expect" = 0 ]; then
         [ $rc = 0 ] && [ "$ok" = "$np" ] && good=true
@@ -75,6 +78,8 @@ for np in 2 4; do
     run_case "collectives, DDP, threads, timeout" "$np" torch_backend_worker.py \
         "torch backend worker: rank [0-9]* of $np, ok" 0 --monitor-interval 0.2
 done
+WEFT_TORCH_CUDA_SIM=1 run_case "CUDA code paths on CPU stand-ins" 2 torch_cuda_worker.py \
+    "torch cuda worker: rank [0-9]* of 2, ok" 0 --monitor-interval 0.2
 run_case "FSDP FULL_SHARD, HYBRID_SHARD" 4 torch_fsdp_worker.py "torch fsdp worker: rank [0-9]* of 4, ok" 0 \
     --monitor-interval 0.2
 # A killed rank: torchrun's monitor interval (8 s) is longer than the group's timeout (3 s),

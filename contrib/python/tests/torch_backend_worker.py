@@ -1,6 +1,7 @@
 """One rank of the weft torch.distributed backend test (run under torchrun by
 test_torch_backend.py / run-torch-backend.sh): every collective on weft against
-gloo in the same job, async work, subgroups, DDP against gloo, 8 threads posting
+gloo in the same job, async work, subgroups, split_group (ProcessGroup.split_group and
+torch.distributed.split_group), DDP against gloo, 8 threads posting
 on one group (ordered and racing), a timeout that raises.
 Prints "torch backend worker: rank R of N, ok" at the end."""
 
@@ -56,6 +57,23 @@ dist.all_reduce(a, dist.ReduceOp.AVG)
 s = base(torch.float64)
 dist.all_reduce(s, group=gloo)
 check("all_reduce AVG", a, s / n)
+# PREMUL_SUM (FSDP's): the inputs multiplied by the factor, then SUM; against gloo's SUM of
+# the scaled inputs. reduce leaves the non-roots' tensors as they were.
+both("all_reduce PREMUL_SUM", lambda t, g: dist.all_reduce(t, dist._make_nccl_premul_sum(0.5), group=g)
+     if g is None else (t.mul_(0.5), dist.all_reduce(t, group=g)), lambda: base(torch.float64))
+both("reduce_scatter_tensor PREMUL_SUM",
+     lambda t, g: dist.reduce_scatter_tensor(t, base(k=2 * n), op=dist._make_nccl_premul_sum(0.25), group=g)
+     if g is None else dist.reduce_scatter_tensor(t, base(k=2 * n) * 0.25, group=g), lambda: torch.zeros(2))
+pr = base()
+dist.reduce(pr, dst=0, op=dist._make_nccl_premul_sum(2.0))
+if rank != 0:
+    check("reduce PREMUL_SUM leaves a non-root's tensor", pr, base())
+try:
+    dist.all_reduce(torch.ones(2, dtype=torch.int32), dist._make_nccl_premul_sum(2.0))
+    failures.append("PREMUL_SUM on int32 was accepted")
+except Exception as e:
+    if "PREMUL_SUM on torch.int32 tensors is not supported" not in str(e):
+        failures.append(f"PREMUL_SUM int32 refusal message: {e}")
 # non-contiguous (a transposed view), written back in place
 both("all_reduce non-contiguous", lambda t, g: dist.all_reduce(t, group=g),
      lambda: (torch.arange(12.0).view(3, 4) + rank).t())
@@ -141,14 +159,13 @@ dist.all_reduce(y, group=gloo)
 check("async all_reduce", x, y)
 check("async future value", fut.value()[0], y)
 
-# CUDA tensors are refused with a clear error (when CUDA is available)
-if torch.cuda.is_available():
-    try:
-        dist.all_reduce(torch.ones(2, device="cuda"))
-        failures.append("a CUDA tensor was accepted")
-    except Exception as e:
-        if "not supported by the weft torch backend yet" not in str(e):
-            failures.append(f"CUDA refusal message: {e}")
+# a tensor on a device weft does not serve is refused, naming it; nothing is copied
+try:
+    dist.all_reduce(torch.ones(2, device="meta"))
+    failures.append("a meta tensor was accepted")
+except Exception as e:
+    if "meta tensors are not supported by the weft torch backend" not in str(e):
+        failures.append(f"meta refusal message: {e}")
 
 # new_group of a subset, named by torch, its own weft communicator
 sub_ranks = list(range(0, n, 2))
@@ -158,6 +175,50 @@ if rank in sub_ranks:
     dist.all_reduce(t, group=sub)
     check("subgroup all_reduce", t, torch.ones(2) * sum(sub_ranks))
     assert isinstance(sub, wt.ProcessGroupWeft) and sub.comm.size == len(sub_ranks), sub
+
+# split_group. ProcessGroup.split_group: collective over the parent, each rank passing its
+# own group's ranks (of the parent); a rank outside the list gets None.
+world_pg = dist.distributed_c10d._get_default_group()
+halves = [list(range(0, n // 2)), list(range(n // 2, n))]
+mine = halves[0] if rank in halves[0] else halves[1]
+half = halves.index(mine)
+sp = world_pg.split_group(mine, group_name=f"weft-split-half-{half}")
+if not (isinstance(sp, wt.ProcessGroupWeft) and sp.size() == len(mine) and sp.rank() == mine.index(rank)
+        and sp.comm.name == f"torch:weft-split-half-{half}" and sp.group_name == f"weft-split-half-{half}"):
+    failures.append(f"split_group: {sp!r}, size {sp.size() if sp else None}, name {sp.group_name if sp else None}")
+else:
+    t = torch.ones(3) * (rank + 1)
+    sp.allreduce([t]).wait()
+    check("split_group all_reduce", t, torch.ones(3) * sum(r + 1 for r in mine))
+    inner = sp.split_group([0])  # a split of a split: collective over sp
+    if (inner is None) != (sp.rank() != 0) or (inner is not None and inner.size() != 1):
+        failures.append(f"split of a split: rank {sp.rank()} of its half got {inner!r}")
+solo = world_pg.split_group([n - 1])
+if (solo is None) != (rank != n - 1):
+    failures.append(f"split_group([{n - 1}]) on rank {rank} returned {solo!r}")
+# torch.distributed.split_group: torch needs a device bound to the default group
+# (init_process_group(device_id=...), which takes accelerators only). A CPU host binds cpu:0
+# for the call and unbinds it after (new_group would refuse a cpu device_id).
+world_pg.bound_device_id = torch.device("cpu", 0)
+try:
+    sg = dist.split_group(split_ranks=halves, timeout=datetime.timedelta(seconds=20),
+                          group_desc="halves")
+finally:
+    world_pg.bound_device_id = None
+if not isinstance(sg, wt.ProcessGroupWeft) or dist.get_process_group_ranks(sg) != mine:
+    failures.append(f"dist.split_group: {sg!r}, ranks {dist.get_process_group_ranks(sg) if sg else None}")
+else:
+    t = base()
+    dist.all_reduce(t, group=sg)
+    check("dist.split_group all_reduce", t,
+          sum((torch.arange(6, dtype=torch.float64) * (r + 1) + r) for r in mine).float())
+    b = base()
+    dist.broadcast(b, group_src=len(mine) - 1, group=sg)
+    check("dist.split_group broadcast", b,
+          (torch.arange(6, dtype=torch.float64) * (mine[-1] + 1) + mine[-1]).float())
+    dist.barrier(group=sg)
+    if sg.comm.timeout != 20 or sg.comm.name != f"torch:{sg.group_name}":
+        failures.append(f"dist.split_group: comm {sg.comm!r}, timeout {sg.comm.timeout}")
 
 # DDP: 5 steps of a tiny model on weft and on gloo, identical losses step by step
 def train(group):

@@ -6,7 +6,8 @@ Importing this module registers the backend ``"weft"`` with torch.distributed::
     import weft.torch  # noqa: F401  (registers "weft")
 
     dist.init_process_group(backend="weft")            # under torchrun, weftrun, mpirun
-    dist.init_process_group(backend="cpu:weft,cuda:nccl")
+    dist.init_process_group(backend="weft", device_id=torch.device("cuda", local_rank))
+    dist.init_process_group(backend="cpu:gloo,cuda:weft")
 
 ``import weft`` never imports this module (the package works without torch).
 
@@ -26,43 +27,111 @@ What it is
     list. ``new_group(..., use_local_synchronization=True)`` is therefore not
     supported with weft (the non-members never call new_group).
 
+split_group
+    ``torch.distributed.split_group(parent_pg, split_ranks, ...)`` and
+    ``ProcessGroup.split_group(ranks, ...)`` are weft's split of the parent
+    group's communicator by rank list (ranks of the parent group, in
+    ascending order), named ``torch:<group name>``; every rank of the parent
+    calls it, a rank outside every list gets None. torch's split_group needs
+    a device bound to the default group (``init_process_group(...,
+    device_id=torch.device("cuda", i))``). A weft group acts as its own
+    torch ``Backend`` for the devices it serves (``_get_backend``), with
+    ``supports_splitting`` True; ``new_group`` with a bound device keeps
+    splitting weft's world by rank list, as without one.
+
 Device maps
     torch returns a Python ProcessGroup as the whole group (it cannot be
     registered per device beside a C++ backend). With a map such as
     ``"cpu:gloo,cuda:weft"`` the group is this ProcessGroup, and it forwards
-    the tensors of the devices the map gives to gloo to a ProcessGroupGloo of
-    its own (created on the group's store), so the map is honoured.
+    the tensors of the devices the map gives to gloo (or nccl:
+    ``"cpu:weft,cuda:nccl"``) to a ProcessGroupGloo (ProcessGroupNCCL) of its
+    own, created on the group's store, so the map is honoured: CUDA tensors
+    go to weft only where the map gives cuda to weft. Other backends in a map
+    with weft are refused at creation.
 
 Tensors
-    CPU tensors of every dtype weft has (int8..int64, uint8, float16/32/64,
-    bfloat16; bool as uint8 with SUM->MAX, PRODUCT->MIN). Non-contiguous
-    tensors go through a contiguous copy that is copied back on completion,
-    as gloo does. CUDA tensors are refused with WeftUnsupportedError: the GPU
-    collectives exist in C (weft_*_on_stream) and the package's Comm takes
-    device arrays, but wiring CUDA tensors through this backend (streams,
-    events, futures) is a follow-up; nothing is ever copied to the host
-    silently.
+    CPU and CUDA tensors of every dtype weft has (int8..int64, uint8,
+    float16/32/64, bfloat16; bool as uint8 with SUM->MAX, PRODUCT->MIN;
+    complex as its float pairs). Non-contiguous tensors go through a
+    contiguous copy (on the tensor's device) that is copied back, as gloo
+    does. Nothing is ever copied to the host.
+
+CUDA tensors
+    Collectives are stream-ordered, as with NCCL: enqueued on
+    ``torch.cuda.current_stream(tensor.device)`` through weft's
+    ``weft_*_on_stream`` GPU collectives (coll/cuda: the ranks of one node),
+    returning without waiting for the GPU. all_reduce, reduce, broadcast,
+    all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single with
+    equal splits (and their coalesced forms) are one weft call each. The
+    others are composed from those, on the same stream, with device-to-device
+    copies only:
+
+    * all_gather (list): all_gather_into_tensor into a flat buffer, copied
+      out to the list (every tensor the input's size);
+    * reduce_scatter (list): the inputs concatenated, reduce_scatter_tensor;
+    * gather: an all_gather (each rank receives every block; the root
+      keeps them);
+    * scatter: a broadcast of the root's concatenated inputs, each rank
+      keeping its block;
+    * all_to_all (list) and all_to_all_single with uneven splits: one host
+      all_reduce (MAX) of the largest and smallest split over the group
+      (sizes only: the host learns them, no data), then one all-to-all of
+      blocks padded to the largest split, copied out.
+
+    Reductions on CUDA tensors take SUM, PRODUCT, MIN, MAX, AVG (weft's
+    GPU kernels; float16/bfloat16 accumulate in float32, left to right in
+    rank order, rounded once) and PREMUL_SUM; BAND/BOR/BXOR raise
+    WeftUnsupportedError (use CPU tensors, or "cpu:weft,cuda:nccl").
+
+    barrier with a CUDA device (``init_process_group(device_id=...)``,
+    ``barrier(device_ids=[i])``) is weft's barrier on the current stream,
+    and its wait blocks the host until every member's stream reached it (as
+    NCCL's barrier). send / recv /
+    isend / irecv of CUDA tensors are weft's point-to-point on device memory
+    (UCX moves it): not stream-ordered but CUDA-aware-MPI style: posting
+    synchronises the tensor's current stream, and ``wait()`` blocks the
+    host until the transfer is done.
+
+    A stream-ordered operation's deadline is its group's timeout, enforced
+    by weft (a deadline that passes stops the kernels and fails the
+    group's later GPU collectives, naming the rank they waited for); a
+    failure found after the call returned is raised by ``wait()``
+    (``is_completed()`` then says True and ``exception()`` holds it) and by
+    the group's next CUDA collective. A group that spans nodes has a GPU
+    path for all_gather only (coll/hier); the others raise weft's error.
 
 Reductions
     SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR map to weft's ops (weft
     decides which dtype pairings are valid; its message is raised).
-    PREMUL_SUM is refused: torch does not expose its factor to Python.
+    PREMUL_SUM (``torch.distributed._make_nccl_premul_sum(factor)``, which
+    FSDP uses) is SUM over inputs multiplied by the factor first, on their
+    device (the factor from the ReduceOp's ``__getstate__``), as NCCL's:
+    floating-point tensors only; an in-place result tensor is scaled in
+    place, pure inputs (reduce_scatter's, reduce's off the root) through a
+    scaled copy.
 
 Work objects
     Every operation is posted nonblocking; the returned :class:`WeftWork`
-    has ``wait(timeout)``, ``is_completed()``, ``get_future()`` (a
-    torch.futures.Future completed with the output tensors), ``exception()``,
-    ``result()``. ``async_op=False`` callers get the same Work, waited on by
-    torch.distributed. Errors are ``WeftDistError`` (a
+    has ``wait(timeout)``, ``is_completed()``, ``get_future()``,
+    ``exception()``, ``result()``. ``async_op=False`` callers get the same
+    Work, waited on by torch.distributed. Errors are ``WeftDistError`` (a
     ``torch.distributed.DistBackendError``) carrying weft's text (peer lost,
     the rank a timeout waited for); timeouts are ``WeftDistTimeoutError``
-    (also a ``TimeoutError``). The deadline of an operation is its group's
-    timeout from when it was posted (``wait(timeout)`` sets its own).
+    (also a ``TimeoutError``).
 
-    ``get_future()`` waits for the operation before returning its Future
-    (completed). DDP calls it right after each bucket's allreduce, so on this
-    backend DDP's communication does not overlap backward (correct, slower);
-    a progress thread completing futures is a follow-up.
+    CPU (and CUDA point-to-point, barrier): ``wait()`` blocks the host; the
+    deadline is the group's timeout from when the operation was posted
+    (``wait(timeout)`` sets its own). ``get_future()`` waits for the
+    operation before returning its Future (completed), so DDP's CPU
+    communication does not overlap backward (correct, slower).
+
+    Stream-ordered CUDA collectives: ``wait()`` makes the caller's current
+    stream wait for the operation (a CUDA event recorded after it) and
+    returns without blocking the host (it raises a failure already known);
+    ``is_completed()`` polls the GPU work; ``get_future()`` returns a
+    CUDA-aware Future (``devices=[device]``) completed with the outputs in
+    stream order: its ``wait()`` / ``value()`` / ``then()`` callbacks run
+    after the operation, as NCCL's Future, so DDP overlaps backward.
 
 Threads (the decision)
     libweft is built ``threads=funneled``: one thread at a time may call into
@@ -86,7 +155,7 @@ Warm-up
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import datetime
 import functools
 import os
@@ -98,9 +167,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
-from . import _lib
 from ._comm import Comm, ReduceOp, Work, init as _weft_init
-from .errors import WeftError, WeftTimeoutError, WeftUnsupportedError, make_error
+from .errors import WeftArgumentError, WeftError, WeftTimeoutError, WeftUnsupportedError
 
 __all__ = [
     "BACKEND_NAME",
@@ -121,6 +189,7 @@ _posters_lock = threading.Lock()
 # Longest time one wait slice holds _LOCK (seconds).
 _SLICE = 0.01
 _warmup_default: Optional[bool] = None
+_INF = float("inf")
 
 
 def set_warmup(enabled: bool) -> None:
@@ -172,12 +241,75 @@ def _seconds(t: Any) -> Optional[float]:
 
 
 # --------------------------------------------------------------------------------------------
+# CUDA helpers (torch.cuda is touched only for CUDA tensors)
+# --------------------------------------------------------------------------------------------
+
+# Per device: a stream that CUDA-aware Futures record their events on (it waits for the
+# operation's event first, so the Future completes with the operation, not with whatever
+# was queued on the caller's stream after it).
+_future_streams: Dict[int, Any] = {}
+_future_streams_lock = threading.Lock()
+
+
+def _future_stream(device: torch.device) -> Any:
+    with _future_streams_lock:
+        s = _future_streams.get(device.index)
+        if s is None:
+            s = _future_streams[device.index] = torch.cuda.Stream(device=device)
+        return s
+
+
+def _device_of(tensors: Sequence[Optional[torch.Tensor]], what: str) -> Optional[torch.device]:
+    """The CUDA device of a call's tensors, or None when they are CPU tensors.
+    WeftUnsupportedError for CPU and CUDA tensors mixed, two CUDA devices, or
+    another device type."""
+    devs = {t.device for t in tensors if t is not None}
+    types = {d.type for d in devs}
+    other = types - {"cpu", "cuda"}
+    if other:
+        raise WeftUnsupportedError(
+            f"weft {what}: {', '.join(sorted(other))} tensors are not supported by the weft torch "
+            "backend (CPU and CUDA tensors are)"
+        )
+    if len(types) > 1:
+        raise WeftUnsupportedError(
+            f"weft {what}: CPU and CUDA tensors in one call ({', '.join(sorted(map(str, devs)))}); "
+            "the tensors of one collective are all on the CPU or all on one CUDA device. Nothing "
+            "was copied: move them yourself"
+        )
+    if "cuda" not in types:
+        return None
+    if len(devs) > 1:
+        raise WeftUnsupportedError(
+            f"weft {what}: tensors on several CUDA devices ({', '.join(sorted(map(str, devs)))}); "
+            "one call takes the tensors of one device"
+        )
+    d = next(iter(devs))
+    return d if d.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def _as_weft(t: torch.Tensor) -> torch.Tensor:
+    """A view of ``t`` in a dtype weft has (complex: its float pairs, bool: uint8);
+    the same memory, contiguous or not."""
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.dtype is torch.bool:
+        t = t.view(torch.uint8)
+    return t
+
+
+# --------------------------------------------------------------------------------------------
 # Work
 # --------------------------------------------------------------------------------------------
 
 
 class WeftWork(dist._Work):
-    """The Work of one weft operation (or of a few posted together)."""
+    """The Work of one weft operation (or of a few posted together).
+
+    Host-waited (CPU tensors; CUDA point-to-point and barrier): ``wait()``
+    blocks until the operation is done. Stream-ordered (CUDA collectives,
+    ``event`` set): ``wait()`` makes the caller's current stream wait for
+    ``event`` (recorded after the operation on its stream) and returns."""
 
     def __init__(
         self,
@@ -187,6 +319,8 @@ class WeftWork(dist._Work):
         outputs: Any,
         finish: Optional[Callable[[], None]] = None,
         timeout: Optional[float] = None,
+        device: Optional[torch.device] = None,
+        event: Optional[Any] = None,
     ):
         super().__init__()
         self._pg_name = pg._desc()
@@ -200,6 +334,8 @@ class WeftWork(dist._Work):
         self._error: Optional[BaseException] = None
         self._future: Optional[torch.futures.Future] = None
         self._state_lock = threading.Lock()
+        self._device = device  # the CUDA device of the tensors (None: CPU)
+        self._event = event  # stream-ordered: the operation's end on its stream
 
     # -- completion ---------------------------------------------------------------------
 
@@ -249,9 +385,13 @@ class WeftWork(dist._Work):
 
     def is_completed(self) -> bool:
         with self._state_lock:
-            if self._done:
-                return True
-            return self._poll()
+            if not self._done:
+                self._poll()
+            if not self._done:
+                return False
+        if self._error is None and self._event is not None:
+            return bool(self._event.query())  # the copies queued after it, too
+        return True
 
     def is_success(self) -> bool:
         return self.is_completed() and self._error is None
@@ -264,10 +404,21 @@ class WeftWork(dist._Work):
         return self._outputs
 
     def wait(self, timeout: Any = None) -> bool:
-        """Waits until the operation is done and returns True, or raises its error.
+        """Host-waited work: waits until the operation is done and returns True, or
+        raises its error. timeout: seconds or a timedelta from now (0 / None /
+        negative: the group's timeout, counted from when the operation was posted).
 
-        timeout: seconds or a timedelta from now (0 / None / negative: the
-        group's timeout, counted from when the operation was posted)."""
+        Stream-ordered work (CUDA collectives): makes the current stream wait for
+        the operation and returns True at once (raising a failure already known);
+        the deadline is the group's timeout, enforced by weft."""
+        if self._event is not None:
+            with self._state_lock:
+                if not self._done:
+                    self._poll()
+            if self._error is not None:
+                raise self._error
+            torch.cuda.current_stream(self._device).wait_event(self._event)
+            return True
         with self._state_lock:
             if not self._done:
                 t = _seconds(timeout)
@@ -279,8 +430,8 @@ class WeftWork(dist._Work):
                     deadline = self._posted_at + self._timeout
                     limit = self._timeout
                 else:
-                    deadline = float("inf")
-                    limit = float("inf")
+                    deadline = _INF
+                    limit = _INF
                 self._wait_until(deadline, limit)
         if self._error is not None:
             raise self._error
@@ -318,12 +469,34 @@ class WeftWork(dist._Work):
                     time.sleep(0)  # let a poster take the lock
         self._settle(None)
 
+    def _new_future(self) -> torch.futures.Future:
+        if self._device is not None:
+            return torch.futures.Future(devices=[self._device])
+        return torch.futures.Future()
+
     def get_future(self) -> torch.futures.Future:
-        """A Future completed with the output tensors (waits for the operation first:
-        see the module's notes)."""
+        """A Future completed with the output tensors. Host-waited work: waits for
+        the operation first (see the module's notes). Stream-ordered work: a
+        CUDA-aware Future completed at once, in stream order (its events follow
+        the operation's), or failed with an error already known."""
+        if self._event is not None:
+            with self._state_lock:
+                if self._future is None:
+                    if not self._done:
+                        self._poll()
+                    fut = self._new_future()
+                    if self._error is not None:
+                        fut.set_exception(self._error)
+                    else:
+                        side = _future_stream(self._device)
+                        side.wait_event(self._event)
+                        with torch.cuda.stream(side):
+                            fut.set_result(self._outputs)
+                    self._future = fut
+            return self._future
         with self._state_lock:
             if self._future is None:
-                self._future = torch.futures.Future()
+                self._future = self._new_future()
                 if self._done:
                     self._complete_future()
         if not self._done:
@@ -363,14 +536,17 @@ _REDUCE_OPS: Dict[Any, ReduceOp] = {
     dist.ReduceOp.RedOpType.BOR: ReduceOp.BOR,
     dist.ReduceOp.RedOpType.BXOR: ReduceOp.BXOR,
 }
+# What weft's GPU reductions (coll/cuda) take.
+_GPU_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG)
 
 
-def _weft_op(op: Any, what: str, dtype: Optional[torch.dtype] = None) -> ReduceOp:
+def _weft_op(
+    op: Any, what: str, dtype: Optional[torch.dtype] = None, cuda: bool = False
+) -> ReduceOp:
     kind = op.op if hasattr(op, "op") and not isinstance(op, dist.ReduceOp.RedOpType) else op
     if kind == dist.ReduceOp.RedOpType.PREMUL_SUM:
         raise WeftUnsupportedError(
-            f"weft {what}: PREMUL_SUM is not supported (torch does not expose its factor to "
-            "Python backends); multiply the tensor, then use SUM"
+            f"weft {what}: PREMUL_SUM is not supported here; multiply the tensor, then use SUM"
         )
     try:
         r = _REDUCE_OPS[kind]
@@ -378,19 +554,50 @@ def _weft_op(op: Any, what: str, dtype: Optional[torch.dtype] = None) -> ReduceO
         raise WeftUnsupportedError(f"weft {what}: reduce op {op!r} is not supported") from None
     if dtype is torch.bool:
         r = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(r, r)
+    if cuda and r not in _GPU_OPS:
+        raise WeftUnsupportedError(
+            f"weft {what}: {r.name} on CUDA tensors is not supported: weft's GPU reductions "
+            "(coll/cuda) take SUM, PRODUCT, MIN, MAX and AVG. Nothing was copied: use CPU "
+            "tensors for bitwise reductions, or map cuda to nccl (backend='cpu:weft,cuda:nccl')"
+        )
     return r
 
 
+def _reduction(op: Any, what: str, t: torch.Tensor, cuda: bool) -> Tuple[ReduceOp, Any]:
+    """weft's op for torch's, and PREMUL_SUM's factor (None for the others): PREMUL_SUM
+    is SUM over the inputs multiplied by the factor first (on their device), as NCCL's;
+    floating-point tensors only."""
+    kind = op.op if hasattr(op, "op") and not isinstance(op, dist.ReduceOp.RedOpType) else op
+    if kind != dist.ReduceOp.RedOpType.PREMUL_SUM:
+        return _weft_op(op, what, t.dtype, cuda), None
+    try:
+        factor = op.__getstate__()[1]
+    except Exception:  # a torch whose ReduceOp does not give its factor
+        factor = None
+    if factor is None:
+        raise WeftUnsupportedError(
+            f"weft {what}: PREMUL_SUM without a readable factor (this torch's ReduceOp does "
+            "not give it to Python backends); multiply the tensor, then use SUM"
+        )
+    if not (t.is_floating_point() or t.is_complex()):
+        raise WeftUnsupportedError(
+            f"weft {what}: PREMUL_SUM on {t.dtype} tensors is not supported (floating-point "
+            "tensors only); multiply the tensor, then use SUM"
+        )
+    if isinstance(factor, torch.Tensor):
+        factor = factor.to(t.device)
+    return ReduceOp.SUM, factor
+
+
 class _Staged:
-    """A tensor as weft sees it: itself, or a contiguous copy written back on finish."""
+    """A tensor as weft sees it: itself, or a contiguous copy (on its device) written
+    back by finish()."""
 
     def __init__(self, t: torch.Tensor, what: str, output: bool):
-        if t.device.type != "cpu":
+        if t.device.type not in ("cpu", "cuda"):
             raise WeftUnsupportedError(
-                f"weft {what}: {t.device} tensors are not supported by the weft torch backend yet "
-                "(CPU tensors only; the GPU collectives exist in libweft and will be wired in a "
-                "follow-up). Nothing was copied: move the tensor to the CPU yourself, or map this "
-                "device to another backend (e.g. backend='cpu:weft,cuda:nccl')"
+                f"weft {what}: {t.device} tensors are not supported by the weft torch backend "
+                "(CPU and CUDA tensors are). Nothing was copied"
             )
         if t.is_complex():
             t = torch.view_as_real(t)
@@ -413,6 +620,49 @@ def _finisher(staged: Sequence[_Staged]) -> Optional[Callable[[], None]]:
     if not backs:
         return None
     return lambda: [s.finish() for s in backs] and None
+
+
+def _same_blocks(what: str, like: torch.Tensor, views: Sequence[torch.Tensor], n: int) -> int:
+    """The element count of ``like`` after checking that ``views`` are n tensors of its
+    dtype and count (the list forms composed on CUDA tensors)."""
+    if len(views) != n:
+        raise WeftArgumentError(f"weft {what}: needs a list of {n} tensors (got {len(views)})")
+    k = like.numel()
+    for i, v in enumerate(views):
+        if v.dtype != like.dtype or v.numel() != k:
+            raise WeftUnsupportedError(
+                f"weft {what}: tensor {i} is {v.dtype} x {v.numel()} but the call's tensor is "
+                f"{like.dtype} x {k}; on CUDA tensors every tensor of the list has the size and "
+                "dtype of the other side"
+            )
+    return k
+
+
+def _rows(t: torch.Tensor) -> Tuple[int, int]:
+    """(rows along dimension 0, elements per row) of a tensor."""
+    if t.dim() == 0:
+        return 1, 1
+    rows = int(t.shape[0])
+    return rows, (t.numel() // rows if rows else 0)
+
+
+def _split_counts(
+    t: torch.Tensor, sizes: Sequence[int], n: int, what: str, label: str
+) -> List[int]:
+    """torch's split sizes (rows along dimension 0; empty: equal parts) as element counts."""
+    rows, per = _rows(t)
+    if not sizes:
+        if rows % n:
+            raise WeftArgumentError(
+                f"weft {what}: {label} has {rows} rows, which do not split into {n} equal parts"
+            )
+        return [rows // n * per] * n
+    sizes = [int(x) for x in sizes]
+    if len(sizes) != n or any(x < 0 for x in sizes) or sum(sizes) != rows:
+        raise WeftArgumentError(
+            f"weft {what}: {label} split sizes {sizes} for {n} ranks do not cover its {rows} rows"
+        )
+    return [x * per for x in sizes]
 
 
 # --------------------------------------------------------------------------------------------
@@ -440,6 +690,7 @@ class ProcessGroupWeft(dist.ProcessGroup):
         group_name: Optional[str] = None,
         options: Optional["ProcessGroupWeft.Options"] = None,
         other_devices: Optional[Dict[str, str]] = None,
+        comm: Optional[Comm] = None,
     ):
         super().__init__(rank, size)
         self._rank = rank
@@ -449,31 +700,51 @@ class ProcessGroupWeft(dist.ProcessGroup):
         self._group_name_given = group_name or ""
         self._pg_group_name = ""
         self._pg_group_desc = ""
+        self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
+        self._split_count = 0
         opts = options if isinstance(options, ProcessGroupWeft.Options) else ProcessGroupWeft.Options()
-        world = _weft_init()
-        name = f"torch:{group_name}" if group_name else None
-        with _LOCK:
-            if not global_ranks:
-                comm = world.dup(name=name, timeout=self._timeout_s, hints=opts.hints)
-            else:
-                comm = world.split(
-                    list(global_ranks), name=name, timeout=self._timeout_s, hints=opts.hints
-                )
+        self._options = opts
+        self._other_devices = dict(other_devices or {})
+        if comm is None:
+            world = _weft_init()
+            name = f"torch:{group_name}" if group_name else None
+            with _LOCK:
+                if not global_ranks:
+                    comm = world.dup(name=name, timeout=self._timeout_s, hints=opts.hints)
+                else:
+                    comm = world.split(
+                        list(global_ranks), name=name, timeout=self._timeout_s, hints=opts.hints
+                    )
         if comm is None or comm.size != size or comm.rank != rank:
             raise WeftDistError(
                 f"weft: group {group_name!r}: weft made {comm!r}, torch expects rank {rank} of {size}"
             )
         self._comm: Comm = comm
-        # Devices the backend map gives to gloo: served by a gloo backend of our own.
-        self._gloo: Optional[Any] = None
-        self._gloo_devices = {d for d, b in (other_devices or {}).items() if b == "gloo"}
-        if self._gloo_devices:
-            gstore = dist.PrefixStore("weft-gloo/", store)
-            self._gloo = dist.ProcessGroupGloo(
-                gstore, rank, size, timeout if timeout is not None else datetime.timedelta(minutes=30)
-            )
+        # Devices the backend map gives to gloo / nccl: served by a backend of our own.
+        self._others: Dict[str, Any] = {}
+        for dev, backend in sorted(self._other_devices.items()):
+            self._others[dev] = self._forward_backend(dev, backend, store, rank, size, timeout)
         if _warmup_enabled(opts.warmup):
             self.warmup()
+
+    def _forward_backend(
+        self, dev: str, backend: str, store: Any, rank: int, size: int, timeout: Any
+    ) -> Any:
+        td = timeout if timeout is not None else datetime.timedelta(minutes=30)
+        b = str(backend).lower()
+        if b == "gloo":
+            return dist.ProcessGroupGloo(dist.PrefixStore("weft-gloo/", store), rank, size, td)
+        if b == "nccl" and dist.is_nccl_available():
+            o = dist.ProcessGroupNCCL.Options()
+            o._timeout = td
+            o.global_ranks_in_group = list(self._global_ranks)
+            o.group_name = self._group_name_given
+            return dist.ProcessGroupNCCL(dist.PrefixStore("weft-nccl/", store), rank, size, o)
+        raise WeftUnsupportedError(
+            f"weft: the device map gives {dev} to {backend!r}; a weft group serves a device "
+            "itself or forwards its tensors to gloo or nccl"
+            + (" (this torch has no NCCL)" if b == "nccl" else "")
+        )
 
     # -- identity -----------------------------------------------------------------------
 
@@ -521,11 +792,107 @@ class ProcessGroupWeft(dist.ProcessGroup):
     def shutdown(self) -> None:
         pass
 
+    # -- the group as its own torch Backend (split_group, bound devices) ----------------
+
+    def _get_backend(self, device: Any) -> Any:
+        """torch's per-device backend lookup: the forwarded backend of a device the
+        map gives to gloo / nccl, else this group (it serves CPU and CUDA)."""
+        d = device if isinstance(device, torch.device) else torch.device(device)
+        other = self._others.get(d.type)
+        if other is not None:
+            return other
+        if d.type not in ("cpu", "cuda"):
+            raise RuntimeError(f"No backend type associated with device type {d.type}")
+        return self
+
+    @property
+    def supports_splitting(self) -> bool:
+        return True
+
+    @property
+    def supports_coalescing(self) -> bool:
+        return False
+
+    @property
+    def supports_time_estimate(self) -> bool:
+        return False
+
+    def supports_tensor_alloc(self, device: Any) -> bool:
+        return False
+
+    @property
+    def options(self) -> "ProcessGroupWeft.Options":
+        return self._options
+
+    def comm_split_count(self) -> int:
+        return self._split_count
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass  # weft numbers a communicator's collectives itself
+
+    def eager_connect_single_device(self, device: Any) -> None:
+        """init_process_group / new_group with device_id: the group is bound to it."""
+        if device is not None and self.bound_device_id is None:
+            self.bound_device_id = device
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """A rank outside a new group (torch, when the default group has a bound
+        device): nothing here; it joined weft's split in _new_process_group_helper."""
+
+    def split_group(
+        self,
+        new_ranks: Sequence[int],
+        timeout: Optional[datetime.timedelta] = None,
+        opts: Any = None,
+        group_name: Optional[str] = None,
+        group_desc: Optional[str] = None,
+    ) -> Optional["ProcessGroupWeft"]:
+        """weft's split of this group's communicator: collective over this group;
+        ``new_ranks`` are ranks of this group (taken in ascending order), the same
+        on every rank of the new group. Returns the new group, or None on a rank
+        outside ``new_ranks``."""
+        ranks = sorted(int(r) for r in new_ranks)
+        if not ranks or len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= self._size:
+            raise ValueError(
+                f"weft split_group: ranks {list(new_ranks)} are not distinct ranks of a group of "
+                f"{self._size}"
+            )
+        self._split_count += 1
+        options = opts if isinstance(opts, ProcessGroupWeft.Options) else self._options
+        t = _seconds(timeout) if timeout is not None else self._timeout_s
+        if self._rank not in ranks:
+            with _LOCK:
+                self._comm.split([], timeout=t)
+            return None
+        name = group_name or f"{self.getGroupName()}:split:{self._split_count}"
+        with _LOCK:
+            comm = self._comm.split(
+                ranks, name=f"torch:{name}", timeout=t, hints=options.hints
+            )
+        store = dist.PrefixStore(f"weft-split/{name}/{'-'.join(map(str, ranks))}/", self._store)
+        pg = ProcessGroupWeft(
+            store,
+            ranks.index(self._rank),
+            len(ranks),
+            datetime.timedelta(seconds=t) if t is not None else None,
+            [self._global_ranks[r] for r in ranks],
+            name,
+            options,
+            self._other_devices,
+            comm=comm,
+        )
+        pg._set_group_name(name)
+        pg._set_group_desc(group_desc or f"{self.getGroupDesc() or self.getGroupName()}:split")
+        if self.bound_device_id is not None:
+            pg.bound_device_id = self.bound_device_id
+        return pg
+
     # -- helpers ------------------------------------------------------------------------
 
-    def _gloo_for(self, tensors: Sequence[torch.Tensor]) -> Optional[Any]:
-        if self._gloo is not None and tensors and tensors[0].device.type in self._gloo_devices:
-            return self._gloo
+    def _other_for(self, tensors: Sequence[torch.Tensor]) -> Optional[Any]:
+        """The forwarded backend serving the tensors' device, if the map names one."""
+        if self._others and tensors and tensors[0] is not None:
+            return self._others.get(tensors[0].device.type)
         return None
 
     def _op_timeout(self, opts: Any) -> Optional[float]:
@@ -540,128 +907,280 @@ class ProcessGroupWeft(dist.ProcessGroup):
         post: Callable[[], Sequence[Work]],
         opts: Any = None,
         finish: Optional[Callable[[], None]] = None,
+        device: Optional[torch.device] = None,
+        host_wait: bool = False,
+        after: Optional[Callable[[], None]] = None,
     ) -> WeftWork:
+        """Posts weft operations under the lock and returns their Work.
+
+        device None (CPU tensors) or host_wait: the Work waits on the host; the
+        staged copy-backs and ``finish`` run when it completes. Otherwise (a CUDA
+        device): stream-ordered on the device's current stream; ``after`` (copies
+        out of a composed call's buffers) and the staged copy-backs are queued on
+        that stream right after the operation, and a CUDA event after them."""
         timeout = self._op_timeout(opts)
-        fin = _finisher(staged)
-        if finish is not None:
-            f0 = fin
-            fin = (lambda: (f0() if f0 else None, finish()) and None) if f0 else finish
-        try:
-            with _Posting():
-                works = list(post())
-        except WeftError as e:
-            raise WeftDistError(f"weft {kind} on {self._desc()}: {e}") from e
-        return WeftWork(self, kind, works, outputs, fin, timeout)
+        if device is None or host_wait:
+            fin = _finisher(staged)
+            if finish is not None:
+                f0 = fin
+                fin = (lambda: (f0() if f0 else None, finish()) and None) if f0 else finish
+            # CUDA point-to-point: the tensor's device current (DLPack's stream hand-over
+            # compares streams of the current device).
+            ctx = torch.cuda.device(device) if device is not None else contextlib.nullcontext()
+            try:
+                with ctx, _Posting():
+                    works = list(post())
+            except WeftError as e:
+                raise WeftDistError(f"weft {kind} on {self._desc()}: {e}") from e
+            return WeftWork(self, kind, works, outputs, fin, timeout, device=device)
+        with torch.cuda.device(device):
+            stream = torch.cuda.current_stream(device)
+            try:
+                with _Posting():
+                    works = list(post())
+                    for w in works:
+                        # A failure found after this call returned is also raised by the
+                        # group's next CUDA collective (nobody may ask this Work).
+                        w._blocking = True
+            except WeftError as e:
+                raise WeftDistError(f"weft {kind} on {self._desc()}: {e}") from e
+            if after is not None:
+                after()
+            for s in staged:
+                s.finish()
+            event = torch.cuda.Event()
+            event.record(stream)
+        return WeftWork(self, kind, works, outputs, None, timeout, device=device, event=event)
 
     @staticmethod
-    def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
+    def _one(tensors: Sequence[Any], what: str) -> Any:
         if len(tensors) != 1:
             raise WeftUnsupportedError(f"weft {what}: one tensor per call (got {len(tensors)})")
         return tensors[0]
 
+    def _alltoallv_cuda(
+        self,
+        kind: str,
+        outputs: Any,
+        staged: Sequence[_Staged],
+        send: torch.Tensor,
+        scounts: Sequence[int],
+        recv: torch.Tensor,
+        rcounts: Sequence[int],
+        opts: Any,
+        device: torch.device,
+        unpack: Optional[Callable[[], None]] = None,
+    ) -> WeftWork:
+        """An all-to-all-v of flat device tensors (scounts[j] elements of ``send`` in
+        order to rank j, rcounts[j] from rank j into ``recv``) from weft's GPU
+        all-to-all, which takes equal blocks: one host all_reduce (MAX) of the
+        largest and smallest count over the group (every rank takes the same
+        path), then an all-to-all of equal blocks, or of blocks padded to the
+        largest count (copied in and out on the stream)."""
+        n = self._size
+        counts = list(scounts) + list(rcounts)
+        mm = torch.tensor([max(counts, default=0), -min(counts, default=0)], dtype=torch.int64)
+        self._post(
+            f"{kind} (the split sizes' bounds)",
+            [mm],
+            [],
+            lambda: [self._comm.all_reduce(mm, ReduceOp.MAX, async_op=True, timeout=_INF)],
+            opts,
+        ).wait()
+        big, small = int(mm[0]), -int(mm[1])
+        if big == small:  # every block of every rank has one size
+            return self._post(
+                kind,
+                outputs,
+                staged,
+                lambda: [self._comm.all_to_all_single(recv, send, async_op=True, timeout=_INF)],
+                opts,
+                device=device,
+                after=unpack,
+            )
+        with torch.cuda.device(device):
+            spad = torch.empty(n * big, dtype=send.dtype, device=device)
+            rpad = torch.empty(n * big, dtype=send.dtype, device=device)
+            off = 0
+            for j, c in enumerate(scounts):
+                if c:
+                    spad[j * big : j * big + c].copy_(send[off : off + c])
+                off += c
+
+        def copy_out() -> None:
+            o = 0
+            for j, c in enumerate(rcounts):
+                if c:
+                    recv[o : o + c].copy_(rpad[j * big : j * big + c])
+                o += c
+            if unpack is not None:
+                unpack()
+
+        return self._post(
+            kind,
+            outputs,
+            staged,
+            lambda: [self._comm.all_to_all_single(rpad, spad, async_op=True, timeout=_INF)],
+            opts,
+            device=device,
+            after=copy_out,
+        )
+
     # -- collectives --------------------------------------------------------------------
 
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        g = self._gloo_for(tensors)
+        g = self._other_for(tensors)
         if g is not None:
             return g.allreduce(tensors, opts)
         opts = opts or dist.AllreduceOptions()
         t = self._one(tensors, "allreduce")
+        dev = _device_of([t], "allreduce")
         s = _Staged(t, "allreduce", output=True)
-        op = _weft_op(opts.reduceOp, "allreduce", t.dtype)
+        op, factor = _reduction(opts.reduceOp, "allreduce", t, dev is not None)
+        if factor is not None:
+            s.t.mul_(factor)  # in place: the result overwrites it
         return self._post(
             "allreduce",
             tensors,
             [s],
-            lambda: [self._comm.all_reduce(s.t, op, async_op=True, timeout=float("inf"))],
+            lambda: [self._comm.all_reduce(s.t, op, async_op=True, timeout=_INF)],
             opts,
+            device=dev,
         )
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        g = self._gloo_for(tensors)
+        g = self._other_for(tensors)
         if g is not None:
             return g.allreduce_coalesced(tensors, opts)
         opts = opts or dist.AllreduceCoalescedOptions()
+        dev = _device_of(tensors, "allreduce_coalesced")
         staged = [_Staged(t, "allreduce_coalesced", output=True) for t in tensors]
-        ops = [_weft_op(opts.reduceOp, "allreduce_coalesced", t.dtype) for t in tensors]
+        ops = []
+        for t, st in zip(tensors, staged):
+            op, factor = _reduction(opts.reduceOp, "allreduce_coalesced", t, dev is not None)
+            if factor is not None:
+                st.t.mul_(factor)
+            ops.append(op)
         return self._post(
             "allreduce_coalesced",
             tensors,
             staged,
             lambda: [
-                self._comm.all_reduce(s.t, op, async_op=True, timeout=float("inf"))
+                self._comm.all_reduce(s.t, op, async_op=True, timeout=_INF)
                 for s, op in zip(staged, ops)
             ],
             opts,
+            device=dev,
         )
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        g = self._gloo_for(tensors)
+        g = self._other_for(tensors)
         if g is not None:
             return g.broadcast(tensors, opts)
         opts = opts or dist.BroadcastOptions()
-        s = _Staged(self._one(tensors, "broadcast"), "broadcast", output=True)
+        t = self._one(tensors, "broadcast")
+        dev = _device_of([t], "broadcast")
+        s = _Staged(t, "broadcast", output=True)
         root = opts.rootRank
         return self._post(
             "broadcast",
             tensors,
             [s],
-            lambda: [self._comm.broadcast(s.t, root, async_op=True, timeout=float("inf"))],
+            lambda: [self._comm.broadcast(s.t, root, async_op=True, timeout=_INF)],
             opts,
+            device=dev,
         )
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        g = self._gloo_for(tensors)
+        g = self._other_for(tensors)
         if g is not None:
             return g.reduce(tensors, opts)
         opts = opts or dist.ReduceOptions()
         t = self._one(tensors, "reduce")
+        dev = _device_of([t], "reduce")
         s = _Staged(t, "reduce", output=True)
-        op = _weft_op(opts.reduceOp, "reduce", t.dtype)
+        op, factor = _reduction(opts.reduceOp, "reduce", t, dev is not None)
         root = opts.rootRank
+        src = s.t
+        if factor is not None:
+            if self._rank == root:
+                s.t.mul_(factor)  # the root's tensor receives the result
+            else:
+                src = s.t * factor  # the others' are inputs only: left as they are
         return self._post(
             "reduce",
             tensors,
             [s],
-            lambda: [self._comm.reduce(s.t, root, op, async_op=True, timeout=float("inf"))],
+            lambda: [self._comm.reduce(src, root, op, async_op=True, timeout=_INF)],
             opts,
+            device=dev,
         )
 
     def allgather(
         self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any = None
     ) -> Any:
-        g = self._gloo_for(input_tensors)
+        g = self._other_for(input_tensors)
         if g is not None:
             return g.allgather(output_tensors, input_tensors, opts)
-        inp = _Staged(self._one(input_tensors, "allgather"), "allgather", output=False)
-        outs = [_Staged(o, "allgather", output=True) for o in self._one(output_tensors, "allgather")]
+        inp_t = self._one(input_tensors, "allgather")
+        out_ts = self._one(output_tensors, "allgather")
+        dev = _device_of([inp_t] + list(out_ts), "allgather")
+        inp = _Staged(inp_t, "allgather", output=False)
+        if dev is not None:
+            # CUDA: all_gather_into_tensor into a flat buffer, copied out to the list.
+            views = [_as_weft(o) for o in out_ts]
+            k = _same_blocks("allgather", inp.t, views, self._size)
+            flat = torch.empty(self._size * k, dtype=inp.t.dtype, device=dev)
+
+            def copy_out() -> None:
+                for r, v in enumerate(views):
+                    v.copy_(flat[r * k : (r + 1) * k].view(v.shape))
+
+            return self._post(
+                "allgather",
+                output_tensors,
+                [],
+                lambda: [self._comm.all_gather_single(flat, inp.t, async_op=True, timeout=_INF)],
+                opts,
+                device=dev,
+                after=copy_out,
+            )
+        outs = [_Staged(o, "allgather", output=True) for o in out_ts]
         return self._post(
             "allgather",
             output_tensors,
             outs,
             lambda: [
-                self._comm.all_gather([o.t for o in outs], inp.t, async_op=True, timeout=float("inf"))
+                self._comm.all_gather([o.t for o in outs], inp.t, async_op=True, timeout=_INF)
             ],
             opts,
         )
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        g = self._gloo_for([input])
+        g = self._other_for([input])
         if g is not None:
             return g._allgather_base(output, input, opts or dist.AllgatherOptions())
+        dev = _device_of([output, input], "all_gather_into_tensor")
         i = _Staged(input, "all_gather_into_tensor", output=False)
         o = _Staged(output, "all_gather_into_tensor", output=True)
         return self._post(
             "all_gather_into_tensor",
             [output],
             [o],
-            lambda: [self._comm.all_gather_single(o.t, i.t, async_op=True, timeout=float("inf"))],
+            lambda: [self._comm.all_gather_single(o.t, i.t, async_op=True, timeout=_INF)],
             opts,
+            device=dev,
         )
 
     def allgather_into_tensor_coalesced(
         self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None
     ) -> Any:
+        g = self._other_for(inputs)
+        if g is not None:
+            return g.allgather_into_tensor_coalesced(
+                outputs, inputs, opts or dist.AllgatherOptions()
+            )
+        dev = _device_of(list(outputs) + list(inputs), "allgather_into_tensor_coalesced")
         ins = [_Staged(t, "allgather_into_tensor_coalesced", output=False) for t in inputs]
         outs = [_Staged(t, "allgather_into_tensor_coalesced", output=True) for t in outputs]
         return self._post(
@@ -669,67 +1188,101 @@ class ProcessGroupWeft(dist.ProcessGroup):
             outputs,
             outs,
             lambda: [
-                self._comm.all_gather_single(o.t, i.t, async_op=True, timeout=float("inf"))
+                self._comm.all_gather_single(o.t, i.t, async_op=True, timeout=_INF)
                 for o, i in zip(outs, ins)
             ],
             opts,
+            device=dev,
         )
 
     def reduce_scatter(
         self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any = None
     ) -> Any:
-        g = self._gloo_for(output_tensors)
+        g = self._other_for(output_tensors)
         if g is not None:
             return g.reduce_scatter(output_tensors, input_tensors, opts)
         opts = opts or dist.ReduceScatterOptions()
         out = self._one(output_tensors, "reduce_scatter")
+        in_ts = self._one(input_tensors, "reduce_scatter")
+        dev = _device_of([out] + list(in_ts), "reduce_scatter")
         o = _Staged(out, "reduce_scatter", output=True)
-        ins = [_Staged(t, "reduce_scatter", output=False) for t in self._one(input_tensors, "reduce_scatter")]
-        op = _weft_op(opts.reduceOp, "reduce_scatter", out.dtype)
+        op, factor = _reduction(opts.reduceOp, "reduce_scatter", out, dev is not None)
+        if dev is not None:
+            # CUDA: the inputs concatenated (on the device), then reduce_scatter_tensor.
+            views = [_as_weft(t) for t in in_ts]
+            _same_blocks("reduce_scatter", o.t, views, self._size)
+            flat = torch.cat([v.reshape(-1) for v in views])
+            if factor is not None:
+                flat.mul_(factor)
+            return self._post(
+                "reduce_scatter",
+                output_tensors,
+                [o],
+                lambda: [
+                    self._comm.reduce_scatter_single(o.t, flat, op, async_op=True, timeout=_INF)
+                ],
+                opts,
+                device=dev,
+            )
+        ins = [_Staged(t, "reduce_scatter", output=False).t for t in in_ts]
+        if factor is not None:
+            ins = [i * factor for i in ins]
         return self._post(
             "reduce_scatter",
             output_tensors,
             [o],
-            lambda: [
-                self._comm.reduce_scatter(o.t, [i.t for i in ins], op, async_op=True, timeout=float("inf"))
-            ],
+            lambda: [self._comm.reduce_scatter(o.t, ins, op, async_op=True, timeout=_INF)],
             opts,
         )
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        g = self._gloo_for([input])
+        g = self._other_for([input])
         if g is not None:
             return g._reduce_scatter_base(output, input, opts or dist.ReduceScatterOptions())
         opts = opts or dist.ReduceScatterOptions()
+        dev = _device_of([output, input], "reduce_scatter_tensor")
         i = _Staged(input, "reduce_scatter_tensor", output=False)
         o = _Staged(output, "reduce_scatter_tensor", output=True)
-        op = _weft_op(opts.reduceOp, "reduce_scatter_tensor", output.dtype)
+        op, factor = _reduction(opts.reduceOp, "reduce_scatter_tensor", output, dev is not None)
+        src = i.t * factor if factor is not None else i.t
         return self._post(
             "reduce_scatter_tensor",
             [output],
             [o],
-            lambda: [
-                self._comm.reduce_scatter_single(o.t, i.t, op, async_op=True, timeout=float("inf"))
-            ],
+            lambda: [self._comm.reduce_scatter_single(o.t, src, op, async_op=True, timeout=_INF)],
             opts,
+            device=dev,
         )
 
     def reduce_scatter_tensor_coalesced(
         self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None
     ) -> Any:
+        g = self._other_for(inputs)
+        if g is not None:
+            return g.reduce_scatter_tensor_coalesced(
+                outputs, inputs, opts or dist.ReduceScatterOptions()
+            )
         opts = opts or dist.ReduceScatterOptions()
+        dev = _device_of(list(outputs) + list(inputs), "reduce_scatter_tensor_coalesced")
         ins = [_Staged(t, "reduce_scatter_tensor_coalesced", output=False) for t in inputs]
         outs = [_Staged(t, "reduce_scatter_tensor_coalesced", output=True) for t in outputs]
-        ops = [_weft_op(opts.reduceOp, "reduce_scatter_tensor_coalesced", t.dtype) for t in outputs]
+        ops, srcs = [], []
+        for t, i in zip(outputs, ins):
+            op, factor = _reduction(
+                opts.reduceOp, "reduce_scatter_tensor_coalesced", t, dev is not None
+            )
+            ops.append(op)
+            srcs.append(i.t * factor if factor is not None else i.t)
         return self._post(
             "reduce_scatter_tensor_coalesced",
             outputs,
             outs,
             lambda: [
-                self._comm.reduce_scatter_single(o.t, i.t, op, async_op=True, timeout=float("inf"))
-                for o, i, op in zip(outs, ins, ops)
+                self._comm.reduce_scatter_single(o.t, i, op, async_op=True, timeout=_INF)
+                for o, i, op in zip(outs, srcs, ops)
             ],
             opts,
+            device=dev,
         )
 
     def alltoall_base(
@@ -740,64 +1293,71 @@ class ProcessGroupWeft(dist.ProcessGroup):
         input_split_sizes: List[int],
         opts: Any = None,
     ) -> Any:
-        g = self._gloo_for([input])
+        g = self._other_for([input])
         if g is not None:
             return g.alltoall_base(
                 output, input, output_split_sizes, input_split_sizes, opts or dist.AllToAllOptions()
             )
+        dev = _device_of([output, input], "all_to_all_single")
         i = _Staged(input, "all_to_all_single", output=False)
         o = _Staged(output, "all_to_all_single", output=True)
         osz = list(output_split_sizes) or None
         isz = list(input_split_sizes) or None
+        if dev is not None and (osz is not None or isz is not None):
+            # CUDA with split sizes: equal blocks or padded ones (_alltoallv_cuda).
+            what = "all_to_all_single"
+            scounts = _split_counts(i.t, isz or [], self._size, what, "input")
+            rcounts = _split_counts(o.t, osz or [], self._size, what, "output")
+            return self._alltoallv_cuda(
+                what, [output], [o], i.t.reshape(-1), scounts, o.t.view(-1), rcounts, opts, dev
+            )
         return self._post(
             "all_to_all_single",
             [output],
             [o],
-            lambda: [
-                self._comm.all_to_all_single(
-                    o.t, i.t, osz, isz, async_op=True, timeout=float("inf")
-                )
-            ],
+            lambda: [self._comm.all_to_all_single(o.t, i.t, osz, isz, async_op=True, timeout=_INF)],
             opts,
+            device=dev,
         )
 
     def alltoall(
         self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor], opts: Any = None
     ) -> Any:
-        g = self._gloo_for(input_tensors)
+        g = self._other_for(input_tensors)
         if g is not None:
             return g.alltoall(output_tensors, input_tensors, opts or dist.AllToAllOptions())
         # Pack along a flat dimension and unpack on completion (sizes may differ per peer).
         n = self._size
         if len(output_tensors) != n or len(input_tensors) != n:
             raise WeftDistError(f"weft all_to_all: needs {n} input and {n} output tensors")
-        dtype = input_tensors[0].dtype
-        for t in list(input_tensors) + list(output_tensors):
-            if t.device.type != "cpu":
-                _Staged(t, "all_to_all", output=False)  # raises the CUDA message
+        dev = _device_of(list(input_tensors) + list(output_tensors), "all_to_all")
+        ins = [_as_weft(t) for t in input_tensors]
+        outs = [_as_weft(t) for t in output_tensors]
+        dtype = ins[0].dtype if n else torch.uint8
+        for t in ins + outs:
             if t.dtype != dtype:
                 raise WeftDistError("weft all_to_all: every tensor must have one dtype")
-        send = torch.cat([t.reshape(-1) for t in input_tensors]) if n else torch.empty(0, dtype=dtype)
-        recv = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype)
-        isz = [t.numel() for t in input_tensors]
-        osz = [t.numel() for t in output_tensors]
-        s_send = _Staged(send, "all_to_all", output=False)
-        s_recv = _Staged(recv, "all_to_all", output=False)
+        send = torch.cat([t.reshape(-1) for t in ins]) if n else torch.empty(0, dtype=dtype)
+        recv = torch.empty(sum(t.numel() for t in outs), dtype=dtype, device=send.device)
+        isz = [t.numel() for t in ins]
+        osz = [t.numel() for t in outs]
 
         def unpack() -> None:
             off = 0
-            for t, k in zip(output_tensors, osz):
+            for t, k in zip(outs, osz):
                 t.copy_(recv[off : off + k].view(t.shape))
                 off += k
 
+        if dev is not None:
+            return self._alltoallv_cuda(
+                "all_to_all", output_tensors, [], send, isz, recv, osz, opts, dev, unpack=unpack
+            )
         return self._post(
             "all_to_all",
             output_tensors,
             [],
             lambda: [
-                self._comm.all_to_all_single(
-                    s_recv.t, s_send.t, osz, isz, async_op=True, timeout=float("inf")
-                )
+                self._comm.all_to_all_single(recv, send, osz, isz, async_op=True, timeout=_INF)
             ],
             opts,
             finish=unpack,
@@ -806,14 +1366,38 @@ class ProcessGroupWeft(dist.ProcessGroup):
     def gather(
         self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any = None
     ) -> Any:
-        g = self._gloo_for(input_tensors)
+        g = self._other_for(input_tensors)
         if g is not None:
             return g.gather(output_tensors, input_tensors, opts)
         opts = opts or dist.GatherOptions()
         root = opts.rootRank
-        i = _Staged(self._one(input_tensors, "gather"), "gather", output=False)
+        inp_t = self._one(input_tensors, "gather")
+        out_ts = self._one(output_tensors, "gather") if self._rank == root else []
+        dev = _device_of([inp_t] + list(out_ts), "gather")
+        i = _Staged(inp_t, "gather", output=False)
+        if dev is not None:
+            # CUDA: an all_gather into a flat buffer; the root copies the blocks out.
+            views = [_as_weft(o) for o in out_ts]
+            k = i.t.numel()
+            if self._rank == root:
+                _same_blocks("gather", i.t, views, self._size)
+            flat = torch.empty(self._size * k, dtype=i.t.dtype, device=dev)
+
+            def copy_out() -> None:
+                for r, v in enumerate(views):
+                    v.copy_(flat[r * k : (r + 1) * k].view(v.shape))
+
+            return self._post(
+                "gather",
+                output_tensors,
+                [],
+                lambda: [self._comm.all_gather_single(flat, i.t, async_op=True, timeout=_INF)],
+                opts,
+                device=dev,
+                after=copy_out,
+            )
         if self._rank == root:
-            outs = [_Staged(o, "gather", output=True) for o in self._one(output_tensors, "gather")]
+            outs = [_Staged(o, "gather", output=True) for o in out_ts]
             target: Any = [o.t for o in outs]
         else:
             outs, target = [], None
@@ -821,21 +1405,47 @@ class ProcessGroupWeft(dist.ProcessGroup):
             "gather",
             output_tensors,
             outs,
-            lambda: [self._comm.gather(target, i.t, root, async_op=True, timeout=float("inf"))],
+            lambda: [self._comm.gather(target, i.t, root, async_op=True, timeout=_INF)],
             opts,
         )
 
     def scatter(
         self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any = None
     ) -> Any:
-        g = self._gloo_for(output_tensors)
+        g = self._other_for(output_tensors)
         if g is not None:
             return g.scatter(output_tensors, input_tensors, opts)
         opts = opts or dist.ScatterOptions()
         root = opts.rootRank
-        o = _Staged(self._one(output_tensors, "scatter"), "scatter", output=True)
+        out_t = self._one(output_tensors, "scatter")
+        in_ts = self._one(input_tensors, "scatter") if self._rank == root else []
+        dev = _device_of([out_t] + list(in_ts), "scatter")
+        o = _Staged(out_t, "scatter", output=True)
+        if dev is not None:
+            # CUDA: a broadcast of the root's inputs, concatenated; each rank keeps its block.
+            k = o.t.numel()
+            if self._rank == root:
+                views = [_as_weft(t) for t in in_ts]
+                _same_blocks("scatter", o.t, views, self._size)
+                flat = torch.cat([v.reshape(-1) for v in views])
+            else:
+                flat = torch.empty(self._size * k, dtype=o.t.dtype, device=dev)
+            me = self._rank
+
+            def copy_out() -> None:
+                o.t.view(-1).copy_(flat[me * k : (me + 1) * k])
+
+            return self._post(
+                "scatter",
+                output_tensors,
+                [o],
+                lambda: [self._comm.broadcast(flat, root, async_op=True, timeout=_INF)],
+                opts,
+                device=dev,
+                after=copy_out,
+            )
         if self._rank == root:
-            ins = [_Staged(t, "scatter", output=False) for t in self._one(input_tensors, "scatter")]
+            ins = [_Staged(t, "scatter", output=False) for t in in_ts]
             source: Any = [s.t for s in ins]
         else:
             source = None
@@ -843,58 +1453,87 @@ class ProcessGroupWeft(dist.ProcessGroup):
             "scatter",
             output_tensors,
             [o],
-            lambda: [self._comm.scatter(o.t, source, root, async_op=True, timeout=float("inf"))],
+            lambda: [self._comm.scatter(o.t, source, root, async_op=True, timeout=_INF)],
             opts,
         )
 
     def barrier(self, opts: Any = None) -> Any:
         dev = getattr(opts, "device", None) if opts is not None else None
-        if self._gloo is not None and dev is not None and dev.type in self._gloo_devices:
-            return self._gloo.barrier(opts)
+        if dev is not None and dev.type in self._others:
+            return self._others[dev.type].barrier(opts)
+        if dev is not None and dev.type == "cuda":
+            # weft's barrier on the device's current stream; waiting on it blocks the host
+            # until every member's stream reached it (as NCCL's barrier).
+            d = dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+            with torch.cuda.device(d):
+                stream = torch.cuda.current_stream(d)
+            return self._post(
+                "barrier",
+                [],
+                [],
+                lambda: [self._comm.barrier(async_op=True, timeout=_INF, stream=stream)],
+                opts,
+                device=d,
+                host_wait=True,
+            )
         return self._post(
             "barrier",
             [],
             [],
-            lambda: [self._comm.barrier(async_op=True, timeout=float("inf"))],
+            lambda: [self._comm.barrier(async_op=True, timeout=_INF)],
             opts,
         )
 
     # -- point-to-point -----------------------------------------------------------------
+    # CUDA tensors: weft's point-to-point on device memory, CUDA-aware MPI style (posting
+    # synchronises the tensor's current stream; wait() blocks the host until it is done).
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Any:
-        g = self._gloo_for(tensors)
+        g = self._other_for(tensors)
         if g is not None:
             return g.send(tensors, dst, tag)
-        s = _Staged(self._one(tensors, "send"), "send", output=False)
+        t = self._one(tensors, "send")
+        dev = _device_of([t], "send")
+        s = _Staged(t, "send", output=False)
         return self._post(
             "send",
             tensors,
             [],
-            lambda: [self._comm.isend(s.t, dst, tag, timeout=float("inf"))],
+            lambda: [self._comm.isend(s.t, dst, tag, timeout=_INF)],
+            device=dev,
+            host_wait=True,
         )
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Any:
-        g = self._gloo_for(tensors)
+        g = self._other_for(tensors)
         if g is not None:
             return g.recv(tensors, src, tag)
-        s = _Staged(self._one(tensors, "recv"), "recv", output=True)
+        t = self._one(tensors, "recv")
+        dev = _device_of([t], "recv")
+        s = _Staged(t, "recv", output=True)
         return self._post(
             "recv",
             tensors,
             [s],
-            lambda: [self._comm.irecv(s.t, src, tag, timeout=float("inf"))],
+            lambda: [self._comm.irecv(s.t, src, tag, timeout=_INF)],
+            device=dev,
+            host_wait=True,
         )
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Any:
-        g = self._gloo_for(tensors)
+        g = self._other_for(tensors)
         if g is not None:
             return g.recv_anysource(tensors, tag)
-        s = _Staged(self._one(tensors, "recv"), "recv", output=True)
+        t = self._one(tensors, "recv")
+        dev = _device_of([t], "recv")
+        s = _Staged(t, "recv", output=True)
         return self._post(
             "recv",
             tensors,
             [s],
-            lambda: [self._comm.irecv(s.t, None, tag, timeout=float("inf"))],
+            lambda: [self._comm.irecv(s.t, None, tag, timeout=_INF)],
+            device=dev,
+            host_wait=True,
         )
 
 
