@@ -130,6 +130,7 @@ static int driver_load(void)
         {"cuDeviceGetAttribute", (void **)&weft_cu.device_get_attribute},
         {"cuStreamCreateWithPriority", (void **)&weft_cu.stream_create_with_priority},
         {"cuCtxGetStreamPriorityRange", (void **)&weft_cu.ctx_get_stream_priority_range},
+        {"cuFuncGetAttribute", (void **)&weft_cu.func_get_attribute},
     };
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
         *optional[i].fn = dlsym(h, optional[i].name);

@@ -47,6 +47,7 @@ typedef struct weft_cu_driver {
     CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*stream_create_with_priority)(CUstream *, unsigned, int);
     CUresult (*ctx_get_stream_priority_range)(int *, int *);
+    CUresult (*func_get_attribute)(int *, CUfunction_attribute, CUfunction);
 } weft_cu_driver_t;
 
 extern weft_cu_driver_t weft_cu;

@@ -31,11 +31,12 @@ static struct {
     int enabled; /* WEFT_CUDA_COLL */
     int fused;   /* WEFT_CUDA_COLL_FUSED */
     int pipe;    /* WEFT_CUDA_COLL_PIPE */
+    int pipe_blocks; /* WEFT_CUDA_COLL_PIPE_BLOCKS */
 } cvars;
 
 /* The pipelined kernel's launch: blocks (within the max_ctas / min_ctas
  * hints), positions per block, threads per block. */
-enum { PIPE_BLOCKS = 32, PIPE_DEPTH = 4, PIPE_THREADS = 512 };
+enum { PIPE_DEPTH = 4, PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
@@ -44,18 +45,23 @@ static const weft_var_t vars[] = {
      &cvars.enabled, 0},
     {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT, "8388608",
      "coll/cuda: bytes of each of a rank's two scratch slots (its device memory, mapped by its peers); larger "
-     "messages go in chunks of this size, one barrier each. Costs 2 x this + 4 KiB of device memory per rank "
+     "messages go in chunks of this size, one barrier each. Costs 2 x this + 64 KiB of device memory per rank "
      "and communicator that runs a GPU collective",
      &cvars.slot, 0},
-    {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT, "65536",
+    {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT, "16384",
      "coll/cuda: calls that stage up to this many bytes per rank run as one launch of one thread block (stage, "
-     "barrier and reduce or copy fused) instead of three launches; 0: never",
+     "barrier and reduce or copy fused) instead of three launches (into a CUDA graph: up to 4096 at most, as a "
+     "replay pays no launch cost); 0: never",
      &cvars.fused, 0},
-    {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT, "8388608",
+    {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT, "33554432",
      "coll/cuda: calls that stage at least this many bytes per rank run as one barrier then one pipelined launch of "
      "many blocks (each unit staged, announced and consumed with its own flags, so staging, NVLink reads and "
      "reductions overlap) instead of slot-sized chunks of three launches each; 0: never",
      &cvars.pipe, 0},
+    {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
+     "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs); each "
+     "gets 256 / this many of the slots' positions, at most 4",
+     &cvars.pipe_blocks, 0},
 };
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
@@ -77,6 +83,7 @@ typedef struct module {
     CUfunction fused_copy, fused_reduce[NREDUCE];
     CUfunction pipe_copy, pipe_reduce[NREDUCE];
     int sms;
+    int pipe_threads; /* PIPE_THREADS, or fewer where a pipelined kernel's registers allow fewer */
 } module_t;
 
 enum { MAX_CTX = 16 };
@@ -124,6 +131,15 @@ static int module_of(CUcontext ctx, module_t **out)
             return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbin: %s", fns[k].name,
                               weft_cu_text(r));
         }
+    /* threads a block of every pipelined kernel can have (its registers decide) */
+    m->pipe_threads = PIPE_THREADS;
+    for (int k = -1; k < NREDUCE && weft_cu.func_get_attribute; k++) {
+        int most = 0;
+        if (weft_cu.func_get_attribute(&most, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                       k < 0 ? m->pipe_copy : m->pipe_reduce[k]) == CUDA_SUCCESS &&
+            most >= 32 && most < m->pipe_threads)
+            m->pipe_threads = most / 32 * 32;
+    }
     CUdevice dev;
     m->sms = 32;
     if (weft_cu.ctx_get_device(&dev) == CUDA_SUCCESS)
@@ -491,25 +507,32 @@ static int pipe_issue(cuda_op_t *op, int *piped)
     }
     if (p.mode == 1) f = st->m->pipe_reduce[a->dtype];
     /* geometry: blocks within the hints and the SMs; positions of whole 16-byte words per piece */
-    unsigned g = PIPE_BLOCKS;
+    unsigned g = cvars.pipe_blocks > 0 ? (unsigned)cvars.pipe_blocks : 1;
     if (c->gpu_max_ctas > 0 && g > (unsigned)c->gpu_max_ctas) g = (unsigned)c->gpu_max_ctas;
     if (c->gpu_min_ctas > 0 && g < (unsigned)c->gpu_min_ctas) g = (unsigned)c->gpu_min_ctas;
     if (g > (unsigned)st->m->sms) g = (unsigned)st->m->sms;
-    if (g * PIPE_DEPTH > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS / PIPE_DEPTH;
+    if (g > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS;
     if (g < 1) g = 1;
-    size_t posbytes = 2 * st->slot / ((size_t)g * PIPE_DEPTH);
+    unsigned depth = WEFT_CK_PIPE_MAXPOS / g < PIPE_DEPTH ? WEFT_CK_PIPE_MAXPOS / g : PIPE_DEPTH;
+    size_t posbytes = 2 * st->slot / ((size_t)g * depth);
     size_t piece = posbytes / (size_t)p.npieces / 16 * 16;
     p.unit_elems = piece / p.esize;
     if (!p.unit_elems || !p.count) return WEFT_SUCCESS;
     p.units = (p.count + p.unit_elems - 1) / p.unit_elems;
     if (p.units < g) g = (unsigned)p.units;
-    p.depth = PIPE_DEPTH;
+    p.depth = (int)depth;
     int rc = barrier(op);
     if (rc) return rc;
     *piped = 1;
     void *params[] = {&p};
-    CUresult r = weft_cu.launch_kernel(f, g, 1, 1, PIPE_THREADS, 1, 1, 0, op->stream, params, NULL);
-    return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the pipelined kernel");
+    CUresult r = weft_cu.launch_kernel(f, g, 1, 1, (unsigned)st->m->pipe_threads, 1, 1, 0, op->stream, params, NULL);
+    if (r == CUDA_SUCCESS) return WEFT_SUCCESS;
+    int regs = -1;
+    if (weft_cu.func_get_attribute) weft_cu.func_get_attribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+    return weft_error(WEFT_ERR_TRANSPORT,
+                      "coll/cuda: launching the pipelined kernel (%u blocks of %d threads, %d registers a thread) "
+                      "failed: %s",
+                      g, st->m->pipe_threads, regs, weft_cu_text(r));
 }
 
 /* Issues the whole call on the stream, chunk by chunk (each chunk: stage,
@@ -531,7 +554,12 @@ static int issue(cuda_op_t *op)
                         ? (size_t)n * a->count * es
                         : a->count * es;
     memset(&op->fz, 0, sizeof(op->fz));
-    op->fusing = cvars.fused > 0 && staged <= (size_t)cvars.fused && staged <= slot;
+    /* Fused: one launch of one block, cheaper to launch, slower to move bytes; a graph replay pays no
+     * launch cost, so captured calls fuse only up to 4 KiB (measured, 2 H100: non-fused 7.9 us at 32 KiB
+     * in a graph, fused 11.4 us at 16 KiB; launched eagerly, fused 12.4 us at 16 KiB, non-fused 20). */
+    size_t fuse_max = (size_t)(cvars.fused > 0 ? cvars.fused : 0);
+    if (op->capturing && fuse_max > 4096) fuse_max = 4096;
+    op->fusing = staged > 0 ? staged <= fuse_max && staged <= slot : cvars.fused > 0;
     if (op->fusing) {
         op->fz.scratch = (char *)(uintptr_t)st->region;
         op->fz.slot_bytes = slot;
@@ -797,7 +825,7 @@ static const weft_coll_alg_t *const algorithms[] = {
     &weft_alg_bcast_cuda,   &weft_alg_allgather_cuda, &weft_alg_alltoall_cuda, NULL,
 };
 
-static const int max_ranks = 8, hdr = WEFT_CK_HDR, pipe_blocks = PIPE_BLOCKS, pipe_depth = PIPE_DEPTH;
+static const int max_ranks = 8, hdr = WEFT_CK_HDR, pipe_depth = PIPE_DEPTH;
 
 static const weft_coll_param_t params[] = {
     {"slot", "every coll/cuda algorithm", &cvars.slot, "bytes", "WEFT_CUDA_COLL_SLOT",
@@ -809,10 +837,10 @@ static const weft_coll_param_t params[] = {
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks"},
-    {"pipe_blocks", "every coll/cuda algorithm", &pipe_blocks, "blocks", NULL,
+    {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,
-     "slot positions per block of the pipelined kernel: units in flight per block"},
+     "slot positions per block of the pipelined kernel, at most (256 / blocks when fewer)"},
 };
 
 const weft_coll_component_t weft_coll_cuda = {

@@ -428,6 +428,88 @@ __device__ __forceinline__ void reduce_range(const char *const (&base)[MAXR], in
     }
 }
 
+/* reduce_range with NS sources known at compile time and U vectors per
+ * thread in flight (NS * U loads issued before any arithmetic: latency
+ * over NVLink is hidden by loads in flight, not by more threads); the
+ * same fold in the same order, so the same bits. Falls back to
+ * reduce_range when a source is not congruent with out modulo 16. */
+template <class Op, int NS, int U>
+__device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], void *out_, size_t count, size_t tid,
+                                               size_t nth)
+{
+    typedef typename Op::S S;
+    const int V = 16 / sizeof(S);
+    union Vec {
+        uint4 u;
+        S e[16 / sizeof(S)];
+    };
+    S *out = static_cast<S *>(out_);
+    uintptr_t mis = 0;
+#pragma unroll
+    for (int p = 0; p < NS; p++)
+        mis |= (uintptr_t)base[p] ^ (uintptr_t)out;
+    if (mis & 15) {
+        reduce_range<Op>(base, NS, out_, count, tid, nth);
+        return;
+    }
+    size_t head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
+    if (head > count)
+        head = count;
+    size_t nv = (count - head) / V;
+    const uint4 *vsrc[NS];
+#pragma unroll
+    for (int p = 0; p < NS; p++)
+        vsrc[p] = reinterpret_cast<const uint4 *>(reinterpret_cast<const S *>(base[p]) + head);
+    uint4 *vout = reinterpret_cast<uint4 *>(out + head);
+    size_t i = tid;
+    for (; i + (U - 1) * nth < nv; i += U * nth) {
+        Vec v[U][NS];
+#pragma unroll
+        for (int k = 0; k < U; k++)
+#pragma unroll
+            for (int p = 0; p < NS; p++)
+                v[k][p].u = vsrc[p][i + k * nth];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            Vec r;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                typename Op::A acc = Op::init(v[k][0].e[j]);
+#pragma unroll
+                for (int p = 1; p < NS; p++)
+                    acc = Op::step(acc, v[k][p].e[j]);
+                r.e[j] = Op::fin(acc, NS);
+            }
+            vout[i + k * nth] = r.u;
+        }
+    }
+    for (; i < nv; i += nth) {
+        Vec v[NS];
+#pragma unroll
+        for (int p = 0; p < NS; p++)
+            v[p].u = vsrc[p][i];
+        Vec r;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            typename Op::A acc = Op::init(v[0].e[j]);
+#pragma unroll
+            for (int p = 1; p < NS; p++)
+                acc = Op::step(acc, v[p].e[j]);
+            r.e[j] = Op::fin(acc, NS);
+        }
+        vout[i] = r.u;
+    }
+    const S *src[MAXR];
+#pragma unroll
+    for (int p = 0; p < MAXR; p++)
+        src[p] = reinterpret_cast<const S *>(base[p < NS ? p : 0]);
+    size_t done = head + nv * V, nscalar = head + (count - done);
+    for (size_t k = tid; k < nscalar; k += nth) {
+        size_t e = k < head ? k : done + (k - head);
+        out[e] = reduce_one<Op>(src, NS, e);
+    }
+}
+
 template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_reduce_args_t &a)
 {
     int nsrc = a.nsrc < 1 ? 1 : a.nsrc > MAXR ? MAXR : a.nsrc;
@@ -517,8 +599,8 @@ __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
     }
     __syncthreads();
     const int passed = !aborted_s;
-    if (p == 0 && blockIdx.x == 0 && passed)
-        *a.ctl.counter = seq;
+    if (p == 0 && blockIdx.x == 0)
+        *a.ctl.counter = passed ? seq : *a.ctl.counter | WEFT_CK_POISON;
     __syncthreads(); /* the new counter is what the block reads next */
     return passed;
 }
@@ -616,10 +698,13 @@ __device__ __forceinline__ void pipe_post(const weft_ck_pipe_args_t &a, size_t o
 template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const weft_ck_pipe_args_t &a)
 {
     __shared__ int ok_s;
-    /* the barrier before ended by the abort word: the counter did not move, nothing to do */
-    if (*a.ctl.abort)
-        return;
+    /* the barrier before ended by the abort word (it poisoned the counter):
+     * nothing to do. Device memory: the abort word itself is host memory,
+     * and a read of it from every warp of every block costs a PCIe round
+     * trip each, serialised (about 9 us a block, measured). */
     const unsigned long long seq = *a.ctl.counter;
+    if (seq & WEFT_CK_POISON)
+        return;
     const unsigned G = gridDim.x, b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
     char *mine = pick_region(a, a.rank);
@@ -664,7 +749,13 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
             for (int p = 0; p < MAXR; p++)
                 base[p] = pick_region(a, p < nranks ? p : 0) + WEFT_CK_HDR + (size_t)pos * posbytes +
                           (size_t)a.red_piece * piece;
-            reduce_range<Op>(base, nranks, static_cast<char *>(a.out) + e0 * a.esize, ne, tid, nth);
+            void *o = static_cast<char *>(a.out) + e0 * a.esize;
+            if (nranks == 2)
+                reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth);
+            else if (nranks == 4)
+                reduce_range_n<Op, 4, 2>(base, o, ne, tid, nth);
+            else
+                reduce_range<Op>(base, nranks, o, ne, tid, nth);
         } else {
 #pragma unroll
             for (int p = 0; p < MAXR; p++) {

@@ -31,6 +31,11 @@
 #define WEFT_CK_PIPE_RDY 4096
 #define WEFT_CK_PIPE_DN (WEFT_CK_PIPE_RDY + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
 
+/* Set in *ctl.counter by a barrier that the abort word ended: the kernels
+ * queued after it on the stream (graph replays, more stream-ordered calls)
+ * find it there, in device memory, and end without touching any flag. */
+#define WEFT_CK_POISON (1ull << 63)
+
 typedef struct weft_ck_ctl {
     unsigned long long *counter; /* this rank's device memory: sequence number of the last barrier passed */
     volatile int *abort;         /* host-mapped (device address): nonzero ends every wait at once */
@@ -53,8 +58,8 @@ typedef struct weft_ck_stage_args {
  * seq = *counter + 1; for every peer p != rank: release-store (system
  * scope) peer_flags[p][rank] = seq, then wait until my_flags[p] >= seq
  * (acquire, system scope); a wait also watches *ctl.abort and, when it is
- * set, stores 1 + p in *ctl.error and returns without updating the counter.
- * At the end *counter = seq. */
+ * set, stores 1 + p in *ctl.error and returns, setting WEFT_CK_POISON in
+ * the counter. Otherwise, at the end *counter = seq. */
 typedef struct weft_ck_barrier_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
@@ -146,7 +151,8 @@ typedef struct weft_ck_fused_args {
  * and at the end every block waits for its positions' last dn, so the next
  * call (of either protocol) may stage at once. count: elements per piece
  * in the whole call (the last unit is short). Waits watch ctl.abort as the
- * barrier's do (1 + the awaited rank in *ctl.error). */
+ * barrier's do (1 + the awaited rank in *ctl.error). A poisoned counter
+ * (the barrier before was aborted): the kernel ends at once. */
 typedef struct weft_ck_pipe_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;

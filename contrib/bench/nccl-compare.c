@@ -4,7 +4,7 @@
  * rounds; medians.
  *
  *   contrib/bench/weft-nccl-tests [-c COLLS] [-t TYPES] [-m MIN:MAX] [-r ROUNDS] [-g 0|1|0,1]
- *                                 [-l weft,nccl] [-n ITERS] [--check-max BYTES] [--csv FILE]
+ *                                 [-l weft,nccl] [-n ITERS] [--check-max BYTES] [--nccl-lib FILE] [--csv FILE]
  *     -c COLLS      comma list of allreduce, allgather, reduce_scatter, bcast, alltoall (default all)
  *     -t TYPES      comma list of bf16, fp16, fp32, int32 (default bf16,fp32)
  *     -m MIN:MAX    sizes in bytes, powers of two (default 8:1g; nccl-tests' size: allreduce and
@@ -13,8 +13,8 @@
  *     -r ROUNDS     rounds, alternating which library goes first (default 3); tables print medians
  *     -g MODES      0: launches, 1: the iterations captured in one CUDA graph and replayed
  *                   (default 0,1)
- *     -l LIBS       weft, nccl or both (default both when libnccl.so.2 loads; WEFT_NCCL_LIB
- *                   names another file)
+ *     -l LIBS       weft, nccl or both (default both when NCCL loads)
+ *     --nccl-lib F  NCCL's library (default libnccl.so.2, found as the dynamic loader finds it)
  *     -n ITERS      timed calls per measurement (default: 100 up to 1 MiB, 40 up to 64 MiB, 10 above),
  *                   after a fifth as many untimed ones
  *     --check-max B every library's result is checked against the exact answer in the first round
@@ -72,10 +72,8 @@ static struct {
     int (*group_end)(void);
 } nccl;
 
-static int nccl_open(char *why, size_t len)
+static int nccl_open(const char *path, char *why, size_t len)
 {
-    const char *path = getenv("WEFT_NCCL_LIB");
-    if (!path || !*path) path = "libnccl.so.2";
     nccl.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!nccl.lib) {
         snprintf(why, len, "%s cannot be loaded (%s)", path, dlerror());
@@ -339,7 +337,7 @@ static int parse_list(const char *s, const char *const *names, int n, int *on)
 static void usage(void)
 {
     fprintf(stderr, "usage: weft-nccl-tests [-c COLLS] [-t TYPES] [-m MIN:MAX] [-r ROUNDS] [-g 0|1|0,1] "
-                    "[-l weft,nccl] [-n ITERS] [--check-max BYTES] [--csv FILE]\n");
+                    "[-l weft,nccl] [-n ITERS] [--check-max BYTES] [--nccl-lib FILE] [--csv FILE]\n");
     exit(2);
 }
 
@@ -348,7 +346,7 @@ int main(int argc, char **argv)
     int colls[NCOLL] = {1, 1, 1, 1, 1}, types[NTYPE] = {1, 0, 1, 0}, libs[NLIB] = {1, 1}, graphs[2] = {1, 1};
     int rounds = 3, iters_opt = 0, libs_given = 0;
     size_t lo = 8, hi = (size_t)1 << 30, check_max = (size_t)64 << 20;
-    const char *csv_path = NULL;
+    const char *csv_path = NULL, *nccl_path = "libnccl.so.2";
     static const char *const graph_names[2] = {"0", "1"};
     if (weft_init(&argc, &argv)) {
         fprintf(stderr, "weft-nccl-tests: weft_init: %s\n", weft_last_error());
@@ -380,6 +378,8 @@ int main(int argc, char **argv)
             if (iters_opt < 1) usage();
         } else if (!strcmp(o, "--check-max")) {
             if (osu_parse_size(v, &check_max, &end) || *end) usage();
+        } else if (!strcmp(o, "--nccl-lib")) {
+            nccl_path = v;
         } else if (!strcmp(o, "--csv")) {
             csv_path = v;
         } else
@@ -397,7 +397,7 @@ int main(int argc, char **argv)
     CU(cudaSetDevice(dev));
     CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     char why[512] = "";
-    if (libs[L_NCCL] && nccl_open(why, sizeof(why))) {
+    if (libs[L_NCCL] && nccl_open(nccl_path, why, sizeof(why))) {
         if (libs_given) die("NCCL: %s", why);
         if (me == 0) printf("# NCCL not measured: %s\n", why);
         libs[L_NCCL] = 0;

@@ -32,10 +32,17 @@ import sys
 import time
 import types
 
+import faulthandler
+
 import torch
 import torch.distributed as dist
 
 import weft.torch as wt
+
+# WEFT_TEST_HANG_DUMP=SECONDS: every thread's stack on stderr after that long, then exit
+# (where a hang is, when the test's own limit would only kill it).
+if os.environ.get("WEFT_TEST_HANG_DUMP"):
+    faulthandler.dump_traceback_later(int(os.environ["WEFT_TEST_HANG_DUMP"]), exit=True)
 
 SIM = os.environ.get("WEFT_TORCH_CUDA_SIM", "0") == "1"
 LOCAL = int(os.environ.get("LOCAL_RANK", "0"))
