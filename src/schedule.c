@@ -55,6 +55,12 @@ struct weft_sched {
     unsigned watch_polls; /* polls that found a step not done */
     int watch_started;    /* its start ran */
     int device;           /* its buffers may be device memory (weft_sched_device) */
+    /* A child step failed with no cause this rank knows yet (see
+     * child_failed): the schedule waits for the revoke or the loss behind
+     * it, at most SCHED_CAUSE_WAIT_S, before failing with the child's error. */
+    int child_err;
+    double child_failed_at;
+    char child_why[320];
 };
 
 static weft_sched_t *active;
@@ -99,6 +105,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->nchildren = 0;
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     s->watch = NULL;
+    s->child_err = 0;
     return s;
 }
 
@@ -302,6 +309,7 @@ static void sched_free(weft_sched_t *s)
     s->spare_used = 0;
     s->nscratch = 0;
     s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = s->nchildren = 0;
+    s->child_err = 0;
     s->req = NULL;
     s->next_active = sched_cache;
     sched_cache = s;
@@ -483,15 +491,106 @@ static void fail(weft_sched_t *s, int err, const char *why)
     weft_error_at(orphaned ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, err, "%s", msg);
 }
 
+/* How long a schedule whose child step failed without a known cause waits
+ * for one: a revoke notice or the news of a loss reaches every member within
+ * milliseconds of the member that acted on it (ranks of one node may learn of
+ * a loss 10 ms apart: their idle polls); more allows for loaded machines. */
+#define SCHED_CAUSE_WAIT_S 1.0
+
+/* The cause of a failure of s's collective that this rank can name for the
+ * whole communicator: comm revoked (WEFT_ERR_REVOKED) or a member lost
+ * (WEFT_ERR_PEER_LOST), with why set; 0 if none is known. `force` asks the
+ * bootstrap now rather than at the next idle poll. */
+static int known_cause(weft_sched_t *s, int force, char *why, size_t len)
+{
+    if (s->comm->revoked) {
+        weft_comm_revoked_error(s->comm, s->name);
+        snprintf(why, len, "%s", weft_last_error());
+        return WEFT_ERR_REVOKED;
+    }
+    if (force) weft_liveness_poll(weft_wtime(), 0, 1);
+    s->lost_seen = weft_lost_count;
+    int lost = weft_comm_lost_member(s->comm);
+    if (lost < 0) return 0;
+    weft_lost_describe(s->comm, lost, why, len);
+    return WEFT_ERR_PEER_LOST;
+}
+
+/* err, a child step's failure, may be the echo of another member's: see
+ * child_failed. */
+static int echo_error(int err)
+{
+    return err == WEFT_ERR_COMM || err == WEFT_ERR_INTERNAL || err == WEFT_ERR_TRANSPORT || err == WEFT_ERR_CANCELED;
+}
+
+/* A step on a sub-communicator (node, leader, rail) failed with err. A
+ * sub-communicator's collective fails on one member because another gave
+ * it up: that member's collective on the parent failed (a lost peer, a
+ * revoke), so it never ran or abandoned its part of the step (coll/shm
+ * then fails the others' part with WEFT_ERR_COMM), or it died (a read from
+ * it fails). The parent's collective fails for that cause, as it does on
+ * that member, once this rank knows it: at once if it does, else when the
+ * revoke notice or the news of the loss arrives (every member gets them),
+ * or after SCHED_CAUSE_WAIT_S with the child's own error. Errors that no
+ * other member causes (bad arguments, memory) fail the parent at once.
+ * Returns 1 when s ended. */
+static int child_failed(weft_sched_t *s, int err)
+{
+    char why[320];
+    int echo = echo_error(err);
+    int known = echo || err == WEFT_ERR_PEER_LOST || err == WEFT_ERR_REVOKED ? known_cause(s, 1, why, sizeof(why)) : 0;
+    if (known) {
+        fail(s, known, why);
+        return 1;
+    }
+    snprintf(s->child_why, sizeof(s->child_why), "a step on a sub-communicator failed: %s", weft_strerror(err));
+    if (!echo || s->req->orphaned) { /* its own cause; or no one waits to hear another */
+        fail(s, err, s->child_why);
+        return 1;
+    }
+    s->child_err = err;
+    s->child_failed_at = weft_wtime();
+    weft_debug("collective %s (comm %s): %s; waiting up to %.3g s for the revoke or loss behind it", s->name,
+               s->comm->name, s->child_why, SCHED_CAUSE_WAIT_S);
+    return 0;
+}
+
+/* A schedule waiting for the cause of its child's failure (child_failed):
+ * 1 when it ended. */
+static int child_cause_wait(weft_sched_t *s)
+{
+    char why[320];
+    double now = weft_wtime();
+    weft_liveness_poll(now, s->child_failed_at, 0); /* since then: PMIx may ask its table */
+    int known = s->comm->revoked || s->lost_seen != weft_lost_count ? known_cause(s, 0, why, sizeof(why)) : 0;
+    if (known) {
+        fail(s, known, why);
+        return 1;
+    }
+    if (now - s->child_failed_at < SCHED_CAUSE_WAIT_S) return 0;
+    snprintf(why, sizeof(why), "%.260s (no lost member or revoke explains it)", s->child_why);
+    fail(s, s->child_err, why);
+    return 1;
+}
+
 /* Advances s as far as it can go now. Returns 1 if anything happened. */
 static int advance(weft_sched_t *s)
 {
     int moved = 0;
+    if (WEFT_UNLIKELY(s->child_err)) return child_cause_wait(s);
     while (s->cur < s->nrounds) {
         if (s->child_next >= 0) { /* children that could not post yet */
             int rc = post_children(s);
             if (rc) {
-                fail(s, rc, "a step on a sub-communicator could not start");
+                /* A revoked sub-communicator, or one an earlier collective gave up on
+                 * (WEFT_ERR_CANCELED): the parent's cause, if this rank knows it. */
+                char why[320], detail[256];
+                int known = echo_error(rc) || rc == WEFT_ERR_REVOKED ? known_cause(s, 1, why, sizeof(why)) : 0;
+                if (!known) {
+                    snprintf(detail, sizeof(detail), "%s", weft_last_error());
+                    snprintf(why, sizeof(why), "a step on a sub-communicator could not start: %s", detail);
+                }
+                fail(s, known ? known : rc, why);
                 return 1;
             }
             if (s->child_next >= 0) return moved;
@@ -507,14 +606,13 @@ static int advance(weft_sched_t *s)
             weft_request_release(r);
             s->reqs[i] = NULL;
             moved = 1;
+            if (err && peer < 0) { /* a child */
+                if (child_failed(s, err)) return 1;
+                return moved;
+            }
             if (err) {
                 char why[320];
-                int lost = peer < 0 ? weft_comm_lost_member(s->comm) : -1; /* a child: find who */
-                if (lost >= 0)
-                    weft_lost_describe(s->comm, lost, why, sizeof(why));
-                else if (peer < 0)
-                    snprintf(why, sizeof(why), "a step on a sub-communicator failed: %s", weft_strerror(err));
-                else if (err == WEFT_ERR_PEER_LOST && weft_rank_lost_why(weft_comm_world_rank_of(s->comm, peer)))
+                if (err == WEFT_ERR_PEER_LOST && weft_rank_lost_why(weft_comm_world_rank_of(s->comm, peer)))
                     weft_lost_describe(s->comm, peer, why, sizeof(why));
                 else
                     snprintf(why, sizeof(why), "exchange with rank %d failed: %s", peer, weft_strerror(err));
@@ -561,6 +659,9 @@ static int sched_describe(weft_request_t req, char *buf, size_t len)
 {
     weft_sched_t *s = req->owner_data;
     if (!s) return 0;
+    if (s->child_err)
+        return snprintf(buf, len, "collective %s (comm %s) in round %d of %d, after %s, waiting for its cause", s->name,
+                        s->comm->name, s->cur + 1, s->nrounds, s->child_why);
     if (s->waiting_what && s->waiting_flag)
         return snprintf(buf, len, "collective %s (comm %s) in round %d of %d, polling rank %d's %s in shared memory",
                         s->name, s->comm->name, s->cur + 1, s->nrounds, s->waiting_peer, s->waiting_what);

@@ -7,6 +7,7 @@
  * deadlines are set far above them, so a wait that sat out its deadline
  * shows. */
 #include "harness.h"
+#include "schedule.h"
 #include "weft.h"
 #include "weft_internal.h"
 
@@ -285,14 +286,19 @@ static int body_loop(int rank, int size, void *arg)
     return 0;
 }
 
+/* WEFT_TEST_FT_SEED=n (0-255, as a failure names it) gives every run that
+ * seed, to reproduce it. */
 static void run_loops(int runs, const char *const *env)
 {
     loop_shared_t *sh = shared_alloc(sizeof(*sh));
     unsigned base = (unsigned)time(NULL);
+    const char *forced = getenv("WEFT_TEST_FT_SEED");
+    int seed = forced && *forced ? (int)(strtoul(forced, NULL, 0) & 0xff) : -1;
     for (int run = 0; run < runs; run++) {
         memset(sh, 0, sizeof(*sh));
         /* Every victim and both ways of dying come up; the step is random. */
         sh->seed = (unsigned)run % 4 | ((base + (unsigned)run * 2654435761u) % 32) << 2 | ((unsigned)run / 4 % 2) << 7;
+        if (seed >= 0) sh->seed = (unsigned)seed;
         int victim = seed_victim(sh->seed);
         double t0 = weft_wtime();
         th_result_t res = th_run(4, body_loop, sh, 60, env);
@@ -302,8 +308,10 @@ static void run_loops(int runs, const char *const *env)
         unsigned want = 0xf & ~(1u << victim);
         for (int r = 0; r < 4; r++) {
             if (r == victim) continue;
-            cr_assert_eq(res.exit_code[r], 0, "run %d (seed %u, victim %d): survivor %d failed", run, sh->seed, victim,
-                         r);
+            cr_assert_eq(res.exit_code[r], 0,
+                         "run %d (seed %u, victim %d): survivor %d failed (exit codes, 128+n: signal n: %d %d %d %d)",
+                         run, sh->seed, victim, r, res.exit_code[0], res.exit_code[1], res.exit_code[2],
+                         res.exit_code[3]);
             cr_assert_eq(sh->members[r], want, "run %d: survivor %d ended with members %#x, expected %#x", run, r,
                          sh->members[r], want);
             cr_assert_eq(sh->steps_done[r], STEPS);
@@ -327,6 +335,109 @@ Test(ft, training_loop_on_two_simulated_nodes_survives_a_random_kill, .timeout =
 {
     const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", "WEFT_RANKS_PER_NODE=2", NULL};
     run_loops(8, env);
+}
+
+/* ---- a failed step on a sub-communicator -------------------------------- */
+/* A hierarchical collective's step on a node (leader, rail) communicator
+ * fails on one member because another member gave it up: that member's
+ * collective failed for a lost peer or a revoke it learnt of first, and
+ * coll/shm fails the others' part with WEFT_ERR_COMM (seen in the two-node
+ * training loop: "a step on a sub-communicator failed: invalid
+ * communicator", which no survivor's recovery expects). The parent's
+ * collective must fail for the cause, as on that member: here a child
+ * step fails with WEFT_ERR_COMM on rank 0 while rank 1, after 200 ms,
+ * does nothing (the child's error, after the engine waited for a cause),
+ * revokes the communicator (WEFT_ERR_REVOKED) or dies (WEFT_ERR_PEER_LOST
+ * naming it). */
+static int child_gives_up(weft_sched_t *s, void *arg)
+{
+    (void)s;
+    (void)arg;
+    return weft_error(WEFT_ERR_COMM, "test: another member of the sub-communicator gave its step up");
+}
+
+static int post_failing_child(weft_sched_t *s, void *arg, weft_request_t *req)
+{
+    weft_comm_t comm;
+    (void)arg;
+    if (!req) return WEFT_SUCCESS;
+    weft_sched_comm(s, &comm);
+    weft_sched_t *c = weft_sched_create(comm, "test_child");
+    if (!c) return WEFT_ERR_NO_MEMORY;
+    int rc = weft_sched_call(c, child_gives_up, NULL);
+    if (rc) {
+        weft_sched_discard(c);
+        return rc;
+    }
+    return weft_sched_start(c, req);
+}
+
+/* A collective whose one step is a child that fails at once; its status,
+ * message (into msg) and duration. */
+static int run_failing_parent(weft_comm_t comm, char *msg, size_t len, double *took)
+{
+    double t0 = weft_wtime();
+    weft_sched_t *s = weft_sched_create(comm, "test_parent");
+    TH_CHECK(s, "out of memory");
+    TH_OK(weft_sched_child(s, post_failing_child, NULL, NULL));
+    int rc = weft_sched_run(s);
+    *took = weft_wtime() - t0;
+    snprintf(msg, len, "%s", weft_last_error());
+    return rc;
+}
+
+static int body_child_fails(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int me, n;
+    weft_comm_t w = start(&me, &n), quiet, revoked;
+    TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &quiet));
+    TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &revoked));
+    char msg[1024];
+    double took;
+    int rc;
+    /* No cause: the child's own error, once the engine gave up waiting. */
+    TH_OK(weft_barrier(w));
+    if (rank == 0) {
+        rc = run_failing_parent(quiet, msg, sizeof(msg), &took);
+        TH_CHECK(rc == WEFT_ERR_COMM, "no cause: rc %d (%s): %s", rc, weft_strerror(rc), msg);
+        TH_CHECK(strstr(msg, "no lost member or revoke explains it"), "no cause: %s", msg);
+        TH_CHECK(took > 0.5 && took < FT_DEADLINE / 4, "no cause: failed after %.3f s", took);
+    }
+    /* Rank 1 revokes the communicator. */
+    TH_OK(weft_barrier(w));
+    if (rank == 0) {
+        rc = run_failing_parent(revoked, msg, sizeof(msg), &took);
+        TH_CHECK(rc == WEFT_ERR_REVOKED, "revoke: rc %d (%s): %s", rc, weft_strerror(rc), msg);
+        TH_CHECK(strstr(msg, "revoked by its rank 1"), "revoke: %s", msg);
+        TH_CHECK(took > 0.1 && took < FT_DEADLINE / 4, "revoke: failed after %.3f s", took);
+    } else {
+        usleep(200 * 1000);
+        TH_OK(weft_comm_revoke(revoked));
+    }
+    /* Rank 1 dies. */
+    TH_OK(weft_barrier(w));
+    if (rank == 1) {
+        usleep(200 * 1000);
+        die();
+    }
+    rc = run_failing_parent(w, msg, sizeof(msg), &took);
+    TH_CHECK(rc == WEFT_ERR_PEER_LOST, "loss: rc %d (%s): %s", rc, weft_strerror(rc), msg);
+    TH_CHECK(strstr(msg, "rank 1 (world rank 1) lost"), "loss: %s", msg);
+    TH_CHECK(took > 0.1 && took < FT_DEADLINE / 4, "loss: failed after %.3f s", took);
+    TH_OK(weft_comm_free(&quiet));
+    TH_OK(weft_comm_free(&revoked));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(ft, a_failed_step_on_a_sub_communicator_reports_the_revoke_or_loss_behind_it, .timeout = 60)
+{
+    th_result_t res = th_run(2, body_child_fails, NULL, 50, quiet_env);
+    cr_assert_eq(res.timed_out, 0);
+    cr_assert_eq(res.exit_code[0], 0, "rank 0 exited with %d", res.exit_code[0]);
+    cr_assert_eq(res.exit_code[1], 128 + SIGKILL, "rank 1 exited with %d", res.exit_code[1]);
 }
 
 /* ---- agree and shrink with a dead member -------------------------------- */
