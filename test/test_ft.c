@@ -330,10 +330,18 @@ Test(ft, training_loop_survives_a_random_kill_20_times, .timeout = 300)
 }
 
 /* The same on two simulated nodes of two ranks: hierarchical allreduces,
- * whose node and leader sub-communicators are revoked with their parent. */
+ * whose node and leader sub-communicators are revoked with their parent.
+ * With WEFT_PEER_FAILURE=1: the simulated nodes share a host, so without
+ * it UCX 1.13 carries their leader traffic over its single-copy (CMA)
+ * rendezvous, which real nodes never use, and a receiver whose CMA read
+ * hits a sender killed mid-message is aborted by UCX itself (SIGABRT: a
+ * second death the survivors cannot recover from; docs/COMMUNICATORS.md).
+ * With endpoint error handling UCX uses TCP between them, as between
+ * real nodes, and reports the dead peer instead. */
 Test(ft, training_loop_on_two_simulated_nodes_survives_a_random_kill, .timeout = 120)
 {
-    const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", "WEFT_RANKS_PER_NODE=2", NULL};
+    const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", "WEFT_RANKS_PER_NODE=2",
+                               "WEFT_PEER_FAILURE=1", NULL};
     run_loops(8, env);
 }
 
