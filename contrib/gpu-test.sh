@@ -11,6 +11,10 @@
 #   - contrib/python/tests/test_gpu.py and test_device_arrays.py on 2 ranks,
 #     with CuPy / torch arrays, when a python with numpy and pytest is found
 #     (PYTHON=...; skipped with the reason otherwise);
+#   - contrib/python/tests/run-torch-cuda.sh: weft as a torch.distributed
+#     backend on CUDA tensors, 2 ranks (skipped with the reason without torch);
+# Ranks take GPU LOCAL_RANK modulo the GPUs visible: one GPU shared, or one
+# each (CUDA_VISIBLE_DEVICES=0 shares the first of several);
 # and prints one summary line: "gpu tests: N passed, M failed, K skipped".
 #
 #   contrib/gpu-test.sh [BUILD_DIR]     (default: this checkout)
@@ -64,6 +68,15 @@ else
     failed=$((failed + $(grep -oE "[0-9]+ failed" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
     skipped=$((skipped + $(grep -oE "[0-9]+ skipped" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
 fi
+echo "== torch.distributed backend on CUDA tensors (2 ranks)"
+st=0
+WEFT_TEST_TIMEOUT=${WEFT_TEST_TIMEOUT:-300} "$src/contrib/python/tests/run-torch-cuda.sh" "$build" >"$log/torch.log" 2>&1 || st=$?
+tail -n 40 "$log/torch.log"
+case $st in
+    0) passed=$((passed + 1)) ;;
+    77) skipped=$((skipped + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+esac
 [ "$failed" -eq 0 ] || status=1
 echo "gpu tests: $passed passed, $failed failed, $skipped skipped"
 exit "$status"
