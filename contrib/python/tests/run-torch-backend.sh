@@ -78,7 +78,9 @@ for np in 2 4; do
     run_case "collectives, DDP, threads, timeout" "$np" torch_backend_worker.py \
         "torch backend worker: rank [0-9]* of $np, ok" 0 --monitor-interval 0.2
 done
-WEFT_TORCH_CUDA_SIM=1 run_case "CUDA code paths on CPU stand-ins" 2 torch_cuda_worker.py \
+# (a rank still running 20 s before the limit prints its threads' stacks and exits)
+WEFT_TORCH_CUDA_SIM=1 WEFT_TEST_HANG_DUMP=$((limit > 40 ? limit - 20 : limit * 3 / 4)) \
+    run_case "CUDA code paths on CPU stand-ins" 2 torch_cuda_worker.py \
     "torch cuda worker: rank [0-9]* of 2, ok" 0 --monitor-interval 0.2
 run_case "FSDP FULL_SHARD, HYBRID_SHARD" 4 torch_fsdp_worker.py "torch fsdp worker: rank [0-9]* of 4, ok" 0 \
     --monitor-interval 0.2

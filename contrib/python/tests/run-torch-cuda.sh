@@ -6,7 +6,8 @@
 #   rounding, async_op / wait() ordering without host blocking, futures, CUDA
 #   point-to-point and barrier, what is refused, split_group / new_group with a bound
 #   device, a "cpu:gloo,cuda:weft" group, DDP on CUDA against gloo, a GPU collective
-#   whose peer never comes failing within the group's timeout.
+#   whose peer never comes failing within the group's timeout, polled and with nobody waiting
+#   (the backend's watchdog).
 # Exit 0 pass, 77 skip (no torch, no CUDA device, or a libweft without GPU support; the
 # reason is printed), 1 fail.
 #
@@ -16,6 +17,9 @@
 #   WEFT_TORCH_PYTHON  interpreter with torch (default: the checkout's .venv/bin/python, python3)
 #   WEFT_TORCH_CUDA_NP ranks (default 2)
 #   WEFT_TEST_TIMEOUT  seconds for the torchrun (default 300)
+#   WEFT_TEST_HANG_DUMP seconds after which a rank still running prints every thread's stack
+#                      and exits (default: 30 s before WEFT_TEST_TIMEOUT): a hang fails within
+#                      the limit, and the failure shows where each rank was
 set -u
 sim=0
 if [ "${1:-}" = --sim ]; then
@@ -79,20 +83,39 @@ EOF
 fi
 echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($py), library $WEFT_LIBRARY; $np ranks, $what"
 out=$(mktemp "${TMPDIR:-/tmp}/weft-torch-cuda.XXXXXX")
+# Each rank's stacks if it hangs (or torchrun ends it): one file a rank.
+hang=$(mktemp -d "${TMPDIR:-/tmp}/weft-torch-cuda-hang.XXXXXX")
+export WEFT_TEST_HANG_DIR=$hang
+export WEFT_TEST_HANG_DUMP=${WEFT_TEST_HANG_DUMP:-$((limit > 60 ? limit - 30 : limit * 3 / 4))}
 t0=$SECONDS
 timeout -k 10 "$limit" "$py" -m torch.distributed.run --standalone --nproc-per-node "$np" \
     --monitor-interval 0.2 "$here/torch_cuda_worker.py" >"$out" 2>&1
 rc=$?
 ok=$(grep -o "torch cuda worker: rank [0-9]* of $np, ok" "$out" | wc -l)
-grep -E "^DDP 5 steps|^async: |^checks: |GPU collective timeout raised" "$out" | cut -c1-300 | sed 's/^/    /'
+grep -E "^DDP 5 steps|^async: |^checks: |timeout raised|GPU collective nobody waited" "$out" |
+    cut -c1-400 | sed 's/^/    /'
 if [ $rc = 0 ] && [ "$ok" = "$np" ]; then
     echo "PASS: CUDA tensors ($what), $np ranks ($((SECONDS - t0)) s)"
-    rm -f "$out"
+    rm -rf "$out" "$hang"
     exit 0
 fi
 echo "FAIL: CUDA tensors ($what), $np ranks: exit status $rc, $ok of $np ranks ok ($((SECONDS - t0)) s)"
 grep -v 'UserWarning\|_conversion_method_template\|warnings.warn' "$out" | grep -E "FAIL|Error|error|Traceback|File \"" | head -n 60 | sed 's/^/    /'
 echo "    --- last lines:"
 tail -n 30 "$out" | sed 's/^/    /'
-rm -f "$out"
+for f in "$hang"/rank*.txt; do
+    [ -s "$f" ] || continue
+    r=${f##*/rank}
+    r=${r%.txt}
+    if grep -q "^Timeout (" "$f"; then
+        echo "    --- rank $r hung: still running after WEFT_TEST_HANG_DUMP=$WEFT_TEST_HANG_DUMP s; its threads (most recent call first):"
+    else
+        echo "    --- rank $r was ended by a signal (torchrun, after another rank failed); its threads then:"
+    fi
+    # each thread: its 6 innermost frames, and every frame of the worker and of weft
+    awk '!/^  File /{print; n = 0; gap = 0; next}
+         {n++} n <= 6 || /torch_cuda_worker\.py|\/weft\//{print; gap = 0; next}
+         !gap{print "  ..."; gap = 1}' "$f" | head -n 120 | sed 's/^/    /'
+done
+rm -rf "$out" "$hang"
 exit 1

@@ -13,14 +13,17 @@ point-to-point, the CUDA barrier, PREMUL_SUM, what is refused (BAND on CUDA, PRE
 on integers, CPU and CUDA tensors in one call), split_group and new_group with a bound
 device, a "cpu:gloo,cuda:weft" group routing CUDA tensors to weft, a 5-step DDP model on
 CUDA against DDP on gloo, and a GPU collective whose peer never comes failing within the
-group's timeout. Prints "torch cuda worker: rank R of N, ok".
+group's timeout: polled with is_completed(), and posted by a blocking call that nobody waits
+for (the backend's watchdog stops the kernels; the device becomes idle). Prints "torch cuda
+worker: rank R of N, ok".
 
 WEFT_TORCH_CUDA_SIM=1 (no GPU needed; run-torch-backend.sh runs it in make check): CPU
 tensors stand for CUDA tensors. weft.torch takes its CUDA code paths (stream-ordered
 posting, the compositions, CUDA Works and Futures) with stand-ins for torch.cuda's
 streams and events, and each operation is waited for as it is posted (the order a
 stream would give). That checks the compositions and this script's references on any
-host; timing, streams and the timeout case run on a GPU only.
+host, and the watchdog, on a host all_reduce that stands for GPU work nobody polls; timing,
+streams and the GPU timeout cases run on a GPU only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import signal
 import sys
 import time
 import types
@@ -39,10 +43,18 @@ import torch.distributed as dist
 
 import weft.torch as wt
 
-# WEFT_TEST_HANG_DUMP=SECONDS: every thread's stack on stderr after that long, then exit
-# (where a hang is, when the test's own limit would only kill it).
+# Where a hang is, when the test's own limit would only kill it: WEFT_TEST_HANG_DUMP=SECONDS
+# (run-torch-cuda.sh sets it below its limit) prints every thread's stack after that long,
+# then exits 1; SIGTERM (torchrun ending the other ranks once one failed) prints them too.
+# To stderr, or with WEFT_TEST_HANG_DIR to DIR/rank<R>.txt (one file a rank: the ranks'
+# dumps do not interleave).
+_hang_file = sys.stderr
+if os.environ.get("WEFT_TEST_HANG_DIR"):
+    _hang_file = open(os.path.join(os.environ["WEFT_TEST_HANG_DIR"],
+                                   f"rank{os.environ.get('RANK', '0')}.txt"), "w")
 if os.environ.get("WEFT_TEST_HANG_DUMP"):
-    faulthandler.dump_traceback_later(int(os.environ["WEFT_TEST_HANG_DUMP"]), exit=True)
+    faulthandler.dump_traceback_later(float(os.environ["WEFT_TEST_HANG_DUMP"]), exit=True, file=_hang_file)
+faulthandler.register(signal.SIGTERM, file=_hang_file, all_threads=True, chain=True)
 
 SIM = os.environ.get("WEFT_TORCH_CUDA_SIM", "0") == "1"
 LOCAL = int(os.environ.get("LOCAL_RANK", "0"))
@@ -111,7 +123,7 @@ else:
     dist.init_process_group(backend="weft", timeout=datetime.timedelta(seconds=60), device_id=DEV)
 rank, n = dist.get_rank(), dist.get_world_size()
 world_pg = dist.distributed_c10d._get_default_group()
-gloo = dist.new_group(backend="gloo")
+gloo = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=120))  # a hang raises
 failures = []
 counts = {"exact": 0, "close": 0}
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
@@ -578,12 +590,68 @@ if rank == 0:
           f"{(pw - pg).abs().max().item():.3g}", flush=True)
 
 # ---- a GPU collective whose peer never comes fails within the group's timeout --------------------
-if not SIM:
-    tg = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
-    t = on_dev(torch.ones(4))
-    dist.all_reduce(t, group=tg)  # every rank: the group's GPU state is set up
+def rescue(group, what):
+    """Stops what is still pending on the group's weft communicator (a cancel sets the abort
+    word its kernels watch), so a backend that failed to give it up cannot hang the rest of
+    the test: the failure is reported instead."""
+    with wt._LOCK:
+        for w in list(wt._weft_comm._rt.inflight):
+            if w._comm is group.comm and not w._done:
+                w._abandon()
+    failures.append(what)
+
+
+def device_idle_within(limit_s):
+    """Seconds until this device's work so far is done (host polling of an event: no weft
+    call drives anything meanwhile), or None after limit_s."""
+    ev = torch.cuda.Event()
+    ev.record()
+    t0 = time.monotonic()
+    while not ev.query():
+        if time.monotonic() - t0 > limit_s:
+            return None
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
+if SIM:
+    # The watchdog on CPU stand-ins: a stream-ordered Work (a host all_reduce that rank 0
+    # skips stands for the GPU work) that nothing polls is given up at its deadline.
+    tw = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
     dist.barrier(group=gloo)
-    if rank != 0:  # rank 0 skips the next one
+    if rank != 0:
+        t0 = time.monotonic()
+        t = torch.ones(4)
+        with wt._LOCK:
+            inner = tw.comm.all_reduce(t, async_op=True, timeout=wt._INF)
+        wk = wt.WeftWork(tw, "allreduce", [inner], [t], None, None, device=DEV, event=wt.torch.cuda.Event())
+        wt._watch(wk)
+        while not wk._done and time.monotonic() - t0 < 30:
+            time.sleep(0.01)  # no call into the backend: only the watchdog acts
+        dt_s = time.monotonic() - t0
+        err = None
+        try:
+            wk.wait()
+        except wt.WeftDistTimeoutError as e:
+            err = e
+        if err is None or not (2 < dt_s < 15) or "did not complete within 3 s" not in str(err):
+            if not wk._done:
+                with wt._LOCK:
+                    inner._abandon()
+            failures.append(f"SIM: a stream-ordered work nobody polls, after {dt_s:.1f} s: {err!r}")
+        else:
+            print(f"rank {rank}: stream-ordered work timeout raised after {dt_s:.1f} s: {err}", flush=True)
+    dist.barrier(group=gloo)
+else:
+    tg = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
+    tg2 = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
+    for g in (tg, tg2):
+        t = on_dev(torch.ones(4))
+        dist.all_reduce(t, group=g)  # every rank: the group's GPU state is set up
+    torch.cuda.synchronize()
+    dist.barrier(group=gloo)
+    if rank != 0:  # rank 0 skips the next ones
+        # (a) polled: is_completed() turns True within the timeout, wait() raises
         t0 = time.monotonic()
         wk = dist.all_reduce(on_dev(torch.ones(4)), group=tg, async_op=True)
         post_s = time.monotonic() - t0
@@ -596,16 +664,41 @@ if not SIM:
         except wt.WeftDistError as e:
             err = e
         if err is None:
-            failures.append(f"the GPU all_reduce that rank 0 skipped did not fail ({dt_s:.1f} s)")
-        elif not (2 < dt_s < 15) or post_s > 1:
-            failures.append(f"the skipped GPU all_reduce failed after {dt_s:.1f} s (posting took "
-                            f"{post_s:.2f} s), expected ~3 s: {err}")
+            rescue(tg, f"the GPU all_reduce that rank 0 skipped did not fail ({dt_s:.1f} s; "
+                       "stopped by the test)")
         else:
-            print(f"rank {rank}: GPU collective timeout raised after {dt_s:.1f} s: "
-                  f"{type(err).__name__}: {err}", flush=True)
-        expect_error("the next GPU collective on the failed group",
-                     lambda: (dist.all_reduce(on_dev(torch.ones(4)), group=tg), torch.cuda.synchronize()),
-                     "weft")
+            if not (2 < dt_s < 15) or post_s > 1:
+                failures.append(f"the skipped GPU all_reduce failed after {dt_s:.1f} s (posting took "
+                                f"{post_s:.2f} s), expected ~3 s: {err}")
+            else:
+                print(f"rank {rank}: GPU collective timeout raised after {dt_s:.1f} s: "
+                      f"{type(err).__name__}: {err}", flush=True)
+            if device_idle_within(10) is None:
+                rescue(tg, "the failed GPU all_reduce's kernels still run: the device is busy")
+            expect_error("the next GPU collective on the failed group",
+                         lambda: (dist.all_reduce(on_dev(torch.ones(4)), group=tg), torch.cuda.synchronize()),
+                         "weft")
+        # (b) nobody waits (the hang of a real run): a blocking all_reduce returns at once and
+        # nothing polls weft; the kernels must stop at the deadline all the same (the backend's
+        # watchdog), so the device becomes idle and torch.cuda.synchronize() returns.
+        t0 = time.monotonic()
+        dist.all_reduce(on_dev(torch.ones(4)), group=tg2)
+        idle_s = device_idle_within(30)
+        if idle_s is None:
+            rescue(tg2, "a GPU all_reduce that rank 0 skipped, posted by a blocking call, still ran "
+                        "after 30 s (nobody enforced the group's 3 s timeout; stopped by the test)")
+        else:
+            torch.cuda.synchronize()
+            dt_s = time.monotonic() - t0
+            if not (2 < dt_s < 15):
+                failures.append(f"a skipped GPU all_reduce nobody waited for ended after {dt_s:.1f} s, "
+                                "expected ~3 s")
+            else:
+                print(f"rank {rank}: GPU collective nobody waited for stopped after {dt_s:.1f} s",
+                      flush=True)
+            expect_error("the next GPU collective on a group whose collective nobody waited for failed",
+                         lambda: (dist.all_reduce(on_dev(torch.ones(4)), group=tg2), torch.cuda.synchronize()),
+                         "weft")
     dist.barrier(group=gloo)
 
 if not SIM:

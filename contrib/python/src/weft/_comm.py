@@ -7,6 +7,7 @@ import datetime
 import enum
 import atexit
 import operator
+import re
 import sys
 import threading
 from ctypes import byref, c_char_p, c_double, c_int, c_int64, c_void_p
@@ -309,6 +310,41 @@ class Work:
         if not over:
             _rt.abandoned.append(self._keep)
         self._keep = None
+
+    def _time_out(self, why: str) -> None:
+        """Fails a pending operation whose deadline passed while no wait enforced
+        it: the library applies a deadline only inside a wait, and a
+        stream-ordered collective on device arrays may never be waited for
+        (weft_test never times out). One last short wait (it may still complete;
+        otherwise weft's text says what it waits for), then a cancel: coll/cuda
+        then sets the abort word, the kernels end, and the communicator's later
+        GPU collectives fail at once. The work completes with a WeftTimeoutError
+        that starts with ``why``."""
+        if self._done or not self._posted:
+            return
+        if not self._alive() or self._req.value is None:
+            self._abandon()
+            self._error = make_error(ERR_TIMEOUT, f"{why} (its weft runtime was finalized)")
+            return
+        lib = _lib.load()
+        status = _lib.WeftStatus()
+        rc = lib.weft_wait_timeout(byref(self._req), 0.001, byref(status))
+        if self._req.value is None:  # it completed after all, or failed on its own
+            self._complete(rc, status)
+            return
+        detail = ""
+        if rc == ERR_TIMEOUT:  # what it waits for (not the length of this last look)
+            detail = re.sub(r" timed out after \S+ s", "", _lib.last_error(), count=1)
+        self._done = True
+        self._release_pending()
+        # coll/cuda's failure hook names the rank its kernels were waiting for
+        stopped = re.search(r"the GPU kernels were waiting for rank \d+[^)]*", _lib.last_error())
+        msg = why
+        if detail:
+            msg += f"; weft: {detail}"
+        if stopped:
+            msg += f" ({stopped.group(0)})"
+        self._error = make_error(ERR_TIMEOUT, msg)
 
     def _abandon(self) -> None:
         """Gives up on a pending operation (a blocking call timed out)."""

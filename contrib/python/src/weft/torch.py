@@ -92,13 +92,22 @@ CUDA tensors
     synchronises the tensor's current stream, and ``wait()`` blocks the
     host until the transfer is done.
 
-    A stream-ordered operation's deadline is its group's timeout, enforced
-    by weft (a deadline that passes stops the kernels and fails the
-    group's later GPU collectives, naming the rank they waited for); a
-    failure found after the call returned is raised by ``wait()``
-    (``is_completed()`` then says True and ``exception()`` holds it) and by
-    the group's next CUDA collective. A group that spans nodes has a GPU
-    path for all_gather only (coll/hier); the others raise weft's error.
+    A stream-ordered operation's deadline is its group's timeout (or the
+    call's ``timeout``), counted from when it was posted. libweft enforces
+    a deadline only inside a wait, and nobody waits for stream-ordered work
+    on the host, so this backend enforces it: a watchdog thread (started
+    with the first stream-ordered operation) looks every 50 ms at the
+    operations past their deadline and gives up those still running (weft
+    then sets the abort word their kernels watch: the kernels end, the
+    stream goes on, and the group's later GPU collectives fail at once,
+    naming the rank the kernels waited for). A polled Work
+    (``is_completed()``, ``wait()``) does the same. Without it a peer that
+    never comes would hang the stream, and every host synchronisation with
+    it (``torch.cuda.synchronize()``), for good. A failure found after the
+    call returned is raised by ``wait()`` (``is_completed()`` then says
+    True and ``exception()`` holds it) and by the group's next CUDA
+    collective. A group that spans nodes has a GPU path for all_gather only
+    (coll/hier); the others raise weft's error.
 
 Reductions
     SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR map to weft's ops (weft
@@ -144,7 +153,8 @@ Threads (the decision)
     another thread is waiting to post), until the operation completes or its
     deadline passes. A blocking call thus cannot deadlock against a
     nonblocking one posted from another thread: the poster gets the lock
-    within one slice. Making weft THREAD_MULTIPLE is the other option in
+    within one slice. The watchdog of stream-ordered work takes the same
+    lock for its calls. Making weft THREAD_MULTIPLE is the other option in
     issue 23; it needs C changes and is left to the library.
 
 Warm-up
@@ -155,10 +165,12 @@ Warm-up
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import functools
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -167,6 +179,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
+from . import _comm as _weft_comm
 from ._comm import Comm, ReduceOp, Work, init as _weft_init
 from .errors import WeftArgumentError, WeftError, WeftTimeoutError, WeftUnsupportedError
 
@@ -336,6 +349,13 @@ class WeftWork(dist._Work):
         self._state_lock = threading.Lock()
         self._device = device  # the CUDA device of the tensors (None: CPU)
         self._event = event  # stream-ordered: the operation's end on its stream
+        # Stream-ordered: when the watchdog (or a poll) gives the operation up.
+        self._deadline = (
+            self._posted_at + self._timeout
+            if event is not None and self._timeout is not None
+            else _INF
+        )
+        self._stream_key: Any = None  # stream-ordered: (device, CUDA stream handle)
 
     # -- completion ---------------------------------------------------------------------
 
@@ -364,7 +384,8 @@ class WeftWork(dist._Work):
         return err
 
     def _poll(self) -> bool:
-        """One nonblocking look at every sub-work; True when all are done."""
+        """One nonblocking look at every sub-work; True when all are done. A
+        stream-ordered operation past its deadline is given up here (_expire)."""
         for w in self._works:
             try:
                 with _Posting():
@@ -373,6 +394,13 @@ class WeftWork(dist._Work):
                 self._settle(self._wrap(e))
                 return True
             if not done:
+                if (
+                    self._event is not None
+                    and time.monotonic() >= self._deadline
+                    and not _waits_behind(self)
+                ):
+                    self._expire()
+                    return True
                 return False
         try:
             for w in self._works:
@@ -382,6 +410,45 @@ class WeftWork(dist._Work):
             return True
         self._settle(None)
         return True
+
+    def _expire(self) -> None:
+        """A stream-ordered operation still running at its deadline (posted + the
+        group's timeout): weft gives it up (Work._time_out: its kernels are stopped
+        through the abort word, and the group's later GPU collectives fail at
+        once), and this Work fails with WeftDistTimeoutError. Only a wait enforces
+        a deadline inside the library, and nobody waits for stream-ordered work on
+        the host: without this a peer that never comes hangs the stream (and every
+        host synchronisation with it) for good."""
+        why = (
+            f"the stream-ordered {self._kind} did not complete within {self._timeout:g} s of "
+            "being posted (the group's timeout); weft stopped its GPU kernels, and the group's "
+            "later GPU collectives fail"
+        )
+        with _Posting():
+            for w in self._works:
+                try:
+                    w._time_out(why)
+                except WeftError as e:  # the runtime is gone: nothing left to stop
+                    if w._error is None:
+                        w._error = e
+                    w._done = True
+        error = next((w._error for w in self._works if w._error is not None), None)
+        if error is None:
+            self._settle(None)  # it completed during the last look
+        elif isinstance(error, WeftError):
+            self._settle(self._wrap(error))
+        else:
+            self._settle(error)
+
+    def _finished(self) -> bool:
+        """Settled, or every sub-work known complete (no C call, no lock)."""
+        return self._done or all(w._done for w in self._works)
+
+    def _look(self) -> None:
+        """The watchdog's poll (past the deadline, it gives the operation up)."""
+        with self._state_lock:
+            if not self._done:
+                self._poll()
 
     def is_completed(self) -> bool:
         with self._state_lock:
@@ -410,7 +477,8 @@ class WeftWork(dist._Work):
 
         Stream-ordered work (CUDA collectives): makes the current stream wait for
         the operation and returns True at once (raising a failure already known);
-        the deadline is the group's timeout, enforced by weft."""
+        the deadline is the group's timeout from posting, enforced by the
+        watchdog (see the module's notes)."""
         if self._event is not None:
             with self._state_lock:
                 if not self._done:
@@ -514,6 +582,109 @@ class WeftWork(dist._Work):
             self._future.set_result(self._outputs)
         else:
             self._future.set_exception(self._error)
+
+
+# --------------------------------------------------------------------------------------------
+# The watchdog of stream-ordered CUDA work: deadlines when nobody waits
+# --------------------------------------------------------------------------------------------
+
+# Stream-ordered Works, in posting order, until they are known complete.
+_watched: List[WeftWork] = []
+_watched_lock = threading.Lock()
+_watchdog: Optional[threading.Thread] = None
+_watchdog_stop = threading.Event()
+_watchdog_ended = False  # stopped at exit: not started again
+# Seconds between the watchdog's passes (how late past its deadline an operation may fail).
+_WATCH_INTERVAL = 0.05
+
+
+def _watch(work: WeftWork) -> None:
+    """Hands a stream-ordered Work to the watchdog (started here, the first time);
+    one without a deadline is there for _waits_behind only."""
+    global _watchdog
+    with _watched_lock:
+        _watched.append(work)
+        if _watchdog is None and not _watchdog_ended:
+            _watchdog = threading.Thread(
+                target=_watchdog_main, name="weft-torch-watchdog", daemon=True
+            )
+            _watchdog.start()
+            # Registered after weft's exit hook (weft.init ran before any post): runs first.
+            atexit.register(_watchdog_at_exit)
+
+
+def _pending_watched() -> List[WeftWork]:
+    with _watched_lock:
+        _watched[:] = [w for w in _watched if not w._finished()]
+        return list(_watched)
+
+
+def _waits_behind(work: WeftWork) -> bool:
+    """Whether an operation posted earlier on work's stream is not known complete:
+    work's kernels may not have started. Giving work up now would block (weft
+    waits for the kernels of an operation it gives up) until that one ends, with
+    the lock held, so that one never would: work is given up after it."""
+    key = work._stream_key
+    if key is None:
+        return False
+    with _watched_lock:
+        for w in _watched:
+            if w is work:
+                return False
+            if w._stream_key == key and not w._finished():
+                return True
+    return False
+
+
+def _watchdog_pass(poll_all: bool = False) -> None:
+    """Gives up the operations past their deadline, in posting order; an earlier
+    operation on the same stream is polled first, and while it runs the later one
+    waits (_waits_behind). Works whose sub-works completed (weft learns it from
+    any later call's poll) are dropped; the others cost no C call until a
+    deadline passes (poll_all: every one is polled)."""
+    now = time.monotonic()
+    pending = _pending_watched()
+    overdue = {w._stream_key for w in pending if now >= w._deadline}
+    for w in pending:
+        behind = w._stream_key is not None and w._stream_key in overdue
+        if poll_all or behind or now >= w._deadline:
+            w._look()
+
+
+def _watchdog_main() -> None:
+    reported = False
+    while not _watchdog_stop.wait(_WATCH_INTERVAL):
+        try:
+            _watchdog_pass()
+        except Exception as e:  # noqa: BLE001 (a thread must not die: say it once, go on)
+            if not reported:
+                reported = True
+                sys.stderr.write(
+                    f"weft.torch: the stream-ordered work watchdog: {type(e).__name__}: {e}\n"
+                )
+
+
+def _watchdog_at_exit() -> None:
+    """Before weft's exit hook finalizes (it waits for every stream-ordered
+    operation, without a deadline, on one thread): the watchdog stops, and what it
+    watched is waited for here until done or given up at its deadline. After an
+    uncaught exception weft does not finalize: nothing is waited for."""
+    global _watchdog_ended
+    _watchdog_ended = True
+    _watchdog_stop.set()
+    if _watchdog is not None:
+        _watchdog.join(timeout=5)
+    if _weft_comm._rt.uncaught:
+        return
+    try:
+        while True:
+            pending = _pending_watched()
+            if not pending:
+                return
+            _watchdog_pass(poll_all=True)
+            time.sleep(_WATCH_INTERVAL)
+    except Exception as e:  # noqa: BLE001 (the program is ending: report, do not raise)
+        sys.stderr.write(f"weft.torch: at exit: {type(e).__name__}: {e}\n")
 
 
 def _done_work(pg: "ProcessGroupWeft", kind: str, outputs: Any) -> WeftWork:
@@ -950,7 +1121,11 @@ class ProcessGroupWeft(dist.ProcessGroup):
                 s.finish()
             event = torch.cuda.Event()
             event.record(stream)
-        return WeftWork(self, kind, works, outputs, None, timeout, device=device, event=event)
+        work = WeftWork(self, kind, works, outputs, None, timeout, device=device, event=event)
+        handle = getattr(stream, "cuda_stream", None)
+        work._stream_key = (device.index, handle) if handle is not None else None
+        _watch(work)
+        return work
 
     @staticmethod
     def _one(tensors: Sequence[Any], what: str) -> Any:
