@@ -2,7 +2,8 @@
  * every collective coll/cuda implements, every numeric type and op, against
  * the same call on host buffers (coll/base and coll/shm, the reference);
  * results identical on every rank; in place, zero counts, odd counts and
- * counts over a slot (WEFT_CUDA_COLL_SLOT=4096 here, so chunks); a rank
+ * counts over a slot (WEFT_CUDA_COLL_SLOT=4096 here, so chunks), the LL,
+ * fused, chunked and pipelined kernels; a rank
  * that never comes ends the others' wait at the deadline, and another
  * communicator then works; a killed rank is named within the deadline and
  * the survivors' shrunk communicator works. Skipped, with the reason, without a device. */
@@ -203,6 +204,18 @@ Test(cuda_coll, allreduce_3_ranks, .timeout = 600)
 Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
 {
     run(4, body_allreduce, NULL);
+}
+
+/* Allreduces up to 16 KiB per rank take the LL kernel by default: these
+ * keep the fused and chunked paths covered for them. */
+Test(cuda_coll, allreduce_without_ll_2_ranks, .timeout = 600)
+{
+    run(2, body_allreduce, "WEFT_CUDA_COLL_LL=0");
+}
+
+Test(cuda_coll, allreduce_without_ll_3_ranks, .timeout = 600)
+{
+    run(3, body_allreduce, "WEFT_CUDA_COLL_LL=0");
 }
 
 /* The pipelined kernel for every call that does not fuse: with 4 KiB slots

@@ -22,6 +22,7 @@
 #include "coll/coll.h"
 #include "coll/cuda/kernels.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ static struct {
     int fused;   /* WEFT_CUDA_COLL_FUSED */
     int pipe;    /* WEFT_CUDA_COLL_PIPE */
     int pipe_blocks; /* WEFT_CUDA_COLL_PIPE_BLOCKS */
+    int ll;          /* WEFT_CUDA_COLL_LL */
 } cvars;
 
 /* The pipelined kernel's launch: blocks (within the max_ctas / min_ctas
@@ -39,6 +41,11 @@ static struct {
 enum { PIPE_DEPTH = 4, PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
+    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "16384",
+     "coll/cuda: allreduces of up to this many bytes per rank (at most 16384) run as one launch of one block that "
+     "stores its input, 8 bytes at a time with the call's sequence number beside them, straight into every peer's "
+     "memory, and reduces what arrives in its own: no barrier, no staging; 0: never",
+     &cvars.ll, 0},
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
      "they fail with WEFT_ERR_UNSUPPORTED",
@@ -82,6 +89,7 @@ typedef struct module {
     CUfunction stage, barrier, copy, reduce[NREDUCE];
     CUfunction fused_copy, fused_reduce[NREDUCE];
     CUfunction pipe_copy, pipe_reduce[NREDUCE];
+    CUfunction ll[NREDUCE];
     int sms;
     int pipe_threads; /* PIPE_THREADS, or fewer where a pipelined kernel's registers allow fewer */
 } module_t;
@@ -112,20 +120,22 @@ static int module_of(CUcontext ctx, module_t **out)
     struct {
         const char *name;
         CUfunction *f;
-    } fns[5 + 3 * NREDUCE] = {{"weft_ck_stage", &m->stage},
+    } fns[5 + 4 * NREDUCE] = {{"weft_ck_stage", &m->stage},
                               {"weft_ck_barrier", &m->barrier},
                               {"weft_ck_copy", &m->copy},
                               {"weft_ck_fused_copy", &m->fused_copy},
                               {"weft_ck_pipe_copy", &m->pipe_copy}};
-    static char fused_names[NREDUCE][40], pipe_names[NREDUCE][40];
+    static char fused_names[NREDUCE][40], pipe_names[NREDUCE][40], ll_names[NREDUCE][40];
     for (int k = 0; k < NREDUCE; k++) {
         snprintf(fused_names[k], sizeof(fused_names[k]), "weft_ck_fused_%s", reduce_names[k] + strlen("weft_ck_"));
         snprintf(pipe_names[k], sizeof(pipe_names[k]), "weft_ck_pipe_%s", reduce_names[k] + strlen("weft_ck_"));
         fns[5 + k].name = reduce_names[k], fns[5 + k].f = &m->reduce[k];
         fns[5 + NREDUCE + k].name = fused_names[k], fns[5 + NREDUCE + k].f = &m->fused_reduce[k];
         fns[5 + 2 * NREDUCE + k].name = pipe_names[k], fns[5 + 2 * NREDUCE + k].f = &m->pipe_reduce[k];
+        snprintf(ll_names[k], sizeof(ll_names[k]), "weft_ck_ll_%s", reduce_names[k] + strlen("weft_ck_reduce_"));
+        fns[5 + 3 * NREDUCE + k].name = ll_names[k], fns[5 + 3 * NREDUCE + k].f = &m->ll[k];
     }
-    for (int k = 0; k < 5 + 3 * NREDUCE; k++)
+    for (int k = 0; k < 5 + 4 * NREDUCE; k++)
         if ((r = weft_cu.module_get_function(fns[k].f, m->mod, fns[k].name)) != CUDA_SUCCESS) {
             weft_cu.module_unload(m->mod);
             return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbin: %s", fns[k].name,
@@ -564,6 +574,25 @@ static int issue(cuda_op_t *op)
         op->fz.scratch = (char *)(uintptr_t)st->region;
         op->fz.slot_bytes = slot;
     }
+    if (a->kind == WEFT_COLL_ALLREDUCE && staged > 0 && cvars.ll > 0 &&
+        staged <= (size_t)(cvars.ll < WEFT_CK_LL_MAX ? cvars.ll : WEFT_CK_LL_MAX) && es <= 8) {
+        weft_ck_ll_args_t l;
+        memset(&l, 0, sizeof(l));
+        l.ctl = ctl_of(st);
+        l.nranks = n;
+        l.rank = me;
+        for (int r = 0; r < n; r++)
+            l.scratch[r] = (char *)(uintptr_t)st->peer[r];
+        l.op = (int)a->op;
+        l.in = in;
+        l.out = out;
+        l.count = a->count;
+        l.esize = es;
+        void *params[] = {&l};
+        CUresult r = weft_cu.launch_kernel(st->m->ll[a->dtype], 1, 1, 1, 512, 1, 1, 0, op->stream, params, NULL);
+        if (r != CUDA_SUCCESS) return cu_fail(r, "launching the LL kernel");
+        goto record;
+    }
     int piped = 0;
     if (!op->fusing && cvars.pipe > 0 && staged >= (size_t)cvars.pipe && (rc = pipe_issue(op, &piped))) return rc;
     switch (piped ? WEFT_COLL_BARRIER : a->kind) {
@@ -639,6 +668,7 @@ static int issue(cuda_op_t *op)
         CUresult r = weft_cu.launch_kernel(f, 1, 1, 1, 256, 1, 1, 0, op->stream, params, NULL);
         if (r != CUDA_SUCCESS) rc = cu_fail(r, "launching the fused kernel");
     }
+record:
     if (rc || op->capturing) return rc;
     CUresult r = weft_cu.event_record(op->ev, op->stream);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "recording the call's event");
@@ -687,7 +717,16 @@ static void op_failed(void *arg, int rc)
     st->words[0] = 1;
     __sync_synchronize();
     if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
-        weft_cu.event_synchronize(op->ev);
+        /* The kernels end within microseconds of the abort word; but work of another communicator
+         * queued before them on the same stream may not: wait a bounded time, never forever. */
+        double until = weft_wtime() + 2.0;
+        CUresult q;
+        while ((q = weft_cu.event_query(op->ev)) == CUDA_ERROR_NOT_READY && weft_wtime() < until)
+            sched_yield();
+        if (q == CUDA_ERROR_NOT_READY)
+            weft_warn("coll/cuda: comm %s: a failed %s's kernels are still queued behind other work on their "
+                      "stream after 2 s; they end at the abort word when they run",
+                      st->comm->name, op->name);
         weft_cu.event_destroy(op->ev); /* op_end, which would, does not run after a failure */
         op->ev = NULL;
         CUcontext popped;
@@ -835,6 +874,8 @@ static const weft_coll_param_t params[] = {
     {"max_ranks", "every coll/cuda algorithm", &max_ranks, "ranks", NULL,
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
+    {"ll", "allreduce", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
+     "allreduces up to this much per rank (16 KiB at most) push their lines into the peers: no barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",

@@ -793,6 +793,151 @@ template <class N> __device__ __forceinline__ void pipe_dispatch(const weft_ck_p
     default: break;
     }
 }
+
+/* ---- the LL kernel (kernels.h: weft_ck_ll_args) ----------------------------- */
+__device__ __forceinline__ void st_ll(uint4 *p, unsigned d0, unsigned d1, unsigned f)
+{
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(f), "r"(d1), "r"(f)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint4 ld_ll(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+/* Line l (8 bytes) of a buffer of `bytes` bytes; past the end: zeros. */
+__device__ __forceinline__ uint2 ll_load8(const char *b, size_t l, size_t bytes)
+{
+    size_t off = l * 8;
+    if (off + 8 <= bytes && ((uintptr_t)(b + off) & 7) == 0)
+        return *reinterpret_cast<const uint2 *>(b + off);
+    union {
+        uint2 u;
+        unsigned char c[8];
+    } t;
+    t.u = make_uint2(0, 0);
+    for (int k = 0; k < 8 && off + k < bytes; k++)
+        t.c[k] = (unsigned char)b[off + k];
+    return t.u;
+}
+
+__device__ __forceinline__ void ll_store8(char *b, size_t l, size_t bytes, uint2 v)
+{
+    size_t off = l * 8;
+    if (off + 8 <= bytes && ((uintptr_t)(b + off) & 7) == 0) {
+        *reinterpret_cast<uint2 *>(b + off) = v;
+        return;
+    }
+    union {
+        uint2 u;
+        unsigned char c[8];
+    } t;
+    t.u = v;
+    for (int k = 0; k < 8 && off + k < bytes; k++)
+        b[off + k] = (char)t.c[k];
+}
+
+template <class Op> __device__ __forceinline__ void ll_run(const weft_ck_ll_args_t &a)
+{
+    typedef typename Op::S S;
+    const int E = 8 / (int)sizeof(S);
+    union Line {
+        uint2 u;
+        S e[8 / sizeof(S)];
+    };
+    __shared__ volatile int abort_s; /* volatile: re-read in the polls */
+    const unsigned long long c0 = *a.ctl.counter;
+    if (c0 & WEFT_CK_POISON)
+        return;
+    const unsigned long long seq = c0 + 1;
+    const unsigned f = (unsigned)seq;
+    const int n = a.nranks < 1 ? 1 : a.nranks > MAXR ? MAXR : a.nranks, me = a.rank;
+    const size_t tid = threadIdx.x, nth = blockDim.x;
+    if (tid == 0)
+        abort_s = 0;
+    __syncthreads();
+    const size_t bytes = a.count * sizeof(S), nl = (bytes + 7) / 8;
+    const char *in = static_cast<const char *>(a.in);
+    const size_t lane = (size_t)(seq & 1) * MAXR; /* this parity's first sender */
+    /* push: every line into every peer */
+    for (size_t l = tid; l < nl; l += nth) {
+        uint2 d = ll_load8(in, l, bytes);
+#pragma unroll
+        for (int p = 0; p < MAXR; p++)
+            if (p < n && p != me)
+                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * WEFT_CK_LL_SLOT) + l, d.x,
+                      d.y, f);
+    }
+    /* gather and reduce, in rank order */
+    const char *mine = a.scratch[0];
+#pragma unroll
+    for (int p = 1; p < MAXR; p++)
+        if (p == me)
+            mine = a.scratch[p];
+    for (size_t l = tid; l < nl; l += nth) {
+        Line w[MAXR];
+#pragma unroll
+        for (int p = 0; p < MAXR; p++) {
+            if (p >= n)
+                continue;
+            if (p == me) {
+                w[p].u = ll_load8(in, l, bytes);
+                continue;
+            }
+            const uint4 *src =
+                reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT) + l;
+            unsigned spins = 0;
+            uint4 x = ld_ll(src);
+            while (x.y != f || x.w != f) {
+                if ((++spins & 1023) == 0 && (abort_s || *a.ctl.abort)) {
+                    if (!abort_s) {
+                        *a.ctl.error = 1 + p;
+                        __threadfence_system();
+                    }
+                    abort_s = 1;
+                    goto done;
+                }
+                x = ld_ll(src);
+            }
+            w[p].u = make_uint2(x.x, x.z);
+        }
+        {
+            Line r;
+#pragma unroll
+            for (int j = 0; j < E; j++) {
+                typename Op::A acc = Op::init(w[0].e[j]);
+#pragma unroll
+                for (int p = 1; p < MAXR; p++)
+                    if (p < n)
+                        acc = Op::step(acc, w[p].e[j]);
+                r.e[j] = Op::fin(acc, n);
+            }
+            ll_store8(static_cast<char *>(a.out), l, bytes, r.u);
+        }
+    }
+done:
+    __syncthreads();
+    if (tid == 0)
+        *a.ctl.counter = abort_s ? (c0 | WEFT_CK_POISON) : seq;
+}
+
+template <class N> __device__ __forceinline__ void ll_dispatch(const weft_ck_ll_args_t &a)
+{
+    switch (a.op) {
+    case 0: ll_run<OpSum<N>>(a); break;
+    case 1: ll_run<OpProd<N>>(a); break;
+    case 2: ll_run<OpMin<N>>(a); break;
+    case 3: ll_run<OpMax<N>>(a); break;
+    case 4: ll_run<OpAvg<N>>(a); break;
+    default: break;
+    }
+}
 } // namespace
 
 extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
@@ -832,7 +977,8 @@ extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
         if (barrier_block(a.bar) && a.mode == 1)                                                                       \
             reduce_dispatch<N>(a.red);                                                                                 \
     }                                                                                                                  \
-    extern "C" __global__ void weft_ck_pipe_reduce_##name(weft_ck_pipe_args_t a) { pipe_dispatch<N>(a); }
+    extern "C" __global__ void weft_ck_pipe_reduce_##name(weft_ck_pipe_args_t a) { pipe_dispatch<N>(a); }            \
+    extern "C" __global__ void weft_ck_ll_##name(weft_ck_ll_args_t a) { ll_dispatch<N>(a); }
 WEFT_CK_REDUCE(i8, IntType<int8_t>)
 WEFT_CK_REDUCE(u8, IntType<uint8_t>)
 WEFT_CK_REDUCE(i16, IntType<int16_t>)

@@ -23,7 +23,13 @@
 #include <stddef.h>
 
 #define WEFT_CK_MAX_RANKS 8
-#define WEFT_CK_HDR 65536 /* bytes of flags at the start of a scratch region */
+/* Bytes before the slots: the flags (64 KiB), then the LL area
+ * (WEFT_CK_LL_OFF: 2 parities x WEFT_CK_MAX_RANKS senders x WEFT_CK_LL_SLOT
+ * bytes of 16-byte lines; see weft_ck_ll_args). */
+#define WEFT_CK_LL_MAX 16384                     /* bytes a rank contributes to an LL call, at most */
+#define WEFT_CK_LL_SLOT (2 * WEFT_CK_LL_MAX)     /* a sender's lines for one parity: 16 bytes per 8 */
+#define WEFT_CK_LL_OFF 65536
+#define WEFT_CK_HDR (WEFT_CK_LL_OFF + 2 * WEFT_CK_MAX_RANKS * WEFT_CK_LL_SLOT)
 /* The pipelined kernels' flags, in the header after the barrier's:
  * unsigned long long rdy[WEFT_CK_PIPE_MAXPOS][WEFT_CK_MAX_RANKS] at
  * WEFT_CK_PIPE_RDY, dn[..][..] at WEFT_CK_PIPE_DN (see weft_ck_pipe_args). */
@@ -168,5 +174,31 @@ typedef struct weft_ck_pipe_args {
     void *out;        /* reduce */
     char *dst[WEFT_CK_MAX_RANKS]; /* copy: where producer p's pieces go */
 } weft_ck_pipe_args_t;
+
+/* weft_ck_ll_reduce_<type>: a small allreduce in one launch of one block,
+ * NCCL's LL idea: no barrier, no staging. seq = *counter + 1 (poisoned:
+ * the kernel ends at once), parity = seq & 1. The input (bytes = count x
+ * esize <= WEFT_CK_LL_MAX) goes in lines of 8 bytes; line l is stored, in
+ * one 16-byte store {bytes 0-3, seq, bytes 4-7, seq} (32-bit seq), into
+ * every peer's region at WEFT_CK_LL_OFF + (parity x MAX_RANKS + rank) x
+ * LL_SLOT + 16 l. Each half of a line carries its own copy of seq, and an
+ * 8-byte store arrives whole, so a reader that sees seq in both halves has
+ * the line's data without a fence or a flag of its own. Then every thread
+ * polls its lines from every peer in its own region and reduces them with
+ * its own input, in rank order (the same bits as every other path), into
+ * out; at the end *counter = seq. A sender's lines of parity q are
+ * overwritten two calls later, once the reader has passed the call in
+ * between, whichever protocol that was (each implies the peer finished
+ * reading). Waits watch ctl.abort every 1024 polls (1 + the awaited rank in
+ * *ctl.error; the counter is then poisoned). */
+typedef struct weft_ck_ll_args {
+    weft_ck_ctl_t ctl;
+    int nranks, rank;
+    char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
+    int op;
+    const void *in;
+    void *out;
+    size_t count, esize;
+} weft_ck_ll_args_t;
 
 #endif
