@@ -279,7 +279,13 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
         rc = WEFT_UNLIKELY(weft_coll_check) ? check_build(s, a) : WEFT_SUCCESS;
         if (rc == WEFT_SUCCESS) rc = cands[i]->build(s, a);
-        if (rc == WEFT_SUCCESS) return req ? weft_sched_start(s, req) : weft_sched_run(s);
+        if (rc == WEFT_SUCCESS) {
+            /* Stream-ordered on device memory: the call returns before the work is done, and
+             * nobody may wait for it (no request, or one only tested): the schedule keeps the
+             * communicator's deadline itself, from the call. */
+            if (a->on_stream && a->mem != WEFT_MEM_HOST) weft_sched_deadline(s, a->comm->timeout);
+            return req ? weft_sched_start(s, req) : weft_sched_run(s);
+        }
         weft_sched_discard(s);
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;
         weft_debug("%s: algorithm %s declines this call; trying the next", weft_coll_kind_name(a->kind),

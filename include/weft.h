@@ -421,12 +421,16 @@ WEFT_API int weft_iexscan(const void *sendbuf, void *recvbuf, int64_t count, wef
  * the same order on every rank). request, when not NULL, receives a work
  * handle: weft_test polls the GPU work's completion, weft_wait blocks the
  * host until it is done (the communicator's deadline applies); pass NULL to
- * let it go. A deadline that passes, in a wait or while nobody waits, stops
- * the kernels (an abort word they watch) and fails the communicator's later
- * GPU collectives, naming the rank they waited for. With host buffers the
- * stream is synchronised first and the collective runs as weft_i* (with no
- * request, to its end before the call returns); counts,
- * datatypes, ops and WEFT_IN_PLACE as in the blocking forms. */
+ * let it go. The call's deadline (the communicator's timeout, from the call)
+ * stops the kernels when it passes (an abort word they watch), in a wait or
+ * while nobody waits (then at the next call into weft that makes progress:
+ * weft_test on any request, any wait, another collective; weft has no
+ * thread of its own): the call fails with WEFT_ERR_TIMEOUT, and the
+ * communicator's later GPU collectives fail, naming the rank the kernels
+ * waited for. With host buffers the stream is synchronised first and the
+ * collective runs as weft_i* (with no request, to its end before the call
+ * returns); counts, datatypes, ops and WEFT_IN_PLACE as in the blocking
+ * forms. */
 WEFT_API int weft_barrier_on_stream(weft_comm_t comm, void *stream, weft_request_t *request);
 WEFT_API int weft_bcast_on_stream(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm,
                                   void *stream, weft_request_t *request);

@@ -55,6 +55,8 @@ struct weft_sched {
     unsigned watch_polls; /* polls that found a step not done */
     int watch_started;    /* its start ran */
     int device;           /* its buffers may be device memory (weft_sched_device) */
+    double deadline;      /* its own (weft_sched_deadline), absolute; 0: none */
+    double timeout;       /* the seconds that deadline was set from */
     /* A child step failed with no cause this rank knows yet (see
      * child_failed): the schedule waits for the revoke or the loss behind
      * it, at most SCHED_CAUSE_WAIT_S, before failing with the child's error. */
@@ -106,6 +108,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     s->watch = NULL;
     s->child_err = 0;
+    s->deadline = 0;
     return s;
 }
 
@@ -207,6 +210,12 @@ void weft_sched_watch(weft_sched_t *s, const weft_sched_watch_t *watch, void *ar
     s->watch_arg = arg;
     s->watch_polls = 0;
     s->watch_started = 0;
+}
+
+void weft_sched_deadline(weft_sched_t *s, double timeout_s)
+{
+    s->timeout = timeout_s;
+    s->deadline = timeout_s > 0 ? weft_deadline_from(timeout_s, weft_wtime()) : 0;
 }
 
 static void watch_start(weft_sched_t *s)
@@ -573,10 +582,34 @@ static int child_cause_wait(weft_sched_t *s)
     return 1;
 }
 
+static int sched_describe(weft_request_t req, char *buf, size_t len);
+
+/* s's own deadline passed (weft_sched_deadline). The message is set before
+ * finish(), so that the watch's failed() can add to it (coll/cuda: the rank
+ * its kernels were waiting for); set again after, should the cancel of a
+ * round's receives have replaced it. Nobody may hear of it but the log. */
+static void expire(weft_sched_t *s)
+{
+    char what[320], msg[640];
+    int orphaned = s->req->orphaned;
+    if (sched_describe(s->req, what, sizeof(what)) <= 0)
+        snprintf(what, sizeof(what), "collective %s (comm %s)", s->name, s->comm->name);
+    snprintf(msg, sizeof(msg), "%s timed out: its deadline, %.3g s after the call, passed%s", what, s->timeout,
+             orphaned ? " (its request was already released)" : "");
+    weft_error_quiet(WEFT_ERR_TIMEOUT, "%s", msg);
+    finish(s, WEFT_ERR_TIMEOUT);
+    if (strncmp(weft_last_error(), msg, strlen(msg)) != 0) weft_error_quiet(WEFT_ERR_TIMEOUT, "%s", msg);
+    if (orphaned) weft_warn("%s", weft_last_error());
+}
+
 /* Advances s as far as it can go now. Returns 1 if anything happened. */
 static int advance(weft_sched_t *s)
 {
     int moved = 0;
+    if (WEFT_UNLIKELY(s->deadline > 0) && weft_wtime() >= s->deadline) {
+        expire(s);
+        return 1;
+    }
     if (WEFT_UNLIKELY(s->child_err)) return child_cause_wait(s);
     while (s->cur < s->nrounds) {
         if (s->child_next >= 0) { /* children that could not post yet */

@@ -60,6 +60,12 @@ typedef struct weft_sched_watch {
 } weft_sched_watch_t;
 #define WEFT_SCHED_WATCH_POLLS 64
 void weft_sched_watch(weft_sched_t *s, const weft_sched_watch_t *watch, void *arg);
+/* A deadline of the schedule's own, timeout_s after this call (<= 0: none):
+ * once it passed, the next progress (weft_test on any request, any wait,
+ * any call that polls) fails the schedule with WEFT_ERR_TIMEOUT, whether or
+ * not anyone waits on its request, and its watch's failed() runs (coll/cuda:
+ * the abort word). For stream-ordered calls, which nobody may wait for. */
+void weft_sched_deadline(weft_sched_t *s, double timeout_s);
 /* A child step: posts one nonblocking operation (a collective on a
  * sub-communicator) when its round starts, and the round waits for its
  * request with the round's messages. post returns a status and *req, or

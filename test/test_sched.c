@@ -107,3 +107,78 @@ Test(sched, missing_member_times_out_naming_a_rank, .timeout = 60)
     for (int r = 0; r < 3; r++)
         cr_expect_eq(res.exit_code[r], 0, "rank %d", r);
 }
+
+/* A schedule's own deadline (weft_sched_deadline, what stream-ordered GPU
+ * calls get): it fails with WEFT_ERR_TIMEOUT when only tested, and when its
+ * request was released, at the next progress; its watch hears of it. */
+static int never(weft_sched_t *s, void *arg)
+{
+    (void)arg;
+    weft_sched_waiting(s, 1, "a flag that never comes");
+    return 0;
+}
+
+static void heard(void *arg, int rc)
+{
+    *(int *)arg = rc;
+}
+
+static const weft_sched_watch_t hearing = {.failed = heard};
+
+static weft_sched_t *stuck_sched(weft_comm_t w, int *rc_heard, double timeout_s)
+{
+    weft_sched_t *s = weft_sched_create(w, "stuck");
+    if (!s) return NULL;
+    weft_sched_watch(s, &hearing, rc_heard);
+    if (weft_sched_poll(s, never, NULL)) return NULL;
+    weft_sched_deadline(s, timeout_s);
+    return s;
+}
+
+static int body_own_deadline(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    int heard_rc = 0, flag = 0;
+    weft_request_t req;
+    weft_sched_t *s = stuck_sched(w, &heard_rc, 0.3);
+    TH_CHECK(s, "schedule");
+    double t0 = weft_wtime();
+    TH_OK(weft_sched_start(s, &req));
+    int rc = WEFT_SUCCESS;
+    while (!flag && weft_wtime() - t0 < 10)
+        rc = weft_test(&req, &flag, NULL);
+    double dt = weft_wtime() - t0;
+    TH_CHECK(flag && rc == WEFT_ERR_TIMEOUT, "tested only: flag %d rc %d after %.2f s", flag, rc, dt);
+    TH_CHECK(dt >= 0.3 && dt < 2, "tested only: ended after %.2f s, deadline 0.3 s", dt);
+    TH_CHECK(heard_rc == WEFT_ERR_TIMEOUT, "the watch heard %d", heard_rc);
+    TH_CHECK(strstr(weft_last_error(), "a flag that never comes") && strstr(weft_last_error(), "deadline"), "%s",
+             weft_last_error());
+    /* released at once: a later progress ends it all the same */
+    heard_rc = 0;
+    s = stuck_sched(w, &heard_rc, 0.3);
+    TH_CHECK(s, "schedule");
+    t0 = weft_wtime();
+    TH_OK(weft_sched_start(s, &req));
+    TH_OK(weft_request_free(&req));
+    int y = 0;
+    weft_request_t other; /* a receive nobody sends to: testing it polls */
+    TH_OK(weft_irecv(&y, 1, WEFT_INT32, rank, 7, w, &other));
+    while (!heard_rc && weft_wtime() - t0 < 10)
+        TH_OK(weft_test(&other, &flag, NULL));
+    dt = weft_wtime() - t0;
+    TH_OK(weft_request_cancel(&other));
+    TH_CHECK(weft_wait(&other, NULL) == WEFT_ERR_CANCELED, "the receive was not canceled");
+    TH_CHECK(heard_rc == WEFT_ERR_TIMEOUT && dt >= 0.3 && dt < 2, "released: the watch heard %d after %.2f s", heard_rc,
+             dt);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(sched, own_deadline_without_a_wait, .timeout = 60)
+{
+    th_result_t res = th_run(2, body_own_deadline, NULL, 40, NULL);
+    cr_assert_eq(res.failed, 0);
+}
