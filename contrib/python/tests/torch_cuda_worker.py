@@ -12,10 +12,19 @@ get_future() in stream order), async_op=False returning while the stream is busy
 point-to-point, the CUDA barrier, PREMUL_SUM, what is refused (BAND on CUDA, PREMUL_SUM
 on integers, CPU and CUDA tensors in one call), split_group and new_group with a bound
 device, a "cpu:gloo,cuda:weft" group routing CUDA tensors to weft, a 5-step DDP model on
-CUDA against DDP on gloo, and a GPU collective whose peer never comes failing within the
-group's timeout: polled with is_completed(), and posted by a blocking call that nobody waits
-for (the backend's watchdog stops the kernels; the device becomes idle). Prints "torch cuda
-worker: rank R of N, ok".
+CUDA against DDP on gloo, FSDP on CUDA (FULL_SHARD on the world and on a
+"cpu:gloo,cuda:weft" group, FSDP2 fully_shard; HYBRID_SHARD and FSDP2 HSDP on two
+simulated nodes where N >= 4 is even, skipped with the reason otherwise) against the same
+training on the hostgloo reference backend (torch_host_gloo.py: the same GPU math, the
+collectives staged through the host over gloo and reduced in weft's order: bit-identical)
+and on gloo with CPU tensors (within float32 rounding), and a GPU collective whose peer
+never comes failing within the group's timeout: polled with is_completed(), and posted by
+a blocking call that nobody waits for (the backend's watchdog stops the kernels; the device
+becomes idle). Prints "torch cuda worker: rank R of N, ok".
+
+WEFT_TORCH_CUDA_CASE=kill (run-torch-cuda.sh's second torchrun): only the killed-rank case
+(kill_case() below): the last rank SIGKILLs itself while the others are in a CUDA
+all_reduce; each survivor must raise weft's error within the group's timeout.
 
 WEFT_TORCH_CUDA_SIM=1 (no GPU needed; run-torch-backend.sh runs it in make check): CPU
 tensors stand for CUDA tensors. weft.torch takes its CUDA code paths (stream-ordered
@@ -23,7 +32,9 @@ posting, the compositions, CUDA Works and Futures) with stand-ins for torch.cuda
 streams and events, and each operation is waited for as it is posted (the order a
 stream would give). That checks the compositions and this script's references on any
 host, and the watchdog, on a host all_reduce that stands for GPU work nobody polls; timing,
-streams and the GPU timeout cases run on a GPU only.
+streams and the GPU timeout cases run on a GPU only. FSDP runs on the CPU there (device_id
+and meshes on "cpu"), and the kill case's all_reduce waits in the call, up to the group's
+timeout.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import signal
 import sys
 import time
@@ -42,6 +54,7 @@ import torch
 import torch.distributed as dist
 
 import weft.torch as wt
+from weft.errors import WeftTimeoutError
 
 # Where a hang is, when the test's own limit would only kill it: WEFT_TEST_HANG_DUMP=SECONDS
 # (run-torch-cuda.sh sets it below its limit) prints every thread's stack after that long,
@@ -103,8 +116,16 @@ def install_cpu_standins() -> None:
         if device is not None and not host_wait:
             def fn_waited():
                 works = list(fn())
-                for w in works:
-                    w.wait()
+                # within the group's timeout, as the backend's watchdog gives up GPU work
+                # (a killed peer: the kill case); the failure raises from the call
+                t = self._op_timeout(opts)
+                try:
+                    for w in works:
+                        w.wait(timeout=t)
+                except WeftTimeoutError:
+                    for w in works:
+                        w._abandon()
+                    raise
                 return works
             return real_post(self, kind, outputs, staged, fn_waited, opts, finish, device,
                              host_wait, after)
@@ -239,6 +260,98 @@ def expect_error(name, fn, text):
         if text not in str(e):
             failures.append(f"{name}: {type(e).__name__}: {e} (expected {text!r})")
 
+
+
+# ---- WEFT_TORCH_CUDA_CASE=kill: a rank SIGKILLed while the others are in a CUDA all_reduce -----
+def kill_case() -> None:
+    """run-torch-cuda.sh's second torchrun (a monitor interval longer than the group's
+    timeout, so torchrun does not end the survivors before they raised): every rank does
+    a CUDA all_reduce on a group with a short timeout (KILL_TEST_TIMEOUT, default 5 s),
+    then the others post the next one and the last rank SIGKILLs itself a second later,
+    while their kernels wait for it. Each survivor, with nothing but torch calls
+    (all_reduce(async_op=True), wait(), torch.cuda.synchronize(), wait()), must raise
+    WeftDistError within the timeout plus a margin, weft's text naming the killed rank,
+    and the group's next all_reduce must raise too (at once on a GPU: the group is
+    broken); it prints "torch cuda kill worker: rank R raised ..." and exits 0 (no
+    orderly destroy_process_group: the world has a dead member), or prints a line with
+    FAIL and exits 1. In SIM the all_reduce waits in the call, within the group's
+    timeout (the stand-ins), and raises there."""
+    limit = float(os.environ.get("KILL_TEST_TIMEOUT", "5"))
+    victim = n - 1
+    kg = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=limit))
+    k = 1 << 16  # 256 KiB: past the LL allreduce (16 KiB at most), whose kernels also name the rank
+    x = on_dev(torch.ones(k))
+    dist.all_reduce(x, group=kg)
+    same("the all_reduce before the kill", x, torch.full((k,), float(n)))  # (host(): synchronises)
+    if failures:
+        print(f"torch cuda kill worker: rank {rank} FAIL before the kill: {failures}", flush=True)
+        os._exit(1)
+    if rank == victim:
+        time.sleep(1.0)  # the others' next all_reduce is posted by now: its kernels wait for this rank
+        print(f"torch cuda kill worker: rank {rank} kills itself", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    bad = []
+    y = on_dev(torch.ones(k))
+    where, err = "all_reduce(async_op=True)", None
+    t0 = time.monotonic()
+    try:
+        wk = dist.all_reduce(y, group=kg, async_op=True)  # stream-ordered: returns at once
+        where = "wait()"
+        wk.wait()  # the current stream waits; raises only a failure already known
+        where = "torch.cuda.synchronize()"
+        if not SIM:
+            torch.cuda.synchronize()  # the kernels end: done, or stopped at the deadline (the watchdog)
+        where = "wait() after torch.cuda.synchronize()"
+        wk.wait()  # raises what the watchdog found
+        where = None
+    except Exception as e:  # noqa: BLE001 (weft's error is expected; another is reported)
+        err = e
+    dt = time.monotonic() - t0
+    msg = " ".join(str(err).split()) if err is not None else ""
+    if err is not None and not isinstance(err, wt.WeftDistError):
+        bad.append(f"raised {type(err).__name__}, not weft's WeftDistError (in {where})")
+    if err is None:
+        bad.append(f"the all_reduce with a killed rank completed ({dt:.2f} s): {host(y)[:4].tolist()}")
+    elif dt > limit + 5:
+        bad.append(f"raised after {dt:.2f} s, over the {limit:g} s timeout + 5 s")
+    # the group's next all_reduce: refused (a GPU group whose kernels were stopped is broken)
+    err2, t1 = None, time.monotonic()
+    try:
+        z = on_dev(torch.ones(k))
+        dist.all_reduce(z, group=kg)
+        if not SIM:
+            torch.cuda.synchronize()
+        dist.all_reduce(z, group=kg)  # the failure of the one before, if found after the call
+    except Exception as e:  # noqa: BLE001
+        err2 = e
+    dt2 = time.monotonic() - t1
+    msg2 = " ".join(str(err2).split()) if err2 is not None else ""
+    if err2 is not None and not isinstance(err2, wt.WeftDistError):
+        bad.append(f"the next all_reduce raised {type(err2).__name__}, not weft's WeftDistError")
+    if err2 is None:
+        bad.append(f"the next all_reduce on the group completed ({dt2:.2f} s)")
+    elif dt2 > limit + 5:
+        bad.append(f"the next all_reduce raised after {dt2:.2f} s, over the {limit:g} s timeout + 5 s")
+    # weft's text names the rank its kernels (or its wait) waited for: rank <victim>, outside
+    # the "(rank R of N)" that says which member raised
+    named = re.sub(r"\(rank \d+ of \d+\)", "", msg + " " + msg2)
+    if err is not None and not re.search(rf"\brank {victim}\b", named):
+        bad.append(f"weft's text does not name rank {victim}, the killed one")
+    head = f"torch cuda kill worker: rank {rank}"
+    if err is not None:
+        print(f"{head} raised {type(err).__name__} after {dt:.2f} s (in {where}): {msg}", flush=True)
+    if err2 is not None:
+        print(f"{head}: the next all_reduce raised {type(err2).__name__} after {dt2:.2f} s: {msg2}", flush=True)
+    for b in bad:
+        print(f"{head} FAIL {b}", flush=True)
+    if not bad:
+        print(f"{head} ok: raised within {limit:g} s + 5 s, naming rank {victim}", flush=True)
+    sys.stdout.flush()
+    os._exit(1 if bad else 0)
+
+
+if os.environ.get("WEFT_TORCH_CUDA_CASE", "") == "kill":
+    kill_case()
 
 seed = 0
 
@@ -588,6 +701,172 @@ if rank == 0:
     print(f"DDP 5 steps on {DEV}, weft vs gloo: losses {[round(v, 5) for v in lw.tolist()]}, "
           f"max |diff| {(lw - lg).abs().max().item():.3g}, parameters max |diff| "
           f"{(pw - pg).abs().max().item():.3g}", flush=True)
+
+# ---- FSDP on the device: FULL_SHARD, fully_shard (FSDP2); HYBRID_SHARD and HSDP on 4+ ranks ------
+# Each case trains a small model 3 SGD steps, on weft (device_id / the mesh: this rank's GPU),
+# and twice more for reference, the same model with the same seeds:
+#   * on "hostgloo" (torch_host_gloo.py) on the same GPU: the same CUDA kernels, the
+#     collectives staged through the host and moved by gloo on CPU tensors, reductions done
+#     in weft's order (left to right in rank order): bit-identical to weft on a GPU;
+#   * on gloo with CPU tensors (FSDP on the CPU): the CPU's matmuls, not cuBLAS', so equal
+#     only within float32 rounding through 3 steps (rtol FSDP_RTOL, atol FSDP_ATOL).
+# In SIM the device is the CPU: weft's host reductions may add in another order than rank
+# order where a group has more than 2 ranks (within rounding there; bit-exact with 2, where
+# a + b is one rounding), and the gloo run does the same arithmetic (bit-exact with 2).
+import traceback  # noqa: E402
+
+import torch_host_gloo  # noqa: E402  (registers the "hostgloo" backend)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP  # noqa: E402
+from torch.distributed.fsdp import ShardingStrategy, fully_shard  # noqa: E402
+
+torch.set_float32_matmul_precision("highest")  # no TF32 in the matmuls compared with the CPU's
+CPU = torch.device("cpu")
+FSDP_RTOL, FSDP_ATOL = 1e-4, 1e-5
+
+
+def fsdp1(strategy, pg, device):
+    return lambda m: FSDP(m, sharding_strategy=strategy, process_group=pg, device_id=device,
+                          use_orig_params=True)
+
+
+def fsdp2(mesh):
+    def wrap(m):
+        for layer in m:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        return fully_shard(m, mesh=mesh)
+    return wrap
+
+
+def fsdp_train(wrap, device):
+    """3 SGD steps of a small model on device (rank r's batches from seed 100 + r): the
+    losses and the full parameters after them, on the host."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4),
+                                torch.nn.ReLU(), torch.nn.Linear(4, 1)).to(device)
+    sharded = wrap(model)
+    opt = torch.optim.SGD(sharded.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(3):
+        xb, yb = torch.randn(4, 8, generator=gen).to(device), torch.randn(4, 1, generator=gen).to(device)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(sharded(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    if isinstance(sharded, FSDP):
+        with FSDP.summon_full_params(sharded):
+            params = torch.cat([p.detach().reshape(-1).clone() for p in sharded.parameters()])
+    else:  # FSDP2: DTensor parameters
+        params = torch.cat([p.full_tensor().detach().reshape(-1) for p in sharded.parameters()])
+    return host(torch.stack(losses)), host(params)
+
+
+def attempt(what, fn):
+    """fn(), or None with the failure recorded (the other cases still run)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        failures.append(f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:600]}")
+        return None
+
+
+def max_diff(a, b):
+    return f"{(a - b).abs().max().item():.3g}" if a.shape == b.shape else f"shapes {tuple(a.shape)} {tuple(b.shape)}"
+
+
+def fsdp_close(name, a, b, rtol, atol):
+    counts["close"] += 1
+    if a.shape != b.shape or not torch.allclose(a, b, rtol=rtol, atol=atol):
+        failures.append(f"{name}: {a[:6].tolist()} != {b[:6].tolist()} (rtol {rtol:g}, atol {atol:g}; "
+                        f"max |diff| {max_diff(a, b)})")
+
+
+FULL, HYBRID = ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD
+hg = dist.new_group(backend=torch_host_gloo.BACKEND_NAME)
+fsdp_refs = {}  # key: (wrap on hostgloo, wrap on gloo with CPU tensors)
+fsdp_cases = []  # (name, wrap on weft, key of its references, whether every reducing group has 2 ranks)
+fsdp_refs["full"] = (fsdp1(FULL, hg, DEV), fsdp1(FULL, gloo, CPU))
+fsdp_cases.append(("FULL_SHARD", fsdp1(FULL, world_pg, DEV), "full", n == 2))
+if isinstance(dm, wt.ProcessGroupWeft):
+    fsdp_cases.append(("FULL_SHARD on a 'cpu:gloo,cuda:weft' group", fsdp1(FULL, dm, DEV), "full", n == 2))
+names1 = ("shard",)
+fsdp_refs["fsdp2"] = (fsdp2(DeviceMesh.from_group(hg, DEV.type, mesh_dim_names=names1)),
+                      fsdp2(DeviceMesh.from_group(gloo, "cpu", mesh_dim_names=names1)))
+fsdp_cases.append(("fully_shard (FSDP2)", fsdp2(init_device_mesh(DEV.type, (n,), mesh_dim_names=names1)),
+                   "fsdp2", n == 2))
+if n >= 4 and n % 2 == 0:  # two simulated nodes of n / 2 ranks: shard inside a node, replicate across
+    half = n // 2
+
+    def node_groups(backend):
+        """(shard, replicate) groups of this rank on backend; every rank creates every group."""
+        shard = replicate = None
+        for node in range(2):  # [0, 1], [2, 3] at 4 ranks
+            g = dist.new_group(list(range(node * half, (node + 1) * half)), backend=backend)
+            if rank // half == node:
+                shard = g
+        for local in range(half):  # [0, 2], [1, 3] at 4 ranks
+            g = dist.new_group([local, local + half], backend=backend)
+            if rank % half == local:
+                replicate = g
+        return shard, replicate
+
+    w_groups, h_groups, g_groups = node_groups(None), node_groups(torch_host_gloo.BACKEND_NAME), node_groups("gloo")
+    fsdp_refs["hybrid"] = (fsdp1(HYBRID, h_groups, DEV), fsdp1(HYBRID, g_groups, CPU))
+    fsdp_cases.append((f"HYBRID_SHARD on 2 simulated nodes of {half} ranks", fsdp1(HYBRID, w_groups, DEV),
+                       "hybrid", half == 2))
+    names2 = ("replicate", "shard")
+    layout = torch.arange(n).view(2, half)
+    fsdp_refs["hsdp"] = (
+        fsdp2(DeviceMesh.from_group([h_groups[1], h_groups[0]], DEV.type, mesh=layout, mesh_dim_names=names2)),
+        fsdp2(DeviceMesh.from_group([g_groups[1], g_groups[0]], "cpu", mesh=layout, mesh_dim_names=names2)))
+    fsdp_cases.append((f"fully_shard (FSDP2) HSDP on a 2x{half} mesh",
+                       fsdp2(init_device_mesh(DEV.type, (2, half), mesh_dim_names=names2)), "hsdp", half == 2))
+elif rank == 0:
+    print(f"FSDP HYBRID_SHARD and HSDP: skipped at {n} ranks (they need two simulated nodes of 2 ranks "
+          "or more: WEFT_TORCH_CUDA_NP=4)", flush=True)
+fsdp_ref_results = {}
+for name, wrap_w, key, two in fsdp_cases:
+    if key not in fsdp_ref_results:
+        wrap_h, wrap_g = fsdp_refs[key]
+        fsdp_ref_results[key] = (attempt(f"FSDP {key} on hostgloo (the reference)", lambda: fsdp_train(wrap_h, DEV)),
+                                 attempt(f"FSDP {key} on gloo with CPU tensors", lambda: fsdp_train(wrap_g, CPU)))
+    got = attempt(f"FSDP {name} on weft", lambda: fsdp_train(wrap_w, DEV))
+    href, gref = fsdp_ref_results[key]
+    if got is None:
+        continue
+    lw, pw = got
+    said = [f"FSDP {name}, 3 steps on {DEV}: weft losses {[round(v, 5) for v in lw.tolist()]}"]
+    if href is not None:
+        lh, ph = href
+        if not SIM or two:
+            same(f"FSDP {name} losses vs hostgloo", lw, lh)
+            same(f"FSDP {name} parameters vs hostgloo", pw, ph)
+            how = "bit-exact"
+        else:
+            fsdp_close(f"FSDP {name} losses vs hostgloo", lw, lh, 1e-5, 1e-6)
+            fsdp_close(f"FSDP {name} parameters vs hostgloo", pw, ph, 1e-5, 1e-6)
+            how = "within rtol 1e-5: weft's host reductions in SIM"
+        said.append(f"vs hostgloo (the same device math; host-staged gloo, weft's order): losses max |diff| "
+                    f"{max_diff(lw, lh)}, parameters {max_diff(pw, ph)} ({how})")
+    if gref is not None:
+        lg, pg_ = gref
+        if SIM and two:
+            same(f"FSDP {name} losses vs gloo on CPU tensors", lw, lg)
+            same(f"FSDP {name} parameters vs gloo on CPU tensors", pw, pg_)
+            how = "bit-exact"
+        else:
+            fsdp_close(f"FSDP {name} losses vs gloo on CPU tensors", lw, lg, FSDP_RTOL, FSDP_ATOL)
+            fsdp_close(f"FSDP {name} parameters vs gloo on CPU tensors", pw, pg_, FSDP_RTOL, FSDP_ATOL)
+            how = f"within rtol {FSDP_RTOL:g}, atol {FSDP_ATOL:g}"
+        said.append(f"vs gloo on CPU tensors: losses max |diff| {max_diff(lw, lg)}, parameters "
+                    f"{max_diff(pw, pg_)} ({how})")
+    if rank == 0:
+        print("; ".join(said), flush=True)
+dist.barrier(group=gloo)
 
 # ---- a GPU collective whose peer never comes fails within the group's timeout --------------------
 def rescue(group, what):
