@@ -484,13 +484,21 @@ static int body_timeout(int rank, int size, void *arg)
     return 0;
 }
 
-Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
+/* body_timeout on 3 ranks with a 5 s deadline, plus env (NULL-terminated). */
+static void run_timeout(const char *const *env)
 {
     GPU_NEED();
-    const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", NULL};
-    th_result_t res = th_run(3, body_timeout, NULL, 120, env);
+    const char *all[8] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5"};
+    for (int i = 0; env && env[i] && i < 5; i++)
+        all[2 + i] = env[i];
+    th_result_t res = th_run(3, body_timeout, NULL, 120, all);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0, "%d of 3 ranks failed", res.failed);
+}
+
+Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
+{
+    run_timeout(NULL);
 }
 
 /* The same where every call is pipelined (nothing fused): the skipped
@@ -498,12 +506,8 @@ Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
  * pipelined kernel queued behind it on the stream then ends at once too. */
 Test(cuda_coll, timeout_in_pipelined_kernel, .timeout = 300)
 {
-    GPU_NEED();
-    const char *env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=5", "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0",
-                         NULL};
-    th_result_t res = th_run(3, body_timeout, NULL, 120, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0, "%d of 3 ranks failed", res.failed);
+    const char *env[] = {"WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", NULL};
+    run_timeout(env);
 }
 
 /* The hierarchical allgather on device buffers, on simulated nodes

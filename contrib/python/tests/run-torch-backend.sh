@@ -17,29 +17,10 @@
 #   WEFT_TEST_TIMEOUT  seconds per torchrun (default 120)
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
-top="$(cd "$here/../../.." && pwd)"
-build="$(cd "${1:-${top_builddir:-$top}}" && pwd)" # make check passes top_builddir
-py=
-for p in "${WEFT_TORCH_PYTHON:-}" "$top/.venv/bin/python" "$(command -v python3 || true)"; do
-    [ -n "$p" ] && [ -x "$p" ] || continue
-    if "$p" -c 'import torch, torch.distributed.run' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-    echo "SKIP: torch is not importable (contrib/install-torch.sh makes .venv; or set WEFT_TORCH_PYTHON)"
-    [ "${CI:-}" = true ] && { echo "FAIL: CI=true, and CI installs torch"; exit 1; }
-    exit 77
-fi
-# A clean launch environment: an enclosing launcher's variables would change weft's bootstrap.
-while IFS= read -r var; do
-    case $var in
-        PMIX_* | PMI_* | SLURM_* | OMPI_COMM_WORLD_* | PRTE_* | RANK | WORLD_SIZE | LOCAL_RANK | \
-            LOCAL_WORLD_SIZE | MASTER_ADDR | MASTER_PORT | GROUP_RANK | TORCHELASTIC_* | WEFT_BOOTSTRAP)
-            unset "$var" ;;
-    esac
-done < <(compgen -e)
-export WEFT_LIBRARY="${WEFT_LIBRARY:-$build/.libs/libweft.so.0}"
-export PYTHONPATH="$here/../src${PYTHONPATH:+:$PYTHONPATH}"
-export OMP_NUM_THREADS=1 WEFT_INIT_TIMEOUT=${WEFT_INIT_TIMEOUT:-60}
+build="$(cd "${1:-${top_builddir:-$here/../../..}}" && pwd)" # make check passes top_builddir
+TORCH_ENV_CI_NEEDS_TORCH=1
+# shellcheck source=contrib/python/tests/torch-env.sh
+. "$here/torch-env.sh"
 limit=${WEFT_TEST_TIMEOUT:-120}
 echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($py), library $WEFT_LIBRARY"
 passed=0 failed=0

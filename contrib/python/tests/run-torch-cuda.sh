@@ -43,27 +43,9 @@ if [ "${1:-}" = --sim ]; then
     shift
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
-top="$(cd "$here/../../.." && pwd)"
-build="$(cd "${1:-${top_builddir:-$top}}" && pwd)"
-py=
-for p in "${WEFT_TORCH_PYTHON:-}" "$top/.venv/bin/python" "$(command -v python3 || true)"; do
-    [ -n "$p" ] && [ -x "$p" ] || continue
-    if "$p" -c 'import torch, torch.distributed.run' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-    echo "SKIP: torch is not importable (contrib/install-torch.sh makes .venv; or set WEFT_TORCH_PYTHON)"
-    exit 77
-fi
-while IFS= read -r var; do
-    case $var in
-        PMIX_* | PMI_* | SLURM_* | OMPI_COMM_WORLD_* | PRTE_* | RANK | WORLD_SIZE | LOCAL_RANK | \
-            LOCAL_WORLD_SIZE | MASTER_ADDR | MASTER_PORT | GROUP_RANK | TORCHELASTIC_* | WEFT_BOOTSTRAP)
-            unset "$var" ;;
-    esac
-done < <(compgen -e)
-export WEFT_LIBRARY="${WEFT_LIBRARY:-$build/.libs/libweft.so.0}"
-export PYTHONPATH="$here/../src${PYTHONPATH:+:$PYTHONPATH}"
-export OMP_NUM_THREADS=1 WEFT_INIT_TIMEOUT=${WEFT_INIT_TIMEOUT:-60}
+build="$(cd "${1:-${top_builddir:-$here/../../..}}" && pwd)"
+# shellcheck source=contrib/python/tests/torch-env.sh
+. "$here/torch-env.sh"
 np=${WEFT_TORCH_CUDA_NP:-2}
 limit=${WEFT_TEST_TIMEOUT:-300}
 if [ $sim = 1 ]; then
