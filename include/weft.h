@@ -446,6 +446,30 @@ WEFT_API int weft_reduce_scatter_block_on_stream(const void *sendbuf, void *recv
                                                  weft_dtype_t dtype, weft_op_t op, weft_comm_t comm, void *stream,
                                                  weft_request_t *request);
 
+/* Registered buffers (windows), as ncclCommWindowRegister: collective over
+ * comm (every rank, in the same order), for device memory on a communicator
+ * whose GPU collectives run in coll/cuda (the ranks of one node). Each rank
+ * gives [buf, buf + bytes) of memory from cuMemAlloc / cudaMalloc (torch's
+ * caching allocator included; not VMM / expandable segments); the ranks
+ * exchange it by CUDA IPC once, here. A later GPU collective whose input on
+ * this rank lies inside a window (allreduce, reduce, reduce_scatter_block
+ * not in place; allgather, alltoall, bcast) is read by the peers where it
+ * is: no staging copy into the communicator's scratch, no chunking, in
+ * exchange for a second barrier at the end (the peers have read it). Every
+ * rank must pass a registered input to the same call, in the same window
+ * (offsets may differ); a call where they do not (or where a peer's window
+ * is too small for what is read) fails on the ranks that see it, naming the
+ * rank, and the communicator's GPU collectives fail from then on (as after
+ * a timeout). Calls small enough for the one-launch forms
+ * (WEFT_CUDA_COLL_LL, WEFT_CUDA_COLL_FUSED), and any call reading less than
+ * WEFT_CUDA_COLL_WINDOW bytes per rank (8 MiB: below it the second barrier
+ * costs more than the copy it saves), stage as if unregistered. *win is this rank's handle. Deregistration is collective
+ * too; the GPU work that used the window must be complete on this rank (its
+ * stream synchronised) before it, and the memory stays the caller's. */
+typedef struct weft_window *weft_window_t;
+WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win);
+WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win);
+
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 /* ------------------------------------------------------------------ */

@@ -131,6 +131,7 @@ static int driver_load(void)
         {"cuStreamCreateWithPriority", (void **)&weft_cu.stream_create_with_priority},
         {"cuCtxGetStreamPriorityRange", (void **)&weft_cu.ctx_get_stream_priority_range},
         {"cuFuncGetAttribute", (void **)&weft_cu.func_get_attribute},
+        {"cuMemGetAddressRange_v2", (void **)&weft_cu.mem_get_address_range},
     };
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
         *optional[i].fn = dlsym(h, optional[i].name);

@@ -48,6 +48,7 @@ typedef struct weft_cu_driver {
     CUresult (*stream_create_with_priority)(CUstream *, unsigned, int);
     CUresult (*ctx_get_stream_priority_range)(int *, int *);
     CUresult (*func_get_attribute)(int *, CUfunction_attribute, CUfunction);
+    CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
 } weft_cu_driver_t;
 
 extern weft_cu_driver_t weft_cu;

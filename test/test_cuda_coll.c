@@ -447,6 +447,179 @@ Test(cuda_coll, stream_and_graph_pipelined_4_ranks, .timeout = 300)
     run2(4, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
 }
 
+/* One communicator's calls alternating between two streams with no host
+ * synchronisation between them (FSDP's all-gather and reduce-scatter
+ * streams): they still run in call order on the GPU, so every result is
+ * right. */
+static int body_two_streams(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    enum { N = 20000, K = 6 };
+    void *s[2] = {gpu_stream(), gpu_stream()};
+    TH_CHECK(s[0] && s[1], "cuStreamCreate failed");
+    float *in = malloc(sizeof(float) * N), *got;
+    void *din[K], *dag[K], *dar[K];
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < N; i++)
+            in[i] = (float)(rank * 3 + k + i % 11);
+        din[k] = dev_copy(in, sizeof(float) * N);
+        dag[k] = gpu_alloc(sizeof(float) * N * (size_t)size);
+        dar[k] = gpu_alloc(sizeof(float) * N);
+    }
+    for (int k = 0; k < K; k++) {
+        TH_OK(weft_allgather_on_stream(din[k], dag[k], N, WEFT_FLOAT32, w, s[k & 1], NULL));
+        TH_OK(weft_allreduce_on_stream(din[k], dar[k], N, WEFT_FLOAT32, WEFT_SUM, w, s[(k + 1) & 1], NULL));
+    }
+    TH_OK(gpu_stream_sync(s[0]));
+    TH_OK(gpu_stream_sync(s[1]));
+    for (int k = 0; k < K; k++) {
+        got = host_of(dag[k], sizeof(float) * N * (size_t)size);
+        for (int r = 0; r < size; r++)
+            for (int i = 0; i < N; i++)
+                TH_CHECK(got[(size_t)r * N + i] == (float)(r * 3 + k + i % 11),
+                         "call %d: allgather block %d element %d is %g", k, r, i, got[(size_t)r * N + i]);
+        free(got);
+        got = host_of(dar[k], sizeof(float) * N);
+        for (int i = 0; i < N; i++)
+            TH_CHECK(got[i] == (float)(3 * size * (size - 1) / 2 + size * (k + i % 11)),
+                     "call %d: allreduce element %d is %g", k, i, got[i]);
+        free(got);
+        gpu_free(din[k]);
+        gpu_free(dag[k]);
+        gpu_free(dar[k]);
+    }
+    free(in);
+    gpu_stream_free(s[0]);
+    gpu_stream_free(s[1]);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, two_streams_in_call_order, .timeout = 300)
+{
+    run(2, body_two_streams, NULL);
+}
+
+Test(cuda_coll, two_streams_in_call_order_pipelined, .timeout = 300)
+{
+    run2(3, body_two_streams, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
+}
+
+/* Registered buffers (weft_comm_window_register): each rank's input at a
+ * different offset in its window; every collective that reads a window in
+ * place, at a size past the one-launch forms, twice in a row and with an
+ * unregistered call between, against the same call on host buffers; a
+ * small call in the window (the fused form); then rank 0's input outside
+ * the window while the others' are in it: every rank fails naming a peer,
+ * no hang, and a communicator made before still works; deregistration, and
+ * what is refused (host memory, a foreign handle). */
+static int body_window(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start(), spare;
+    TH_OK(weft_comm_dup(w, NULL, &spare));
+    enum { N = 12000 };                     /* 48 KB of float32 a rank: past WEFT_CUDA_COLL_FUSED */
+    const size_t WB = sizeof(float) * N * 8 + 4096; /* the window: room for an alltoall's n blocks */
+    char *dwin = gpu_alloc(WB + 65536);
+    const size_t off = 256 * (size_t)(rank + 1); /* a different offset on every rank */
+    float *in = malloc(sizeof(float) * N * (size_t)size), *ref = malloc(sizeof(float) * N * (size_t)size);
+    void *dout = gpu_alloc(sizeof(float) * N * (size_t)size), *dplain = gpu_alloc(sizeof(float) * N * (size_t)size);
+    float *din = (float *)(dwin + off);
+    weft_window_t win = NULL;
+    TH_OK(weft_comm_window_register(w, dwin, WB, &win));
+    TH_CHECK(win != NULL, "no window handle");
+    for (int it = 0; it < 3; it++) {
+        for (size_t i = 0; i < (size_t)N * (size_t)size; i++)
+            in[i] = (float)((rank * 5 + (int)i * 3 + it) % 23) - 11;
+        TH_OK(gpu_upload(din, in, sizeof(float) * N * (size_t)size));
+        TH_OK(gpu_upload(dplain, in, sizeof(float) * N * (size_t)size));
+        /* allreduce: window, then unregistered between (it == 1), then window again */
+        TH_OK(weft_allreduce(in, ref, N, WEFT_FLOAT32, WEFT_SUM, w));
+        TH_OK(weft_allreduce(it == 1 ? dplain : (void *)din, dout, N, WEFT_FLOAT32, WEFT_SUM, w));
+        same(w, ref, dout, sizeof(float) * N, "window allreduce");
+        TH_OK(weft_reduce(in, ref, N, WEFT_FLOAT32, WEFT_MAX, size - 1, w));
+        TH_OK(weft_reduce(din, dout, N, WEFT_FLOAT32, WEFT_MAX, size - 1, w));
+        if (rank == size - 1) {
+            float *got = host_of(dout, sizeof(float) * N);
+            TH_CHECK(!memcmp(got, ref, sizeof(float) * N), "window reduce: the root's result differs");
+            free(got);
+        }
+        TH_OK(weft_reduce_scatter_block(in, ref, N, WEFT_FLOAT32, WEFT_SUM, w));
+        TH_OK(weft_reduce_scatter_block(din, dout, N, WEFT_FLOAT32, WEFT_SUM, w));
+        {
+            float *got = host_of(dout, sizeof(float) * N);
+            TH_CHECK(!memcmp(got, ref, sizeof(float) * N), "window reduce_scatter_block differs");
+            free(got);
+        }
+        TH_OK(weft_allgather(in, ref, N, WEFT_FLOAT32, w));
+        TH_OK(weft_allgather(din, dout, N, WEFT_FLOAT32, w));
+        same(w, ref, dout, sizeof(float) * N * (size_t)size, "window allgather");
+        TH_OK(weft_alltoall(in, ref, N, WEFT_FLOAT32, w));
+        TH_OK(weft_alltoall(din, dout, N, WEFT_FLOAT32, w));
+        {
+            float *got = host_of(dout, sizeof(float) * N * (size_t)size);
+            TH_CHECK(!memcmp(got, ref, sizeof(float) * N * (size_t)size), "window alltoall differs");
+            free(got);
+        }
+        memcpy(ref, in, sizeof(float) * N);
+        TH_OK(weft_bcast(ref, N, WEFT_FLOAT32, it % size, w));
+        TH_OK(weft_bcast(din, N, WEFT_FLOAT32, it % size, w));
+        same(w, ref, din, sizeof(float) * N, "window bcast");
+        /* in-place allgather: this rank's block in a window laid out as the output */
+        TH_OK(gpu_upload((char *)dwin + off + sizeof(float) * N * (size_t)rank, in, sizeof(float) * N));
+        TH_OK(weft_allgather(in, ref, N, WEFT_FLOAT32, w));
+        TH_OK(weft_allgather(WEFT_IN_PLACE, dwin + off, N, WEFT_FLOAT32, w));
+        same(w, ref, dwin + off, sizeof(float) * N * (size_t)size, "window allgather in place");
+        /* small: the fused form, window or not */
+        TH_OK(gpu_upload(din, in, sizeof(float) * 100));
+        TH_OK(weft_allreduce(in, ref, 100, WEFT_FLOAT32, WEFT_SUM, w));
+        TH_OK(weft_allreduce(din, dout, 100, WEFT_FLOAT32, WEFT_SUM, w));
+        same(w, ref, dout, sizeof(float) * 100, "small allreduce in a window");
+    }
+    /* refused alike everywhere: host memory on one rank */
+    static char host[4096];
+    weft_window_t bad = NULL;
+    int rc = weft_comm_window_register(w, rank == 0 ? (void *)host : (void *)dplain, 4096, &bad);
+    TH_CHECK(rc == WEFT_ERR_ARG && bad == NULL, "host memory on rank 0: register gave %d (%s)", rc, weft_strerror(rc));
+    TH_OK(weft_comm_window_deregister(w, &win));
+    TH_CHECK(win == NULL, "the handle was not cleared");
+    /* unregistered now: the same buffers go through the scratch slots */
+    TH_OK(gpu_upload(din, in, sizeof(float) * N));
+    TH_OK(weft_allreduce(in, ref, N, WEFT_FLOAT32, WEFT_SUM, w));
+    TH_OK(weft_allreduce(din, dout, N, WEFT_FLOAT32, WEFT_SUM, w));
+    same(w, ref, dout, sizeof(float) * N, "allreduce after deregistration");
+    /* a mismatch: rank 0's input outside the window, the others' inside */
+    TH_OK(weft_comm_window_register(w, dwin, WB, &win));
+    rc = weft_allreduce(rank == 0 ? dplain : (void *)din, dout, N, WEFT_FLOAT32, WEFT_SUM, w);
+    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "registered window"),
+             "mismatched windows gave %d (%s): %s", rc, weft_strerror(rc), weft_last_error());
+    rc = weft_allreduce(din, dout, N, WEFT_FLOAT32, WEFT_SUM, w);
+    TH_CHECK(rc != WEFT_SUCCESS, "the communicator's GPU collectives went on after the mismatch");
+    TH_OK(weft_allreduce(in, ref, N, WEFT_FLOAT32, WEFT_SUM, spare));
+    TH_OK(weft_allreduce(dplain, dout, N, WEFT_FLOAT32, WEFT_SUM, spare));
+    same(spare, ref, dout, sizeof(float) * N, "allreduce on another communicator after the mismatch");
+    gpu_free(dwin);
+    gpu_free(dout);
+    gpu_free(dplain);
+    free(in);
+    free(ref);
+    TH_OK(weft_comm_free(&spare));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+/* WEFT_CUDA_COLL_WINDOW=1: every call past the one-launch sizes reads its window in place. */
+Test(cuda_coll, windows_2_ranks, .timeout = 300)
+{
+    run(2, body_window, "WEFT_CUDA_COLL_WINDOW=1");
+}
+
+Test(cuda_coll, windows_4_ranks, .timeout = 300)
+{
+    run(4, body_window, "WEFT_CUDA_COLL_WINDOW=1");
+}
+
 /* The last rank skips a GPU allreduce: the others' kernels wait at the
  * barrier until the deadline, the abort word ends them, the call fails
  * with the timeout on each of them, and later GPU collectives on that

@@ -34,6 +34,7 @@ static struct {
     int pipe;    /* WEFT_CUDA_COLL_PIPE */
     int pipe_blocks; /* WEFT_CUDA_COLL_PIPE_BLOCKS */
     int ll;          /* WEFT_CUDA_COLL_LL */
+    int window;      /* WEFT_CUDA_COLL_WINDOW */
 } cvars;
 
 /* The pipelined kernel's launch: blocks (within the max_ctas / min_ctas
@@ -46,6 +47,11 @@ static const weft_var_t vars[] = {
      "stores its input, 8 bytes at a time with the call's sequence number beside them, straight into every peer's "
      "memory, and reduces what arrives in its own: no barrier, no staging; 0: never",
      &cvars.ll, 0},
+    {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT, "8388608",
+     "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
+     "(weft_comm_window_register) read it in place: no staging, no chunks, one barrier more; smaller ones stage "
+     "as if unregistered (measured: the second barrier costs more than the copy below about 8 MiB); 0: never",
+     &cvars.window, 0},
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
      "they fail with WEFT_ERR_UNSUPPORTED",
@@ -161,6 +167,19 @@ static int module_of(CUcontext ctx, module_t **out)
 
 /* ---- per-communicator state ----------------------------------------------------- */
 
+/* A registered buffer (weft_comm_window_register): index i of every rank's
+ * table; base[p] is rank p's buffer as this rank addresses it (its own, or
+ * mapped through CUDA IPC), len[p] its bytes. */
+enum { MAX_WINDOWS = 64 };
+struct weft_window {
+    struct cuda_state *st; /* NULL: the entry is free */
+    int index;
+    CUdeviceptr base[WEFT_CK_MAX_RANKS];
+    CUdeviceptr mapped[WEFT_CK_MAX_RANKS]; /* what cuIpcOpenMemHandle returned (closed at deregistration) */
+    unsigned long long len[WEFT_CK_MAX_RANKS];
+};
+typedef struct weft_window cuda_window_t;
+
 /* What each rank tells the others at setup. */
 typedef struct {
     int32_t status; /* WEFT_SUCCESS or this rank's setup error */
@@ -184,6 +203,10 @@ typedef struct cuda_state {
     int *words; /* host-mapped: [0] abort, [1] error */
     CUdeviceptr dwords;
     CUdeviceptr peer[WEFT_CK_MAX_RANKS]; /* every rank's region (own: region) */
+    /* The last eager call's end (its event, until the call is reaped) and the stream it went on. */
+    CUevent tail;
+    CUstream tail_stream;
+    cuda_window_t win[MAX_WINDOWS];
 } cuda_state_t;
 
 static void state_release(weft_comm_t comm, void *p)
@@ -195,6 +218,9 @@ static void state_release(weft_comm_t comm, void *p)
         if (st->stream) weft_cu.stream_synchronize(st->stream);
         for (int r = 0; r < st->n; r++)
             if (st->peer[r] && r != st->me) weft_cu.ipc_close_mem_handle(st->peer[r]);
+        for (int i = 0; i < MAX_WINDOWS; i++)
+            for (int r = 0; st->win[i].st && r < st->n; r++)
+                if (st->win[i].mapped[r]) weft_cu.ipc_close_mem_handle(st->win[i].mapped[r]);
         if (st->region) weft_cu.mem_free(st->region);
         if (st->counter) weft_cu.mem_free(st->counter);
         if (st->words) weft_cu.mem_free_host(st->words);
@@ -335,6 +361,7 @@ typedef struct cuda_op {
     const char *name;
     int fusing; /* one chunk, small: the steps fill fz, issue launches it once */
     weft_ck_fused_args_t fz;
+    const cuda_window_t *win; /* the call's input lies in this window: read in place */
 } cuda_op_t;
 
 static int launch(cuda_op_t *op, CUfunction f, unsigned gx, unsigned gy, void *args, const char *what)
@@ -376,7 +403,9 @@ static int stage(cuda_op_t *op, const char *in, size_t off, size_t bytes)
     return launch(op, st->m->stage, grid_for(op, bytes), 1, &s, "launching the stage kernel");
 }
 
-static int barrier(cuda_op_t *op)
+/* A barrier kernel announcing desc (WEFT_CK_DESC: 0, the input in the slot;
+ * else its place in window win) and, with check, comparing the peers'. */
+static int barrier_as(cuda_op_t *op, unsigned long long desc, int check, size_t need, const cuda_window_t *win)
 {
     cuda_state_t *st = op->st;
     weft_ck_barrier_args_t b;
@@ -387,6 +416,11 @@ static int barrier(cuda_op_t *op)
     b.my_flags = (unsigned long long *)(uintptr_t)st->region;
     for (int p = 0; p < st->n; p++)
         b.peer_flags[p] = (unsigned long long *)(uintptr_t)st->peer[p];
+    b.desc = desc;
+    b.check = check;
+    b.need = need;
+    for (int p = 0; win && p < st->n; p++)
+        b.winlen[p] = win->len[p];
     if (op->fusing) {
         op->fz.bar = b;
         return WEFT_SUCCESS;
@@ -394,6 +428,21 @@ static int barrier(cuda_op_t *op)
     void *params[] = {&b};
     CUresult r = weft_cu.launch_kernel(st->m->barrier, 1, 1, 1, 32, 1, 1, 0, op->stream, params, NULL);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the barrier kernel");
+}
+
+/* The barrier of a call whose input is in the scratch slot (or that has none). */
+static int barrier(cuda_op_t *op)
+{
+    return barrier_as(op, 0, 1, 0, NULL);
+}
+
+/* A reduce or copy of a call in a window reads the peers' inputs there. */
+static void set_reg(const cuda_op_t *op, int *reg, const char **mine, const char **win)
+{
+    *reg = op->win != NULL;
+    *mine = (const char *)(uintptr_t)op->st->region;
+    for (int p = 0; op->win && p < op->st->n; p++)
+        win[p] = (const char *)(uintptr_t)op->win->base[p];
 }
 
 static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
@@ -410,6 +459,7 @@ static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
     a.op = (int)op->a.op;
     a.out = out;
     a.count = count;
+    set_reg(op, &a.reg, &a.mine, a.win);
     if (!count) return WEFT_SUCCESS;
     if (op->fusing) {
         op->fz.red = a;
@@ -438,6 +488,7 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
         c.d[i].len = len;
         c.d[i].dst = dst[i];
     }
+    set_reg(op, &c.reg, &c.mine, c.win);
     if (!len || !n) return WEFT_SUCCESS;
     if (op->fusing) {
         op->fz.cp = c;
@@ -545,6 +596,78 @@ static int pipe_issue(cuda_op_t *op, int *piped)
                       g, st->m->pipe_threads, regs, weft_cu_text(r));
 }
 
+/* The input the peers read of a call that may run in a window, and how
+ * many bytes of it (*need); NULL when the call never does (in place where
+ * a rank writes what its peers read). */
+static const char *window_input(const weft_coll_args_t *a, int n, size_t *need)
+{
+    size_t es = a->esize ? a->esize : 1, block = a->count * es;
+    const char *in = a->sendbuf == WEFT_IN_PLACE ? NULL : (const char *)a->sendbuf;
+    int apart = in && in != (const char *)a->recvbuf;
+    switch (a->kind) {
+    case WEFT_COLL_ALLREDUCE: *need = block; return apart ? in : NULL;
+    case WEFT_COLL_REDUCE: *need = block; return in ? in : (const char *)a->recvbuf; /* only the root reads */
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: *need = (size_t)n * block; return apart ? in : NULL;
+    case WEFT_COLL_ALLTOALL: *need = (size_t)n * block; return apart ? in : NULL;
+    case WEFT_COLL_ALLGATHER: *need = block; return in; /* in place: its own block, which nobody writes */
+    case WEFT_COLL_BCAST: *need = block; return (const char *)a->recvbuf;
+    default: return NULL;
+    }
+}
+
+/* The window of this rank's that holds [p, p + bytes), and p's offset in it. */
+static const cuda_window_t *window_of(const cuda_state_t *st, const char *p, size_t bytes, size_t *off)
+{
+    for (int i = 0; p && i < MAX_WINDOWS; i++) {
+        const cuda_window_t *w = &st->win[i];
+        const char *lo = (const char *)(uintptr_t)w->base[st->me];
+        if (w->st && p >= lo && bytes <= w->len[st->me] && (size_t)(p - lo) <= w->len[st->me] - bytes) {
+            *off = (size_t)(p - lo);
+            return w;
+        }
+    }
+    return NULL;
+}
+
+/* A call whose input lies in a window on every rank: a barrier that
+ * announces where (each rank checks the others'), the reduce or copy
+ * straight out of the peers' windows, then a barrier (the peers are done
+ * reading this rank's input before its stream goes on). No staging, no
+ * chunks. */
+static int issue_in_window(cuda_op_t *op, const char *in, size_t off, size_t need)
+{
+    const weft_coll_args_t *a = &op->a;
+    cuda_state_t *st = op->st;
+    int n = st->n, me = st->me, k = 0, src[WEFT_CK_MAX_RANKS];
+    size_t es = a->esize ? a->esize : 1, block = a->count * es, step[WEFT_CK_MAX_RANKS];
+    char *out = a->recvbuf, *dst[WEFT_CK_MAX_RANKS];
+    int rc = barrier_as(op, WEFT_CK_DESC_REG(off, op->win->index), 1, need, op->win);
+    if (rc) return rc;
+    switch (a->kind) {
+    case WEFT_COLL_ALLREDUCE: rc = reduce(op, 0, out, a->count); break;
+    case WEFT_COLL_REDUCE:
+        if (me == a->root) rc = reduce(op, 0, out, a->count);
+        break;
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: rc = reduce(op, (size_t)me * block, out, a->count); break;
+    case WEFT_COLL_BCAST:
+        src[0] = a->root, dst[0] = out;
+        if (me != a->root) rc = copy_out(op, 1, src, 0, NULL, dst, block);
+        break;
+    case WEFT_COLL_ALLGATHER:
+        for (int p = 0; p < n; p++)
+            if (p != me || weft_coll_rblock(a, p) != in) src[k] = p, dst[k++] = weft_coll_rblock(a, p);
+        rc = copy_out(op, k, src, 0, NULL, dst, block);
+        break;
+    case WEFT_COLL_ALLTOALL:
+        for (int p = 0; p < n; p++)
+            src[p] = p, dst[p] = out + (size_t)p * block, step[p] = 0;
+        rc = copy_out(op, n, src, (size_t)me * block, step, dst, block);
+        break;
+    default: break;
+    }
+    return rc ? rc : barrier_as(op, 0, 0, 0, NULL);
+}
+
 /* Issues the whole call on the stream, chunk by chunk (each chunk: stage,
  * barrier, reduce or copy), then records the event. */
 static int issue(cuda_op_t *op)
@@ -564,6 +687,14 @@ static int issue(cuda_op_t *op)
                         ? (size_t)n * a->count * es
                         : a->count * es;
     memset(&op->fz, 0, sizeof(op->fz));
+    /* A communicator's calls run on the GPU in call order whatever streams they go on (the flags and the
+     * device counter assume it; FSDP puts a group's all-gathers and reduce-scatters on two streams, which
+     * would otherwise run them at once): a call on another stream than the previous one's waits for that
+     * call's end, unless it has been reaped (done). A captured call is ordered by the graph's stream. */
+    if (!op->capturing && st->tail && st->tail_stream != op->stream) {
+        CUresult r = weft_cu.stream_wait_event(op->stream, st->tail, 0);
+        if (r != CUDA_SUCCESS) return cu_fail(r, "ordering the call after the communicator's previous one");
+    }
     /* Fused: one launch of one block, cheaper to launch, slower to move bytes; a graph replay pays no
      * launch cost, so captured calls fuse only up to 4 KiB (measured, 2 H100: non-fused 7.9 us at 32 KiB
      * in a graph, fused 11.4 us at 16 KiB; launched eagerly, fused 12.4 us at 16 KiB, non-fused 20). */
@@ -574,8 +705,18 @@ static int issue(cuda_op_t *op)
         op->fz.scratch = (char *)(uintptr_t)st->region;
         op->fz.slot_bytes = slot;
     }
-    if (a->kind == WEFT_COLL_ALLREDUCE && staged > 0 && cvars.ll > 0 &&
-        staged <= (size_t)(cvars.ll < WEFT_CK_LL_MAX ? cvars.ll : WEFT_CK_LL_MAX) && es <= 8) {
+    int ll = a->kind == WEFT_COLL_ALLREDUCE && staged > 0 && cvars.ll > 0 &&
+             staged <= (size_t)(cvars.ll < WEFT_CK_LL_MAX ? cvars.ll : WEFT_CK_LL_MAX) && es <= 8;
+    /* In a window (every rank alike, checked by the first barrier): read in place. The one-launch forms
+     * stay as they are (their size is the same on every rank, so every rank skips the window alike). */
+    size_t need = 0, woff = 0;
+    const char *win_in = ll || op->fusing || cvars.window <= 0 ? NULL : window_input(a, n, &need);
+    op->win = win_in && need >= (size_t)cvars.window ? window_of(st, win_in, need, &woff) : NULL;
+    if (op->win) {
+        if ((rc = issue_in_window(op, win_in, woff, need))) return rc;
+        goto record;
+    }
+    if (ll) {
         weft_ck_ll_args_t l;
         memset(&l, 0, sizeof(l));
         l.ctl = ctl_of(st);
@@ -671,7 +812,10 @@ static int issue(cuda_op_t *op)
 record:
     if (rc || op->capturing) return rc;
     CUresult r = weft_cu.event_record(op->ev, op->stream);
-    return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "recording the call's event");
+    if (r != CUDA_SUCCESS) return cu_fail(r, "recording the call's event");
+    st->tail = op->ev;
+    st->tail_stream = op->stream;
+    return WEFT_SUCCESS;
 }
 
 /* The schedule's start (in the user's call order on every rank): issues the launches. */
@@ -700,6 +844,18 @@ static int op_poll(weft_sched_t *s, void *arg)
     if (st->broken) return broken_error(st);
     if (op->capturing) return 1; /* launched into the graph: each replay runs it */
     CUresult r = weft_cu.event_query(op->ev);
+    if (r == CUDA_SUCCESS && st->words[1] < 0) { /* a barrier found a peer's call unlike this rank's */
+        int peer = -st->words[1] - 1;
+        st->broken = WEFT_ERR_ARG;
+        snprintf(st->why, sizeof(st->why),
+                 "a %s did not match rank %d's: one rank's input lay in a registered window and the other's not, "
+                 "or in another window, or the window was too small for the call",
+                 op->name, peer);
+        return weft_error(WEFT_ERR_ARG,
+                          "%s (comm %s): rank %d's call does not match this rank's: every rank passes an input in "
+                          "the same registered window (weft_comm_window_register), or none does",
+                          op->name, st->comm->name, peer);
+    }
     if (r == CUDA_SUCCESS) return 1;
     if (r != CUDA_ERROR_NOT_READY) return cu_fail(r, "waiting for the GPU collective");
     weft_sched_waiting(s, -1, "the GPU collective's kernels (a peer's barrier flag)");
@@ -727,6 +883,7 @@ static void op_failed(void *arg, int rc)
             weft_warn("coll/cuda: comm %s: a failed %s's kernels are still queued behind other work on their "
                       "stream after 2 s; they end at the abort word when they run",
                       st->comm->name, op->name);
+        if (st->tail == op->ev) st->tail = NULL;
         weft_cu.event_destroy(op->ev); /* op_end, which would, does not run after a failure */
         op->ev = NULL;
         CUcontext popped;
@@ -755,6 +912,7 @@ static int op_end(weft_sched_t *s, void *arg)
 {
     (void)s;
     cuda_op_t *op = arg;
+    if (op->st->tail == op->ev) op->st->tail = NULL; /* done: later calls need not wait for it */
     if (op->ev) weft_cu.event_destroy(op->ev);
     op->ev = NULL;
     return WEFT_SUCCESS;
@@ -780,8 +938,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
 {
     weft_comm_t comm = a->comm;
     if (!cvars.enabled) return weft_coll_decline("coll/cuda: WEFT_CUDA_COLL=0");
-    if (!weft_cu.launch_kernel || !weft_cu.ipc_open_mem_handle || !weft_cu.event_query)
-        return weft_coll_decline("coll/cuda: the CUDA driver lacks kernel launch, IPC or event queries");
+    if (!weft_cu.launch_kernel || !weft_cu.ipc_open_mem_handle || !weft_cu.event_query || !weft_cu.stream_wait_event)
+        return weft_coll_decline("coll/cuda: the CUDA driver lacks kernel launch, IPC, event queries or stream waits");
     if (weft_comm_spans_nodes(comm)) return weft_coll_decline("coll/cuda: the communicator spans nodes");
     if (comm->size > WEFT_CK_MAX_RANKS)
         return weft_coll_decline("coll/cuda: %d ranks (at most %d)", comm->size, WEFT_CK_MAX_RANKS);
@@ -823,7 +981,194 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
     return WEFT_SUCCESS;
 }
 
+/* ---- registered buffers (windows) ------------------------------------------------ */
+
+/* What each rank tells the others when registering. */
+typedef struct {
+    int32_t status; /* WEFT_SUCCESS or why this rank's buffer cannot be registered */
+    int32_t index;  /* deregistration: the window it names */
+    uint64_t off;   /* the buffer's offset in its allocation */
+    uint64_t bytes;
+    CUipcMemHandle handle; /* of the allocation */
+} win_exch_t;
+
+/* The communicator's coll/cuda state for a registration, or why not (the
+ * same on every rank: it depends on the communicator alone). */
+static int window_comm(weft_comm_t comm, const char *fn)
+{
+    int rc;
+    WEFT_CHECK_INIT(fn);
+    if ((rc = weft_comm_check_usable(comm, fn))) return rc;
+    if (!cvars.enabled) return weft_error(WEFT_ERR_UNSUPPORTED, "%s: WEFT_CUDA_COLL=0 (no GPU collectives)", fn);
+    if (!weft_cuda_possible() || !weft_cu.ipc_get_mem_handle || !weft_cu.mem_get_address_range)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no CUDA driver with IPC in this process", fn);
+    if (weft_comm_spans_nodes(comm) || comm->size > WEFT_CK_MAX_RANKS)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "%s: comm %s spans nodes or has more than %d ranks: windows are for the GPU collectives "
+                          "of one node's ranks (register on a node communicator, weft_comm_split_type)",
+                          fn, comm->name, WEFT_CK_MAX_RANKS);
+    return WEFT_SUCCESS;
+}
+
+/* Every rank's status is the same after this: the first failing rank's, named. */
+static int window_agree(weft_comm_t comm, win_exch_t *mine, win_exch_t *all, const char *fn, const char *why)
+{
+    int rc = weft_allgather(mine, all, (int64_t)sizeof(*mine), WEFT_BYTE, comm);
+    if (rc) return rc;
+    for (int p = 0; p < comm->size; p++)
+        if (all[p].status) {
+            if (p != comm->rank || !why[0])
+                return weft_error(all[p].status, "%s: comm %s: rank %d failed (%s)", fn, comm->name, p,
+                                  weft_strerror(all[p].status));
+            return weft_error(all[p].status, "%s: comm %s: %s", fn, comm->name, why);
+        }
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win)
+{
+    static const char fn[] = "weft_comm_window_register";
+    int rc = window_comm(comm, fn);
+    if (rc) return rc;
+    if (!win) return weft_error(WEFT_ERR_ARG, "%s: win is NULL", fn);
+    *win = NULL;
+    win_exch_t mine, all[WEFT_CK_MAX_RANKS];
+    memset(&mine, 0, sizeof(mine));
+    char why[200] = "";
+    CUcontext ctx = NULL;
+    unsigned type = 0;
+    CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT};
+    void *data[] = {&type, &ctx};
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult r;
+    if (!buf || !bytes) {
+        mine.status = WEFT_ERR_ARG;
+        snprintf(why, sizeof(why), "an empty buffer (%p, %zu bytes)", buf, bytes);
+    } else if (weft_cu.pointer_get_attributes(2, at, data, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS ||
+               type != CU_MEMORYTYPE_DEVICE || !ctx) {
+        mine.status = WEFT_ERR_ARG;
+        snprintf(why, sizeof(why), "the buffer at %p is not device memory", buf);
+    } else if ((r = weft_cu.mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)buf)) != CUDA_SUCCESS ||
+               (uintptr_t)buf + bytes > base + size) {
+        mine.status = WEFT_ERR_ARG;
+        snprintf(why, sizeof(why), "[%p, +%zu) is not inside one allocation (%s)", buf, bytes,
+                 r == CUDA_SUCCESS ? "it runs past its end" : weft_cu_text(r));
+    } else if ((r = weft_cu.ipc_get_mem_handle(&mine.handle, base)) != CUDA_SUCCESS) {
+        mine.status = WEFT_ERR_UNSUPPORTED;
+        snprintf(why, sizeof(why),
+                 "cuIpcGetMemHandle of the buffer's allocation failed (%s): windows take cuMemAlloc / cudaMalloc "
+                 "memory, not VMM (cuMemCreate, expandable segments) or managed memory",
+                 weft_cu_text(r));
+    }
+    mine.off = (uint64_t)((uintptr_t)buf - base);
+    mine.bytes = bytes;
+    if (mine.status) weft_warn("%s: comm %s: %s", fn, comm->name, why);
+    if ((rc = window_agree(comm, &mine, all, fn, why))) return rc;
+    /* Every rank has a device buffer: the communicator's GPU state (collective, alike everywhere). */
+    cuda_state_t *st = NULL;
+    if ((rc = get_state(comm, ctx, &st))) return rc;
+    int idx = -1;
+    for (int i = 0; i < MAX_WINDOWS && idx < 0; i++)
+        if (!st->win[i].st) idx = i;
+    cuda_window_t w;
+    memset(&w, 0, sizeof(w));
+    w.index = idx;
+    memset(&mine, 0, sizeof(mine));
+    why[0] = 0;
+    if (idx < 0) {
+        mine.status = WEFT_ERR_NO_MEMORY;
+        snprintf(why, sizeof(why), "%d windows registered already (deregister one)", MAX_WINDOWS);
+    } else if ((r = weft_cu.ctx_push(st->ctx)) != CUDA_SUCCESS) {
+        mine.status = WEFT_ERR_TRANSPORT;
+        snprintf(why, sizeof(why), "making the buffer's context current failed (%s)", weft_cu_text(r));
+    } else {
+        for (int p = 0; p < st->n && !mine.status; p++) {
+            w.len[p] = all[p].bytes;
+            if (p == st->me) {
+                w.base[p] = (CUdeviceptr)(uintptr_t)buf;
+            } else if ((r = weft_cu.ipc_open_mem_handle(&w.mapped[p], all[p].handle,
+                                                        CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != CUDA_SUCCESS) {
+                mine.status = WEFT_ERR_UNSUPPORTED;
+                snprintf(why, sizeof(why), "mapping rank %d's buffer through CUDA IPC failed (%s)", p, weft_cu_text(r));
+            } else {
+                w.base[p] = w.mapped[p] + all[p].off;
+            }
+        }
+        CUcontext popped;
+        weft_cu.ctx_pop(&popped);
+    }
+    if (mine.status) weft_warn("%s: comm %s: %s", fn, comm->name, why);
+    win_exch_t all2[WEFT_CK_MAX_RANKS];
+    if ((rc = window_agree(comm, &mine, all2, fn, why))) {
+        if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
+            for (int p = 0; p < st->n; p++)
+                if (w.mapped[p]) weft_cu.ipc_close_mem_handle(w.mapped[p]);
+            CUcontext popped;
+            weft_cu.ctx_pop(&popped);
+        }
+        return rc;
+    }
+    w.st = st;
+    st->win[idx] = w;
+    *win = &st->win[idx];
+    weft_debug("%s: comm %s: window %d, %zu bytes at %p", fn, comm->name, idx, bytes, buf);
+    return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
+{
+    static const char fn[] = "weft_comm_window_deregister";
+    int rc = window_comm(comm, fn);
+    if (rc) return rc;
+    if (!win) return weft_error(WEFT_ERR_ARG, "%s: win is NULL", fn);
+    cuda_state_t *st = weft_coll_state(comm, WEFT_COLL_COMP_CUDA);
+    cuda_window_t *w = *win;
+    win_exch_t mine, all[WEFT_CK_MAX_RANKS];
+    memset(&mine, 0, sizeof(mine));
+    char why[160] = "";
+    if (!w || !st || w < st->win || w >= st->win + MAX_WINDOWS || w->st != st) {
+        mine.status = WEFT_ERR_ARG;
+        mine.index = -1;
+        snprintf(why, sizeof(why), "the handle is not a window registered on this communicator");
+    } else {
+        mine.index = w->index;
+    }
+    if ((rc = window_agree(comm, &mine, all, fn, why))) return rc;
+    for (int p = 0; p < comm->size; p++)
+        if (all[p].index != mine.index)
+            return weft_error(WEFT_ERR_ARG, "%s: comm %s: rank %d deregisters window %d, this rank window %d", fn,
+                              comm->name, p, (int)all[p].index, (int)mine.index);
+    /* The calls that read the window are done on this rank (their last barrier: the peers' reads too). */
+    if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
+        if (st->tail) weft_cu.event_synchronize(st->tail);
+        for (int p = 0; p < st->n; p++)
+            if (w->mapped[p]) weft_cu.ipc_close_mem_handle(w->mapped[p]);
+        CUcontext popped;
+        weft_cu.ctx_pop(&popped);
+    }
+    memset(w, 0, sizeof(*w));
+    *win = NULL;
+    return WEFT_SUCCESS;
+}
+
 #else /* no kernels in this build */
+
+WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win)
+{
+    (void)comm;
+    (void)buf;
+    (void)bytes;
+    if (win) *win = NULL;
+    return weft_error(WEFT_ERR_UNSUPPORTED, "weft_comm_window_register: weft was built without GPU collectives");
+}
+
+WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
+{
+    (void)comm;
+    (void)win;
+    return weft_error(WEFT_ERR_UNSUPPORTED, "weft_comm_window_deregister: weft was built without GPU collectives");
+}
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
 {
@@ -878,6 +1223,8 @@ static const weft_coll_param_t params[] = {
      "allreduces up to this much per rank (16 KiB at most) push their lines into the peers: no barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks"},
+    {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
+     "calls reading at least this much per rank out of registered windows read it in place (two barriers)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,

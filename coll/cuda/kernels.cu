@@ -510,14 +510,27 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
     }
 }
 
+/* The offset a rank's barrier announced for its input (WEFT_CK_DESC), from
+ * this rank's header (mine) at the counter's parity. */
+__device__ __forceinline__ size_t desc_off(const char *mine, unsigned long long parity, int p)
+{
+    const volatile unsigned long long *d =
+        reinterpret_cast<const volatile unsigned long long *>(mine + WEFT_CK_DESC) + parity * MAXR + p;
+    return (size_t)WEFT_CK_DESC_OFF(*d);
+}
+
 template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_reduce_args_t &a)
 {
     int nsrc = a.nsrc < 1 ? 1 : a.nsrc > MAXR ? MAXR : a.nsrc;
-    unsigned long long parity = *a.ctl.counter & 1;
+    const unsigned long long c = *a.ctl.counter;
+    if (c & WEFT_CK_POISON) /* the barrier before was aborted or found a mismatch */
+        return;
+    unsigned long long parity = c & 1;
     const char *base[MAXR];
 #pragma unroll
     for (int p = 0; p < MAXR; p++)
-        base[p] = slot_of(a.scratch[p], parity, a.slot_bytes) + a.src_off;
+        base[p] = a.reg ? a.win[p] + desc_off(a.mine, parity, p) + a.src_off
+                        : slot_of(a.scratch[p], parity, a.slot_bytes) + a.src_off;
     reduce_range<Op>(base, nsrc, a.out, a.count, grid_tid(), grid_threads());
 }
 
@@ -568,10 +581,13 @@ __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
     __shared__ int aborted_s;
     const int p = threadIdx.x;
     if (p == 0) {
-        seq_s = *a.ctl.counter + 1;
-        aborted_s = 0;
+        const unsigned long long c = *a.ctl.counter;
+        seq_s = c + 1;
+        aborted_s = (c & WEFT_CK_POISON) != 0; /* an earlier barrier was aborted or found a mismatch */
     }
     __syncthreads(); /* the counter is read before thread 0 may write it below */
+    if (aborted_s)
+        return 0; /* poisoned: no flag is touched, the counter stays */
     const unsigned long long seq = seq_s;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR;
     /* peer p's flag array, picked with constant indices (as in weft_ck_copy) */
@@ -580,7 +596,14 @@ __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
     for (int j = 0; j < MAXR; j++)
         if (j == p)
             peer = a.peer_flags[j];
+    const size_t dslot = (size_t)(seq & 1) * MAXR;
+    if (p == a.rank && blockIdx.x == 0) /* this rank's own entry: what its reduce / copy reads for it */
+        reinterpret_cast<volatile unsigned long long *>(reinterpret_cast<char *>(a.my_flags) + WEFT_CK_DESC)[dslot + p] =
+            a.desc;
     if (p < nranks && p != a.rank && blockIdx.x == 0) {
+        /* the input's descriptor, then the flag: the release orders the two */
+        reinterpret_cast<volatile unsigned long long *>(reinterpret_cast<char *>(peer) + WEFT_CK_DESC)[dslot + a.rank] =
+            a.desc;
         /* release: this rank's earlier work (its stage of call seq, its
          * reads of call seq - 1's slots) happens before the peer sees seq */
         st_release_sys(peer + a.rank, seq);
@@ -595,6 +618,21 @@ __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
                 break;
             }
             __nanosleep(100);
+        }
+        /* the peer's input descriptor (written before its flag, so seen now) against this call's */
+        if (a.check && !aborted_s) {
+            const unsigned long long d = reinterpret_cast<const volatile unsigned long long *>(
+                reinterpret_cast<const char *>(a.my_flags) + WEFT_CK_DESC)[dslot + p];
+            unsigned long long len = 0;
+#pragma unroll
+            for (int j = 0; j < MAXR; j++)
+                if (j == p)
+                    len = a.winlen[j];
+            if (((d ^ a.desc) & 0xffff) != 0 || ((a.desc & 1) && WEFT_CK_DESC_OFF(d) + a.need > len)) {
+                *a.ctl.error = -(1 + p);
+                __threadfence_system();
+                aborted_s = 1;
+            }
         }
     }
     __syncthreads();
@@ -623,13 +661,19 @@ __device__ __forceinline__ void copy_desc(const weft_ck_copy_args_t &a, int y, s
         }
     if (src < 0 || src >= MAXR)
         return;
-    const char *scratch = a.scratch[0];
+    const unsigned long long c = *a.ctl.counter;
+    if (c & WEFT_CK_POISON) /* the barrier before was aborted or found a mismatch */
+        return;
+    const char *scratch = a.scratch[0], *win = a.win[0];
 #pragma unroll
     for (int j = 1; j < MAXR; j++)
-        if (j == src)
+        if (j == src) {
             scratch = a.scratch[j];
-    unsigned long long parity = *a.ctl.counter & 1;
-    copy_any(dst, slot_of(scratch, parity, a.slot_bytes) + src_off, len, tid, nth);
+            win = a.win[j];
+        }
+    unsigned long long parity = c & 1;
+    const char *from = a.reg ? win + desc_off(a.mine, parity, src) : slot_of(scratch, parity, a.slot_bytes);
+    copy_any(dst, from + src_off, len, tid, nth);
 }
 
 /* The fused call's stage: every piece into this rank's next slot, then a

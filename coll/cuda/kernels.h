@@ -37,6 +37,16 @@
 #define WEFT_CK_PIPE_RDY 4096
 #define WEFT_CK_PIPE_DN (WEFT_CK_PIPE_RDY + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
 
+/* Per-call input descriptors, in the header: unsigned long long
+ * desc[2][WEFT_CK_MAX_RANKS] at WEFT_CK_DESC; desc[parity][src] is what rank
+ * src's barrier of that parity announced to this rank (its own entry: what
+ * this rank's barrier announced). 0: the input is in src's scratch slot;
+ * WEFT_CK_DESC_REG(off, win): it is in src's registered window win (the
+ * same index on every rank), off bytes from src's window start. */
+#define WEFT_CK_DESC 1024
+#define WEFT_CK_DESC_REG(off, win) (((unsigned long long)(off) << 16) | ((unsigned long long)(win) << 1) | 1ull)
+#define WEFT_CK_DESC_OFF(d) ((d) >> 16)
+
 /* Set in *ctl.counter by a barrier that the abort word ended: the kernels
  * queued after it on the stream (graph replays, more stream-ordered calls)
  * find it there, in device memory, and end without touching any flag. */
@@ -45,7 +55,8 @@
 typedef struct weft_ck_ctl {
     unsigned long long *counter; /* this rank's device memory: sequence number of the last barrier passed */
     volatile int *abort;         /* host-mapped (device address): nonzero ends every wait at once */
-    volatile int *error;         /* host-mapped: 1 + the rank a wait was waiting for when abort ended it */
+    volatile int *error;         /* host-mapped: 1 + the rank a wait was waiting for when abort ended it;
+                                    -(1 + p): rank p's call did not match (weft_ck_barrier_args.check) */
 } weft_ck_ctl_t;
 
 /* weft_ck_stage: copies `bytes` from `in` to
@@ -61,21 +72,32 @@ typedef struct weft_ck_stage_args {
 } weft_ck_stage_args_t;
 
 /* weft_ck_barrier (one block of WEFT_CK_MAX_RANKS threads or more):
- * seq = *counter + 1; for every peer p != rank: release-store (system
- * scope) peer_flags[p][rank] = seq, then wait until my_flags[p] >= seq
- * (acquire, system scope); a wait also watches *ctl.abort and, when it is
- * set, stores 1 + p in *ctl.error and returns, setting WEFT_CK_POISON in
- * the counter. Otherwise, at the end *counter = seq. */
+ * seq = *counter + 1; desc goes into this rank's entry of desc[seq & 1] in
+ * its own header and in every peer's; for every peer p != rank:
+ * release-store (system scope) peer_flags[p][rank] = seq, then wait until
+ * my_flags[p] >= seq (acquire, system scope); a wait also watches
+ * *ctl.abort and, when it is set, stores 1 + p in *ctl.error and returns,
+ * setting WEFT_CK_POISON in the counter. With check, peer p's desc must
+ * match this one's kind (both in the slot, or both in the same window) and,
+ * in a window, hold need bytes from its offset within winlen[p]; otherwise
+ * -(1 + p) goes in *ctl.error and the counter is poisoned (the call ends on
+ * every rank that sees it). Otherwise, at the end *counter = seq. */
 typedef struct weft_ck_barrier_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
     unsigned long long *my_flags;                        /* this rank's region (its header) */
     unsigned long long *peer_flags[WEFT_CK_MAX_RANKS];  /* each rank's region through IPC (own: my_flags) */
+    unsigned long long desc;                             /* this call's input (WEFT_CK_DESC) */
+    int check;
+    unsigned long long need;                             /* check, in a window: bytes read from each input */
+    unsigned long long winlen[WEFT_CK_MAX_RANKS];        /* check, in a window: each rank's window bytes */
 } weft_ck_barrier_args_t;
 
 /* weft_ck_reduce_<type> (one kernel per element type: i8 u8 i16 u16 i32
- * u32 i64 u64 f16 bf16 f32 f64): with parity = *counter & 1 and
- * src[p] = scratch[p] + HDR + parity * slot_bytes + src_off,
+ * u32 i64 u64 f16 bf16 f32 f64): with parity = *counter & 1 (poisoned:
+ * nothing) and src[p] = scratch[p] + HDR + parity * slot_bytes + src_off
+ * (reg: win[p] + the offset in desc[parity][p] of this rank's header +
+ * src_off),
  * out[i] = src[0][i] op src[1][i] op ... op src[nsrc - 1][i] for i < count,
  * always in this order (every rank computes the same bits). op: weft_op_t
  * values (0 sum, 1 prod, 2 min, 3 max, 4 avg: the sum divided by nsrc,
@@ -91,11 +113,15 @@ typedef struct weft_ck_reduce_args {
     int op;
     void *out;
     size_t count; /* elements */
+    int reg;          /* the inputs are in the ranks' window win[] (WEFT_CK_DESC) */
+    const char *mine; /* reg: this rank's region (the descriptors in its header) */
+    const char *win[WEFT_CK_MAX_RANKS];
 } weft_ck_reduce_args_t;
 
 /* weft_ck_copy: blockIdx.y = i < n: copies d[i].len bytes from
- * scratch[d[i].src] + HDR + (*counter & 1) * slot_bytes + d[i].src_off to
- * d[i].dst. Grid-stride over x; any alignment. */
+ * scratch[d[i].src] + HDR + (*counter & 1) * slot_bytes + d[i].src_off
+ * (reg: from win[src] + its desc's offset + src_off, as weft_ck_reduce) to
+ * d[i].dst. Grid-stride over x; any alignment. Poisoned counter: nothing. */
 typedef struct weft_ck_copy_desc {
     int src;
     size_t src_off, len;
@@ -107,6 +133,9 @@ typedef struct weft_ck_copy_args {
     size_t slot_bytes;
     int n;
     weft_ck_copy_desc_t d[WEFT_CK_MAX_RANKS];
+    int reg;
+    const char *mine;
+    const char *win[WEFT_CK_MAX_RANKS];
 } weft_ck_copy_args_t;
 
 /* weft_ck_fused_copy and weft_ck_fused_reduce_<type>: a whole small call

@@ -5,6 +5,7 @@
  *
  *   contrib/bench/weft-nccl-tests [-c COLLS] [-t TYPES] [-m MIN:MAX] [-r ROUNDS] [-g 0|1|0,1]
  *                                 [-l weft,nccl] [-n ITERS] [--check-max BYTES] [--nccl-lib FILE] [--csv FILE]
+ *                                 [--window 0|1]
  *     -c COLLS      comma list of allreduce, allgather, reduce_scatter, bcast, alltoall (default all)
  *     -t TYPES      comma list of bf16, fp16, fp32, int32 (default bf16,fp32)
  *     -m MIN:MAX    sizes in bytes, powers of two (default 8:1g; nccl-tests' size: allreduce and
@@ -21,6 +22,8 @@
  *                   for sizes up to B (default 64m): inputs are small integers, so every sum is exact
  *                   in every type and any reduction order
  *     --csv FILE    rank 0 writes every measurement: coll,type,graph,ranks,bytes,lib,round,us,algbw,busbw
+ *     --window 1    weft's send and receive buffers are registered windows (weft_comm_window_register):
+ *                   calls past the one-launch sizes read the peers' inputs in place (default 0)
  *
  * Time of a measurement: events on the stream around ITERS calls (or one
  * replay of a graph of ITERS calls), per call, the largest over the ranks.
@@ -337,14 +340,15 @@ static int parse_list(const char *s, const char *const *names, int n, int *on)
 static void usage(void)
 {
     fprintf(stderr, "usage: weft-nccl-tests [-c COLLS] [-t TYPES] [-m MIN:MAX] [-r ROUNDS] [-g 0|1|0,1] "
-                    "[-l weft,nccl] [-n ITERS] [--check-max BYTES] [--nccl-lib FILE] [--csv FILE]\n");
+                    "[-l weft,nccl] [-n ITERS] [--check-max BYTES] [--nccl-lib FILE] [--csv FILE] [--window 0|1]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     int colls[NCOLL] = {1, 1, 1, 1, 1}, types[NTYPE] = {1, 0, 1, 0}, libs[NLIB] = {1, 1}, graphs[2] = {1, 1};
-    int rounds = 3, iters_opt = 0, libs_given = 0;
+    int rounds = 3, iters_opt = 0, libs_given = 0, window = 0;
+    weft_window_t wins[2] = {NULL, NULL};
     size_t lo = 8, hi = (size_t)1 << 30, check_max = (size_t)64 << 20;
     const char *csv_path = NULL, *nccl_path = "libnccl.so.2";
     static const char *const graph_names[2] = {"0", "1"};
@@ -382,6 +386,8 @@ int main(int argc, char **argv)
             nccl_path = v;
         } else if (!strcmp(o, "--csv")) {
             csv_path = v;
+        } else if (!strcmp(o, "--window")) {
+            window = atoi(v);
         } else
             usage();
         i++;
@@ -413,6 +419,9 @@ int main(int argc, char **argv)
     CU(cudaMalloc((void **)&sendbuf, maxbytes));
     CU(cudaMalloc((void **)&recvbuf, maxbytes));
     CU(cudaMallocHost((void **)&hostbuf, maxbytes));
+    if (window && (weft_comm_window_register(world, sendbuf, maxbytes, &wins[0]) ||
+                   weft_comm_window_register(world, recvbuf, maxbytes, &wins[1])))
+        die("weft_comm_window_register: %s", weft_last_error());
     FILE *csv = NULL;
     if (me == 0) {
         struct cudaDeviceProp prop;
@@ -425,6 +434,7 @@ int main(int argc, char **argv)
                dev, prop.name, libs[L_NCCL] ? "" : "not loaded ", nv, mps);
         printf("# NCCL_NVLS_ENABLE=%s; every time: us per call, the largest over the ranks, median of %d rounds\n",
                getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset)", rounds);
+        printf("# weft's buffers: %s\n", window ? "registered windows (read in place)" : "unregistered (staged)");
         if (csv_path && !(csv = fopen(csv_path, "w"))) die("cannot write %s", csv_path);
         if (csv) fprintf(csv, "coll,type,graph,ranks,bytes,lib,round,us,algbw,busbw\n");
     }
@@ -496,6 +506,9 @@ int main(int argc, char **argv)
     free(t);
     if (csv) fclose(csv);
     if (ncomm) nccl.comm_destroy(ncomm);
+    for (int i = 0; i < 2; i++)
+        if (wins[i] && weft_comm_window_deregister(world, &wins[i]))
+            die("weft_comm_window_deregister: %s", weft_last_error());
     cudaFree(sendbuf);
     cudaFree(recvbuf);
     cudaFreeHost(hostbuf);
