@@ -477,6 +477,7 @@ int main(int argc, char **argv)
                                 fprintf(csv, "%s,%s,%d,%d,%zu,%s,%d,%.3f,%.3f,%.3f\n", coll_names[c], type_names[ty],
                                         g, nranks, bytes, lib_names[lib], r, us, bytes / us / 1e3,
                                         bytes / us / 1e3 * bus_factor(c));
+                            if (csv) fflush(csv); /* a run cut short keeps what it measured */
                         }
                     if (me == 0) {
                         double med[NLIB] = {0, 0}, v[100];
