@@ -218,6 +218,19 @@ Test(cuda_coll, allreduce_without_ll_3_ranks, .timeout = 600)
     run(3, body_allreduce, "WEFT_CUDA_COLL_LL=0");
 }
 
+/* Two shots for every allreduce past the LL and fused sizes on 3 and 4
+ * ranks: parts of 4096 / 3 or 4 bytes, vector-aligned, empty last parts for
+ * small counts, several chunks for the larger ones. */
+Test(cuda_coll, allreduce_two_shot_3_ranks, .timeout = 600)
+{
+    run2(3, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0");
+}
+
+Test(cuda_coll, allreduce_two_shot_4_ranks, .timeout = 600)
+{
+    run2(4, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0");
+}
+
 /* The pipelined kernel for every call that does not fuse: with 4 KiB slots
  * its positions are 64 bytes (16 per piece on 3 and 4 ranks), so every
  * block reuses each position many times, and fused and pipelined calls

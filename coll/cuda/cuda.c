@@ -35,6 +35,7 @@ static struct {
     int pipe_blocks; /* WEFT_CUDA_COLL_PIPE_BLOCKS */
     int ll;          /* WEFT_CUDA_COLL_LL */
     int window;      /* WEFT_CUDA_COLL_WINDOW */
+    int two_shot;    /* WEFT_CUDA_COLL_TWO_SHOT */
 } cvars;
 
 /* The pipelined kernel's launch: blocks (within the max_ctas / min_ctas
@@ -52,6 +53,12 @@ static const weft_var_t vars[] = {
      "(weft_comm_window_register) read it in place: no staging, no chunks, one barrier more; smaller ones stage "
      "as if unregistered (measured: the second barrier costs more than the copy below about 8 MiB); 0: never",
      &cvars.window, 0},
+    {"WEFT_CUDA_COLL_TWO_SHOT", WEFT_VAR_INT, "8388608",
+     "coll/cuda: allreduces of at least this many bytes per rank on 3 or more ranks run in two shots (each rank "
+     "reduces its part of every input, then every rank copies every reduced part: about 2 x the vector read per "
+     "rank instead of n x) instead of one shot (staged calls; one in a registered window stays one shot); 0: "
+     "never",
+     &cvars.two_shot, 0},
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
      "they fail with WEFT_ERR_UNSUPPORTED",
@@ -445,7 +452,8 @@ static void set_reg(const cuda_op_t *op, int *reg, const char **mine, const char
         win[p] = (const char *)(uintptr_t)op->win->base[p];
 }
 
-static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
+/* A reduce into out, or (out_slot) into this rank's other slot at offset (size_t)out. */
+static int reduce_as(cuda_op_t *op, size_t src_off, void *out, size_t count, int out_slot)
 {
     cuda_state_t *st = op->st;
     weft_ck_reduce_args_t a;
@@ -459,6 +467,7 @@ static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
     a.op = (int)op->a.op;
     a.out = out;
     a.count = count;
+    a.out_slot = out_slot;
     set_reg(op, &a.reg, &a.mine, a.win);
     if (!count) return WEFT_SUCCESS;
     if (op->fusing) {
@@ -470,9 +479,14 @@ static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
                   "launching the reduce kernel");
 }
 
-/* Copies: descriptor i takes len bytes at src_off of rank src[i]'s slot to dst[i]. */
-static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, const size_t *src_off_step,
-                    char *const *dst, size_t len)
+static int reduce(cuda_op_t *op, size_t src_off, void *out, size_t count)
+{
+    return reduce_as(op, src_off, out, count, 0);
+}
+
+/* Copies: descriptor i takes len[i] bytes at src_off[i] of rank src[i]'s slot (or window) to dst[i]. */
+static int copy_parts(cuda_op_t *op, int n, const int *src, const size_t *src_off, char *const *dst,
+                      const size_t *len)
 {
     cuda_state_t *st = op->st;
     weft_ck_copy_args_t c;
@@ -482,20 +496,32 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
         c.scratch[p] = (const char *)(uintptr_t)st->peer[p];
     c.slot_bytes = st->slot;
     c.n = n;
+    size_t most = 0;
     for (int i = 0; i < n; i++) {
         c.d[i].src = src[i];
-        c.d[i].src_off = src_off_base + (src_off_step ? src_off_step[i] : 0);
-        c.d[i].len = len;
+        c.d[i].src_off = src_off[i];
+        c.d[i].len = len[i];
         c.d[i].dst = dst[i];
+        if (len[i] > most) most = len[i];
     }
     set_reg(op, &c.reg, &c.mine, c.win);
-    if (!len || !n) return WEFT_SUCCESS;
+    if (!most || !n) return WEFT_SUCCESS;
     if (op->fusing) {
         op->fz.cp = c;
         op->fz.mode = 2;
         return WEFT_SUCCESS;
     }
-    return launch(op, st->m->copy, grid_for(op, len), (unsigned)n, &c, "launching the copy kernel");
+    return launch(op, st->m->copy, grid_for(op, most), (unsigned)n, &c, "launching the copy kernel");
+}
+
+/* Copies of len bytes each, at src_off_base (+ src_off_step[i]) of rank src[i]'s slot (or window). */
+static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, const size_t *src_off_step,
+                    char *const *dst, size_t len)
+{
+    size_t off[WEFT_CK_MAX_RANKS], lens[WEFT_CK_MAX_RANKS];
+    for (int i = 0; i < n; i++)
+        off[i] = src_off_base + (src_off_step ? src_off_step[i] : 0), lens[i] = len;
+    return copy_parts(op, n, src, off, dst, lens);
 }
 
 /* The pipelined form of a large call (kernels.h: weft_ck_pipe_args): a
@@ -629,6 +655,37 @@ static const cuda_window_t *window_of(const cuda_state_t *st, const char *p, siz
     return NULL;
 }
 
+/* Two-shot allreduce (3 or more ranks, staged): per slot chunk, each rank
+ * stages its input, passes a barrier, reduces its part of every rank's
+ * chunk into its other slot (where nobody reads until the next barrier),
+ * passes a barrier, then copies every part out of its owner's slot. Each
+ * rank reads about twice its vector where one shot reads it n times. */
+static int two_shot(cuda_op_t *op, const char *in)
+{
+    const weft_coll_args_t *a = &op->a;
+    cuda_state_t *st = op->st;
+    int n = st->n, me = st->me, rc = WEFT_SUCCESS, src[WEFT_CK_MAX_RANKS];
+    size_t es = a->esize ? a->esize : 1, align = es < 16 ? 16 / es : 1, kmax = st->slot / es;
+    size_t off[WEFT_CK_MAX_RANKS], len[WEFT_CK_MAX_RANKS];
+    char *dst[WEFT_CK_MAX_RANKS], *out = a->recvbuf;
+    for (size_t o = 0; !rc && o < a->count; o += kmax) {
+        size_t k = a->count - o < kmax ? a->count - o : kmax;
+        size_t q = ((k + (size_t)n - 1) / (size_t)n + align - 1) / align * align; /* a part, vector-aligned */
+        size_t lo = (size_t)me * q, mine = lo < k ? (k - lo < q ? k - lo : q) : 0;
+        /* part p sits at p * q in both slots: within the chunk, so within a slot */
+        if (!(rc = stage(op, in + o * es, 0, k * es)) && !(rc = barrier(op)) &&
+            !(rc = reduce_as(op, lo * es, (void *)(uintptr_t)(lo * es), mine, 1)))
+            rc = barrier(op);
+        int m = 0;
+        for (int p = 0; p < n; p++) {
+            size_t plo = (size_t)p * q, plen = plo < k ? (k - plo < q ? k - plo : q) : 0;
+            if (plen) src[m] = p, off[m] = plo * es, dst[m] = out + (o + plo) * es, len[m++] = plen * es;
+        }
+        if (!rc) rc = copy_parts(op, m, src, off, dst, len);
+    }
+    return rc;
+}
+
 /* A call whose input lies in a window on every rank: a barrier that
  * announces where (each rank checks the others'), the reduce or copy
  * straight out of the peers' windows, then a barrier (the peers are done
@@ -714,6 +771,14 @@ static int issue(cuda_op_t *op)
     op->win = win_in && need >= (size_t)cvars.window ? window_of(st, win_in, need, &woff) : NULL;
     if (op->win) {
         if ((rc = issue_in_window(op, win_in, woff, need))) return rc;
+        goto record;
+    }
+    /* Two shots from WEFT_CUDA_COLL_TWO_SHOT bytes per rank on 3 or more ranks (on 2, one shot reads as
+     * many remote bytes and passes one barrier less); ahead of the pipelined one-shot kernel. A call in a
+     * window stays one shot (reading the windows in two shots is not built). */
+    if (a->kind == WEFT_COLL_ALLREDUCE && n >= 3 && !ll && !op->fusing && cvars.two_shot > 0 &&
+        staged >= (size_t)cvars.two_shot) {
+        if ((rc = two_shot(op, in))) return rc;
         goto record;
     }
     if (ll) {
@@ -846,6 +911,23 @@ static int op_poll(weft_sched_t *s, void *arg)
     CUresult r = weft_cu.event_query(op->ev);
     if (r == CUDA_SUCCESS && st->words[1] < 0) { /* a barrier found a peer's call unlike this rank's */
         int peer = -st->words[1] - 1;
+        /* what every rank announced, as this rank's header holds it (both parities) */
+        unsigned long long d[2 * WEFT_CK_MAX_RANKS], ctr = 0;
+        if (weft_cuda_copy(d, (const void *)(uintptr_t)(st->region + WEFT_CK_DESC), sizeof(d)) ||
+            weft_cuda_copy(&ctr, (const void *)(uintptr_t)st->counter, sizeof(ctr)))
+            memset(d, 0, sizeof(d));
+        char seen[400];
+        int at = snprintf(seen, sizeof(seen), "counter %#llx;", ctr);
+        for (int q = 0; q < 2 * st->n && at < (int)sizeof(seen); q++) {
+            unsigned long long v = d[(q / st->n) * WEFT_CK_MAX_RANKS + q % st->n];
+            at += snprintf(seen + at, sizeof(seen) - (size_t)at, " %d:%d=%s", q / st->n, q % st->n,
+                           !(v & 1) ? "slot" : "");
+            if (v & 1 && at < (int)sizeof(seen))
+                at += snprintf(seen + at, sizeof(seen) - (size_t)at, "w%llu+%llu", (v >> 1) & 0x7fff,
+                               WEFT_CK_DESC_OFF(v));
+        }
+        weft_warn("coll/cuda: comm %s: %s: the inputs the ranks announced (parity:rank=place): %s", st->comm->name,
+                  op->name, seen);
         st->broken = WEFT_ERR_ARG;
         snprintf(st->why, sizeof(st->why),
                  "a %s did not match rank %d's: one rank's input lay in a registered window and the other's not, "
@@ -1223,6 +1305,8 @@ static const weft_coll_param_t params[] = {
      "allreduces up to this much per rank (16 KiB at most) push their lines into the peers: no barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks"},
+    {"two_shot", "allreduce", &cvars.two_shot, "bytes", "WEFT_CUDA_COLL_TWO_SHOT",
+     "allreduces from this much per rank on 3 or more ranks: reduce-scatter into the slots, then all-gather"},
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
      "calls reading at least this much per rank out of registered windows read it in place (two barriers)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",

@@ -531,7 +531,10 @@ template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_red
     for (int p = 0; p < MAXR; p++)
         base[p] = a.reg ? a.win[p] + desc_off(a.mine, parity, p) + a.src_off
                         : slot_of(a.scratch[p], parity, a.slot_bytes) + a.src_off;
-    reduce_range<Op>(base, nsrc, a.out, a.count, grid_tid(), grid_threads());
+    void *out = a.out_slot ? const_cast<char *>(a.mine) + WEFT_CK_HDR + (size_t)((c + 1) & 1) * a.slot_bytes +
+                                 (size_t)(uintptr_t)a.out
+                           : a.out;
+    reduce_range<Op>(base, nsrc, out, a.count, grid_tid(), grid_threads());
 }
 
 /* op is uniform across the grid: one switch, outside the loops. Unknown

@@ -103,7 +103,9 @@ typedef struct weft_ck_barrier_args {
  * values (0 sum, 1 prod, 2 min, 3 max, 4 avg: the sum divided by nsrc,
  * integers truncating toward zero). float16 / bfloat16 accumulate in
  * float32 and round once (to nearest even); min / max propagate NaN;
- * integers wrap. out may be any device address (element-aligned). */
+ * integers wrap. out may be any device address (element-aligned); with
+out_slot, the result goes to this rank's other slot (the parity of the
+next barrier, where its peers read it after that barrier) at offset out. */
 typedef struct weft_ck_reduce_args {
     weft_ck_ctl_t ctl;
     const char *scratch[WEFT_CK_MAX_RANKS]; /* each rank's region (own included), in rank order */
@@ -114,7 +116,9 @@ typedef struct weft_ck_reduce_args {
     void *out;
     size_t count; /* elements */
     int reg;          /* the inputs are in the ranks' window win[] (WEFT_CK_DESC) */
-    const char *mine; /* reg: this rank's region (the descriptors in its header) */
+    int out_slot;     /* out is an offset into this rank's other slot (parity (*counter + 1) & 1), where
+                         the next barrier's peers read it: two-shot allreduce */
+    const char *mine; /* this rank's region (reg: the descriptors in its header; out_slot) */
     const char *win[WEFT_CK_MAX_RANKS];
 } weft_ck_reduce_args_t;
 
