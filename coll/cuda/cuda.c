@@ -1277,8 +1277,9 @@ static void state_release(weft_comm_t comm, void *p)
 
 CUDA_ALG(WEFT_COLL_BARRIER, barrier, "a barrier kernel: release/acquire flags at system scope over CUDA IPC")
 CUDA_ALG(WEFT_COLL_ALLREDUCE, allreduce,
-         "one shot: every rank stages its vector, passes a barrier kernel, then reduces every peer's slot in rank "
-         "order (the same bits everywhere)")
+         "one shot: every rank stages its vector (or it lies in a registered window), passes a barrier kernel, then "
+         "reduces every peer's slot in rank order (the same bits everywhere); LL under 16 KiB; two shots from "
+         "WEFT_CUDA_COLL_TWO_SHOT on 3+ ranks")
 CUDA_ALG(WEFT_COLL_REDUCE, reduce, "as allreduce, the root alone reducing")
 CUDA_ALG(WEFT_COLL_REDUCE_SCATTER_BLOCK, reduce_scatter_block,
          "every rank stages its vector, then reduces its own block of every peer's slot")
