@@ -463,9 +463,11 @@ WEFT_API int weft_reduce_scatter_block_on_stream(const void *sendbuf, void *recv
  * a timeout). Calls small enough for the one-launch forms
  * (WEFT_CUDA_COLL_LL, WEFT_CUDA_COLL_FUSED), and any call reading less than
  * WEFT_CUDA_COLL_WINDOW bytes per rank (8 MiB: below it the second barrier
- * costs more than the copy it saves), stage as if unregistered. *win is this rank's handle. Deregistration is collective
- * too; the GPU work that used the window must be complete on this rank (its
- * stream synchronised) before it, and the memory stays the caller's. */
+ * costs more than the copy it saves), stage as if unregistered. *win is
+ * this rank's handle. Deregistration is collective too: it waits (up to the communicator's timeout, else fails with
+ * WEFT_ERR_TIMEOUT on every rank) for this rank's last GPU collective, and
+ * the memory stays the caller's. A CUDA graph that captured calls in a
+ * window must not be replayed after the window is deregistered. */
 typedef struct weft_window *weft_window_t;
 WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win);
 WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win);

@@ -187,11 +187,25 @@ struct weft_window {
 };
 typedef struct weft_window cuda_window_t;
 
+/* The variables that decide a call's protocol from its size: they must be
+ * the same on every rank of a communicator (else ranks pass different
+ * numbers of barriers for one call), so setup compares them. */
+enum { NKNOBS = 6 };
+static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED", "WEFT_CUDA_COLL_LL",
+                                               "WEFT_CUDA_COLL_PIPE", "WEFT_CUDA_COLL_PIPE_BLOCKS",
+                                               "WEFT_CUDA_COLL_TWO_SHOT", "WEFT_CUDA_COLL_WINDOW"};
+static void knobs_of(int32_t *k)
+{
+    k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
+    k[5] = cvars.window;
+}
+
 /* What each rank tells the others at setup. */
 typedef struct {
     int32_t status; /* WEFT_SUCCESS or this rank's setup error */
     int32_t device;
     uint64_t slot;
+    int32_t knobs[NKNOBS]; /* the protocol thresholds: every rank must choose alike */
     CUipcMemHandle handle;
 } exch_t;
 
@@ -223,6 +237,14 @@ static void state_release(weft_comm_t comm, void *p)
     if (!st) return;
     if (st->ctx && weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
         if (st->stream) weft_cu.stream_synchronize(st->stream);
+        /* the last call on a stream of the caller's may still run: the region and the mappings stay until
+         * it ends (10 s at most, then the abort word stops its waits) */
+        double until = weft_wtime() + 10.0;
+        for (int round = 0; st->tail && round < 2; round++, until = weft_wtime() + 2.0) {
+            while (weft_cu.event_query(st->tail) == CUDA_ERROR_NOT_READY && weft_wtime() < until)
+                sched_yield();
+            if (st->words) st->words[0] = 1;
+        }
         for (int r = 0; r < st->n; r++)
             if (st->peer[r] && r != st->me) weft_cu.ipc_close_mem_handle(st->peer[r]);
         for (int i = 0; i < MAX_WINDOWS; i++)
@@ -293,6 +315,7 @@ static int setup(cuda_state_t *st)
     memset(all, 0, sizeof(all));
     CUresult r = weft_cu.ctx_push(st->ctx);
     if (r != CUDA_SUCCESS) return cu_fail(r, "making the buffers' context current");
+    knobs_of(mine.knobs);
     int rc = setup_local(st, &mine);
     char local_why[200] = "";
     if (rc) snprintf(local_why, sizeof(local_why), "%s", weft_last_error());
@@ -306,6 +329,12 @@ static int setup(cuda_state_t *st)
         } else if (all[p].slot != st->slot) {
             rc = weft_error(WEFT_ERR_ARG, "coll/cuda: comm %s: rank %d has WEFT_CUDA_COLL_SLOT=%llu, this rank %zu",
                             st->comm->name, p, (unsigned long long)all[p].slot, st->slot);
+        } else if (memcmp(all[p].knobs, mine.knobs, sizeof(mine.knobs))) {
+            int k = 0;
+            while (k < NKNOBS - 1 && all[p].knobs[k] == mine.knobs[k])
+                k++;
+            rc = weft_error(WEFT_ERR_ARG, "coll/cuda: comm %s: rank %d has %s=%d, this rank %d (every rank must set it alike)",
+                            st->comm->name, p, knob_names[k], (int)all[p].knobs[k], (int)mine.knobs[k]);
         } else if (p == st->me) {
             st->peer[p] = st->region;
         } else if ((r = weft_cu.ipc_open_mem_handle(&st->peer[p], all[p].handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=
@@ -951,6 +980,12 @@ static void op_failed(void *arg, int rc)
 {
     cuda_op_t *op = arg;
     cuda_state_t *st = op->st;
+    if (!op->started && op->ev && weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) { /* never issued: op_end won't run */
+        CUcontext popped;
+        weft_cu.event_destroy(op->ev);
+        op->ev = NULL;
+        weft_cu.ctx_pop(&popped);
+    }
     if (!op->started || !st->words || op->capturing) return;
     st->words[0] = 1;
     __sync_synchronize();
@@ -1143,6 +1178,15 @@ WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes
                  "memory, not VMM (cuMemCreate, expandable segments) or managed memory",
                  weft_cu_text(r));
     }
+    /* What would make get_state below fail on this rank alone: said now, so every rank stops alike. */
+    const cuda_state_t *cur = weft_coll_state(comm, WEFT_COLL_COMP_CUDA);
+    if (!mine.status && cur && cur->broken) {
+        mine.status = cur->broken;
+        snprintf(why, sizeof(why), "its GPU collectives failed earlier: %.150s", cur->why);
+    } else if (!mine.status && cur && cur->ctx != ctx) {
+        mine.status = WEFT_ERR_ARG;
+        snprintf(why, sizeof(why), "the buffer belongs to another CUDA context than the communicator's GPU work");
+    }
     mine.off = (uint64_t)((uintptr_t)buf - base);
     mine.bytes = bytes;
     if (mine.status) weft_warn("%s: comm %s: %s", fn, comm->name, why);
@@ -1215,15 +1259,27 @@ WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
         snprintf(why, sizeof(why), "the handle is not a window registered on this communicator");
     } else {
         mine.index = w->index;
+        /* The calls that read the window are done on this rank (their last barrier: the peers' reads too);
+         * a wait bounded by the communicator's timeout (a broken communicator's kernels were stopped). */
+        double limit = comm->timeout > 0 ? comm->timeout : 60.0, until = weft_wtime() + limit;
+        CUresult q = CUDA_SUCCESS;
+        if (st->tail && !st->broken && weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
+            while ((q = weft_cu.event_query(st->tail)) == CUDA_ERROR_NOT_READY && weft_wtime() < until)
+                sched_yield();
+            CUcontext popped;
+            weft_cu.ctx_pop(&popped);
+        }
+        if (q == CUDA_ERROR_NOT_READY) {
+            mine.status = WEFT_ERR_TIMEOUT;
+            snprintf(why, sizeof(why), "the GPU work that used the window is still running after %.0f s", limit);
+        }
     }
     if ((rc = window_agree(comm, &mine, all, fn, why))) return rc;
     for (int p = 0; p < comm->size; p++)
         if (all[p].index != mine.index)
             return weft_error(WEFT_ERR_ARG, "%s: comm %s: rank %d deregisters window %d, this rank window %d", fn,
                               comm->name, p, (int)all[p].index, (int)mine.index);
-    /* The calls that read the window are done on this rank (their last barrier: the peers' reads too). */
     if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
-        if (st->tail) weft_cu.event_synchronize(st->tail);
         for (int p = 0; p < st->n; p++)
             if (w->mapped[p]) weft_cu.ipc_close_mem_handle(w->mapped[p]);
         CUcontext popped;

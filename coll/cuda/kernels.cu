@@ -567,7 +567,10 @@ template <class N> __device__ __forceinline__ void reduce_dispatch(const weft_ck
 /* ------------------------------------------------------------------ */
 extern "C" __global__ void weft_ck_stage(weft_ck_stage_args_t a)
 {
-    unsigned long long parity = (*a.ctl.counter + 1) & 1;
+    const unsigned long long c = *a.ctl.counter;
+    if (c & WEFT_CK_POISON) /* an earlier barrier was aborted: its slot may still be read by a late peer */
+        return;
+    unsigned long long parity = (c + 1) & 1;
     char *dst = a.scratch + WEFT_CK_HDR + (size_t)parity * a.slot_bytes + a.off;
     copy_any(dst, static_cast<const char *>(a.in), a.bytes, grid_tid(), grid_threads());
 }
@@ -581,15 +584,17 @@ namespace {
 __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
 {
     __shared__ unsigned long long seq_s;
-    __shared__ int aborted_s;
+    __shared__ int aborted_s, poisoned_s;
     const int p = threadIdx.x;
     if (p == 0) {
         const unsigned long long c = *a.ctl.counter;
         seq_s = c + 1;
-        aborted_s = (c & WEFT_CK_POISON) != 0; /* an earlier barrier was aborted or found a mismatch */
+        aborted_s = 0;
+        poisoned_s = (c & WEFT_CK_POISON) != 0; /* an earlier barrier was aborted or found a mismatch */
     }
     __syncthreads(); /* the counter is read before thread 0 may write it below */
-    if (aborted_s)
+    /* poisoned_s, unlike aborted_s, is not written again: every thread takes the same branch */
+    if (poisoned_s)
         return 0; /* poisoned: no flag is touched, the counter stays */
     const unsigned long long seq = seq_s;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR;
@@ -684,11 +689,12 @@ __device__ __forceinline__ void copy_desc(const weft_ck_copy_args_t &a, int y, s
  * writes of every thread of the block. */
 __device__ __forceinline__ void stage_block(const weft_ck_fused_args_t &a)
 {
-    unsigned long long parity = (*a.bar.ctl.counter + 1) & 1;
+    const unsigned long long c = *a.bar.ctl.counter;
+    unsigned long long parity = (c + 1) & 1;
     char *slot = a.scratch + WEFT_CK_HDR + (size_t)parity * a.slot_bytes;
 #pragma unroll
     for (int j = 0; j < MAXR; j++)
-        if (j < a.nstage)
+        if (j < a.nstage && !(c & WEFT_CK_POISON)) /* poisoned: as weft_ck_stage; the barrier ends the kernel */
             copy_any(slot + a.stage[j].off, static_cast<const char *>(a.stage[j].in), a.stage[j].bytes, threadIdx.x,
                      blockDim.x);
     __threadfence_system();
