@@ -228,7 +228,27 @@ typedef struct cuda_state {
     CUevent tail;
     CUstream tail_stream;
     cuda_window_t win[MAX_WINDOWS];
+    int nwin; /* windows registered: a call looks for its input in them only when there are some */
 } cuda_state_t;
+
+/* Waits (yielding) until ev has completed or `seconds` have passed: the
+ * event's last status (CUDA_ERROR_NOT_READY: still running). The caller
+ * has made the event's context current. */
+static CUresult event_wait(CUevent ev, double seconds)
+{
+    double until = weft_wtime() + seconds;
+    CUresult q;
+    while ((q = weft_cu.event_query(ev)) == CUDA_ERROR_NOT_READY && weft_wtime() < until)
+        sched_yield();
+    return q;
+}
+
+/* Closes this rank's IPC mappings of a window's peer buffers. The caller has made the context current. */
+static void window_unmap(cuda_window_t *w, int n)
+{
+    for (int p = 0; p < n; p++)
+        if (w->mapped[p]) weft_cu.ipc_close_mem_handle(w->mapped[p]);
+}
 
 static void state_release(weft_comm_t comm, void *p)
 {
@@ -238,18 +258,15 @@ static void state_release(weft_comm_t comm, void *p)
     if (st->ctx && weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
         if (st->stream) weft_cu.stream_synchronize(st->stream);
         /* the last call on a stream of the caller's may still run: the region and the mappings stay until
-         * it ends (10 s at most, then the abort word stops its waits) */
-        double until = weft_wtime() + 10.0;
-        for (int round = 0; st->tail && round < 2; round++, until = weft_wtime() + 2.0) {
-            while (weft_cu.event_query(st->tail) == CUDA_ERROR_NOT_READY && weft_wtime() < until)
-                sched_yield();
-            if (st->words) st->words[0] = 1;
+         * it ends (10 s at most, then the abort word stops its waits, 2 s more) */
+        if (st->tail && event_wait(st->tail, 10.0) == CUDA_ERROR_NOT_READY && st->words) {
+            st->words[0] = 1;
+            event_wait(st->tail, 2.0);
         }
         for (int r = 0; r < st->n; r++)
             if (st->peer[r] && r != st->me) weft_cu.ipc_close_mem_handle(st->peer[r]);
         for (int i = 0; i < MAX_WINDOWS; i++)
-            for (int r = 0; st->win[i].st && r < st->n; r++)
-                if (st->win[i].mapped[r]) weft_cu.ipc_close_mem_handle(st->win[i].mapped[r]);
+            if (st->win[i].st) window_unmap(&st->win[i], st->n);
         if (st->region) weft_cu.mem_free(st->region);
         if (st->counter) weft_cu.mem_free(st->counter);
         if (st->words) weft_cu.mem_free_host(st->words);
@@ -333,7 +350,8 @@ static int setup(cuda_state_t *st)
             int k = 0;
             while (k < NKNOBS - 1 && all[p].knobs[k] == mine.knobs[k])
                 k++;
-            rc = weft_error(WEFT_ERR_ARG, "coll/cuda: comm %s: rank %d has %s=%d, this rank %d (every rank must set it alike)",
+            rc = weft_error(WEFT_ERR_ARG,
+                            "coll/cuda: comm %s: rank %d has %s=%d, this rank %d (every rank must set it alike)",
                             st->comm->name, p, knob_names[k], (int)all[p].knobs[k], (int)mine.knobs[k]);
         } else if (p == st->me) {
             st->peer[p] = st->region;
@@ -794,10 +812,13 @@ static int issue(cuda_op_t *op)
     int ll = a->kind == WEFT_COLL_ALLREDUCE && staged > 0 && cvars.ll > 0 &&
              staged <= (size_t)(cvars.ll < WEFT_CK_LL_MAX ? cvars.ll : WEFT_CK_LL_MAX) && es <= 8;
     /* In a window (every rank alike, checked by the first barrier): read in place. The one-launch forms
-     * stay as they are (their size is the same on every rank, so every rank skips the window alike). */
+     * stay as they are: past WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), so a
+     * capturing rank and an eager one decide alike. */
     size_t need = 0, woff = 0;
-    const char *win_in = ll || op->fusing || cvars.window <= 0 ? NULL : window_input(a, n, &need);
-    op->win = win_in && need >= (size_t)cvars.window ? window_of(st, win_in, need, &woff) : NULL;
+    const char *win_in = ll || !st->nwin || cvars.window <= 0 ? NULL : window_input(a, n, &need);
+    op->win = win_in && need >= (size_t)cvars.window && need > (size_t)cvars.fused
+                  ? window_of(st, win_in, need, &woff)
+                  : NULL;
     if (op->win) {
         if ((rc = issue_in_window(op, win_in, woff, need))) return rc;
         goto record;
@@ -930,6 +951,41 @@ static void op_start(void *arg)
     }
 }
 
+/* A barrier of this call found a peer's call unlike this rank's (windows):
+ * the communicator is broken; the error names the peer and the log shows
+ * what every rank announced. */
+static int mismatch_error(cuda_op_t *op)
+{
+    cuda_state_t *st = op->st;
+    int peer = -st->words[1] - 1;
+    /* what every rank announced, as this rank's header holds it (both parities) */
+    unsigned long long d[2 * WEFT_CK_MAX_RANKS], ctr = 0;
+    if (weft_cuda_copy(d, (const void *)(uintptr_t)(st->region + WEFT_CK_DESC), sizeof(d)) ||
+        weft_cuda_copy(&ctr, (const void *)(uintptr_t)st->counter, sizeof(ctr)))
+        memset(d, 0, sizeof(d));
+    char seen[400];
+    int at = snprintf(seen, sizeof(seen), "counter %#llx;", ctr);
+    for (int q = 0; q < 2 * st->n && at < (int)sizeof(seen); q++) {
+        unsigned long long v = d[(q / st->n) * WEFT_CK_MAX_RANKS + q % st->n];
+        at += snprintf(seen + at, sizeof(seen) - (size_t)at, " %d:%d=%s", q / st->n, q % st->n,
+                       !(v & 1) ? "slot" : "");
+        if (v & 1 && at < (int)sizeof(seen))
+            at += snprintf(seen + at, sizeof(seen) - (size_t)at, "w%llu+%llu", (v >> 1) & 0x7fff,
+                           WEFT_CK_DESC_OFF(v));
+    }
+    weft_warn("coll/cuda: comm %s: %s: the inputs the ranks announced (parity:rank=place): %s", st->comm->name,
+              op->name, seen);
+    st->broken = WEFT_ERR_ARG;
+    snprintf(st->why, sizeof(st->why),
+             "a %s did not match rank %d's: one rank's input lay in a registered window and the other's not, "
+             "or in another window, or the window was too small for the call",
+             op->name, peer);
+    return weft_error(WEFT_ERR_ARG,
+                      "%s (comm %s): rank %d's call does not match this rank's: every rank passes an input in "
+                      "the same registered window (weft_comm_window_register), or none does",
+                      op->name, st->comm->name, peer);
+}
+
 static int op_poll(weft_sched_t *s, void *arg)
 {
     cuda_op_t *op = arg;
@@ -938,35 +994,7 @@ static int op_poll(weft_sched_t *s, void *arg)
     if (st->broken) return broken_error(st);
     if (op->capturing) return 1; /* launched into the graph: each replay runs it */
     CUresult r = weft_cu.event_query(op->ev);
-    if (r == CUDA_SUCCESS && st->words[1] < 0) { /* a barrier found a peer's call unlike this rank's */
-        int peer = -st->words[1] - 1;
-        /* what every rank announced, as this rank's header holds it (both parities) */
-        unsigned long long d[2 * WEFT_CK_MAX_RANKS], ctr = 0;
-        if (weft_cuda_copy(d, (const void *)(uintptr_t)(st->region + WEFT_CK_DESC), sizeof(d)) ||
-            weft_cuda_copy(&ctr, (const void *)(uintptr_t)st->counter, sizeof(ctr)))
-            memset(d, 0, sizeof(d));
-        char seen[400];
-        int at = snprintf(seen, sizeof(seen), "counter %#llx;", ctr);
-        for (int q = 0; q < 2 * st->n && at < (int)sizeof(seen); q++) {
-            unsigned long long v = d[(q / st->n) * WEFT_CK_MAX_RANKS + q % st->n];
-            at += snprintf(seen + at, sizeof(seen) - (size_t)at, " %d:%d=%s", q / st->n, q % st->n,
-                           !(v & 1) ? "slot" : "");
-            if (v & 1 && at < (int)sizeof(seen))
-                at += snprintf(seen + at, sizeof(seen) - (size_t)at, "w%llu+%llu", (v >> 1) & 0x7fff,
-                               WEFT_CK_DESC_OFF(v));
-        }
-        weft_warn("coll/cuda: comm %s: %s: the inputs the ranks announced (parity:rank=place): %s", st->comm->name,
-                  op->name, seen);
-        st->broken = WEFT_ERR_ARG;
-        snprintf(st->why, sizeof(st->why),
-                 "a %s did not match rank %d's: one rank's input lay in a registered window and the other's not, "
-                 "or in another window, or the window was too small for the call",
-                 op->name, peer);
-        return weft_error(WEFT_ERR_ARG,
-                          "%s (comm %s): rank %d's call does not match this rank's: every rank passes an input in "
-                          "the same registered window (weft_comm_window_register), or none does",
-                          op->name, st->comm->name, peer);
-    }
+    if (r == CUDA_SUCCESS && st->words[1] < 0) return mismatch_error(op); /* a peer's call unlike this one */
     if (r == CUDA_SUCCESS) return 1;
     if (r != CUDA_ERROR_NOT_READY) return cu_fail(r, "waiting for the GPU collective");
     weft_sched_waiting(s, -1, "the GPU collective's kernels (a peer's barrier flag)");
@@ -992,11 +1020,7 @@ static void op_failed(void *arg, int rc)
     if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
         /* The kernels end within microseconds of the abort word; but work of another communicator
          * queued before them on the same stream may not: wait a bounded time, never forever. */
-        double until = weft_wtime() + 2.0;
-        CUresult q;
-        while ((q = weft_cu.event_query(op->ev)) == CUDA_ERROR_NOT_READY && weft_wtime() < until)
-            sched_yield();
-        if (q == CUDA_ERROR_NOT_READY)
+        if (event_wait(op->ev, 2.0) == CUDA_ERROR_NOT_READY)
             weft_warn("coll/cuda: comm %s: a failed %s's kernels are still queued behind other work on their "
                       "stream after 2 s; they end at the abort word when they run",
                       st->comm->name, op->name);
@@ -1228,8 +1252,7 @@ WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes
     win_exch_t all2[WEFT_CK_MAX_RANKS];
     if ((rc = window_agree(comm, &mine, all2, fn, why))) {
         if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
-            for (int p = 0; p < st->n; p++)
-                if (w.mapped[p]) weft_cu.ipc_close_mem_handle(w.mapped[p]);
+            window_unmap(&w, st->n);
             CUcontext popped;
             weft_cu.ctx_pop(&popped);
         }
@@ -1237,6 +1260,7 @@ WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes
     }
     w.st = st;
     st->win[idx] = w;
+    st->nwin++;
     *win = &st->win[idx];
     weft_debug("%s: comm %s: window %d, %zu bytes at %p", fn, comm->name, idx, bytes, buf);
     return WEFT_SUCCESS;
@@ -1261,11 +1285,10 @@ WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
         mine.index = w->index;
         /* The calls that read the window are done on this rank (their last barrier: the peers' reads too);
          * a wait bounded by the communicator's timeout (a broken communicator's kernels were stopped). */
-        double limit = comm->timeout > 0 ? comm->timeout : 60.0, until = weft_wtime() + limit;
+        double limit = comm->timeout > 0 ? comm->timeout : 60.0;
         CUresult q = CUDA_SUCCESS;
         if (st->tail && !st->broken && weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
-            while ((q = weft_cu.event_query(st->tail)) == CUDA_ERROR_NOT_READY && weft_wtime() < until)
-                sched_yield();
+            q = event_wait(st->tail, limit);
             CUcontext popped;
             weft_cu.ctx_pop(&popped);
         }
@@ -1280,12 +1303,12 @@ WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
             return weft_error(WEFT_ERR_ARG, "%s: comm %s: rank %d deregisters window %d, this rank window %d", fn,
                               comm->name, p, (int)all[p].index, (int)mine.index);
     if (weft_cu.ctx_push(st->ctx) == CUDA_SUCCESS) {
-        for (int p = 0; p < st->n; p++)
-            if (w->mapped[p]) weft_cu.ipc_close_mem_handle(w->mapped[p]);
+        window_unmap(w, st->n);
         CUcontext popped;
         weft_cu.ctx_pop(&popped);
     }
     memset(w, 0, sizeof(*w));
+    st->nwin--;
     *win = NULL;
     return WEFT_SUCCESS;
 }

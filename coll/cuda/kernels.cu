@@ -510,13 +510,19 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
     }
 }
 
-/* The offset a rank's barrier announced for its input (WEFT_CK_DESC), from
- * this rank's header (mine) at the counter's parity. */
+/* Entry [parity][p] of the input descriptors in a region's header (WEFT_CK_DESC). */
+__device__ __forceinline__ volatile unsigned long long *desc_at(const void *region, unsigned long long parity, int p)
+{
+    return reinterpret_cast<volatile unsigned long long *>(const_cast<char *>(static_cast<const char *>(region)) +
+                                                           WEFT_CK_DESC) +
+           parity * MAXR + p;
+}
+
+/* The offset a rank's barrier announced for its input, from this rank's
+ * header (mine) at the counter's parity. */
 __device__ __forceinline__ size_t desc_off(const char *mine, unsigned long long parity, int p)
 {
-    const volatile unsigned long long *d =
-        reinterpret_cast<const volatile unsigned long long *>(mine + WEFT_CK_DESC) + parity * MAXR + p;
-    return (size_t)WEFT_CK_DESC_OFF(*d);
+    return (size_t)WEFT_CK_DESC_OFF(*desc_at(mine, parity, p));
 }
 
 template <class Op> __device__ __forceinline__ void reduce_run(const weft_ck_reduce_args_t &a)
@@ -604,14 +610,12 @@ __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
     for (int j = 0; j < MAXR; j++)
         if (j == p)
             peer = a.peer_flags[j];
-    const size_t dslot = (size_t)(seq & 1) * MAXR;
+    const unsigned long long parity = seq & 1;
     if (p == a.rank && blockIdx.x == 0) /* this rank's own entry: what its reduce / copy reads for it */
-        reinterpret_cast<volatile unsigned long long *>(reinterpret_cast<char *>(a.my_flags) + WEFT_CK_DESC)[dslot + p] =
-            a.desc;
+        *desc_at(a.my_flags, parity, p) = a.desc;
     if (p < nranks && p != a.rank && blockIdx.x == 0) {
         /* the input's descriptor, then the flag: the release orders the two */
-        reinterpret_cast<volatile unsigned long long *>(reinterpret_cast<char *>(peer) + WEFT_CK_DESC)[dslot + a.rank] =
-            a.desc;
+        *desc_at(peer, parity, a.rank) = a.desc;
         /* release: this rank's earlier work (its stage of call seq, its
          * reads of call seq - 1's slots) happens before the peer sees seq */
         st_release_sys(peer + a.rank, seq);
@@ -629,8 +633,7 @@ __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
         }
         /* the peer's input descriptor (written before its flag, so seen now) against this call's */
         if (a.check && !aborted_s) {
-            const unsigned long long d = reinterpret_cast<const volatile unsigned long long *>(
-                reinterpret_cast<const char *>(a.my_flags) + WEFT_CK_DESC)[dslot + p];
+            const unsigned long long d = *desc_at(a.my_flags, parity, p);
             unsigned long long len = 0;
 #pragma unroll
             for (int j = 0; j < MAXR; j++)

@@ -61,7 +61,7 @@ typedef struct weft_ck_ctl {
 
 /* weft_ck_stage: copies `bytes` from `in` to
  * scratch + HDR + ((*counter + 1) & 1) * slot_bytes + off. Grid-stride;
- * any alignment. */
+ * any alignment. Poisoned counter: nothing. */
 typedef struct weft_ck_stage_args {
     weft_ck_ctl_t ctl;
     const void *in;
@@ -104,8 +104,8 @@ typedef struct weft_ck_barrier_args {
  * integers truncating toward zero). float16 / bfloat16 accumulate in
  * float32 and round once (to nearest even); min / max propagate NaN;
  * integers wrap. out may be any device address (element-aligned); with
-out_slot, the result goes to this rank's other slot (the parity of the
-next barrier, where its peers read it after that barrier) at offset out. */
+ * out_slot, the result goes to this rank's other slot (the parity of the
+ * next barrier, where its peers read it after that barrier) at offset out. */
 typedef struct weft_ck_reduce_args {
     weft_ck_ctl_t ctl;
     const char *scratch[WEFT_CK_MAX_RANKS]; /* each rank's region (own included), in rank order */

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import statistics
 import time
 
@@ -46,8 +47,6 @@ gloo = dist.new_group(backend="gloo")
 torch.set_num_threads(1)
 dev = torch.device("cpu")
 if args.device == "cuda":
-    import os
-
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     torch.cuda.set_device(dev)
 others = [b for b in args.against.split(",") if b]
