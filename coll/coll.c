@@ -252,8 +252,38 @@ static int check_build(weft_sched_t *s, const weft_coll_args_t *a)
 static _Thread_local struct {
     int on;
     void *stream;
-    int host; /* set by coll_finish: the call's buffers are host memory */
+    int host;  /* set by coll_finish: the call's buffers are host memory */
+    int block; /* set by coll_finish: a host-driven call on device buffers: the call waits for its end */
 } on_stream;
+
+/* The first step of a stream-ordered call that runs on the host: the
+ * stream's work before the call is done (its gate's event). */
+static int gate_poll(weft_sched_t *s, void *arg)
+{
+    int r = weft_cuda_gate_ready(arg);
+    if (r == 0) weft_sched_waiting(s, -1, "the stream's work queued before the call");
+    return r;
+}
+
+static void gate_release(void *arg)
+{
+    weft_cuda_gate_release(arg);
+}
+
+int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    const weft_coll_alg_t *cands[32];
+    int n = weft_coll_select(a, cands, 32), before = weft_sched_nops(s);
+    for (int i = 0; i < n; i++) {
+        int rc = cands[i]->build(s, a);
+        if (rc != WEFT_ERR_UNSUPPORTED) return rc;
+        if (weft_sched_nops(s) != before)
+            return weft_error(WEFT_ERR_INTERNAL, "%s: algorithm %s declined after adding steps",
+                              weft_coll_kind_name(a->kind), cands[i]->name);
+    }
+    return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no algorithm accepts this call on %s buffers (%d tried)",
+                      weft_coll_kind_name(a->kind), weft_memtype_name(a->mem), n);
+}
 
 static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
 {
@@ -278,7 +308,27 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
         weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
         rc = WEFT_UNLIKELY(weft_coll_check) ? check_build(s, a) : WEFT_SUCCESS;
+        /* Stream-ordered on device memory, run by the host: it starts when the stream's
+         * earlier work is done (its first round), and the call returns at its end. */
+        weft_cuda_gate_t *gate = NULL;
+        int gated = a->on_stream && a->mem != WEFT_MEM_HOST && !cands[i]->stream_ordered;
+        if (rc == WEFT_SUCCESS && gated) {
+            if (!(gate = weft_sched_scratch(s, sizeof(*gate))))
+                rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", weft_coll_kind_name(a->kind));
+            else if (!(rc = weft_sched_poll(s, gate_poll, gate)))
+                rc = weft_sched_end_round(s);
+        }
         if (rc == WEFT_SUCCESS) rc = cands[i]->build(s, a);
+        if (rc == WEFT_SUCCESS && gate) {
+            /* A refusal here (a graph capture) is final: every candidate would be refused alike. */
+            if ((rc = weft_cuda_gate_open(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf,
+                                          weft_coll_kind_name(a->kind)))) {
+                weft_sched_discard(s);
+                return rc;
+            }
+            weft_sched_on_end(s, gate_release, gate);
+            on_stream.block = 1;
+        }
         if (rc == WEFT_SUCCESS) {
             /* Stream-ordered on device memory: the call returns before the work is done, and
              * nobody may wait for it (no request, or one only tested): the schedule keeps the
@@ -870,17 +920,24 @@ void weft_coll_finalize(void)
  * once the work is enqueued; *req (when not NULL) is its work handle,
  * otherwise the request is released as it completes. Host buffers with no
  * request: the call waits (nothing else would tell the caller when its
- * buffers are free). */
+ * buffers are free). A call on device buffers that runs on the host
+ * (on_stream.block; pt2pt/cuda.h's gate says why): the call waits, and
+ * *req is WEFT_REQUEST_NULL. */
 #define ON_STREAM(stream_, req_, call)                                                                                 \
     do {                                                                                                               \
         weft_request_t tmp = WEFT_REQUEST_NULL;                                                                        \
         on_stream.on = 1;                                                                                              \
         on_stream.stream = (stream_);                                                                                  \
         on_stream.host = 0;                                                                                            \
+        on_stream.block = 0;                                                                                           \
         int rc_ = (call);                                                                                              \
         on_stream.on = 0;                                                                                              \
         on_stream.stream = NULL;                                                                                       \
         if (rc_) return rc_;                                                                                           \
+        if (on_stream.block) {                                                                                         \
+            if (req_) *(req_) = WEFT_REQUEST_NULL;                                                                     \
+            return weft_wait(&tmp, NULL);                                                                              \
+        }                                                                                                              \
         if (req_) {                                                                                                    \
             *(req_) = tmp;                                                                                             \
             return WEFT_SUCCESS;                                                                                       \

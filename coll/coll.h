@@ -60,8 +60,13 @@ typedef struct weft_coll_alg {
     const char *name; /* unique within its collective, e.g. "ring" */
     weft_coll_kind_t kind;
     const char *description;
-    /* Adds the algorithm to s, or declines with WEFT_ERR_UNSUPPORTED. */
+    /* Adds the algorithm to s, or declines with WEFT_ERR_UNSUPPORTED (having
+     * added nothing). */
     int (*build)(weft_sched_t *s, const weft_coll_args_t *a);
+    /* 1: a stream-ordered call's device work goes on a->stream itself
+     * (coll/cuda's kernels). 0: the schedule runs on the host, and the front
+     * end keeps the stream's order around it (pt2pt/cuda.h's gate). */
+    int stream_ordered;
 } weft_coll_alg_t;
 
 const char *weft_coll_kind_name(weft_coll_kind_t kind);
@@ -134,6 +139,11 @@ const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, si
  * every call's schedule starts with a check that all members passed the
  * same call (coll.c). */
 extern int weft_coll_check;
+
+/* Builds into s the algorithm the selection picks for a (the first
+ * candidate that does not decline): how coll/cuda's staged algorithms run
+ * the host collective on their host copies inside their own schedule. */
+int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a);
 
 /* Selection (select.c): the candidates for a call, best first, ending
  * with every other algorithm of the collective as a fallback. */

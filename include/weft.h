@@ -429,8 +429,13 @@ WEFT_API int weft_iexscan(const void *sendbuf, void *recvbuf, int64_t count, wef
  * communicator's later GPU collectives fail, naming the rank the kernels
  * waited for. With host buffers the stream is synchronised first and the
  * collective runs as weft_i* (with no request, to its end before the call
- * returns); counts, datatypes, ops and WEFT_IN_PLACE as in the blocking
- * forms. */
+ * returns). Device buffers that no GPU kernel takes (a communicator that
+ * spans nodes: its node steps in kernels, the steps between nodes on the
+ * host; an op or type the kernels lack) run on the host: the call waits
+ * for the stream's earlier work, runs the collective and returns when the
+ * result is in place (*request is set to WEFT_REQUEST_NULL); under graph
+ * capture it fails with WEFT_ERR_UNSUPPORTED. Counts, datatypes, ops and
+ * WEFT_IN_PLACE as in the blocking forms. */
 WEFT_API int weft_barrier_on_stream(weft_comm_t comm, void *stream, weft_request_t *request);
 WEFT_API int weft_bcast_on_stream(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm,
                                   void *stream, weft_request_t *request);

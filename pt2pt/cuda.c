@@ -612,6 +612,68 @@ int weft_cuda_stream_sync(void *stream, const char *what)
                : weft_error(WEFT_ERR_ARG, "%s: synchronising stream %p failed: %s", what, stream, weft_cu_text(r));
 }
 
+/* ---- gates: host-driven calls in a stream's order ------------------------------ */
+
+int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what)
+{
+    memset(g, 0, sizeof(*g));
+    if (!weft_cuda_possible())
+        return weft_error(WEFT_ERR_ARG, "%s: a stream (%p), but this process has no CUDA driver loaded", what, stream);
+    CUcontext ctx = NULL;
+    CUpointer_attribute at = CU_POINTER_ATTRIBUTE_CONTEXT;
+    void *d = &ctx;
+    if (!buf || weft_cu.pointer_get_attributes(1, &at, &d, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !ctx)
+        if (!weft_cu.ctx_get_current || weft_cu.ctx_get_current(&ctx) != CUDA_SUCCESS) ctx = NULL;
+    if (!ctx) return weft_error(WEFT_ERR_ARG, "%s: no CUDA context for the stream %p", what, stream);
+    if (!weft_cu.event_query) return weft_cuda_stream_sync(stream, what); /* no polling: the work is done now */
+    CUresult r = weft_cu.ctx_push(ctx);
+    if (r != CUDA_SUCCESS) return weft_error(WEFT_ERR_TRANSPORT, "%s: making the context current failed: %s", what,
+                                             weft_cu_text(r));
+    int rc = WEFT_SUCCESS;
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUevent ev = NULL;
+    if (weft_cu.stream_is_capturing && weft_cu.stream_is_capturing((CUstream)stream, &cap) == CUDA_SUCCESS &&
+        cap != CU_STREAM_CAPTURE_STATUS_NONE) {
+        rc = weft_error(WEFT_ERR_UNSUPPORTED,
+                        "%s: this call runs on the host (no GPU kernel takes it: its communicator spans nodes, or "
+                        "its op, type or size is not one coll/cuda's kernels take), and a CUDA graph cannot replay "
+                        "host work: call it outside the capture",
+                        what);
+    } else if ((r = weft_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+               (r = weft_cu.event_record(ev, (CUstream)stream)) != CUDA_SUCCESS) {
+        rc = weft_error(WEFT_ERR_ARG, "%s: recording an event on stream %p failed: %s", what, stream, weft_cu_text(r));
+        if (ev) weft_cu.event_destroy(ev);
+        ev = NULL;
+    } else {
+        g->ctx = ctx;
+        g->event = ev;
+    }
+    CUcontext popped;
+    weft_cu.ctx_pop(&popped);
+    return rc;
+}
+
+int weft_cuda_gate_ready(weft_cuda_gate_t *g)
+{
+    if (!g->event) return 1;
+    CUresult r = weft_cu.ctx_push((CUcontext)g->ctx);
+    if (r == CUDA_SUCCESS) {
+        r = weft_cu.event_query((CUevent)g->event);
+        CUcontext popped;
+        weft_cu.ctx_pop(&popped);
+    }
+    if (r == CUDA_SUCCESS) return 1;
+    if (r == CUDA_ERROR_NOT_READY) return 0;
+    return weft_error(WEFT_ERR_TRANSPORT, "cuda: the work queued on the stream before the call failed: %s",
+                      weft_cu_text(r));
+}
+
+void weft_cuda_gate_release(weft_cuda_gate_t *g)
+{
+    if (g->event) weft_cu.event_destroy((CUevent)g->event);
+    g->event = NULL;
+}
+
 void weft_cuda_describe(char *buf, size_t len)
 {
     const char *how = mode == MODE_OFF ? "off (WEFT_CUDA=off)"
@@ -697,6 +759,24 @@ int weft_cuda_stream_sync(void *stream, const char *what)
     return stream ? weft_error(WEFT_ERR_UNSUPPORTED, "%s: a stream (%p), but this weft was built without CUDA", what,
                                stream)
                   : WEFT_SUCCESS;
+}
+
+int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what)
+{
+    (void)buf;
+    memset(g, 0, sizeof(*g));
+    return weft_error(WEFT_ERR_UNSUPPORTED, "%s: a stream (%p), but this weft was built without CUDA", what, stream);
+}
+
+int weft_cuda_gate_ready(weft_cuda_gate_t *g)
+{
+    (void)g;
+    return 1;
+}
+
+void weft_cuda_gate_release(weft_cuda_gate_t *g)
+{
+    (void)g;
 }
 
 void weft_cuda_describe(char *buf, size_t len)

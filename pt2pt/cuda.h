@@ -56,6 +56,25 @@ void weft_cuda_stage_free(weft_cuda_stage_t *st);
  * for). */
 int weft_cuda_stream_sync(void *stream, const char *what);
 
+/* A stream-ordered call whose algorithm runs on the host (coll.c: device
+ * buffers on a communicator that spans nodes, or that no GPU kernel takes):
+ * the gate, opened once its schedule is built, records an event on the
+ * stream; the schedule's first step polls it (the stream's work before the
+ * call is done), and the call returns when the schedule ended, so the
+ * stream's later work follows it. (A stream made to wait on host memory
+ * would return at once, but then whoever blocks on the stream without
+ * calling weft, as torch.cuda.synchronize() does, would wait forever: weft
+ * has no progress thread to drive the schedule meanwhile.) A stream being
+ * captured into a CUDA graph is refused: nothing on the host is replayed. */
+typedef struct weft_cuda_gate {
+    void *ctx, *event;
+} weft_cuda_gate_t;
+int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what);
+/* 1 when the stream's work before the call is done, 0 not yet, or an error. */
+int weft_cuda_gate_ready(weft_cuda_gate_t *g);
+/* Frees the gate's event (a gate never opened: nothing to do). */
+void weft_cuda_gate_release(weft_cuda_gate_t *g);
+
 /* "host cuda(ucx: cuda_copy, cuda_ipc)" and the like, for weft_info. */
 void weft_cuda_describe(char *buf, size_t len);
 

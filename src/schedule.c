@@ -57,6 +57,8 @@ struct weft_sched {
     int device;           /* its buffers may be device memory (weft_sched_device) */
     double deadline;      /* its own (weft_sched_deadline), absolute; 0: none */
     double timeout;       /* the seconds that deadline was set from */
+    void (*on_end)(void *); /* weft_sched_on_end: runs once when the schedule is freed */
+    void *on_end_arg;
     /* A child step failed with no cause this rank knows yet (see
      * child_failed): the schedule waits for the revoke or the loss behind
      * it, at most SCHED_CAUSE_WAIT_S, before failing with the child's error. */
@@ -109,6 +111,8 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->watch = NULL;
     s->child_err = 0;
     s->deadline = 0;
+    s->device = 0; /* a cached schedule's last user may have set it */
+    s->on_end = NULL;
     return s;
 }
 
@@ -153,6 +157,17 @@ int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes)
     op->src = src;
     op->bytes = bytes;
     return WEFT_SUCCESS;
+}
+
+void weft_sched_on_end(weft_sched_t *s, void (*fn)(void *), void *arg)
+{
+    s->on_end = fn;
+    s->on_end_arg = arg;
+}
+
+int weft_sched_nops(const weft_sched_t *s)
+{
+    return s->nops;
 }
 
 void weft_sched_device(weft_sched_t *s)
@@ -309,6 +324,11 @@ static void sched_destroy(weft_sched_t *s)
 /* Returns s to the cache (or frees it): its arrays stay allocated. */
 static void sched_free(weft_sched_t *s)
 {
+    if (s->on_end) {
+        void (*fn)(void *) = s->on_end;
+        s->on_end = NULL;
+        fn(s->on_end_arg);
+    }
     if (sched_cached >= SCHED_CACHE_MAX) {
         sched_destroy(s);
         return;

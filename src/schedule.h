@@ -25,6 +25,12 @@ int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes);
  * as user messages are (UCX's CUDA transports or the staged path) and its
  * copies go through the CUDA driver. Reductions stay host-only. */
 void weft_sched_device(weft_sched_t *s);
+/* fn(arg) runs once when the schedule is freed, however it ends (done,
+ * failed, timed out, canceled, never started): coll.c's release of a
+ * stream that waits for a host-driven collective. */
+void weft_sched_on_end(weft_sched_t *s, void (*fn)(void *), void *arg);
+/* The steps added so far (a build that declines must have added none). */
+int weft_sched_nops(const weft_sched_t *s);
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg);
 /* A polling local step: waits on memory (flags in a shared segment), not
  * on messages. fn returns 1 when done, 0 for "not yet" (the round stays

@@ -36,6 +36,7 @@ static struct {
     CUresult (*graph_launch)(void *, void *);
     CUresult (*graph_exec_destroy)(void *);
     CUresult (*graph_destroy)(void *);
+    CUresult (*memset_d32_async)(CUdeviceptr, unsigned, size_t, void *);
 } cu;
 
 static const char *load(void)
@@ -67,6 +68,7 @@ static const char *load(void)
         {"cuGraphLaunch", (void **)&cu.graph_launch},
         {"cuGraphExecDestroy", (void **)&cu.graph_exec_destroy},
         {"cuGraphDestroy", (void **)&cu.graph_destroy},
+        {"cuMemsetD32Async", (void **)&cu.memset_d32_async},
     };
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
         if (!(*syms[i].fn = dlsym(h, syms[i].name))) return "libcuda.so.1 lacks a driver entry point";
@@ -151,6 +153,11 @@ void *gpu_stream(void)
 {
     void *s = NULL;
     return cu.stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */) ? NULL : s;
+}
+
+int gpu_memset32_async(void *dev, unsigned v, size_t n, void *stream)
+{
+    return n && cu.memset_d32_async((CUdeviceptr)(uintptr_t)dev, v, n, stream) ? -1 : 0;
 }
 
 int gpu_stream_sync(void *stream)

@@ -34,6 +34,8 @@ int gpu_memset(void *dev, unsigned char v, size_t bytes);
 /* Streams and CUDA graphs (stream capture, relaxed mode): NULL / -1 on failure. */
 void *gpu_stream(void);
 int gpu_stream_sync(void *stream);
+/* n 32-bit words of value v, queued on stream (not waited for). */
+int gpu_memset32_async(void *dev, unsigned v, size_t n, void *stream);
 void gpu_stream_free(void *stream);
 int gpu_capture_begin(void *stream);
 void *gpu_capture_end(void *stream); /* the instantiated graph */

@@ -751,6 +751,207 @@ Test(cuda_coll, hier_allgather_two_simulated_nodes, .timeout = 600)
     run(4, body_hier_allgather, "WEFT_RANKS_PER_NODE=2");
 }
 
+/* Collectives on device buffers across (simulated) nodes, where coll/cuda's
+ * kernels cannot reach every rank: allreduce through coll/hier (node steps
+ * in the kernels, the rail's step through host copies) or staged whole;
+ * bcast, reduce, reduce_scatter(_block), alltoall, allgather and barrier
+ * staged (coll/cuda's staged algorithms: host copies around the host
+ * algorithm). Each against the same call on host buffers, blocking and on a
+ * stream: a stream-ordered call starts after the stream's earlier work
+ * (its input is written by a memset queued behind 256 MiB of memsets) and
+ * has its result in place when it returns; under graph capture it is
+ * refused with WEFT_ERR_UNSUPPORTED. */
+enum { K_ALLREDUCE, K_REDUCE, K_RSB };
+static const char *const k_name[] = {"allreduce", "reduce", "reduce_scatter_block"};
+
+static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, weft_op_t op, size_t n)
+{
+    int size;
+    weft_comm_size(w, &size);
+    size_t es = esize(t), total = kind == K_RSB ? n * (size_t)size : n;
+    size_t obytes = (kind == K_RSB ? n : total) * es;
+    unsigned char *in = malloc(total * es), *ref = calloc(1, obytes);
+    for (size_t i = 0; i < total; i++)
+        put(in, t, i, value(rank, i, op, is_unsigned(t)));
+    int root = size - 1, rc = 0;
+    void *din = dev_copy(in, total * es), *dout = gpu_alloc(obytes);
+    gpu_memset(dout, 0xAB, obytes);
+    char what[112];
+    snprintf(what, sizeof(what), "%s %s op %d x %zu on %d ranks", k_name[kind], weft_dtype_name(t),
+             (int)op, n, size);
+    if (kind == K_ALLREDUCE) {
+        TH_OK(weft_allreduce(in, ref, (int64_t)n, t, op, w));
+        rc = weft_allreduce(din, dout, (int64_t)n, t, op, w);
+    } else if (kind == K_REDUCE) {
+        TH_OK(weft_reduce(in, ref, (int64_t)n, t, op, root, w));
+        rc = weft_reduce(din, dout, (int64_t)n, t, op, root, w);
+    } else {
+        TH_OK(weft_reduce_scatter_block(in, ref, (int64_t)n, t, op, w));
+        rc = weft_reduce_scatter_block(din, dout, (int64_t)n, t, op, w);
+    }
+    TH_CHECK(rc == 0, "%s: %s", what, weft_last_error());
+    if (kind != K_REDUCE || rank == root) {
+        unsigned char *got = host_of(dout, obytes);
+        TH_CHECK(!memcmp(got, ref, obytes), "%s: differs from the host call", what);
+        free(got);
+    }
+    if (kind == K_ALLREDUCE) { /* in place */
+        rc = weft_allreduce(WEFT_IN_PLACE, din, (int64_t)n, t, op, w);
+        TH_CHECK(rc == 0, "%s in place: %s", what, weft_last_error());
+        unsigned char *got = host_of(din, obytes);
+        TH_CHECK(!memcmp(got, ref, obytes), "%s in place: differs from the host call", what);
+        free(got);
+    }
+    gpu_free(din);
+    gpu_free(dout);
+    free(in);
+    free(ref);
+}
+
+static int body_across_nodes(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    /* allreduce: small (staged), large and even (hier_rail: kernels on the node), large and odd (staged) */
+    static const size_t ar_counts[] = {1, 1001, 40000, 40001};
+    static const weft_dtype_t ar_types[] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_INT32};
+    static const weft_op_t ar_ops[] = {WEFT_SUM, WEFT_MAX, WEFT_AVG};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t oi = 0; oi < 3; oi++)
+            for (size_t ci = 0; ci < 4; ci++)
+                if (!(ar_ops[oi] == WEFT_AVG && ar_types[ti] == WEFT_INT32))
+                    across_reduction(w, rank, K_ALLREDUCE, ar_types[ti], ar_ops[oi], ar_counts[ci]);
+    for (size_t ci = 0; ci < 3; ci++) {
+        across_reduction(w, rank, K_REDUCE, WEFT_FLOAT32, WEFT_SUM, ar_counts[ci]);
+        across_reduction(w, rank, K_RSB, WEFT_BFLOAT16, WEFT_SUM, ar_counts[ci]);
+    }
+    /* reduce_scatter with uneven blocks (rank r gets r + 1 elements), bcast, alltoall, allgather */
+    {
+        int64_t rcounts[8];
+        size_t total = 0;
+        for (int r = 0; r < size; r++)
+            total += (size_t)(rcounts[r] = r + 1);
+        float *in = malloc(total * 4), *ref = malloc(4 * 8);
+        for (size_t i = 0; i < total; i++)
+            in[i] = (float)value(rank, i, WEFT_SUM, 0);
+        TH_OK(weft_reduce_scatter(in, ref, rcounts, WEFT_FLOAT32, WEFT_SUM, w));
+        void *din = dev_copy(in, total * 4), *dout = gpu_alloc(4 * 8);
+        int rc = weft_reduce_scatter(din, dout, rcounts, WEFT_FLOAT32, WEFT_SUM, w);
+        TH_CHECK(rc == 0, "reduce_scatter (uneven): %s", weft_last_error());
+        float *got = host_of(dout, (size_t)rcounts[rank] * 4);
+        TH_CHECK(!memcmp(got, ref, (size_t)rcounts[rank] * 4), "reduce_scatter (uneven): differs from the host call");
+        free(got);
+        gpu_free(din);
+        gpu_free(dout);
+        free(in);
+        free(ref);
+    }
+    static const size_t blk[] = {1, 999, 70000};
+    for (size_t ci = 0; ci < 3; ci++) {
+        size_t n = blk[ci], all = n * (size_t)size;
+        int32_t *in = malloc(all * 4), *ref = malloc(all * 4);
+        for (size_t i = 0; i < all; i++)
+            in[i] = (int32_t)(rank * 100000 + (int)i);
+        /* bcast from the last rank */
+        memcpy(ref, in, n * 4);
+        TH_OK(weft_bcast(ref, (int64_t)n, WEFT_INT32, size - 1, w));
+        void *d = dev_copy(in, n * 4);
+        int rc = weft_bcast(d, (int64_t)n, WEFT_INT32, size - 1, w);
+        TH_CHECK(rc == 0, "bcast x %zu: %s", n, weft_last_error());
+        int32_t *got = host_of(d, n * 4);
+        TH_CHECK(!memcmp(got, ref, n * 4), "bcast x %zu: differs from the host call", n);
+        free(got);
+        gpu_free(d);
+        /* alltoall, then in place */
+        TH_OK(weft_alltoall(in, ref, (int64_t)n, WEFT_INT32, w));
+        void *din = dev_copy(in, all * 4), *dout = gpu_alloc(all * 4);
+        rc = weft_alltoall(din, dout, (int64_t)n, WEFT_INT32, w);
+        TH_CHECK(rc == 0, "alltoall x %zu: %s", n, weft_last_error());
+        got = host_of(dout, all * 4);
+        TH_CHECK(!memcmp(got, ref, all * 4), "alltoall x %zu: differs from the host call", n);
+        free(got);
+        rc = weft_alltoall(WEFT_IN_PLACE, din, (int64_t)n, WEFT_INT32, w);
+        TH_CHECK(rc == 0, "alltoall in place x %zu: %s", n, weft_last_error());
+        got = host_of(din, all * 4);
+        TH_CHECK(!memcmp(got, ref, all * 4), "alltoall in place x %zu: differs from the host call", n);
+        free(got);
+        /* allgather */
+        TH_OK(weft_allgather(in, ref, (int64_t)n, WEFT_INT32, w));
+        rc = weft_allgather(din, dout, (int64_t)n, WEFT_INT32, w);
+        TH_CHECK(rc == 0, "allgather x %zu: %s", n, weft_last_error());
+        got = host_of(dout, all * 4);
+        TH_CHECK(!memcmp(got, ref, all * 4), "allgather x %zu: differs from the host call", n);
+        free(got);
+        gpu_free(din);
+        gpu_free(dout);
+        free(in);
+        free(ref);
+    }
+    /* on a stream: the input written by a memset queued behind 256 MiB of memsets */
+    void *st = gpu_stream(), *big = gpu_alloc((size_t)256 << 20);
+    TH_CHECK(st && big, "a stream and 256 MiB");
+    static const size_t sn[] = {1000, 65536};
+    for (size_t ci = 0; ci < 2; ci++) {
+        size_t n = sn[ci];
+        int32_t *din = gpu_alloc(n * 4), *dout = gpu_alloc(n * 4 * (size_t)size);
+        for (int k = 0; k < 6; k++) {
+            gpu_memset(din, 0xEE, n * 4);
+            gpu_memset(dout, 0xAB, n * 4 * (size_t)size);
+            for (int j = 0; j < 8; j++)
+                TH_CHECK(!gpu_memset32_async(big, (unsigned)j, (size_t)64 << 20, st), "memset on the stream");
+            TH_CHECK(!gpu_memset32_async(din, (unsigned)(rank + 1 + k), n, st), "memset on the stream");
+            weft_request_t req = WEFT_REQUEST_NULL;
+            int rc = k == 0   ? weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st, NULL)
+                     : k == 1 ? weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st, &req)
+                     : k == 2 ? weft_reduce_scatter_block_on_stream(din, dout, (int64_t)n / size, WEFT_INT32, WEFT_SUM,
+                                                                    w, st, NULL)
+                     : k == 3 ? weft_allgather_on_stream(din, dout, (int64_t)n, WEFT_INT32, w, st, NULL)
+                     : k == 4 ? weft_bcast_on_stream(din, (int64_t)n, WEFT_INT32, 0, w, st, NULL)
+                              : weft_barrier_on_stream(w, st, NULL);
+            TH_CHECK(rc == 0, "on a stream, call %d x %zu: %s", k, n, weft_last_error());
+            TH_OK(weft_wait(&req, NULL));
+            TH_CHECK(!gpu_stream_sync(st), "stream sync");
+            int32_t *got = k >= 4 ? host_of(din, n * 4) : host_of(dout, n * 4 * (size_t)size);
+            int32_t sum = 0;
+            for (int r = 0; r < size; r++)
+                sum += r + 1 + k;
+            size_t bad = 0, m = k == 2 ? n / (size_t)size : k == 3 ? n * (size_t)size : n;
+            for (size_t i = 0; i < m && !bad; i++) {
+                int32_t want = k <= 2 ? sum : k == 3 ? (int32_t)(i / n) + 1 + k : k == 4 ? 1 + k : rank + 1 + k;
+                if (got[i] != want) bad = i + 1;
+            }
+            TH_CHECK(!bad, "on a stream, call %d x %zu: element %zu is %d (0x%x)", k, n, bad - 1,
+                     bad ? got[bad - 1] : 0, bad ? (unsigned)got[bad - 1] : 0u);
+            free(got);
+        }
+        gpu_free(din);
+        gpu_free(dout);
+    }
+    /* a graph capture of a call that runs on the host is refused, nothing hangs */
+    void *d = gpu_alloc(64);
+    TH_CHECK(!gpu_capture_begin(st), "capture begins");
+    int rc = weft_allreduce_on_stream(d, d, 16, WEFT_FLOAT32, WEFT_SUM, w, st, NULL);
+    void *exec = gpu_capture_end(st);
+    TH_CHECK(rc == WEFT_ERR_UNSUPPORTED, "a captured host-driven allreduce: %d (%s)", rc, weft_last_error());
+    if (exec) gpu_graph_free(exec);
+    TH_OK(weft_barrier(w));
+    gpu_free(d);
+    gpu_free(big);
+    gpu_stream_free(st);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, across_two_simulated_nodes_of_2, .timeout = 600)
+{
+    run(4, body_across_nodes, "WEFT_RANKS_PER_NODE=2");
+}
+
+Test(cuda_coll, across_two_simulated_nodes_of_1, .timeout = 600)
+{
+    run(2, body_across_nodes, "WEFT_RANKS_PER_NODE=1");
+}
+
 /* Mismatched counts (one chunk on rank 0, three on rank 1) under
  * WEFT_COLL_CHECK=1: every rank fails with the mismatch named, none hangs
  * (the rank whose kernels wait at a second barrier is stopped through the

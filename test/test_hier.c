@@ -506,7 +506,7 @@ static int body_tune(int rank, int size, void *arg)
     (void)rank;
     (void)arg;
     TH_OK(weft_init(NULL, NULL));
-    char table[16384];
+    static char table[65536];
     TH_OK(weft_coll_table(table, sizeof(table)));
     TH_CHECK(strstr(table, "allreduce:64k-inf:nodes=multi:mem=host:hier_rail") &&
                  strstr(table, "allgather:4k-32k:nodes=multi:mem=host:hier"),

@@ -1352,7 +1352,7 @@ static void state_release(weft_comm_t comm, void *p)
     {                                                                                                                  \
         return build(s, a, #fn_ " cuda");                                                                              \
     }                                                                                                                  \
-    const weft_coll_alg_t weft_alg_##fn_##_cuda = {"cuda", kind_, desc_, build_##fn_};
+    const weft_coll_alg_t weft_alg_##fn_##_cuda = {"cuda", kind_, desc_, build_##fn_, 1};
 
 CUDA_ALG(WEFT_COLL_BARRIER, barrier, "a barrier kernel: release/acquire flags at system scope over CUDA IPC")
 CUDA_ALG(WEFT_COLL_ALLREDUCE, allreduce,
@@ -1366,9 +1366,18 @@ CUDA_ALG(WEFT_COLL_BCAST, bcast, "the root stages, the others copy from its slot
 CUDA_ALG(WEFT_COLL_ALLGATHER, allgather, "every rank stages its block, then copies every peer's into the output")
 CUDA_ALG(WEFT_COLL_ALLTOALL, alltoall, "every rank stages its blocks, then copies its block of every peer's slot")
 
+/* staged.c: the same collectives (and reduce_scatter) through host copies, where no kernel takes a call. */
+extern const weft_coll_alg_t weft_alg_barrier_staged, weft_alg_bcast_staged, weft_alg_reduce_staged,
+    weft_alg_allreduce_staged, weft_alg_allgather_staged, weft_alg_reduce_scatter_staged,
+    weft_alg_reduce_scatter_block_staged, weft_alg_alltoall_staged;
+
 static const weft_coll_alg_t *const algorithms[] = {
-    &weft_alg_barrier_cuda, &weft_alg_allreduce_cuda, &weft_alg_reduce_cuda,   &weft_alg_reduce_scatter_block_cuda,
-    &weft_alg_bcast_cuda,   &weft_alg_allgather_cuda, &weft_alg_alltoall_cuda, NULL,
+    &weft_alg_barrier_cuda,        &weft_alg_allreduce_cuda,        &weft_alg_reduce_cuda,
+    &weft_alg_reduce_scatter_block_cuda, &weft_alg_bcast_cuda,     &weft_alg_allgather_cuda,
+    &weft_alg_alltoall_cuda,       &weft_alg_barrier_staged,        &weft_alg_bcast_staged,
+    &weft_alg_reduce_staged,       &weft_alg_allreduce_staged,      &weft_alg_allgather_staged,
+    &weft_alg_reduce_scatter_staged, &weft_alg_reduce_scatter_block_staged, &weft_alg_alltoall_staged,
+    NULL,
 };
 
 static const int max_ranks = 8, hdr = WEFT_CK_HDR, pipe_depth = PIPE_DEPTH;
@@ -1398,7 +1407,8 @@ static const weft_coll_param_t params[] = {
 const weft_coll_component_t weft_coll_cuda = {
     .id = WEFT_COLL_COMP_CUDA,
     .name = "cuda",
-    .description = "collectives on device buffers among one node's ranks: kernels over CUDA IPC-mapped scratch",
+    .description = "collectives on device buffers: kernels over CUDA IPC-mapped scratch among one node's ranks; "
+                   "through host copies (staged) elsewhere",
     .memtypes = WEFT_MEM_BIT(WEFT_MEM_CUDA),
     .algorithms = algorithms,
     .vars = vars,

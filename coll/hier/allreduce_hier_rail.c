@@ -3,7 +3,9 @@
  * local index i on every node) on block i, allgather inside each node.
  * Every rank moves 1/L of the data across nodes, and the L rails run at
  * once. Needs the same number of ranks L on every node (declines
- * otherwise). */
+ * otherwise). Device buffers: the node steps run in coll/cuda's kernels
+ * (equal blocks: the count a multiple of L), the rail's allreduce through
+ * host copies (coll/cuda's staged algorithm on the rail). */
 #include "coll/hier/hier.h"
 
 #include <string.h>
@@ -14,6 +16,14 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     int rc = weft_hier_shape(a, 1, "allreduce hier_rail", &t);
     if (rc) return rc;
     int L = t->node_size[t->my_node], me = t->my_local;
+    /* Device buffers: the node steps in coll/cuda's kernels, which take equal
+     * blocks (reduce_scatter_block, allgather); the rail step staged. */
+    int device = a->mem != WEFT_MEM_HOST;
+    if (device && a->count % (size_t)L)
+        return weft_coll_decline("allreduce hier_rail: device buffers of %zu elements, not a multiple of %d ranks "
+                                 "per node",
+                                 a->count, L);
+    if (device) weft_sched_device(s); /* the in-place form's copy */
     weft_op_t op = weft_hier_sub_op(a->op);
     int64_t *counts = weft_sched_scratch(s, sizeof(int64_t) * 2 * (size_t)L), *displs = counts + L;
     if (!counts) return weft_error(WEFT_ERR_NO_MEMORY, "allreduce hier_rail: out of memory");
@@ -36,6 +46,10 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
                            .dtype = a->dtype,
                            .op = op,
                            .rcounts = counts};
+    if (device) {
+        c.kind = WEFT_COLL_REDUCE_SCATTER_BLOCK;
+        c.count = (size_t)counts[me];
+    }
     if ((rc = weft_hier_child(s, &c)) || (inplace && (rc = weft_sched_copy(s, mine, a->recvbuf, mybytes))) ||
         (rc = weft_sched_end_round(s)))
         return rc;
@@ -60,6 +74,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
                             .dtype = a->dtype,
                             .rcounts = counts,
                             .displs = displs};
+    if (device) c.kind = WEFT_COLL_ALLGATHER;
     return weft_hier_child(s, &c);
 }
 

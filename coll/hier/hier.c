@@ -35,7 +35,7 @@ const weft_coll_component_t weft_coll_hier = {
     .id = WEFT_COLL_COMP_HIER,
     .name = "hier",
     .description = "several nodes: steps on the node, leader and rail sub-communicators (each runs its own selection)",
-    .memtypes = WEFT_MEM_BIT(WEFT_MEM_HOST) | WEFT_MEM_BIT(WEFT_MEM_CUDA), /* cuda: allgather alone */
+    .memtypes = WEFT_MEM_BIT(WEFT_MEM_HOST) | WEFT_MEM_BIT(WEFT_MEM_CUDA), /* cuda: allgather, allreduce, barrier */
     .algorithms = algorithms,
     .comm_release = hier_release,
 };
@@ -43,10 +43,17 @@ const weft_coll_component_t weft_coll_hier = {
 int weft_hier_shape(const weft_coll_args_t *a, int need_equal, const char *alg, const weft_comm_topo_t **out)
 {
     weft_comm_t c = a->comm;
-    /* Device buffers: only the allgather moves them (its messages and copies
-     * are device-aware schedules); the others reduce on the host. */
-    if (a->mem != WEFT_MEM_HOST && a->kind != WEFT_COLL_ALLGATHER)
-        return weft_coll_decline("%s: device buffers (coll/hier takes them in allgather only)", alg);
+    /* Device buffers: the allgather moves them itself (device-aware messages
+     * and copies); allreduce's and barrier's steps are children, each of which
+     * selects for its own communicator (the node's: coll/cuda's kernels; the
+     * leaders' or a rail's: coll/cuda's staged algorithms). The others go to
+     * coll/cuda's staged algorithms on the whole communicator. */
+    if (a->mem != WEFT_MEM_HOST && a->kind != WEFT_COLL_ALLGATHER && a->kind != WEFT_COLL_ALLREDUCE &&
+        a->kind != WEFT_COLL_BARRIER)
+        return weft_coll_decline("%s: device buffers (coll/hier takes them in allgather, allreduce, barrier)", alg);
+    /* The division of an average runs on the host. */
+    if (a->mem != WEFT_MEM_HOST && a->kind == WEFT_COLL_ALLREDUCE && a->op == WEFT_AVG)
+        return weft_coll_decline("%s: an average on device buffers (coll/cuda's staged algorithm takes it)", alg);
     if (c->sub_ctx[WEFT_SUB_NODE] == WEFT_SUB_NONE)
         return weft_coll_decline("%s: comm %s is itself derived", alg, c->name);
     if (c->nnodes <= 1) return weft_coll_decline("%s: comm %s is on one node", alg, c->name);
@@ -112,6 +119,9 @@ static int child_post(weft_sched_t *s, void *arg, weft_request_t *req)
     case WEFT_COLL_ALLREDUCE: return weft_iallreduce(c->sendbuf, c->recvbuf, n, c->dtype, c->op, sub, req);
     case WEFT_COLL_REDUCE_SCATTER:
         return weft_ireduce_scatter(c->sendbuf, c->recvbuf, c->rcounts, c->dtype, c->op, sub, req);
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK:
+        return weft_ireduce_scatter_block(c->sendbuf, c->recvbuf, n, c->dtype, c->op, sub, req);
+    case WEFT_COLL_ALLGATHER: return weft_iallgather(c->sendbuf, c->recvbuf, n, c->dtype, sub, req);
     case WEFT_COLL_ALLGATHERV:
         return weft_iallgatherv(c->sendbuf, n, c->recvbuf, c->rcounts, c->displs, c->dtype, sub, req);
     default: return weft_error(WEFT_ERR_INTERNAL, "hier: no child step for %s", weft_coll_kind_name(c->kind));

@@ -106,8 +106,11 @@ CUDA tensors
     it (``torch.cuda.synchronize()``), for good. A failure found after the
     call returned is raised by ``wait()`` (``is_completed()`` then says
     True and ``exception()`` holds it) and by the group's next CUDA
-    collective. A group that spans nodes has a GPU path for all_gather only
-    (coll/hier); the others raise weft's error.
+    collective. On a group that spans nodes all_gather runs coll/hier's GPU
+    path and all_reduce coll/hier's with its node steps in GPU kernels; the
+    others (and what the kernels lack) run on the host through copies, and
+    such a call returns when it is done (no async overlap: weft has no
+    progress thread).
 
 Reductions
     SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR map to weft's ops (weft

@@ -1,0 +1,96 @@
+/* coll/cuda's staged algorithms: a collective on device buffers that no GPU
+ * kernel takes (a communicator spanning nodes with one rank per node, such
+ * as the leader and rail communicators of the hierarchical algorithms; more
+ * ranks than coll/cuda's kernels take; an op or type they lack) runs on the
+ * host. Its schedule copies the device input into host memory (a round of
+ * its own, so nothing is sent before the copy is done), runs in the same
+ * schedule the host algorithm the selection picks for host buffers of the
+ * same call, then copies the result back. Cost beside the host collective:
+ * one copy of the input and one of the output over the GPU's host link
+ * (pageable memory, through the driver), and host memory for both.
+ * Stream-ordered calls keep the stream's order through the front end's
+ * gate (coll.c). */
+#include "coll/coll.h"
+#include "pt2pt/cuda.h"
+
+static int build(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    const char *name = weft_coll_kind_name(a->kind);
+    if (a->mem == WEFT_MEM_HOST) return weft_coll_decline("%s staged: host buffers", name);
+    weft_comm_t comm = a->comm;
+    int n = comm->size, me = comm->rank, root = a->root == me;
+    size_t block = a->count * a->esize, in = 0, out = 0;
+    const char *src = a->sendbuf;
+    switch (a->kind) {
+    case WEFT_COLL_BARRIER: break;
+    case WEFT_COLL_BCAST:
+        src = a->recvbuf;
+        in = root ? block : 0;
+        out = root ? 0 : block;
+        break;
+    case WEFT_COLL_REDUCE:
+        in = block;
+        out = root ? block : 0;
+        break;
+    case WEFT_COLL_ALLREDUCE: in = out = block; break;
+    case WEFT_COLL_ALLGATHER:
+        in = block;
+        out = block * (size_t)n;
+        break;
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK:
+    case WEFT_COLL_REDUCE_SCATTER:
+        in = a->bytes; /* the whole vector */
+        out = block;
+        break;
+    case WEFT_COLL_ALLTOALL:
+        if (src == WEFT_IN_PLACE) src = a->recvbuf;
+        in = out = block * (size_t)n;
+        break;
+    default: return weft_coll_decline("%s staged: not staged (coll/cuda stages the collectives it has kernels for)", name);
+    }
+    /* Host copies: one buffer where input and output are the same data (bcast). */
+    char *hin = NULL, *hout = NULL;
+    if (a->kind == WEFT_COLL_BCAST) {
+        hin = hout = block ? weft_sched_scratch(s, block) : NULL;
+    } else {
+        hin = in ? weft_sched_scratch(s, in) : NULL;
+        hout = out ? weft_sched_scratch(s, out) : NULL;
+    }
+    if ((in && !hin) || (out && !hout))
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s staged: out of memory for %zu + %zu bytes of host copies", name, in,
+                          out);
+    weft_sched_device(s); /* its copies go through the driver */
+    int rc;
+    if (in && (rc = weft_sched_copy(s, hin, src, in))) return rc;
+    if ((rc = weft_sched_end_round(s))) return rc;
+    weft_coll_args_t h = *a;
+    h.mem = WEFT_MEM_HOST;
+    h.on_stream = 0;
+    h.stream = NULL;
+    h.recvbufs = NULL;
+    h.sendbuf = hin;
+    h.recvbuf = hout;
+    if ((rc = weft_coll_build_selected(s, &h)) || (rc = weft_sched_end_round(s))) return rc;
+    if (a->kind == WEFT_COLL_ALLGATHER) {
+        for (int r = 0; r < n && !rc; r++)
+            rc = weft_sched_copy(s, weft_coll_rblock(a, r), hout + (size_t)r * block, block);
+        return rc;
+    }
+    return out ? weft_sched_copy(s, a->recvbuf, hout, out) : WEFT_SUCCESS;
+}
+
+#define STAGED_ALG(kind_, fn_)                                                                                         \
+    const weft_coll_alg_t weft_alg_##fn_##_staged = {                                                                  \
+        "staged", kind_,                                                                                               \
+        "device buffers through host copies: the input copied to the host, the host algorithm the selection picks, "  \
+        "the result copied back (any communicator; where no GPU kernel takes the call)",                               \
+        build, 0};
+
+STAGED_ALG(WEFT_COLL_BARRIER, barrier)
+STAGED_ALG(WEFT_COLL_BCAST, bcast)
+STAGED_ALG(WEFT_COLL_REDUCE, reduce)
+STAGED_ALG(WEFT_COLL_ALLREDUCE, allreduce)
+STAGED_ALG(WEFT_COLL_ALLGATHER, allgather)
+STAGED_ALG(WEFT_COLL_REDUCE_SCATTER, reduce_scatter)
+STAGED_ALG(WEFT_COLL_REDUCE_SCATTER_BLOCK, reduce_scatter_block)
+STAGED_ALG(WEFT_COLL_ALLTOALL, alltoall)
