@@ -76,7 +76,8 @@ static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT, "33554432",
      "coll/cuda: calls that stage at least this many bytes per rank run as one barrier then one pipelined launch of "
      "many blocks (each unit staged, announced and consumed with its own flags, so staging, NVLink reads and "
-     "reductions overlap) instead of slot-sized chunks of three launches each; 0: never",
+     "reductions overlap) instead of slot-sized chunks of three launches each; by default not where two ranks of "
+     "the communicator share a GPU (their spinning blocks starve each other), set: there too; 0: never",
      &cvars.pipe, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
      "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs); each "
@@ -190,20 +191,26 @@ typedef struct weft_window cuda_window_t;
 /* The variables that decide a call's protocol from its size: they must be
  * the same on every rank of a communicator (else ranks pass different
  * numbers of barriers for one call), so setup compares them. */
-enum { NKNOBS = 6 };
-static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED", "WEFT_CUDA_COLL_LL",
-                                               "WEFT_CUDA_COLL_PIPE", "WEFT_CUDA_COLL_PIPE_BLOCKS",
-                                               "WEFT_CUDA_COLL_TWO_SHOT", "WEFT_CUDA_COLL_WINDOW"};
+enum { NKNOBS = 7 };
+static const char *const knob_names[NKNOBS] = {
+    "WEFT_CUDA_COLL_FUSED",    "WEFT_CUDA_COLL_LL",     "WEFT_CUDA_COLL_PIPE", "WEFT_CUDA_COLL_PIPE_BLOCKS",
+    "WEFT_CUDA_COLL_TWO_SHOT", "WEFT_CUDA_COLL_WINDOW", "WEFT_CUDA_COLL_PIPE set (1) or not (0)"};
+/* WEFT_CUDA_COLL_PIPE set in the environment: the pipelined kernel also where ranks share a GPU (the tests). */
+static int pipe_set(void)
+{
+    return getenv("WEFT_CUDA_COLL_PIPE") != NULL;
+}
 static void knobs_of(int32_t *k)
 {
     k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
-    k[5] = cvars.window;
+    k[5] = cvars.window, k[6] = pipe_set();
 }
 
 /* What each rank tells the others at setup. */
 typedef struct {
     int32_t status; /* WEFT_SUCCESS or this rank's setup error */
     int32_t device;
+    int32_t pci; /* the GPU's PCI domain, bus and device (-1: unknown): which ranks share one */
     uint64_t slot;
     int32_t knobs[NKNOBS]; /* the protocol thresholds: every rank must choose alike */
     CUipcMemHandle handle;
@@ -214,6 +221,7 @@ typedef struct cuda_state {
     int n, me;
     int ready;  /* regions exchanged and mapped */
     int broken; /* a weft error code: every later call fails with it */
+    int shared; /* two ranks of the communicator share a GPU: no pipelined kernel (see issue) */
     char why[256];
     CUcontext ctx;
     module_t *m;
@@ -320,6 +328,13 @@ static int setup_local(cuda_state_t *st, exch_t *mine)
     CUdevice dev = 0;
     weft_cu.ctx_get_device(&dev);
     mine->device = (int32_t)dev;
+    int dom = 0, bus = 0, slot = 0;
+    mine->pci = -1;
+    if (weft_cu.device_get_attribute &&
+        weft_cu.device_get_attribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev) == CUDA_SUCCESS &&
+        weft_cu.device_get_attribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev) == CUDA_SUCCESS &&
+        weft_cu.device_get_attribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev) == CUDA_SUCCESS)
+        mine->pci = (int32_t)((dom & 0x7fff) << 16 | (bus & 0xff) << 8 | (slot & 0xff));
     return WEFT_SUCCESS;
 }
 
@@ -370,8 +385,13 @@ static int setup(cuda_state_t *st)
         snprintf(st->why, sizeof(st->why), "its GPU setup failed (%s)", weft_last_error());
         return rc;
     }
+    /* Every rank sees the same records: all decide alike. */
+    for (int p = 0; p < st->n; p++)
+        for (int q = p + 1; q < st->n; q++)
+            if (all[p].pci >= 0 && all[p].pci == all[q].pci && !mine.knobs[6]) st->shared = 1;
     st->ready = 1;
-    weft_debug("coll/cuda: comm %s: %d ranks mapped, slots of %zu bytes", st->comm->name, st->n, st->slot);
+    weft_debug("coll/cuda: comm %s: %d ranks mapped, slots of %zu bytes%s", st->comm->name, st->n, st->slot,
+               st->shared ? "; ranks share a GPU: no pipelined kernel" : "");
     return WEFT_SUCCESS;
 }
 
@@ -850,7 +870,8 @@ static int issue(cuda_op_t *op)
         goto record;
     }
     int piped = 0;
-    if (!op->fusing && cvars.pipe > 0 && staged >= (size_t)cvars.pipe && (rc = pipe_issue(op, &piped))) return rc;
+    if (!op->fusing && cvars.pipe > 0 && !st->shared && staged >= (size_t)cvars.pipe && (rc = pipe_issue(op, &piped)))
+        return rc;
     switch (piped ? WEFT_COLL_BARRIER : a->kind) {
     case WEFT_COLL_BARRIER:
         if (!piped) rc = barrier(op);
@@ -1393,7 +1414,9 @@ static const weft_coll_param_t params[] = {
     {"ll", "allreduce", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
      "allreduces up to this much per rank (16 KiB at most) push their lines into the peers: no barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
-     "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks"},
+     "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (not "
+     "where ranks share a GPU: 2 ranks on one H100 reached 100 GB/s against 240 chunked at 16 MiB, 4 did not finish "
+     "32 MiB in 45 s)"},
     {"two_shot", "allreduce", &cvars.two_shot, "bytes", "WEFT_CUDA_COLL_TWO_SHOT",
      "allreduces from this much per rank on 3 or more ranks: reduce-scatter into the slots, then all-gather"},
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
