@@ -32,14 +32,21 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # NVLink multicast stays off on shared GPU hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-log=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-test.XXXXXX")
-trap 'rm -rf "$log"' EXIT
+# The logs: WEFT_GPU_TEST_LOGS=DIR keeps them there (each test's result line
+# is written as it ends, so a run cut short still shows how far it got).
+if [ -n "${WEFT_GPU_TEST_LOGS:-}" ]; then
+    log=$WEFT_GPU_TEST_LOGS
+    mkdir -p "$log"
+else
+    log=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-test.XXXXXX")
+    trap 'rm -rf "$log"' EXIT
+fi
 passed=0 failed=0 skipped=0 status=0
 
 for t in test_cuda test_cuda_coll; do
     echo "== test/$t"
     st=0
-    CRITERION_VERBOSITY_LEVEL=1 timeout 1800 "$build/test/$t" -j1 >"$log/$t.log" 2>&1 || st=1
+    timeout 1800 "$build/test/$t" -j1 --verbose >"$log/$t.log" 2>&1 || st=1
     grep -E "^\[(PASS|FAIL|SKIP)\]" "$log/$t.log"
     line=$(grep -E "Synthesis: Tested" "$log/$t.log" | tail -1)
     passed=$((passed + $(sed -nE 's/.*Passing: ([0-9]+).*/\1/p' <<<"$line")))

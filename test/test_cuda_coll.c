@@ -19,11 +19,17 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The pipelined kernel's grid in the tests: its blocks spin on each other's
+ * flags, so every rank's must fit on the one GPU at once; under MPS 3-4
+ * ranks of 128 blocks each did not (they waited out the 60 s deadline). 16
+ * blocks still reuse their positions (4 each) many times over. */
+#define PIPE_GRID "WEFT_CUDA_COLL_PIPE_BLOCKS=16"
+
 static void run2(int n, th_body_fn body, const char *extra, const char *extra2)
 {
     GPU_NEED();
     const char *level = gpu_log_level_env();
-    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", extra, extra2, NULL};
+    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID, extra, extra2, NULL};
     th_result_t res = th_run(n, body, NULL, 240, env);
     cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
@@ -875,7 +881,8 @@ static int body_across_nodes(int rank, int size, void *arg)
         got = host_of(din, all * 4);
         TH_CHECK(!memcmp(got, ref, all * 4), "alltoall in place x %zu: differs from the host call", n);
         free(got);
-        /* allgather */
+        /* allgather (din held the in-place alltoall's result) */
+        TH_CHECK(!gpu_upload(din, in, all * 4), "upload");
         TH_OK(weft_allgather(in, ref, (int64_t)n, WEFT_INT32, w));
         rc = weft_allgather(din, dout, (int64_t)n, WEFT_INT32, w);
         TH_CHECK(rc == 0, "allgather x %zu: %s", n, weft_last_error());
