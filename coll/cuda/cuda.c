@@ -51,7 +51,9 @@ static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT, "8388608",
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
      "(weft_comm_window_register) read it in place: no staging, no chunks, one barrier more; smaller ones stage "
-     "as if unregistered (measured: the second barrier costs more than the copy below about 8 MiB); 0: never",
+     "as if unregistered (measured where ranks share a GPU: the second barrier costs more than the copy below "
+     "about 8 MiB). Unset, where every rank has a GPU of its own: alltoall from 64 KiB, reduce_scatter from 4 "
+     "MiB, allreduce from 64 MiB, the others from this (measured on four H100s); 0: never",
      &cvars.window, 0},
     {"WEFT_CUDA_COLL_TWO_SHOT", WEFT_VAR_INT, "8388608",
      "coll/cuda: allreduces of at least this many bytes per rank on 3 or more ranks run in two shots (each rank "
@@ -191,19 +193,22 @@ typedef struct weft_window cuda_window_t;
 /* The variables that decide a call's protocol from its size: they must be
  * the same on every rank of a communicator (else ranks pass different
  * numbers of barriers for one call), so setup compares them. */
-enum { NKNOBS = 7 };
-static const char *const knob_names[NKNOBS] = {
-    "WEFT_CUDA_COLL_FUSED",    "WEFT_CUDA_COLL_LL",     "WEFT_CUDA_COLL_PIPE", "WEFT_CUDA_COLL_PIPE_BLOCKS",
-    "WEFT_CUDA_COLL_TWO_SHOT", "WEFT_CUDA_COLL_WINDOW", "WEFT_CUDA_COLL_PIPE set (1) or not (0)"};
-/* WEFT_CUDA_COLL_PIPE set in the environment: the pipelined kernel also where ranks share a GPU (the tests). */
-static int pipe_set(void)
-{
-    return getenv("WEFT_CUDA_COLL_PIPE") != NULL;
-}
+enum { NKNOBS = 8 };
+static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED",
+                                               "WEFT_CUDA_COLL_LL",
+                                               "WEFT_CUDA_COLL_PIPE",
+                                               "WEFT_CUDA_COLL_PIPE_BLOCKS",
+                                               "WEFT_CUDA_COLL_TWO_SHOT",
+                                               "WEFT_CUDA_COLL_WINDOW",
+                                               "WEFT_CUDA_COLL_PIPE set (1) or not (0)",
+                                               "WEFT_CUDA_COLL_WINDOW set (1) or not (0)"};
+/* Set in the environment, these apply as given; by default they depend on
+ * whether ranks share a GPU (the pipelined kernel: not there; windows: per
+ * collective where every rank has its own, see window_min). */
 static void knobs_of(int32_t *k)
 {
     k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
-    k[5] = cvars.window, k[6] = pipe_set();
+    k[5] = cvars.window, k[6] = getenv("WEFT_CUDA_COLL_PIPE") != NULL, k[7] = getenv("WEFT_CUDA_COLL_WINDOW") != NULL;
 }
 
 /* What each rank tells the others at setup. */
@@ -221,7 +226,9 @@ typedef struct cuda_state {
     int n, me;
     int ready;  /* regions exchanged and mapped */
     int broken; /* a weft error code: every later call fails with it */
-    int shared; /* two ranks of the communicator share a GPU: no pipelined kernel (see issue) */
+    int shared;       /* two ranks of the communicator share a GPU (no pipelined kernel; window_min) */
+    int pipe_set;     /* WEFT_CUDA_COLL_PIPE set: the pipelined kernel where ranks share a GPU too */
+    int window_set;   /* WEFT_CUDA_COLL_WINDOW set: it applies to every collective */
     char why[256];
     CUcontext ctx;
     module_t *m;
@@ -388,10 +395,12 @@ static int setup(cuda_state_t *st)
     /* Every rank sees the same records: all decide alike. */
     for (int p = 0; p < st->n; p++)
         for (int q = p + 1; q < st->n; q++)
-            if (all[p].pci >= 0 && all[p].pci == all[q].pci && !mine.knobs[6]) st->shared = 1;
+            if (all[p].pci >= 0 && all[p].pci == all[q].pci) st->shared = 1;
+    st->pipe_set = mine.knobs[6];
+    st->window_set = mine.knobs[7];
     st->ready = 1;
     weft_debug("coll/cuda: comm %s: %d ranks mapped, slots of %zu bytes%s", st->comm->name, st->n, st->slot,
-               st->shared ? "; ranks share a GPU: no pipelined kernel" : "");
+               st->shared ? "; ranks share a GPU" : "");
     return WEFT_SUCCESS;
 }
 
@@ -708,6 +717,23 @@ static const char *window_input(const weft_coll_args_t *a, int n, size_t *need)
     }
 }
 
+/* The bytes a call must read per rank to read them out of windows: WEFT_CUDA_COLL_WINDOW where it is set
+ * or where ranks share a GPU (measured there: 8 MiB, one H100 shared by 2 ranks); where every rank has a
+ * GPU of its own, per collective (four H100s, NV18, windows against staged, PERFORMANCE.md section 10):
+ * alltoall from 64 KiB (0.62-0.80x the staged time at 64 KiB - 1 MiB), reduce_scatter from 4 MiB
+ * (0.70-0.89x at 4-16 MiB, 0.45x at 1 GiB; mixed below), allreduce from 64 MiB (one shot in windows
+ * against two shots staged: 0.93-0.97x from 64 MiB, even at 32 MiB, worse below). */
+static size_t window_min(const cuda_state_t *st, weft_coll_kind_t kind)
+{
+    if (st->shared || st->window_set) return (size_t)cvars.window;
+    switch (kind) {
+    case WEFT_COLL_ALLTOALL: return (size_t)64 << 10;
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)4 << 20;
+    case WEFT_COLL_ALLREDUCE: return (size_t)64 << 20;
+    default: return (size_t)cvars.window;
+    }
+}
+
 /* The window of this rank's that holds [p, p + bytes), and p's offset in it. */
 static const cuda_window_t *window_of(const cuda_state_t *st, const char *p, size_t bytes, size_t *off)
 {
@@ -836,7 +862,7 @@ static int issue(cuda_op_t *op)
      * capturing rank and an eager one decide alike. */
     size_t need = 0, woff = 0;
     const char *win_in = ll || !st->nwin || cvars.window <= 0 ? NULL : window_input(a, n, &need);
-    op->win = win_in && need >= (size_t)cvars.window && need > (size_t)cvars.fused
+    op->win = win_in && need >= window_min(st, a->kind) && need > (size_t)cvars.fused
                   ? window_of(st, win_in, need, &woff)
                   : NULL;
     if (op->win) {
@@ -870,7 +896,8 @@ static int issue(cuda_op_t *op)
         goto record;
     }
     int piped = 0;
-    if (!op->fusing && cvars.pipe > 0 && !st->shared && staged >= (size_t)cvars.pipe && (rc = pipe_issue(op, &piped)))
+    if (!op->fusing && cvars.pipe > 0 && (!st->shared || st->pipe_set) && staged >= (size_t)cvars.pipe &&
+        (rc = pipe_issue(op, &piped)))
         return rc;
     switch (piped ? WEFT_COLL_BARRIER : a->kind) {
     case WEFT_COLL_BARRIER:
@@ -1420,7 +1447,8 @@ static const weft_coll_param_t params[] = {
     {"two_shot", "allreduce", &cvars.two_shot, "bytes", "WEFT_CUDA_COLL_TWO_SHOT",
      "allreduces from this much per rank on 3 or more ranks: reduce-scatter into the slots, then all-gather"},
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
-     "calls reading at least this much per rank out of registered windows read it in place (two barriers)"},
+     "calls reading at least this much per rank out of registered windows read it in place (two barriers); "
+     "unset, on ranks with a GPU each: alltoall 64 KiB, reduce_scatter 4 MiB, allreduce 64 MiB"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,
