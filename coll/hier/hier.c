@@ -111,7 +111,7 @@ static int child_post(weft_sched_t *s, void *arg, weft_request_t *req)
     /* The sub-communicator's sequence number comes from the parent's, not
      * from the order schedules happen to reach this step: concurrent parent
      * collectives progress differently on different ranks. */
-    sub->coll_seq = (weft_sched_seq(s) << 3) + (unsigned)c->idx;
+    sub->coll_seq = (weft_sched_seq(s) << 4) + (unsigned)c->idx;
     switch (c->kind) {
     case WEFT_COLL_BARRIER: return weft_ibarrier(sub, req);
     case WEFT_COLL_BCAST: return weft_ibcast(c->recvbuf, n, c->dtype, c->root, sub, req);
@@ -132,6 +132,7 @@ int weft_hier_child(weft_sched_t *s, const weft_hier_child_t *c)
 {
     weft_comm_t parent, sub;
     weft_sched_comm(s, &parent);
+    if (c->idx < 0 || c->idx > 15) return weft_error(WEFT_ERR_INTERNAL, "hier: child step index %d (0..15)", c->idx);
     int rc = weft_comm_derived(parent, c->sub, &sub);
     if (rc) return rc;
     if (!sub)

@@ -19,7 +19,7 @@ int weft_hier_shape(const weft_coll_args_t *a, int need_equal, const char *alg, 
 typedef struct weft_hier_child {
     weft_coll_kind_t kind; /* barrier, bcast, reduce, allreduce, reduce_scatter(_block), allgather(v) */
     int sub;               /* WEFT_SUB_NODE / _LEADER / _RAIL */
-    int idx;               /* 0..7, distinct per child of one parent schedule */
+    int idx;               /* 0..15, distinct per child of one parent schedule */
     const void *sendbuf;   /* WEFT_IN_PLACE allowed where the call allows it */
     void *recvbuf;         /* bcast: the buffer */
     size_t count;          /* reduce_scatter_block, allgather: per rank */
