@@ -6,7 +6,7 @@
  * checks, a message down the tree, the CMA lend and read). Each
  * algorithm's protocol and its own control fields are in its file:
  * barrier_shm.c, bcast_shm.c, bcast_shm_cma.c, allgather_shm.c and
- * allgather_shm_cma.c (their shared state: allgather.h),
+ * allgather_shm_cma.c (their shared state: allgather.h), alltoall_shm.c,
  * reduce_scatter_shm.c, reduce_shm.c, allreduce_shm.c (shm, shm_chunked,
  * shm_allread), allreduce_shm_ll.c and allreduce_shm_cma.c; the
  * reductions through the slots share reduce_tree.c (the pieces and the
