@@ -32,9 +32,10 @@ static void recv_check(weft_request_t req)
     ucp_request_cancel(weft_g.p2p->worker, req->owner_data);
 }
 
-static const weft_request_ops_t send_ops = {.kind = "send", .cancel = NULL, .check = NULL, .orphan = p2p_orphan};
+static const weft_request_ops_t send_ops = {
+    .kind = "send", .cancel = NULL, .check = NULL, .orphan = p2p_orphan, .transport_completes = 1};
 static const weft_request_ops_t recv_ops = {
-    .kind = "recv", .cancel = recv_cancel, .check = recv_check, .orphan = p2p_orphan};
+    .kind = "recv", .cancel = recv_cancel, .check = recv_check, .orphan = p2p_orphan, .transport_completes = 1};
 
 /* A staged message is over: its last copies waited for, its state freed.
  * The CUDA failure, if any, becomes the request's error. */

@@ -39,7 +39,12 @@ const weft_transport_ops_t *weft_xport;
 WEFT_API int weft_progress(void)
 {
     if (WEFT_UNLIKELY(!weft_xport)) return 0;
-    int events = weft_xport->progress();
+    return weft_xport->progress() + weft_progress_hooks();
+}
+
+int weft_progress_hooks(void)
+{
+    int events = 0;
     for (int i = 0; i < nhooks; i++)
         events += hooks[i].fn(hooks[i].arg);
     return events;

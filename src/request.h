@@ -21,6 +21,10 @@ typedef struct weft_request_ops {
     /* Optional: the comm rank a pending request is waiting for now, or -1
      * (a schedule: the peer of its round's first unfinished exchange). */
     int (*waiting_for)(weft_request_t req);
+    /* 1: the transport's progress alone completes it (a point-to-point
+     * message): a wait on it polls UCX and runs the other hooks (schedules,
+     * revoke notices) only after an event or every few idle polls. */
+    int transport_completes;
 } weft_request_ops_t;
 
 #define WEFT_REQUEST_MAGIC 0x77526571u /* "wReq" */

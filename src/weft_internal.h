@@ -349,6 +349,8 @@ int weft_progress_register(weft_progress_fn fn, void *arg);
 void weft_progress_unregister(weft_progress_fn fn, void *arg);
 /* Yields the CPU after many empty polls, so oversubscribed ranks share cores. */
 void weft_progress_idle(unsigned *idle_polls, int events);
+/* The registered hooks alone (weft_progress: the transport, then these). */
+int weft_progress_hooks(void);
 
 /* ---- liveness (progress.c) ---------------------------------------------- */
 /* Ranks known to be dead, from whichever source noticed first: the
