@@ -68,7 +68,9 @@ static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT, "8388608",
      "coll/cuda: bytes of each of a rank's two scratch slots (its device memory, mapped by its peers); larger "
      "messages go in chunks of this size, one barrier each. Costs 2 x this + 64 KiB of device memory per rank "
-     "and communicator that runs a GPU collective",
+     "and communicator that runs a GPU collective. Unset, where every rank has a GPU of its own: 32 MiB "
+     "(measured on four H100s: 1.1-1.5x the bus bandwidth of 8 MiB slots for allreduce, reduce_scatter and "
+     "alltoall from 16 MiB)",
      &cvars.slot, 0},
     {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT, "16384",
      "coll/cuda: calls that stage up to this many bytes per rank run as one launch of one thread block (stage, "
@@ -300,13 +302,30 @@ static int broken_error(const cuda_state_t *st)
                       st->comm->name, st->why);
 }
 
+/* The current context's GPU as its PCI domain, bus and device (-1: unknown). */
+static int32_t gpu_pci(void)
+{
+    CUdevice dev = 0;
+    int dom = 0, bus = 0, slot = 0;
+    if (!weft_cu.device_get_attribute || weft_cu.ctx_get_device(&dev) != CUDA_SUCCESS ||
+        weft_cu.device_get_attribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev) != CUDA_SUCCESS ||
+        weft_cu.device_get_attribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev) != CUDA_SUCCESS ||
+        weft_cu.device_get_attribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev) != CUDA_SUCCESS)
+        return -1;
+    return (int32_t)((dom & 0x7fff) << 16 | (bus & 0xff) << 8 | (slot & 0xff));
+}
+
+/* The slot size where WEFT_CUDA_COLL_SLOT is unset and every rank has a GPU of its own (four H100s, NV18,
+ * PERFORMANCE.md section 10: from 16 MiB, 32 MiB slots against 8 MiB gave allreduce 1.26x the bus
+ * bandwidth, reduce_scatter 1.3-1.5x, alltoall 1.1-1.35x, allgather 0.86-1.0x, bcast about 1.0x). */
+#define SLOT_OWN_GPUS ((size_t)32 << 20)
+
 /* This rank's half of the setup: its region, counter, words, stream. */
 static int setup_local(cuda_state_t *st, exch_t *mine)
 {
     CUresult r;
     int rc;
     if ((rc = module_of(st->ctx, &st->m))) return rc;
-    st->slot = (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot);
     size_t len = WEFT_CK_HDR + 2 * st->slot;
     if ((r = weft_cu.mem_alloc(&st->region, len)) != CUDA_SUCCESS) return cu_fail(r, "allocating the scratch region");
     if ((r = weft_cu.memset_d8(st->region, 0, WEFT_CK_HDR)) != CUDA_SUCCESS) return cu_fail(r, "clearing the flags");
@@ -335,13 +354,6 @@ static int setup_local(cuda_state_t *st, exch_t *mine)
     CUdevice dev = 0;
     weft_cu.ctx_get_device(&dev);
     mine->device = (int32_t)dev;
-    int dom = 0, bus = 0, slot = 0;
-    mine->pci = -1;
-    if (weft_cu.device_get_attribute &&
-        weft_cu.device_get_attribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev) == CUDA_SUCCESS &&
-        weft_cu.device_get_attribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev) == CUDA_SUCCESS &&
-        weft_cu.device_get_attribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev) == CUDA_SUCCESS)
-        mine->pci = (int32_t)((dom & 0x7fff) << 16 | (bus & 0xff) << 8 | (slot & 0xff));
     return WEFT_SUCCESS;
 }
 
@@ -355,7 +367,24 @@ static int setup(cuda_state_t *st)
     CUresult r = weft_cu.ctx_push(st->ctx);
     if (r != CUDA_SUCCESS) return cu_fail(r, "making the buffers' context current");
     knobs_of(mine.knobs);
-    int rc = setup_local(st, &mine);
+    /* Which ranks share a GPU, first: it sets the slots' default size (the
+     * same on every rank: the same records). */
+    int32_t pci[WEFT_CK_MAX_RANKS];
+    mine.pci = gpu_pci();
+    int rc = weft_allgather(&mine.pci, pci, (int64_t)sizeof(int32_t), WEFT_BYTE, st->comm);
+    if (rc) {
+        CUcontext popped;
+        weft_cu.ctx_pop(&popped);
+        st->broken = rc;
+        snprintf(st->why, sizeof(st->why), "its GPU setup failed (%s)", weft_last_error());
+        return rc;
+    }
+    for (int p = 0; p < st->n; p++)
+        for (int q = p + 1; q < st->n; q++)
+            if (pci[p] >= 0 && pci[p] == pci[q]) st->shared = 1;
+    st->slot = getenv("WEFT_CUDA_COLL_SLOT") || st->shared ? (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot)
+                                                           : SLOT_OWN_GPUS;
+    rc = setup_local(st, &mine);
     char local_why[200] = "";
     if (rc) snprintf(local_why, sizeof(local_why), "%s", weft_last_error());
     mine.status = rc;
@@ -392,10 +421,6 @@ static int setup(cuda_state_t *st)
         snprintf(st->why, sizeof(st->why), "its GPU setup failed (%s)", weft_last_error());
         return rc;
     }
-    /* Every rank sees the same records: all decide alike. */
-    for (int p = 0; p < st->n; p++)
-        for (int q = p + 1; q < st->n; q++)
-            if (all[p].pci >= 0 && all[p].pci == all[q].pci) st->shared = 1;
     st->pipe_set = mine.knobs[6];
     st->window_set = mine.knobs[7];
     st->ready = 1;
@@ -1432,7 +1457,7 @@ static const int max_ranks = 8, hdr = WEFT_CK_HDR, pipe_depth = PIPE_DEPTH;
 
 static const weft_coll_param_t params[] = {
     {"slot", "every coll/cuda algorithm", &cvars.slot, "bytes", "WEFT_CUDA_COLL_SLOT",
-     "messages larger than a slot go in chunks, one barrier each"},
+     "messages larger than a slot go in chunks, one barrier each (unset, on ranks with a GPU each: 32 MiB)"},
     {"fused", "every coll/cuda algorithm", &cvars.fused, "bytes", "WEFT_CUDA_COLL_FUSED",
      "calls staging up to this much per rank run as one launch of one block"},
     {"max_ranks", "every coll/cuda algorithm", &max_ranks, "ranks", NULL,
