@@ -52,8 +52,8 @@ static const weft_var_t vars[] = {
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
      "(weft_comm_window_register) read it in place: no staging, no chunks, one barrier more; smaller ones stage "
      "as if unregistered (measured where ranks share a GPU: the second barrier costs more than the copy below "
-     "about 8 MiB). Unset, where every rank has a GPU of its own: alltoall from 64 KiB, reduce_scatter from 4 "
-     "MiB, allreduce from 64 MiB, the others from this (measured on four H100s); 0: never",
+     "about 8 MiB). Unset, where every rank has a GPU of its own: alltoall and reduce_scatter from 64 KiB, "
+     "allreduce never, the others from this (measured on four H100s); 0: never",
      &cvars.window, 0},
     {"WEFT_CUDA_COLL_TWO_SHOT", WEFT_VAR_INT, "8388608",
      "coll/cuda: allreduces of at least this many bytes per rank on 3 or more ranks run in two shots (each rank "
@@ -744,17 +744,17 @@ static const char *window_input(const weft_coll_args_t *a, int n, size_t *need)
 
 /* The bytes a call must read per rank to read them out of windows: WEFT_CUDA_COLL_WINDOW where it is set
  * or where ranks share a GPU (measured there: 8 MiB, one H100 shared by 2 ranks); where every rank has a
- * GPU of its own, per collective (four H100s, NV18, windows against staged, PERFORMANCE.md section 10):
- * alltoall from 64 KiB (0.62-0.80x the staged time at 64 KiB - 1 MiB), reduce_scatter from 4 MiB
- * (0.70-0.89x at 4-16 MiB, 0.45x at 1 GiB; mixed below), allreduce from 64 MiB (one shot in windows
- * against two shots staged: 0.93-0.97x from 64 MiB, even at 32 MiB, worse below). */
+ * GPU of its own, per collective (four H100s, NV18, windows against staged with 32 MiB slots,
+ * PERFORMANCE.md section 10): alltoall from 64 KiB (0.38-0.92x the staged time to 128 MiB, 1.0-1.05x
+ * above), reduce_scatter from 64 KiB (0.51-0.80x; 0.7-1.3x at 256 KiB - 2 MiB in an earlier run),
+ * allreduce never (one shot out of the windows lost to two shots staged from 32 MiB, 1.17-1.27x). */
 static size_t window_min(const cuda_state_t *st, weft_coll_kind_t kind)
 {
     if (st->shared || st->window_set) return (size_t)cvars.window;
     switch (kind) {
-    case WEFT_COLL_ALLTOALL: return (size_t)64 << 10;
-    case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)4 << 20;
-    case WEFT_COLL_ALLREDUCE: return (size_t)64 << 20;
+    case WEFT_COLL_ALLTOALL:
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)64 << 10;
+    case WEFT_COLL_ALLREDUCE: return SIZE_MAX;
     default: return (size_t)cvars.window;
     }
 }
@@ -1473,7 +1473,7 @@ static const weft_coll_param_t params[] = {
      "allreduces from this much per rank on 3 or more ranks: reduce-scatter into the slots, then all-gather"},
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
      "calls reading at least this much per rank out of registered windows read it in place (two barriers); "
-     "unset, on ranks with a GPU each: alltoall 64 KiB, reduce_scatter 4 MiB, allreduce 64 MiB"},
+     "unset, on ranks with a GPU each: alltoall and reduce_scatter 64 KiB, allreduce never"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,
