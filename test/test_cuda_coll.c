@@ -341,6 +341,17 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
 
 /* Fused, chunked and pipelined calls mixed: calls staging 16000 bytes or
  * more per rank pipelined, smaller ones over a slot in chunks. */
+/* Bcast in two steps (the root's chunks relayed through every rank's slot), every size and chunk of body_others. */
+Test(cuda_coll, others_two_step_3_ranks, .timeout = 600)
+{
+    run2(3, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0");
+}
+
+Test(cuda_coll, others_two_step_4_ranks, .timeout = 600)
+{
+    run2(4, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0");
+}
+
 Test(cuda_coll, others_pipelined_2_ranks, .timeout = 600)
 {
     run(2, body_others, "WEFT_CUDA_COLL_PIPE=16000");

@@ -58,8 +58,9 @@ static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_TWO_SHOT", WEFT_VAR_INT, "8388608",
      "coll/cuda: allreduces of at least this many bytes per rank on 3 or more ranks run in two shots (each rank "
      "reduces its part of every input, then every rank copies every reduced part: about 2 x the vector read per "
-     "rank instead of n x) instead of one shot (staged calls; one in a registered window stays one shot); 0: "
-     "never",
+     "rank instead of n x) instead of one shot (staged calls; one in a registered window stays one shot); bcasts "
+     "as large in two steps (each rank relays its part of the root's chunk through its slot: the root's NVLink "
+     "egress carries it about twice instead of n - 1 times); 0: never",
      &cvars.two_shot, 0},
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
@@ -773,6 +774,59 @@ static const cuda_window_t *window_of(const cuda_state_t *st, const char *p, siz
     return NULL;
 }
 
+/* Part p of a bcast chunk, copied from the root's slot into this rank's
+ * other slot (where the peers read it after the next barrier): a
+ * one-source reduce of bytes (or 32-bit words), the same bits. */
+static int relay(cuda_op_t *op, int root, size_t off, size_t bytes)
+{
+    cuda_state_t *st = op->st;
+    if (!bytes) return WEFT_SUCCESS;
+    weft_ck_reduce_args_t r;
+    memset(&r, 0, sizeof(r));
+    r.ctl = ctl_of(st);
+    r.scratch[0] = (const char *)(uintptr_t)st->peer[root];
+    r.slot_bytes = st->slot;
+    r.src_off = off;
+    r.nsrc = 1;
+    r.op = (int)WEFT_SUM;
+    r.out = (void *)(uintptr_t)off;
+    r.out_slot = 1;
+    r.mine = (const char *)(uintptr_t)st->region;
+    int words = bytes % 4 == 0 && off % 4 == 0;
+    r.count = words ? bytes / 4 : bytes;
+    return launch(op, st->m->reduce[words ? WEFT_UINT32 : WEFT_UINT8], grid_for(op, bytes), 1, &r,
+                  "launching the relay kernel");
+}
+
+/* Bcast in two steps (3 or more ranks, staged): per slot chunk, the root
+ * stages it, a barrier; each rank copies its part (a vector-aligned n-th)
+ * from the root's slot into its own other slot, a barrier; every rank but
+ * the root copies every part from its owner's slot. The root's NVLink
+ * egress carries the chunk about twice instead of n - 1 times. */
+static int bcast_two_step(cuda_op_t *op)
+{
+    const weft_coll_args_t *a = &op->a;
+    cuda_state_t *st = op->st;
+    int n = st->n, me = st->me, root = a->root, rc = WEFT_SUCCESS, src[WEFT_CK_MAX_RANKS];
+    size_t es = a->esize ? a->esize : 1, align = es < 16 ? 16 / es : 1, kmax = st->slot / es;
+    size_t off[WEFT_CK_MAX_RANKS], len[WEFT_CK_MAX_RANKS];
+    char *dst[WEFT_CK_MAX_RANKS], *buf = a->recvbuf;
+    for (size_t o = 0; !rc && o < a->count; o += kmax) {
+        size_t k = a->count - o < kmax ? a->count - o : kmax;
+        size_t q = ((k + (size_t)n - 1) / (size_t)n + align - 1) / align * align;
+        size_t lo = (size_t)me * q, mine = lo < k ? (k - lo < q ? k - lo : q) : 0;
+        if (me == root) rc = stage(op, buf + o * es, 0, k * es);
+        if (!rc && !(rc = barrier(op)) && !(rc = relay(op, root, lo * es, mine * es))) rc = barrier(op);
+        int m = 0;
+        for (int p = 0; p < n && me != root; p++) {
+            size_t plo = (size_t)p * q, plen = plo < k ? (k - plo < q ? k - plo : q) : 0;
+            if (plen) src[m] = p, off[m] = plo * es, dst[m] = buf + (o + plo) * es, len[m++] = plen * es;
+        }
+        if (!rc && m) rc = copy_parts(op, m, src, off, dst, len);
+    }
+    return rc;
+}
+
 /* Two-shot allreduce (3 or more ranks, staged): per slot chunk, each rank
  * stages its input, passes a barrier, reduces its part of every rank's
  * chunk into its other slot (where nobody reads until the next barrier),
@@ -900,6 +954,10 @@ static int issue(cuda_op_t *op)
     if (a->kind == WEFT_COLL_ALLREDUCE && n >= 3 && !ll && !op->fusing && cvars.two_shot > 0 &&
         staged >= (size_t)cvars.two_shot) {
         if ((rc = two_shot(op, in))) return rc;
+        goto record;
+    }
+    if (a->kind == WEFT_COLL_BCAST && n >= 3 && !op->fusing && cvars.two_shot > 0 && staged >= (size_t)cvars.two_shot) {
+        if ((rc = bcast_two_step(op))) return rc;
         goto record;
     }
     if (ll) {
@@ -1435,7 +1493,9 @@ CUDA_ALG(WEFT_COLL_ALLREDUCE, allreduce,
 CUDA_ALG(WEFT_COLL_REDUCE, reduce, "as allreduce, the root alone reducing")
 CUDA_ALG(WEFT_COLL_REDUCE_SCATTER_BLOCK, reduce_scatter_block,
          "every rank stages its vector, then reduces its own block of every peer's slot")
-CUDA_ALG(WEFT_COLL_BCAST, bcast, "the root stages, the others copy from its slot")
+CUDA_ALG(WEFT_COLL_BCAST, bcast,
+         "the root stages, the others copy from its slot; from WEFT_CUDA_COLL_TWO_SHOT on 3+ ranks each relays its "
+         "part through its own slot first")
 CUDA_ALG(WEFT_COLL_ALLGATHER, allgather, "every rank stages its block, then copies every peer's into the output")
 CUDA_ALG(WEFT_COLL_ALLTOALL, alltoall, "every rank stages its blocks, then copies its block of every peer's slot")
 
@@ -1469,7 +1529,7 @@ static const weft_coll_param_t params[] = {
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (not "
      "where ranks share a GPU: 2 ranks on one H100 reached 100 GB/s against 240 chunked at 16 MiB, 4 did not finish "
      "32 MiB in 45 s)"},
-    {"two_shot", "allreduce", &cvars.two_shot, "bytes", "WEFT_CUDA_COLL_TWO_SHOT",
+    {"two_shot", "allreduce, bcast", &cvars.two_shot, "bytes", "WEFT_CUDA_COLL_TWO_SHOT",
      "allreduces from this much per rank on 3 or more ranks: reduce-scatter into the slots, then all-gather"},
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
      "calls reading at least this much per rank out of registered windows read it in place (two barriers); "
