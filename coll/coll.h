@@ -60,8 +60,10 @@ typedef struct weft_coll_alg {
     const char *name; /* unique within its collective, e.g. "ring" */
     weft_coll_kind_t kind;
     const char *description;
-    /* Adds the algorithm to s, or declines with WEFT_ERR_UNSUPPORTED (having
-     * added nothing). */
+    /* Adds the algorithm to s, or declines with WEFT_ERR_UNSUPPORTED having
+     * changed nothing in s (no step, no watch, no device flag): a staged
+     * algorithm builds the selected host algorithm into its own schedule
+     * (weft_coll_build_selected, which checks the steps). */
     int (*build)(weft_sched_t *s, const weft_coll_args_t *a);
     /* 1: a stream-ordered call's device work goes on a->stream itself
      * (coll/cuda's kernels). 0: the schedule runs on the host, and the front

@@ -132,6 +132,7 @@ static int driver_load(void)
         {"cuCtxGetStreamPriorityRange", (void **)&weft_cu.ctx_get_stream_priority_range},
         {"cuFuncGetAttribute", (void **)&weft_cu.func_get_attribute},
         {"cuMemGetAddressRange_v2", (void **)&weft_cu.mem_get_address_range},
+        {"cuStreamGetCtx", (void **)&weft_cu.stream_get_ctx},
     };
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
         *optional[i].fn = dlsym(h, optional[i].name);
@@ -622,8 +623,10 @@ int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, cons
     CUcontext ctx = NULL;
     CUpointer_attribute at = CU_POINTER_ATTRIBUTE_CONTEXT;
     void *d = &ctx;
+    /* The buffer's context; with none (a barrier), the stream's; the legacy default stream: the thread's. */
     if (!buf || weft_cu.pointer_get_attributes(1, &at, &d, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !ctx)
-        if (!weft_cu.ctx_get_current || weft_cu.ctx_get_current(&ctx) != CUDA_SUCCESS) ctx = NULL;
+        if (!stream || !weft_cu.stream_get_ctx || weft_cu.stream_get_ctx((CUstream)stream, &ctx) != CUDA_SUCCESS)
+            if (!weft_cu.ctx_get_current || weft_cu.ctx_get_current(&ctx) != CUDA_SUCCESS) ctx = NULL;
     if (!ctx) return weft_error(WEFT_ERR_ARG, "%s: no CUDA context for the stream %p", what, stream);
     if (!weft_cu.event_query) return weft_cuda_stream_sync(stream, what); /* no polling: the work is done now */
     CUresult r = weft_cu.ctx_push(ctx);

@@ -49,6 +49,7 @@ typedef struct weft_cu_driver {
     CUresult (*ctx_get_stream_priority_range)(int *, int *);
     CUresult (*func_get_attribute)(int *, CUfunction_attribute, CUfunction);
     CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*stream_get_ctx)(CUstream, CUcontext *);
 } weft_cu_driver_t;
 
 extern weft_cu_driver_t weft_cu;

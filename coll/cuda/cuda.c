@@ -383,7 +383,8 @@ static int setup(cuda_state_t *st)
     for (int p = 0; p < st->n; p++)
         for (int q = p + 1; q < st->n; q++)
             if (pci[p] >= 0 && pci[p] == pci[q]) st->shared = 1;
-    st->slot = getenv("WEFT_CUDA_COLL_SLOT") || st->shared ? (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot)
+    /* a multiple of 16: the second slot, and every part in it, stays aligned for vector and word access */
+    st->slot = getenv("WEFT_CUDA_COLL_SLOT") || st->shared ? (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot) / 16 * 16
                                                            : SLOT_OWN_GPUS;
     rc = setup_local(st, &mine);
     char local_why[200] = "";
@@ -951,12 +952,15 @@ static int issue(cuda_op_t *op)
     /* Two shots from WEFT_CUDA_COLL_TWO_SHOT bytes per rank on 3 or more ranks (on 2, one shot reads as
      * many remote bytes and passes one barrier less); ahead of the pipelined one-shot kernel. A call in a
      * window stays one shot (reading the windows in two shots is not built). */
-    if (a->kind == WEFT_COLL_ALLREDUCE && n >= 3 && !ll && !op->fusing && cvars.two_shot > 0 &&
+    /* Past WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing
+     * rank and an eager one decide alike. */
+    int past_fused = staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0);
+    if (a->kind == WEFT_COLL_ALLREDUCE && n >= 3 && !ll && past_fused && cvars.two_shot > 0 &&
         staged >= (size_t)cvars.two_shot) {
         if ((rc = two_shot(op, in))) return rc;
         goto record;
     }
-    if (a->kind == WEFT_COLL_BCAST && n >= 3 && !op->fusing && cvars.two_shot > 0 && staged >= (size_t)cvars.two_shot) {
+    if (a->kind == WEFT_COLL_BCAST && n >= 3 && past_fused && cvars.two_shot > 0 && staged >= (size_t)cvars.two_shot) {
         if ((rc = bcast_two_step(op))) return rc;
         goto record;
     }

@@ -26,11 +26,13 @@ static int build_device(weft_sched_t *s, const weft_coll_args_t *a, const weft_c
         return weft_coll_decline("allreduce hier_rail: device buffers of %zu elements, not a multiple of %d ranks "
                                  "per node",
                                  a->count, L);
+    if (a->count == 0) return WEFT_SUCCESS; /* every rank passes the same count: nothing to do */
     weft_sched_device(s); /* the in-place form's copies */
     size_t es = a->esize, bytes = a->count * es, P = bytes / PIECE_MIN;
     if (P < 1) P = 1;
     if (P > PIECES_MAX) P = PIECES_MAX;
-    size_t per = (a->count / P + (size_t)L - 1) / (size_t)L * (size_t)L; /* elements a piece, a multiple of L */
+    /* elements a piece: a multiple of L, at least count / P (so at most P pieces) */
+    size_t per = ((a->count + P - 1) / P + (size_t)L - 1) / (size_t)L * (size_t)L;
     P = (a->count + per - 1) / per;
     int inplace = a->sendbuf == a->recvbuf;
     weft_op_t op = weft_hier_sub_op(a->op);
