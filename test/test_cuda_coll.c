@@ -830,13 +830,14 @@ static int body_across_nodes(int rank, int size, void *arg)
     (void)arg;
     weft_comm_t w = gpu_weft_start();
     /* allreduce: small (staged), large and even (hier_rail: kernels on the node; in 2 to 5 overlapping
-     * pieces from 4 MiB), large and odd (staged) */
-    static const size_t ar_counts[] = {1, 1001, 40000, 40001, 3000000};
+     * pieces from 4 MiB; 2621442 = 10 MiB + 8 B of f32, where count / 5 rounded down to a multiple of 2
+     * ranks per node once made a sixth piece), large and odd (staged) */
+    static const size_t ar_counts[] = {1, 1001, 40000, 40001, 3000000, 2621442};
     static const weft_dtype_t ar_types[] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_INT32};
     static const weft_op_t ar_ops[] = {WEFT_SUM, WEFT_MAX, WEFT_AVG};
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t oi = 0; oi < 3; oi++)
-            for (size_t ci = 0; ci < 5; ci++)
+            for (size_t ci = 0; ci < sizeof(ar_counts) / sizeof(ar_counts[0]); ci++)
                 if (!(ar_ops[oi] == WEFT_AVG && ar_types[ti] == WEFT_INT32))
                     across_reduction(w, rank, K_ALLREDUCE, ar_types[ti], ar_ops[oi], ar_counts[ci]);
     for (size_t ci = 0; ci < 3; ci++) {
