@@ -25,14 +25,19 @@
  * blocks still reuse their positions (4 each) many times over. */
 #define PIPE_GRID "WEFT_CUDA_COLL_PIPE_BLOCKS=16"
 
-static void run2(int n, th_body_fn body, const char *extra, const char *extra2)
+static void run3(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3)
 {
     GPU_NEED();
     const char *level = gpu_log_level_env();
-    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID, extra, extra2, NULL};
+    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID, extra, extra2, extra3, NULL};
     th_result_t res = th_run(n, body, NULL, 240, env);
     cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
+}
+
+static void run2(int n, th_body_fn body, const char *extra, const char *extra2)
+{
+    run3(n, body, extra, extra2, NULL);
 }
 
 static void run(int n, th_body_fn body, const char *extra)
@@ -224,17 +229,17 @@ Test(cuda_coll, allreduce_without_ll_3_ranks, .timeout = 600)
     run(3, body_allreduce, "WEFT_CUDA_COLL_LL=0");
 }
 
-/* Two shots for every allreduce past the LL and fused sizes on 3 and 4
+/* Two shots for every allreduce (no LL, nothing fused) on 3 and 4
  * ranks: parts of 4096 / 3 or 4 bytes, vector-aligned, empty last parts for
  * small counts, several chunks for the larger ones. */
 Test(cuda_coll, allreduce_two_shot_3_ranks, .timeout = 600)
 {
-    run2(3, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0");
+    run3(3, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 Test(cuda_coll, allreduce_two_shot_4_ranks, .timeout = 600)
 {
-    run2(4, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0");
+    run3(4, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 /* The pipelined kernel for every call that does not fuse: with 4 KiB slots
