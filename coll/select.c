@@ -393,8 +393,13 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
     for (int c = 0; weft_coll_components[c]; c++)
         for (int i = 0; i < weft_coll_components[c]->nparams; i++) {
             const weft_coll_param_t *p = &weft_coll_components[c]->params[i];
-            OUT("  %s.%s = %d %s: %s; %s; %s\n", weft_coll_components[c]->name, p->name, *p->value, p->unit, p->algs,
-                p->desc, p->var ? p->var : "built in");
+            char val[32];
+            if (*p->value < 0) /* an int|auto variable left at auto: the component resolves it */
+                snprintf(val, sizeof(val), "auto");
+            else
+                snprintf(val, sizeof(val), "%d %s", *p->value, p->unit);
+            OUT("  %s.%s = %s: %s; %s; %s\n", weft_coll_components[c]->name, p->name, val, p->algs, p->desc,
+                p->var ? p->var : "built in");
         }
     OUT("selection (first match by score; a declined algorithm falls back to the next, then to any other):\n");
     for (int pass = 1; pass >= 0; pass--)

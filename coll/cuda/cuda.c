@@ -48,12 +48,12 @@ static const weft_var_t vars[] = {
      "stores its input, 8 bytes at a time with the call's sequence number beside them, straight into every peer's "
      "memory, and reduces what arrives in its own: no barrier, no staging; 0: never",
      &cvars.ll, 0},
-    {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT, "8388608",
+    {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
      "(weft_comm_window_register) read it in place: no staging, no chunks, one barrier more; smaller ones stage "
-     "as if unregistered (measured where ranks share a GPU: the second barrier costs more than the copy below "
-     "about 8 MiB). Unset, where every rank has a GPU of its own: alltoall and reduce_scatter from 64 KiB, "
-     "allreduce never, the others from this (measured on four H100s); 0: never",
+     "as if unregistered. auto: 8 MiB where ranks share a GPU (measured there: the second barrier costs more than "
+     "the copy below about 8 MiB); where every rank has a GPU of its own alltoall and reduce_scatter from 64 KiB, "
+     "allreduce never, the others from 8 MiB (measured on four H100s); 0: never",
      &cvars.window, 0},
     {"WEFT_CUDA_COLL_TWO_SHOT", WEFT_VAR_INT, "8388608",
      "coll/cuda: allreduces of at least this many bytes per rank on 3 or more ranks run in two shots (each rank "
@@ -66,23 +66,23 @@ static const weft_var_t vars[] = {
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
      "they fail with WEFT_ERR_UNSUPPORTED",
      &cvars.enabled, 0},
-    {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT, "8388608",
+    {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: bytes of each of a rank's two scratch slots (its device memory, mapped by its peers); larger "
      "messages go in chunks of this size, one barrier each. Costs 2 x this + 64 KiB of device memory per rank "
-     "and communicator that runs a GPU collective. Unset, where every rank has a GPU of its own: 32 MiB "
-     "(measured on four H100s: 1.1-1.5x the bus bandwidth of 8 MiB slots for allreduce, reduce_scatter and "
-     "alltoall from 16 MiB)",
+     "and communicator that runs a GPU collective. auto: 8 MiB where ranks share a GPU, 32 MiB where every rank "
+     "has its own (measured on four H100s: 1.1-1.5x the bus bandwidth of 8 MiB slots for allreduce, "
+     "reduce_scatter and alltoall from 16 MiB)",
      &cvars.slot, 0},
     {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT, "16384",
      "coll/cuda: calls that stage up to this many bytes per rank run as one launch of one thread block (stage, "
      "barrier and reduce or copy fused) instead of three launches (into a CUDA graph: up to 4096 at most, as a "
      "replay pays no launch cost); 0: never",
      &cvars.fused, 0},
-    {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT, "33554432",
+    {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls that stage at least this many bytes per rank run as one barrier then one pipelined launch of "
      "many blocks (each unit staged, announced and consumed with its own flags, so staging, NVLink reads and "
-     "reductions overlap) instead of slot-sized chunks of three launches each; by default not where two ranks of "
-     "the communicator share a GPU (their spinning blocks starve each other), set: there too; 0: never",
+     "reductions overlap) instead of slot-sized chunks of three launches each. auto: 32 MiB where every rank has "
+     "a GPU of its own, never where two ranks share one (their spinning blocks starve each other); 0: never",
      &cvars.pipe, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
      "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs); each "
@@ -196,22 +196,15 @@ typedef struct weft_window cuda_window_t;
 /* The variables that decide a call's protocol from its size: they must be
  * the same on every rank of a communicator (else ranks pass different
  * numbers of barriers for one call), so setup compares them. */
-enum { NKNOBS = 8 };
-static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED",
-                                               "WEFT_CUDA_COLL_LL",
-                                               "WEFT_CUDA_COLL_PIPE",
-                                               "WEFT_CUDA_COLL_PIPE_BLOCKS",
-                                               "WEFT_CUDA_COLL_TWO_SHOT",
-                                               "WEFT_CUDA_COLL_WINDOW",
-                                               "WEFT_CUDA_COLL_PIPE set (1) or not (0)",
-                                               "WEFT_CUDA_COLL_WINDOW set (1) or not (0)"};
-/* Set in the environment, these apply as given; by default they depend on
- * whether ranks share a GPU (the pipelined kernel: not there; windows: per
- * collective where every rank has its own, see window_min). */
+enum { NKNOBS = 6 };
+static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED",       "WEFT_CUDA_COLL_LL",
+                                               "WEFT_CUDA_COLL_PIPE",        "WEFT_CUDA_COLL_PIPE_BLOCKS",
+                                               "WEFT_CUDA_COLL_TWO_SHOT",    "WEFT_CUDA_COLL_WINDOW"};
+/* As set (-1: auto, resolved at setup from whether ranks share a GPU). */
 static void knobs_of(int32_t *k)
 {
     k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
-    k[5] = cvars.window, k[6] = getenv("WEFT_CUDA_COLL_PIPE") != NULL, k[7] = getenv("WEFT_CUDA_COLL_WINDOW") != NULL;
+    k[5] = cvars.window;
 }
 
 /* What each rank tells the others at setup. */
@@ -229,9 +222,8 @@ typedef struct cuda_state {
     int n, me;
     int ready;  /* regions exchanged and mapped */
     int broken; /* a weft error code: every later call fails with it */
-    int shared;       /* two ranks of the communicator share a GPU (no pipelined kernel; window_min) */
-    int pipe_set;     /* WEFT_CUDA_COLL_PIPE set: the pipelined kernel where ranks share a GPU too */
-    int window_set;   /* WEFT_CUDA_COLL_WINDOW set: it applies to every collective */
+    int shared;  /* two ranks of the communicator share a GPU (the auto values below and in window_min) */
+    size_t pipe; /* WEFT_CUDA_COLL_PIPE resolved (0: never) */
     char why[256];
     CUcontext ctx;
     module_t *m;
@@ -316,10 +308,14 @@ static int32_t gpu_pci(void)
     return (int32_t)((dom & 0x7fff) << 16 | (bus & 0xff) << 8 | (slot & 0xff));
 }
 
-/* The slot size where WEFT_CUDA_COLL_SLOT is unset and every rank has a GPU of its own (four H100s, NV18,
- * PERFORMANCE.md section 10: from 16 MiB, 32 MiB slots against 8 MiB gave allreduce 1.26x the bus
- * bandwidth, reduce_scatter 1.3-1.5x, alltoall 1.1-1.35x, allgather 0.86-1.0x, bcast about 1.0x). */
+/* WEFT_CUDA_COLL_SLOT auto: 8 MiB where ranks share a GPU (the size the thresholds were measured with
+ * there), 32 MiB where every rank has its own (four H100s, NV18, PERFORMANCE.md section 10: from 16 MiB,
+ * 32 MiB slots against 8 MiB gave allreduce 1.26x the bus bandwidth, reduce_scatter 1.3-1.5x, alltoall
+ * 1.1-1.35x, allgather 0.86-1.0x, bcast about 1.0x). WEFT_CUDA_COLL_PIPE auto: 32 MiB on own GPUs (two
+ * H100s, section 10), never on a shared one. */
+#define SLOT_SHARED   ((size_t)8 << 20)
 #define SLOT_OWN_GPUS ((size_t)32 << 20)
+#define PIPE_OWN_GPUS ((size_t)32 << 20)
 
 /* This rank's half of the setup: its region, counter, words, stream. */
 static int setup_local(cuda_state_t *st, exch_t *mine)
@@ -384,8 +380,9 @@ static int setup(cuda_state_t *st)
         for (int q = p + 1; q < st->n; q++)
             if (pci[p] >= 0 && pci[p] == pci[q]) st->shared = 1;
     /* a multiple of 16: the second slot, and every part in it, stays aligned for vector and word access */
-    st->slot = getenv("WEFT_CUDA_COLL_SLOT") || st->shared ? (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot) / 16 * 16
-                                                           : SLOT_OWN_GPUS;
+    st->slot = cvars.slot < 0 ? (st->shared ? SLOT_SHARED : SLOT_OWN_GPUS)
+                              : (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot) / 16 * 16;
+    st->pipe = cvars.pipe < 0 ? (st->shared ? 0 : PIPE_OWN_GPUS) : (size_t)cvars.pipe;
     rc = setup_local(st, &mine);
     char local_why[200] = "";
     if (rc) snprintf(local_why, sizeof(local_why), "%s", weft_last_error());
@@ -423,8 +420,6 @@ static int setup(cuda_state_t *st)
         snprintf(st->why, sizeof(st->why), "its GPU setup failed (%s)", weft_last_error());
         return rc;
     }
-    st->pipe_set = mine.knobs[6];
-    st->window_set = mine.knobs[7];
     st->ready = 1;
     weft_debug("coll/cuda: comm %s: %d ranks mapped, slots of %zu bytes%s", st->comm->name, st->n, st->slot,
                st->shared ? "; ranks share a GPU" : "");
@@ -744,20 +739,22 @@ static const char *window_input(const weft_coll_args_t *a, int n, size_t *need)
     }
 }
 
-/* The bytes a call must read per rank to read them out of windows: WEFT_CUDA_COLL_WINDOW where it is set
- * or where ranks share a GPU (measured there: 8 MiB, one H100 shared by 2 ranks); where every rank has a
- * GPU of its own, per collective (four H100s, NV18, windows against staged with 32 MiB slots,
+/* The bytes a call must read per rank to read them out of windows (SIZE_MAX: never): WEFT_CUDA_COLL_WINDOW
+ * as set; auto, 8 MiB where ranks share a GPU (measured there: one H100 shared by 2 ranks), and where
+ * every rank has a GPU of its own, per collective (four H100s, NV18, windows against staged with 32 MiB slots,
  * PERFORMANCE.md section 10): alltoall from 64 KiB (0.38-0.92x the staged time to 128 MiB, 1.0-1.05x
  * above), reduce_scatter from 64 KiB (0.51-0.80x; 0.7-1.3x at 256 KiB - 2 MiB in an earlier run),
  * allreduce never (one shot out of the windows lost to two shots staged from 32 MiB, 1.17-1.27x). */
 static size_t window_min(const cuda_state_t *st, weft_coll_kind_t kind)
 {
-    if (st->shared || st->window_set) return (size_t)cvars.window;
+    const size_t shared = (size_t)8 << 20;
+    if (cvars.window >= 0) return cvars.window ? (size_t)cvars.window : SIZE_MAX;
+    if (st->shared) return shared;
     switch (kind) {
     case WEFT_COLL_ALLTOALL:
     case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)64 << 10;
     case WEFT_COLL_ALLREDUCE: return SIZE_MAX;
-    default: return (size_t)cvars.window;
+    default: return shared;
     }
 }
 
@@ -799,62 +796,40 @@ static int relay(cuda_op_t *op, int root, size_t off, size_t bytes)
                   "launching the relay kernel");
 }
 
-/* Bcast in two steps (3 or more ranks, staged): per slot chunk, the root
- * stages it, a barrier; each rank copies its part (a vector-aligned n-th)
- * from the root's slot into its own other slot, a barrier; every rank but
- * the root copies every part from its owner's slot. The root's NVLink
- * egress carries the chunk about twice instead of n - 1 times. */
-static int bcast_two_step(cuda_op_t *op)
+/* Two steps per slot chunk (3 or more ranks, staged): allreduce's two
+ * shots, each rank staging its input; bcast, the root alone staging. A
+ * barrier; each rank reduces its part (a vector-aligned n-th of the chunk)
+ * of every rank's chunk (allreduce) or relays its part of the root's
+ * (bcast) into its other slot, where nobody reads until the next barrier; a
+ * barrier; every rank (but a bcast's root) copies every part out of its
+ * owner's slot. An allreduce reads about twice its vector where one shot
+ * reads it n times; a bcast's root sends its chunk about twice instead of
+ * n - 1 times. */
+static int two_step(cuda_op_t *op, const char *in)
 {
     const weft_coll_args_t *a = &op->a;
     cuda_state_t *st = op->st;
-    int n = st->n, me = st->me, root = a->root, rc = WEFT_SUCCESS, src[WEFT_CK_MAX_RANKS];
-    size_t es = a->esize ? a->esize : 1, align = es < 16 ? 16 / es : 1, kmax = st->slot / es;
-    size_t off[WEFT_CK_MAX_RANKS], len[WEFT_CK_MAX_RANKS];
-    char *dst[WEFT_CK_MAX_RANKS], *buf = a->recvbuf;
-    for (size_t o = 0; !rc && o < a->count; o += kmax) {
-        size_t k = a->count - o < kmax ? a->count - o : kmax;
-        size_t q = ((k + (size_t)n - 1) / (size_t)n + align - 1) / align * align;
-        size_t lo = (size_t)me * q, mine = lo < k ? (k - lo < q ? k - lo : q) : 0;
-        if (me == root) rc = stage(op, buf + o * es, 0, k * es);
-        if (!rc && !(rc = barrier(op)) && !(rc = relay(op, root, lo * es, mine * es))) rc = barrier(op);
-        int m = 0;
-        for (int p = 0; p < n && me != root; p++) {
-            size_t plo = (size_t)p * q, plen = plo < k ? (k - plo < q ? k - plo : q) : 0;
-            if (plen) src[m] = p, off[m] = plo * es, dst[m] = buf + (o + plo) * es, len[m++] = plen * es;
-        }
-        if (!rc && m) rc = copy_parts(op, m, src, off, dst, len);
-    }
-    return rc;
-}
-
-/* Two-shot allreduce (3 or more ranks, staged): per slot chunk, each rank
- * stages its input, passes a barrier, reduces its part of every rank's
- * chunk into its other slot (where nobody reads until the next barrier),
- * passes a barrier, then copies every part out of its owner's slot. Each
- * rank reads about twice its vector where one shot reads it n times. */
-static int two_shot(cuda_op_t *op, const char *in)
-{
-    const weft_coll_args_t *a = &op->a;
-    cuda_state_t *st = op->st;
-    int n = st->n, me = st->me, rc = WEFT_SUCCESS, src[WEFT_CK_MAX_RANKS];
+    int n = st->n, me = st->me, bcast = a->kind == WEFT_COLL_BCAST, rc = WEFT_SUCCESS, src[WEFT_CK_MAX_RANKS];
     size_t es = a->esize ? a->esize : 1, align = es < 16 ? 16 / es : 1, kmax = st->slot / es;
     size_t off[WEFT_CK_MAX_RANKS], len[WEFT_CK_MAX_RANKS];
     char *dst[WEFT_CK_MAX_RANKS], *out = a->recvbuf;
+    if (bcast) in = out;
     for (size_t o = 0; !rc && o < a->count; o += kmax) {
         size_t k = a->count - o < kmax ? a->count - o : kmax;
         size_t q = ((k + (size_t)n - 1) / (size_t)n + align - 1) / align * align; /* a part, vector-aligned */
         size_t lo = (size_t)me * q, mine = lo < k ? (k - lo < q ? k - lo : q) : 0;
         /* part p sits at p * q in both slots: within the chunk, so within a slot */
-        if (!(rc = stage(op, in + o * es, 0, k * es)) && !(rc = barrier(op)) &&
-            !(rc = reduce_as(op, lo * es, (void *)(uintptr_t)(lo * es), mine, 1)))
-            rc = barrier(op);
+        if (!bcast || me == a->root) rc = stage(op, in + o * es, 0, k * es);
+        if (!rc && !(rc = barrier(op)))
+            rc = bcast ? relay(op, a->root, lo * es, mine * es)
+                       : reduce_as(op, lo * es, (void *)(uintptr_t)(lo * es), mine, 1);
+        if (!rc) rc = barrier(op);
         int m = 0;
-        for (int p = 0; p < n; p++) {
+        for (int p = 0; p < n && !(bcast && me == a->root); p++) {
             size_t plo = (size_t)p * q, plen = plo < k ? (k - plo < q ? k - plo : q) : 0;
             if (plen) src[m] = p, off[m] = plo * es, dst[m] = out + (o + plo) * es, len[m++] = plen * es;
         }
-        if (!rc) rc = copy_parts(op, m, src, off, dst, len);
+        if (!rc && m) rc = copy_parts(op, m, src, off, dst, len);
     }
     return rc;
 }
@@ -941,7 +916,7 @@ static int issue(cuda_op_t *op)
      * stay as they are: past WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), so a
      * capturing rank and an eager one decide alike. */
     size_t need = 0, woff = 0;
-    const char *win_in = ll || !st->nwin || cvars.window <= 0 ? NULL : window_input(a, n, &need);
+    const char *win_in = ll || !st->nwin ? NULL : window_input(a, n, &need);
     op->win = win_in && need >= window_min(st, a->kind) && need > (size_t)cvars.fused
                   ? window_of(st, win_in, need, &woff)
                   : NULL;
@@ -949,19 +924,14 @@ static int issue(cuda_op_t *op)
         if ((rc = issue_in_window(op, win_in, woff, need))) return rc;
         goto record;
     }
-    /* Two shots from WEFT_CUDA_COLL_TWO_SHOT bytes per rank on 3 or more ranks (on 2, one shot reads as
-     * many remote bytes and passes one barrier less); ahead of the pipelined one-shot kernel. A call in a
-     * window stays one shot (reading the windows in two shots is not built). */
-    /* Past WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing
-     * rank and an eager one decide alike. */
-    int past_fused = staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0);
-    if (a->kind == WEFT_COLL_ALLREDUCE && n >= 3 && !ll && past_fused && cvars.two_shot > 0 &&
-        staged >= (size_t)cvars.two_shot) {
-        if ((rc = two_shot(op, in))) return rc;
-        goto record;
-    }
-    if (a->kind == WEFT_COLL_BCAST && n >= 3 && past_fused && cvars.two_shot > 0 && staged >= (size_t)cvars.two_shot) {
-        if ((rc = bcast_two_step(op))) return rc;
+    /* Two steps (allreduce, bcast) from WEFT_CUDA_COLL_TWO_SHOT bytes per rank on 3 or more ranks (on 2,
+     * one shot reads as many remote bytes and passes one barrier less); ahead of the pipelined one-shot
+     * kernel. A call in a window stays one shot (reading the windows in two shots is not built). Past
+     * WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing rank
+     * and an eager one decide alike. */
+    if ((a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll && cvars.two_shot > 0 &&
+        staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0) && staged >= (size_t)cvars.two_shot) {
+        if ((rc = two_step(op, in))) return rc;
         goto record;
     }
     if (ll) {
@@ -983,8 +953,7 @@ static int issue(cuda_op_t *op)
         goto record;
     }
     int piped = 0;
-    if (!op->fusing && cvars.pipe > 0 && (!st->shared || st->pipe_set) && staged >= (size_t)cvars.pipe &&
-        (rc = pipe_issue(op, &piped)))
+    if (!op->fusing && st->pipe > 0 && staged >= st->pipe && (rc = pipe_issue(op, &piped)))
         return rc;
     switch (piped ? WEFT_COLL_BARRIER : a->kind) {
     case WEFT_COLL_BARRIER:
@@ -1521,7 +1490,7 @@ static const int max_ranks = 8, hdr = WEFT_CK_HDR, pipe_depth = PIPE_DEPTH;
 
 static const weft_coll_param_t params[] = {
     {"slot", "every coll/cuda algorithm", &cvars.slot, "bytes", "WEFT_CUDA_COLL_SLOT",
-     "messages larger than a slot go in chunks, one barrier each (unset, on ranks with a GPU each: 32 MiB)"},
+     "messages larger than a slot go in chunks, one barrier each (auto: 8 MiB on a shared GPU, 32 MiB on own GPUs)"},
     {"fused", "every coll/cuda algorithm", &cvars.fused, "bytes", "WEFT_CUDA_COLL_FUSED",
      "calls staging up to this much per rank run as one launch of one block"},
     {"max_ranks", "every coll/cuda algorithm", &max_ranks, "ranks", NULL,
@@ -1530,14 +1499,14 @@ static const weft_coll_param_t params[] = {
     {"ll", "allreduce", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
      "allreduces up to this much per rank (16 KiB at most) push their lines into the peers: no barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
-     "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (not "
-     "where ranks share a GPU: 2 ranks on one H100 reached 100 GB/s against 240 chunked at 16 MiB, 4 did not finish "
-     "32 MiB in 45 s)"},
+     "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (auto: "
+     "32 MiB on own GPUs; never on a shared GPU, where 2 ranks on one H100 reached 100 GB/s against 240 chunked at "
+     "16 MiB and 4 did not finish 32 MiB in 45 s)"},
     {"two_shot", "allreduce, bcast", &cvars.two_shot, "bytes", "WEFT_CUDA_COLL_TWO_SHOT",
      "allreduces from this much per rank on 3 or more ranks: reduce-scatter into the slots, then all-gather"},
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
-     "calls reading at least this much per rank out of registered windows read it in place (two barriers); "
-     "unset, on ranks with a GPU each: alltoall and reduce_scatter 64 KiB, allreduce never"},
+     "calls reading at least this much per rank out of registered windows read it in place (two barriers; auto: "
+     "8 MiB on a shared GPU; on own GPUs alltoall and reduce_scatter 64 KiB, allreduce never, the others 8 MiB)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,

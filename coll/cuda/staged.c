@@ -73,9 +73,9 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     if ((rc = weft_coll_build_selected(s, &h)) == WEFT_ERR_UNSUPPORTED)
         return weft_error(WEFT_ERR_INTERNAL, "%s staged: no host algorithm takes the host copies' call", name);
     if (rc || (rc = weft_sched_end_round(s))) return rc;
-    if (a->kind == WEFT_COLL_ALLGATHER) {
+    if (a->kind == WEFT_COLL_ALLGATHER && a->recvbufs) { /* the list form: a copy per block */
         for (int r = 0; r < n && !rc; r++)
-            rc = weft_sched_copy(s, weft_coll_rblock(a, r), hout + (size_t)r * block, block);
+            rc = weft_sched_copy(s, a->recvbufs[r], hout + (size_t)r * block, block);
         return rc;
     }
     return out ? weft_sched_copy(s, a->recvbuf, hout, out) : WEFT_SUCCESS;
