@@ -242,7 +242,7 @@ Test(cuda_coll, allreduce_two_shot_4_ranks, .timeout = 600)
     run3(4, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
-/* The pipelined kernel for every call that does not fuse: with 4 KiB slots
+/* The pipelined kernel (pushing, the default) for every call that does not fuse: with 4 KiB slots
  * its positions are 64 bytes (16 per piece on 3 and 4 ranks), so every
  * block reuses each position many times, and fused and pipelined calls
  * alternate on the communicator. */
@@ -264,6 +264,17 @@ Test(cuda_coll, allreduce_pipelined_3_ranks, .timeout = 600)
 Test(cuda_coll, allreduce_pipelined_4_ranks, .timeout = 600)
 {
     run(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+}
+
+/* The same with the pipelined kernel reading its peers' scratch (not pushing): one shot over units. */
+Test(cuda_coll, allreduce_pipelined_read_3_ranks, .timeout = 600)
+{
+    run2(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
+}
+
+Test(cuda_coll, allreduce_pipelined_read_4_ranks, .timeout = 600)
+{
+    run2(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
 }
 
 /* Byte patterns through the data-moving collectives and reduce /
@@ -370,6 +381,16 @@ Test(cuda_coll, others_pipelined_3_ranks, .timeout = 600)
 Test(cuda_coll, others_pipelined_4_ranks, .timeout = 600)
 {
     run(4, body_others, "WEFT_CUDA_COLL_PIPE=1");
+}
+
+Test(cuda_coll, others_pipelined_read_3_ranks, .timeout = 600)
+{
+    run2(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", "WEFT_CUDA_COLL_PUSH=0");
+}
+
+Test(cuda_coll, others_pipelined_read_4_ranks, .timeout = 600)
+{
+    run2(4, body_others, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
 }
 
 /* Stream-ordered calls: enqueued on a stream of the caller's, with a work

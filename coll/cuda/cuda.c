@@ -36,6 +36,7 @@ static struct {
     int ll;          /* WEFT_CUDA_COLL_LL */
     int window;      /* WEFT_CUDA_COLL_WINDOW */
     int two_shot;    /* WEFT_CUDA_COLL_TWO_SHOT */
+    int push;        /* WEFT_CUDA_COLL_PUSH */
 } cvars;
 
 /* The pipelined kernel's launch: blocks (within the max_ctas / min_ctas
@@ -84,6 +85,12 @@ static const weft_var_t vars[] = {
      "reductions overlap) instead of slot-sized chunks of three launches each. auto: 32 MiB where every rank has "
      "a GPU of its own, never where two ranks share one (their spinning blocks starve each other); 0: never",
      &cvars.pipe, 0},
+    {"WEFT_CUDA_COLL_PUSH", WEFT_VAR_BOOL, "1",
+     "coll/cuda: the pipelined kernel pushes: each rank stores its units into its peers' scratch (NVLink carries "
+     "stores; every rank reads only its own memory), and a pipelined allreduce runs as a reduce-scatter whose "
+     "parts every rank then pushes to all (about 2 x the vector crosses per rank, not n - 1 x); 0: each rank "
+     "stages into its own scratch and its peers read it there",
+     &cvars.push, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
      "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs); each "
      "gets 256 / this many of the slots' positions, at most 4",
@@ -196,15 +203,16 @@ typedef struct weft_window cuda_window_t;
 /* The variables that decide a call's protocol from its size: they must be
  * the same on every rank of a communicator (else ranks pass different
  * numbers of barriers for one call), so setup compares them. */
-enum { NKNOBS = 6 };
+enum { NKNOBS = 7 };
 static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED",       "WEFT_CUDA_COLL_LL",
                                                "WEFT_CUDA_COLL_PIPE",        "WEFT_CUDA_COLL_PIPE_BLOCKS",
-                                               "WEFT_CUDA_COLL_TWO_SHOT",    "WEFT_CUDA_COLL_WINDOW"};
+                                               "WEFT_CUDA_COLL_TWO_SHOT",    "WEFT_CUDA_COLL_WINDOW",
+                                               "WEFT_CUDA_COLL_PUSH"};
 /* As set (-1: auto, resolved at setup from whether ranks share a GPU). */
 static void knobs_of(int32_t *k)
 {
     k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
-    k[5] = cvars.window;
+    k[5] = cvars.window, k[6] = cvars.push;
 }
 
 /* What each rank tells the others at setup. */
@@ -650,9 +658,21 @@ static int pipe_issue(cuda_op_t *op, int *piped)
     p.esize = es;
     p.count = a->count;
     p.op = (int)a->op;
+    p.push = cvars.push != 0;
     CUfunction f = st->m->pipe_copy;
     switch (a->kind) {
-    case WEFT_COLL_ALLREDUCE: p.mode = 1; break;
+    case WEFT_COLL_ALLREDUCE:
+        p.mode = 1;
+        if (p.push && n > 1) { /* two phases over the vector's n parts, each a whole number of 16-byte words */
+            size_t align = es < 16 ? 16 / es : 1;
+            p.mode = 3;
+            p.npieces = n;
+            p.total = a->count;
+            p.count = ((a->count + (size_t)n - 1) / (size_t)n + align - 1) / align * align;
+            p.in_stride = p.count * es;
+            p.red_piece = me;
+        }
+        break;
     case WEFT_COLL_REDUCE:
         p.mode = 1;
         p.consume_on = me == a->root;
@@ -690,7 +710,9 @@ static int pipe_issue(cuda_op_t *op, int *piped)
         break;
     default: return WEFT_SUCCESS; /* not pipelined: the caller chunks */
     }
-    if (p.mode == 1) f = st->m->pipe_reduce[a->dtype];
+    if (p.mode != 2) f = st->m->pipe_reduce[a->dtype];
+    /* places in a position: pushed, one per producer (two for an allreduce's two phases); else the pieces */
+    p.pos_pieces = !p.push ? p.npieces : p.mode == 3 ? 2 * n : a->kind == WEFT_COLL_BCAST ? 1 : n;
     /* geometry: blocks within the hints and the SMs; positions of whole 16-byte words per piece */
     unsigned g = cvars.pipe_blocks > 0 ? (unsigned)cvars.pipe_blocks : 1;
     if (c->gpu_max_ctas > 0 && g > (unsigned)c->gpu_max_ctas) g = (unsigned)c->gpu_max_ctas;
@@ -700,7 +722,7 @@ static int pipe_issue(cuda_op_t *op, int *piped)
     if (g < 1) g = 1;
     unsigned depth = WEFT_CK_PIPE_MAXPOS / g < PIPE_DEPTH ? WEFT_CK_PIPE_MAXPOS / g : PIPE_DEPTH;
     size_t posbytes = 2 * st->slot / ((size_t)g * depth);
-    size_t piece = posbytes / (size_t)p.npieces / 16 * 16;
+    size_t piece = posbytes / (size_t)p.pos_pieces / 16 * 16;
     p.unit_elems = piece / p.esize;
     if (!p.unit_elems || !p.count) return WEFT_SUCCESS;
     p.units = (p.count + p.unit_elems - 1) / p.unit_elems;
@@ -929,8 +951,11 @@ static int issue(cuda_op_t *op)
      * kernel. A call in a window stays one shot (reading the windows in two shots is not built). Past
      * WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing rank
      * and an eager one decide alike. */
-    if ((a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll && cvars.two_shot > 0 &&
-        staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0) && staged >= (size_t)cvars.two_shot) {
+    /* A pushed pipelined allreduce is two shots already (and overlaps them): it goes first. */
+    int pushed_ar = a->kind == WEFT_COLL_ALLREDUCE && cvars.push && !op->fusing && st->pipe > 0 && staged >= st->pipe;
+    if ((a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll && !pushed_ar &&
+        cvars.two_shot > 0 && staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0) &&
+        staged >= (size_t)cvars.two_shot) {
         if ((rc = two_step(op, in))) return rc;
         goto record;
     }
@@ -1507,6 +1532,9 @@ static const weft_coll_param_t params[] = {
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
      "calls reading at least this much per rank out of registered windows read it in place (two barriers; auto: "
      "8 MiB on a shared GPU; on own GPUs alltoall and reduce_scatter 64 KiB, allreduce never, the others 8 MiB)"},
+    {"push", "every coll/cuda algorithm", &cvars.push, "0/1", "WEFT_CUDA_COLL_PUSH",
+     "the pipelined kernel stores into the peers' scratch (a pipelined allreduce: reduce-scatter, then every part "
+     "pushed to all) instead of staging into its own for the peers to read"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,

@@ -751,6 +751,34 @@ __device__ __forceinline__ void pipe_post(const weft_ck_pipe_args_t &a, size_t o
             st_release_sys(pipe_flag(pick_region(a, q), off, pos, a.rank), v);
 }
 
+/* Elements of piece k of unit-start e0 (a unit's share of a piece of cnt elements). */
+__device__ __forceinline__ size_t pipe_span(size_t cnt, size_t e0, size_t unit)
+{
+    return e0 >= cnt ? 0 : (cnt - e0 < unit ? cnt - e0 : unit);
+}
+
+/* Elements of piece k in the whole call (mode 3: the vector's parts; else all count). */
+__device__ __forceinline__ size_t pipe_piece_count(const weft_ck_pipe_args_t &a, int k)
+{
+    if (!a.total)
+        return a.count;
+    size_t lo = (size_t)k * a.count;
+    return lo >= a.total ? 0 : (a.total - lo < a.count ? a.total - lo : a.count);
+}
+
+/* The reduce of one unit: out[i] = op over the sources in rank order. */
+template <class Op>
+__device__ __forceinline__ void pipe_reduce(const char *const (&base)[MAXR], int nranks, void *o, size_t ne,
+                                            size_t tid, size_t nth)
+{
+    if (nranks == 2)
+        reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth);
+    else if (nranks == 4)
+        reduce_range_n<Op, 4, 2>(base, o, ne, tid, nth);
+    else
+        reduce_range<Op>(base, nranks, o, ne, tid, nth);
+}
+
 template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const weft_ck_pipe_args_t &a)
 {
     __shared__ int ok_s;
@@ -805,13 +833,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
             for (int p = 0; p < MAXR; p++)
                 base[p] = pick_region(a, p < nranks ? p : 0) + WEFT_CK_HDR + (size_t)pos * posbytes +
                           (size_t)a.red_piece * piece;
-            void *o = static_cast<char *>(a.out) + e0 * a.esize;
-            if (nranks == 2)
-                reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth);
-            else if (nranks == 4)
-                reduce_range_n<Op, 4, 2>(base, o, ne, tid, nth);
-            else
-                reduce_range<Op>(base, nranks, o, ne, tid, nth);
+            pipe_reduce<Op>(base, nranks, static_cast<char *>(a.out) + e0 * a.esize, ne, tid, nth);
         } else {
 #pragma unroll
             for (int p = 0; p < MAXR; p++) {
@@ -838,14 +860,139 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
     }
 }
 
+/* The pushed form (kernels.h: weft_ck_pipe_args, push; MODE 1 reduce, 2 copy, 3 allreduce). Same
+ * positions, flags and waits as pipe_run; only where the bytes go differs. */
+template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const weft_ck_pipe_args_t &a)
+{
+    __shared__ int ok_s;
+    const unsigned long long seq = *a.ctl.counter;
+    if (seq & WEFT_CK_POISON)
+        return;
+    const unsigned G = gridDim.x, b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+    const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
+    const int places = a.pos_pieces < 1 ? 1 : a.pos_pieces;
+    char *mine = pick_region(a, a.rank);
+    const size_t es = a.esize, piece = a.unit_elems * es, posbytes = piece * (size_t)places;
+    if (tid == 0)
+        ok_s = 1;
+    __syncthreads();
+    size_t j = 0;
+    for (size_t u = b; u < a.units; u += G, j++) {
+        const int pos = (int)(b + (j % (size_t)depth) * G);
+        const unsigned long long v = (seq << 24) | (unsigned long long)(u + 1);
+        const size_t e0 = u * a.unit_elems;
+        char *here = mine + WEFT_CK_HDR + (size_t)pos * posbytes; /* this rank's position */
+        /* 1. the position is free in every consumer's region: each read this rank's previous unit there */
+        if (j >= (size_t)depth && a.stage_on && tid == 0 &&
+            !pipe_wait(a, mine, WEFT_CK_PIPE_DN, pos, a.cons_mask, v - (unsigned long long)depth * G))
+            ok_s = 0;
+        __syncthreads();
+        if (!ok_s)
+            return;
+        /* 2. push each consumer its piece, at this rank's place, and announce */
+        if (a.stage_on) {
+            for (int c = 0; c < nranks; c++) {
+                if (!(a.cons_mask >> c & 1))
+                    continue;
+                const int k = a.npieces == 1 ? 0 : c;
+                copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)pos * posbytes + (size_t)(a.rank % places) * piece,
+                         a.in + (size_t)k * a.in_stride + e0 * es,
+                         pipe_span(pipe_piece_count(a, k), e0, a.unit_elems) * es, tid, nth);
+            }
+            __threadfence_system();
+            __syncthreads();
+            if (tid == 0)
+                pipe_post(a, WEFT_CK_PIPE_RDY, pos, a.cons_mask, v);
+        }
+        if (!a.consume_on)
+            continue;
+        /* 3. wait for the producers; consume out of this rank's own memory */
+        if (tid == 0 && !pipe_wait(a, mine, WEFT_CK_PIPE_RDY, pos, a.read_mask, v))
+            ok_s = 0;
+        __syncthreads();
+        if (!ok_s)
+            return;
+        if (MODE != 2) {
+            const size_t ne = pipe_span(pipe_piece_count(a, a.red_piece), e0, a.unit_elems);
+            const size_t at = (MODE == 3 ? (size_t)a.red_piece * a.in_stride : 0) + e0 * es;
+            const char *base[MAXR];
+#pragma unroll
+            for (int p = 0; p < MAXR; p++)
+                base[p] = p == a.rank ? a.in + (size_t)a.red_piece * a.in_stride + e0 * es
+                                      : here + (size_t)((p < nranks ? p : 0) % places) * piece;
+            char *o = static_cast<char *>(a.out) + at;
+            pipe_reduce<Op>(base, nranks, o, ne, tid, nth);
+            if (MODE == 3) {
+                /* the block's result (visible to the block after the barrier) into every peer's position */
+                __syncthreads();
+                for (int c = 0; c < nranks; c++)
+                    if (a.cons_mask >> c & 1)
+                        copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)pos * posbytes +
+                                     (size_t)((nranks + a.rank) % places) * piece,
+                                 o, ne * es, tid, nth);
+                __threadfence_system();
+                __syncthreads();
+                if (tid == 0) {
+                    pipe_post(a, WEFT_CK_PIPE_RDY2, pos, a.cons_mask, v);
+                    if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, pos, a.read_mask, v))
+                        ok_s = 0;
+                }
+                __syncthreads();
+                if (!ok_s)
+                    return;
+                for (int p = 0; p < nranks; p++)
+                    if (a.read_mask >> p & 1)
+                        copy_any(static_cast<char *>(a.out) + (size_t)p * a.in_stride + e0 * es,
+                                 here + (size_t)((nranks + p) % places) * piece,
+                                 pipe_span(pipe_piece_count(a, p), e0, a.unit_elems) * es, tid, nth);
+            }
+        } else {
+            const size_t ne = pipe_span(a.count, e0, a.unit_elems);
+#pragma unroll
+            for (int p = 0; p < MAXR; p++) {
+                if (p >= nranks)
+                    continue;
+                if (a.read_mask >> p & 1)
+                    copy_any(a.dst[p] + e0 * es, here + (size_t)(p % places) * piece, ne * es, tid, nth);
+                else if (p == a.rank && a.copy_self)
+                    copy_any(a.dst[p] + e0 * es, a.in + (size_t)a.copy_piece * a.in_stride + e0 * es, ne * es, tid,
+                             nth);
+            }
+        }
+        __syncthreads();
+        if (tid == 0)
+            pipe_post(a, WEFT_CK_PIPE_DN, pos, a.read_mask, v);
+    }
+    /* every consumer read this block's last units (the next call may push at once) */
+    if (a.stage_on && tid == 0 && j > 0) {
+        size_t first = j > (size_t)depth ? j - (size_t)depth : 0;
+        for (size_t k = first; k < j; k++) {
+            size_t u = b + k * G;
+            if (!pipe_wait(a, mine, WEFT_CK_PIPE_DN, (int)(b + (k % (size_t)depth) * G), a.cons_mask,
+                           (seq << 24) | (unsigned long long)(u + 1)))
+                break;
+        }
+    }
+}
+
+template <class Op> __device__ __forceinline__ void pipe_any(const weft_ck_pipe_args_t &a)
+{
+    if (!a.push)
+        pipe_run<Op, true>(a);
+    else if (a.mode == 3)
+        pipe_push<Op, 3>(a);
+    else
+        pipe_push<Op, 1>(a);
+}
+
 template <class N> __device__ __forceinline__ void pipe_dispatch(const weft_ck_pipe_args_t &a)
 {
     switch (a.op) {
-    case 0: pipe_run<OpSum<N>, true>(a); break;
-    case 1: pipe_run<OpProd<N>, true>(a); break;
-    case 2: pipe_run<OpMin<N>, true>(a); break;
-    case 3: pipe_run<OpMax<N>, true>(a); break;
-    case 4: pipe_run<OpAvg<N>, true>(a); break;
+    case 0: pipe_any<OpSum<N>>(a); break;
+    case 1: pipe_any<OpProd<N>>(a); break;
+    case 2: pipe_any<OpMin<N>>(a); break;
+    case 3: pipe_any<OpMax<N>>(a); break;
+    case 4: pipe_any<OpAvg<N>>(a); break;
     default: break;
     }
 }
@@ -1011,7 +1158,10 @@ extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
 
 extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
 {
-    pipe_run<OpSum<IntType<uint8_t>>, false>(a);
+    if (a.push)
+        pipe_push<OpSum<IntType<uint8_t>>, 2>(a);
+    else
+        pipe_run<OpSum<IntType<uint8_t>>, false>(a);
 }
 
 extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)

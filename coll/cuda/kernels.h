@@ -36,6 +36,11 @@
 #define WEFT_CK_PIPE_MAXPOS 256
 #define WEFT_CK_PIPE_RDY 4096
 #define WEFT_CK_PIPE_DN (WEFT_CK_PIPE_RDY + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
+/* rdy2[..][..]: a pushed allreduce's second phase (its reduced pieces are in place) */
+#define WEFT_CK_PIPE_RDY2 (WEFT_CK_PIPE_DN + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
+#if WEFT_CK_PIPE_RDY2 + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8 > WEFT_CK_LL_OFF
+#error "the pipelined kernels' flags overlap the LL area"
+#endif
 
 /* Per-call input descriptors, in the header: unsigned long long
  * desc[2][WEFT_CK_MAX_RANKS] at WEFT_CK_DESC; desc[parity][src] is what rank
@@ -191,12 +196,34 @@ typedef struct weft_ck_fused_args {
  * call (of either protocol) may stage at once. count: elements per piece
  * in the whole call (the last unit is short). Waits watch ctl.abort as the
  * barrier's do (1 + the awaited rank in *ctl.error). A poisoned counter
- * (the barrier before was aborted): the kernel ends at once. */
+ * (the barrier before was aborted): the kernel ends at once.
+ *
+ * push: the producers write into the consumers' regions instead of their
+ * own, so what crosses NVLink is a store and every consumer reads only its
+ * own memory. A position is pos_pieces places of a piece each; producer q
+ * writes into place q % pos_pieces of its consumers' position (a consumer's
+ * own input is never staged: it reads it where it is):
+ *   2. for every consumer c (cons_mask), piece (npieces == 1 ? 0 : c) of
+ *      the unit into place rank of c's position; release-store v into
+ *      rdy[pos][rank] of c's region;
+ *   3. wait as above; reduce: out[...] = op in rank order over the places
+ *      p of this rank's position (its own: its input's piece red_piece);
+ *      copy: each producer p's place to dst[p] (copy_self: this rank's
+ *      input piece copy_piece to dst[rank]); then dn as above.
+ * mode 3 (push only, allreduce in two phases): pieces are the n parts of
+ * one vector (piece k: elements [k * count, min((k + 1) * count, total)) of
+ * in, in_stride = count * esize, the same offsets in out); step 3 reduces
+ * part red_piece (= rank) into out, writes it into place nranks + rank of
+ * every consumer's position, release-stores v into rdy2[pos][rank] there,
+ * waits for rdy2[pos][p] >= v of every producer p and copies their places
+ * nranks + p to out; then dn. pos_pieces = 2 * nranks. */
 typedef struct weft_ck_pipe_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
     char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
-    int mode;                         /* 1 reduce, 2 copy */
+    int mode;                         /* 1 reduce, 2 copy, 3 allreduce (push) */
+    int push, pos_pieces;
+    size_t total; /* mode 3: the vector's elements (pieces may be short or empty); else 0 */
     int op;
     unsigned read_mask, cons_mask; /* bit p: rank p */
     int stage_on, consume_on, copy_self;
