@@ -63,6 +63,7 @@ typedef struct weft_pt2pt {
     weft_peer_t *peers; /* by world rank */
     int npeers;
     int lost_count;
+    int recv_inline; /* the UCX in use reports the sender and length of a receive it completes inline */
 } weft_pt2pt_t;
 
 /* ucx.c */

@@ -202,15 +202,15 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
         (void)weft_p2p_ep(weft_comm_world_rank_of(comm, source), &ep);
     }
     ucp_request_param_t param = {
-        /* UCX 1.13 completes a receive of an already-arrived message inline
-         * without filling recv_info, losing the sender: always take the
-         * callback path, which reports it. */
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO |
-                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO,
         .cb.recv = recv_done,
         .user_data = req,
         .recv_info.tag_info = info,
     };
+    /* UCX before 1.16 completes a receive of an already-arrived message
+     * inline without filling recv_info, losing the sender: there, always
+     * take the callback path, which reports it. */
+    if (!weft_g.p2p->recv_inline) param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     int rc;
     if (classify && WEFT_UNLIKELY(weft_cuda_possible()) &&
         (rc = device_param(&req, (const void **)&buf, bytes, 0, &param, "receive buffer")))
@@ -228,7 +228,8 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
             return weft_error(weft_p2p_status_to_weft(st), "recv from rank %d (comm %s): %s", source, comm->name,
                               ucs_status_string(st));
         }
-    } else {
+    } else if (!req->complete) {
+        /* (with NO_IMM_CMPL, UCX may have run recv_done inside the call: the request is then freed) */
         req->owner_data = sp;
     }
     *out = req;

@@ -290,6 +290,13 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_init failed: %s", ucs_status_string(st));
         goto out;
     }
+    /* A receive of an already-arrived message completes inline; UCX fills
+     * its recv_info (sender, length) then only from 1.16 (openucx/ucx
+     * df0798c005). Checked at run time: the library loaded may be older
+     * than the headers. */
+    unsigned major, minor, release;
+    ucp_get_version(&major, &minor, &release);
+    p2p->recv_inline = major > 1 || (major == 1 && minor >= 16);
     WEFT_CHECK_GOTO(weft_cuda_init(p2p->context), rc, out);
     ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                    .thread_mode = UCS_THREAD_MODE_SINGLE};
