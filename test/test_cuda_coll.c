@@ -24,6 +24,8 @@
  * ranks of 128 blocks each did not (they waited out the 60 s deadline). 16
  * blocks still reuse their positions (4 each) many times over. */
 #define PIPE_GRID "WEFT_CUDA_COLL_PIPE_BLOCKS=16"
+/* Every pipelined call pushes (by default only large allreduces and reduce_scatters do). */
+#define PUSH_ALL "WEFT_CUDA_COLL_PUSH=1"
 
 static void run3(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3)
 {
@@ -242,28 +244,28 @@ Test(cuda_coll, allreduce_two_shot_4_ranks, .timeout = 600)
     run3(4, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
-/* The pipelined kernel (pushing, the default) for every call that does not fuse: with 4 KiB slots
+/* The pipelined kernel, pushing, for every call that does not fuse: with 4 KiB slots
  * its positions are 64 bytes (16 per piece on 3 and 4 ranks), so every
  * block reuses each position many times, and fused and pipelined calls
  * alternate on the communicator. */
 Test(cuda_coll, allreduce_pipelined_1_rank, .timeout = 600)
 {
-    run(1, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+    run2(1, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
 }
 
 Test(cuda_coll, allreduce_pipelined_2_ranks, .timeout = 600)
 {
-    run(2, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+    run2(2, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
 }
 
 Test(cuda_coll, allreduce_pipelined_3_ranks, .timeout = 600)
 {
-    run(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+    run2(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
 }
 
 Test(cuda_coll, allreduce_pipelined_4_ranks, .timeout = 600)
 {
-    run(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1");
+    run2(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
 }
 
 /* The same with the pipelined kernel reading its peers' scratch (not pushing): one shot over units. */
@@ -370,17 +372,17 @@ Test(cuda_coll, others_two_step_4_ranks, .timeout = 600)
 
 Test(cuda_coll, others_pipelined_2_ranks, .timeout = 600)
 {
-    run(2, body_others, "WEFT_CUDA_COLL_PIPE=16000");
+    run2(2, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL);
 }
 
 Test(cuda_coll, others_pipelined_3_ranks, .timeout = 600)
 {
-    run(3, body_others, "WEFT_CUDA_COLL_PIPE=16000");
+    run2(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL);
 }
 
 Test(cuda_coll, others_pipelined_4_ranks, .timeout = 600)
 {
-    run(4, body_others, "WEFT_CUDA_COLL_PIPE=1");
+    run2(4, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
 }
 
 Test(cuda_coll, others_pipelined_read_3_ranks, .timeout = 600)
@@ -500,7 +502,7 @@ Test(cuda_coll, stream_and_graph_pipelined_2_ranks, .timeout = 300)
 
 Test(cuda_coll, stream_and_graph_pipelined_4_ranks, .timeout = 300)
 {
-    run2(4, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
+    run3(4, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", PUSH_ALL);
 }
 
 /* One communicator's calls alternating between two streams with no host

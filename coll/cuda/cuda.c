@@ -61,7 +61,8 @@ static const weft_var_t vars[] = {
      "reduces its part of every input, then every rank copies every reduced part: about 2 x the vector read per "
      "rank instead of n x) instead of one shot (staged calls; one in a registered window stays one shot); bcasts "
      "as large in two steps (each rank relays its part of the root's chunk through its slot: the root's NVLink "
-     "egress carries it about twice instead of n - 1 times); 0: never",
+     "egress carries it about twice instead of n - 1 times); a pipelined allreduce that pushes "
+     "(WEFT_CUDA_COLL_PUSH) is two shots of its own and goes first; 0: never",
      &cvars.two_shot, 0},
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
@@ -85,11 +86,12 @@ static const weft_var_t vars[] = {
      "reductions overlap) instead of slot-sized chunks of three launches each. auto: 32 MiB where every rank has "
      "a GPU of its own, never where two ranks share one (their spinning blocks starve each other); 0: never",
      &cvars.pipe, 0},
-    {"WEFT_CUDA_COLL_PUSH", WEFT_VAR_BOOL, "1",
-     "coll/cuda: the pipelined kernel pushes: each rank stores its units into its peers' scratch (NVLink carries "
-     "stores; every rank reads only its own memory), and a pipelined allreduce runs as a reduce-scatter whose "
-     "parts every rank then pushes to all (about 2 x the vector crosses per rank, not n - 1 x); 0: each rank "
-     "stages into its own scratch and its peers read it there",
+    {"WEFT_CUDA_COLL_PUSH", WEFT_VAR_INT_AUTO, "auto",
+     "coll/cuda: pipelined calls (WEFT_CUDA_COLL_PIPE) staging at least this many bytes per rank push: each rank "
+     "stores its units into its peers' scratch (NVLink carries stores; every rank reads only its own memory), and "
+     "an allreduce runs as a reduce-scatter whose parts every rank then pushes to all (about 2 x the vector "
+     "crosses per rank, not n - 1 x); smaller ones stage into their own scratch for the peers to read. auto: "
+     "allreduce from 128 MiB, reduce_scatter from 256 MiB, the others always (measured on four H100s); 0: never",
      &cvars.push, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
      "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs); each "
@@ -630,12 +632,28 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
     return copy_parts(op, n, src, off, dst, lens);
 }
 
+/* The bytes staged per rank from which a pipelined call pushes (SIZE_MAX: never): WEFT_CUDA_COLL_PUSH as
+ * set; auto, as measured on four H100s (NV18, 32 MiB slots, bf16, PERFORMANCE.md section 10: bus bandwidth
+ * pushed / read): allreduce from 128 MiB (1.08-1.26x from 128 MiB; 0.82-0.95x at 32-64 MiB, where the
+ * chunked two shots it replaces are faster), reduce_scatter from 256 MiB (1.07-1.17x; 0.78-0.99x at
+ * 32-128 MiB), allgather and alltoall always (1.0-1.3x; 1.04-1.13x). bcast and reduce push from the start
+ * (not measured: the same bytes cross NVLink either way). Ranks sharing a GPU take the same values. */
+static size_t push_min(weft_coll_kind_t kind)
+{
+    if (cvars.push >= 0) return cvars.push ? (size_t)cvars.push : SIZE_MAX;
+    switch (kind) {
+    case WEFT_COLL_ALLREDUCE: return (size_t)128 << 20;
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)256 << 20;
+    default: return 0;
+    }
+}
+
 /* The pipelined form of a large call (kernels.h: weft_ck_pipe_args): a
  * barrier (the slots are free, the counter moves), then one launch of
  * `blocks` blocks, each with `depth` positions of the two slots. *piped
  * stays 0 when the slots are too small for the geometry (the caller
  * chunks instead). */
-static int pipe_issue(cuda_op_t *op, int *piped)
+static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
 {
     const weft_coll_args_t *a = &op->a;
     cuda_state_t *st = op->st;
@@ -658,7 +676,7 @@ static int pipe_issue(cuda_op_t *op, int *piped)
     p.esize = es;
     p.count = a->count;
     p.op = (int)a->op;
-    p.push = cvars.push != 0;
+    p.push = staged >= push_min(a->kind);
     CUfunction f = st->m->pipe_copy;
     switch (a->kind) {
     case WEFT_COLL_ALLREDUCE:
@@ -952,7 +970,8 @@ static int issue(cuda_op_t *op)
      * WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing rank
      * and an eager one decide alike. */
     /* A pushed pipelined allreduce is two shots already (and overlaps them): it goes first. */
-    int pushed_ar = a->kind == WEFT_COLL_ALLREDUCE && cvars.push && !op->fusing && st->pipe > 0 && staged >= st->pipe;
+    int pushed_ar = a->kind == WEFT_COLL_ALLREDUCE && !op->fusing && st->pipe > 0 && staged >= st->pipe &&
+                    staged >= push_min(a->kind);
     if ((a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll && !pushed_ar &&
         cvars.two_shot > 0 && staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0) &&
         staged >= (size_t)cvars.two_shot) {
@@ -978,7 +997,7 @@ static int issue(cuda_op_t *op)
         goto record;
     }
     int piped = 0;
-    if (!op->fusing && st->pipe > 0 && staged >= st->pipe && (rc = pipe_issue(op, &piped)))
+    if (!op->fusing && st->pipe > 0 && staged >= st->pipe && (rc = pipe_issue(op, staged, &piped)))
         return rc;
     switch (piped ? WEFT_COLL_BARRIER : a->kind) {
     case WEFT_COLL_BARRIER:
@@ -1532,9 +1551,10 @@ static const weft_coll_param_t params[] = {
     {"window", "every coll/cuda algorithm but barrier", &cvars.window, "bytes", "WEFT_CUDA_COLL_WINDOW",
      "calls reading at least this much per rank out of registered windows read it in place (two barriers; auto: "
      "8 MiB on a shared GPU; on own GPUs alltoall and reduce_scatter 64 KiB, allreduce never, the others 8 MiB)"},
-    {"push", "every coll/cuda algorithm", &cvars.push, "0/1", "WEFT_CUDA_COLL_PUSH",
-     "the pipelined kernel stores into the peers' scratch (a pipelined allreduce: reduce-scatter, then every part "
-     "pushed to all) instead of staging into its own for the peers to read"},
+    {"push", "every coll/cuda algorithm", &cvars.push, "bytes", "WEFT_CUDA_COLL_PUSH",
+     "pipelined calls from this much per rank store into the peers' scratch (allreduce: reduce-scatter, then every "
+     "part pushed to all) instead of staging into their own for the peers to read (auto: allreduce 128 MiB, "
+     "reduce_scatter 256 MiB, the others always)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,
