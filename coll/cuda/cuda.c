@@ -728,9 +728,19 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
         break;
     default: return WEFT_SUCCESS; /* not pipelined: the caller chunks */
     }
-    if (p.mode != 2) f = st->m->pipe_reduce[a->dtype];
-    /* places in a position: pushed, one per producer (two for an allreduce's two phases); else the pieces */
-    p.pos_pieces = !p.push ? p.npieces : p.mode == 3 ? 2 * n : a->kind == WEFT_COLL_BCAST ? 1 : n;
+    if (p.push && a->kind == WEFT_COLL_BCAST && n >= 3) { /* scattered by the root, passed on by the others */
+        p.mode = 4;
+        p.root = a->root;
+        p.npieces = n - 1;
+        p.total = block;
+        p.count = ((block + (size_t)n - 2) / (size_t)(n - 1) + 15) / 16 * 16;
+        p.in_stride = p.count;
+        p.out = a->recvbuf;
+    }
+    if (p.mode == 1 || p.mode == 3) f = st->m->pipe_reduce[a->dtype];
+    /* places in a position: pushed, one per producer (two for an allreduce's two phases, the root's and the
+     * n - 1 parts for a bcast's); else the pieces */
+    p.pos_pieces = !p.push ? p.npieces : p.mode == 3 ? 2 * n : p.mode == 4 ? n : a->kind == WEFT_COLL_BCAST ? 1 : n;
     /* geometry: blocks within the hints and the SMs; positions of whole 16-byte words per piece */
     unsigned g = cvars.pipe_blocks > 0 ? (unsigned)cvars.pipe_blocks : 1;
     if (c->gpu_max_ctas > 0 && g > (unsigned)c->gpu_max_ctas) g = (unsigned)c->gpu_max_ctas;
@@ -969,10 +979,11 @@ static int issue(cuda_op_t *op)
      * kernel. A call in a window stays one shot (reading the windows in two shots is not built). Past
      * WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing rank
      * and an eager one decide alike. */
-    /* A pushed pipelined allreduce is two shots already (and overlaps them): it goes first. */
-    int pushed_ar = a->kind == WEFT_COLL_ALLREDUCE && !op->fusing && st->pipe > 0 && staged >= st->pipe &&
-                    staged >= push_min(a->kind);
-    if ((a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll && !pushed_ar &&
+    /* A pushed pipelined allreduce is two shots already, a pushed bcast two steps (both overlapped): they
+     * go first. */
+    int pushed = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && !op->fusing && st->pipe > 0 &&
+                    staged >= st->pipe && staged >= push_min(a->kind);
+    if ((a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll && !pushed &&
         cvars.two_shot > 0 && staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0) &&
         staged >= (size_t)cvars.two_shot) {
         if ((rc = two_step(op, in))) return rc;

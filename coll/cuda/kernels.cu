@@ -975,6 +975,95 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
     }
 }
 
+/* The pushed bcast (kernels.h: weft_ck_pipe_args, mode 4): the root scatters each unit's parts, each other
+ * rank pushes its part on to the rest. Same positions, flags and waits as pipe_push. */
+__device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
+{
+    __shared__ int ok_s;
+    const unsigned long long seq = *a.ctl.counter;
+    if (seq & WEFT_CK_POISON)
+        return;
+    const unsigned G = gridDim.x, b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+    const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
+    const int me = a.rank, root = a.root, places = a.pos_pieces < 1 ? 1 : a.pos_pieces;
+    const unsigned all = (1u << nranks) - 1, others = all & ~(1u << me) & ~(1u << root);
+    const unsigned writes_to = me == root ? all & ~(1u << root) : others; /* whose positions this rank fills */
+    const int k = me < root ? me : me - 1;                                  /* this rank's part (not root) */
+    char *mine = pick_region(a, me), *out = static_cast<char *>(a.out);
+    const size_t piece = a.unit_elems, posbytes = piece * (size_t)places;
+    if (tid == 0)
+        ok_s = 1;
+    __syncthreads();
+    size_t j = 0;
+    for (size_t u = b; u < a.units; u += G, j++) {
+        const int pos = (int)(b + (j % (size_t)depth) * G);
+        const unsigned long long v = (seq << 24) | (unsigned long long)(u + 1);
+        const size_t e0 = u * a.unit_elems, at = (size_t)pos * posbytes + WEFT_CK_HDR;
+        char *here = mine + at;
+        if (j >= (size_t)depth && tid == 0 &&
+            !pipe_wait(a, mine, WEFT_CK_PIPE_DN, pos, writes_to, v - (unsigned long long)depth * G))
+            ok_s = 0;
+        __syncthreads();
+        if (!ok_s)
+            return;
+        if (me == root) { /* scatter: part kc to its owner c */
+            for (int c = 0; c < nranks; c++) {
+                if (c == root)
+                    continue;
+                const int kc = c < root ? c : c - 1;
+                copy_any(pick_region(a, c) + at, a.in + (size_t)kc * a.in_stride + e0,
+                         pipe_span(pipe_piece_count(a, kc), e0, a.unit_elems), tid, nth);
+            }
+            __threadfence_system();
+            __syncthreads();
+            if (tid == 0)
+                pipe_post(a, WEFT_CK_PIPE_RDY, pos, writes_to, v);
+            continue;
+        }
+        const size_t ne = pipe_span(pipe_piece_count(a, k), e0, a.unit_elems);
+        if (tid == 0 && !pipe_wait(a, mine, WEFT_CK_PIPE_RDY, pos, 1u << root, v))
+            ok_s = 0;
+        __syncthreads();
+        if (!ok_s)
+            return;
+        /* this rank's part: to its output and on to every other non-root rank */
+        copy_any(out + (size_t)k * a.in_stride + e0, here, ne, tid, nth);
+        for (int q = 0; q < nranks; q++)
+            if (others >> q & 1)
+                copy_any(pick_region(a, q) + at + (size_t)(1 + k) * piece, here, ne, tid, nth);
+        __threadfence_system();
+        __syncthreads();
+        if (tid == 0) {
+            pipe_post(a, WEFT_CK_PIPE_RDY2, pos, others, v);
+            if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, pos, others, v))
+                ok_s = 0;
+        }
+        __syncthreads();
+        if (!ok_s)
+            return;
+        for (int q = 0; q < nranks; q++) {
+            if (!(others >> q & 1))
+                continue;
+            const int kq = q < root ? q : q - 1;
+            copy_any(out + (size_t)kq * a.in_stride + e0, here + (size_t)(1 + kq) * piece,
+                     pipe_span(pipe_piece_count(a, kq), e0, a.unit_elems), tid, nth);
+        }
+        __syncthreads();
+        if (tid == 0)
+            pipe_post(a, WEFT_CK_PIPE_DN, pos, others | 1u << root, v);
+    }
+    /* every rank this one wrote into read its last units */
+    if (tid == 0 && j > 0) {
+        size_t first = j > (size_t)depth ? j - (size_t)depth : 0;
+        for (size_t i = first; i < j; i++) {
+            size_t u = b + i * G;
+            if (!pipe_wait(a, mine, WEFT_CK_PIPE_DN, (int)(b + (i % (size_t)depth) * G), writes_to,
+                           (seq << 24) | (unsigned long long)(u + 1)))
+                break;
+        }
+    }
+}
+
 template <class Op> __device__ __forceinline__ void pipe_any(const weft_ck_pipe_args_t &a)
 {
     if (!a.push)
@@ -1158,7 +1247,9 @@ extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
 
 extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
 {
-    if (a.push)
+    if (a.push && a.mode == 4)
+        pipe_bcast_push(a);
+    else if (a.push)
         pipe_push<OpSum<IntType<uint8_t>>, 2>(a);
     else
         pipe_run<OpSum<IntType<uint8_t>>, false>(a);

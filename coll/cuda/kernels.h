@@ -216,14 +216,24 @@ typedef struct weft_ck_fused_args {
  * part red_piece (= rank) into out, writes it into place nranks + rank of
  * every consumer's position, release-stores v into rdy2[pos][rank] there,
  * waits for rdy2[pos][p] >= v of every producer p and copies their places
- * nranks + p to out; then dn. pos_pieces = 2 * nranks. */
+ * nranks + p to out; then dn. pos_pieces = 2 * nranks.
+ * mode 4 (push only, copy kernel, bcast on 3+ ranks): pieces are the
+ * n - 1 parts of the root's vector (as mode 3: count bytes each, total in
+ * all, in_stride = count; part k belongs to the k-th rank other than
+ * root). The root pushes part k of each unit into place 0 of its owner's
+ * position (rdy); the owner copies it to out and pushes it into place
+ * 1 + k of every other non-root rank's position (rdy2), then copies the
+ * places the others pushed; every non-root rank tells root and the other
+ * non-root ranks dn. The root's NVLink egress carries the vector once,
+ * not n - 1 times. pos_pieces = nranks. */
 typedef struct weft_ck_pipe_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
     char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
-    int mode;                         /* 1 reduce, 2 copy, 3 allreduce (push) */
+    int mode;                         /* 1 reduce, 2 copy, 3 allreduce (push), 4 bcast (push) */
     int push, pos_pieces;
-    size_t total; /* mode 3: the vector's elements (pieces may be short or empty); else 0 */
+    size_t total; /* mode 3 / 4: the vector's elements (pieces may be short or empty); else 0 */
+    int root;     /* mode 4 */
     int op;
     unsigned read_mask, cons_mask; /* bit p: rank p */
     int stage_on, consume_on, copy_self;
