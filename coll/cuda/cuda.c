@@ -476,6 +476,8 @@ typedef struct cuda_op {
     const char *name;
     int fusing; /* one chunk, small: the steps fill fz, issue launches it once */
     weft_ck_fused_args_t fz;
+    weft_ck_stage_args_t stg; /* not fused: the stages before the next barrier, launched with it */
+    size_t stg_most;          /* the largest of them (the launch's grid) */
     const cuda_window_t *win; /* the call's input lies in this window: read in place */
 } cuda_op_t;
 
@@ -505,17 +507,37 @@ static weft_ck_ctl_t ctl_of(const cuda_state_t *st)
     return c;
 }
 
-static int stage(cuda_op_t *op, const char *in, size_t off, size_t bytes)
+/* The stages gathered since the last barrier, in one launch (one y-block row each). */
+static int stage_flush(cuda_op_t *op)
 {
     cuda_state_t *st = op->st;
+    if (!op->stg.n) return WEFT_SUCCESS;
+    op->stg.ctl = ctl_of(st);
+    op->stg.scratch = (char *)(uintptr_t)st->region;
+    op->stg.slot_bytes = st->slot;
+    int rc = launch(op, st->m->stage, grid_for(op, op->stg_most), (unsigned)op->stg.n, &op->stg,
+                    "launching the stage kernel");
+    op->stg.n = 0;
+    op->stg_most = 0;
+    return rc;
+}
+
+/* A piece of this rank's contribution into its next slot: gathered, launched before the next barrier (fused:
+ * into the fused launch). */
+static int stage(cuda_op_t *op, const char *in, size_t off, size_t bytes)
+{
     if (!bytes) return WEFT_SUCCESS;
+    weft_ck_stage_piece_t *p;
     if (op->fusing) {
-        weft_ck_stage_piece_t *p = &op->fz.stage[op->fz.nstage++];
-        p->in = in, p->off = off, p->bytes = bytes;
-        return WEFT_SUCCESS;
+        p = &op->fz.stage[op->fz.nstage++];
+    } else {
+        int rc = op->stg.n == WEFT_CK_MAX_RANKS ? stage_flush(op) : WEFT_SUCCESS;
+        if (rc) return rc;
+        p = &op->stg.piece[op->stg.n++];
+        if (bytes > op->stg_most) op->stg_most = bytes;
     }
-    weft_ck_stage_args_t s = {ctl_of(st), in, (char *)(uintptr_t)st->region, st->slot, off, bytes};
-    return launch(op, st->m->stage, grid_for(op, bytes), 1, &s, "launching the stage kernel");
+    p->in = in, p->off = off, p->bytes = bytes;
+    return WEFT_SUCCESS;
 }
 
 /* A barrier kernel announcing desc (WEFT_CK_DESC: 0, the input in the slot;
@@ -540,6 +562,8 @@ static int barrier_as(cuda_op_t *op, unsigned long long desc, int check, size_t 
         op->fz.bar = b;
         return WEFT_SUCCESS;
     }
+    int rc = stage_flush(op);
+    if (rc) return rc;
     void *params[] = {&b};
     CUresult r = weft_cu.launch_kernel(st->m->barrier, 1, 1, 1, 32, 1, 1, 0, op->stream, params, NULL);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the barrier kernel");
@@ -942,6 +966,8 @@ static int issue(cuda_op_t *op)
                         ? (size_t)n * a->count * es
                         : a->count * es;
     memset(&op->fz, 0, sizeof(op->fz));
+    op->stg.n = 0;
+    op->stg_most = 0;
     /* A communicator's calls run on the GPU in call order whatever streams they go on (the flags and the
      * device counter assume it; FSDP puts a group's all-gathers and reduce-scatters on two streams, which
      * would otherwise run them at once): a call on another stream than the previous one's waits for that

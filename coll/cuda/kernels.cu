@@ -573,12 +573,25 @@ template <class N> __device__ __forceinline__ void reduce_dispatch(const weft_ck
 /* ------------------------------------------------------------------ */
 extern "C" __global__ void weft_ck_stage(weft_ck_stage_args_t a)
 {
+    const int y = blockIdx.y;
+    if (y >= a.n || y >= MAXR)
+        return;
     const unsigned long long c = *a.ctl.counter;
     if (c & WEFT_CK_POISON) /* an earlier barrier was aborted: its slot may still be read by a late peer */
         return;
+    /* piece y, picked with constant indices (as weft_ck_copy's descriptors) */
+    const void *in = nullptr;
+    size_t off = 0, bytes = 0;
+#pragma unroll
+    for (int j = 0; j < MAXR; j++)
+        if (j == y) {
+            in = a.piece[j].in;
+            off = a.piece[j].off;
+            bytes = a.piece[j].bytes;
+        }
     unsigned long long parity = (c + 1) & 1;
-    char *dst = a.scratch + WEFT_CK_HDR + (size_t)parity * a.slot_bytes + a.off;
-    copy_any(dst, static_cast<const char *>(a.in), a.bytes, grid_tid(), grid_threads());
+    char *dst = a.scratch + WEFT_CK_HDR + (size_t)parity * a.slot_bytes + off;
+    copy_any(dst, static_cast<const char *>(in), bytes, grid_tid(), grid_threads());
 }
 
 namespace {

@@ -64,16 +64,20 @@ typedef struct weft_ck_ctl {
                                     -(1 + p): rank p's call did not match (weft_ck_barrier_args.check) */
 } weft_ck_ctl_t;
 
-/* weft_ck_stage: copies `bytes` from `in` to
- * scratch + HDR + ((*counter + 1) & 1) * slot_bytes + off. Grid-stride;
- * any alignment. Poisoned counter: nothing. */
+/* weft_ck_stage: blockIdx.y = i < n: copies piece[i].bytes from
+ * piece[i].in to scratch + HDR + ((*counter + 1) & 1) * slot_bytes +
+ * piece[i].off (a call's stages before its barrier, in one launch).
+ * Grid-stride over x; any alignment. Poisoned counter: nothing. */
+typedef struct weft_ck_stage_piece {
+    const void *in;
+    size_t off, bytes;
+} weft_ck_stage_piece_t;
 typedef struct weft_ck_stage_args {
     weft_ck_ctl_t ctl;
-    const void *in;
     char *scratch; /* this rank's region */
     size_t slot_bytes;
-    size_t off;
-    size_t bytes;
+    int n;
+    weft_ck_stage_piece_t piece[WEFT_CK_MAX_RANKS];
 } weft_ck_stage_args_t;
 
 /* weft_ck_barrier (one block of WEFT_CK_MAX_RANKS threads or more):
@@ -155,10 +159,6 @@ typedef struct weft_ck_copy_args {
  * fused_reduce) or cp (mode 2, fused_copy; mode 0: nothing) over the slot
  * the barrier made current. Same protocol, so fused and three-launch calls
  * follow each other on a communicator in any mix. */
-typedef struct weft_ck_stage_piece {
-    const void *in;
-    size_t off, bytes;
-} weft_ck_stage_piece_t;
 typedef struct weft_ck_fused_args {
     weft_ck_barrier_args_t bar;
     char *scratch; /* this rank's region */
