@@ -27,14 +27,21 @@
 /* Every pipelined call pushes (by default only large allreduces and reduce_scatters do). */
 #define PUSH_ALL "WEFT_CUDA_COLL_PUSH=1"
 
-static void run3(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3)
+static void run4(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3,
+                 const char *extra4)
 {
     GPU_NEED();
     const char *level = gpu_log_level_env();
-    const char *env[] = {level, "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID, extra, extra2, extra3, NULL};
+    const char *env[] = {level,  "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID, extra, extra2, extra3,
+                         extra4, NULL};
     th_result_t res = th_run(n, body, NULL, 240, env);
     cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
+}
+
+static void run3(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3)
+{
+    run4(n, body, extra, extra2, extra3, NULL);
 }
 
 static void run2(int n, th_body_fn body, const char *extra, const char *extra2)
@@ -244,10 +251,10 @@ Test(cuda_coll, allreduce_two_shot_4_ranks, .timeout = 600)
     run3(4, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
-/* The pipelined kernel, pushing, for every call that does not fuse: with 4 KiB slots
- * its positions are 64 bytes (16 per piece on 3 and 4 ranks), so every
- * block reuses each position many times, and fused and pipelined calls
- * alternate on the communicator. */
+/* The pipelined kernel, pushing, for every call that does not fuse (3 and 4 ranks: nothing fused and no LL
+ * kernel, so every type, op and count runs pushed): with 4 KiB slots and 16 blocks its positions are 128
+ * bytes (a pushed allreduce's places 32 bytes on 2 ranks, 16 on 3 and 4), so every block reuses each position
+ * many times; on 1 and 2 ranks fused and pipelined calls alternate on the communicator. */
 Test(cuda_coll, allreduce_pipelined_1_rank, .timeout = 600)
 {
     run2(1, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
@@ -260,12 +267,12 @@ Test(cuda_coll, allreduce_pipelined_2_ranks, .timeout = 600)
 
 Test(cuda_coll, allreduce_pipelined_3_ranks, .timeout = 600)
 {
-    run2(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
+    run4(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 Test(cuda_coll, allreduce_pipelined_4_ranks, .timeout = 600)
 {
-    run2(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
+    run4(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 /* The same with the pipelined kernel reading its peers' scratch (not pushing): one shot over units. */
@@ -293,8 +300,9 @@ static int body_others(int rank, int size, void *arg)
             in[i] = (unsigned char)(rank * 37 + (int)i * 11 + (int)k);
         void *din = dev_copy(in, all), *dout = gpu_alloc(all);
         char what[64];
-        /* bcast from the last rank */
-        int root = size - 1;
+        /* bcast from the last rank, then rank 0, 1, ... (a pushed bcast numbers the other ranks' parts around
+         * its root) */
+        int root = (int)(((size_t)size - 1 + k) % (size_t)size);
         memcpy(ref, in, n);
         TH_OK(weft_bcast(ref, (int64_t)n, WEFT_BYTE, root, w));
         void *db = dev_copy(in, n);
@@ -383,6 +391,18 @@ Test(cuda_coll, others_pipelined_3_ranks, .timeout = 600)
 Test(cuda_coll, others_pipelined_4_ranks, .timeout = 600)
 {
     run2(4, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
+}
+
+/* Every call pushed, nothing fused: the pushed bcast (scattered by the root, passed on), allgather, reduce at
+ * every size of body_others, empty parts included. */
+Test(cuda_coll, others_pushed_2_ranks, .timeout = 600)
+{
+    run3(2, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0");
+}
+
+Test(cuda_coll, others_pushed_3_ranks, .timeout = 600)
+{
+    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0");
 }
 
 Test(cuda_coll, others_pipelined_read_3_ranks, .timeout = 600)

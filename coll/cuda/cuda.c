@@ -61,8 +61,8 @@ static const weft_var_t vars[] = {
      "reduces its part of every input, then every rank copies every reduced part: about 2 x the vector read per "
      "rank instead of n x) instead of one shot (staged calls; one in a registered window stays one shot); bcasts "
      "as large in two steps (each rank relays its part of the root's chunk through its slot: the root's NVLink "
-     "egress carries it about twice instead of n - 1 times); a pipelined allreduce that pushes "
-     "(WEFT_CUDA_COLL_PUSH) is two shots of its own and goes first; 0: never",
+     "egress carries it about twice instead of n - 1 times); a pipelined allreduce or bcast that pushes "
+     "(WEFT_CUDA_COLL_PUSH) is two shots (steps) of its own and goes first; 0: never",
      &cvars.two_shot, 0},
     {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
@@ -660,8 +660,9 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
  * set; auto, as measured on four H100s (NV18, 32 MiB slots, bf16, PERFORMANCE.md section 10: bus bandwidth
  * pushed / read): allreduce from 128 MiB (1.08-1.26x from 128 MiB; 0.82-0.95x at 32-64 MiB, where the
  * chunked two shots it replaces are faster), reduce_scatter from 256 MiB (1.07-1.17x; 0.78-0.99x at
- * 32-128 MiB), allgather and alltoall always (1.0-1.3x; 1.04-1.13x). bcast and reduce push from the start
- * (not measured: the same bytes cross NVLink either way). Ranks sharing a GPU take the same values. */
+ * 32-128 MiB), allgather and alltoall always (1.0-1.3x; 1.04-1.13x), bcast always (3+ ranks: scattered by the
+ * root and passed on, 1.3-2.0x the two steps it replaces from 64 MiB), reduce always (not measured: the
+ * same bytes cross NVLink either way). Ranks sharing a GPU take the same values (not measured there). */
 static size_t push_min(weft_coll_kind_t kind)
 {
     if (cvars.push >= 0) return cvars.push ? (size_t)cvars.push : SIZE_MAX;
@@ -778,6 +779,7 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
     p.unit_elems = piece / p.esize;
     if (!p.unit_elems || !p.count) return WEFT_SUCCESS;
     p.units = (p.count + p.unit_elems - 1) / p.unit_elems;
+    if (p.units >= (size_t)1 << 24) return WEFT_SUCCESS; /* a flag value holds a unit's number in 24 bits */
     if (p.units < g) g = (unsigned)p.units;
     p.depth = (int)depth;
     int rc = barrier(op);
@@ -1006,12 +1008,15 @@ static int issue(cuda_op_t *op)
      * WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing rank
      * and an eager one decide alike. */
     /* A pushed pipelined allreduce is two shots already, a pushed bcast two steps (both overlapped): they
-     * go first. */
-    int pushed = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && !op->fusing && st->pipe > 0 &&
-                    staged >= st->pipe && staged >= push_min(a->kind);
-    if ((a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll && !pushed &&
-        cvars.two_shot > 0 && staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0) &&
-        staged >= (size_t)cvars.two_shot) {
+     * go first, and two steps follow only where the pipelined kernel declines (slots too small for its
+     * geometry). */
+    int past_fused = staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0);
+    int piping = past_fused && st->pipe > 0 && staged >= st->pipe;
+    int pushed = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && piping &&
+                 staged >= push_min(a->kind);
+    int two = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll &&
+              cvars.two_shot > 0 && past_fused && staged >= (size_t)cvars.two_shot;
+    if (two && !pushed) {
         if ((rc = two_step(op, in))) return rc;
         goto record;
     }
@@ -1034,8 +1039,12 @@ static int issue(cuda_op_t *op)
         goto record;
     }
     int piped = 0;
-    if (!op->fusing && st->pipe > 0 && staged >= st->pipe && (rc = pipe_issue(op, staged, &piped)))
-        return rc;
+    /* (past WEFT_CUDA_COLL_FUSED itself, as above: a capturing rank, which fuses less, pipelines alike) */
+    if (piping && (rc = pipe_issue(op, staged, &piped))) return rc;
+    if (two && !piped) {
+        if ((rc = two_step(op, in))) return rc;
+        goto record;
+    }
     switch (piped ? WEFT_COLL_BARRIER : a->kind) {
     case WEFT_COLL_BARRIER:
         if (!piped) rc = barrier(op);
