@@ -764,6 +764,18 @@ __device__ __forceinline__ void pipe_post(const weft_ck_pipe_args_t &a, size_t o
             st_release_sys(pipe_flag(pick_region(a, q), off, pos, a.rank), v);
 }
 
+/* Thread 0, at a block's end: waits until every rank in mask has posted done for the block's last units (its
+ * j units, the last `depth` of them still in their positions), so the next call may stage or push at once. */
+__device__ __forceinline__ void pipe_drain(const weft_ck_pipe_args_t &a, char *mine, unsigned mask,
+                                           unsigned long long seq, size_t j, int depth)
+{
+    const size_t G = gridDim.x, b = blockIdx.x;
+    for (size_t k = j > (size_t)depth ? j - (size_t)depth : 0; k < j; k++)
+        if (!pipe_wait(a, mine, WEFT_CK_PIPE_DN, (int)(b + (k % (size_t)depth) * G), mask,
+                       (seq << 24) | (unsigned long long)(b + k * G + 1)))
+            break;
+}
+
 /* Elements of piece k of unit-start e0 (a unit's share of a piece of cnt elements). */
 __device__ __forceinline__ size_t pipe_span(size_t cnt, size_t e0, size_t unit)
 {
@@ -862,15 +874,8 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
             pipe_post(a, WEFT_CK_PIPE_DN, pos, a.read_mask, v);
     }
     /* every position this block used: its last unit was read */
-    if (a.stage_on && tid == 0 && j > 0) {
-        size_t first = j > (size_t)depth ? j - (size_t)depth : 0;
-        for (size_t k = first; k < j; k++) {
-            size_t u = b + k * G;
-            if (!pipe_wait(a, mine, WEFT_CK_PIPE_DN, (int)(b + (k % (size_t)depth) * G), a.cons_mask,
-                           (seq << 24) | (unsigned long long)(u + 1)))
-                break;
-        }
-    }
+    if (a.stage_on && tid == 0)
+        pipe_drain(a, mine, a.cons_mask, seq, j, depth);
 }
 
 /* The pushed form (kernels.h: weft_ck_pipe_args, push; MODE 1 reduce, 2 copy, 3 allreduce). Same
@@ -977,15 +982,8 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
             pipe_post(a, WEFT_CK_PIPE_DN, pos, a.read_mask, v);
     }
     /* every consumer read this block's last units (the next call may push at once) */
-    if (a.stage_on && tid == 0 && j > 0) {
-        size_t first = j > (size_t)depth ? j - (size_t)depth : 0;
-        for (size_t k = first; k < j; k++) {
-            size_t u = b + k * G;
-            if (!pipe_wait(a, mine, WEFT_CK_PIPE_DN, (int)(b + (k % (size_t)depth) * G), a.cons_mask,
-                           (seq << 24) | (unsigned long long)(u + 1)))
-                break;
-        }
-    }
+    if (a.stage_on && tid == 0)
+        pipe_drain(a, mine, a.cons_mask, seq, j, depth);
 }
 
 /* The pushed bcast (kernels.h: weft_ck_pipe_args, mode 4): the root scatters each unit's parts, each other
@@ -1066,15 +1064,8 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
             pipe_post(a, WEFT_CK_PIPE_DN, pos, others | 1u << root, v);
     }
     /* every rank this one wrote into read its last units */
-    if (tid == 0 && j > 0) {
-        size_t first = j > (size_t)depth ? j - (size_t)depth : 0;
-        for (size_t i = first; i < j; i++) {
-            size_t u = b + i * G;
-            if (!pipe_wait(a, mine, WEFT_CK_PIPE_DN, (int)(b + (i % (size_t)depth) * G), writes_to,
-                           (seq << 24) | (unsigned long long)(u + 1)))
-                break;
-        }
-    }
+    if (tid == 0)
+        pipe_drain(a, mine, writes_to, seq, j, depth);
 }
 
 template <class Op> __device__ __forceinline__ void pipe_any(const weft_ck_pipe_args_t &a)
