@@ -365,54 +365,165 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
     run(4, body_others, NULL);
 }
 
+/* body_others' sizes take the LL kernel by default (pieces up to 16 KiB): without it, fused and chunked calls. */
+Test(cuda_coll, others_without_ll_2_ranks, .timeout = 600)
+{
+    run(2, body_others, "WEFT_CUDA_COLL_LL=0");
+}
+
+Test(cuda_coll, others_without_ll_3_ranks, .timeout = 600)
+{
+    run(3, body_others, "WEFT_CUDA_COLL_LL=0");
+}
+
+/* The LL forms back to back, nothing else between them, for 64 rounds of sizes 1 - 999 bytes: bcasts and
+ * reduces whose roots rotate (a rank that only sends a call's pieces must still hear from every peer, or two
+ * calls later its lines would overwrite ones a slow peer has not read: a hang, not a wrong answer), and
+ * allgather, alltoall and reduce_scatter_block in place. Expected values are computed locally, so no host
+ * collective runs between the calls. */
+static unsigned char ll_byte(int r, int k, size_t i)
+{
+    return (unsigned char)(r * 31 + k * 7 + (int)i * 13);
+}
+
+static int body_ll(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    enum { MAXB = 999 };
+    size_t cap = (size_t)MAXB * (size_t)size * sizeof(int32_t);
+    unsigned char *h = malloc(cap);
+    int32_t *hi = (int32_t *)h;
+    void *d = gpu_alloc(cap);
+    for (int k = 0; k < 64; k++) {
+        size_t n = 1 + ((size_t)k * 131) % MAXB, m = n / 4 + 1;
+        int root = k % size;
+        /* bcast n bytes from root */
+        for (size_t i = 0; i < n; i++)
+            h[i] = rank == root ? ll_byte(root, k, i) : 0xee;
+        TH_OK(gpu_upload(d, h, n));
+        TH_CHECK(weft_bcast(d, (int64_t)n, WEFT_BYTE, root, w) == 0, "round %d: bcast: %s", k, weft_last_error());
+        unsigned char *got = host_of(d, n);
+        for (size_t i = 0; i < n; i++)
+            TH_CHECK(got[i] == ll_byte(root, k, i), "round %d: bcast %zu B from %d: byte %zu", k, n, root, i);
+        free(got);
+        /* reduce m int32 to the next root, in place there */
+        int rroot = (k + 1) % size;
+        for (size_t i = 0; i < m; i++)
+            hi[i] = rank * 1000 + k + (int32_t)i;
+        TH_OK(gpu_upload(d, h, m * sizeof(int32_t)));
+        TH_CHECK(weft_reduce(rank == rroot ? WEFT_IN_PLACE : d, rank == rroot ? d : NULL, (int64_t)m, WEFT_INT32,
+                             WEFT_SUM, rroot, w) == 0,
+                 "round %d: reduce: %s", k, weft_last_error());
+        if (rank == rroot) {
+            int32_t *gi = host_of(d, m * sizeof(int32_t));
+            for (size_t i = 0; i < m; i++)
+                TH_CHECK(gi[i] == 1000 * size * (size - 1) / 2 + size * (k + (int32_t)i),
+                         "round %d: reduce of %zu to %d: element %zu is %d", k, m, rroot, i, gi[i]);
+            free(gi);
+        }
+        /* allgather n bytes in place */
+        for (size_t i = 0; i < n * (size_t)size; i++)
+            h[i] = i / n == (size_t)rank ? ll_byte(rank, k, i % n) : 0xee;
+        TH_OK(gpu_upload(d, h, n * (size_t)size));
+        TH_CHECK(weft_allgather(WEFT_IN_PLACE, d, (int64_t)n, WEFT_BYTE, w) == 0, "round %d: allgather: %s", k,
+                 weft_last_error());
+        got = host_of(d, n * (size_t)size);
+        for (size_t i = 0; i < n * (size_t)size; i++)
+            TH_CHECK(got[i] == ll_byte((int)(i / n), k, i % n), "round %d: allgather %zu B: byte %zu", k, n, i);
+        free(got);
+        /* alltoall m int32 per block in place: block p of rank r holds r, p, i */
+        for (size_t i = 0; i < m * (size_t)size; i++)
+            hi[i] = rank * 100000 + (int32_t)(i / m) * 1000 + (int32_t)(i % m) + k;
+        TH_OK(gpu_upload(d, h, m * (size_t)size * sizeof(int32_t)));
+        TH_CHECK(weft_alltoall(WEFT_IN_PLACE, d, (int64_t)m, WEFT_INT32, w) == 0, "round %d: alltoall: %s", k,
+                 weft_last_error());
+        int32_t *gi = host_of(d, m * (size_t)size * sizeof(int32_t));
+        for (size_t i = 0; i < m * (size_t)size; i++)
+            TH_CHECK(gi[i] == (int32_t)(i / m) * 100000 + rank * 1000 + (int32_t)(i % m) + k,
+                     "round %d: alltoall of %zu: element %zu is %d", k, m, i, gi[i]);
+        free(gi);
+        /* reduce_scatter_block m int32 in place: block p of rank r holds r + p + i */
+        for (size_t i = 0; i < m * (size_t)size; i++)
+            hi[i] = rank + (int32_t)(i / m) + (int32_t)(i % m) + k;
+        TH_OK(gpu_upload(d, h, m * (size_t)size * sizeof(int32_t)));
+        TH_CHECK(weft_reduce_scatter_block(WEFT_IN_PLACE, d, (int64_t)m, WEFT_INT32, WEFT_SUM, w) == 0,
+                 "round %d: reduce_scatter_block: %s", k, weft_last_error());
+        gi = host_of(d, m * sizeof(int32_t));
+        for (size_t i = 0; i < m; i++)
+            TH_CHECK(gi[i] == size * (size - 1) / 2 + size * (rank + (int32_t)i + k),
+                     "round %d: reduce_scatter_block of %zu: element %zu is %d", k, m, i, gi[i]);
+        free(gi);
+    }
+    gpu_free(d);
+    free(h);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, ll_back_to_back_2_ranks, .timeout = 600)
+{
+    run(2, body_ll, NULL);
+}
+
+Test(cuda_coll, ll_back_to_back_3_ranks, .timeout = 600)
+{
+    run(3, body_ll, NULL);
+}
+
+Test(cuda_coll, ll_back_to_back_4_ranks, .timeout = 600)
+{
+    run(4, body_ll, NULL);
+}
+
 /* Fused, chunked and pipelined calls mixed: calls staging 16000 bytes or
  * more per rank pipelined, smaller ones over a slot in chunks. */
 /* Bcast in two steps (the root's chunks relayed through every rank's slot), every size and chunk of body_others. */
 Test(cuda_coll, others_two_step_3_ranks, .timeout = 600)
 {
-    run2(3, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0");
+    run3(3, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, others_two_step_4_ranks, .timeout = 600)
 {
-    run2(4, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0");
+    run3(4, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, others_pipelined_2_ranks, .timeout = 600)
 {
-    run2(2, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL);
+    run3(2, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, others_pipelined_3_ranks, .timeout = 600)
 {
-    run2(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL);
+    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, others_pipelined_4_ranks, .timeout = 600)
 {
-    run2(4, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
+    run3(4, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
 }
 
 /* Every call pushed, nothing fused: the pushed bcast (scattered by the root, passed on), allgather, reduce at
  * every size of body_others, empty parts included. */
 Test(cuda_coll, others_pushed_2_ranks, .timeout = 600)
 {
-    run3(2, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0");
+    run4(2, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, others_pushed_3_ranks, .timeout = 600)
 {
-    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0");
+    run4(3, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, others_pipelined_read_3_ranks, .timeout = 600)
 {
-    run2(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", "WEFT_CUDA_COLL_PUSH=0");
+    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, others_pipelined_read_4_ranks, .timeout = 600)
 {
-    run2(4, body_others, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
+    run3(4, body_others, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 /* Stream-ordered calls: enqueued on a stream of the caller's, with a work
@@ -517,12 +628,12 @@ Test(cuda_coll, stream_and_graph_4_ranks, .timeout = 300)
 /* The same with every call pipelined (nothing fused): graph replays of the pipelined kernel. */
 Test(cuda_coll, stream_and_graph_pipelined_2_ranks, .timeout = 300)
 {
-    run2(2, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
+    run3(2, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, stream_and_graph_pipelined_4_ranks, .timeout = 300)
 {
-    run3(4, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", PUSH_ALL);
+    run4(4, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
 }
 
 /* One communicator's calls alternating between two streams with no host

@@ -45,9 +45,10 @@ enum { PIPE_DEPTH = 4, PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "16384",
-     "coll/cuda: allreduces of up to this many bytes per rank (at most 16384) run as one launch of one block that "
-     "stores its input, 8 bytes at a time with the call's sequence number beside them, straight into every peer's "
-     "memory, and reduces what arrives in its own: no barrier, no staging; 0: never",
+     "coll/cuda: calls whose piece for each peer (an allreduce's, reduce's, allgather's or bcast's whole input; a "
+     "reduce_scatter's or alltoall's block) is up to this many bytes (at most 16384) run as one launch of one block "
+     "that stores its pieces, 8 bytes at a time with the call's sequence number beside them, straight into the "
+     "peers' memory, and reduces or copies out what arrives in its own: no barrier, no staging; 0: never",
      &cvars.ll, 0},
     {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
@@ -117,7 +118,7 @@ typedef struct module {
     CUfunction stage, barrier, copy, reduce[NREDUCE];
     CUfunction fused_copy, fused_reduce[NREDUCE];
     CUfunction pipe_copy, pipe_reduce[NREDUCE];
-    CUfunction ll[NREDUCE];
+    CUfunction ll[NREDUCE], ll_copy;
     int sms;
     int pipe_threads; /* PIPE_THREADS, or fewer where a pipelined kernel's registers allow fewer */
 } module_t;
@@ -148,22 +149,20 @@ static int module_of(CUcontext ctx, module_t **out)
     struct {
         const char *name;
         CUfunction *f;
-    } fns[5 + 4 * NREDUCE] = {{"weft_ck_stage", &m->stage},
-                              {"weft_ck_barrier", &m->barrier},
-                              {"weft_ck_copy", &m->copy},
-                              {"weft_ck_fused_copy", &m->fused_copy},
-                              {"weft_ck_pipe_copy", &m->pipe_copy}};
+    } fns[6 + 4 * NREDUCE] = {{"weft_ck_stage", &m->stage},         {"weft_ck_barrier", &m->barrier},
+                              {"weft_ck_copy", &m->copy},           {"weft_ck_fused_copy", &m->fused_copy},
+                              {"weft_ck_pipe_copy", &m->pipe_copy}, {"weft_ck_ll_copy", &m->ll_copy}};
     static char fused_names[NREDUCE][40], pipe_names[NREDUCE][40], ll_names[NREDUCE][40];
     for (int k = 0; k < NREDUCE; k++) {
         snprintf(fused_names[k], sizeof(fused_names[k]), "weft_ck_fused_%s", reduce_names[k] + strlen("weft_ck_"));
         snprintf(pipe_names[k], sizeof(pipe_names[k]), "weft_ck_pipe_%s", reduce_names[k] + strlen("weft_ck_"));
-        fns[5 + k].name = reduce_names[k], fns[5 + k].f = &m->reduce[k];
-        fns[5 + NREDUCE + k].name = fused_names[k], fns[5 + NREDUCE + k].f = &m->fused_reduce[k];
-        fns[5 + 2 * NREDUCE + k].name = pipe_names[k], fns[5 + 2 * NREDUCE + k].f = &m->pipe_reduce[k];
+        fns[6 + k].name = reduce_names[k], fns[6 + k].f = &m->reduce[k];
+        fns[6 + NREDUCE + k].name = fused_names[k], fns[6 + NREDUCE + k].f = &m->fused_reduce[k];
+        fns[6 + 2 * NREDUCE + k].name = pipe_names[k], fns[6 + 2 * NREDUCE + k].f = &m->pipe_reduce[k];
         snprintf(ll_names[k], sizeof(ll_names[k]), "weft_ck_ll_%s", reduce_names[k] + strlen("weft_ck_reduce_"));
-        fns[5 + 3 * NREDUCE + k].name = ll_names[k], fns[5 + 3 * NREDUCE + k].f = &m->ll[k];
+        fns[6 + 3 * NREDUCE + k].name = ll_names[k], fns[6 + 3 * NREDUCE + k].f = &m->ll[k];
     }
-    for (int k = 0; k < 5 + 4 * NREDUCE; k++)
+    for (int k = 0; k < 6 + 4 * NREDUCE; k++)
         if ((r = weft_cu.module_get_function(fns[k].f, m->mod, fns[k].name)) != CUDA_SUCCESS) {
             weft_cu.module_unload(m->mod);
             return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbin: %s", fns[k].name,
@@ -949,6 +948,81 @@ static int issue_in_window(cuda_op_t *op, const char *in, size_t off, size_t nee
     return rc ? rc : barrier_as(op, 0, 0, 0, NULL);
 }
 
+/* The bytes of the piece a rank sends each peer in the LL form (weft_ck_ll_args): the same on every rank; 0: the
+ * collective has no LL form. */
+static size_t ll_piece(const weft_coll_args_t *a)
+{
+    size_t es = a->esize ? a->esize : 1;
+    switch (a->kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE:
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: return es <= 8 ? a->count * es : 0; /* lines of 8 bytes: whole elements */
+    case WEFT_COLL_ALLGATHER:
+    case WEFT_COLL_ALLTOALL:
+    case WEFT_COLL_BCAST: return a->count * es;
+    default: return 0;
+    }
+}
+
+/* The LL form: one launch of one block; who sends whom which piece, and what becomes of the pieces a rank takes
+ * (kernels.h: weft_ck_ll_args). */
+static int ll_issue(cuda_op_t *op, const char *in, char *out)
+{
+    const weft_coll_args_t *a = &op->a;
+    cuda_state_t *st = op->st;
+    int n = st->n, me = st->me;
+    size_t es = a->esize ? a->esize : 1, block = a->count * es;
+    unsigned others = ((1u << n) - 1) & ~(1u << me);
+    weft_ck_ll_args_t l;
+    memset(&l, 0, sizeof(l));
+    l.ctl = ctl_of(st);
+    l.nranks = n;
+    l.rank = me;
+    for (int r = 0; r < n; r++)
+        l.scratch[r] = (char *)(uintptr_t)st->peer[r];
+    l.op = (int)a->op;
+    l.count = block; /* copies: bytes */
+    l.esize = 1;
+    CUfunction f = st->m->ll_copy;
+    switch (a->kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK:
+    case WEFT_COLL_REDUCE: {
+        int scatter = a->kind == WEFT_COLL_REDUCE_SCATTER_BLOCK, rooted = a->kind == WEFT_COLL_REDUCE;
+        f = st->m->ll[a->dtype];
+        l.count = a->count;
+        l.esize = es;
+        l.send_mask = rooted ? (me == a->root ? 0 : 1u << a->root) : others;
+        l.recv_mask = rooted && me != a->root ? 0 : others;
+        for (int p = 0; p < n; p++)
+            l.src[p] = in + (scatter ? (size_t)p * block : 0);
+        l.dst[0] = rooted && me != a->root ? NULL : out;
+        break;
+    }
+    case WEFT_COLL_ALLGATHER:
+    case WEFT_COLL_ALLTOALL: {
+        int a2a = a->kind == WEFT_COLL_ALLTOALL;
+        l.send_mask = l.recv_mask = others;
+        for (int p = 0; p < n; p++) {
+            l.src[p] = in + (a2a ? (size_t)p * block : 0);
+            l.dst[p] = a2a ? out + (size_t)p * block : weft_coll_rblock(a, p);
+        }
+        break;
+    }
+    case WEFT_COLL_BCAST:
+        l.send_mask = me == a->root ? others : 0;
+        l.recv_mask = me == a->root ? 0 : 1u << a->root;
+        for (int p = 0; p < n; p++)
+            l.src[p] = out;
+        l.dst[a->root] = me == a->root ? NULL : out;
+        break;
+    default: return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s has no LL form", weft_coll_kind_name(a->kind));
+    }
+    void *params[] = {&l};
+    CUresult r = weft_cu.launch_kernel(f, 1, 1, 1, 512, 1, 1, 0, op->stream, params, NULL);
+    return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the LL kernel");
+}
+
 /* Issues the whole call on the stream, chunk by chunk (each chunk: stage,
  * barrier, reduce or copy), then records the event. */
 static int issue(cuda_op_t *op)
@@ -988,8 +1062,8 @@ static int issue(cuda_op_t *op)
         op->fz.scratch = (char *)(uintptr_t)st->region;
         op->fz.slot_bytes = slot;
     }
-    int ll = a->kind == WEFT_COLL_ALLREDUCE && staged > 0 && cvars.ll > 0 &&
-             staged <= (size_t)(cvars.ll < WEFT_CK_LL_MAX ? cvars.ll : WEFT_CK_LL_MAX) && es <= 8;
+    size_t piece = ll_piece(a);
+    int ll = piece > 0 && cvars.ll > 0 && piece <= (size_t)(cvars.ll < WEFT_CK_LL_MAX ? cvars.ll : WEFT_CK_LL_MAX);
     /* In a window (every rank alike, checked by the first barrier): read in place. The one-launch forms
      * stay as they are: past WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), so a
      * capturing rank and an eager one decide alike. */
@@ -1021,21 +1095,7 @@ static int issue(cuda_op_t *op)
         goto record;
     }
     if (ll) {
-        weft_ck_ll_args_t l;
-        memset(&l, 0, sizeof(l));
-        l.ctl = ctl_of(st);
-        l.nranks = n;
-        l.rank = me;
-        for (int r = 0; r < n; r++)
-            l.scratch[r] = (char *)(uintptr_t)st->peer[r];
-        l.op = (int)a->op;
-        l.in = in;
-        l.out = out;
-        l.count = a->count;
-        l.esize = es;
-        void *params[] = {&l};
-        CUresult r = weft_cu.launch_kernel(st->m->ll[a->dtype], 1, 1, 1, 512, 1, 1, 0, op->stream, params, NULL);
-        if (r != CUDA_SUCCESS) return cu_fail(r, "launching the LL kernel");
+        if ((rc = ll_issue(op, in, out))) return rc;
         goto record;
     }
     int piped = 0;

@@ -1139,7 +1139,29 @@ __device__ __forceinline__ void ll_store8(char *b, size_t l, size_t bytes, uint2
         b[off + k] = (char)t.c[k];
 }
 
-template <class Op> __device__ __forceinline__ void ll_run(const weft_ck_ll_args_t &a)
+/* Thread-local: spins until the line at src carries flag f in both halves (*x: the line); false when the abort
+ * word ended the wait (the first thread to see it names peer p in ctl.error). */
+__device__ __forceinline__ bool ll_wait(const weft_ck_ll_args_t &a, const uint4 *src, unsigned f, int p,
+                                        volatile int &abort_s, uint4 *x)
+{
+    unsigned spins = 0;
+    uint4 v = ld_ll(src);
+    while (v.y != f || v.w != f) {
+        if ((++spins & 1023) == 0 && (abort_s || *a.ctl.abort)) {
+            if (!abort_s) {
+                *a.ctl.error = 1 + p;
+                __threadfence_system();
+            }
+            abort_s = 1;
+            return false;
+        }
+        v = ld_ll(src);
+    }
+    *x = v;
+    return true;
+}
+
+template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const weft_ck_ll_args_t &a)
 {
     typedef typename Op::S S;
     const int E = 8 / (int)sizeof(S);
@@ -1154,56 +1176,69 @@ template <class Op> __device__ __forceinline__ void ll_run(const weft_ck_ll_args
     const unsigned long long seq = c0 + 1;
     const unsigned f = (unsigned)seq;
     const int n = a.nranks < 1 ? 1 : a.nranks > MAXR ? MAXR : a.nranks, me = a.rank;
+    const unsigned others = ((1u << n) - 1) & ~(1u << me), send = a.send_mask & others, recv = a.recv_mask & others;
     const size_t tid = threadIdx.x, nth = blockDim.x;
     if (tid == 0)
         abort_s = 0;
     __syncthreads();
-    const size_t bytes = a.count * sizeof(S), nl = (bytes + 7) / 8;
-    const char *in = static_cast<const char *>(a.in);
+    const size_t bytes = a.count * a.esize, nl = (bytes + 7) / 8;
     const size_t lane = (size_t)(seq & 1) * MAXR; /* this parity's first sender */
-    /* push: every line into every peer */
-    for (size_t l = tid; l < nl; l += nth) {
-        uint2 d = ll_load8(in, l, bytes);
+    /* a token (line 0, no data) to every peer this rank sends no piece to: every peer hears from every other in
+     * every call, which is what lets a sender overwrite its lines two calls later */
+    if (tid == 0)
 #pragma unroll
         for (int p = 0; p < MAXR; p++)
-            if (p < n && p != me)
-                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * WEFT_CK_LL_SLOT) + l, d.x,
-                      d.y, f);
+            if ((others & ~send) >> p & 1)
+                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * WEFT_CK_LL_SLOT), 0, 0,
+                      f);
+    /* push: every line of peer p's piece into p's region, at this rank's place */
+    for (size_t l = tid; l < nl; l += nth) {
+        const void *last = NULL;
+        uint2 d = make_uint2(0, 0);
+#pragma unroll
+        for (int p = 0; p < MAXR; p++)
+            if (send >> p & 1) {
+                if (a.src[p] != last)
+                    d = ll_load8(static_cast<const char *>(a.src[p]), l, bytes), last = a.src[p];
+                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * WEFT_CK_LL_SLOT) + l,
+                      d.x, d.y, f);
+            }
     }
-    /* gather and reduce, in rank order */
-    const char *mine = a.scratch[0];
+    const char *mine = a.scratch[0], *own = static_cast<const char *>(a.src[0]);
+    char *own_dst = static_cast<char *>(a.dst[0]);
 #pragma unroll
     for (int p = 1; p < MAXR; p++)
         if (p == me)
-            mine = a.scratch[p];
-    for (size_t l = tid; l < nl; l += nth) {
+            mine = a.scratch[p], own = static_cast<const char *>(a.src[p]), own_dst = static_cast<char *>(a.dst[p]);
+    /* copy: this rank's own piece too, unless it is in place */
+    const bool self_copy = !REDUCE && own_dst && own_dst != own;
+    /* take the pieces: reduce every rank's, own included, in rank order, where this rank has a result (dst[0]);
+     * or copy each out */
+    const bool take = REDUCE ? a.dst[0] != NULL : recv || self_copy;
+    for (size_t l = tid; take && l < nl; l += nth) {
         Line w[MAXR];
 #pragma unroll
         for (int p = 0; p < MAXR; p++) {
             if (p >= n)
                 continue;
             if (p == me) {
-                w[p].u = ll_load8(in, l, bytes);
+                if (REDUCE)
+                    w[p].u = ll_load8(own, l, bytes);
+                else if (self_copy)
+                    ll_store8(own_dst, l, bytes, ll_load8(own, l, bytes));
                 continue;
             }
-            const uint4 *src =
-                reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT) + l;
-            unsigned spins = 0;
-            uint4 x = ld_ll(src);
-            while (x.y != f || x.w != f) {
-                if ((++spins & 1023) == 0 && (abort_s || *a.ctl.abort)) {
-                    if (!abort_s) {
-                        *a.ctl.error = 1 + p;
-                        __threadfence_system();
-                    }
-                    abort_s = 1;
-                    goto done;
-                }
-                x = ld_ll(src);
-            }
+            if (!(recv >> p & 1))
+                continue;
+            uint4 x;
+            if (!ll_wait(a, reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT) + l,
+                         f, p, abort_s, &x))
+                goto done;
             w[p].u = make_uint2(x.x, x.z);
+            if (!REDUCE)
+                ll_store8(static_cast<char *>(a.dst[p]), l, bytes, w[p].u);
         }
-        {
+        if (REDUCE) {
             Line r;
 #pragma unroll
             for (int j = 0; j < E; j++) {
@@ -1214,9 +1249,19 @@ template <class Op> __device__ __forceinline__ void ll_run(const weft_ck_ll_args
                         acc = Op::step(acc, w[p].e[j]);
                 r.e[j] = Op::fin(acc, n);
             }
-            ll_store8(static_cast<char *>(a.out), l, bytes, r.u);
+            ll_store8(static_cast<char *>(a.dst[0]), l, bytes, r.u);
         }
     }
+    /* the tokens of the peers that send this rank no piece */
+    if (tid == 0)
+#pragma unroll
+        for (int p = 0; p < MAXR; p++) {
+            uint4 x;
+            if ((others & ~recv) >> p & 1 &&
+                !ll_wait(a, reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT), f,
+                         p, abort_s, &x))
+                break;
+        }
 done:
     __syncthreads();
     if (tid == 0)
@@ -1226,11 +1271,11 @@ done:
 template <class N> __device__ __forceinline__ void ll_dispatch(const weft_ck_ll_args_t &a)
 {
     switch (a.op) {
-    case 0: ll_run<OpSum<N>>(a); break;
-    case 1: ll_run<OpProd<N>>(a); break;
-    case 2: ll_run<OpMin<N>>(a); break;
-    case 3: ll_run<OpMax<N>>(a); break;
-    case 4: ll_run<OpAvg<N>>(a); break;
+    case 0: ll_run<OpSum<N>, true>(a); break;
+    case 1: ll_run<OpProd<N>, true>(a); break;
+    case 2: ll_run<OpMin<N>, true>(a); break;
+    case 3: ll_run<OpMax<N>, true>(a); break;
+    case 4: ll_run<OpAvg<N>, true>(a); break;
     default: break;
     }
 }
@@ -1257,6 +1302,11 @@ extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
         pipe_push<OpSum<IntType<uint8_t>>, 2>(a);
     else
         pipe_run<OpSum<IntType<uint8_t>>, false>(a);
+}
+
+extern "C" __global__ void weft_ck_ll_copy(weft_ck_ll_args_t a)
+{
+    ll_run<OpSum<IntType<uint8_t>>, false>(a);
 }
 
 extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)

@@ -26,7 +26,7 @@
 /* Bytes before the slots: the flags (64 KiB), then the LL area
  * (WEFT_CK_LL_OFF: 2 parities x WEFT_CK_MAX_RANKS senders x WEFT_CK_LL_SLOT
  * bytes of 16-byte lines; see weft_ck_ll_args). */
-#define WEFT_CK_LL_MAX 16384                     /* bytes a rank contributes to an LL call, at most */
+#define WEFT_CK_LL_MAX 16384                     /* bytes of a piece of an LL call, at most */
 #define WEFT_CK_LL_SLOT (2 * WEFT_CK_LL_MAX)     /* a sender's lines for one parity: 16 bytes per 8 */
 #define WEFT_CK_LL_OFF 65536
 #define WEFT_CK_HDR (WEFT_CK_LL_OFF + 2 * WEFT_CK_MAX_RANKS * WEFT_CK_LL_SLOT)
@@ -245,30 +245,38 @@ typedef struct weft_ck_pipe_args {
     char *dst[WEFT_CK_MAX_RANKS]; /* copy: where producer p's pieces go */
 } weft_ck_pipe_args_t;
 
-/* weft_ck_ll_reduce_<type>: a small allreduce in one launch of one block,
- * NCCL's LL idea: no barrier, no staging. seq = *counter + 1 (poisoned:
- * the kernel ends at once), parity = seq & 1. The input (bytes = count x
- * esize <= WEFT_CK_LL_MAX) goes in lines of 8 bytes; line l is stored, in
- * one 16-byte store {bytes 0-3, seq, bytes 4-7, seq} (32-bit seq), into
- * every peer's region at WEFT_CK_LL_OFF + (parity x MAX_RANKS + rank) x
- * LL_SLOT + 16 l. Each half of a line carries its own copy of seq, and an
- * 8-byte store arrives whole, so a reader that sees seq in both halves has
- * the line's data without a fence or a flag of its own. Then every thread
- * polls its lines from every peer in its own region and reduces them with
- * its own input, in rank order (the same bits as every other path), into
- * out; at the end *counter = seq. A sender's lines of parity q are
- * overwritten two calls later, once the reader has passed the call in
- * between, whichever protocol that was (each implies the peer finished
- * reading). Waits watch ctl.abort every 1024 polls (1 + the awaited rank in
- * *ctl.error; the counter is then poisoned). */
+/* weft_ck_ll_<type> (reduce) and weft_ck_ll_copy: a small collective in one
+ * launch of one block, NCCL's LL idea: no barrier, no staging. seq =
+ * *counter + 1 (poisoned: the kernel ends at once), parity = seq & 1. Every
+ * piece is count x esize <= WEFT_CK_LL_MAX bytes, sent in lines of 8 bytes;
+ * line l of the piece for peer p (src[p]) is stored, in one 16-byte store
+ * {bytes 0-3, seq, bytes 4-7, seq} (32-bit seq), into p's region at
+ * WEFT_CK_LL_OFF + (parity x MAX_RANKS + rank) x LL_SLOT + 16 l, for every
+ * p in send_mask; every other peer gets a token there instead (line 0, no
+ * data). Each half of a line carries its own copy of seq, and an 8-byte
+ * store arrives whole, so a reader that sees seq in both halves has the
+ * line's data without a fence or a flag of its own. Then every thread polls
+ * its lines from every peer in recv_mask in its own region and either
+ * reduces them with its own piece (src[rank]), in rank order (the same bits
+ * as every other path), into dst[0] (reduce; recv_mask is every peer where
+ * dst[0] is set, none where it is NULL), or copies peer p's into dst[p]
+ * (copy; and its own piece src[rank] into dst[rank] unless NULL or the
+ * same); thread 0 waits for the tokens of the peers outside recv_mask; at
+ * the end *counter = seq. So every rank hears from every peer in every call:
+ * a sender's lines of parity q are overwritten two calls later, once the
+ * reader has passed the call in between, whichever protocol that was (each
+ * implies the peer finished reading). Waits watch ctl.abort every 1024
+ * polls (1 + the awaited rank in *ctl.error; the counter is then
+ * poisoned). */
 typedef struct weft_ck_ll_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
     char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
     int op;
-    const void *in;
-    void *out;
-    size_t count, esize;
+    unsigned send_mask, recv_mask;
+    const void *src[WEFT_CK_MAX_RANKS]; /* the piece for rank p; own entry: this rank's own piece */
+    void *dst[WEFT_CK_MAX_RANKS];       /* reduce: dst[0] = the result (NULL: none here); copy: p's piece */
+    size_t count, esize;                /* a piece: count elements of esize bytes */
 } weft_ck_ll_args_t;
 
 #endif
