@@ -1139,14 +1139,13 @@ __device__ __forceinline__ void ll_store8(char *b, size_t l, size_t bytes, uint2
         b[off + k] = (char)t.c[k];
 }
 
-/* Thread-local: spins until the line at src carries flag f in both halves (*x: the line); false when the abort
- * word ended the wait (the first thread to see it names peer p in ctl.error). */
+/* Thread-local: *x holds a load of the line at src; spins until it carries flag f in both halves; false when the
+ * abort word ended the wait (the first thread to see it names peer p in ctl.error). */
 __device__ __forceinline__ bool ll_wait(const weft_ck_ll_args_t &a, const uint4 *src, unsigned f, int p,
                                         volatile int &abort_s, uint4 *x)
 {
     unsigned spins = 0;
-    uint4 v = ld_ll(src);
-    while (v.y != f || v.w != f) {
+    while (x->y != f || x->w != f) {
         if ((++spins & 1023) == 0 && (abort_s || *a.ctl.abort)) {
             if (!abort_s) {
                 *a.ctl.error = 1 + p;
@@ -1155,9 +1154,8 @@ __device__ __forceinline__ bool ll_wait(const weft_ck_ll_args_t &a, const uint4 
             abort_s = 1;
             return false;
         }
-        v = ld_ll(src);
+        *x = ld_ll(src);
     }
-    *x = v;
     return true;
 }
 
@@ -1177,7 +1175,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
     const unsigned f = (unsigned)seq;
     const int n = a.nranks < 1 ? 1 : a.nranks > MAXR ? MAXR : a.nranks, me = a.rank;
     const unsigned others = ((1u << n) - 1) & ~(1u << me), send = a.send_mask & others, recv = a.recv_mask & others;
-    const size_t tid = threadIdx.x, nth = blockDim.x;
+    const size_t tid = threadIdx.x, gid = (size_t)blockIdx.x * blockDim.x + tid, nth = (size_t)gridDim.x * blockDim.x;
     if (tid == 0)
         abort_s = 0;
     __syncthreads();
@@ -1185,14 +1183,14 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
     const size_t lane = (size_t)(seq & 1) * MAXR; /* this parity's first sender */
     /* a token (line 0, no data) to every peer this rank sends no piece to: every peer hears from every other in
      * every call, which is what lets a sender overwrite its lines two calls later */
-    if (tid == 0)
+    if (gid == 0)
 #pragma unroll
         for (int p = 0; p < MAXR; p++)
             if ((others & ~send) >> p & 1)
                 st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * WEFT_CK_LL_SLOT), 0, 0,
                       f);
     /* push: every line of peer p's piece into p's region, at this rank's place */
-    for (size_t l = tid; l < nl; l += nth) {
+    for (size_t l = gid; l < nl; l += nth) {
         const void *last = NULL;
         uint2 d = make_uint2(0, 0);
 #pragma unroll
@@ -1204,7 +1202,8 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
                       d.x, d.y, f);
             }
     }
-    const char *mine = a.scratch[0], *own = static_cast<const char *>(a.src[0]);
+    char *mine = a.scratch[0];
+    const char *own = static_cast<const char *>(a.src[0]);
     char *own_dst = static_cast<char *>(a.dst[0]);
 #pragma unroll
     for (int p = 1; p < MAXR; p++)
@@ -1213,9 +1212,14 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
     /* copy: this rank's own piece too, unless it is in place */
     const bool self_copy = !REDUCE && own_dst && own_dst != own;
     /* take the pieces: reduce every rank's, own included, in rank order, where this rank has a result (dst[0]);
-     * or copy each out */
+     * or copy each out. A line's loads from all peers go out together (one round trip, not one per peer). */
     const bool take = REDUCE ? a.dst[0] != NULL : recv || self_copy;
-    for (size_t l = tid; take && l < nl; l += nth) {
+    for (size_t l = gid; take && l < nl; l += nth) {
+        uint4 x[MAXR];
+#pragma unroll
+        for (int p = 0; p < MAXR; p++)
+            if (recv >> p & 1)
+                x[p] = ld_ll(reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT) + l);
         Line w[MAXR];
 #pragma unroll
         for (int p = 0; p < MAXR; p++) {
@@ -1230,11 +1234,10 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
             }
             if (!(recv >> p & 1))
                 continue;
-            uint4 x;
             if (!ll_wait(a, reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT) + l,
-                         f, p, abort_s, &x))
+                         f, p, abort_s, &x[p]))
                 goto done;
-            w[p].u = make_uint2(x.x, x.z);
+            w[p].u = make_uint2(x[p].x, x[p].z);
             if (!REDUCE)
                 ll_store8(static_cast<char *>(a.dst[p]), l, bytes, w[p].u);
         }
@@ -1253,19 +1256,31 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
         }
     }
     /* the tokens of the peers that send this rank no piece */
-    if (tid == 0)
+    if (gid == 0)
 #pragma unroll
         for (int p = 0; p < MAXR; p++) {
-            uint4 x;
-            if ((others & ~recv) >> p & 1 &&
-                !ll_wait(a, reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT), f,
-                         p, abort_s, &x))
+            if (!((others & ~recv) >> p & 1))
+                continue;
+            const uint4 *t = reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT);
+            uint4 x = ld_ll(t);
+            if (!ll_wait(a, t, f, p, abort_s, &x))
                 break;
         }
 done:
+    /* the last block to finish moves the counter, poisoned if any block's wait was ended by the abort word; every
+     * block has read the counter by then (its value decided a branch before the block's count went out, so no
+     * fence: one block, the common case, pays nothing) */
     __syncthreads();
-    if (tid == 0)
+    if (tid == 0 && gridDim.x == 1)
         *a.ctl.counter = abort_s ? (c0 | WEFT_CK_POISON) : seq;
+    else if (tid == 0) {
+        unsigned long long *blocks_done = reinterpret_cast<unsigned long long *>(mine + WEFT_CK_LL_DONE);
+        const unsigned long long was = atomicAdd(blocks_done, abort_s ? (1ull << 32) + 1 : 1ull);
+        if ((was & 0xffffffffull) + 1 == gridDim.x) {
+            *blocks_done = 0;
+            *a.ctl.counter = abort_s || (was >> 32) ? (c0 | WEFT_CK_POISON) : seq;
+        }
+    }
 }
 
 template <class N> __device__ __forceinline__ void ll_dispatch(const weft_ck_ll_args_t &a)
@@ -1304,7 +1319,8 @@ extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
         pipe_run<OpSum<IntType<uint8_t>>, false>(a);
 }
 
-extern "C" __global__ void weft_ck_ll_copy(weft_ck_ll_args_t a)
+/* The LL kernels launch 512 threads a block (cuda.c): registers within that */
+extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_copy(weft_ck_ll_args_t a)
 {
     ll_run<OpSum<IntType<uint8_t>>, false>(a);
 }
@@ -1329,7 +1345,7 @@ extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
             reduce_dispatch<N>(a.red);                                                                                 \
     }                                                                                                                  \
     extern "C" __global__ void weft_ck_pipe_reduce_##name(weft_ck_pipe_args_t a) { pipe_dispatch<N>(a); }            \
-    extern "C" __global__ void weft_ck_ll_##name(weft_ck_ll_args_t a) { ll_dispatch<N>(a); }
+    extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_##name(weft_ck_ll_args_t a) { ll_dispatch<N>(a); }
 WEFT_CK_REDUCE(i8, IntType<int8_t>)
 WEFT_CK_REDUCE(u8, IntType<uint8_t>)
 WEFT_CK_REDUCE(i16, IntType<int16_t>)

@@ -49,6 +49,8 @@
  * WEFT_CK_DESC_REG(off, win): it is in src's registered window win (the
  * same index on every rank), off bytes from src's window start. */
 #define WEFT_CK_DESC 1024
+/* The LL kernel's count of its blocks that have finished (unsigned long long; the last one resets it). */
+#define WEFT_CK_LL_DONE 512
 #define WEFT_CK_DESC_REG(off, win) (((unsigned long long)(off) << 16) | ((unsigned long long)(win) << 1) | 1ull)
 #define WEFT_CK_DESC_OFF(d) ((d) >> 16)
 
@@ -246,28 +248,29 @@ typedef struct weft_ck_pipe_args {
 } weft_ck_pipe_args_t;
 
 /* weft_ck_ll_<type> (reduce) and weft_ck_ll_copy: a small collective in one
- * launch of one block, NCCL's LL idea: no barrier, no staging. seq =
+ * launch of a few blocks, NCCL's LL idea: no barrier, no staging. seq =
  * *counter + 1 (poisoned: the kernel ends at once), parity = seq & 1. Every
- * piece is count x esize <= WEFT_CK_LL_MAX bytes, sent in lines of 8 bytes;
- * line l of the piece for peer p (src[p]) is stored, in one 16-byte store
- * {bytes 0-3, seq, bytes 4-7, seq} (32-bit seq), into p's region at
- * WEFT_CK_LL_OFF + (parity x MAX_RANKS + rank) x LL_SLOT + 16 l, for every
- * p in send_mask; every other peer gets a token there instead (line 0, no
- * data). Each half of a line carries its own copy of seq, and an 8-byte
- * store arrives whole, so a reader that sees seq in both halves has the
- * line's data without a fence or a flag of its own. Then every thread polls
- * its lines from every peer in recv_mask in its own region and either
- * reduces them with its own piece (src[rank]), in rank order (the same bits
- * as every other path), into dst[0] (reduce; recv_mask is every peer where
- * dst[0] is set, none where it is NULL), or copies peer p's into dst[p]
- * (copy; and its own piece src[rank] into dst[rank] unless NULL or the
- * same); thread 0 waits for the tokens of the peers outside recv_mask; at
- * the end *counter = seq. So every rank hears from every peer in every call:
- * a sender's lines of parity q are overwritten two calls later, once the
- * reader has passed the call in between, whichever protocol that was (each
- * implies the peer finished reading). Waits watch ctl.abort every 1024
- * polls (1 + the awaited rank in *ctl.error; the counter is then
- * poisoned). */
+ * piece is count x esize <= WEFT_CK_LL_MAX bytes, sent in lines of 8 bytes
+ * (grid-strided over the blocks' threads); line l of the piece for peer p
+ * (src[p]) is stored, in one 16-byte store {bytes 0-3, seq, bytes 4-7, seq}
+ * (32-bit seq), into p's region at WEFT_CK_LL_OFF + (parity x MAX_RANKS +
+ * rank) x LL_SLOT + 16 l, for every p in send_mask; every other peer gets a
+ * token there instead (line 0, no data). Each half of a line carries its
+ * own copy of seq, and an 8-byte store arrives whole, so a reader that sees
+ * seq in both halves has the line's data without a fence or a flag of its
+ * own. Then every thread polls its lines from every peer in recv_mask in its
+ * own region and either reduces them with its own piece (src[rank]), in
+ * rank order (the same bits as every other path), into dst[0] (reduce;
+ * recv_mask is every peer where dst[0] is set, none where it is NULL), or
+ * copies peer p's into dst[p] (copy; and its own piece src[rank] into
+ * dst[rank] unless NULL or the same); block 0's thread 0 waits for the
+ * tokens of the peers outside recv_mask; the last block to finish (a count
+ * at WEFT_CK_LL_DONE in the rank's own region) sets *counter = seq. So
+ * every rank hears from every peer in every call: a sender's lines of
+ * parity q are overwritten two calls later, once the reader has passed the
+ * call in between, whichever protocol that was (each implies the peer
+ * finished reading). Waits watch ctl.abort every 1024 polls (1 + the
+ * awaited rank in *ctl.error; the counter is then poisoned). */
 typedef struct weft_ck_ll_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
