@@ -1649,8 +1649,9 @@ static const weft_coll_param_t params[] = {
     {"max_ranks", "every coll/cuda algorithm", &max_ranks, "ranks", NULL,
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
-    {"ll", "allreduce", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
-     "allreduces up to this much per rank (16 KiB at most) push their lines into the peers: no barrier, no staging"},
+    {"ll", "every coll/cuda algorithm but barrier", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
+     "calls whose piece for each peer is up to this much (16 KiB at most) push their lines into the peers: no "
+     "barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (auto: "
      "32 MiB on own GPUs; never on a shared GPU, where 2 ranks on one H100 reached 100 GB/s against 240 chunked at "
