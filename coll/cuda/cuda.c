@@ -487,15 +487,20 @@ static int launch(cuda_op_t *op, CUfunction f, unsigned gx, unsigned gy, void *a
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, what);
 }
 
+/* b blocks within the communicator's max_ctas / min_ctas hints. */
+static size_t within_cta_hints(const weft_comm_t c, size_t b)
+{
+    if (c->gpu_max_ctas > 0 && b > (size_t)c->gpu_max_ctas) b = (size_t)c->gpu_max_ctas;
+    if (c->gpu_min_ctas > 0 && b < (size_t)c->gpu_min_ctas) b = (size_t)c->gpu_min_ctas;
+    return b;
+}
+
 /* Blocks for a grid-stride kernel over `bytes` (16 bytes a thread a turn),
  * within the communicator's max_ctas / min_ctas hints. */
 static unsigned grid_for(const cuda_op_t *op, size_t bytes)
 {
-    const weft_comm_t c = op->st->comm;
     size_t b = (bytes + 256 * 16 - 1) / (256 * 16), most = (size_t)op->st->m->sms * 4;
-    if (b > most) b = most;
-    if (c->gpu_max_ctas > 0 && b > (size_t)c->gpu_max_ctas) b = (size_t)c->gpu_max_ctas;
-    if (c->gpu_min_ctas > 0 && b < (size_t)c->gpu_min_ctas) b = (size_t)c->gpu_min_ctas;
+    b = within_cta_hints(op->st->comm, b > most ? most : b);
     return (unsigned)(b < 1 ? 1 : b);
 }
 
@@ -766,9 +771,7 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
      * n - 1 parts for a bcast's); else the pieces */
     p.pos_pieces = !p.push ? p.npieces : p.mode == 3 ? 2 * n : p.mode == 4 ? n : a->kind == WEFT_COLL_BCAST ? 1 : n;
     /* geometry: blocks within the hints and the SMs; positions of whole 16-byte words per piece */
-    unsigned g = cvars.pipe_blocks > 0 ? (unsigned)cvars.pipe_blocks : 1;
-    if (c->gpu_max_ctas > 0 && g > (unsigned)c->gpu_max_ctas) g = (unsigned)c->gpu_max_ctas;
-    if (c->gpu_min_ctas > 0 && g < (unsigned)c->gpu_min_ctas) g = (unsigned)c->gpu_min_ctas;
+    unsigned g = (unsigned)within_cta_hints(c, cvars.pipe_blocks > 0 ? (size_t)cvars.pipe_blocks : 1);
     if (g > (unsigned)st->m->sms) g = (unsigned)st->m->sms;
     if (g > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS;
     if (g < 1) g = 1;
@@ -1019,10 +1022,13 @@ static int ll_issue(cuda_op_t *op, const char *in, char *out)
     default: return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s has no LL form", weft_coll_kind_name(a->kind));
     }
     /* a line per thread per peer: one block up to 4 KiB a piece, four at 16 KiB (measured, four H100s: one
-     * block's polls of 4 lines a peer made 16 KiB pieces slower than staging in a graph) */
-    unsigned threads = 512, lines = (unsigned)((l.count * l.esize + 7) / 8), blocks = (lines + threads - 1) / threads;
+     * block's polls of 4 lines a peer made 16 KiB pieces slower than staging in a graph); within the hints and
+     * the SMs (the blocks wait on the peers' blocks: all of them run at once) */
+    size_t threads = 512, blocks = within_cta_hints(st->comm, ((l.count * l.esize + 7) / 8 + threads - 1) / threads);
+    if (blocks > (size_t)st->m->sms) blocks = (size_t)st->m->sms;
     void *params[] = {&l};
-    CUresult r = weft_cu.launch_kernel(f, blocks ? blocks : 1, 1, 1, threads, 1, 1, 0, op->stream, params, NULL);
+    CUresult r = weft_cu.launch_kernel(f, blocks ? (unsigned)blocks : 1, 1, 1, (unsigned)threads, 1, 1, 0, op->stream,
+                                       params, NULL);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the LL kernel");
 }
 
