@@ -5,7 +5,9 @@
 
 Reads the per-run CSV rows written with --csv (compare.sh keeps them as
 OUTDIR/PROGRAM-npN-LIB-rK.csv; default input: compare.sh's default
-directory, ${TMPDIR:-/tmp}/weft-bench), takes the median over runs per
+directory, ${TMPDIR:-/tmp}/weft-bench; weft-nccl-tests' --csv file too,
+one plot per collective, type and launch mode, time per call against
+NCCL's), takes the median over runs per
 library and size, and draws one PNG per (benchmark, ranks): time in us (or
 MB/s for bw, bibw, mbw-mr) against message size, log-log, one curve per
 library, with the weft/peer ratio in a lower panel. The PNGs go to -o
@@ -43,9 +45,21 @@ def read_rows(paths):
     for f in files:
         with open(f) as fh:
             reader = csv.DictReader(fh)
-            if not reader.fieldnames or "benchmark" not in reader.fieldnames or "avg_us" not in reader.fieldnames:
-                continue  # a compare.sh summary or another file
-            rows += list(reader)
+            fields = reader.fieldnames or []
+            if "coll" in fields and "us" in fields:  # weft-nccl-tests: rounds of every collective in one file
+                rows += [
+                    {
+                        "benchmark": f"{r['coll']}-{r['type']}-{'graph' if r['graph'] == '1' else 'launched'}",
+                        "ranks": r["ranks"],
+                        "library": r["lib"],
+                        "size": r["bytes"],
+                        "avg_us": r["us"],
+                    }
+                    for r in reader
+                ]
+            elif "benchmark" in fields and "avg_us" in fields:
+                rows += list(reader)
+            # else: a compare.sh summary or another file
     return rows
 
 
