@@ -226,7 +226,7 @@ Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
     run(4, body_allreduce, NULL);
 }
 
-/* Allreduces up to 16 KiB per rank take the LL kernel by default: these
+/* Allreduces up to 64 KiB per rank take the LL kernel by default: these
  * keep the fused and chunked paths covered for them. */
 Test(cuda_coll, allreduce_without_ll_2_ranks, .timeout = 600)
 {
@@ -236,6 +236,12 @@ Test(cuda_coll, allreduce_without_ll_2_ranks, .timeout = 600)
 Test(cuda_coll, allreduce_without_ll_3_ranks, .timeout = 600)
 {
     run(3, body_allreduce, "WEFT_CUDA_COLL_LL=0");
+}
+
+/* LL pieces of one block at most (4 KiB): body_allreduce's larger counts take the fused and chunked paths. */
+Test(cuda_coll, allreduce_ll_4k_2_ranks, .timeout = 600)
+{
+    run(2, body_allreduce, "WEFT_CUDA_COLL_LL=4096");
 }
 
 /* Two shots for every allreduce (no LL, nothing fused) on 3 and 4
@@ -365,7 +371,7 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
     run(4, body_others, NULL);
 }
 
-/* body_others' sizes take the LL kernel by default (pieces up to 16 KiB): without it, fused and chunked calls. */
+/* body_others' sizes take the LL kernel by default (pieces up to 64 KiB): without it, fused and chunked calls. */
 Test(cuda_coll, others_without_ll_2_ranks, .timeout = 600)
 {
     run(2, body_others, "WEFT_CUDA_COLL_LL=0");
@@ -798,15 +804,15 @@ static int body_window(int rank, int size, void *arg)
     return 0;
 }
 
-/* WEFT_CUDA_COLL_WINDOW=1: every call past the one-launch sizes reads its window in place. */
+/* WEFT_CUDA_COLL_WINDOW=1: every call past the one-launch sizes reads its window in place (LL off: it goes first). */
 Test(cuda_coll, windows_2_ranks, .timeout = 300)
 {
-    run(2, body_window, "WEFT_CUDA_COLL_WINDOW=1");
+    run2(2, body_window, "WEFT_CUDA_COLL_WINDOW=1", "WEFT_CUDA_COLL_LL=0");
 }
 
 Test(cuda_coll, windows_4_ranks, .timeout = 300)
 {
-    run(4, body_window, "WEFT_CUDA_COLL_WINDOW=1");
+    run2(4, body_window, "WEFT_CUDA_COLL_WINDOW=1", "WEFT_CUDA_COLL_LL=0");
 }
 
 /* The last rank skips a GPU allreduce: the others' kernels wait at the

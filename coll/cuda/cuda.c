@@ -44,11 +44,12 @@ static struct {
 enum { PIPE_DEPTH = 4, PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
-    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "16384",
+    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "65536",
      "coll/cuda: calls whose piece for each peer (an allreduce's, reduce's, allgather's or bcast's whole input; a "
-     "reduce_scatter's or alltoall's block) is up to this many bytes (at most 16384) run as one launch (one block, "
-     "four at 16 KiB) that stores its pieces, 8 bytes at a time with the call's sequence number beside them, straight into the "
-     "peers' memory, and reduces or copies out what arrives in its own: no barrier, no staging; 0: never",
+     "reduce_scatter's or alltoall's block) is up to this many bytes (at most 65536) run as one launch (a block "
+     "per 4 KiB) that stores its pieces, 8 bytes at a time with the call's sequence number beside them, straight into the "
+     "peers' memory, and reduces or copies out what arrives in its own: no barrier, no staging (measured on four H100s: "
+     "0.5-0.75x the staged time at 32-64 KiB pieces); 0: never",
      &cvars.ll, 0},
     {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
@@ -1021,9 +1022,9 @@ static int ll_issue(cuda_op_t *op, const char *in, char *out)
         break;
     default: return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s has no LL form", weft_coll_kind_name(a->kind));
     }
-    /* a line per thread per peer: one block up to 4 KiB a piece, four at 16 KiB (measured, four H100s: one
-     * block's polls of 4 lines a peer made 16 KiB pieces slower than staging in a graph); within the hints and
-     * the SMs (the blocks wait on the peers' blocks: all of them run at once) */
+    /* a line per thread per peer: a block per 4 KiB of a piece (measured, four H100s: one block's polls of 4
+     * lines a peer made 16 KiB pieces slower than staging in a graph); within the hints and the SMs (the blocks
+     * wait on the peers' blocks: all of them run at once) */
     size_t threads = 512, blocks = within_cta_hints(st->comm, ((l.count * l.esize + 7) / 8 + threads - 1) / threads);
     if (blocks > (size_t)st->m->sms) blocks = (size_t)st->m->sms;
     void *params[] = {&l};
@@ -1620,7 +1621,7 @@ static void state_release(weft_comm_t comm, void *p)
 CUDA_ALG(WEFT_COLL_BARRIER, barrier, "a barrier kernel: release/acquire flags at system scope over CUDA IPC")
 CUDA_ALG(WEFT_COLL_ALLREDUCE, allreduce,
          "one shot: every rank stages its vector (or it lies in a registered window), passes a barrier kernel, then "
-         "reduces every peer's slot in rank order (the same bits everywhere); LL under 16 KiB; two shots from "
+         "reduces every peer's slot in rank order (the same bits everywhere); LL up to WEFT_CUDA_COLL_LL; two shots from "
          "WEFT_CUDA_COLL_TWO_SHOT on 3+ ranks")
 CUDA_ALG(WEFT_COLL_REDUCE, reduce, "as allreduce, the root alone reducing")
 CUDA_ALG(WEFT_COLL_REDUCE_SCATTER_BLOCK, reduce_scatter_block,
@@ -1656,7 +1657,7 @@ static const weft_coll_param_t params[] = {
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
     {"ll", "every coll/cuda algorithm but barrier", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
-     "calls whose piece for each peer is up to this much (16 KiB at most) push their lines into the peers: no "
+     "calls whose piece for each peer is up to this much (64 KiB at most) push their lines into the peers: no "
      "barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (auto: "
