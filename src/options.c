@@ -218,10 +218,12 @@ static void evaluate(weft_comm_t comm, weft_hint_t *h)
                 "coll/cuda's kernels launch without thread-block clusters (memory-bound copies and reductions)");
         } else if (k[1] == 'a') {
             comm->gpu_max_ctas = (int)l;
-            SET(h, WEFT_HINT_APPLIED, "coll/cuda's copy and reduce kernels use at most %ld thread blocks", l);
+            SET(h, WEFT_HINT_APPLIED, "coll/cuda's multi-block kernels use at most %ld blocks (fused, barrier: one)",
+                l);
         } else {
             comm->gpu_min_ctas = (int)l;
-            SET(h, WEFT_HINT_APPLIED, "coll/cuda's copy and reduce kernels use at least %ld thread blocks", l);
+            SET(h, WEFT_HINT_APPLIED, "coll/cuda's multi-block kernels use at least %ld blocks (fused, barrier: one)",
+                l);
         }
         return;
     }
