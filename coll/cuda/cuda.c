@@ -47,9 +47,9 @@ static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "65536",
      "coll/cuda: calls whose piece for each peer (an allreduce's, reduce's, allgather's or bcast's whole input; a "
      "reduce_scatter's or alltoall's block) is up to this many bytes (at most 65536) run as one launch (a block "
-     "per 4 KiB) that stores its pieces, 8 bytes at a time with the call's sequence number beside them, straight into the "
-     "peers' memory, and reduces or copies out what arrives in its own: no barrier, no staging (measured on four H100s: "
-     "0.5-0.75x the staged time at 32-64 KiB pieces); 0: never",
+     "per 4 KiB) that stores its pieces, 8 bytes at a time with the call's sequence number beside them, straight "
+     "into the peers' memory, and reduces or copies out what arrives in its own: no barrier, no staging (measured "
+     "on four H100s: 0.5-0.75x the staged time at 32-64 KiB pieces); 0: never",
      &cvars.ll, 0},
     {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
@@ -968,7 +968,7 @@ static size_t ll_piece(const weft_coll_args_t *a)
     }
 }
 
-/* The LL form: one launch of one block; who sends whom which piece, and what becomes of the pieces a rank takes
+/* The LL form: one launch, no barrier; who sends whom which piece, and what becomes of the pieces a rank takes
  * (kernels.h: weft_ck_ll_args). */
 static int ll_issue(cuda_op_t *op, const char *in, char *out)
 {
@@ -1621,8 +1621,8 @@ static void state_release(weft_comm_t comm, void *p)
 CUDA_ALG(WEFT_COLL_BARRIER, barrier, "a barrier kernel: release/acquire flags at system scope over CUDA IPC")
 CUDA_ALG(WEFT_COLL_ALLREDUCE, allreduce,
          "one shot: every rank stages its vector (or it lies in a registered window), passes a barrier kernel, then "
-         "reduces every peer's slot in rank order (the same bits everywhere); LL up to WEFT_CUDA_COLL_LL; two shots from "
-         "WEFT_CUDA_COLL_TWO_SHOT on 3+ ranks")
+         "reduces every peer's slot in rank order (the same bits everywhere); LL up to WEFT_CUDA_COLL_LL; two shots "
+         "from WEFT_CUDA_COLL_TWO_SHOT on 3+ ranks")
 CUDA_ALG(WEFT_COLL_REDUCE, reduce, "as allreduce, the root alone reducing")
 CUDA_ALG(WEFT_COLL_REDUCE_SCATTER_BLOCK, reduce_scatter_block,
          "every rank stages its vector, then reduces its own block of every peer's slot")
