@@ -279,7 +279,7 @@ def kill_case() -> None:
     limit = float(os.environ.get("KILL_TEST_TIMEOUT", "5"))
     victim = n - 1
     kg = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=limit))
-    k = 1 << 16  # 256 KiB: past the LL allreduce (16 KiB at most), whose kernels also name the rank
+    k = 1 << 16  # 256 KiB: past the LL allreduce (64 KiB at most), whose kernels also name the rank
     x = on_dev(torch.ones(k))
     dist.all_reduce(x, group=kg)
     same("the all_reduce before the kill", x, torch.full((k,), float(n)))  # (host(): synchronises)
