@@ -169,6 +169,25 @@ static inline void weft_coll_block(size_t count, int n, int i, size_t *off, size
     *off = ui * base + (ui < extra ? ui : extra);
     *len = base + (ui < extra ? 1 : 0);
 }
+/* A reduce_scatter's (a->rcounts) or reduce_scatter_block's (a->count
+ * each) vector: its length in elements, and this rank's block in it. */
+static inline size_t weft_coll_rs_block(const weft_coll_args_t *a, size_t *off, size_t *len)
+{
+    int me = a->comm->rank;
+    if (a->kind != WEFT_COLL_REDUCE_SCATTER) {
+        *off = (size_t)me * a->count;
+        *len = a->count;
+        return a->count * (size_t)a->comm->size;
+    }
+    size_t total = 0;
+    *off = 0;
+    for (int r = 0; r < a->comm->size; r++) {
+        if (r == me) *off = total;
+        total += (size_t)a->rcounts[r];
+    }
+    *len = (size_t)a->rcounts[me];
+    return total;
+}
 /* Segmented algorithms (reduce binomial, reduce_scatter ring, allreduce
  * ring, scan linear) move large messages in segments of at most this many bytes, so their
  * scratch is a couple of segments whatever the message size. 64 KiB is

@@ -490,6 +490,68 @@ static int body_cma(int rank, int size, void *arg)
     }
     if (nodes) TH_CHECK(weft_coll_state(ar, WEFT_COLL_COMP_SHM) == NULL, "allreduce shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&ar));
+    /* reduce_scatter_block and reduce_scatter (uneven blocks, an empty one,
+     * several pieces per block), contiguous and in place (the input in the
+     * receive buffer, the block moved to its start), and a MAX. */
+    weft_comm_t rsb = forced("reduce_scatter_block", "shm_cma"), rsv = forced("reduce_scatter", "shm_cma");
+    static const int64_t bcounts[] = {4096, 4099, (1 << 16) + 13};
+    for (int ci = 0; ci < 3; ci++) {
+        int64_t *rcounts = malloc(sizeof(int64_t) * (size_t)size), total = 0, off = 0;
+        for (int r = 0; r < size; r++) {
+            rcounts[r] = r == 1 ? 0 : bcounts[ci] + r * 7; /* rank 1's block empty */
+            if (r == rank) off = total;
+            total += rcounts[r];
+        }
+        int64_t most = total > bcounts[ci] * size ? total : bcounts[ci] * size;
+        int32_t *in = malloc(sizeof(int32_t) * (size_t)most), *out = malloc(sizeof(int32_t) * (size_t)most);
+        for (int v = 0; v < 2; v++) { /* reduce_scatter_block, reduce_scatter */
+            weft_comm_t rc_comm = v ? rsv : rsb;
+            int64_t blk = v ? rcounts[rank] : bcounts[ci], len = v ? total : bcounts[ci] * size;
+            int64_t first = v ? off : (int64_t)rank * bcounts[ci];
+            for (int inplace = 0; inplace < 2; inplace++) {
+                int salt = 10 + ci * 4 + v * 2 + inplace;
+                for (int64_t i = 0; i < len; i++)
+                    (inplace ? out : in)[i] = val(rank, (size_t)i, salt);
+                const void *send = inplace ? WEFT_IN_PLACE : in;
+                uint64_t before = shm_ops(rc_comm);
+                if (v)
+                    TH_OK(weft_reduce_scatter(send, out, rcounts, WEFT_INT32, WEFT_SUM, rc_comm));
+                else
+                    TH_OK(weft_reduce_scatter_block(send, out, blk, WEFT_INT32, WEFT_SUM, rc_comm));
+                for (int64_t i = 0; i < blk; i++) {
+                    int want = 0;
+                    for (int r = 0; r < size; r++)
+                        want += val(r, (size_t)(first + i), salt);
+                    if (out[i] != want) {
+                        TH_CHECK(0, "%s shm_cma %lld%s elem %lld: %d != %d", v ? "reduce_scatter" : "reduce_scatter_block",
+                                 (long long)len, inplace ? " in place" : "", (long long)i, out[i], want);
+                        break;
+                    }
+                }
+                TH_CHECK(!cma || shm_ops(rc_comm) == before + 1, "reduce_scatter %lld: shm_cma took %llu sequence numbers, not 1",
+                         (long long)len, (unsigned long long)(shm_ops(rc_comm) - before));
+            }
+        }
+        float *f = malloc(sizeof(float) * (size_t)(bcounts[ci] * size));
+        for (int64_t i = 0; i < bcounts[ci] * size; i++)
+            f[i] = (float)((rank + (int)i) % size);
+        TH_OK(weft_reduce_scatter_block(WEFT_IN_PLACE, f, bcounts[ci], WEFT_FLOAT32, WEFT_MAX, rsb));
+        for (int64_t i = 0; i < bcounts[ci]; i++)
+            if (f[i] != (float)(size - 1)) {
+                TH_CHECK(0, "reduce_scatter_block shm_cma MAX %lld elem %lld: %g", (long long)bcounts[ci], (long long)i,
+                         (double)f[i]);
+                break;
+            }
+        free(f);
+        free(in);
+        free(out);
+        free(rcounts);
+    }
+    if (nodes)
+        TH_CHECK(weft_coll_state(rsb, WEFT_COLL_COMP_SHM) == NULL && weft_coll_state(rsv, WEFT_COLL_COMP_SHM) == NULL,
+                 "reduce_scatter shm_cma ran on a communicator spanning nodes");
+    TH_OK(weft_comm_free(&rsb));
+    TH_OK(weft_comm_free(&rsv));
     if (nodes) TH_CHECK(weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL && weft_coll_state(g, WEFT_COLL_COMP_SHM) == NULL, "shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));
@@ -559,6 +621,7 @@ static int body_mismatch(int rank, int size, void *arg)
     const mismatch_t *m = arg;
     (void)size;
     TH_OK(weft_init(NULL, NULL));
+    if (!strcmp(m->alg, "shm_cma") && !weft_shm_cma_usable()) return weft_finalize();
     weft_comm_t c = forced(m->coll, m->alg);
     int64_t n = m->count + (rank == 2 || (rank == 3 && m->also3) ? m->extra : 0);
     static int32_t in[60000], out[4 * 60000];
@@ -604,6 +667,7 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}, 0}, /* chunked, 2 pieces against 3 */
         {"allgather", "shm", 100, 1, {1, 1, 1, 1}, 0},
         {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}, 0},
+        {"reduce_scatter_block", "shm_cma", 8192, 4, {1, 1, 1, 1}, 0}, /* every rank reads every lend */
         {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}, 0},  /* chunked below the threshold: every rank checks */
         {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}, 0},  /* every rank reads every length */
         {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}, 0}, /* 48 bytes in the head line against 52 in the body */
@@ -690,6 +754,8 @@ Test(shm, mismatched_signatures, .timeout = 200)
         {"allgather", "shm", 4, SIG_DTYPE, {1, 1, 1, 1}},
         {"allgather", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
         {"reduce_scatter_block", "shm", 16, SIG_OP, {1, 1, 1, 1}},
+        {"reduce_scatter_block", "shm_cma", 8192, SIG_OP, {1, 1, 1, 1}},
+        {"reduce_scatter_block", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
     };
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2", NULL};
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {

@@ -3,21 +3,19 @@
  * process_vm_readv (cross-memory attach), no staging in a segment.
  * Every rank lends its input and its result buffer (pids and addresses in
  * its flag line, then its arrival flag). Rank r reduces chunk r (1/n of
- * the vector) of every rank's input, in rank order, in pieces of
- * PIECE bytes (read a peer's piece, reduce it into an accumulator), and
- * writes it into chunk r of its own result (`reduced` flag); then it reads
- * chunk q of rank q's result for every q. Each byte crosses between
- * processes twice, the scratch is two pieces whatever the vector, and
- * every rank gets the same bits (one rank reduces each chunk, in rank
- * order). In place works: chunk q of a rank's buffer is overwritten only
- * after rank q, its only reader, raised `reduced`. A rank returns when
- * every member is done reading its buffers. Vectors from a full slot on;
- * declines where CMA does not work. */
+ * the vector) of every rank's input, from its own on, in pieces
+ * (weft_shm_cma_reduce: read a peer's piece, reduce it into an
+ * accumulator), and writes it into chunk r of its own result (`reduced`
+ * flag); then it reads chunk q of rank q's result for every q. Each byte
+ * crosses between processes twice, the scratch is two pieces whatever the
+ * vector, and every rank gets the same bits (one rank reduces each chunk,
+ * in one order). In place works: chunk q of a rank's buffer is
+ * overwritten only after rank q, its only reader, raised `reduced`. A rank
+ * returns when every member is done reading its buffers. Vectors from a
+ * full slot on; declines where CMA does not work. */
 #include "coll/shm/segment.h"
 
 #include <string.h>
-
-#define PIECE ((size_t)16 * 1024)
 
 /* This rank's fields in its flag lines (segment.h: the algorithm's bytes
  * of weft_shm_ctrl_t): beside its arrival, the flag its chunk's readers
@@ -45,40 +43,15 @@ typedef struct {
     char *acc, *tmp;
 } allreduce_t;
 
-/* One rank's input piece: a pointer to it (local, or read into tmp). */
-static const char *piece_of(allreduce_t *x, int q, size_t at, size_t bytes)
-{
-    weft_shm_t *sh = x->op.sh;
-    if (q == sh->me) return (const char *)x->send + at;
-    const weft_shm_ctrl_t *c = &sh->ctrl[q];
-    if (c->cma_sig != x->sig) {
-        x->rc = weft_shm_sig_differs(q, -1, c->cma_sig, x->sig, "allreduce_shm_cma");
-        return NULL;
-    }
-    int rc = weft_shm_cma_read(x->tmp, c->cma_pid, c->cma_addr + at, bytes, "allreduce_shm_cma");
-    if (rc) x->rc = rc;
-    return rc ? NULL : x->tmp;
-}
-
-/* Chunk `me` of the result, reduced in rank order, piece by piece. */
+/* Chunk `me` of the result, piece by piece. */
 static void reduce_chunk(allreduce_t *x)
 {
     weft_shm_t *sh = x->op.sh;
-    size_t off, len, per = PIECE / x->esize;
+    size_t off, len;
     weft_coll_block(x->count, sh->n, sh->me, &off, &len);
-    for (size_t p = 0; p < len && !x->rc; p += per) {
-        size_t cnt = len - p < per ? len - p : per, at = (off + p) * x->esize, bytes = cnt * x->esize;
-        for (int q = 0; q < sh->n; q++) {
-            const char *in = piece_of(x, q, at, bytes);
-            if (!in) return;
-            if (q == 0)
-                memcpy(x->acc, in, bytes);
-            else
-                weft_op_reduce((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->acc, in, cnt);
-        }
-        weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, x->acc, cnt, sh->n);
-        memcpy((char *)x->recv + at, x->acc, bytes);
-    }
+    if (len)
+        x->rc = weft_shm_cma_reduce(&x->op, x->send, x->sig, off, len, x->esize, x->dtype, x->rop, x->acc, x->tmp,
+                                    (char *)x->recv + off * x->esize, "allreduce_shm_cma");
 }
 
 static int step(weft_sched_t *s, void *arg)
@@ -127,7 +100,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     size_t bytes = a->count * a->esize;
     weft_shm_t *sh = bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
-    allreduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 2 * PIECE, "allreduce_shm_cma");
+    allreduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 2 * WEFT_SHM_CMA_PIECE, "allreduce_shm_cma");
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->send = a->sendbuf;
     x->recv = a->recvbuf;
@@ -137,7 +110,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->rop = (int)a->op;
     x->sig = weft_shm_sig(a, bytes);
     x->acc = weft_shm_op_extra(x, sizeof(*x));
-    x->tmp = x->acc + PIECE;
+    x->tmp = x->acc + WEFT_SHM_CMA_PIECE;
     return weft_sched_poll(s, step, x);
 }
 

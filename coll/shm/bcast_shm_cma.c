@@ -6,7 +6,7 @@
  * the bytes in it that hold the message (`cma_ready`). The root's count is
  * the whole message at once; every other rank copies the message from its
  * parent's buffer straight into its own with process_vm_readv, in pieces
- * of WEFT_SHM_CMA_PIECE as its parent's count grows, and raises its own
+ * of BCAST_PIECE as its parent's count grows, and raises its own
  * count after each piece, so its children read behind it. One copy per
  * rank, never staged; a rank's buffer is read by its children only (not
  * by every rank at once, which serialises in the root's address space).
@@ -15,7 +15,7 @@
  * too instead of waiting. Declines where CMA does not work. */
 #include "coll/shm/segment.h"
 
-#define WEFT_SHM_CMA_PIECE ((size_t)128 * 1024)
+#define BCAST_PIECE        ((size_t)128 * 1024)
 #define CMA_RADIX          2
 #define READY_FAILED       UINT64_MAX
 
@@ -90,7 +90,7 @@ static int step(weft_sched_t *s, void *arg)
                 return 0;
             }
             size_t len = (size_t)ready - b->got;
-            if (len > WEFT_SHM_CMA_PIECE) len = WEFT_SHM_CMA_PIECE;
+            if (len > BCAST_PIECE) len = BCAST_PIECE;
             if ((b->rc = weft_shm_cma_read(b->buf + b->got, c->cma_pid, c->cma_addr + b->got, len, "bcast_shm_cma"))) {
                 set_ready(sh, READY_FAILED);
                 break;

@@ -47,19 +47,8 @@ static int step(weft_sched_t *s, void *arg)
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    weft_comm_t c = a->comm;
-    size_t off = 0, len = a->count, total = a->count * (size_t)c->size;
-    if (a->kind == WEFT_COLL_REDUCE_SCATTER) {
-        total = 0;
-        for (int r = 0; r < c->size; r++) {
-            if (r == c->rank) off = total;
-            total += (size_t)a->rcounts[r];
-        }
-        len = (size_t)a->rcounts[c->rank];
-    } else {
-        off = (size_t)c->rank * a->count;
-    }
-    weft_shm_t *sh = total ? weft_shm_get(c, total * a->esize) : NULL;
+    size_t off, len, total = weft_coll_rs_block(a, &off, &len);
+    weft_shm_t *sh = total ? weft_shm_get(a->comm, total * a->esize) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
     reduce_scatter_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, "reduce_scatter_shm");
     if (!x) return WEFT_ERR_NO_MEMORY;

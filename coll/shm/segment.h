@@ -7,10 +7,11 @@
  * algorithm's protocol and its own control fields are in its file:
  * barrier_shm.c, bcast_shm.c, bcast_shm_cma.c, allgather_shm.c and
  * allgather_shm_cma.c (their shared state: allgather.h), alltoall_shm.c,
- * reduce_scatter_shm.c, reduce_shm.c, allreduce_shm.c (shm, shm_chunked,
- * shm_allread), allreduce_shm_ll.c and allreduce_shm_cma.c; the
- * reductions through the slots share reduce_tree.c (the pieces and the
- * tree's way up) and reduce_chunked.c (the chunked pieces).
+ * reduce_scatter_shm.c, reduce_scatter_shm_cma.c, reduce_shm.c,
+ * allreduce_shm.c (shm, shm_chunked, shm_allread), allreduce_shm_ll.c and
+ * allreduce_shm_cma.c; the reductions through the slots share
+ * reduce_tree.c (the pieces and the tree's way up) and reduce_chunked.c
+ * (the chunked pieces); the single-copy ones weft_shm_cma_reduce.
  *
  * Layout (one segment per communicator, created on first use):
  *   header            one page: magic, creator pid, host id, size, ranks,
@@ -245,6 +246,24 @@ int weft_shm_cma_usable(void);
 /* Copies len bytes at raddr in process pid into dst (partial reads are
  * continued). 0 or an error code (the op's name in the message). */
 int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const char *alg);
+/* The single-copy reductions (allreduce_shm_cma, reduce_scatter_shm_cma)
+ * go in pieces of this many bytes: a peer's piece is read into a scratch
+ * and reduced into an accumulator, both of this size (the op's extra
+ * bytes), so both stay in the cache whatever the vector. A rank starts
+ * from its own piece and reads the next ranks' after it (rank me + 1
+ * first), so the ranks do not all read one rank at once (process_vm_readv
+ * serialises the readers of one address space); the order is fixed per
+ * block, so a block's bits do not depend on timing. */
+#define WEFT_SHM_CMA_PIECE ((size_t)16 * 1024)
+/* After every member's arrival: reduces elements [off, off + len) of every
+ * member's lent input (its lend must carry signature sig; this rank's own
+ * is `mine`, its input's start), piece by piece through acc and tmp
+ * (WEFT_SHM_CMA_PIECE bytes each), and writes each reduced piece
+ * to dst (where element off goes). dst may be this rank's own input at the
+ * same elements: a piece is written after its last read. 0, or the first
+ * failed read or signature mismatch (reported as alg's). */
+int weft_shm_cma_reduce(const weft_shm_op_t *op, const char *mine, uint64_t sig, size_t off, size_t len, size_t esize,
+                        int dtype, int rop, char *acc, char *tmp, char *dst, const char *alg);
 /* Publishes this rank's lent buffer for collective op->k with the call's
  * signature (weft_shm_sig of its length), then arrived. */
 static inline void weft_shm_cma_lend(weft_shm_op_t *op, const void *buf, uint64_t sig)

@@ -1,0 +1,91 @@
+/* reduce_scatter and reduce_scatter_block, shared memory, single copy:
+ * every rank lends its input vector (pid, address and the call's
+ * signature in its flag line, then its arrival flag) and reduces its own
+ * block straight from the members' inputs with process_vm_readv, from
+ * its own on, piece by piece (weft_shm_cma_reduce). Each byte a rank needs
+ * crosses between processes once, and the ranks meet twice: at the
+ * arrivals and at the end, when a rank returns only after every member is
+ * done reading its input (the base ring over UCX copies each byte twice
+ * per hop and steps n - 1 times). In place, a rank reduces its block
+ * where it lies in its own input (no other rank reads that block) and
+ * moves it to the start of its buffer once every reader is done. Vectors
+ * from WEFT_SHM_CMA_MIN; declines where CMA does not work. */
+#include "coll/shm/segment.h"
+
+#include <string.h>
+
+typedef struct {
+    weft_shm_op_t op;
+    const char *send;
+    char *recv, *dst; /* dst: where this rank's block is reduced (in place: its place in the input) */
+    size_t off, len, esize; /* elements: this rank's block */
+    int dtype, rop;
+    uint64_t sig; /* the call's (weft_shm_sig of the vector) */
+    int rc;       /* the first failed read or signature mismatch */
+    char *acc, *tmp;
+} reduce_scatter_t;
+
+static int step(weft_sched_t *s, void *arg)
+{
+    reduce_scatter_t *x = arg;
+    weft_shm_op_t *op = &x->op;
+    int rc;
+    switch (op->phase) {
+    case 0:
+        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
+        weft_shm_cma_lend(op, x->send, x->sig);
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        if (x->len)
+            x->rc = weft_shm_cma_reduce(op, x->send, x->sig, x->off, x->len, x->esize, x->dtype, x->rop, x->acc,
+                                        x->tmp, x->dst, "reduce_scatter_shm_cma");
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* even after a failed read */
+        op->phase = 2;
+        /* fall through */
+    case 2: /* this rank's input stays valid until every reader is done */
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
+        if (!x->rc && x->dst != x->recv) memmove(x->recv, x->dst, x->len * x->esize);
+        op->sh->completed = op->k + 1;
+        return x->rc ? x->rc : 1;
+    }
+    return WEFT_ERR_INTERNAL;
+}
+
+static int build(weft_sched_t *s, const weft_coll_args_t *a)
+{
+    size_t off, len, total = weft_coll_rs_block(a, &off, &len), bytes = total * a->esize;
+    weft_shm_t *sh = bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL;
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    reduce_scatter_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 2 * WEFT_SHM_CMA_PIECE, "reduce_scatter_shm_cma");
+    if (!x) return WEFT_ERR_NO_MEMORY;
+    x->send = a->sendbuf;
+    x->recv = a->recvbuf;
+    x->dst = a->sendbuf == a->recvbuf ? x->recv + off * a->esize : x->recv;
+    x->off = off;
+    x->len = len;
+    x->esize = a->esize;
+    x->dtype = (int)a->dtype;
+    x->rop = (int)a->op;
+    x->sig = weft_shm_sig(a, bytes);
+    x->acc = weft_shm_op_extra(x, sizeof(*x));
+    x->tmp = x->acc + WEFT_SHM_CMA_PIECE;
+    return weft_sched_poll(s, step, x);
+}
+
+#define DESCRIPTION                                                                                                    \
+    "one node, CMA: each rank reduces its block straight from every rank's input (process_vm_readv), "  \
+    "one copy a byte"
+const weft_coll_alg_t weft_alg_reduce_scatter_shm_cma = {
+    .name = "shm_cma",
+    .kind = WEFT_COLL_REDUCE_SCATTER,
+    .description = DESCRIPTION,
+    .build = build,
+};
+const weft_coll_alg_t weft_alg_reduce_scatter_block_shm_cma = {
+    .name = "shm_cma",
+    .kind = WEFT_COLL_REDUCE_SCATTER_BLOCK,
+    .description = DESCRIPTION,
+    .build = build,
+};
