@@ -552,6 +552,32 @@ static int body_cma(int rank, int size, void *arg)
                  "reduce_scatter shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&rsb));
     TH_OK(weft_comm_free(&rsv));
+    /* alltoall: blocks of odd sizes and several pages, contiguous and in
+     * place (each rank lends a copy made at post time). */
+    weft_comm_t at = forced("alltoall", "shm_cma");
+    static const size_t tsizes[] = {1, 16385, (1u << 18) + 13};
+    for (int si = 0; si < 3; si++) {
+        size_t n = tsizes[si], all = n * (size_t)size;
+        unsigned char *in = malloc(all), *out = malloc(all);
+        for (int inplace = 0; inplace < 2; inplace++) {
+            unsigned seed = 500u + (unsigned)(si * 2 + inplace) * 4096u;
+            unsigned char *src = inplace ? out : in;
+            for (int r = 0; r < size; r++) /* block r: what this rank sends rank r */
+                th_fill(src + (size_t)r * n, n, seed + (unsigned)(rank * 64 + r));
+            if (!inplace) memset(out, 0xa5, all);
+            uint64_t before = shm_ops(at);
+            TH_OK(weft_alltoall(inplace ? WEFT_IN_PLACE : in, out, (int64_t)n, WEFT_BYTE, at));
+            for (int r = 0; r < size; r++) /* block r: what rank r sent this rank */
+                TH_CHECK(th_verify(out + (size_t)r * n, n, seed + (unsigned)(r * 64 + rank), NULL),
+                         "alltoall %zu bytes%s block %d", n, inplace ? " in place" : "", r);
+            TH_CHECK(!cma || shm_ops(at) == before + 1, "alltoall %zu bytes: shm_cma took %llu sequence numbers, not 1",
+                     n, (unsigned long long)(shm_ops(at) - before));
+        }
+        free(in);
+        free(out);
+    }
+    if (nodes) TH_CHECK(weft_coll_state(at, WEFT_COLL_COMP_SHM) == NULL, "alltoall shm_cma ran on a communicator spanning nodes");
+    TH_OK(weft_comm_free(&at));
     if (nodes) TH_CHECK(weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL && weft_coll_state(g, WEFT_COLL_COMP_SHM) == NULL, "shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));
@@ -721,6 +747,8 @@ static int body_sig_mismatch(int rank, int size, void *arg)
         rc = weft_allgather(in, out, m->count, d, c);
     else if (!strcmp(m->coll, "reduce_scatter_block"))
         rc = weft_reduce_scatter_block(in, out, m->count / 4, d, op, c);
+    else if (!strcmp(m->coll, "alltoall"))
+        rc = weft_alltoall(in, out, m->count / 4, d, c);
     else
         rc = weft_allreduce(in, out, m->count, d, op, c);
     const char *word = m->what == SIG_DTYPE ? "datatypes" : "ops";
@@ -756,6 +784,7 @@ Test(shm, mismatched_signatures, .timeout = 200)
         {"reduce_scatter_block", "shm", 16, SIG_OP, {1, 1, 1, 1}},
         {"reduce_scatter_block", "shm_cma", 8192, SIG_OP, {1, 1, 1, 1}},
         {"reduce_scatter_block", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
+        {"alltoall", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
     };
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2", NULL};
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {

@@ -7,11 +7,12 @@
  * algorithm's protocol and its own control fields are in its file:
  * barrier_shm.c, bcast_shm.c, bcast_shm_cma.c, allgather_shm.c and
  * allgather_shm_cma.c (their shared state: allgather.h), alltoall_shm.c,
- * reduce_scatter_shm.c, reduce_scatter_shm_cma.c, reduce_shm.c,
- * allreduce_shm.c (shm, shm_chunked, shm_allread), allreduce_shm_ll.c and
- * allreduce_shm_cma.c; the reductions through the slots share
- * reduce_tree.c (the pieces and the tree's way up) and reduce_chunked.c
- * (the chunked pieces); the single-copy ones weft_shm_cma_reduce.
+ * alltoall_shm_cma.c, reduce_scatter_shm.c, reduce_scatter_shm_cma.c,
+ * reduce_shm.c, allreduce_shm.c (shm, shm_chunked, shm_allread),
+ * allreduce_shm_ll.c and allreduce_shm_cma.c; the reductions through the
+ * slots share reduce_tree.c (the pieces and the tree's way up) and
+ * reduce_chunked.c (the chunked pieces), the single-copy ones
+ * weft_shm_cma_reduce.
  *
  * Layout (one segment per communicator, created on first use):
  *   header            one page: magic, creator pid, host id, size, ranks,
