@@ -455,10 +455,12 @@ static int barrier(weft_comm_t comm, weft_request_t *req, const char *fn)
 }
 WEFT_API int weft_barrier(weft_comm_t comm)
 {
+    WEFT_API_ENTER();
     return barrier(comm, NULL, "weft_barrier");
 }
 WEFT_API int weft_ibarrier(weft_comm_t comm, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? barrier(comm, req, "weft_ibarrier") : weft_error(WEFT_ERR_ARG, "weft_ibarrier: NULL request pointer");
 }
 
@@ -479,10 +481,12 @@ static int bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_co
 }
 WEFT_API int weft_bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm)
 {
+    WEFT_API_ENTER();
     return bcast(buf, count, dtype, root, comm, NULL, "weft_bcast");
 }
 WEFT_API int weft_ibcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? bcast(buf, count, dtype, root, comm, req, "weft_ibcast")
                : weft_error(WEFT_ERR_ARG, "weft_ibcast: NULL request pointer");
 }
@@ -514,41 +518,49 @@ static int reduction(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, 
 }
 WEFT_API int weft_reduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, NULL, "weft_reduce");
 }
 WEFT_API int weft_ireduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root, weft_comm_t c,
                           weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, req, "weft_ireduce")
                : weft_error(WEFT_ERR_ARG, "weft_ireduce: NULL request pointer");
 }
 WEFT_API int weft_allreduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, NULL, "weft_allreduce");
 }
 WEFT_API int weft_iallreduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                              weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, req, "weft_iallreduce")
                : weft_error(WEFT_ERR_ARG, "weft_iallreduce: NULL request pointer");
 }
 WEFT_API int weft_scan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return reduction(WEFT_COLL_SCAN, s, r, n, d, op, 0, c, NULL, "weft_scan");
 }
 WEFT_API int weft_iscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                         weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? reduction(WEFT_COLL_SCAN, s, r, n, d, op, 0, c, req, "weft_iscan")
                : weft_error(WEFT_ERR_ARG, "weft_iscan: NULL request pointer");
 }
 WEFT_API int weft_exscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return reduction(WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, NULL, "weft_exscan");
 }
 WEFT_API int weft_iexscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                           weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? reduction(WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, req, "weft_iexscan")
                : weft_error(WEFT_ERR_ARG, "weft_iexscan: NULL request pointer");
 }
@@ -604,50 +616,60 @@ static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, v
 }
 WEFT_API int weft_allgather(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, NULL, "weft_allgather");
 }
 WEFT_API int weft_iallgather(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, req, "weft_iallgather")
                : weft_error(WEFT_ERR_ARG, "weft_iallgather: NULL request pointer");
 }
 WEFT_API int weft_allgather_list(const void *s, void *const rs[], int64_t n, weft_dtype_t d, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     if (!rs) return weft_error(WEFT_ERR_ARG, "weft_allgather_list: NULL recvbufs");
     return per_rank(WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, NULL, "weft_allgather_list");
 }
 WEFT_API int weft_iallgather_list(const void *s, void *const rs[], int64_t n, weft_dtype_t d, weft_comm_t c,
                                   weft_request_t *req)
 {
+    WEFT_API_ENTER();
     if (!rs || !req) return weft_error(WEFT_ERR_ARG, "weft_iallgather_list: NULL recvbufs or request pointer");
     return per_rank(WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, req, "weft_iallgather_list");
 }
 WEFT_API int weft_gather(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return per_rank(WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, NULL, "weft_gather");
 }
 WEFT_API int weft_igather(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c,
                           weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? per_rank(WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, req, "weft_igather")
                : weft_error(WEFT_ERR_ARG, "weft_igather: NULL request pointer");
 }
 WEFT_API int weft_scatter(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return per_rank(WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, NULL, "weft_scatter");
 }
 WEFT_API int weft_iscatter(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c,
                            weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? per_rank(WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, req, "weft_iscatter")
                : weft_error(WEFT_ERR_ARG, "weft_iscatter: NULL request pointer");
 }
 WEFT_API int weft_alltoall(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, NULL, "weft_alltoall");
 }
 WEFT_API int weft_ialltoall(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, req, "weft_ialltoall")
                : weft_error(WEFT_ERR_ARG, "weft_ialltoall: NULL request pointer");
 }
@@ -693,22 +715,26 @@ static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendc
 WEFT_API int weft_allgatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[], weft_dtype_t d,
                              weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return gathering_v(WEFT_COLL_ALLGATHERV, s, sc, r, rc, dp, d, 0, c, NULL, "weft_allgatherv");
 }
 WEFT_API int weft_iallgatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[],
                               weft_dtype_t d, weft_comm_t c, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? gathering_v(WEFT_COLL_ALLGATHERV, s, sc, r, rc, dp, d, 0, c, req, "weft_iallgatherv")
                : weft_error(WEFT_ERR_ARG, "weft_iallgatherv: NULL request pointer");
 }
 WEFT_API int weft_gatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[], weft_dtype_t d,
                           int root, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return gathering_v(WEFT_COLL_GATHERV, s, sc, r, rc, dp, d, root, c, NULL, "weft_gatherv");
 }
 WEFT_API int weft_igatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[], weft_dtype_t d,
                            int root, weft_comm_t c, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? gathering_v(WEFT_COLL_GATHERV, s, sc, r, rc, dp, d, root, c, req, "weft_igatherv")
                : weft_error(WEFT_ERR_ARG, "weft_igatherv: NULL request pointer");
 }
@@ -751,11 +777,13 @@ static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64
 WEFT_API int weft_scatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc, weft_dtype_t d,
                            int root, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return scatter_v(s, sc, dp, r, rc, d, root, c, NULL, "weft_scatterv");
 }
 WEFT_API int weft_iscatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc, weft_dtype_t d,
                             int root, weft_comm_t c, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? scatter_v(s, sc, dp, r, rc, d, root, c, req, "weft_iscatterv")
                : weft_error(WEFT_ERR_ARG, "weft_iscatterv: NULL request pointer");
 }
@@ -793,21 +821,25 @@ static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recv
 WEFT_API int weft_reduce_scatter(const void *s, void *r, const int64_t rc[], weft_dtype_t d, weft_op_t op,
                                  weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return reduce_scatter(WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, NULL, "weft_reduce_scatter");
 }
 WEFT_API int weft_ireduce_scatter(const void *s, void *r, const int64_t rc[], weft_dtype_t d, weft_op_t op,
                                   weft_comm_t c, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? reduce_scatter(WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, req, "weft_ireduce_scatter")
                : weft_error(WEFT_ERR_ARG, "weft_ireduce_scatter: NULL request pointer");
 }
 WEFT_API int weft_reduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, NULL, "weft_reduce_scatter_block");
 }
 WEFT_API int weft_ireduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                                         weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, req,
                                 "weft_ireduce_scatter_block")
                : weft_error(WEFT_ERR_ARG, "weft_ireduce_scatter_block: NULL request pointer");
@@ -841,11 +873,13 @@ static int alltoall_v(const void *sendbuf, const int64_t *scounts, const int64_t
 WEFT_API int weft_alltoallv(const void *s, const int64_t sc[], const int64_t sd[], void *r, const int64_t rc[],
                             const int64_t rd[], weft_dtype_t d, weft_comm_t c)
 {
+    WEFT_API_ENTER();
     return alltoall_v(s, sc, sd, r, rc, rd, d, c, NULL, "weft_alltoallv");
 }
 WEFT_API int weft_ialltoallv(const void *s, const int64_t sc[], const int64_t sd[], void *r, const int64_t rc[],
                              const int64_t rd[], weft_dtype_t d, weft_comm_t c, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     return req ? alltoall_v(s, sc, sd, r, rc, rd, d, c, req, "weft_ialltoallv")
                : weft_error(WEFT_ERR_ARG, "weft_ialltoallv: NULL request pointer");
 }
@@ -947,36 +981,43 @@ void weft_coll_finalize(void)
 
 WEFT_API int weft_barrier_on_stream(weft_comm_t c, void *stream, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     ON_STREAM(stream, req, barrier(c, &tmp, "weft_barrier_on_stream"));
 }
 WEFT_API int weft_bcast_on_stream(void *buf, int64_t n, weft_dtype_t d, int root, weft_comm_t c, void *stream,
                                   weft_request_t *req)
 {
+    WEFT_API_ENTER();
     ON_STREAM(stream, req, bcast(buf, n, d, root, c, &tmp, "weft_bcast_on_stream"));
 }
 WEFT_API int weft_reduce_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root,
                                    weft_comm_t c, void *stream, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     ON_STREAM(stream, req, reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, &tmp, "weft_reduce_on_stream"));
 }
 WEFT_API int weft_allreduce_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                                       void *stream, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     ON_STREAM(stream, req, reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, &tmp, "weft_allreduce_on_stream"));
 }
 WEFT_API int weft_allgather_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, void *stream,
                                       weft_request_t *req)
 {
+    WEFT_API_ENTER();
     ON_STREAM(stream, req, per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, &tmp, "weft_allgather_on_stream"));
 }
 WEFT_API int weft_alltoall_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, void *stream,
                                      weft_request_t *req)
 {
+    WEFT_API_ENTER();
     ON_STREAM(stream, req, per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, &tmp, "weft_alltoall_on_stream"));
 }
 WEFT_API int weft_reduce_scatter_block_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op,
                                                  weft_comm_t c, void *stream, weft_request_t *req)
 {
+    WEFT_API_ENTER();
     ON_STREAM(stream, req,
               reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, &tmp,
                              "weft_reduce_scatter_block_on_stream"));

@@ -366,6 +366,7 @@ static void size_text(size_t v, char *buf, size_t len)
 
 WEFT_API int weft_coll_table(char *buf, size_t len)
 {
+    WEFT_API_ENTER();
     WEFT_CHECK_INIT("weft_coll_table");
     if (!buf || !len) return weft_error(WEFT_ERR_ARG, "weft_coll_table: NULL or empty buffer");
     size_t used = 0;

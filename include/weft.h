@@ -11,7 +11,9 @@
  *     its layout is versioned by WEFT_STATUS_LAYOUT.
  *
  * Threading: one thread at a time may call into weft (MPI_THREAD_FUNNELED
- * or SERIALIZED in MPI's terms).
+ * or SERIALIZED in MPI's terms). With WEFT_PROGRESS_THREAD set, weft runs
+ * a thread of its own that polls between the application's calls (never
+ * during one).
  */
 #ifndef WEFT_H
 #define WEFT_H

@@ -283,6 +283,7 @@ static int check_recv(const void *buf, int64_t count, weft_dtype_t dtype, int so
 WEFT_API int weft_isend(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm,
                         weft_request_t *request)
 {
+    WEFT_API_ENTER();
     size_t bytes;
     int rc = check_send(buf, count, dtype, dest, tag, comm, "weft_isend", &bytes);
     if (rc) return rc;
@@ -293,6 +294,7 @@ WEFT_API int weft_isend(const void *buf, int64_t count, weft_dtype_t dtype, int 
 WEFT_API int weft_irecv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
                         weft_request_t *request)
 {
+    WEFT_API_ENTER();
     size_t bytes;
     int rc = check_recv(buf, count, dtype, source, tag, comm, "weft_irecv", &bytes);
     if (rc) return rc;
@@ -321,6 +323,7 @@ static int recv_abandon(weft_request_t req, int rc)
 
 WEFT_API int weft_send(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm)
 {
+    WEFT_API_ENTER();
     size_t bytes;
     weft_request_t req;
     int rc = check_send(buf, count, dtype, dest, tag, comm, "weft_send", &bytes);
@@ -345,6 +348,7 @@ WEFT_API int weft_send(const void *buf, int64_t count, weft_dtype_t dtype, int d
 WEFT_API int weft_recv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
                        weft_status_t *status)
 {
+    WEFT_API_ENTER();
     size_t bytes;
     weft_request_t req;
     int rc = check_recv(buf, count, dtype, source, tag, comm, "weft_recv", &bytes);
@@ -359,6 +363,7 @@ WEFT_API int weft_sendrecv(const void *sendbuf, int64_t sendcount, weft_dtype_t 
                            void *recvbuf, int64_t recvcount, weft_dtype_t recvtype, int source, int recvtag,
                            weft_comm_t comm, weft_status_t *status)
 {
+    WEFT_API_ENTER();
     size_t sbytes, rbytes;
     weft_request_t reqs[2];
     weft_status_t st[2];
@@ -405,6 +410,7 @@ static int check_probe(int source, int tag, weft_comm_t comm, const char *fn)
 
 WEFT_API int weft_iprobe(int source, int tag, weft_comm_t comm, int *flag, weft_status_t *status)
 {
+    WEFT_API_ENTER();
     int rc = check_probe(source, tag, comm, "weft_iprobe");
     if (rc) return rc;
     if (!flag) return weft_error(WEFT_ERR_ARG, "weft_iprobe: NULL flag pointer");
@@ -414,6 +420,7 @@ WEFT_API int weft_iprobe(int source, int tag, weft_comm_t comm, int *flag, weft_
 
 WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *status)
 {
+    WEFT_API_ENTER();
     int rc = check_probe(source, tag, comm, "weft_probe");
     if (rc) return rc;
     double deadline = weft_deadline_from(comm->timeout, weft_wtime());

@@ -298,8 +298,11 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     ucp_get_version(&major, &minor, &release);
     p2p->recv_inline = major > 1 || (major == 1 && minor >= 16);
     WEFT_CHECK_GOTO(weft_cuda_init(p2p->context), rc, out);
+    /* With a progress thread (WEFT_PROGRESS_THREAD) two threads use the
+     * worker, one at a time (weft_api_mutex): UCX's serialized mode. */
     ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                                   .thread_mode = UCS_THREAD_MODE_SINGLE};
+                                   .thread_mode = weft_cfg.progress_thread > 0 ? UCS_THREAD_MODE_SERIALIZED
+                                                                               : UCS_THREAD_MODE_SINGLE};
     st = ucp_worker_create(p2p->context, &wparams, &p2p->worker);
     if (st != UCS_OK) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_create failed: %s", ucs_status_string(st));
@@ -466,6 +469,7 @@ int weft_p2p_flush(double deadline)
 
 WEFT_API const char *weft_ucx_version(void)
 {
+    WEFT_API_ENTER();
     return ucp_get_version_string();
 }
 
@@ -485,6 +489,7 @@ int weft_p2p_ucx_has_verbs(void)
 
 WEFT_API int weft_ucx_transports(char *buf, size_t len)
 {
+    WEFT_API_ENTER();
     uct_component_h *components = NULL;
     unsigned ncomp = 0;
     size_t used = 0;
@@ -529,6 +534,7 @@ WEFT_API int weft_ucx_transports(char *buf, size_t len)
 
 WEFT_API int weft_memory_types(char *buf, size_t len)
 {
+    WEFT_API_ENTER();
     if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_memory_types: NULL or empty buffer");
     WEFT_CHECK_INIT("weft_memory_types");
     weft_cuda_describe(buf, len);

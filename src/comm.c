@@ -495,6 +495,7 @@ static weft_comm_t *output_or_sink(weft_comm_t *newcomm, create_args_t *a, weft_
 
 WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_t opts, weft_comm_t *newcomm)
 {
+    WEFT_API_ENTER();
     int rc = create_prologue(comm, opts, "weft_comm_split");
     if (rc) return rc;
     weft_comm_t sink;
@@ -509,6 +510,7 @@ WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_
 
 WEFT_API int weft_comm_dup(weft_comm_t comm, weft_options_t opts, weft_comm_t *newcomm)
 {
+    WEFT_API_ENTER();
     int rc = create_prologue(comm, opts, "weft_comm_dup");
     if (rc) return rc;
     weft_comm_t sink;
@@ -520,6 +522,7 @@ WEFT_API int weft_comm_dup(weft_comm_t comm, weft_options_t opts, weft_comm_t *n
 WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nranks, const char *name,
                                    weft_options_t opts, weft_comm_t *newcomm)
 {
+    WEFT_API_ENTER();
     int rc = create_prologue(comm, opts, "weft_comm_split_ranks");
     if (rc) return rc;
     weft_comm_t sink;
@@ -562,6 +565,7 @@ WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nrank
 
 WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t opts, weft_comm_t *newcomm)
 {
+    WEFT_API_ENTER();
     int rc = create_prologue(comm, opts, "weft_comm_split_type");
     if (rc) return rc;
     weft_comm_t sink;
@@ -594,6 +598,7 @@ WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_opti
 
 WEFT_API int weft_comm_free(weft_comm_t *comm)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_free");
     if (!comm) return weft_error(WEFT_ERR_ARG, "weft_comm_free: NULL pointer");
@@ -613,6 +618,7 @@ WEFT_API int weft_comm_free(weft_comm_t *comm)
 
 WEFT_API int weft_comm_abort(weft_comm_t comm, int errorcode)
 {
+    WEFT_API_ENTER();
     const char *name = comm && comm->magic == WEFT_COMM_MAGIC ? comm->name : "?";
     weft_log(WEFT_LOG_ERROR, "weft_comm_abort(comm %s, %d) called by rank %d: ending the job", name, errorcode,
              weft_g.rank);
@@ -749,11 +755,13 @@ int weft_comm_derived(weft_comm_t comm, int kind, weft_comm_t *out)
 
 WEFT_API weft_comm_t weft_comm_world(void)
 {
+    WEFT_API_ENTER();
     return weft_g.initialized ? weft_g.world : WEFT_COMM_NULL;
 }
 
 WEFT_API const char *weft_comm_name(weft_comm_t comm)
 {
+    WEFT_API_ENTER();
     if (!weft_g.initialized || !comm || comm->magic != WEFT_COMM_MAGIC) return "";
     return comm->name;
 }
@@ -766,6 +774,7 @@ WEFT_API const char *weft_comm_name(weft_comm_t comm)
 
 WEFT_API int weft_comm_rank(weft_comm_t comm, int *rank)
 {
+    WEFT_API_ENTER();
     COMM_GETTER_PROLOGUE("weft_comm_rank", rank);
     *rank = comm->rank;
     return WEFT_SUCCESS;
@@ -773,6 +782,7 @@ WEFT_API int weft_comm_rank(weft_comm_t comm, int *rank)
 
 WEFT_API int weft_comm_size(weft_comm_t comm, int *size)
 {
+    WEFT_API_ENTER();
     COMM_GETTER_PROLOGUE("weft_comm_size", size);
     *size = comm->size;
     return WEFT_SUCCESS;
@@ -780,6 +790,7 @@ WEFT_API int weft_comm_size(weft_comm_t comm, int *size)
 
 WEFT_API int weft_comm_get_timeout(weft_comm_t comm, double *timeout_s)
 {
+    WEFT_API_ENTER();
     COMM_GETTER_PROLOGUE("weft_comm_get_timeout", timeout_s);
     *timeout_s = comm->timeout;
     return WEFT_SUCCESS;
@@ -787,6 +798,7 @@ WEFT_API int weft_comm_get_timeout(weft_comm_t comm, double *timeout_s)
 
 WEFT_API int weft_comm_get_device(weft_comm_t comm, int *device)
 {
+    WEFT_API_ENTER();
     COMM_GETTER_PROLOGUE("weft_comm_get_device", device);
     *device = comm->device;
     return WEFT_SUCCESS;
@@ -794,6 +806,7 @@ WEFT_API int weft_comm_get_device(weft_comm_t comm, int *device)
 
 WEFT_API int weft_comm_world_rank(weft_comm_t comm, int rank, int *world_rank)
 {
+    WEFT_API_ENTER();
     COMM_GETTER_PROLOGUE("weft_comm_world_rank", world_rank);
     if (rank < 0 || rank >= comm->size)
         return weft_error(WEFT_ERR_ARG, "weft_comm_world_rank: rank %d out of range 0..%d of comm %s", rank,
@@ -804,6 +817,7 @@ WEFT_API int weft_comm_world_rank(weft_comm_t comm, int rank, int *world_rank)
 
 WEFT_API int weft_comm_set_timeout(weft_comm_t comm, double timeout_s)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_set_timeout");
     if ((rc = weft_comm_check(comm, "weft_comm_set_timeout"))) return rc;
@@ -815,6 +829,7 @@ WEFT_API int weft_comm_set_timeout(weft_comm_t comm, double timeout_s)
 
 WEFT_API int weft_local_rank(int *local_rank)
 {
+    WEFT_API_ENTER();
     WEFT_CHECK_INIT("weft_local_rank");
     if (!local_rank) return weft_error(WEFT_ERR_ARG, "weft_local_rank: NULL output pointer");
     *local_rank = weft_g.local_rank;
@@ -823,6 +838,7 @@ WEFT_API int weft_local_rank(int *local_rank)
 
 WEFT_API int weft_local_size(int *local_size)
 {
+    WEFT_API_ENTER();
     WEFT_CHECK_INIT("weft_local_size");
     if (!local_size) return weft_error(WEFT_ERR_ARG, "weft_local_size: NULL output pointer");
     *local_size = weft_g.local_size;
@@ -835,6 +851,7 @@ WEFT_API int weft_local_size(int *local_size)
 
 WEFT_API int weft_comm_warmup(weft_comm_t comm)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_warmup");
     if ((rc = weft_comm_check_usable(comm, "weft_comm_warmup"))) return rc;
@@ -871,6 +888,7 @@ WEFT_API int weft_comm_warmup(weft_comm_t comm)
 
 WEFT_API int weft_comm_peer_info(weft_comm_t comm, int rank, char *buf, size_t len)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_peer_info");
     if ((rc = weft_comm_check(comm, "weft_comm_peer_info"))) return rc;

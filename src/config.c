@@ -39,6 +39,12 @@ static const weft_var_t vars[] = {
      "than it has CPUs (oversubscribed; ranks of simulated nodes on it count together); a blocking shared-memory "
      "collective also polls inline for this many polls (at most 4096) before the ordinary wait takes over",
      FIELD(spin_before_yield), 0},
+    {"WEFT_PROGRESS_THREAD", WEFT_VAR_INT, "0",
+     "microseconds a progress thread sleeps after a poll that found nothing (0: no thread): with it, rendezvous "
+     "messages and nonblocking collectives move while the application computes between calls; every call then "
+     "takes a lock, and the thread shares the rank's core. The thread stays idle while CUDA is loaded in the "
+     "process (its CUDA device would not follow the application's)",
+     FIELD(progress_thread), 0},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
      sizeof(weft_cfg.host_id)},
@@ -209,12 +215,14 @@ int weft_config_load(void)
 
 WEFT_API int weft_var_count(void)
 {
+    WEFT_API_ENTER();
     return var_count();
 }
 
 WEFT_API int weft_var_get(int index, const char **name, const char **type, const char **default_value,
                           const char **description)
 {
+    WEFT_API_ENTER();
     if (index < 0 || index >= var_count())
         return weft_error(WEFT_ERR_ARG, "weft_var_get: index %d out of range 0..%d", index, var_count() - 1);
     const weft_var_t *v = var_at(index);

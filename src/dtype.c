@@ -15,12 +15,14 @@ static const struct {
 
 WEFT_API size_t weft_dtype_size(weft_dtype_t dtype)
 {
+    WEFT_API_ENTER();
     if ((int)dtype < 0 || dtype >= WEFT_DTYPE_COUNT) return 0;
     return dtypes[dtype].size;
 }
 
 WEFT_API const char *weft_dtype_name(weft_dtype_t dtype)
 {
+    WEFT_API_ENTER();
     if ((int)dtype < 0 || dtype >= WEFT_DTYPE_COUNT) return "unknown";
     return dtypes[dtype].name;
 }

@@ -8,6 +8,7 @@ static _Thread_local char last_error[1024];
 
 WEFT_API const char *weft_strerror(int status)
 {
+    WEFT_API_ENTER();
     switch (status) {
     case WEFT_SUCCESS: return "success";
     case WEFT_ERR_ARG: return "invalid argument";
@@ -30,6 +31,7 @@ WEFT_API const char *weft_strerror(int status)
 
 WEFT_API const char *weft_last_error(void)
 {
+    WEFT_API_ENTER();
     return last_error;
 }
 

@@ -687,6 +687,7 @@ static void revoke_broadcast(weft_comm_t comm)
 
 WEFT_API int weft_comm_revoke(weft_comm_t comm)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_revoke");
     if ((rc = weft_comm_check(comm, "weft_comm_revoke"))) return rc;
@@ -700,6 +701,7 @@ WEFT_API int weft_comm_revoke(weft_comm_t comm)
 
 WEFT_API int weft_comm_is_revoked(weft_comm_t comm, int *flag)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_is_revoked");
     if ((rc = weft_comm_check(comm, "weft_comm_is_revoked"))) return rc;
@@ -891,6 +893,7 @@ static int ft_prologue(weft_comm_t comm, const char *fn)
 
 WEFT_API int weft_comm_agree(weft_comm_t comm, int *flag)
 {
+    WEFT_API_ENTER();
     int rc = ft_prologue(comm, "weft_comm_agree");
     if (rc) return rc;
     if (!flag) return weft_error(WEFT_ERR_ARG, "weft_comm_agree: NULL flag pointer");
@@ -916,6 +919,7 @@ WEFT_API int weft_comm_agree(weft_comm_t comm, int *flag)
 
 WEFT_API int weft_comm_shrink(weft_comm_t comm, weft_comm_t *newcomm)
 {
+    WEFT_API_ENTER();
     int rc = ft_prologue(comm, "weft_comm_shrink");
     if (rc) return rc;
     if (!newcomm) return weft_error(WEFT_ERR_ARG, "weft_comm_shrink: NULL output pointer");

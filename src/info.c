@@ -3,6 +3,7 @@
 
 WEFT_API const char *weft_build_info(void)
 {
+    WEFT_API_ENTER();
     return "version=" PACKAGE_VERSION
 #if defined(WEFT_HAVE_CUDA_KERNELS)
            " cuda=" WEFT_CUDA_DIR "(point-to-point: device buffers; collectives: coll/cuda among one node's ranks)"

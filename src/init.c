@@ -22,6 +22,7 @@ WEFT_API double weft_wtime(void)
 
 WEFT_API int weft_get_version(int *major, int *minor, int *patch)
 {
+    WEFT_API_ENTER();
     if (major) *major = WEFT_BUILD_VERSION_MAJOR;
     if (minor) *minor = WEFT_BUILD_VERSION_MINOR;
     if (patch) *patch = WEFT_BUILD_VERSION_PATCH;
@@ -30,11 +31,13 @@ WEFT_API int weft_get_version(int *major, int *minor, int *patch)
 
 WEFT_API const char *weft_version_string(void)
 {
+    WEFT_API_ENTER();
     return PACKAGE_VERSION;
 }
 
 WEFT_API int weft_initialized(int *flag)
 {
+    WEFT_API_ENTER();
     if (!flag) return weft_error(WEFT_ERR_ARG, "weft_initialized: NULL flag pointer");
     *flag = weft_g.initialized;
     return WEFT_SUCCESS;
@@ -42,6 +45,7 @@ WEFT_API int weft_initialized(int *flag)
 
 WEFT_API const char *weft_bootstrap_name(void)
 {
+    WEFT_API_ENTER();
     return weft_g.initialized && weft_g.bs ? weft_g.bs->name : "none";
 }
 
@@ -78,6 +82,8 @@ static int init_common(double deadline)
     weft_g.initialized = 1;
     weft_info_log("initialized: rank %d of %d (local %d of %d), bootstrap %s, UCX %s", weft_g.rank, weft_g.size,
                   weft_g.local_rank, weft_g.local_size, g_bs.name, weft_ucx_version());
+    /* last: from here on the thread may run weft_progress() */
+    if (weft_progress_thread_start() != WEFT_SUCCESS) weft_warn("%s; weft runs without it", weft_last_error());
     return WEFT_SUCCESS;
 fail:
     weft_g.initialized = 0;
@@ -109,6 +115,7 @@ static int init_prologue(const char *fn)
 
 WEFT_API int weft_init(int *argc, char ***argv)
 {
+    WEFT_API_ENTER();
     (void)argc;
     (void)argv;
     int rc = init_prologue("weft_init");
@@ -120,6 +127,7 @@ WEFT_API int weft_init(int *argc, char ***argv)
 
 WEFT_API int weft_init_oob(int rank, int size, weft_oob_allgather_fn allgather, void *ctx)
 {
+    WEFT_API_ENTER();
     int rc = init_prologue("weft_init_oob");
     if (rc) return rc;
     double deadline = weft_deadline_from(weft_cfg.init_timeout, weft_wtime());
@@ -149,8 +157,10 @@ static int closing_barrier(double deadline)
 
 WEFT_API int weft_finalize(void)
 {
+    WEFT_API_ENTER();
     int rc = WEFT_SUCCESS;
     WEFT_CHECK_INIT("weft_finalize");
+    weft_progress_thread_stop();
     double deadline = weft_deadline_from(weft_cfg.timeout, weft_wtime());
     weft_sched_finalize();
     weft_liveness_poll(weft_wtime(), 0, 1); /* the latest news of dead ranks */

@@ -20,6 +20,7 @@ static int options_check(weft_options_t o, const char *fn)
 
 WEFT_API int weft_options_create(weft_options_t *options)
 {
+    WEFT_API_ENTER();
     WEFT_CHECK_INIT("weft_options_create");
     if (!options) return weft_error(WEFT_ERR_ARG, "weft_options_create: NULL output pointer");
     weft_options_t o = calloc(1, sizeof(*o));
@@ -41,6 +42,7 @@ void weft_hints_free(weft_hint_t *hints, int n)
 
 WEFT_API int weft_options_free(weft_options_t *options)
 {
+    WEFT_API_ENTER();
     if (!options) return weft_error(WEFT_ERR_ARG, "weft_options_free: NULL pointer");
     if (*options == WEFT_OPTIONS_NULL) return WEFT_SUCCESS;
     int rc = options_check(*options, "weft_options_free");
@@ -54,6 +56,7 @@ WEFT_API int weft_options_free(weft_options_t *options)
 
 WEFT_API int weft_options_set_name(weft_options_t o, const char *name)
 {
+    WEFT_API_ENTER();
     int rc = options_check(o, "weft_options_set_name");
     if (rc) return rc;
     if (!name || !name[0] || strlen(name) >= sizeof(o->name))
@@ -66,6 +69,7 @@ WEFT_API int weft_options_set_name(weft_options_t o, const char *name)
 
 WEFT_API int weft_options_set_timeout(weft_options_t o, double timeout_s)
 {
+    WEFT_API_ENTER();
     int rc = options_check(o, "weft_options_set_timeout");
     if (rc) return rc;
     if (!(timeout_s >= 0) || !isfinite(timeout_s))
@@ -77,6 +81,7 @@ WEFT_API int weft_options_set_timeout(weft_options_t o, double timeout_s)
 
 WEFT_API int weft_options_set_abort_on_error(weft_options_t o, int abort_on_error)
 {
+    WEFT_API_ENTER();
     int rc = options_check(o, "weft_options_set_abort_on_error");
     if (rc) return rc;
     o->abort_on_error = abort_on_error != 0;
@@ -86,6 +91,7 @@ WEFT_API int weft_options_set_abort_on_error(weft_options_t o, int abort_on_erro
 
 WEFT_API int weft_options_set_device(weft_options_t o, int device)
 {
+    WEFT_API_ENTER();
     int rc = options_check(o, "weft_options_set_device");
     if (rc) return rc;
     if (device < -1) return weft_error(WEFT_ERR_ARG, "weft_options_set_device: device %d is not >= -1", device);
@@ -122,6 +128,7 @@ static int hint_put(weft_hint_t **hints, int *n, const char *key, const char *va
 
 WEFT_API int weft_options_set_hint(weft_options_t o, const char *key, const char *value)
 {
+    WEFT_API_ENTER();
     int rc = options_check(o, "weft_options_set_hint");
     if (rc) return rc;
     if (!key || !key[0] || !value)
@@ -277,6 +284,7 @@ int weft_options_apply(weft_comm_t comm, weft_comm_t parent, weft_options_t opts
 
 WEFT_API int weft_comm_hint_status(weft_comm_t comm, const char *key, int *status, char *reason, size_t reason_len)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_hint_status");
     if ((rc = weft_comm_check(comm, "weft_comm_hint_status"))) return rc;
@@ -294,6 +302,7 @@ WEFT_API int weft_comm_hint_status(weft_comm_t comm, const char *key, int *statu
 
 WEFT_API int weft_comm_hint_count(weft_comm_t comm, int *count)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_hint_count");
     if ((rc = weft_comm_check(comm, "weft_comm_hint_count"))) return rc;
@@ -305,6 +314,7 @@ WEFT_API int weft_comm_hint_count(weft_comm_t comm, int *count)
 WEFT_API int weft_comm_hint_get(weft_comm_t comm, int index, const char **key, const char **value, int *status,
                                 const char **reason)
 {
+    WEFT_API_ENTER();
     int rc;
     WEFT_CHECK_INIT("weft_comm_hint_get");
     if ((rc = weft_comm_check(comm, "weft_comm_hint_get"))) return rc;

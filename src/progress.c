@@ -2,11 +2,15 @@
  * schedules later). All waiting in weft goes through weft_progress().
  * Also the liveness record: which ranks are known dead, and why. */
 #include "bootstrap/bootstrap.h"
+#include "cuda_driver.h"
 #include "weft_internal.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #define MAX_HOOKS 32
 
@@ -38,6 +42,7 @@ const weft_transport_ops_t *weft_xport;
 
 WEFT_API int weft_progress(void)
 {
+    WEFT_API_ENTER();
     if (WEFT_UNLIKELY(!weft_xport)) return 0;
     return weft_xport->progress() + weft_progress_hooks();
 }
@@ -60,6 +65,72 @@ void weft_progress_idle(unsigned *idle_polls, int events)
         *idle_polls = 0;
         sched_yield();
     }
+}
+
+/* ---- the progress thread (weft_internal.h) ------------------------------- */
+
+int weft_api_locking;
+pthread_mutex_t weft_api_mutex = PTHREAD_MUTEX_INITIALIZER;
+_Atomic int weft_api_wanted;
+_Thread_local int weft_api_depth;
+
+static pthread_t pt_thread;
+static _Atomic int pt_stop;
+static int pt_running;
+
+static void *pt_main(void *arg)
+{
+    (void)arg;
+    long us = weft_cfg.progress_thread;
+    struct timespec nap = {us / 1000000, (us % 1000000) * 1000};
+    int idle_for_cuda = 0;
+    while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
+        int events = 0;
+        if (!atomic_load_explicit(&weft_api_wanted, memory_order_relaxed) &&
+            pthread_mutex_trylock(&weft_api_mutex) == 0) {
+            /* device-buffer steps call the CUDA runtime, whose current device is per thread */
+            if (!weft_cuda_possible()) {
+                weft_api_depth = 1; /* weft_progress's own entry nests */
+                events = weft_progress();
+                weft_api_depth = 0;
+            } else if (!idle_for_cuda) {
+                idle_for_cuda = 1;
+                weft_info_log("progress thread: CUDA is loaded in this process; the thread stays idle");
+            }
+            pthread_mutex_unlock(&weft_api_mutex);
+        }
+        if (events)
+            sched_yield(); /* a call waiting for the mutex gets it first */
+        else
+            nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
+int weft_progress_thread_start(void)
+{
+    if (weft_cfg.progress_thread <= 0 || pt_running) return WEFT_SUCCESS;
+    atomic_store(&pt_stop, 0);
+    weft_api_locking = 1; /* before the thread exists: every later call locks */
+    int err = pthread_create(&pt_thread, NULL, pt_main, NULL);
+    if (err) {
+        weft_api_locking = 0;
+        return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%d: the progress thread could not start: %s",
+                          weft_cfg.progress_thread, strerror(err));
+    }
+    pt_running = 1;
+    weft_info_log("progress thread on: it polls while the application computes, sleeping %d us after an idle poll",
+                  weft_cfg.progress_thread);
+    return WEFT_SUCCESS;
+}
+
+void weft_progress_thread_stop(void)
+{
+    if (!pt_running) return;
+    atomic_store_explicit(&pt_stop, 1, memory_order_release);
+    pthread_join(pt_thread, NULL);
+    pt_running = 0;
+    weft_api_locking = 0; /* the caller's entry still unlocks on its return */
 }
 
 /* ---- liveness ------------------------------------------------------------ */

@@ -244,6 +244,7 @@ static double effective_timeout(weft_request_t req, double timeout_s)
 
 WEFT_API int weft_wait_timeout(weft_request_t *request, double timeout_s, weft_status_t *status)
 {
+    WEFT_API_ENTER();
     int rc = request_check(request, "weft_wait");
     if (rc) return rc;
     if (*request == WEFT_REQUEST_NULL) {
@@ -270,11 +271,13 @@ WEFT_API int weft_wait_timeout(weft_request_t *request, double timeout_s, weft_s
 
 WEFT_API int weft_wait(weft_request_t *request, weft_status_t *status)
 {
+    WEFT_API_ENTER();
     return weft_wait_timeout(request, WEFT_TIMEOUT_DEFAULT, status);
 }
 
 WEFT_API int weft_test(weft_request_t *request, int *flag, weft_status_t *status)
 {
+    WEFT_API_ENTER();
     int rc = request_check(request, "weft_test");
     if (rc) return rc;
     if (flag == NULL) return weft_error(WEFT_ERR_ARG, "weft_test: NULL flag pointer");
@@ -298,6 +301,7 @@ WEFT_API int weft_test(weft_request_t *request, int *flag, weft_status_t *status
 
 WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double timeout_s, weft_status_t statuses[])
 {
+    WEFT_API_ENTER();
     if (count < 0) return weft_error(WEFT_ERR_ARG, "weft_waitall: negative count %d", count);
     if (count > 0 && requests == NULL) return weft_error(WEFT_ERR_ARG, "weft_waitall: NULL request array");
     for (int i = 0; i < count; i++) {
@@ -334,11 +338,13 @@ WEFT_API int weft_waitall_timeout(int count, weft_request_t requests[], double t
 
 WEFT_API int weft_waitall(int count, weft_request_t requests[], weft_status_t statuses[])
 {
+    WEFT_API_ENTER();
     return weft_waitall_timeout(count, requests, WEFT_TIMEOUT_DEFAULT, statuses);
 }
 
 WEFT_API int weft_request_cancel(weft_request_t *request)
 {
+    WEFT_API_ENTER();
     int rc = request_check(request, "weft_request_cancel");
     if (rc) return rc;
     weft_request_t req = *request;
@@ -350,6 +356,7 @@ WEFT_API int weft_request_cancel(weft_request_t *request)
 
 WEFT_API int weft_request_free(weft_request_t *request)
 {
+    WEFT_API_ENTER();
     int rc = request_check(request, "weft_request_free");
     if (rc) return rc;
     weft_request_t req = *request;

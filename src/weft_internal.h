@@ -79,6 +79,7 @@ typedef struct weft_config {
     int peer_failure;    /* UCX peer failure detection on endpoints */
     int log_level;
     int spin_before_yield; /* progress polls without news before sched_yield */
+    int progress_thread;   /* WEFT_PROGRESS_THREAD: us between a progress thread's idle polls (0: no thread) */
     char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
     char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
     int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
@@ -351,6 +352,44 @@ void weft_progress_unregister(weft_progress_fn fn, void *arg);
 void weft_progress_idle(unsigned *idle_polls, int events);
 /* The registered hooks alone (weft_progress: the transport, then these). */
 int weft_progress_hooks(void);
+
+/* ---- the progress thread (WEFT_PROGRESS_THREAD, progress.c) ------------- */
+/* With it on, a thread of weft's own runs weft_progress() while the
+ * application computes, so rendezvous messages and collective schedules
+ * move between the application's calls (OSU's overlap). weft stays
+ * FUNNELED: every API call holds weft_api_mutex from its outermost entry
+ * to its return (WEFT_API_ENTER), and the thread polls only when it can
+ * take the mutex without waiting and no call is asking for it, so the two
+ * never run weft at once and the application's calls go first. Off (the
+ * default), an API call pays one predictable branch. */
+#include <pthread.h>
+#include <stdatomic.h>
+extern int weft_api_locking;             /* the thread runs: calls take the mutex */
+extern pthread_mutex_t weft_api_mutex;
+extern _Atomic int weft_api_wanted;      /* a call is waiting for the mutex */
+extern _Thread_local int weft_api_depth; /* nesting of API calls on this thread */
+static inline int weft_api_enter(void)
+{
+    if (WEFT_LIKELY(!weft_api_locking)) return 0;
+    if (weft_api_depth++) return 2; /* an API call inside another: the mutex is held */
+    atomic_store_explicit(&weft_api_wanted, 1, memory_order_relaxed);
+    pthread_mutex_lock(&weft_api_mutex);
+    atomic_store_explicit(&weft_api_wanted, 0, memory_order_relaxed);
+    return 1;
+}
+static inline void weft_api_leave(const int *how)
+{
+    if (WEFT_LIKELY(!*how)) return;
+    weft_api_depth--;
+    if (*how == 1) pthread_mutex_unlock(&weft_api_mutex);
+}
+/* The first statement of every API function but weft_wtime. */
+#define WEFT_API_ENTER() int weft_api_how_ __attribute__((cleanup(weft_api_leave), unused)) = weft_api_enter()
+/* At the end of a successful init (WEFT_PROGRESS_THREAD > 0), and at the
+ * start of finalize: stops and joins it (the caller holds the mutex; the
+ * thread never waits for it). */
+int weft_progress_thread_start(void);
+void weft_progress_thread_stop(void);
 
 /* ---- liveness (progress.c) ---------------------------------------------- */
 /* Ranks known to be dead, from whichever source noticed first: the

@@ -681,3 +681,80 @@ Test(coll_async, on_stream_host_buffers, .timeout = 60)
     th_result_t res = th_run(3, body_on_stream_host, NULL, 50, NULL);
     cr_assert_eq(res.failed, 0);
 }
+
+/* ---- the progress thread (WEFT_PROGRESS_THREAD) ------------------------ */
+/* With the thread on, a 4 MiB message (rendezvous) and a 1 MiB allreduce
+ * posted before a stretch of computation complete during it: the
+ * application makes no weft call until the results show up in its
+ * buffers (without the thread nothing moves until the next call). Then
+ * the waits, and everything checked. */
+static int body_progress_thread(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    size_t big = (size_t)4 << 20, count = (size_t)1 << 18;
+    unsigned char *msg = malloc(big);
+    float *in = malloc(sizeof(float) * count), *out = malloc(sizeof(float) * count);
+    for (size_t i = 0; i < count; i++) {
+        in[i] = (float)(rank + 1);
+        out[i] = -1;
+    }
+    int peer = rank ^ 1;
+    th_fill(msg, big, 77u + (unsigned)(rank & ~1)); /* the even rank's pattern; the odd one compares its last byte */
+    unsigned char tail_want = msg[big - 1];
+    weft_request_t r[2];
+    if (rank % 2 == 0) {
+        TH_OK(weft_isend(msg, (int64_t)big, WEFT_BYTE, peer, 3, w, &r[0]));
+    } else {
+        memset(msg, (unsigned char)~tail_want, big);
+        TH_OK(weft_irecv(msg, (int64_t)big, WEFT_BYTE, peer, 3, w, &r[0]));
+    }
+    TH_OK(weft_iallreduce(in, out, (int64_t)count, WEFT_FLOAT32, WEFT_SUM, w, &r[1]));
+    float want = (float)size * (float)(size + 1) / 2;
+    volatile float *last = &out[count - 1];
+    volatile unsigned char *tail = &msg[big - 1];
+    /* the application computes: no weft call until both show up (or 30 s) */
+    double t0 = weft_wtime(), seen = 0;
+    while (weft_wtime() - t0 < 30) {
+        if (*last == want && (rank % 2 == 0 || *tail == tail_want)) {
+            seen = weft_wtime() - t0;
+            break;
+        }
+    }
+    TH_CHECK(seen > 0, "rank %d: after 30 s without a weft call the %s had not arrived", rank,
+             *last != want ? "allreduce's result" : "message");
+    TH_OK(weft_wait(&r[0], NULL));
+    TH_OK(weft_wait(&r[1], NULL));
+    if (rank % 2) TH_CHECK(th_verify(msg, big, 77u + (unsigned)peer, NULL), "rank %d: the message differs", rank);
+    for (size_t i = 0; i < count; i++)
+        if (out[i] != want) {
+            TH_CHECK(0, "rank %d: allreduce element %zu is %g, not %g", rank, i, (double)out[i], (double)want);
+            break;
+        }
+    free(msg);
+    free(in);
+    free(out);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+static const char *const thread_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_PROGRESS_THREAD=20", NULL};
+
+Test(coll_async, progress_thread_moves_calls_during_compute, .timeout = 120)
+{
+    th_result_t res = th_run(2, body_progress_thread, NULL, 90, thread_env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+/* Everything of many_in_flight_with_user_traffic with the thread polling
+ * beside the application's calls (the lock keeps them apart). */
+Test(coll_async, progress_thread_with_many_in_flight, .timeout = 120)
+{
+    for (int n = 2; n <= 4; n += 2) {
+        th_result_t res = th_run(n, body_inflight, NULL, 100, thread_env);
+        cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
+        cr_assert_eq(res.failed, 0, "%d ranks", n);
+    }
+}

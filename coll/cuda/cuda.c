@@ -1432,6 +1432,7 @@ static int window_agree(weft_comm_t comm, win_exch_t *mine, win_exch_t *all, con
 
 WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win)
 {
+    WEFT_API_ENTER();
     static const char fn[] = "weft_comm_window_register";
     int rc = window_comm(comm, fn);
     if (rc) return rc;
@@ -1532,6 +1533,7 @@ WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes
 
 WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
 {
+    WEFT_API_ENTER();
     static const char fn[] = "weft_comm_window_deregister";
     int rc = window_comm(comm, fn);
     if (rc) return rc;
@@ -1581,6 +1583,7 @@ WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
 
 WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes, weft_window_t *win)
 {
+    WEFT_API_ENTER();
     (void)comm;
     (void)buf;
     (void)bytes;
@@ -1590,6 +1593,7 @@ WEFT_API int weft_comm_window_register(weft_comm_t comm, void *buf, size_t bytes
 
 WEFT_API int weft_comm_window_deregister(weft_comm_t comm, weft_window_t *win)
 {
+    WEFT_API_ENTER();
     (void)comm;
     (void)win;
     return weft_error(WEFT_ERR_UNSUPPORTED, "weft_comm_window_deregister: weft was built without GPU collectives");

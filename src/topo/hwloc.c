@@ -30,6 +30,7 @@ int weft_topo_summary(char *buf, size_t len)
 
 WEFT_API int weft_host_topology(char *buf, size_t len)
 {
+    WEFT_API_ENTER();
     if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_host_topology: NULL or empty buffer");
     return weft_topo_summary(buf, len);
 }
@@ -501,6 +502,7 @@ void weft_topo_placement_format(const weft_placement_t *p, char *buf, size_t len
 
 WEFT_API int weft_placement(char *buf, size_t len)
 {
+    WEFT_API_ENTER();
     weft_placement_t p;
     if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_placement: NULL or empty buffer");
     int rc = weft_topo_placement(&p);

@@ -154,6 +154,7 @@ out:
 
 WEFT_API int weft_node_info(int *node, int *nnodes)
 {
+    WEFT_API_ENTER();
     WEFT_CHECK_INIT("weft_node_info");
     if (!node || !nnodes) return weft_error(WEFT_ERR_ARG, "weft_node_info: NULL output pointer");
     *node = weft_g.node;

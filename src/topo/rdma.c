@@ -1060,6 +1060,7 @@ void weft_rdma_finalize(void)
 
 WEFT_API int weft_rdma_report(char *buf, size_t len)
 {
+    WEFT_API_ENTER();
     weft_rdma_input_t in;
     weft_rdma_choice_t *c = NULL;
     char note[640];
