@@ -1238,7 +1238,8 @@ Test(store, rejection_flood_is_logged_at_a_bounded_rate, .timeout = 120)
     cr_assert(!res.timed_out);
     for (int r = 0; r <= REAL_RANKS; r++)
         cr_expect_eq(res.exit_code[r], 0, "rank %d failed", r);
-    cr_expect(sh->conns >= FLOOD_CONNS / 2, "the flood made only %d connections", sh->conns);
+    /* enough that most go unshown; not a rate (an ASan build beside another job made 3984 in 40 s) */
+    cr_expect(sh->conns >= FLOOD_CONNS / 10, "the flood made only %d connections", sh->conns);
     munmap(sh, sizeof(*sh));
 }
 
