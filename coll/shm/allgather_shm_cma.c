@@ -9,38 +9,26 @@
  * declines where CMA does not work. */
 #include "coll/shm/allgather.h"
 
+/* Every peer's block, from the next rank on: readers spread over the owners. */
+static int read_blocks(weft_shm_op_t *op, void *arg)
+{
+    weft_shm_allgather_t *g = arg;
+    int n = op->sh->n, me = op->sh->me, rc = 0;
+    if (g->dst[me] != g->send) memcpy(g->dst[me], g->send, g->bytes);
+    for (int i = 1; i < n && !rc; i++) {
+        int r = (me + i) % n;
+        const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
+        rc = c->cma_sig != g->sig ? weft_shm_sig_differs(r, -1, c->cma_sig, g->sig, "allgather_shm_cma")
+                                  : weft_shm_cma_read(g->dst[r], c->cma_pid, c->cma_addr, g->bytes, "allgather_shm_cma");
+    }
+    return rc;
+}
+
 static int step(weft_sched_t *s, void *arg)
 {
     weft_shm_allgather_t *g = arg;
-    weft_shm_op_t *op = &g->op;
-    int rc, n, me;
-    switch (op->phase) {
-    case 0:
-        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        weft_shm_cma_lend(op, g->send, g->sig);
-        op->phase = 1;
-        /* fall through */
-    case 1:
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        n = op->sh->n;
-        me = op->sh->me;
-        if (g->dst[me] != g->send) memcpy(g->dst[me], g->send, g->bytes);
-        for (int i = 1; i < n && !g->rc; i++) { /* from the next rank on: readers spread over the owners */
-            int r = (me + i) % n;
-            const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
-            g->rc = c->cma_sig != g->sig
-                        ? weft_shm_sig_differs(r, -1, c->cma_sig, g->sig, "allgather_shm_cma")
-                        : weft_shm_cma_read(g->dst[r], c->cma_pid, c->cma_addr, g->bytes, "allgather_shm_cma");
-        }
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* even after a failed read */
-        op->phase = 2;
-        /* fall through */
-    case 2: /* this rank's block stays valid until every reader is done */
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
-        op->sh->completed = op->k + 1;
-        return g->rc ? g->rc : 1;
-    }
-    return WEFT_ERR_INTERNAL;
+    int r = weft_shm_cma_run(s, &g->op, g->send, g->sig, &g->rc, read_blocks, g);
+    return r == 1 && g->rc ? g->rc : r;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)

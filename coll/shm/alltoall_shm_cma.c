@@ -22,37 +22,27 @@ typedef struct {
     int rc;       /* the first failed read or signature mismatch */
 } alltoall_t;
 
+/* This rank's block of every peer's send buffer, from the next rank on. */
+static int read_blocks(weft_shm_op_t *op, void *arg)
+{
+    alltoall_t *g = arg;
+    int n = op->sh->n, me = op->sh->me, rc = 0;
+    memcpy(g->recv + (size_t)me * g->block, g->send + (size_t)me * g->block, g->block);
+    for (int i = 1; i < n && !rc; i++) {
+        int r = (me + i) % n;
+        const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
+        rc = c->cma_sig != g->sig ? weft_shm_sig_differs(r, -1, c->cma_sig, g->sig, "alltoall_shm_cma")
+                                  : weft_shm_cma_read(g->recv + (size_t)r * g->block, c->cma_pid,
+                                                      c->cma_addr + (size_t)me * g->block, g->block, "alltoall_shm_cma");
+    }
+    return rc;
+}
+
 static int step(weft_sched_t *s, void *arg)
 {
     alltoall_t *g = arg;
-    weft_shm_op_t *op = &g->op;
-    int rc, n = op->sh->n, me = op->sh->me;
-    switch (op->phase) {
-    case 0:
-        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        weft_shm_cma_lend(op, g->send, g->sig);
-        op->phase = 1;
-        /* fall through */
-    case 1:
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        memcpy(g->recv + (size_t)me * g->block, g->send + (size_t)me * g->block, g->block);
-        for (int i = 1; i < n && !g->rc; i++) {
-            int r = (me + i) % n;
-            const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
-            g->rc = c->cma_sig != g->sig ? weft_shm_sig_differs(r, -1, c->cma_sig, g->sig, "alltoall_shm_cma")
-                                         : weft_shm_cma_read(g->recv + (size_t)r * g->block, c->cma_pid,
-                                                             c->cma_addr + (size_t)me * g->block, g->block,
-                                                             "alltoall_shm_cma");
-        }
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* even after a failed read */
-        op->phase = 2;
-        /* fall through */
-    case 2: /* this rank's send buffer stays valid until every reader is done */
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
-        op->sh->completed = op->k + 1;
-        return g->rc ? g->rc : 1;
-    }
-    return WEFT_ERR_INTERNAL;
+    int r = weft_shm_cma_run(s, &g->op, g->send, g->sig, &g->rc, read_blocks, g);
+    return r == 1 && g->rc ? g->rc : r;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)

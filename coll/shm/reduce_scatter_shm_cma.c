@@ -25,32 +25,22 @@ typedef struct {
     char *acc, *tmp;
 } reduce_scatter_t;
 
+static int reduce_block(weft_shm_op_t *op, void *arg)
+{
+    reduce_scatter_t *x = arg;
+    return x->len ? weft_shm_cma_reduce(op, x->send, x->sig, x->off, x->len, x->esize, x->dtype, x->rop, x->acc,
+                                        x->tmp, x->dst, "reduce_scatter_shm_cma")
+                  : 0;
+}
+
 static int step(weft_sched_t *s, void *arg)
 {
     reduce_scatter_t *x = arg;
-    weft_shm_op_t *op = &x->op;
-    int rc;
-    switch (op->phase) {
-    case 0:
-        if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
-        weft_shm_cma_lend(op, x->send, x->sig);
-        op->phase = 1;
-        /* fall through */
-    case 1:
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
-        if (x->len)
-            x->rc = weft_shm_cma_reduce(op, x->send, x->sig, x->off, x->len, x->esize, x->dtype, x->rop, x->acc,
-                                        x->tmp, x->dst, "reduce_scatter_shm_cma");
-        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* even after a failed read */
-        op->phase = 2;
-        /* fall through */
-    case 2: /* this rank's input stays valid until every reader is done */
-        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
-        if (!x->rc && x->dst != x->recv) memmove(x->recv, x->dst, x->len * x->esize);
-        op->sh->completed = op->k + 1;
-        return x->rc ? x->rc : 1;
-    }
-    return WEFT_ERR_INTERNAL;
+    int r = weft_shm_cma_run(s, &x->op, x->send, x->sig, &x->rc, reduce_block, x);
+    if (r != 1) return r;
+    /* every reader is done with this rank's input: in place, its block moves to the start */
+    if (!x->rc && x->dst != x->recv) memmove(x->recv, x->dst, x->len * x->esize);
+    return x->rc ? x->rc : 1;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)

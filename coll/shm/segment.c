@@ -161,6 +161,30 @@ int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const 
     return 0;
 }
 
+int weft_shm_cma_run(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64_t sig, int *rc,
+                     weft_shm_cma_work_fn work, void *arg)
+{
+    int r;
+    switch (op->phase) {
+    case 0:
+        if ((r = weft_shm_op_begin(s, op)) <= 0) return r;
+        weft_shm_cma_lend(op, buf, sig);
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, arrived), op->k + 1, -1, "arrival flag")) return 0;
+        *rc = work(op, arg);
+        weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done)); /* even after a failed read */
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
+        op->sh->completed = op->k + 1;
+        return 1;
+    }
+    return WEFT_ERR_INTERNAL;
+}
+
 int weft_shm_cma_reduce(const weft_shm_op_t *op, const char *mine, uint64_t sig, size_t off, size_t len, size_t esize,
                         int dtype, int rop, char *acc, char *tmp, char *dst, const char *alg)
 {

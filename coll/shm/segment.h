@@ -265,6 +265,16 @@ int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const 
  * failed read or signature mismatch (reported as alg's). */
 int weft_shm_cma_reduce(const weft_shm_op_t *op, const char *mine, uint64_t sig, size_t off, size_t len, size_t esize,
                         int dtype, int rop, char *acc, char *tmp, char *dst, const char *alg);
+/* The shape the single-copy collectives share (allgather, alltoall,
+ * reduce_scatter): start the op and lend buf with signature sig (phase
+ * 0), wait for every member's arrival, run work (this rank's reads; its
+ * status is kept in *rc, the first failure) and publish done even after a
+ * failure (phase 1), then wait until every member is done, so the lent
+ * buffer stays valid while read (phase 2). A polling step: 1 when done
+ * (*rc then says how it went), 0 not yet, < 0 an error. */
+typedef int (*weft_shm_cma_work_fn)(weft_shm_op_t *op, void *arg);
+int weft_shm_cma_run(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64_t sig, int *rc,
+                     weft_shm_cma_work_fn work, void *arg);
 /* Publishes this rank's lent buffer for collective op->k with the call's
  * signature (weft_shm_sig of its length), then arrived. */
 static inline void weft_shm_cma_lend(weft_shm_op_t *op, const void *buf, uint64_t sig)
