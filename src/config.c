@@ -40,10 +40,11 @@ static const weft_var_t vars[] = {
      "collective also polls inline for this many polls (at most 4096) before the ordinary wait takes over",
      FIELD(spin_before_yield), 0},
     {"WEFT_PROGRESS_THREAD", WEFT_VAR_INT, "0",
-     "microseconds a progress thread sleeps after a poll that found nothing (0: no thread): with it, rendezvous "
-     "messages and nonblocking collectives move while the application computes between calls; every call then "
-     "takes a lock, and the thread shares the rank's core. The thread stays idle while CUDA is loaded in the "
-     "process (its CUDA device would not follow the application's)",
+     "microseconds (1..1000000) a progress thread sleeps after a poll that found nothing (0: no thread): it polls "
+     "between the application's calls, so rendezvous messages and nonblocking collectives move while the "
+     "application computes; every call then takes a lock, and the thread runs on the rank's cores (bound to one "
+     "core, it takes its time from the computation). It stays idle while CUDA is loaded in the process (its CUDA "
+     "device would not follow the application's)",
      FIELD(progress_thread), 0},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
@@ -198,6 +199,9 @@ int weft_config_load(void)
         strcmp(weft_cfg.bootstrap, "single"))
         rc = weft_error(WEFT_ERR_ARG, "WEFT_BOOTSTRAP='%s' is not one of auto, pmix, torchstore, env, single",
                         weft_cfg.bootstrap);
+    if (rc == WEFT_SUCCESS && (weft_cfg.progress_thread < 0 || weft_cfg.progress_thread > 1000000))
+        rc = weft_error(WEFT_ERR_ARG, "WEFT_PROGRESS_THREAD=%d is not 0 (no thread) or 1..1000000 microseconds",
+                        weft_cfg.progress_thread);
     /* A typo in a WEFT_* name would otherwise be dropped silently. */
     extern char **environ;
     for (char **e = environ; e && *e; e++) {

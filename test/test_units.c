@@ -100,6 +100,13 @@ Test(units, config_defaults_and_bad_values)
     setenv("WEFT_BOOTSTRAP", "single", 1);
     cr_assert_eq(weft_config_load(), WEFT_ERR_ARG);
     unsetenv("WEFT_EAGER_CONNECT");
+    setenv("WEFT_PROGRESS_THREAD", "2000000", 1); /* a sleep of 2 s: out of range, not clamped */
+    cr_assert_eq(weft_config_load(), WEFT_ERR_ARG);
+    cr_assert(strstr(weft_last_error(), "WEFT_PROGRESS_THREAD=2000000"), "%s", weft_last_error());
+    setenv("WEFT_PROGRESS_THREAD", "50", 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    cr_assert_eq(weft_cfg.progress_thread, 50);
+    unsetenv("WEFT_PROGRESS_THREAD");
     /* The variable table is complete and self-describing. */
     cr_assert_geq(weft_var_count(), 5);
     for (int i = 0; i < weft_var_count(); i++) {
