@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,12 +108,30 @@ static void *pt_main(void *arg)
     return NULL;
 }
 
+/* A child forked while the thread runs has no thread, and the mutex may
+ * be held by the thread's copy, which does not exist there (unless the
+ * fork came from inside a call, whose return unlocks it). */
+static void pt_after_fork_child(void)
+{
+    if (!weft_api_depth) pthread_mutex_init(&weft_api_mutex, NULL);
+    atomic_store(&weft_api_wanted, 0);
+    weft_api_locking = 0;
+    pt_running = 0;
+}
+
 int weft_progress_thread_start(void)
 {
+    static int atfork_set;
     if (weft_cfg.progress_thread <= 0 || pt_running) return WEFT_SUCCESS;
+    if (!atfork_set && pthread_atfork(NULL, NULL, pt_after_fork_child) == 0) atfork_set = 1;
     atomic_store(&pt_stop, 0);
     weft_api_locking = 1; /* before the thread exists: every later call locks */
+    /* every signal blocked in the thread: the process's signals go to the application's threads */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int err = pthread_create(&pt_thread, NULL, pt_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
         weft_api_locking = 0;
         return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%d: the progress thread could not start: %s",
