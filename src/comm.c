@@ -616,9 +616,10 @@ WEFT_API int weft_comm_free(weft_comm_t *comm)
     return WEFT_SUCCESS;
 }
 
+/* Without the API mutex: an abort from another thread (a watchdog) while
+ * a call blocks must not wait for that call. */
 WEFT_API int weft_comm_abort(weft_comm_t comm, int errorcode)
 {
-    WEFT_API_ENTER();
     const char *name = comm && comm->magic == WEFT_COMM_MAGIC ? comm->name : "?";
     weft_log(WEFT_LOG_ERROR, "weft_comm_abort(comm %s, %d) called by rank %d: ending the job", name, errorcode,
              weft_g.rank);

@@ -5,10 +5,20 @@
 #include <stdio.h>
 
 static _Thread_local char last_error[1024];
+/* While the progress thread runs (weft_api_locking), it and the
+ * application take turns under one mutex and share one message: a failure
+ * the thread meets (a schedule's step, a receive's check) is the
+ * application's to read after its wait. One byte more than a message, left
+ * 0: a reader never runs past the end while the thread writes. */
+static char shared_error[1024 + 1];
+
+static char *error_buf(void)
+{
+    return weft_api_locking ? shared_error : last_error;
+}
 
 WEFT_API const char *weft_strerror(int status)
 {
-    WEFT_API_ENTER();
     switch (status) {
     case WEFT_SUCCESS: return "success";
     case WEFT_ERR_ARG: return "invalid argument";
@@ -32,20 +42,21 @@ WEFT_API const char *weft_strerror(int status)
 WEFT_API const char *weft_last_error(void)
 {
     WEFT_API_ENTER();
-    return last_error;
+    return error_buf();
 }
 
 void weft_error_clear(void)
 {
-    last_error[0] = '\0';
+    error_buf()[0] = '\0';
 }
 
 int weft_error_at(int level, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    char *buf = error_buf();
+    vsnprintf(buf, sizeof(last_error), fmt, ap);
     va_end(ap);
-    weft_log(level, "%s (%s)", last_error, weft_strerror(status));
+    weft_log(level, "%s (%s)", buf, weft_strerror(status));
     return status;
 }

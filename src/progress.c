@@ -119,11 +119,27 @@ static void pt_after_fork_child(void)
     pt_running = 0;
 }
 
+/* A process that exits without weft_finalize: the thread stops before
+ * the exit handlers and destructors tear UCX down under it. */
+static void pt_at_exit(void)
+{
+    weft_progress_thread_stop();
+}
+
+int weft_progress_thread_running(void)
+{
+    return pt_running;
+}
+
 int weft_progress_thread_start(void)
 {
-    static int atfork_set;
+    static int handlers_set;
     if (weft_cfg.progress_thread <= 0 || pt_running) return WEFT_SUCCESS;
-    if (!atfork_set && pthread_atfork(NULL, NULL, pt_after_fork_child) == 0) atfork_set = 1;
+    if (!handlers_set) {
+        (void)pthread_atfork(NULL, NULL, pt_after_fork_child);
+        (void)atexit(pt_at_exit);
+        handlers_set = 1;
+    }
     atomic_store(&pt_stop, 0);
     weft_api_locking = 1; /* before the thread exists: every later call locks */
     /* every signal blocked in the thread: the process's signals go to the application's threads */

@@ -383,13 +383,16 @@ static inline void weft_api_leave(const int *how)
     weft_api_depth--;
     if (*how == 1) pthread_mutex_unlock(&weft_api_mutex);
 }
-/* The first statement of every API function but weft_wtime. */
+/* The first statement of every API function but weft_wtime, weft_strerror
+ * (pure) and weft_comm_abort (it must not wait for a blocked call). */
 #define WEFT_API_ENTER() int weft_api_how_ __attribute__((cleanup(weft_api_leave), unused)) = weft_api_enter()
 /* At the end of a successful init (WEFT_PROGRESS_THREAD > 0), and at the
  * start of finalize: stops and joins it (the caller holds the mutex; the
  * thread never waits for it). */
 int weft_progress_thread_start(void);
 void weft_progress_thread_stop(void);
+/* 1 while the thread runs (tests). */
+int weft_progress_thread_running(void);
 
 /* ---- liveness (progress.c) ---------------------------------------------- */
 /* Ranks known to be dead, from whichever source noticed first: the

@@ -452,6 +452,14 @@ int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
         weft_sched_waiting(s, -1, "this rank's previous shared-memory collective on the communicator");
         return 0;
     }
+    /* No lend of an earlier collective stays up (every reader of it is
+     * done): a single-copy rank whose peer runs another algorithm for this
+     * call (their counts fall under different rules) then finds no
+     * signature (0: no message has length 0) and fails, instead of reading
+     * the stale buffer. Written only when set: the line others poll is not
+     * touched by every small collective. */
+    weft_shm_ctrl_t *c = &sh->ctrl[sh->me];
+    if (WEFT_UNLIKELY(c->cma_sig)) c->cma_sig = 0;
     return 1;
 }
 
@@ -552,6 +560,12 @@ int weft_shm_sig_differs(int r, int root, uint64_t theirs, uint64_t sig, const c
 int weft_shm_sig_differs_who(const char *who, uint64_t theirs, uint64_t sig, const char *alg)
 {
     if (theirs == sig) return 0;
+    if (theirs == 0) /* no lend (a slot algorithm ran there), or no contribution in the slot (a lend) */
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s ran another shared-memory algorithm for this call (single copy against the slots; "
+                          "their calls fall under different selection rules: the ranks passed different counts or "
+                          "datatypes)",
+                          alg, who);
     if (theirs == WEFT_SHM_SIG_BAD)
         return weft_error(WEFT_ERR_ARG,
                           "%s: %s found that the members' calls differ (the ranks passed different counts, "

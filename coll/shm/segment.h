@@ -283,6 +283,9 @@ static inline void weft_shm_cma_lend(weft_shm_op_t *op, const void *buf, uint64_
     c->cma_pid = (int64_t)getpid();
     c->cma_addr = (uint64_t)(uintptr_t)buf;
     c->cma_sig = sig;
+    /* no contribution in this collective's slot: a peer that runs a slot
+     * algorithm for this call finds signature 0 (never a real one) and fails */
+    c->slot_sig[op->k % WEFT_SHM_NBUF] = 0;
     atomic_store_explicit((_Atomic uint64_t *)&c->arrived, op->k + 1, memory_order_release);
 }
 /* The op's start (its numbers were taken when its schedule started, so in
