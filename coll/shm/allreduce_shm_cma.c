@@ -64,7 +64,7 @@ static int step(weft_sched_t *s, void *arg)
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         RESULT_ADDR(sh, sh->me) = (uint64_t)(uintptr_t)x->recv;
-        weft_shm_cma_lend(op, x->send, x->sig);
+        if (!weft_shm_cma_lend(s, op, x->send, x->sig)) return 0;
         op->phase = 1;
         /* fall through */
     case 1:

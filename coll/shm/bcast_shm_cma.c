@@ -58,7 +58,7 @@ static int step(weft_sched_t *s, void *arg)
     case 0:
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         set_ready(sh, sh->me == b->root ? b->bytes : 0);
-        weft_shm_cma_lend(op, b->buf, b->sig); /* then `arrived` */
+        if (!weft_shm_cma_lend(s, op, b->buf, b->sig)) return 0; /* then `arrived` */
         op->phase = sh->me == b->root ? 2 : 1;
         if (op->phase == 2) goto lent;
         /* fall through */

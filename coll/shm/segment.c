@@ -168,7 +168,7 @@ int weft_shm_cma_run(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64
     switch (op->phase) {
     case 0:
         if ((r = weft_shm_op_begin(s, op)) <= 0) return r;
-        weft_shm_cma_lend(op, buf, sig);
+        if (!weft_shm_cma_lend(s, op, buf, sig)) return 0;
         op->phase = 1;
         /* fall through */
     case 1:

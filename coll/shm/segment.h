@@ -275,19 +275,6 @@ int weft_shm_cma_reduce(const weft_shm_op_t *op, const char *mine, uint64_t sig,
 typedef int (*weft_shm_cma_work_fn)(weft_shm_op_t *op, void *arg);
 int weft_shm_cma_run(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64_t sig, int *rc,
                      weft_shm_cma_work_fn work, void *arg);
-/* Publishes this rank's lent buffer for collective op->k with the call's
- * signature (weft_shm_sig of its length), then arrived. */
-static inline void weft_shm_cma_lend(weft_shm_op_t *op, const void *buf, uint64_t sig)
-{
-    weft_shm_ctrl_t *c = &op->sh->ctrl[op->sh->me];
-    c->cma_pid = (int64_t)getpid();
-    c->cma_addr = (uint64_t)(uintptr_t)buf;
-    c->cma_sig = sig;
-    /* no contribution in this collective's slot: a peer that runs a slot
-     * algorithm for this call finds signature 0 (never a real one) and fails */
-    c->slot_sig[op->k % WEFT_SHM_NBUF] = 0;
-    atomic_store_explicit((_Atomic uint64_t *)&c->arrived, op->k + 1, memory_order_release);
-}
 /* The op's start (its numbers were taken when its schedule started, so in
  * start order: weft_shm_op_alloc set the schedule's watch): attaches
  * (creating or opening the segment), fails at once when the
@@ -376,6 +363,24 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root);
  * every reader of the slot's previous use is past it (every member
  * already published its part of this collective). */
 void weft_shm_record(weft_shm_op_t *op, int readers, int root);
+/* Publishes this rank's lent buffer for collective op->k with the call's
+ * signature (weft_shm_sig of its length), then arrived. It claims the
+ * collective's slot first, as a contribution would, and leaves signature 0
+ * in it (never a real one): a peer that runs a slot algorithm for this
+ * call (its count fell under another rule) fails instead of taking an
+ * older contribution. 1 when lent, 0 not yet (the slot's previous readers
+ * are not done: call again). */
+static inline int weft_shm_cma_lend(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64_t sig)
+{
+    if (!weft_shm_claim(s, op, WEFT_SHM_READ_ALL, 0)) return 0;
+    weft_shm_ctrl_t *c = &op->sh->ctrl[op->sh->me];
+    c->cma_pid = (int64_t)getpid();
+    c->cma_addr = (uint64_t)(uintptr_t)buf;
+    c->cma_sig = sig;
+    c->slot_sig[op->k % WEFT_SHM_NBUF] = 0;
+    atomic_store_explicit((_Atomic uint64_t *)&c->arrived, op->k + 1, memory_order_release);
+    return 1;
+}
 /* Down the tree of `root` (not the root itself): waits for the
  * parent's RESULT, copies the parent's message into this rank's slot
  * (claimed for its children) and raises its own RESULT when it has
