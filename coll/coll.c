@@ -171,7 +171,7 @@ static int kind_has_root(weft_coll_kind_t k)
            k == WEFT_COLL_SCATTER || k == WEFT_COLL_SCATTERV;
 }
 
-static uint64_t hash_counts(const int64_t *counts, int n)
+uint64_t weft_coll_counts_hash(const int64_t *counts, int n)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (int i = 0; i < n; i++)
@@ -234,7 +234,7 @@ static int check_build(weft_sched_t *s, const weft_coll_args_t *a)
     case WEFT_COLL_ALLGATHERV:
     case WEFT_COLL_REDUCE_SCATTER:
         c->mine.count = -1;
-        c->mine.counts_hash = hash_counts(a->rcounts, n);
+        c->mine.counts_hash = weft_coll_counts_hash(a->rcounts, n);
         break;
     case WEFT_COLL_GATHERV: /* the counts are the root's alone; alltoallv's differ by design */
     case WEFT_COLL_SCATTERV:

@@ -169,6 +169,10 @@ static inline void weft_coll_block(size_t count, int n, int i, size_t *off, size
     *off = ui * base + (ui < extra ? ui : extra);
     *len = base + (ui < extra ? 1 : 0);
 }
+/* A hash (FNV-1a) of a counts vector every member passes alike
+ * (allgatherv, reduce_scatter): WEFT_COLL_CHECK's records, coll/shm's
+ * signatures. */
+uint64_t weft_coll_counts_hash(const int64_t *counts, int n);
 /* A reduce_scatter's (a->rcounts) or reduce_scatter_block's (a->count
  * each) vector: its length in elements, and this rank's block in it. */
 static inline size_t weft_coll_rs_block(const weft_coll_args_t *a, size_t *off, size_t *len)

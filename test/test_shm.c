@@ -852,6 +852,42 @@ static int body_mixed_cma(int rank, int size, void *arg)
     return 0;
 }
 
+/* reduce_scatter with receive counts that differ but add up alike (an
+ * erroneous call): the signature's root bits carry a hash of the counts,
+ * so every rank fails naming them instead of reducing another rank's block
+ * as its own. arg: the algorithm forced. */
+static int body_rs_counts(int rank, int size, void *arg)
+{
+    (void)size;
+    TH_OK(weft_init(NULL, NULL));
+    if (!strcmp((const char *)arg, "shm_cma") && !weft_shm_cma_usable()) return weft_finalize();
+    weft_comm_t c = forced("reduce_scatter", (const char *)arg);
+    static const int64_t mine[4] = {2048, 1024, 512, 512}, rank2[4] = {1024, 2048, 512, 512};
+    /* (their hashes' top bits, the signature's root field, differ in the 4 the slot words keep too) */
+    TH_CHECK((weft_coll_counts_hash(mine, 4) >> 52 & 0xf) != (weft_coll_counts_hash(rank2, 4) >> 52 & 0xf),
+             "the test's two count vectors hash alike");
+    static int32_t in[4096], out[2048];
+    for (int i = 0; i < 4096; i++)
+        in[i] = i;
+    int rc = weft_reduce_scatter(in, out, rank == 2 ? rank2 : mine, WEFT_INT32, WEFT_SUM, c);
+    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "receive counts"), "%s rank %d: %d (%s)",
+             (const char *)arg, rank, rc, weft_last_error());
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(shm, reduce_scatter_counts_mismatch, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    static const char *const algs[] = {"shm", "shm_cma"};
+    for (int i = 0; i < 2; i++) {
+        th_result_t res = th_run(4, body_rs_counts, (void *)algs[i], 40, env);
+        cr_assert_eq(res.timed_out, 0, "%s: hung", algs[i]);
+        cr_assert_eq(res.failed, 0, "%s", algs[i]);
+    }
+}
+
 Test(shm, mixed_rules_fail_fast_cma, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};

@@ -589,6 +589,11 @@ int weft_shm_sig_differs_who(const char *who, uint64_t theirs, uint64_t sig, con
     if (to != mo)
         return weft_error(WEFT_ERR_ARG, "%s: %s passed op %s, this rank %s (the ranks passed different ops)", alg, who,
                           weft_op_name((weft_op_t)to), weft_op_name((weft_op_t)mo));
+    if (tr != mr && !strncmp(alg, "reduce_scatter", 14)) /* the root's bits hash the receive counts */
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: %s passed other receive counts (hashes %03x, this rank %03x: the ranks passed "
+                          "different counts)",
+                          alg, who, (unsigned)tr, (unsigned)mr);
     if (tr != mr)
         return weft_error(WEFT_ERR_ARG, "%s: %s passed root %d, this rank %d (the ranks passed different roots)", alg,
                           who, tr, mr);

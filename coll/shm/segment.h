@@ -429,10 +429,16 @@ static inline uint64_t weft_shm_sig_pack(uint64_t len, int root, int op, int dty
            ((uint64_t)((unsigned)op & 0xfu) << 52) | ((uint64_t)((unsigned)dtype & 0xfu) << 56);
 }
 /* The signature of call a whose message (the part the signature vouches
- * for: a vector, a block) is len bytes. */
+ * for: a vector, a block) is len bytes. A reduce_scatter has no root: its
+ * bits carry a hash of the receive counts instead (ranks whose counts
+ * differ with the same total would otherwise reduce each other's blocks
+ * as their own). */
 static inline uint64_t weft_shm_sig(const weft_coll_args_t *a, uint64_t len)
 {
-    return weft_shm_sig_pack(len, a->root, (int)a->op, (int)a->dtype);
+    int root = a->kind == WEFT_COLL_REDUCE_SCATTER && a->rcounts
+                   ? (int)(weft_coll_counts_hash(a->rcounts, a->comm->size) >> 52)
+                   : a->root;
+    return weft_shm_sig_pack(len, root, (int)a->op, (int)a->dtype);
 }
 static inline uint32_t weft_shm_sig32(uint64_t sig)
 {
