@@ -5,7 +5,6 @@
 #include "cuda_driver.h"
 #include "weft_internal.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>

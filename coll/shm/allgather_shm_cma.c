@@ -17,9 +17,7 @@ static int read_blocks(weft_shm_op_t *op, void *arg)
     if (g->dst[me] != g->send) memcpy(g->dst[me], g->send, g->bytes);
     for (int i = 1; i < n && !rc; i++) {
         int r = (me + i) % n;
-        const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
-        rc = c->cma_sig != g->sig ? weft_shm_sig_differs(r, -1, c->cma_sig, g->sig, "allgather_shm_cma")
-                                  : weft_shm_cma_read(g->dst[r], c->cma_pid, c->cma_addr, g->bytes, "allgather_shm_cma");
+        rc = weft_shm_cma_read_lent(op->sh, r, g->sig, 0, g->dst[r], g->bytes, "allgather_shm_cma");
     }
     return rc;
 }
@@ -27,8 +25,7 @@ static int read_blocks(weft_shm_op_t *op, void *arg)
 static int step(weft_sched_t *s, void *arg)
 {
     weft_shm_allgather_t *g = arg;
-    int r = weft_shm_cma_run(s, &g->op, g->send, g->sig, &g->rc, read_blocks, g);
-    return r == 1 && g->rc ? g->rc : r;
+    return weft_shm_cma_run(s, &g->op, g->send, g->sig, &g->rc, read_blocks, g);
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)

@@ -4,11 +4,11 @@
  * Every rank lends its input and its result buffer (pids and addresses in
  * its flag line, then its arrival flag). Rank r reduces chunk r (1/n of
  * the vector) of every rank's input, from its own on, in pieces
- * (weft_shm_cma_reduce: read a peer's piece, reduce it into an
- * accumulator), and writes it into chunk r of its own result (`reduced`
- * flag); then it reads chunk q of rank q's result for every q. Each byte
- * crosses between processes twice, the scratch is two pieces whatever the
- * vector, and every rank gets the same bits (one rank reduces each chunk,
+ * (weft_shm_cma_reduce: read a peer's piece, reduce it into chunk r of its
+ * own result) and raises `reduced`; then it reads chunk q of rank q's
+ * result for every q. Each byte crosses between processes twice, the
+ * scratch is one piece whatever the vector, and every rank gets the same
+ * bits (one rank reduces each chunk,
  * in one order). In place works: chunk q of a rank's buffer is
  * overwritten only after rank q, its only reader, raised `reduced`. A rank
  * returns when every member is done reading its buffers. Vectors from a
@@ -40,7 +40,7 @@ typedef struct {
     uint64_t sig; /* the call's (weft_shm_sig of the vector) */
     int rc;       /* the first failed read or signature mismatch */
     int next; /* phase 2: the next peer (offset from this rank) to read */
-    char *acc, *tmp;
+    char *tmp; /* a peer's piece */
 } allreduce_t;
 
 /* Chunk `me` of the result, piece by piece. */
@@ -50,7 +50,7 @@ static void reduce_chunk(allreduce_t *x)
     size_t off, len;
     weft_coll_block(x->count, sh->n, sh->me, &off, &len);
     if (len)
-        x->rc = weft_shm_cma_reduce(&x->op, x->send, x->sig, off, len, x->esize, x->dtype, x->rop, x->acc, x->tmp,
+        x->rc = weft_shm_cma_reduce(&x->op, x->send, x->sig, off, len, x->esize, x->dtype, x->rop, x->tmp,
                                     (char *)x->recv + off * x->esize, "allreduce_shm_cma");
 }
 
@@ -100,7 +100,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     size_t bytes = a->count * a->esize;
     weft_shm_t *sh = bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
-    allreduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 2 * WEFT_SHM_CMA_PIECE, "allreduce_shm_cma");
+    allreduce_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), WEFT_SHM_CMA_PIECE, "allreduce_shm_cma");
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->send = a->sendbuf;
     x->recv = a->recvbuf;
@@ -109,8 +109,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
     x->sig = weft_shm_sig(a, bytes);
-    x->acc = weft_shm_op_extra(x, sizeof(*x));
-    x->tmp = x->acc + WEFT_SHM_CMA_PIECE;
+    x->tmp = weft_shm_op_extra(x, sizeof(*x));
     return weft_sched_poll(s, step, x);
 }
 

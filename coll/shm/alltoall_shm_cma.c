@@ -30,10 +30,8 @@ static int read_blocks(weft_shm_op_t *op, void *arg)
     memcpy(g->recv + (size_t)me * g->block, g->send + (size_t)me * g->block, g->block);
     for (int i = 1; i < n && !rc; i++) {
         int r = (me + i) % n;
-        const weft_shm_ctrl_t *c = &op->sh->ctrl[r];
-        rc = c->cma_sig != g->sig ? weft_shm_sig_differs(r, -1, c->cma_sig, g->sig, "alltoall_shm_cma")
-                                  : weft_shm_cma_read(g->recv + (size_t)r * g->block, c->cma_pid,
-                                                      c->cma_addr + (size_t)me * g->block, g->block, "alltoall_shm_cma");
+        rc = weft_shm_cma_read_lent(op->sh, r, g->sig, (size_t)me * g->block, g->recv + (size_t)r * g->block, g->block,
+                                    "alltoall_shm_cma");
     }
     return rc;
 }
@@ -41,8 +39,7 @@ static int read_blocks(weft_shm_op_t *op, void *arg)
 static int step(weft_sched_t *s, void *arg)
 {
     alltoall_t *g = arg;
-    int r = weft_shm_cma_run(s, &g->op, g->send, g->sig, &g->rc, read_blocks, g);
-    return r == 1 && g->rc ? g->rc : r;
+    return weft_shm_cma_run(s, &g->op, g->send, g->sig, &g->rc, read_blocks, g);
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)

@@ -22,14 +22,14 @@ typedef struct {
     int dtype, rop;
     uint64_t sig; /* the call's (weft_shm_sig of the vector) */
     int rc;       /* the first failed read or signature mismatch */
-    char *acc, *tmp;
+    char *tmp; /* a peer's piece */
 } reduce_scatter_t;
 
 static int reduce_block(weft_shm_op_t *op, void *arg)
 {
     reduce_scatter_t *x = arg;
-    return x->len ? weft_shm_cma_reduce(op, x->send, x->sig, x->off, x->len, x->esize, x->dtype, x->rop, x->acc,
-                                        x->tmp, x->dst, "reduce_scatter_shm_cma")
+    return x->len ? weft_shm_cma_reduce(op, x->send, x->sig, x->off, x->len, x->esize, x->dtype, x->rop, x->tmp,
+                                        x->dst, "reduce_scatter_shm_cma")
                   : 0;
 }
 
@@ -37,10 +37,9 @@ static int step(weft_sched_t *s, void *arg)
 {
     reduce_scatter_t *x = arg;
     int r = weft_shm_cma_run(s, &x->op, x->send, x->sig, &x->rc, reduce_block, x);
-    if (r != 1) return r;
     /* every reader is done with this rank's input: in place, its block moves to the start */
-    if (!x->rc && x->dst != x->recv) memmove(x->recv, x->dst, x->len * x->esize);
-    return x->rc ? x->rc : 1;
+    if (r == 1 && x->dst != x->recv) memmove(x->recv, x->dst, x->len * x->esize);
+    return r;
 }
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -48,7 +47,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     size_t off, len, total = weft_coll_rs_block(a, &off, &len), bytes = total * a->esize;
     weft_shm_t *sh = bytes >= WEFT_SHM_CMA_MIN ? weft_shm_get_cma(a->comm) : NULL;
     if (!sh) return WEFT_ERR_UNSUPPORTED;
-    reduce_scatter_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 2 * WEFT_SHM_CMA_PIECE, "reduce_scatter_shm_cma");
+    reduce_scatter_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), WEFT_SHM_CMA_PIECE, "reduce_scatter_shm_cma");
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->send = a->sendbuf;
     x->recv = a->recvbuf;
@@ -59,8 +58,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     x->dtype = (int)a->dtype;
     x->rop = (int)a->op;
     x->sig = weft_shm_sig(a, bytes);
-    x->acc = weft_shm_op_extra(x, sizeof(*x));
-    x->tmp = x->acc + WEFT_SHM_CMA_PIECE;
+    x->tmp = weft_shm_op_extra(x, sizeof(*x));
     return weft_sched_poll(s, step, x);
 }
 

@@ -161,6 +161,14 @@ int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const 
     return 0;
 }
 
+int weft_shm_cma_read_lent(const weft_shm_t *sh, int r, uint64_t sig, size_t at, void *dst, size_t len,
+                           const char *alg)
+{
+    const weft_shm_ctrl_t *c = &sh->ctrl[r];
+    if (c->cma_sig != sig) return weft_shm_sig_differs(r, -1, c->cma_sig, sig, alg);
+    return weft_shm_cma_read(dst, c->cma_pid, c->cma_addr + at, len, alg);
+}
+
 int weft_shm_cma_run(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64_t sig, int *rc,
                      weft_shm_cma_work_fn work, void *arg)
 {
@@ -180,29 +188,26 @@ int weft_shm_cma_run(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64
     case 2:
         if (!weft_shm_wait(s, op, offsetof(weft_shm_ctrl_t, done), op->k + 1, -1, "done flag")) return 0;
         op->sh->completed = op->k + 1;
-        return 1;
+        return *rc ? *rc : 1;
     }
     return WEFT_ERR_INTERNAL;
 }
 
 int weft_shm_cma_reduce(const weft_shm_op_t *op, const char *mine, uint64_t sig, size_t off, size_t len, size_t esize,
-                        int dtype, int rop, char *acc, char *tmp, char *dst, const char *alg)
+                        int dtype, int rop, char *tmp, char *dst, const char *alg)
 {
     const weft_shm_t *sh = op->sh;
     size_t per = WEFT_SHM_CMA_PIECE / esize;
     for (size_t p = 0; p < len; p += per) {
         size_t cnt = len - p < per ? len - p : per, at = (off + p) * esize, bytes = cnt * esize;
-        memcpy(acc, mine + at, bytes);
+        char *acc = dst + p * esize; /* the piece's result, reduced where it goes */
+        if (acc != mine + at) memcpy(acc, mine + at, bytes);
         for (int i = 1; i < sh->n; i++) {
-            int q = (sh->me + i) % sh->n;
-            const weft_shm_ctrl_t *c = &sh->ctrl[q];
-            if (c->cma_sig != sig) return weft_shm_sig_differs(q, -1, c->cma_sig, sig, alg);
-            int rc = weft_shm_cma_read(tmp, c->cma_pid, c->cma_addr + at, bytes, alg);
+            int rc = weft_shm_cma_read_lent(sh, (sh->me + i) % sh->n, sig, at, tmp, bytes, alg);
             if (rc) return rc;
             weft_op_reduce((weft_op_t)rop, (weft_dtype_t)dtype, acc, tmp, cnt);
         }
         weft_op_finalize((weft_op_t)rop, (weft_dtype_t)dtype, acc, cnt, sh->n);
-        memcpy(dst + p * esize, acc, bytes);
     }
     return 0;
 }

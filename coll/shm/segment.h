@@ -249,29 +249,35 @@ int weft_shm_cma_usable(void);
 int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const char *alg);
 /* The single-copy reductions (allreduce_shm_cma, reduce_scatter_shm_cma)
  * go in pieces of this many bytes: a peer's piece is read into a scratch
- * and reduced into an accumulator, both of this size (the op's extra
- * bytes), so both stay in the cache whatever the vector. A rank starts
- * from its own piece and reads the next ranks' after it (rank me + 1
- * first), so the ranks do not all read one rank at once (process_vm_readv
- * serialises the readers of one address space); the order is fixed per
- * block, so a block's bits do not depend on timing. */
+ * of this size (the op's extra bytes) and reduced into the result, so both
+ * stay in the cache whatever the vector. A rank starts from its own piece
+ * and reads the next ranks' after it (rank me + 1 first), so the ranks do
+ * not all read one address space at once (process_vm_readv serialises the
+ * readers of one address space); the order is fixed per block, so a
+ * block's bits do not depend on timing. */
 #define WEFT_SHM_CMA_PIECE ((size_t)16 * 1024)
+/* After every member's arrival: reads len bytes at offset `at` of rank r's
+ * lent buffer into dst, once its lend carries signature sig. 0, or the
+ * mismatch or failed read (reported as alg's). */
+int weft_shm_cma_read_lent(const weft_shm_t *sh, int r, uint64_t sig, size_t at, void *dst, size_t len,
+                           const char *alg);
 /* After every member's arrival: reduces elements [off, off + len) of every
  * member's lent input (its lend must carry signature sig; this rank's own
- * is `mine`, its input's start), piece by piece through acc and tmp
- * (WEFT_SHM_CMA_PIECE bytes each), and writes each reduced piece
- * to dst (where element off goes). dst may be this rank's own input at the
- * same elements: a piece is written after its last read. 0, or the first
- * failed read or signature mismatch (reported as alg's). */
+ * is `mine`, its input's start), piece by piece through tmp
+ * (WEFT_SHM_CMA_PIECE bytes), into dst (where element off goes), which
+ * holds partial sums meanwhile: no other rank may read it before the call
+ * is done with it. dst may be this rank's own input at the same elements
+ * (a piece is its own accumulator then). 0, or the first failed read or
+ * signature mismatch (reported as alg's). */
 int weft_shm_cma_reduce(const weft_shm_op_t *op, const char *mine, uint64_t sig, size_t off, size_t len, size_t esize,
-                        int dtype, int rop, char *acc, char *tmp, char *dst, const char *alg);
+                        int dtype, int rop, char *tmp, char *dst, const char *alg);
 /* The shape the single-copy collectives share (allgather, alltoall,
  * reduce_scatter): start the op and lend buf with signature sig (phase
  * 0), wait for every member's arrival, run work (this rank's reads; its
- * status is kept in *rc, the first failure) and publish done even after a
+ * status is kept in *rc across the polls) and publish done even after a
  * failure (phase 1), then wait until every member is done, so the lent
- * buffer stays valid while read (phase 2). A polling step: 1 when done
- * (*rc then says how it went), 0 not yet, < 0 an error. */
+ * buffer stays valid while read (phase 2). A polling step: 1 when done, 0
+ * not yet, < 0 an error (work's included). */
 typedef int (*weft_shm_cma_work_fn)(weft_shm_op_t *op, void *arg);
 int weft_shm_cma_run(weft_sched_t *s, weft_shm_op_t *op, const void *buf, uint64_t sig, int *rc,
                      weft_shm_cma_work_fn work, void *arg);
