@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -14,17 +15,41 @@
 #include <time.h>
 #include <unistd.h>
 
-int th_free_port(void)
+/* A port below the kernel's ephemeral range (ip_local_port_range), free
+ * now: bind(0) elsewhere (a test's own listener, a store) never hands it
+ * out, so a test whose store comes up seconds later (a late rank 0) does
+ * not find another test's listener there. A random one of the range's
+ * ports, tried until one binds; bind(0) where the range leaves no room. */
+static int bind_port(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port)};
     socklen_t len = sizeof(sa);
-    int port = -1;
+    int got = -1;
     if (fd < 0) return -1;
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
+        got = ntohs(sa.sin_port);
     close(fd);
-    return port;
+    return got;
+}
+
+int th_free_port(void)
+{
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+        fclose(f);
+    }
+    if (lo > 12000)
+        for (int i = 0; i < 64; i++) {
+            uint32_t r = 0;
+            if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) break;
+            int port = bind_port(10000 + (int)(r % (uint32_t)(lo - 10000)));
+            if (port > 0) return port;
+        }
+    return bind_port(0);
 }
 
 static double now_s(void)
