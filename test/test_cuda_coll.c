@@ -27,16 +27,23 @@
 /* Every pipelined call pushes (by default only large allreduces and reduce_scatters do). */
 #define PUSH_ALL "WEFT_CUDA_COLL_PUSH=1"
 
-static void run4(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3,
-                 const char *extra4)
+/* n ranks run body with the tests' settings and up to 6 more (a NULL ends them early). */
+static void run6(int n, th_body_fn body, const char *const extra[6])
 {
     GPU_NEED();
-    const char *level = gpu_log_level_env();
-    const char *env[] = {level,  "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID, extra, extra2, extra3,
-                         extra4, NULL};
+    const char *env[11] = {gpu_log_level_env(), "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID};
+    for (int i = 0; i < 6; i++)
+        env[4 + i] = extra[i];
     th_result_t res = th_run(n, body, NULL, 240, env);
     cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
+}
+
+static void run4(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3,
+                 const char *extra4)
+{
+    const char *const extras[6] = {extra, extra2, extra3, extra4, NULL, NULL};
+    run6(n, body, extras);
 }
 
 static void run3(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3)
@@ -258,9 +265,9 @@ Test(cuda_coll, allreduce_two_shot_4_ranks, .timeout = 600)
 }
 
 /* The pipelined kernel, pushing, for every call that does not fuse (3 and 4 ranks: nothing fused and no LL
- * kernel, so every type, op and count runs pushed): with 4 KiB slots and 16 blocks its positions are 128
- * bytes (a pushed allreduce's places 32 bytes on 2 ranks, 16 on 3 and 4), so every block reuses each position
- * many times; on 1 and 2 ranks fused and pipelined calls alternate on the communicator. */
+ * kernel, so every type, op and count runs pushed): with 4 KiB slots, 16 blocks and 2 positions a block its
+ * positions are 256 bytes (a pushed allreduce's places 64 bytes on 2 ranks, 32 on 3 and 4), so every block
+ * reuses each position many times; on 1 and 2 ranks fused and pipelined calls alternate on the communicator. */
 Test(cuda_coll, allreduce_pipelined_1_rank, .timeout = 600)
 {
     run2(1, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
@@ -290,6 +297,31 @@ Test(cuda_coll, allreduce_pipelined_read_3_ranks, .timeout = 600)
 Test(cuda_coll, allreduce_pipelined_read_4_ranks, .timeout = 600)
 {
     run2(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
+}
+
+/* The pipelined kernel's unit order, every call pipelined: each unit filled, then consumed (0 ahead), and 8
+ * positions a block with 7 units filled ahead of the one consumed; for the others, which fill none ahead by
+ * default (2 positions; allreduce 1 ahead), 1 ahead; pushed and read; an ahead past depth - 1 is cut to it (1
+ * position and 1 ahead: 0; 8 and 9: 7). */
+static void run_pipe_order(int n, th_body_fn body, const char *push, const char *depth, const char *ahead)
+{
+    const char *const extras[6] = {"WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0",
+                                   push, depth, ahead};
+    run6(n, body, extras);
+}
+
+Test(cuda_coll, allreduce_pipelined_in_order_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0");
+    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=1",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+}
+
+Test(cuda_coll, allreduce_pipelined_far_ahead_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7");
+    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=8",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=9");
 }
 
 /* Byte patterns through the data-moving collectives and reduce /
@@ -530,6 +562,20 @@ Test(cuda_coll, others_pipelined_read_3_ranks, .timeout = 600)
 Test(cuda_coll, others_pipelined_read_4_ranks, .timeout = 600)
 {
     run3(4, body_others, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0");
+}
+
+Test(cuda_coll, others_pipelined_one_ahead_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=2",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+}
+
+Test(cuda_coll, others_pipelined_far_ahead_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7");
+    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=8",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=7");
 }
 
 /* Stream-ordered calls: enqueued on a stream of the caller's, with a work

@@ -37,11 +37,12 @@ static struct {
     int window;      /* WEFT_CUDA_COLL_WINDOW */
     int two_shot;    /* WEFT_CUDA_COLL_TWO_SHOT */
     int push;        /* WEFT_CUDA_COLL_PUSH */
+    int pipe_depth;  /* WEFT_CUDA_COLL_PIPE_DEPTH */
+    int pipe_ahead;  /* WEFT_CUDA_COLL_PIPE_AHEAD */
 } cvars;
 
-/* The pipelined kernel's launch: blocks (within the max_ctas / min_ctas
- * hints), positions per block, threads per block. */
-enum { PIPE_DEPTH = 4, PIPE_THREADS = 512 };
+/* The pipelined kernel's threads per block. */
+enum { PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "65536",
@@ -72,10 +73,10 @@ static const weft_var_t vars[] = {
      &cvars.enabled, 0},
     {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: bytes of each of a rank's two scratch slots (its device memory, mapped by its peers); larger "
-     "messages go in chunks of this size, one barrier each. Costs 2 x this + 64 KiB of device memory per rank "
-     "and communicator that runs a GPU collective. auto: 8 MiB where ranks share a GPU, 32 MiB where every rank "
-     "has its own (measured on four H100s: 1.1-1.5x the bus bandwidth of 8 MiB slots for allreduce, "
-     "reduce_scatter and alltoall from 16 MiB)",
+     "messages go in chunks of this size, one barrier each. Costs 2 x this + about 2 MiB (the "
+     "flags and the LL area) of device memory per rank and communicator that runs a GPU collective. auto: 8 MiB "
+     "where ranks share a GPU, 32 MiB where every rank has its own (measured on four H100s: 1.1-1.5x the bus "
+     "bandwidth of 8 MiB slots for allreduce, reduce_scatter and alltoall from 16 MiB)",
      &cvars.slot, 0},
     {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT, "16384",
      "coll/cuda: calls that stage up to this many bytes per rank run as one launch of one thread block (stage, "
@@ -96,9 +97,21 @@ static const weft_var_t vars[] = {
      "allreduce from 128 MiB, reduce_scatter from 256 MiB, the others always (measured on four H100s); 0: never",
      &cvars.push, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
-     "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs); each "
-     "gets 256 / this many of the slots' positions, at most 4",
+     "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs)",
      &cvars.pipe_blocks, 0},
+    {"WEFT_CUDA_COLL_PIPE_DEPTH", WEFT_VAR_INT, "2",
+     "coll/cuda: positions of the slots per block of the pipelined kernel (at most 512 / blocks): the units a "
+     "block may have in flight; the slots are cut into blocks x this many positions, so more positions make "
+     "smaller units (measured on four H100s, 32 MiB - 1 GiB: 4 positions gave allreduce, bcast and reduce_scatter "
+     "0.80-0.94x the bus bandwidth of 2 at most sizes, the others 0.97-1.08x)",
+     &cvars.pipe_depth, 0},
+    {"WEFT_CUDA_COLL_PIPE_AHEAD", WEFT_VAR_INT_AUTO, "auto",
+     "coll/cuda: units a block of the pipelined kernel fills (stages or pushes) ahead of the one it consumes, so "
+     "its peers' flags for that one are on their way while it works (at most the depth - 1); 0: each unit "
+     "filled, then consumed. auto: 1 for allreduce, 0 for the others (measured on four H100s at 128 MiB - 1 GiB: "
+     "1 ahead gave allreduce 1.02-1.07x the bus bandwidth of 0, allgather 0.91-0.95x, the others "
+     "0.97-1.04x)",
+     &cvars.pipe_ahead, 0},
 };
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
@@ -205,16 +218,17 @@ typedef struct weft_window cuda_window_t;
 /* The variables that decide a call's protocol from its size: they must be
  * the same on every rank of a communicator (else ranks pass different
  * numbers of barriers for one call), so setup compares them. */
-enum { NKNOBS = 7 };
+enum { NKNOBS = 9 };
 static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED",       "WEFT_CUDA_COLL_LL",
                                                "WEFT_CUDA_COLL_PIPE",        "WEFT_CUDA_COLL_PIPE_BLOCKS",
                                                "WEFT_CUDA_COLL_TWO_SHOT",    "WEFT_CUDA_COLL_WINDOW",
-                                               "WEFT_CUDA_COLL_PUSH"};
+                                               "WEFT_CUDA_COLL_PUSH",        "WEFT_CUDA_COLL_PIPE_DEPTH",
+                                               "WEFT_CUDA_COLL_PIPE_AHEAD"};
 /* As set (-1: auto, resolved at setup from whether ranks share a GPU). */
 static void knobs_of(int32_t *k)
 {
     k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
-    k[5] = cvars.window, k[6] = cvars.push;
+    k[5] = cvars.window, k[6] = cvars.push, k[7] = cvars.pipe_depth, k[8] = cvars.pipe_ahead;
 }
 
 /* What each rank tells the others at setup. */
@@ -776,7 +790,8 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
     if (g > (unsigned)st->m->sms) g = (unsigned)st->m->sms;
     if (g > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS;
     if (g < 1) g = 1;
-    unsigned depth = WEFT_CK_PIPE_MAXPOS / g < PIPE_DEPTH ? WEFT_CK_PIPE_MAXPOS / g : PIPE_DEPTH;
+    unsigned want = cvars.pipe_depth > 1 ? (unsigned)cvars.pipe_depth : 1;
+    unsigned depth = WEFT_CK_PIPE_MAXPOS / g < want ? WEFT_CK_PIPE_MAXPOS / g : want;
     size_t posbytes = 2 * st->slot / ((size_t)g * depth);
     size_t piece = posbytes / (size_t)p.pos_pieces / 16 * 16;
     p.unit_elems = piece / p.esize;
@@ -785,6 +800,8 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
     if (p.units >= (size_t)1 << 24) return WEFT_SUCCESS; /* a flag value holds a unit's number in 24 bits */
     if (p.units < g) g = (unsigned)p.units;
     p.depth = (int)depth;
+    int ahead = cvars.pipe_ahead >= 0 ? cvars.pipe_ahead : a->kind == WEFT_COLL_ALLREDUCE ? 1 : 0;
+    p.ahead = ahead < (int)depth ? ahead : (int)depth - 1;
     int rc = barrier(op);
     if (rc) return rc;
     *piped = 1;
@@ -1650,7 +1667,7 @@ static const weft_coll_alg_t *const algorithms[] = {
     NULL,
 };
 
-static const int max_ranks = 8, hdr = WEFT_CK_HDR, pipe_depth = PIPE_DEPTH;
+static const int max_ranks = 8, hdr = WEFT_CK_HDR;
 
 static const weft_coll_param_t params[] = {
     {"slot", "every coll/cuda algorithm", &cvars.slot, "bytes", "WEFT_CUDA_COLL_SLOT",
@@ -1678,8 +1695,11 @@ static const weft_coll_param_t params[] = {
      "reduce_scatter 256 MiB, the others always)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
-    {"pipe_depth", "every coll/cuda algorithm", &pipe_depth, "positions", NULL,
-     "slot positions per block of the pipelined kernel, at most (256 / blocks when fewer)"},
+    {"pipe_depth", "every coll/cuda algorithm", &cvars.pipe_depth, "positions", "WEFT_CUDA_COLL_PIPE_DEPTH",
+     "slot positions per block of the pipelined kernel (512 / blocks at most): units in flight per block"},
+    {"pipe_ahead", "every coll/cuda algorithm", &cvars.pipe_ahead, "units", "WEFT_CUDA_COLL_PIPE_AHEAD",
+     "units a pipelined block fills ahead of the one it consumes (depth - 1 at most; auto: allreduce 1, the "
+     "others 0)"},
 };
 
 const weft_coll_component_t weft_coll_cuda = {

@@ -804,6 +804,55 @@ __device__ __forceinline__ void pipe_reduce(const char *const (&base)[MAXR], int
         reduce_range<Op>(base, nranks, o, ne, tid, nth);
 }
 
+/* Unit j of this block: its number, first element, position and flag value. */
+struct pipe_unit_t {
+    size_t u, e0;
+    int pos;
+    unsigned long long v;
+};
+
+__device__ __forceinline__ pipe_unit_t pipe_unit(const weft_ck_pipe_args_t &a, unsigned long long seq, size_t j,
+                                                 int depth)
+{
+    pipe_unit_t t;
+    t.u = blockIdx.x + j * gridDim.x;
+    t.e0 = t.u * a.unit_elems;
+    t.pos = (int)(blockIdx.x + (j % (size_t)depth) * gridDim.x);
+    t.v = (seq << 24) | (unsigned long long)(t.u + 1);
+    return t;
+}
+
+/* Thread 0 waits (pipe_wait) unless skip; every thread then learns the outcome (1: go on). */
+__device__ __forceinline__ int pipe_wait_all(const weft_ck_pipe_args_t &a, int &ok_s, bool skip, char *mine,
+                                             size_t off, int pos, unsigned mask, unsigned long long v)
+{
+    if (!skip && threadIdx.x == 0 && !pipe_wait(a, mine, off, pos, mask, v))
+        ok_s = 0;
+    __syncthreads();
+    return ok_s;
+}
+
+/* A block's units in order: produce(j) (wait until unit j's position is free, fill it, announce), then
+ * consume(j - ahead) (wait for its producers, use it, tell them), so a block fills the next positions while
+ * its peers' flags for an earlier unit are on their way. ahead < depth, so the two units never share a
+ * position. Deadlock-free: step s of a rank waits only for what its peers post in steps before s, or earlier
+ * in step s (mode 3's rdy2 before its wait). Returns the block's unit count, or -1 when a wait met the abort
+ * word (the kernel then ends). */
+template <class P, class C>
+__device__ __forceinline__ long long pipe_loop(const weft_ck_pipe_args_t &a, int depth, P produce, C consume)
+{
+    const size_t G = gridDim.x, b = blockIdx.x;
+    const size_t J = a.units > b ? (a.units - b + G - 1) / G : 0;
+    const size_t L = a.ahead <= 0 ? 0 : a.ahead < depth ? (size_t)a.ahead : (size_t)depth - 1;
+    for (size_t s = 0; s < J + L; s++) {
+        if (s < J && !produce(s))
+            return -1;
+        if (s >= L && !consume(s - L))
+            return -1;
+    }
+    return (long long)J;
+}
+
 template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const weft_ck_pipe_args_t &a)
 {
     __shared__ int ok_s;
@@ -814,68 +863,66 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
-    const unsigned G = gridDim.x, b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+    const unsigned G = gridDim.x, tid = threadIdx.x, nth = blockDim.x;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
     char *mine = pick_region(a, a.rank);
     const size_t piece = a.unit_elems * a.esize, posbytes = piece * (size_t)a.npieces;
     if (tid == 0)
         ok_s = 1;
     __syncthreads();
-    size_t j = 0;
-    for (size_t u = b; u < a.units; u += G, j++) {
-        const int pos = (int)(b + (j % (size_t)depth) * G);
-        const unsigned long long v = (seq << 24) | (unsigned long long)(u + 1);
-        const size_t e0 = u * a.unit_elems, ne = a.count - e0 < a.unit_elems ? a.count - e0 : a.unit_elems;
-        /* 1. the position is free: its consumers read its previous unit */
-        if (j >= (size_t)depth && a.stage_on && tid == 0 &&
-            !pipe_wait(a, mine, WEFT_CK_PIPE_DN, pos, a.cons_mask, v - (unsigned long long)depth * G))
-            ok_s = 0;
+    /* 1. the position is free: its consumers read its previous unit; 2. stage and announce */
+    auto produce = [&](size_t j) -> bool {
+        if (!a.stage_on)
+            return true;
+        const pipe_unit_t t = pipe_unit(a, seq, j, depth);
+        const size_t ne = a.count - t.e0 < a.unit_elems ? a.count - t.e0 : a.unit_elems;
+        if (!pipe_wait_all(a, ok_s, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, a.cons_mask,
+                           t.v - (unsigned long long)depth * G))
+            return false;
+        char *dst = mine + WEFT_CK_HDR + (size_t)t.pos * posbytes;
+        for (int k = 0; k < a.npieces; k++)
+            copy_any(dst + (size_t)k * piece, a.in + (size_t)k * a.in_stride + t.e0 * a.esize, ne * a.esize, tid,
+                     nth);
+        __threadfence_system();
         __syncthreads();
-        if (!ok_s)
-            return;
-        /* 2. stage and announce */
-        if (a.stage_on) {
-            char *dst = mine + WEFT_CK_HDR + (size_t)pos * posbytes;
-            for (int k = 0; k < a.npieces; k++)
-                copy_any(dst + (size_t)k * piece, a.in + (size_t)k * a.in_stride + e0 * a.esize, ne * a.esize, tid,
-                         nth);
-            __threadfence_system();
-            __syncthreads();
-            if (tid == 0)
-                pipe_post(a, WEFT_CK_PIPE_RDY, pos, a.cons_mask, v);
-        }
+        if (tid == 0)
+            pipe_post(a, WEFT_CK_PIPE_RDY, t.pos, a.cons_mask, t.v);
+        return true;
+    };
+    /* 3. wait for the producers, consume, tell them */
+    auto consume = [&](size_t j) -> bool {
         if (!a.consume_on)
-            continue;
-        /* 3. wait for the producers, consume, tell them */
-        if (tid == 0 && !pipe_wait(a, mine, WEFT_CK_PIPE_RDY, pos, a.read_mask, v))
-            ok_s = 0;
-        __syncthreads();
-        if (!ok_s)
-            return;
+            return true;
+        const pipe_unit_t t = pipe_unit(a, seq, j, depth);
+        const size_t ne = a.count - t.e0 < a.unit_elems ? a.count - t.e0 : a.unit_elems;
+        if (!pipe_wait_all(a, ok_s, false, mine, WEFT_CK_PIPE_RDY, t.pos, a.read_mask, t.v))
+            return false;
         if (REDUCE) {
             const char *base[MAXR];
 #pragma unroll
             for (int p = 0; p < MAXR; p++)
-                base[p] = pick_region(a, p < nranks ? p : 0) + WEFT_CK_HDR + (size_t)pos * posbytes +
+                base[p] = pick_region(a, p < nranks ? p : 0) + WEFT_CK_HDR + (size_t)t.pos * posbytes +
                           (size_t)a.red_piece * piece;
-            pipe_reduce<Op>(base, nranks, static_cast<char *>(a.out) + e0 * a.esize, ne, tid, nth);
+            pipe_reduce<Op>(base, nranks, static_cast<char *>(a.out) + t.e0 * a.esize, ne, tid, nth);
         } else {
 #pragma unroll
             for (int p = 0; p < MAXR; p++) {
                 if (p >= nranks || !((a.read_mask >> p & 1) || (p == a.rank && a.copy_self)))
                     continue;
-                copy_any(a.dst[p] + e0 * a.esize,
-                         pick_region(a, p) + WEFT_CK_HDR + (size_t)pos * posbytes + (size_t)a.copy_piece * piece,
+                copy_any(a.dst[p] + t.e0 * a.esize,
+                         pick_region(a, p) + WEFT_CK_HDR + (size_t)t.pos * posbytes + (size_t)a.copy_piece * piece,
                          ne * a.esize, tid, nth);
             }
         }
         __syncthreads();
         if (tid == 0)
-            pipe_post(a, WEFT_CK_PIPE_DN, pos, a.read_mask, v);
-    }
+            pipe_post(a, WEFT_CK_PIPE_DN, t.pos, a.read_mask, t.v);
+        return true;
+    };
+    const long long units = pipe_loop(a, depth, produce, consume);
     /* every position this block used: its last unit was read */
-    if (a.stage_on && tid == 0)
-        pipe_drain(a, mine, a.cons_mask, seq, j, depth);
+    if (units >= 0 && a.stage_on && tid == 0)
+        pipe_drain(a, mine, a.cons_mask, seq, (size_t)units, depth);
 }
 
 /* The pushed form (kernels.h: weft_ck_pipe_args, push; MODE 1 reduce, 2 copy, 3 allreduce). Same
@@ -886,7 +933,7 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
-    const unsigned G = gridDim.x, b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+    const unsigned G = gridDim.x, tid = threadIdx.x, nth = blockDim.x;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
     const int places = a.pos_pieces < 1 ? 1 : a.pos_pieces;
     char *mine = pick_region(a, a.rank);
@@ -894,42 +941,38 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
     if (tid == 0)
         ok_s = 1;
     __syncthreads();
-    size_t j = 0;
-    for (size_t u = b; u < a.units; u += G, j++) {
-        const int pos = (int)(b + (j % (size_t)depth) * G);
-        const unsigned long long v = (seq << 24) | (unsigned long long)(u + 1);
-        const size_t e0 = u * a.unit_elems;
-        char *here = mine + WEFT_CK_HDR + (size_t)pos * posbytes; /* this rank's position */
-        /* 1. the position is free in every consumer's region: each read this rank's previous unit there */
-        if (j >= (size_t)depth && a.stage_on && tid == 0 &&
-            !pipe_wait(a, mine, WEFT_CK_PIPE_DN, pos, a.cons_mask, v - (unsigned long long)depth * G))
-            ok_s = 0;
-        __syncthreads();
-        if (!ok_s)
-            return;
-        /* 2. push each consumer its piece, at this rank's place, and announce */
-        if (a.stage_on) {
-            for (int c = 0; c < nranks; c++) {
-                if (!(a.cons_mask >> c & 1))
-                    continue;
-                const int k = a.npieces == 1 ? 0 : c;
-                copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)pos * posbytes + (size_t)(a.rank % places) * piece,
-                         a.in + (size_t)k * a.in_stride + e0 * es,
-                         pipe_span(pipe_piece_count(a, k), e0, a.unit_elems) * es, tid, nth);
-            }
-            __threadfence_system();
-            __syncthreads();
-            if (tid == 0)
-                pipe_post(a, WEFT_CK_PIPE_RDY, pos, a.cons_mask, v);
+    /* 1. the position is free in every consumer's region: each read this rank's previous unit there;
+     * 2. push each consumer its piece, at this rank's place, and announce */
+    auto produce = [&](size_t j) -> bool {
+        if (!a.stage_on)
+            return true;
+        const pipe_unit_t t = pipe_unit(a, seq, j, depth);
+        if (!pipe_wait_all(a, ok_s, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, a.cons_mask,
+                           t.v - (unsigned long long)depth * G))
+            return false;
+        for (int c = 0; c < nranks; c++) {
+            if (!(a.cons_mask >> c & 1))
+                continue;
+            const int k = a.npieces == 1 ? 0 : c;
+            copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)t.pos * posbytes + (size_t)(a.rank % places) * piece,
+                     a.in + (size_t)k * a.in_stride + t.e0 * es,
+                     pipe_span(pipe_piece_count(a, k), t.e0, a.unit_elems) * es, tid, nth);
         }
-        if (!a.consume_on)
-            continue;
-        /* 3. wait for the producers; consume out of this rank's own memory */
-        if (tid == 0 && !pipe_wait(a, mine, WEFT_CK_PIPE_RDY, pos, a.read_mask, v))
-            ok_s = 0;
+        __threadfence_system();
         __syncthreads();
-        if (!ok_s)
-            return;
+        if (tid == 0)
+            pipe_post(a, WEFT_CK_PIPE_RDY, t.pos, a.cons_mask, t.v);
+        return true;
+    };
+    /* 3. wait for the producers; consume out of this rank's own memory */
+    auto consume = [&](size_t j) -> bool {
+        if (!a.consume_on)
+            return true;
+        const pipe_unit_t t = pipe_unit(a, seq, j, depth);
+        const size_t e0 = t.e0;
+        char *here = mine + WEFT_CK_HDR + (size_t)t.pos * posbytes; /* this rank's position */
+        if (!pipe_wait_all(a, ok_s, false, mine, WEFT_CK_PIPE_RDY, t.pos, a.read_mask, t.v))
+            return false;
         if (MODE != 2) {
             const size_t ne = pipe_span(pipe_piece_count(a, a.red_piece), e0, a.unit_elems);
             const size_t at = (MODE == 3 ? (size_t)a.red_piece * a.in_stride : 0) + e0 * es;
@@ -945,19 +988,19 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
                 __syncthreads();
                 for (int c = 0; c < nranks; c++)
                     if (a.cons_mask >> c & 1)
-                        copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)pos * posbytes +
+                        copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)t.pos * posbytes +
                                      (size_t)((nranks + a.rank) % places) * piece,
                                  o, ne * es, tid, nth);
                 __threadfence_system();
                 __syncthreads();
                 if (tid == 0) {
-                    pipe_post(a, WEFT_CK_PIPE_RDY2, pos, a.cons_mask, v);
-                    if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, pos, a.read_mask, v))
+                    pipe_post(a, WEFT_CK_PIPE_RDY2, t.pos, a.cons_mask, t.v);
+                    if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, t.pos, a.read_mask, t.v))
                         ok_s = 0;
                 }
                 __syncthreads();
                 if (!ok_s)
-                    return;
+                    return false;
                 for (int p = 0; p < nranks; p++)
                     if (a.read_mask >> p & 1)
                         copy_any(static_cast<char *>(a.out) + (size_t)p * a.in_stride + e0 * es,
@@ -979,11 +1022,13 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
         }
         __syncthreads();
         if (tid == 0)
-            pipe_post(a, WEFT_CK_PIPE_DN, pos, a.read_mask, v);
-    }
+            pipe_post(a, WEFT_CK_PIPE_DN, t.pos, a.read_mask, t.v);
+        return true;
+    };
+    const long long units = pipe_loop(a, depth, produce, consume);
     /* every consumer read this block's last units (the next call may push at once) */
-    if (a.stage_on && tid == 0)
-        pipe_drain(a, mine, a.cons_mask, seq, j, depth);
+    if (units >= 0 && a.stage_on && tid == 0)
+        pipe_drain(a, mine, a.cons_mask, seq, (size_t)units, depth);
 }
 
 /* The pushed bcast (kernels.h: weft_ck_pipe_args, mode 4): the root scatters each unit's parts, each other
@@ -994,7 +1039,7 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
-    const unsigned G = gridDim.x, b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+    const unsigned G = gridDim.x, tid = threadIdx.x, nth = blockDim.x;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
     const int me = a.rank, root = a.root, places = a.pos_pieces < 1 ? 1 : a.pos_pieces;
     const unsigned all = (1u << nranks) - 1, others = all & ~(1u << me) & ~(1u << root);
@@ -1005,39 +1050,38 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
     if (tid == 0)
         ok_s = 1;
     __syncthreads();
-    size_t j = 0;
-    for (size_t u = b; u < a.units; u += G, j++) {
-        const int pos = (int)(b + (j % (size_t)depth) * G);
-        const unsigned long long v = (seq << 24) | (unsigned long long)(u + 1);
-        const size_t e0 = u * a.unit_elems, at = (size_t)pos * posbytes + WEFT_CK_HDR;
-        char *here = mine + at;
-        if (j >= (size_t)depth && tid == 0 &&
-            !pipe_wait(a, mine, WEFT_CK_PIPE_DN, pos, writes_to, v - (unsigned long long)depth * G))
-            ok_s = 0;
-        __syncthreads();
-        if (!ok_s)
-            return;
-        if (me == root) { /* scatter: part kc to its owner c */
-            for (int c = 0; c < nranks; c++) {
-                if (c == root)
-                    continue;
-                const int kc = c < root ? c : c - 1;
-                copy_any(pick_region(a, c) + at, a.in + (size_t)kc * a.in_stride + e0,
-                         pipe_span(pipe_piece_count(a, kc), e0, a.unit_elems), tid, nth);
-            }
-            __threadfence_system();
-            __syncthreads();
-            if (tid == 0)
-                pipe_post(a, WEFT_CK_PIPE_RDY, pos, writes_to, v);
-            continue;
+    /* every rank: the position is free where this rank writes; the root: scatter part kc to its owner c */
+    auto produce = [&](size_t j) -> bool {
+        const pipe_unit_t t = pipe_unit(a, seq, j, depth);
+        const size_t at = (size_t)t.pos * posbytes + WEFT_CK_HDR;
+        if (!pipe_wait_all(a, ok_s, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, writes_to,
+                           t.v - (unsigned long long)depth * G))
+            return false;
+        if (me != root)
+            return true;
+        for (int c = 0; c < nranks; c++) {
+            if (c == root)
+                continue;
+            const int kc = c < root ? c : c - 1;
+            copy_any(pick_region(a, c) + at, a.in + (size_t)kc * a.in_stride + t.e0,
+                     pipe_span(pipe_piece_count(a, kc), t.e0, a.unit_elems), tid, nth);
         }
-        const size_t ne = pipe_span(pipe_piece_count(a, k), e0, a.unit_elems);
-        if (tid == 0 && !pipe_wait(a, mine, WEFT_CK_PIPE_RDY, pos, 1u << root, v))
-            ok_s = 0;
+        __threadfence_system();
         __syncthreads();
-        if (!ok_s)
-            return;
-        /* this rank's part: to its output and on to every other non-root rank */
+        if (tid == 0)
+            pipe_post(a, WEFT_CK_PIPE_RDY, t.pos, writes_to, t.v);
+        return true;
+    };
+    /* every other rank: its part to its output and on to every other non-root rank, then theirs */
+    auto consume = [&](size_t j) -> bool {
+        if (me == root)
+            return true;
+        const pipe_unit_t t = pipe_unit(a, seq, j, depth);
+        const size_t e0 = t.e0, at = (size_t)t.pos * posbytes + WEFT_CK_HDR;
+        char *here = mine + at;
+        const size_t ne = pipe_span(pipe_piece_count(a, k), e0, a.unit_elems);
+        if (!pipe_wait_all(a, ok_s, false, mine, WEFT_CK_PIPE_RDY, t.pos, 1u << root, t.v))
+            return false;
         copy_any(out + (size_t)k * a.in_stride + e0, here, ne, tid, nth);
         for (int q = 0; q < nranks; q++)
             if (others >> q & 1)
@@ -1045,13 +1089,13 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
         __threadfence_system();
         __syncthreads();
         if (tid == 0) {
-            pipe_post(a, WEFT_CK_PIPE_RDY2, pos, others, v);
-            if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, pos, others, v))
+            pipe_post(a, WEFT_CK_PIPE_RDY2, t.pos, others, t.v);
+            if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, t.pos, others, t.v))
                 ok_s = 0;
         }
         __syncthreads();
         if (!ok_s)
-            return;
+            return false;
         for (int q = 0; q < nranks; q++) {
             if (!(others >> q & 1))
                 continue;
@@ -1061,11 +1105,13 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
         }
         __syncthreads();
         if (tid == 0)
-            pipe_post(a, WEFT_CK_PIPE_DN, pos, others | 1u << root, v);
-    }
+            pipe_post(a, WEFT_CK_PIPE_DN, t.pos, others | 1u << root, t.v);
+        return true;
+    };
+    const long long units = pipe_loop(a, depth, produce, consume);
     /* every rank this one wrote into read its last units */
-    if (tid == 0)
-        pipe_drain(a, mine, writes_to, seq, j, depth);
+    if (units >= 0 && tid == 0)
+        pipe_drain(a, mine, writes_to, seq, (size_t)units, depth);
 }
 
 template <class Op> __device__ __forceinline__ void pipe_any(const weft_ck_pipe_args_t &a)

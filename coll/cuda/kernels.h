@@ -23,17 +23,17 @@
 #include <stddef.h>
 
 #define WEFT_CK_MAX_RANKS 8
-/* Bytes before the slots: the flags (64 KiB), then the LL area
+/* Bytes before the slots: the flags (128 KiB), then the LL area
  * (WEFT_CK_LL_OFF: 2 parities x WEFT_CK_MAX_RANKS senders x WEFT_CK_LL_SLOT
  * bytes of 16-byte lines; see weft_ck_ll_args). */
 #define WEFT_CK_LL_MAX 65536                     /* bytes of a piece of an LL call, at most */
 #define WEFT_CK_LL_SLOT (2 * WEFT_CK_LL_MAX)     /* a sender's lines for one parity: 16 bytes per 8 */
-#define WEFT_CK_LL_OFF 65536
+#define WEFT_CK_LL_OFF 131072
 #define WEFT_CK_HDR (WEFT_CK_LL_OFF + 2 * WEFT_CK_MAX_RANKS * WEFT_CK_LL_SLOT)
 /* The pipelined kernels' flags, in the header after the barrier's:
  * unsigned long long rdy[WEFT_CK_PIPE_MAXPOS][WEFT_CK_MAX_RANKS] at
  * WEFT_CK_PIPE_RDY, dn[..][..] at WEFT_CK_PIPE_DN (see weft_ck_pipe_args). */
-#define WEFT_CK_PIPE_MAXPOS 256
+#define WEFT_CK_PIPE_MAXPOS 512
 #define WEFT_CK_PIPE_RDY 4096
 #define WEFT_CK_PIPE_DN (WEFT_CK_PIPE_RDY + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
 /* rdy2[..][..]: a pushed allreduce's second phase (its reduced pieces are in place) */
@@ -195,7 +195,10 @@ typedef struct weft_ck_fused_args {
  *      dst[p] + u * unit_elems; then release-store v into dn[pos][rank] of
  *      every producer's region;
  * and at the end every block waits for its positions' last dn, so the next
- * call (of either protocol) may stage at once. count: elements per piece
+ * call (of either protocol) may stage at once. A block runs steps 1-2 of its
+ * unit j before step 3 of its unit j - ahead (0 <= ahead < depth: the two
+ * never share a position), so its peers' flags for the earlier unit are on
+ * their way while it fills the later one. count: elements per piece
  * in the whole call (the last unit is short). Waits watch ctl.abort as the
  * barrier's do (1 + the awaited rank in *ctl.error). A poisoned counter
  * (the barrier before was aborted): the kernel ends at once.
@@ -239,7 +242,7 @@ typedef struct weft_ck_pipe_args {
     int op;
     unsigned read_mask, cons_mask; /* bit p: rank p */
     int stage_on, consume_on, copy_self;
-    int npieces, depth, red_piece, copy_piece;
+    int npieces, depth, ahead, red_piece, copy_piece;
     size_t units, unit_elems, esize, count;
     const char *in;
     size_t in_stride; /* bytes between the input's pieces */
