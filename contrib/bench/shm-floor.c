@@ -54,7 +54,17 @@
  *   arb-ll-dir      arb-ll, each line written whole with MOVDIR64B (a
  *                   64-byte direct store: no ownership read; x86 CPUs
  *                   with the movdir64b flag)
- * The arb-* protocols check the sum of the last call. */
+ *   big-cma-allgather, big-cma-bcast, big-cma-alltoall
+ *                   large blocks (-b up to 64 MiB) in each rank's private
+ *                   memory, read by the others with process_vm_readv
+ *                   (coll/shm's shm_cma: allgather every peer's block from
+ *                   the next rank on, bcast rank 0's, alltoall block `me`
+ *                   of every peer's), a tree barrier after each call
+ *   big-shm-allgather, big-shm-bcast, big-shm-alltoall
+ *                   the same blocks in one shared mapping, copied with
+ *                   memcpy: the memory's floor for one copy of each byte
+ * The arb-* protocols check the sum of the last call; the big-* ones the
+ * first and last byte of every block. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -65,6 +75,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,6 +104,8 @@ typedef struct {
     float body[MAXR][4][1024] __attribute__((aligned(4096))); /* arb-*: bodies of up to 4 KiB */
     ll_line_t ll[MAXR][4][LL_LINES];                          /* arb-ll*: the same in flagged lines */
     double result[MAXR];
+    pid_t pid[MAXR];       /* big-cma-*: every rank's pid and block address */
+    char *src[MAXR];
 } shared_t;
 
 static int n = 8, iters = 100000, radix = 8, first = 0, step = 1;
@@ -497,6 +511,81 @@ static void arb_tree(int me, uint64_t k)
     memcpy(out_buf, payload(0, b), bytes);
 }
 
+/* big-*: this rank's source (bcast, allgather: one block; alltoall: n
+ * blocks, block j for rank j) and result (n blocks; bcast: one); the
+ * shm forms' sources lie in big_shared (rank r's at r * src_bytes). Block
+ * j of rank r holds the byte (r * 31 + j) & 255. */
+static char *big_shared, *big_src, *big_dst;
+static size_t src_bytes(const char *proto)
+{
+    return strstr(proto, "alltoall") ? (size_t)n * bytes : bytes;
+}
+
+static void big_setup(const char *proto, int me)
+{
+    size_t sb = src_bytes(proto);
+    if (strstr(proto, "-shm-"))
+        big_src = big_shared + (size_t)me * sb;
+    else if (!(big_src = malloc(sb))) {
+        perror("malloc");
+        _exit(1);
+    }
+    for (size_t j = 0; j < sb / bytes; j++)
+        memset(big_src + j * bytes, (me * 31 + (int)j) & 255, bytes);
+    if (!(big_dst = malloc((size_t)n * bytes))) {
+        perror("malloc");
+        _exit(1);
+    }
+    memset(big_dst, 0, (size_t)n * bytes);
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    S->pid[me] = getpid();
+    S->src[me] = big_src;
+}
+
+/* copy len bytes at offset off of rank r's source into dst */
+static void big_read(const char *proto, int r, size_t off, char *dst, size_t len)
+{
+    if (strstr(proto, "-shm-")) {
+        memcpy(dst, big_shared + (size_t)r * src_bytes(proto) + off, len);
+        return;
+    }
+    struct iovec l = {dst, len}, t = {S->src[r] + off, len};
+    if (process_vm_readv(S->pid[r], &l, 1, &t, 1, 0) != (ssize_t)len) {
+        perror("process_vm_readv");
+        _exit(1);
+    }
+}
+
+static void big_call(const char *proto, int me)
+{
+    if (strstr(proto, "bcast")) {
+        if (me != 0) big_read(proto, 0, 0, big_dst, bytes);
+        return;
+    }
+    int a2a = strstr(proto, "alltoall") != NULL;
+    for (int i = 0; i < n; i++) {
+        int r = (me + i) % n;
+        if (r == me)
+            memcpy(big_dst + (size_t)r * bytes, big_src + (a2a ? (size_t)me * bytes : 0), bytes);
+        else
+            big_read(proto, r, a2a ? (size_t)me * bytes : 0, big_dst + (size_t)r * bytes, bytes);
+    }
+}
+
+static void big_check(const char *proto, int me)
+{
+    int bc = strstr(proto, "bcast") != NULL, a2a = strstr(proto, "alltoall") != NULL;
+    for (int r = 0; r < (bc ? 1 : n); r++) {
+        if (bc && me == 0) break;
+        const unsigned char *b = (const unsigned char *)big_dst + (size_t)r * bytes;
+        unsigned char want = (unsigned char)((r * 31 + (a2a ? me : 0)) & 255);
+        if (b[0] != want || b[bytes - 1] != want) {
+            fprintf(stderr, "shm-floor: %s rank %d: block %d holds %u, not %u\n", proto, me, r, b[0], want);
+            _exit(1);
+        }
+    }
+}
+
 /* the barrier between calls (-B): the tree (one release line) or every
  * rank reading every rank's line (coll/shm's default barrier) */
 static int between_allread;
@@ -515,6 +604,10 @@ static double run(const char *proto, int me)
     int warm = iters / 10;
     for (size_t i = 0; i < sizeof(in_buf) / sizeof(in_buf[0]); i++)
         in_buf[i] = (float)(i % 7 + 1);
+    if (!strncmp(proto, "big-", 4)) {
+        big_setup(proto, me);
+        between(me, ++bk); /* every rank's pid and address are in place */
+    }
     for (int it = 0; it < iters + warm; it++) {
         if (it == warm) {
             between(me, ++bk);
@@ -552,13 +645,16 @@ static double run(const char *proto, int me)
             arb_ll(me, k, !strcmp(proto, "arb-ll-dir"), !strcmp(proto, "arb-ll-tail"));
         } else if (!strcmp(proto, "arb-tree")) {
             arb_tree(me, k);
+        } else if (!strncmp(proto, "big-", 4)) {
+            big_call(proto, me);
         } else if (!strncmp(proto, "ar-allread", 10)) {
             sink += ar_allread(me, k, me + 1.0);
         }
         t += now() - t0;
-        if (strstr(proto, "-osu") || !strncmp(proto, "arb-", 4)) between(me, ++bk);
+        if (strstr(proto, "-osu") || !strncmp(proto, "arb-", 4) || !strncmp(proto, "big-", 4)) between(me, ++bk);
     }
     if (sink < 0) printf("%g\n", sink);
+    if (!strncmp(proto, "big-", 4)) big_check(proto, me);
     if (!strncmp(proto, "arb-", 4))
         for (size_t i = 0; i < bytes / sizeof(float); i++)
             if (out_buf[i] != (float)n * in_buf[i]) {
@@ -592,8 +688,10 @@ int main(int argc, char **argv)
                 first + (long)(n - 1) * step, step, cpus - 1);
         return 2;
     }
-    if (n < 2 || n > MAXR || radix < 2 || bytes < 4 || bytes > 4096 || bytes % 4) {
-        fprintf(stderr, "shm-floor: 2 <= n <= %d, radix >= 2, bytes a multiple of 4 in 4..4096\n", MAXR);
+    int big = optind < argc && !strncmp(argv[optind], "big-", 4);
+    if (n < 2 || n > MAXR || radix < 2 || bytes < 4 || bytes > (big ? (size_t)64 << 20 : 4096) || bytes % 4) {
+        fprintf(stderr, "shm-floor: 2 <= n <= %d, radix >= 2, bytes a multiple of 4 in 4..4096 (big-*: to 64 MiB, "
+                        "not mixed with the others)\n", MAXR);
         return 2;
     }
     for (int a = optind; a < argc; a++) {
@@ -616,6 +714,14 @@ int main(int argc, char **argv)
                 return 1;
             }
             memset(S, 0, sizeof(*S));
+            if (!strncmp(proto, "big-shm-", 8)) {
+                big_shared = mmap(NULL, (size_t)n * src_bytes(proto), PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+                if (big_shared == MAP_FAILED) {
+                    perror("mmap");
+                    return 1;
+                }
+            }
             for (int r = 0; r < n; r++) {
                 if (fork() == 0) {
                     cpu_set_t set;
@@ -639,6 +745,7 @@ int main(int argc, char **argv)
                 sum += S->result[r];
             runs[rep] = sum / m * 1e6;
             munmap(S, sizeof(shared_t));
+            if (!strncmp(proto, "big-shm-", 8)) munmap(big_shared, (size_t)n * src_bytes(proto));
         }
         /* median of 3 */
         double a0 = runs[0], a1 = runs[1], a2 = runs[2], med = a0;
