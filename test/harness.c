@@ -36,10 +36,10 @@ static int bind_port(int port)
 
 int th_free_port(void)
 {
-    int lo = 32768, hi = 60999;
+    int lo = 32768; /* the range's low end */
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
     if (f) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
         fclose(f);
     }
     if (lo > 12000)

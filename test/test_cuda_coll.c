@@ -299,10 +299,10 @@ Test(cuda_coll, allreduce_pipelined_read_4_ranks, .timeout = 600)
     run2(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
 }
 
-/* The pipelined kernel's unit order, every call pipelined: each unit filled, then consumed (0 ahead), and 8
- * positions a block with 7 units filled ahead of the one consumed; for the others, which fill none ahead by
- * default (2 positions; allreduce 1 ahead), 1 ahead; pushed and read; an ahead past depth - 1 is cut to it (1
- * position and 1 ahead: 0; 8 and 9: 7). */
+/* The pipelined kernel's unit order, every call pipelined, pushed and read: the order each collective does
+ * not take by default (allreduce: 0 ahead, each unit filled then consumed; the others: 1 ahead, as allreduce's
+ * default), 8 positions a block with 7 units filled ahead of the one consumed, and an ahead past depth - 1,
+ * which is cut to it (1 position and 1 ahead: 0; 8 and 9: 7). */
 static void run_pipe_order(int n, th_body_fn body, const char *push, const char *depth, const char *ahead)
 {
     const char *const extras[6] = {"WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0",

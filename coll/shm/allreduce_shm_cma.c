@@ -8,9 +8,9 @@
  * own result) and raises `reduced`; then it reads chunk q of rank q's
  * result for every q. Each byte crosses between processes twice, the
  * scratch is one piece whatever the vector, and every rank gets the same
- * bits (one rank reduces each chunk,
- * in one order). In place works: chunk q of a rank's buffer is
- * overwritten only after rank q, its only reader, raised `reduced`. A rank
+ * bits (one rank reduces each chunk, in one order). In place works: chunk
+ * q of a rank's buffer is overwritten only after rank q, its only reader,
+ * raised `reduced`. A rank
  * returns when every member is done reading its buffers. Vectors from a
  * full slot on; declines where CMA does not work. */
 #include "coll/shm/segment.h"

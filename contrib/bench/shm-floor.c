@@ -516,15 +516,24 @@ static void arb_tree(int me, uint64_t k)
  * shm forms' sources lie in big_shared (rank r's at r * src_bytes). Block
  * j of rank r holds the byte (r * 31 + j) & 255. */
 static char *big_shared, *big_src, *big_dst;
-static size_t src_bytes(const char *proto)
+static int big_shm, big_bcast, big_a2a; /* the protocol's shape, from its name (big_shape) */
+
+static void big_shape(const char *proto)
 {
-    return strstr(proto, "alltoall") ? (size_t)n * bytes : bytes;
+    big_shm = strstr(proto, "-shm-") != NULL;
+    big_bcast = strstr(proto, "bcast") != NULL;
+    big_a2a = strstr(proto, "alltoall") != NULL;
 }
 
-static void big_setup(const char *proto, int me)
+static size_t src_bytes(void)
 {
-    size_t sb = src_bytes(proto);
-    if (strstr(proto, "-shm-"))
+    return big_a2a ? (size_t)n * bytes : bytes;
+}
+
+static void big_setup(int me)
+{
+    size_t sb = src_bytes();
+    if (big_shm)
         big_src = big_shared + (size_t)me * sb;
     else if (!(big_src = malloc(sb))) {
         perror("malloc");
@@ -543,10 +552,10 @@ static void big_setup(const char *proto, int me)
 }
 
 /* copy len bytes at offset off of rank r's source into dst */
-static void big_read(const char *proto, int r, size_t off, char *dst, size_t len)
+static void big_read(int r, size_t off, char *dst, size_t len)
 {
-    if (strstr(proto, "-shm-")) {
-        memcpy(dst, big_shared + (size_t)r * src_bytes(proto) + off, len);
+    if (big_shm) {
+        memcpy(dst, big_shared + (size_t)r * src_bytes() + off, len);
         return;
     }
     struct iovec l = {dst, len}, t = {S->src[r] + off, len};
@@ -556,29 +565,28 @@ static void big_read(const char *proto, int r, size_t off, char *dst, size_t len
     }
 }
 
-static void big_call(const char *proto, int me)
+static void big_call(int me)
 {
-    if (strstr(proto, "bcast")) {
-        if (me != 0) big_read(proto, 0, 0, big_dst, bytes);
+    if (big_bcast) {
+        if (me != 0) big_read(0, 0, big_dst, bytes);
         return;
     }
-    int a2a = strstr(proto, "alltoall") != NULL;
+    size_t at = big_a2a ? (size_t)me * bytes : 0; /* alltoall: block me of every source */
     for (int i = 0; i < n; i++) {
         int r = (me + i) % n;
         if (r == me)
-            memcpy(big_dst + (size_t)r * bytes, big_src + (a2a ? (size_t)me * bytes : 0), bytes);
+            memcpy(big_dst + (size_t)r * bytes, big_src + at, bytes);
         else
-            big_read(proto, r, a2a ? (size_t)me * bytes : 0, big_dst + (size_t)r * bytes, bytes);
+            big_read(r, at, big_dst + (size_t)r * bytes, bytes);
     }
 }
 
 static void big_check(const char *proto, int me)
 {
-    int bc = strstr(proto, "bcast") != NULL, a2a = strstr(proto, "alltoall") != NULL;
-    for (int r = 0; r < (bc ? 1 : n); r++) {
-        if (bc && me == 0) break;
+    for (int r = 0; r < (big_bcast ? 1 : n); r++) {
+        if (big_bcast && me == 0) break;
         const unsigned char *b = (const unsigned char *)big_dst + (size_t)r * bytes;
-        unsigned char want = (unsigned char)((r * 31 + (a2a ? me : 0)) & 255);
+        unsigned char want = (unsigned char)((r * 31 + (big_a2a ? me : 0)) & 255);
         if (b[0] != want || b[bytes - 1] != want) {
             fprintf(stderr, "shm-floor: %s rank %d: block %d holds %u, not %u\n", proto, me, r, b[0], want);
             _exit(1);
@@ -605,7 +613,7 @@ static double run(const char *proto, int me)
     for (size_t i = 0; i < sizeof(in_buf) / sizeof(in_buf[0]); i++)
         in_buf[i] = (float)(i % 7 + 1);
     if (!strncmp(proto, "big-", 4)) {
-        big_setup(proto, me);
+        big_setup(me);
         between(me, ++bk); /* every rank's pid and address are in place */
     }
     for (int it = 0; it < iters + warm; it++) {
@@ -646,7 +654,7 @@ static double run(const char *proto, int me)
         } else if (!strcmp(proto, "arb-tree")) {
             arb_tree(me, k);
         } else if (!strncmp(proto, "big-", 4)) {
-            big_call(proto, me);
+            big_call(me);
         } else if (!strncmp(proto, "ar-allread", 10)) {
             sink += ar_allread(me, k, me + 1.0);
         }
@@ -714,8 +722,9 @@ int main(int argc, char **argv)
                 return 1;
             }
             memset(S, 0, sizeof(*S));
+            big_shape(proto);
             if (!strncmp(proto, "big-shm-", 8)) {
-                big_shared = mmap(NULL, (size_t)n * src_bytes(proto), PROT_READ | PROT_WRITE,
+                big_shared = mmap(NULL, (size_t)n * src_bytes(), PROT_READ | PROT_WRITE,
                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
                 if (big_shared == MAP_FAILED) {
                     perror("mmap");
@@ -745,7 +754,7 @@ int main(int argc, char **argv)
                 sum += S->result[r];
             runs[rep] = sum / m * 1e6;
             munmap(S, sizeof(shared_t));
-            if (!strncmp(proto, "big-shm-", 8)) munmap(big_shared, (size_t)n * src_bytes(proto));
+            if (!strncmp(proto, "big-shm-", 8)) munmap(big_shared, (size_t)n * src_bytes());
         }
         /* median of 3 */
         double a0 = runs[0], a1 = runs[1], a2 = runs[2], med = a0;
