@@ -94,7 +94,8 @@ static const weft_var_t vars[] = {
      "stores its units into its peers' scratch (NVLink carries stores; every rank reads only its own memory), and "
      "an allreduce runs as a reduce-scatter whose parts every rank then pushes to all (about 2 x the vector "
      "crosses per rank, not n - 1 x); smaller ones stage into their own scratch for the peers to read. auto: "
-     "allreduce from 128 MiB, reduce_scatter from 256 MiB, the others always (measured on four H100s); 0: never",
+     "allreduce from 128 MiB, reduce_scatter from 256 MiB (on 2 ranks from 32 MiB: measured on two H200s), the "
+     "others always (measured on four H100s); 0: never",
      &cvars.push, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
      "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs)",
@@ -675,19 +676,20 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
     return copy_parts(op, n, src, off, dst, lens);
 }
 
-/* The bytes staged per rank from which a pipelined call pushes (SIZE_MAX: never): WEFT_CUDA_COLL_PUSH as
- * set; auto, as measured on four H100s (NV18, 32 MiB slots, bf16, PERFORMANCE.md section 10: bus bandwidth
- * pushed / read): allreduce from 128 MiB (1.08-1.26x from 128 MiB; 0.82-0.95x at 32-64 MiB, where the
- * chunked two shots it replaces are faster), reduce_scatter from 256 MiB (1.07-1.17x; 0.78-0.99x at
- * 32-128 MiB), allgather and alltoall always (1.0-1.3x; 1.04-1.13x), bcast always (3+ ranks: scattered by the
- * root and passed on, 1.3-2.0x the two steps it replaces from 64 MiB), reduce always (not measured: the
+/* The bytes staged per rank from which a pipelined call on n ranks pushes (SIZE_MAX: never):
+ * WEFT_CUDA_COLL_PUSH as set; auto, as measured on four H100s (NV18, 32 MiB slots, bf16, PERFORMANCE.md
+ * section 10: bus bandwidth pushed / read): allreduce from 128 MiB (1.08-1.26x from 128 MiB; 0.82-0.95x at
+ * 32-64 MiB, where the chunked two shots it replaces are faster), reduce_scatter from 256 MiB (1.07-1.17x;
+ * 0.78-0.99x at 32-128 MiB) but on 2 ranks from 32 MiB (two H200s: 1.17-1.24x at 32-128 MiB, 0.99-1.00x
+ * from 256 MiB), allgather and alltoall always (1.0-1.3x; 1.04-1.13x), bcast always (3+ ranks: scattered by
+ * the root and passed on, 1.3-2.0x the two steps it replaces from 64 MiB), reduce always (not measured: the
  * same bytes cross NVLink either way). Ranks sharing a GPU take the same values (not measured there). */
-static size_t push_min(weft_coll_kind_t kind)
+static size_t push_min(weft_coll_kind_t kind, int n)
 {
     if (cvars.push >= 0) return cvars.push ? (size_t)cvars.push : SIZE_MAX;
     switch (kind) {
     case WEFT_COLL_ALLREDUCE: return (size_t)128 << 20;
-    case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)256 << 20;
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)(n == 2 ? 32 : 256) << 20;
     default: return 0;
     }
 }
@@ -720,7 +722,7 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
     p.esize = es;
     p.count = a->count;
     p.op = (int)a->op;
-    p.push = staged >= push_min(a->kind);
+    p.push = staged >= push_min(a->kind, n);
     CUfunction f = st->m->pipe_copy;
     switch (a->kind) {
     case WEFT_COLL_ALLREDUCE:
@@ -1114,7 +1116,7 @@ static int issue(cuda_op_t *op)
     int past_fused = staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0);
     int piping = past_fused && st->pipe > 0 && staged >= st->pipe;
     int pushed = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && piping &&
-                 staged >= push_min(a->kind);
+                 staged >= push_min(a->kind, n);
     int two = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll &&
               cvars.two_shot > 0 && past_fused && staged >= (size_t)cvars.two_shot;
     if (two && !pushed) {
@@ -1692,7 +1694,7 @@ static const weft_coll_param_t params[] = {
     {"push", "every coll/cuda algorithm", &cvars.push, "bytes", "WEFT_CUDA_COLL_PUSH",
      "pipelined calls from this much per rank store into the peers' scratch (allreduce: reduce-scatter, then every "
      "part pushed to all) instead of staging into their own for the peers to read (auto: allreduce 128 MiB, "
-     "reduce_scatter 256 MiB, the others always)"},
+     "reduce_scatter 256 MiB, on 2 ranks 32 MiB, the others always)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &cvars.pipe_depth, "positions", "WEFT_CUDA_COLL_PIPE_DEPTH",
