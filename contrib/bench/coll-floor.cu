@@ -713,29 +713,20 @@ int main(int argc, char **argv)
             bad = 1;
         }
         if (bad) {
-            fprintf(stderr, "coll-floor: bad option %s %s\n", a, v ? v : "");
-            usage(stderr, argv[0]);
+            floor_bad_option("coll-floor", a, v, usage, argv[0]);
             return 2;
         }
         i++;
     }
     if (!do_traffic && !do_sync) do_traffic = do_sync = 1;
-    FILE *csv = NULL;
-    if (csv_path) {
-        if (!(csv = fopen(csv_path, "w"))) {
-            fprintf(stderr, "coll-floor: cannot open %s: %s\n", csv_path, strerror(errno));
-            return 2;
-        }
-        fprintf(csv, "test,ranks,size,median_us,kernel_us,shared_us,gbps,reps\n");
-    }
+    FILE *csv;
+    if (floor_csv_open("coll-floor", csv_path, "test,ranks,size,median_us,kernel_us,shared_us,gbps,reps", &csv))
+        return 2;
     int rc = 0, header = 0;
     /* The sync processes fork before this process touches CUDA (the traffic table comes after). */
     for (int i = 0; do_sync && !rc && i < nranks; i++)
         if (ranks[i] >= 2) rc = sync_run(ranks[i], device, reps, calls, csv, &header);
     if (do_traffic && !rc) rc = traffic(device, ranks, nranks, lo, hi, reps, calls, csv);
-    if (csv && fclose(csv) && !rc) {
-        fprintf(stderr, "coll-floor: writing %s: %s\n", csv_path, strerror(errno));
-        rc = 1;
-    }
+    if (floor_csv_close("coll-floor", csv, csv_path) && !rc) rc = 1;
     return rc;
 }

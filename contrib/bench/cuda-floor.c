@@ -420,14 +420,8 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(host_buf, 2, most);
-    FILE *csv = NULL;
-    if (csv_path) {
-        if (!(csv = fopen(csv_path, "w"))) {
-            fprintf(stderr, "cuda-floor: cannot open %s: %s\n", csv_path, strerror(errno));
-            return 2;
-        }
-        fprintf(csv, "test,direction,size,median_us,mbs,reps\n");
-    }
+    FILE *csv;
+    if (floor_csv_open("cuda-floor", csv_path, "test,direction,size,median_us,mbs,reps", &csv)) return 2;
     int v = cm_driver_version();
     printf("# weft cuda-floor: cuMemcpy on device %d of %d (%s), driver %d.%d; median of %d repetitions\n", cm_device(),
            cm_device_count(), cm_device_name(), v / 1000, v % 1000 / 10, reps);

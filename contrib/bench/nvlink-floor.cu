@@ -46,7 +46,6 @@
  * missing peer access or a wrong result exits 1. */
 #include <cuda_runtime.h>
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,8 +364,7 @@ int main(int argc, char **argv)
             bad = 1;
         }
         if (bad) {
-            fprintf(stderr, "nvlink-floor: bad option %s %s\n", a, v ? v : "");
-            usage(stderr, argv[0]);
+            floor_bad_option("nvlink-floor", a, v, usage, argv[0]);
             return 2;
         }
         i++;
@@ -382,14 +380,8 @@ int main(int argc, char **argv)
         gpus[ngpus++] = 2;
         if (ndev > 2) gpus[ngpus++] = ndev > MAXG ? MAXG : ndev;
     }
-    FILE *csv = NULL;
-    if (csv_path) {
-        if (!(csv = fopen(csv_path, "w"))) {
-            fprintf(stderr, "nvlink-floor: cannot open %s: %s\n", csv_path, strerror(errno));
-            return 2;
-        }
-        fprintf(csv, "test,gpus,size,median_us,algbw_gbs,busbw_gbs,reps\n");
-    }
+    FILE *csv;
+    if (floor_csv_open("nvlink-floor", csv_path, "test,gpus,size,median_us,algbw_gbs,busbw_gbs,reps", &csv)) return 2;
     int rc = 0;
     for (int i = 0; i < ngpus && !rc; i++) {
         if (gpus[i] > ndev) {
@@ -399,9 +391,6 @@ int main(int argc, char **argv)
         }
         rc = run(gpus[i], lo, hi, reps, blocks, threads, csv);
     }
-    if (csv && fclose(csv) && !rc) {
-        fprintf(stderr, "nvlink-floor: writing %s: %s\n", csv_path, strerror(errno));
-        rc = 1;
-    }
+    if (floor_csv_close("nvlink-floor", csv, csv_path) && !rc) rc = 1;
     return rc;
 }

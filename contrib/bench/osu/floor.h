@@ -9,9 +9,11 @@
 
 #include "size.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -55,6 +57,37 @@ static inline int floor_parse_range(const char *s, size_t *lo, size_t *hi, size_
 static inline size_t floor_next_size(size_t s)
 {
     return s ? s * 2 : 1;
+}
+
+/* The CSV of a floor program's medians: *out = the file at path with its
+ * header line written (NULL path: *out = NULL). -1 after saying why on
+ * stderr, as prog. */
+static inline int floor_csv_open(const char *prog, const char *path, const char *header, FILE **out)
+{
+    *out = NULL;
+    if (!path) return 0;
+    if (!(*out = fopen(path, "w"))) {
+        fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
+        return -1;
+    }
+    fprintf(*out, "%s\n", header);
+    return 0;
+}
+
+/* Closes the CSV (NULL: nothing to do); -1 after saying why on stderr when its writes failed. */
+static inline int floor_csv_close(const char *prog, FILE *csv, const char *path)
+{
+    if (!csv || !fclose(csv)) return 0;
+    fprintf(stderr, "%s: writing %s: %s\n", prog, path, strerror(errno));
+    return -1;
+}
+
+/* The end of a command line's bad option: says which, and the usage. */
+static inline void floor_bad_option(const char *prog, const char *opt, const char *val,
+                                    void (*usage)(FILE *, const char *), const char *argv0)
+{
+    fprintf(stderr, "%s: bad option %s %s\n", prog, opt, val ? val : "");
+    usage(stderr, argv0);
 }
 
 /* "MPS control pipe found (PATH)" or "... not found (PATH)" into buf: PATH is
