@@ -632,7 +632,10 @@ static int body_cma_mismatch(int rank, int size, void *arg)
  * 3 took rank 2's stale slot for the message). Allreduce up the tree: the
  * root (rank 2's parent) and rank 2 see it, and the root marks its result
  * bad, so all fail; chunked allreduce, allgather and reduce_scatter: every
- * rank checks every length, so all fail. */
+ * rank checks every length, so all fail. A bcast's pieces go down the tree
+ * here (WEFT_SHM_FLAT_PIECES=0); read straight from the root's slot (the
+ * default on up to 16 ranks), only rank 2 reads the root's length, as in a
+ * flat bcast of one piece (the `flat_pieces` cases). */
 typedef struct {
     const char *coll;
     const char *alg;
@@ -640,6 +643,7 @@ typedef struct {
     int64_t extra;
     int fail[4]; /* which ranks must fail */
     int also3;   /* rank 3 passes rank 2's count */
+    int flat_pieces; /* WEFT_SHM_FLAT_PIECES=16 instead of 0 */
 } mismatch_t;
 
 static int body_mismatch(int rank, int size, void *arg)
@@ -674,8 +678,11 @@ static int body_mismatch(int rank, int size, void *arg)
 
 static void run_mismatch(const mismatch_t *m)
 {
-    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2", NULL};
-    th_result_t res = th_run(4, body_mismatch, (void *)m, 30, env);
+    static const char *const tree[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2",
+                                       "WEFT_SHM_FLAT_PIECES=0", NULL};
+    static const char *const flat[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=10", "WEFT_SHM_RADIX=2",
+                                       "WEFT_SHM_FLAT_PIECES=16", NULL};
+    th_result_t res = th_run(4, body_mismatch, (void *)m, 30, m->flat_pieces ? flat : tree);
     cr_assert_eq(res.timed_out, 0, "%s: hung", m->coll);
     cr_assert_eq(res.failed, 0, "%s count %lld", m->coll, (long long)m->count);
 }
@@ -683,25 +690,27 @@ static void run_mismatch(const mismatch_t *m)
 Test(shm, mismatched_counts, .timeout = 120)
 {
     static const mismatch_t cases[] = {
-        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0},    /* flat, in the head line */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0}, /* down the tree (4000 bytes) */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1}, /* rank 3 as rank 2: rank 2's bad mark fails it */
-        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1},      /* ranks 2 and 3 alike: the root sees rank 2 differ */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0},     /* 2 pieces against 3 */
-        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0},         /* up the tree to rank 0, which marks its result bad */
-        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0},      /* chunked: every rank checks every length */
-        {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}, 0}, /* chunked, 2 pieces against 3 */
-        {"allgather", "shm", 100, 1, {1, 1, 1, 1}, 0},
-        {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}, 0},
-        {"reduce_scatter_block", "shm_cma", 8192, 4, {1, 1, 1, 1}, 0}, /* every rank reads every lend */
-        {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}, 0},  /* chunked below the threshold: every rank checks */
-        {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}, 0},  /* every rank reads every length */
-        {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}, 0}, /* 48 bytes in the head line against 52 in the body */
-        {"allreduce", "shm_ll", 5, 1, {1, 1, 1, 1}, 0},       /* one line each: the owner sees two lengths */
-        {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}, 0},      /* one line against two */
-        {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}, 0},   /* 8 lines against 29: other owners */
-        {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}, 0},  /* rank 2 over its largest: shm runs there */
-        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}, 0},     /* 5 lines against 6: an owner's line only one writes */
+        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0, 0},    /* flat, in the head line */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0, 0}, /* down the tree (4000 bytes) */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1, 0}, /* rank 3 as rank 2: rank 2's bad mark fails it */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1, 0},      /* ranks 2 and 3 alike: the root sees rank 2 differ */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0, 0},     /* 2 pieces against 3 */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 0}, 0, 1},  /* the same, every piece read from the root's slot */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 1, 1},  /* rank 3 as rank 2: it reads the root's length, fails */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0, 0},         /* up the tree to rank 0, which marks its result bad */
+        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0, 0},      /* chunked: every rank checks every length */
+        {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}, 0, 0}, /* chunked, 2 pieces against 3 */
+        {"allgather", "shm", 100, 1, {1, 1, 1, 1}, 0, 0},
+        {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}, 0, 0},
+        {"reduce_scatter_block", "shm_cma", 8192, 4, {1, 1, 1, 1}, 0, 0}, /* every rank reads every lend */
+        {"allreduce", "shm_chunked", 5, 1, {1, 1, 1, 1}, 0, 0},  /* chunked below the threshold: every rank checks */
+        {"allreduce", "shm_allread", 5, 1, {1, 1, 1, 1}, 0, 0},  /* every rank reads every length */
+        {"allreduce", "shm_allread", 12, 1, {1, 1, 1, 1}, 0, 0}, /* 48 bytes in the head line against 52 in the body */
+        {"allreduce", "shm_ll", 5, 1, {1, 1, 1, 1}, 0, 0},       /* one line each: the owner sees two lengths */
+        {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}, 0, 0},      /* one line against two */
+        {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}, 0, 0},   /* 8 lines against 29: other owners */
+        {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}, 0, 0},  /* rank 2 over its largest: shm runs there */
+        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}, 0, 0},     /* 5 lines against 6: an owner's line only one writes */
     };
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);
@@ -923,11 +932,13 @@ RANKS_TEST(runahead, body_runahead, 2, 30)
 RANKS_TEST(runahead, body_runahead, 5, 30)
 
 /* Deep trees: radix 2 and 3 on 7 ranks (three and two levels, groups
- * that do not fill up), every forced algorithm and the reuse loop. */
+ * that do not fill up), every forced algorithm and the reuse loop; a
+ * bcast's pieces down the tree too (WEFT_SHM_FLAT_PIECES=0). */
 #define RADIX_TEST(name, body, N, R)                                                                                   \
     Test(shm, name##_##N##_radix##R, .timeout = 90)                                                                    \
     {                                                                                                                  \
-        static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_RADIX=" #R, NULL};      \
+        static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_RADIX=" #R,             \
+                                          "WEFT_SHM_FLAT_PIECES=0", NULL};                                             \
         th_result_t res = th_run(N, body, NULL, 60, env);                                                              \
         cr_assert_eq(res.timed_out, 0, "hung");                                                                        \
         cr_assert_eq(res.failed, 0);                                                                                   \
@@ -937,22 +948,25 @@ RADIX_TEST(forced, body_forced, 7, 3)
 RADIX_TEST(reuse, body_reuse, 6, 2)
 RADIX_TEST(runahead, body_runahead, 7, 3)
 
-/* Small messages and results down the tree (WEFT_SHM_FLAT_MAX=0), and
- * every message and result read straight from the root, up to a whole
- * slot (WEFT_SHM_FLAT_MAX=65536), on deep trees. */
-#define FLAT_TEST(name, body, N, R, F)                                                                                 \
+/* Small messages and results down the tree (WEFT_SHM_FLAT_MAX=0; a
+ * bcast's pieces too: WEFT_SHM_FLAT_PIECES=0), and every message and
+ * result read straight from the root, up to a whole slot
+ * (WEFT_SHM_FLAT_MAX=65536; pieces: WEFT_SHM_FLAT_PIECES=16), on deep
+ * trees. */
+#define FLAT_TEST(name, body, N, R, F, P)                                                                              \
     Test(shm, name##_##N##_radix##R##_flat##F, .timeout = 90)                                                          \
     {                                                                                                                  \
-        static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_RADIX=" #R,             \
-                                          "WEFT_SHM_FLAT_MAX=" #F, "WEFT_SHM_CHUNK_MIN=1000000", NULL};               \
+        static const char *const env[] = {"WEFT_LOG_LEVEL=error",  "WEFT_TIMEOUT=30",                                  \
+                                          "WEFT_SHM_RADIX=" #R,    "WEFT_SHM_FLAT_MAX=" #F,                            \
+                                          "WEFT_SHM_FLAT_PIECES=" #P, "WEFT_SHM_CHUNK_MIN=1000000", NULL};             \
         th_result_t res = th_run(N, body, NULL, 60, env);                                                              \
         cr_assert_eq(res.timed_out, 0, "hung");                                                                        \
         cr_assert_eq(res.failed, 0);                                                                                   \
     }
-FLAT_TEST(forced, body_forced, 7, 2, 0)
-FLAT_TEST(forced, body_forced, 7, 2, 65536)
-FLAT_TEST(runahead, body_runahead, 7, 3, 0)
-FLAT_TEST(runahead, body_runahead, 6, 2, 65536)
+FLAT_TEST(forced, body_forced, 7, 2, 0, 0)
+FLAT_TEST(forced, body_forced, 7, 2, 65536, 16)
+FLAT_TEST(runahead, body_runahead, 7, 3, 0, 0)
+FLAT_TEST(runahead, body_runahead, 6, 2, 65536, 16)
 
 /* Every reduce and allreduce up the tree (no chunked path) to 64 KiB. */
 Test(shm, forced_6_tree_only, .timeout = 90)

@@ -56,8 +56,9 @@ static int tree_piece(weft_sched_t *s, weft_shm_reduce_t *x)
         op->phase = 2; /* the result */
         /* fall through */
     case 2:
-        if ((rc = weft_shm_tree_down(s, op, 0, x->recv, bytes, x->piece ? 0 : x->sig, x->alg, "result flag")) == 0)
-            return 0;
+        rc = weft_shm_tree_down(s, op, 0, x->recv, bytes, weft_shm_flat_down(sh, bytes), x->piece ? 0 : x->sig,
+                                x->alg, "result flag");
+        if (rc == 0) return 0;
         if (rc < 0 && !x->rc) x->rc = rc;
         weft_shm_all_started(sh, op->k); /* the result needed every member's partial */
         break;

@@ -7,8 +7,12 @@
  * and copies the message out, so a rank polls one parent, never the root
  * with everyone else. The root leaves as soon as its slot is written.
  * A message over a slot goes in slot-sized pieces, each a collective of
- * its own (weft_shm_pieces): a pipelined tree in which every rank copies
- * each piece from its parent's slot while the root writes the next ones. */
+ * its own (weft_shm_pieces): a pipeline in which every rank copies each
+ * piece while the root writes the next ones; on up to WEFT_SHM_FLAT_PIECES
+ * ranks straight from the root's slot (measured on a 16-core host,
+ * PERFORMANCE.md section 7b, 256 KiB - 4 MiB: 0.67-0.89 of the tree's time
+ * on 16 ranks, 0.95-1.05 on 8; more ranks not measured), on more down the
+ * tree (each rank from its parent's). */
 #include "coll/shm/segment.h"
 
 #include <string.h>
@@ -39,24 +43,23 @@ static int step(weft_sched_t *s, void *arg)
     for (; b->piece < op->nk; b->piece++) {
         size_t off = (size_t)b->piece * WEFT_SHM_SLOT,
                len = b->bytes - off < WEFT_SHM_SLOT ? b->bytes - off : WEFT_SHM_SLOT;
+        /* alike on every rank: the call's length, the segment's size and its creator's variables */
+        int flat = weft_shm_flat_down(sh, len) || (op->nk > 1 && sh->n <= sh->flat_pieces);
         op->k = b->k0 + b->piece;
         if (sh->me == b->root) {
-            if (!weft_shm_claim(s, op, weft_shm_flat_down(sh, len) ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN,
-                                b->root))
-                return 0;
+            if (!weft_shm_claim(s, op, flat ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN, b->root)) return 0;
             memcpy(weft_shm_buf(op, sh->me, len), b->buf + off, len);
             weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, b->sig);
         } else if (op->phase == 1) {
             /* the first piece checks the signature */
-            rc = weft_shm_tree_down(s, op, b->root, b->buf + off, len, b->piece ? 0 : b->sig, "bcast_shm",
+            rc = weft_shm_tree_down(s, op, b->root, b->buf + off, len, flat, b->piece ? 0 : b->sig, "bcast_shm",
                                     "message flag");
             if (rc == 0) return 0;
             if (rc < 0) {
                 b->rc = rc;
                 op->phase = 2;
             }
-        } else if (!weft_shm_flat_down(sh, len) &&
-                   weft_shm_has_children(weft_shm_vrank(sh, b->root), sh->radix, sh->n)) {
+        } else if (!flat && weft_shm_has_children(weft_shm_vrank(sh, b->root), sh->radix, sh->n)) {
             /* signatures differed: no data, only heads for the children (they failed on the first) */
             if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, b->root)) return 0;
             weft_shm_head_publish_msg(op, WEFT_SHM_RESULT, WEFT_SHM_SIG_BAD);
@@ -85,6 +88,7 @@ const weft_coll_alg_t weft_alg_bcast_shm = {
     .name = "shm",
     .kind = WEFT_COLL_BCAST,
     .description = "one node: the root writes its slot of a shared segment; every rank reads a small message from "
-                   "there, larger ones flow down a flag tree (radix WEFT_SHM_RADIX), pipelined in slot-sized pieces",
+                   "there, larger ones flow down a flag tree (radix WEFT_SHM_RADIX); over a slot, in pipelined "
+                   "slot-sized pieces, each read from the root's slot on up to WEFT_SHM_FLAT_PIECES ranks",
     .build = build,
 };

@@ -68,6 +68,7 @@ typedef struct shm_header {
     uint32_t radix;     /* the creator's WEFT_SHM_RADIX: every member uses it, so all agree on the tree */
     uint64_t chunk_min; /* the creator's WEFT_SHM_CHUNK_MIN, likewise */
     uint64_t flat_max;  /* the creator's WEFT_SHM_FLAT_MAX, likewise */
+    uint32_t flat_pieces; /* the creator's WEFT_SHM_FLAT_PIECES, likewise */
 } shm_header_t;
 
 static size_t segment_len(int n)
@@ -352,6 +353,7 @@ static int create(weft_shm_t *sh)
     h->radix = (uint32_t)(weft_shm_vars.radix < 2 ? 2 : weft_shm_vars.radix);
     h->chunk_min = weft_shm_vars.chunk_min < 0 ? 0 : (uint64_t)weft_shm_vars.chunk_min;
     h->flat_max = weft_shm_vars.flat_max < 0 ? 0 : (uint64_t)weft_shm_vars.flat_max;
+    h->flat_pieces = weft_shm_vars.flat_pieces < 0 ? 0 : (uint32_t)weft_shm_vars.flat_pieces;
     atomic_store_explicit(&h->attached, 0, memory_order_relaxed);
     atomic_store_explicit(&h->ready, SHM_MAGIC, memory_order_release);
     return 1;
@@ -433,6 +435,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         sh->radix = h->radix >= 2 ? (int)h->radix : 2;
         sh->chunk_min = (size_t)h->chunk_min;
         sh->flat_max = (size_t)h->flat_max;
+        sh->flat_pieces = (int)h->flat_pieces;
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
@@ -619,11 +622,11 @@ int weft_shm_check_sigs(weft_shm_op_t *op, uint64_t sig, const char *alg)
     return 0;
 }
 
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t sig,
-                       const char *alg, const char *flag)
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, int flat,
+                       uint64_t sig, const char *alg, const char *flag)
 {
     weft_shm_t *sh = op->sh;
-    int v = weft_shm_vrank(sh, root), flat = weft_shm_flat_down(sh, bytes);
+    int v = weft_shm_vrank(sh, root);
     int from = flat ? root : weft_shm_rank_of(sh, weft_shm_parent(v, sh->radix), root);
     if (!weft_shm_head_wait(s, op, from, WEFT_SHM_RESULT, flag)) return 0;
     int bad = sig ? weft_shm_sig_mismatch(op, from, root, sig, alg) : 0;

@@ -182,6 +182,7 @@ typedef struct weft_shm {
     int radix;          /* the tree's radix (WEFT_SHM_RADIX, at least 2) */
     size_t chunk_min;   /* WEFT_SHM_CHUNK_MIN: chunked reductions from this many bytes */
     size_t flat_max;    /* WEFT_SHM_FLAT_MAX: messages read straight from the root up to this many bytes */
+    int flat_pieces;    /* WEFT_SHM_FLAT_PIECES: a bcast's pieces read straight from the root up to this many ranks */
     uint64_t *seen_done; /* per member, a lower bound of its done counter (last read, or implied) */
     uint64_t all_done;   /* a lower bound of every member's done counter */
     struct {
@@ -390,15 +391,15 @@ static inline int weft_shm_cma_lend(weft_sched_t *s, weft_shm_op_t *op, const vo
 /* Down the tree of `root` (not the root itself): waits for the
  * parent's RESULT, copies the parent's message into this rank's slot
  * (claimed for its children) and raises its own RESULT when it has
- * children, then copies the message into dst. Messages read straight
- * from the root (weft_shm_flat_down) take one hop: the root's RESULT,
- * then the copy. `sig` (0: unchecked) is the call's signature: when the
+ * children, then copies the message into dst. With flat (the caller's
+ * choice, alike on every rank: weft_shm_flat_down, or bcast's pieces) the
+ * message takes one hop: the root's RESULT, then the copy. `sig` (0: unchecked) is the call's signature: when the
  * head read from carries another, nothing is copied, the children get a
  * head marked WEFT_SHM_SIG_BAD (so they fail too, and nobody waits) and
  * the mismatch is returned (< 0, reported as `alg`'s). 1 / 0 as a polling
  * step. */
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, uint64_t sig,
-                       const char *alg, const char *flag);
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, int flat,
+                       uint64_t sig, const char *alg, const char *flag);
 /* ---- signatures ----------------------------------------------------------
  * What the members of a call must agree on, carried in the words coll/shm
  * publishes anyway beside its data (a slot's head line, a rank's slot
@@ -603,6 +604,7 @@ typedef struct weft_shm_vars {
     int radix;     /* WEFT_SHM_RADIX */
     int chunk_min; /* WEFT_SHM_CHUNK_MIN */
     int flat_max;  /* WEFT_SHM_FLAT_MAX */
+    int flat_pieces; /* WEFT_SHM_FLAT_PIECES */
 } weft_shm_vars_t;
 extern weft_shm_vars_t weft_shm_vars;
 /* At init: removes this user's weft-* segments in /dev/shm whose creator
