@@ -182,7 +182,7 @@ typedef struct weft_shm {
     int radix;          /* the tree's radix (WEFT_SHM_RADIX, at least 2) */
     size_t chunk_min;   /* WEFT_SHM_CHUNK_MIN: chunked reductions from this many bytes */
     size_t flat_max;    /* WEFT_SHM_FLAT_MAX: messages read straight from the root up to this many bytes */
-    int flat_pieces;    /* WEFT_SHM_FLAT_PIECES: a bcast's pieces read straight from the root up to this many ranks */
+    int flat_pieces;    /* WEFT_SHM_FLAT_PIECES: a bcast's pieces read from the root's slot up to this many ranks */
     uint64_t *seen_done; /* per member, a lower bound of its done counter (last read, or implied) */
     uint64_t all_done;   /* a lower bound of every member's done counter */
     struct {
@@ -393,11 +393,11 @@ static inline int weft_shm_cma_lend(weft_sched_t *s, weft_shm_op_t *op, const vo
  * (claimed for its children) and raises its own RESULT when it has
  * children, then copies the message into dst. With flat (the caller's
  * choice, alike on every rank: weft_shm_flat_down, or bcast's pieces) the
- * message takes one hop: the root's RESULT, then the copy. `sig` (0: unchecked) is the call's signature: when the
- * head read from carries another, nothing is copied, the children get a
- * head marked WEFT_SHM_SIG_BAD (so they fail too, and nobody waits) and
- * the mismatch is returned (< 0, reported as `alg`'s). 1 / 0 as a polling
- * step. */
+ * message takes one hop: the root's RESULT, then the copy. `sig` (0:
+ * unchecked) is the call's signature: when the head read from carries
+ * another, nothing is copied, the children get a head marked
+ * WEFT_SHM_SIG_BAD (so they fail too, and nobody waits) and the mismatch
+ * is returned (< 0, reported as `alg`'s). 1 / 0 as a polling step. */
 int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, int flat,
                        uint64_t sig, const char *alg, const char *flag);
 /* ---- signatures ----------------------------------------------------------
@@ -600,10 +600,10 @@ void weft_shm_comm_release(weft_comm_t comm, void *state);
 /* coll/shm's variables (shm.c declares them; the segment's creator's
  * values are the ones every member uses). */
 typedef struct weft_shm_vars {
-    int cma;       /* WEFT_SHM_CMA */
-    int radix;     /* WEFT_SHM_RADIX */
-    int chunk_min; /* WEFT_SHM_CHUNK_MIN */
-    int flat_max;  /* WEFT_SHM_FLAT_MAX */
+    int cma;         /* WEFT_SHM_CMA */
+    int radix;       /* WEFT_SHM_RADIX */
+    int chunk_min;   /* WEFT_SHM_CHUNK_MIN */
+    int flat_max;    /* WEFT_SHM_FLAT_MAX */
     int flat_pieces; /* WEFT_SHM_FLAT_PIECES */
 } weft_shm_vars_t;
 extern weft_shm_vars_t weft_shm_vars;
