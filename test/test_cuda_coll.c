@@ -324,6 +324,17 @@ Test(cuda_coll, allreduce_pipelined_far_ahead_4_ranks, .timeout = 600)
                    "WEFT_CUDA_COLL_PIPE_AHEAD=9");
 }
 
+/* Pushing warps beside consuming ones (WEFT_CUDA_COLL_PIPE_SPLIT), every call pipelined and pushed: one
+ * pushing warp a block with 1 position (each unit's position waits for its previous unit's consumers), 4 (half
+ * of a block of 8 warps) with 2, 7 (all but one of 8) with 8; an allreduce's consuming warps also push its
+ * reduced parts, into positions their own producers may not have waited for. */
+Test(cuda_coll, allreduce_pipelined_split_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4");
+    run_pipe_order(2, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1");
+    run_pipe_order(3, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7");
+}
+
 /* Byte patterns through the data-moving collectives and reduce /
  * reduce_scatter_block, each against the host call. */
 static int body_others(int rank, int size, void *arg)
@@ -569,6 +580,13 @@ Test(cuda_coll, others_pipelined_one_ahead_4_ranks, .timeout = 600)
     run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=1");
     run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=2",
                    "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+}
+
+Test(cuda_coll, others_pipelined_split_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4");
+    run_pipe_order(2, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1");
+    run_pipe_order(3, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7");
 }
 
 Test(cuda_coll, others_pipelined_far_ahead_4_ranks, .timeout = 600)

@@ -39,6 +39,7 @@ static struct {
     int push;        /* WEFT_CUDA_COLL_PUSH */
     int pipe_depth;  /* WEFT_CUDA_COLL_PIPE_DEPTH */
     int pipe_ahead;  /* WEFT_CUDA_COLL_PIPE_AHEAD */
+    int pipe_split;  /* WEFT_CUDA_COLL_PIPE_SPLIT */
 } cvars;
 
 /* The pipelined kernel's threads per block. */
@@ -94,17 +95,19 @@ static const weft_var_t vars[] = {
      "stores its units into its peers' scratch (NVLink carries stores; every rank reads only its own memory), and "
      "an allreduce runs as a reduce-scatter whose parts every rank then pushes to all (about 2 x the vector "
      "crosses per rank, not n - 1 x); smaller ones stage into their own scratch for the peers to read. auto: "
-     "allreduce from 128 MiB, reduce_scatter from 256 MiB (on 2 ranks from 32 MiB: measured on two H200s), the "
-     "others always (measured on four H100s); 0: never",
+     "allreduce from 128 MiB, reduce_scatter from 256 MiB (both on 2 ranks from 32 MiB: measured on two "
+     "H200s), the others always (measured on four H100s); 0: never",
      &cvars.push, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
      "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs)",
      &cvars.pipe_blocks, 0},
-    {"WEFT_CUDA_COLL_PIPE_DEPTH", WEFT_VAR_INT, "2",
+    {"WEFT_CUDA_COLL_PIPE_DEPTH", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: positions of the slots per block of the pipelined kernel (at most 512 / blocks): the units a "
      "block may have in flight; the slots are cut into blocks x this many positions, so more positions make "
-     "smaller units (measured on four H100s, 32 MiB - 1 GiB: 4 positions gave allreduce, bcast and reduce_scatter "
-     "0.80-0.94x the bus bandwidth of 2 at most sizes, the others 0.97-1.08x)",
+     "smaller units. auto: 4 for a bcast on 2 ranks (measured on two H200s, two leases: 1.05-1.12x the bus "
+     "bandwidth of 2 at 32-64 MiB, 1.00-1.02x above), 2 otherwise (measured on four H100s, 32 MiB - 1 GiB: 4 "
+     "positions gave allreduce, bcast and reduce_scatter 0.80-0.94x the bus bandwidth of 2 at most sizes, the "
+     "others 0.97-1.08x; two H200s: allreduce 0.82-0.96x)",
      &cvars.pipe_depth, 0},
     {"WEFT_CUDA_COLL_PIPE_AHEAD", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: units a block of the pipelined kernel fills (stages or pushes) ahead of the one it consumes, so "
@@ -113,6 +116,15 @@ static const weft_var_t vars[] = {
      "1 ahead gave allreduce 1.02-1.07x the bus bandwidth of 0, allgather 0.91-0.95x, the others "
      "0.97-1.04x)",
      &cvars.pipe_ahead, 0},
+    {"WEFT_CUDA_COLL_PIPE_SPLIT", WEFT_VAR_INT_AUTO, "auto",
+     "coll/cuda: warps of each block of a pushing pipelined kernel (WEFT_CUDA_COLL_PUSH) that push units while "
+     "the block's other warps consume the units the peers pushed, side by side (on a rank that both pushes and "
+     "consumes; a bcast's root and a reduce's other ranks do one of the two); 0: every warp pushes a unit, then "
+     "consumes one (WEFT_CUDA_COLL_PIPE_AHEAD); at least the block's warps: none split. auto: where each block "
+     "has at least two units (one unit a block leaves nothing to overlap), 3 of 8 warps for allgather, alltoall "
+     "and reduce_scatter, 6 of 8 for allreduce (of the block's warps; measured on two H200s, 64 MiB - 1 GiB: bus "
+     "bandwidth 1.03-1.22x, 1.06-1.16x and 1.07-1.11x that of unsplit blocks), 0 for the rest. A rank's own choice: ranks may differ",
+     &cvars.pipe_split, 0},
 };
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
@@ -196,6 +208,11 @@ static int module_of(CUcontext ctx, module_t **out)
     m->sms = 32;
     if (weft_cu.ctx_get_device(&dev) == CUDA_SUCCESS)
         weft_cu.device_get_attribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    int regs = -1;
+    if (weft_cu.func_get_attribute) weft_cu.func_get_attribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m->pipe_copy);
+    weft_debug("coll/cuda: kernels loaded: %d SMs, pipelined kernels of %d threads a block (%d warps; the copy "
+               "kernel %d registers a thread)",
+               m->sms, m->pipe_threads, m->pipe_threads / 32, regs);
     m->ctx = ctx;
     *out = m;
     return WEFT_SUCCESS;
@@ -679,7 +696,8 @@ static int copy_out(cuda_op_t *op, int n, const int *src, size_t src_off_base, c
 /* The bytes staged per rank from which a pipelined call on n ranks pushes (SIZE_MAX: never):
  * WEFT_CUDA_COLL_PUSH as set; auto, as measured on four H100s (NV18, 32 MiB slots, bf16, PERFORMANCE.md
  * section 10: bus bandwidth pushed / read): allreduce from 128 MiB (1.08-1.26x from 128 MiB; 0.82-0.95x at
- * 32-64 MiB, where the chunked two shots it replaces are faster), reduce_scatter from 256 MiB (1.07-1.17x;
+ * 32-64 MiB, where the chunked two shots it replaces are faster; on 2 ranks, with split blocks, from 32 MiB:
+ * two H200s, 1.07x at 64 MiB, 1.01x at 32 MiB), reduce_scatter from 256 MiB (1.07-1.17x;
  * 0.78-0.99x at 32-128 MiB) but on 2 ranks from 32 MiB (two H200s: 1.17-1.24x at 32-128 MiB, 0.99-1.00x
  * from 256 MiB), allgather and alltoall always (1.0-1.3x; 1.04-1.13x), bcast always (3+ ranks: scattered by
  * the root and passed on, 1.3-2.0x the two steps it replaces from 64 MiB), reduce always (not measured: the
@@ -688,10 +706,38 @@ static size_t push_min(weft_coll_kind_t kind, int n)
 {
     if (cvars.push >= 0) return cvars.push ? (size_t)cvars.push : SIZE_MAX;
     switch (kind) {
-    case WEFT_COLL_ALLREDUCE: return (size_t)128 << 20;
+    case WEFT_COLL_ALLREDUCE: return (size_t)(n == 2 ? 32 : 128) << 20;
     case WEFT_COLL_REDUCE_SCATTER_BLOCK: return (size_t)(n == 2 ? 32 : 256) << 20;
     default: return 0;
     }
+}
+
+/* The warps of each block of a pipelined call that push while the block's
+ * others consume (weft_ck_pipe_args.split; 0: each warp does both in turn),
+ * of a block of `warps`: only where this rank both pushes to a peer and
+ * consumes from one (not a bcast's root or a reduce's other ranks, not mode
+ * 4, whose other ranks push while they consume); WEFT_CUDA_COLL_PIPE_SPLIT
+ * as set; auto, as measured on two H200s (NV18, 32 MiB slots, bf16,
+ * 128 blocks of 8 warps, PERFORMANCE.md section 10: bus bandwidth split /
+ * unsplit at 64 MiB - 1 GiB; 3 of 8 warps against 2, 4, 5 and 6): only
+ * where each of the g blocks has two units or more (at one a block, 32 MiB
+ * alltoall and reduce_scatter, the split lost: 0.89-0.97x), 3 of 8 for
+ * allgather and alltoall (1.03-1.15x, 1.09-1.22x) and reduce_scatter
+ * (1.06-1.16x), 6 of 8 for allreduce (whose consuming warps also push the
+ * reduced parts: 1.07-1.11x, where 3 gave 1.03-1.05x). Not measured on 3+
+ * ranks (no such host lent since): the same overlap, the same values. */
+static int pipe_split(const weft_ck_pipe_args_t *p, weft_coll_kind_t kind, int warps, unsigned g)
+{
+    if (!p->push || p->mode == 4 || !p->stage_on || !p->consume_on || !p->cons_mask || !p->read_mask) return 0;
+    int w = cvars.pipe_split;
+    if (w < 0) {
+        if (p->units < 2 * (size_t)g) return 0;
+        w = kind == WEFT_COLL_ALLREDUCE ? (warps * 6 + 4) / 8
+            : kind == WEFT_COLL_ALLGATHER || kind == WEFT_COLL_ALLTOALL || kind == WEFT_COLL_REDUCE_SCATTER_BLOCK
+                ? (warps * 3 + 4) / 8
+                : 0;
+    }
+    return w > 0 && w < warps ? w : 0;
 }
 
 /* The pipelined form of a large call (kernels.h: weft_ck_pipe_args): a
@@ -792,7 +838,8 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
     if (g > (unsigned)st->m->sms) g = (unsigned)st->m->sms;
     if (g > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS;
     if (g < 1) g = 1;
-    unsigned want = cvars.pipe_depth > 1 ? (unsigned)cvars.pipe_depth : 1;
+    int depth_as = cvars.pipe_depth >= 0 ? cvars.pipe_depth : a->kind == WEFT_COLL_BCAST && n == 2 ? 4 : 2;
+    unsigned want = depth_as > 1 ? (unsigned)depth_as : 1;
     unsigned depth = WEFT_CK_PIPE_MAXPOS / g < want ? WEFT_CK_PIPE_MAXPOS / g : want;
     size_t posbytes = 2 * st->slot / ((size_t)g * depth);
     size_t piece = posbytes / (size_t)p.pos_pieces / 16 * 16;
@@ -804,6 +851,7 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
     p.depth = (int)depth;
     int ahead = cvars.pipe_ahead >= 0 ? cvars.pipe_ahead : a->kind == WEFT_COLL_ALLREDUCE ? 1 : 0;
     p.ahead = ahead < (int)depth ? ahead : (int)depth - 1;
+    p.split = pipe_split(&p, a->kind, st->m->pipe_threads / 32, g);
     int rc = barrier(op);
     if (rc) return rc;
     *piped = 1;
@@ -1694,14 +1742,18 @@ static const weft_coll_param_t params[] = {
     {"push", "every coll/cuda algorithm", &cvars.push, "bytes", "WEFT_CUDA_COLL_PUSH",
      "pipelined calls from this much per rank store into the peers' scratch (allreduce: reduce-scatter, then every "
      "part pushed to all) instead of staging into their own for the peers to read (auto: allreduce 128 MiB, "
-     "reduce_scatter 256 MiB, on 2 ranks 32 MiB, the others always)"},
+     "reduce_scatter 256 MiB, both on 2 ranks 32 MiB, the others always)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &cvars.pipe_depth, "positions", "WEFT_CUDA_COLL_PIPE_DEPTH",
-     "slot positions per block of the pipelined kernel (512 / blocks at most): units in flight per block"},
+     "slot positions per block of the pipelined kernel (512 / blocks at most): units in flight per block (auto: "
+     "a bcast on 2 ranks 4, else 2)"},
     {"pipe_ahead", "every coll/cuda algorithm", &cvars.pipe_ahead, "units", "WEFT_CUDA_COLL_PIPE_AHEAD",
      "units a pipelined block fills ahead of the one it consumes (depth - 1 at most; auto: allreduce 1, the "
      "others 0)"},
+    {"pipe_split", "every coll/cuda algorithm", &cvars.pipe_split, "warps", "WEFT_CUDA_COLL_PIPE_SPLIT",
+     "warps of a pushing pipelined block that push while its others consume (auto, where a block has two units "
+     "or more: allreduce 6 of 8, allgather, alltoall and reduce_scatter 3 of 8)"},
 };
 
 const weft_coll_component_t weft_coll_cuda = {

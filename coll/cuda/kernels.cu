@@ -822,32 +822,66 @@ __device__ __forceinline__ pipe_unit_t pipe_unit(const weft_ck_pipe_args_t &a, u
     return t;
 }
 
-/* Thread 0 waits (pipe_wait) unless skip; every thread then learns the outcome (1: go on). */
-__device__ __forceinline__ int pipe_wait_all(const weft_ck_pipe_args_t &a, int &ok_s, bool skip, char *mine,
-                                             size_t off, int pos, unsigned mask, unsigned long long v)
+/* The threads of a block that run one side of the pipelined loop: the whole block (both sides in turn), or,
+ * split (weft_ck_pipe_args.split), the producing warps or the consuming ones, each side with a named
+ * barrier of its own and its own outcome word in shared memory. */
+struct pipe_grp_t {
+    unsigned tid, nth; /* this thread's index in the group, the group's threads */
+    unsigned bar;      /* 0: the whole block (__syncthreads); else a named barrier of nth threads */
+    int *ok;           /* the group's outcome: 0 once a wait met the abort word */
+    __device__ __forceinline__ void sync() const
+    {
+        if (bar == 0)
+            __syncthreads();
+        else
+            asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(nth) : "memory");
+    }
+};
+
+/* The group's first thread waits (pipe_wait) unless skip; every thread of the group then learns the outcome
+ * (1: go on). */
+__device__ __forceinline__ int pipe_wait_all(const weft_ck_pipe_args_t &a, const pipe_grp_t &g, bool skip,
+                                             char *mine, size_t off, int pos, unsigned mask, unsigned long long v)
 {
-    if (!skip && threadIdx.x == 0 && !pipe_wait(a, mine, off, pos, mask, v))
-        ok_s = 0;
-    __syncthreads();
-    return ok_s;
+    if (!skip && g.tid == 0 && !pipe_wait(a, mine, off, pos, mask, v))
+        *g.ok = 0;
+    g.sync();
+    return *g.ok;
 }
 
-/* A block's units in order: produce(j) (wait until unit j's position is free, fill it, announce), then
- * consume(j - ahead) (wait for its producers, use it, tell them), so a block fills the next positions while
+/* A block's units in order: produce(j, g) (wait until unit j's position is free, fill it, announce), then
+ * consume(j - ahead, g) (wait for its producers, use it, tell them), so a block fills the next positions while
  * its peers' flags for an earlier unit are on their way. ahead < depth, so the two units never share a
  * position. Deadlock-free: step s of a rank waits only for what its peers post in steps before s, or earlier
- * in step s (mode 3's rdy2 before its wait). Returns the block's unit count, or -1 when a wait met the abort
- * word (the kernel then ends). */
+ * in step s (mode 3's rdy2 before its wait). split (warps, fewer than the block's): the first split warps
+ * produce every unit and the others consume every unit, side by side (a side waits only for the other
+ * ranks' other side, and the producers at most depth units ahead of the consumers they wait for). ok: two
+ * shared words. Returns the block's unit count, or -1 when a wait met the abort word (the kernel then
+ * ends). */
 template <class P, class C>
-__device__ __forceinline__ long long pipe_loop(const weft_ck_pipe_args_t &a, int depth, P produce, C consume)
+__device__ __forceinline__ long long pipe_loop(const weft_ck_pipe_args_t &a, int depth, int split, int *ok,
+                                               P produce, C consume)
 {
     const size_t G = gridDim.x, b = blockIdx.x;
     const size_t J = a.units > b ? (a.units - b + G - 1) / G : 0;
+    const unsigned sp = split > 0 ? (unsigned)split * 32u : 0u, tid = threadIdx.x, nth = blockDim.x;
+    if (tid == 0)
+        ok[0] = ok[1] = 1;
+    __syncthreads();
+    if (sp && sp < nth) {
+        const bool producing = tid < sp;
+        const pipe_grp_t g = producing ? pipe_grp_t{tid, sp, 1, &ok[0]} : pipe_grp_t{tid - sp, nth - sp, 2, &ok[1]};
+        for (size_t j = 0; j < J; j++)
+            if (!(producing ? produce(j, g) : consume(j, g)))
+                return -1;
+        return (long long)J;
+    }
+    const pipe_grp_t g{tid, nth, 0, &ok[0]};
     const size_t L = a.ahead <= 0 ? 0 : a.ahead < depth ? (size_t)a.ahead : (size_t)depth - 1;
     for (size_t s = 0; s < J + L; s++) {
-        if (s < J && !produce(s))
+        if (s < J && !produce(s, g))
             return -1;
-        if (s >= L && !consume(s - L))
+        if (s >= L && !consume(s - L, g))
             return -1;
     }
     return (long long)J;
@@ -855,7 +889,7 @@ __device__ __forceinline__ long long pipe_loop(const weft_ck_pipe_args_t &a, int
 
 template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const weft_ck_pipe_args_t &a)
 {
-    __shared__ int ok_s;
+    __shared__ int ok_s[2];
     /* the barrier before ended by the abort word (it poisoned the counter):
      * nothing to do. Device memory: the abort word itself is host memory,
      * and a read of it from every warp of every block costs a PCIe round
@@ -863,39 +897,36 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
-    const unsigned G = gridDim.x, tid = threadIdx.x, nth = blockDim.x;
+    const unsigned G = gridDim.x, tid = threadIdx.x;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
     char *mine = pick_region(a, a.rank);
     const size_t piece = a.unit_elems * a.esize, posbytes = piece * (size_t)a.npieces;
-    if (tid == 0)
-        ok_s = 1;
-    __syncthreads();
     /* 1. the position is free: its consumers read its previous unit; 2. stage and announce */
-    auto produce = [&](size_t j) -> bool {
+    auto produce = [&](size_t j, const pipe_grp_t &g) -> bool {
         if (!a.stage_on)
             return true;
         const pipe_unit_t t = pipe_unit(a, seq, j, depth);
         const size_t ne = a.count - t.e0 < a.unit_elems ? a.count - t.e0 : a.unit_elems;
-        if (!pipe_wait_all(a, ok_s, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, a.cons_mask,
+        if (!pipe_wait_all(a, g, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, a.cons_mask,
                            t.v - (unsigned long long)depth * G))
             return false;
         char *dst = mine + WEFT_CK_HDR + (size_t)t.pos * posbytes;
         for (int k = 0; k < a.npieces; k++)
-            copy_any(dst + (size_t)k * piece, a.in + (size_t)k * a.in_stride + t.e0 * a.esize, ne * a.esize, tid,
-                     nth);
+            copy_any(dst + (size_t)k * piece, a.in + (size_t)k * a.in_stride + t.e0 * a.esize, ne * a.esize, g.tid,
+                     g.nth);
         __threadfence_system();
-        __syncthreads();
-        if (tid == 0)
+        g.sync();
+        if (g.tid == 0)
             pipe_post(a, WEFT_CK_PIPE_RDY, t.pos, a.cons_mask, t.v);
         return true;
     };
     /* 3. wait for the producers, consume, tell them */
-    auto consume = [&](size_t j) -> bool {
+    auto consume = [&](size_t j, const pipe_grp_t &g) -> bool {
         if (!a.consume_on)
             return true;
         const pipe_unit_t t = pipe_unit(a, seq, j, depth);
         const size_t ne = a.count - t.e0 < a.unit_elems ? a.count - t.e0 : a.unit_elems;
-        if (!pipe_wait_all(a, ok_s, false, mine, WEFT_CK_PIPE_RDY, t.pos, a.read_mask, t.v))
+        if (!pipe_wait_all(a, g, false, mine, WEFT_CK_PIPE_RDY, t.pos, a.read_mask, t.v))
             return false;
         if (REDUCE) {
             const char *base[MAXR];
@@ -903,7 +934,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
             for (int p = 0; p < MAXR; p++)
                 base[p] = pick_region(a, p < nranks ? p : 0) + WEFT_CK_HDR + (size_t)t.pos * posbytes +
                           (size_t)a.red_piece * piece;
-            pipe_reduce<Op>(base, nranks, static_cast<char *>(a.out) + t.e0 * a.esize, ne, tid, nth);
+            pipe_reduce<Op>(base, nranks, static_cast<char *>(a.out) + t.e0 * a.esize, ne, g.tid, g.nth);
         } else {
 #pragma unroll
             for (int p = 0; p < MAXR; p++) {
@@ -911,15 +942,15 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
                     continue;
                 copy_any(a.dst[p] + t.e0 * a.esize,
                          pick_region(a, p) + WEFT_CK_HDR + (size_t)t.pos * posbytes + (size_t)a.copy_piece * piece,
-                         ne * a.esize, tid, nth);
+                         ne * a.esize, g.tid, g.nth);
             }
         }
-        __syncthreads();
-        if (tid == 0)
+        g.sync();
+        if (g.tid == 0)
             pipe_post(a, WEFT_CK_PIPE_DN, t.pos, a.read_mask, t.v);
         return true;
     };
-    const long long units = pipe_loop(a, depth, produce, consume);
+    const long long units = pipe_loop(a, depth, 0, ok_s, produce, consume);
     /* every position this block used: its last unit was read */
     if (units >= 0 && a.stage_on && tid == 0)
         pipe_drain(a, mine, a.cons_mask, seq, (size_t)units, depth);
@@ -929,25 +960,22 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
  * positions, flags and waits as pipe_run; only where the bytes go differs. */
 template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const weft_ck_pipe_args_t &a)
 {
-    __shared__ int ok_s;
+    __shared__ int ok_s[2];
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
-    const unsigned G = gridDim.x, tid = threadIdx.x, nth = blockDim.x;
+    const unsigned G = gridDim.x, tid = threadIdx.x;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
     const int places = a.pos_pieces < 1 ? 1 : a.pos_pieces;
     char *mine = pick_region(a, a.rank);
     const size_t es = a.esize, piece = a.unit_elems * es, posbytes = piece * (size_t)places;
-    if (tid == 0)
-        ok_s = 1;
-    __syncthreads();
     /* 1. the position is free in every consumer's region: each read this rank's previous unit there;
      * 2. push each consumer its piece, at this rank's place, and announce */
-    auto produce = [&](size_t j) -> bool {
+    auto produce = [&](size_t j, const pipe_grp_t &g) -> bool {
         if (!a.stage_on)
             return true;
         const pipe_unit_t t = pipe_unit(a, seq, j, depth);
-        if (!pipe_wait_all(a, ok_s, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, a.cons_mask,
+        if (!pipe_wait_all(a, g, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, a.cons_mask,
                            t.v - (unsigned long long)depth * G))
             return false;
         for (int c = 0; c < nranks; c++) {
@@ -956,22 +984,22 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
             const int k = a.npieces == 1 ? 0 : c;
             copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)t.pos * posbytes + (size_t)(a.rank % places) * piece,
                      a.in + (size_t)k * a.in_stride + t.e0 * es,
-                     pipe_span(pipe_piece_count(a, k), t.e0, a.unit_elems) * es, tid, nth);
+                     pipe_span(pipe_piece_count(a, k), t.e0, a.unit_elems) * es, g.tid, g.nth);
         }
         __threadfence_system();
-        __syncthreads();
-        if (tid == 0)
+        g.sync();
+        if (g.tid == 0)
             pipe_post(a, WEFT_CK_PIPE_RDY, t.pos, a.cons_mask, t.v);
         return true;
     };
     /* 3. wait for the producers; consume out of this rank's own memory */
-    auto consume = [&](size_t j) -> bool {
+    auto consume = [&](size_t j, const pipe_grp_t &g) -> bool {
         if (!a.consume_on)
             return true;
         const pipe_unit_t t = pipe_unit(a, seq, j, depth);
         const size_t e0 = t.e0;
         char *here = mine + WEFT_CK_HDR + (size_t)t.pos * posbytes; /* this rank's position */
-        if (!pipe_wait_all(a, ok_s, false, mine, WEFT_CK_PIPE_RDY, t.pos, a.read_mask, t.v))
+        if (!pipe_wait_all(a, g, false, mine, WEFT_CK_PIPE_RDY, t.pos, a.read_mask, t.v))
             return false;
         if (MODE != 2) {
             const size_t ne = pipe_span(pipe_piece_count(a, a.red_piece), e0, a.unit_elems);
@@ -982,30 +1010,36 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
                 base[p] = p == a.rank ? a.in + (size_t)a.red_piece * a.in_stride + e0 * es
                                       : here + (size_t)((p < nranks ? p : 0) % places) * piece;
             char *o = static_cast<char *>(a.out) + at;
-            pipe_reduce<Op>(base, nranks, o, ne, tid, nth);
+            pipe_reduce<Op>(base, nranks, o, ne, g.tid, g.nth);
             if (MODE == 3) {
-                /* the block's result (visible to the block after the barrier) into every peer's position */
-                __syncthreads();
+                /* the block's result (visible to the block after the barrier) into every peer's position; split,
+                 * once the position is free there (unsplit, this block's produce of unit j waited for it) */
+                if (a.split > 0 && g.tid == 0 && j >= (size_t)depth &&
+                    !pipe_wait(a, mine, WEFT_CK_PIPE_DN, t.pos, a.cons_mask, t.v - (unsigned long long)depth * G))
+                    *g.ok = 0;
+                g.sync();
+                if (!*g.ok)
+                    return false;
                 for (int c = 0; c < nranks; c++)
                     if (a.cons_mask >> c & 1)
                         copy_any(pick_region(a, c) + WEFT_CK_HDR + (size_t)t.pos * posbytes +
                                      (size_t)((nranks + a.rank) % places) * piece,
-                                 o, ne * es, tid, nth);
+                                 o, ne * es, g.tid, g.nth);
                 __threadfence_system();
-                __syncthreads();
-                if (tid == 0) {
+                g.sync();
+                if (g.tid == 0) {
                     pipe_post(a, WEFT_CK_PIPE_RDY2, t.pos, a.cons_mask, t.v);
                     if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, t.pos, a.read_mask, t.v))
-                        ok_s = 0;
+                        *g.ok = 0;
                 }
-                __syncthreads();
-                if (!ok_s)
+                g.sync();
+                if (!*g.ok)
                     return false;
                 for (int p = 0; p < nranks; p++)
                     if (a.read_mask >> p & 1)
                         copy_any(static_cast<char *>(a.out) + (size_t)p * a.in_stride + e0 * es,
                                  here + (size_t)((nranks + p) % places) * piece,
-                                 pipe_span(pipe_piece_count(a, p), e0, a.unit_elems) * es, tid, nth);
+                                 pipe_span(pipe_piece_count(a, p), e0, a.unit_elems) * es, g.tid, g.nth);
             }
         } else {
             const size_t ne = pipe_span(a.count, e0, a.unit_elems);
@@ -1014,18 +1048,18 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
                 if (p >= nranks)
                     continue;
                 if (a.read_mask >> p & 1)
-                    copy_any(a.dst[p] + e0 * es, here + (size_t)(p % places) * piece, ne * es, tid, nth);
+                    copy_any(a.dst[p] + e0 * es, here + (size_t)(p % places) * piece, ne * es, g.tid, g.nth);
                 else if (p == a.rank && a.copy_self)
-                    copy_any(a.dst[p] + e0 * es, a.in + (size_t)a.copy_piece * a.in_stride + e0 * es, ne * es, tid,
-                             nth);
+                    copy_any(a.dst[p] + e0 * es, a.in + (size_t)a.copy_piece * a.in_stride + e0 * es, ne * es, g.tid,
+                             g.nth);
             }
         }
-        __syncthreads();
-        if (tid == 0)
+        g.sync();
+        if (g.tid == 0)
             pipe_post(a, WEFT_CK_PIPE_DN, t.pos, a.read_mask, t.v);
         return true;
     };
-    const long long units = pipe_loop(a, depth, produce, consume);
+    const long long units = pipe_loop(a, depth, a.split, ok_s, produce, consume);
     /* every consumer read this block's last units (the next call may push at once) */
     if (units >= 0 && a.stage_on && tid == 0)
         pipe_drain(a, mine, a.cons_mask, seq, (size_t)units, depth);
@@ -1035,11 +1069,11 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
  * rank pushes its part on to the rest. Same positions, flags and waits as pipe_push. */
 __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
 {
-    __shared__ int ok_s;
+    __shared__ int ok_s[2];
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
-    const unsigned G = gridDim.x, tid = threadIdx.x, nth = blockDim.x;
+    const unsigned G = gridDim.x, tid = threadIdx.x;
     const int nranks = a.nranks < MAXR ? a.nranks : MAXR, depth = a.depth < 1 ? 1 : a.depth;
     const int me = a.rank, root = a.root, places = a.pos_pieces < 1 ? 1 : a.pos_pieces;
     const unsigned all = (1u << nranks) - 1, others = all & ~(1u << me) & ~(1u << root);
@@ -1047,14 +1081,11 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
     const int k = me < root ? me : me - 1;                                  /* this rank's part (not root) */
     char *mine = pick_region(a, me), *out = static_cast<char *>(a.out);
     const size_t piece = a.unit_elems, posbytes = piece * (size_t)places;
-    if (tid == 0)
-        ok_s = 1;
-    __syncthreads();
     /* every rank: the position is free where this rank writes; the root: scatter part kc to its owner c */
-    auto produce = [&](size_t j) -> bool {
+    auto produce = [&](size_t j, const pipe_grp_t &g) -> bool {
         const pipe_unit_t t = pipe_unit(a, seq, j, depth);
         const size_t at = (size_t)t.pos * posbytes + WEFT_CK_HDR;
-        if (!pipe_wait_all(a, ok_s, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, writes_to,
+        if (!pipe_wait_all(a, g, j < (size_t)depth, mine, WEFT_CK_PIPE_DN, t.pos, writes_to,
                            t.v - (unsigned long long)depth * G))
             return false;
         if (me != root)
@@ -1064,51 +1095,51 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
                 continue;
             const int kc = c < root ? c : c - 1;
             copy_any(pick_region(a, c) + at, a.in + (size_t)kc * a.in_stride + t.e0,
-                     pipe_span(pipe_piece_count(a, kc), t.e0, a.unit_elems), tid, nth);
+                     pipe_span(pipe_piece_count(a, kc), t.e0, a.unit_elems), g.tid, g.nth);
         }
         __threadfence_system();
-        __syncthreads();
-        if (tid == 0)
+        g.sync();
+        if (g.tid == 0)
             pipe_post(a, WEFT_CK_PIPE_RDY, t.pos, writes_to, t.v);
         return true;
     };
     /* every other rank: its part to its output and on to every other non-root rank, then theirs */
-    auto consume = [&](size_t j) -> bool {
+    auto consume = [&](size_t j, const pipe_grp_t &g) -> bool {
         if (me == root)
             return true;
         const pipe_unit_t t = pipe_unit(a, seq, j, depth);
         const size_t e0 = t.e0, at = (size_t)t.pos * posbytes + WEFT_CK_HDR;
         char *here = mine + at;
         const size_t ne = pipe_span(pipe_piece_count(a, k), e0, a.unit_elems);
-        if (!pipe_wait_all(a, ok_s, false, mine, WEFT_CK_PIPE_RDY, t.pos, 1u << root, t.v))
+        if (!pipe_wait_all(a, g, false, mine, WEFT_CK_PIPE_RDY, t.pos, 1u << root, t.v))
             return false;
-        copy_any(out + (size_t)k * a.in_stride + e0, here, ne, tid, nth);
+        copy_any(out + (size_t)k * a.in_stride + e0, here, ne, g.tid, g.nth);
         for (int q = 0; q < nranks; q++)
             if (others >> q & 1)
-                copy_any(pick_region(a, q) + at + (size_t)(1 + k) * piece, here, ne, tid, nth);
+                copy_any(pick_region(a, q) + at + (size_t)(1 + k) * piece, here, ne, g.tid, g.nth);
         __threadfence_system();
-        __syncthreads();
-        if (tid == 0) {
+        g.sync();
+        if (g.tid == 0) {
             pipe_post(a, WEFT_CK_PIPE_RDY2, t.pos, others, t.v);
             if (!pipe_wait(a, mine, WEFT_CK_PIPE_RDY2, t.pos, others, t.v))
-                ok_s = 0;
+                *g.ok = 0;
         }
-        __syncthreads();
-        if (!ok_s)
+        g.sync();
+        if (!*g.ok)
             return false;
         for (int q = 0; q < nranks; q++) {
             if (!(others >> q & 1))
                 continue;
             const int kq = q < root ? q : q - 1;
             copy_any(out + (size_t)kq * a.in_stride + e0, here + (size_t)(1 + kq) * piece,
-                     pipe_span(pipe_piece_count(a, kq), e0, a.unit_elems), tid, nth);
+                     pipe_span(pipe_piece_count(a, kq), e0, a.unit_elems), g.tid, g.nth);
         }
-        __syncthreads();
-        if (tid == 0)
+        g.sync();
+        if (g.tid == 0)
             pipe_post(a, WEFT_CK_PIPE_DN, t.pos, others | 1u << root, t.v);
         return true;
     };
-    const long long units = pipe_loop(a, depth, produce, consume);
+    const long long units = pipe_loop(a, depth, 0, ok_s, produce, consume);
     /* every rank this one wrote into read its last units */
     if (units >= 0 && tid == 0)
         pipe_drain(a, mine, writes_to, seq, (size_t)units, depth);

@@ -198,7 +198,11 @@ typedef struct weft_ck_fused_args {
  * call (of either protocol) may stage at once. A block runs steps 1-2 of its
  * unit j before step 3 of its unit j - ahead (0 <= ahead < depth: the two
  * never share a position), so its peers' flags for the earlier unit are on
- * their way while it fills the later one. count: elements per piece
+ * their way while it fills the later one; split > 0 (push only, fewer
+ * warps than the block's): the block's first split warps run steps 1-2 of
+ * every unit and the others step 3 of every unit, side by side (mode 3's
+ * step 3 then waits, before writing into a consumer's position, for the dn
+ * its step 1 would have waited for). count: elements per piece
  * in the whole call (the last unit is short). Waits watch ctl.abort as the
  * barrier's do (1 + the awaited rank in *ctl.error). A poisoned counter
  * (the barrier before was aborted): the kernel ends at once.
@@ -243,6 +247,7 @@ typedef struct weft_ck_pipe_args {
     unsigned read_mask, cons_mask; /* bit p: rank p */
     int stage_on, consume_on, copy_self;
     int npieces, depth, ahead, red_piece, copy_piece;
+    int split; /* push: warps that produce while the others consume (0: each warp does both in turn) */
     size_t units, unit_elems, esize, count;
     const char *in;
     size_t in_stride; /* bytes between the input's pieces */
