@@ -233,7 +233,7 @@ Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
     run(4, body_allreduce, NULL);
 }
 
-/* Allreduces up to 64 KiB per rank take the LL kernel by default: these
+/* Allreduces up to 256 KiB per rank take the LL kernel by default: these
  * keep the fused and chunked paths covered for them. */
 Test(cuda_coll, allreduce_without_ll_2_ranks, .timeout = 600)
 {
@@ -335,66 +335,71 @@ Test(cuda_coll, allreduce_pipelined_split_4_ranks, .timeout = 600)
     run_pipe_order(3, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7");
 }
 
-/* Byte patterns through the data-moving collectives and reduce /
+/* Byte patterns of n bytes a rank (k varies the pattern and the bcast's
+ * root) through the data-moving collectives and reduce /
  * reduce_scatter_block, each against the host call. */
+static void others_once(weft_comm_t w, int rank, int size, size_t n, size_t k)
+{
+    size_t all = n * (size_t)size;
+    unsigned char *in = malloc(all), *ref = malloc(all);
+    for (size_t i = 0; i < all; i++)
+        in[i] = (unsigned char)(rank * 37 + (int)i * 11 + (int)k);
+    void *din = dev_copy(in, all), *dout = gpu_alloc(all);
+    char what[64];
+    /* bcast from the last rank, then rank 0, 1, ... (a pushed bcast numbers the other ranks' parts around
+     * its root) */
+    int root = (int)(((size_t)size - 1 + k) % (size_t)size);
+    memcpy(ref, in, n);
+    TH_OK(weft_bcast(ref, (int64_t)n, WEFT_BYTE, root, w));
+    void *db = dev_copy(in, n);
+    snprintf(what, sizeof(what), "bcast %zu B from %d", n, root);
+    TH_CHECK(weft_bcast(db, (int64_t)n, WEFT_BYTE, root, w) == 0, "%s: %s", what, weft_last_error());
+    same(w, ref, db, n, what);
+    gpu_free(db);
+    /* allgather */
+    TH_OK(weft_allgather(in, ref, (int64_t)n, WEFT_BYTE, w));
+    snprintf(what, sizeof(what), "allgather %zu B", n);
+    TH_CHECK(weft_allgather(din, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
+    same(w, ref, dout, all, what);
+    /* alltoall */
+    TH_OK(weft_alltoall(in, ref, (int64_t)n, WEFT_BYTE, w));
+    snprintf(what, sizeof(what), "alltoall %zu B", n);
+    TH_CHECK(weft_alltoall(din, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
+    unsigned char *got = host_of(dout, all);
+    TH_CHECK(!memcmp(got, ref, all), "%s: differs from the host's", what);
+    free(got);
+    /* reduce_scatter_block (int8 sum: wraps alike) and reduce to rank 1 % size */
+    TH_OK(weft_reduce_scatter_block(in, ref, (int64_t)n, WEFT_INT8, WEFT_SUM, w));
+    snprintf(what, sizeof(what), "reduce_scatter_block %zu B", n);
+    TH_CHECK(weft_reduce_scatter_block(din, dout, (int64_t)n, WEFT_INT8, WEFT_SUM, w) == 0, "%s: %s", what,
+             weft_last_error());
+    got = host_of(dout, n);
+    TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
+    free(got);
+    int rroot = 1 % size;
+    TH_OK(weft_reduce(in, ref, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w));
+    snprintf(what, sizeof(what), "reduce %zu B to %d", n, rroot);
+    TH_CHECK(weft_reduce(din, dout, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w) == 0, "%s: %s", what,
+             weft_last_error());
+    if (rank == rroot) {
+        got = host_of(dout, n);
+        TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
+        free(got);
+    }
+    TH_OK(weft_barrier(w)); /* the host one */
+    gpu_free(din);
+    gpu_free(dout);
+    free(in);
+    free(ref);
+}
+
 static int body_others(int rank, int size, void *arg)
 {
     (void)arg;
     weft_comm_t w = gpu_weft_start();
     static const size_t sizes[] = {1, 3, 4095, 4097, 10001};
-    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-        size_t n = sizes[k], all = n * (size_t)size;
-        unsigned char *in = malloc(all), *ref = malloc(all);
-        for (size_t i = 0; i < all; i++)
-            in[i] = (unsigned char)(rank * 37 + (int)i * 11 + (int)k);
-        void *din = dev_copy(in, all), *dout = gpu_alloc(all);
-        char what[64];
-        /* bcast from the last rank, then rank 0, 1, ... (a pushed bcast numbers the other ranks' parts around
-         * its root) */
-        int root = (int)(((size_t)size - 1 + k) % (size_t)size);
-        memcpy(ref, in, n);
-        TH_OK(weft_bcast(ref, (int64_t)n, WEFT_BYTE, root, w));
-        void *db = dev_copy(in, n);
-        snprintf(what, sizeof(what), "bcast %zu B from %d", n, root);
-        TH_CHECK(weft_bcast(db, (int64_t)n, WEFT_BYTE, root, w) == 0, "%s: %s", what, weft_last_error());
-        same(w, ref, db, n, what);
-        gpu_free(db);
-        /* allgather */
-        TH_OK(weft_allgather(in, ref, (int64_t)n, WEFT_BYTE, w));
-        snprintf(what, sizeof(what), "allgather %zu B", n);
-        TH_CHECK(weft_allgather(din, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
-        same(w, ref, dout, all, what);
-        /* alltoall */
-        TH_OK(weft_alltoall(in, ref, (int64_t)n, WEFT_BYTE, w));
-        snprintf(what, sizeof(what), "alltoall %zu B", n);
-        TH_CHECK(weft_alltoall(din, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
-        unsigned char *got = host_of(dout, all);
-        TH_CHECK(!memcmp(got, ref, all), "%s: differs from the host's", what);
-        free(got);
-        /* reduce_scatter_block (int8 sum: wraps alike) and reduce to rank 1 % size */
-        TH_OK(weft_reduce_scatter_block(in, ref, (int64_t)n, WEFT_INT8, WEFT_SUM, w));
-        snprintf(what, sizeof(what), "reduce_scatter_block %zu B", n);
-        TH_CHECK(weft_reduce_scatter_block(din, dout, (int64_t)n, WEFT_INT8, WEFT_SUM, w) == 0, "%s: %s", what,
-                 weft_last_error());
-        got = host_of(dout, n);
-        TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
-        free(got);
-        int rroot = 1 % size;
-        TH_OK(weft_reduce(in, ref, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w));
-        snprintf(what, sizeof(what), "reduce %zu B to %d", n, rroot);
-        TH_CHECK(weft_reduce(din, dout, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w) == 0, "%s: %s", what,
-                 weft_last_error());
-        if (rank == rroot) {
-            got = host_of(dout, n);
-            TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
-            free(got);
-        }
-        TH_OK(weft_barrier(w)); /* the host one */
-        gpu_free(din);
-        gpu_free(dout);
-        free(in);
-        free(ref);
-    }
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+        others_once(w, rank, size, sizes[k], k);
     TH_OK(weft_finalize());
     return 0;
 }
@@ -414,7 +419,7 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
     run(4, body_others, NULL);
 }
 
-/* body_others' sizes take the LL kernel by default (pieces up to 64 KiB): without it, fused and chunked calls. */
+/* body_others' sizes take the LL kernel by default (pieces up to 256 KiB): without it, fused and chunked calls. */
 Test(cuda_coll, others_without_ll_2_ranks, .timeout = 600)
 {
     run(2, body_others, "WEFT_CUDA_COLL_LL=0");
@@ -1052,6 +1057,36 @@ static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, 
     gpu_free(dout);
     free(in);
     free(ref);
+}
+
+/* LL pieces past 64 KiB (the default WEFT_CUDA_COLL_LL, 256 KiB, set as well): pieces just past 64 KiB, at
+ * the 256 KiB bound and one byte (element) past it, which stages instead; allreduce as the host call's bits
+ * (float32 and bfloat16 sums, int64 max), reduce_scatter_block, then the other collectives' byte patterns. */
+static int body_ll_large(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    static const size_t bytes[] = {65544, 262144, 262152};
+    static const weft_dtype_t ts[] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_INT64};
+    static const weft_op_t ops_[] = {WEFT_SUM, WEFT_SUM, WEFT_MAX};
+    for (size_t bi = 0; bi < 3; bi++) {
+        for (size_t ti = 0; ti < 3; ti++)
+            across_reduction(w, rank, K_ALLREDUCE, ts[ti], ops_[ti], bytes[bi] / esize(ts[ti]));
+        across_reduction(w, rank, K_RSB, WEFT_FLOAT32, WEFT_SUM, bytes[bi] / 4);
+        others_once(w, rank, size, bytes[bi] - (bi == 2 ? 7 : 0), bi);
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, ll_large_2_ranks, .timeout = 600)
+{
+    run2(2, body_ll_large, "WEFT_CUDA_COLL_LL=262144", "WEFT_CUDA_COLL_FUSED=0");
+}
+
+Test(cuda_coll, ll_large_4_ranks, .timeout = 600)
+{
+    run2(4, body_ll_large, "WEFT_CUDA_COLL_LL=262144", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 static int body_across_nodes(int rank, int size, void *arg)
