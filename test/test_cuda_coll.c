@@ -1059,21 +1059,21 @@ static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, 
     free(ref);
 }
 
-/* LL pieces past 64 KiB (the default WEFT_CUDA_COLL_LL, 256 KiB, set as well): pieces just past 64 KiB, at
- * the 256 KiB bound and one byte (element) past it, which stages instead; allreduce as the host call's bits
+/* LL pieces past 64 KiB (WEFT_CUDA_COLL_LL at its most, 512 KiB): pieces just past 64 KiB and 256 KiB, at
+ * the 512 KiB bound and one byte (element) past it, which stages instead; allreduce as the host call's bits
  * (float32 and bfloat16 sums, int64 max), reduce_scatter_block, then the other collectives' byte patterns. */
 static int body_ll_large(int rank, int size, void *arg)
 {
     (void)arg;
     weft_comm_t w = gpu_weft_start();
-    static const size_t bytes[] = {65544, 262144, 262152};
+    static const size_t bytes[] = {65544, 262152, 524288, 524296};
     static const weft_dtype_t ts[] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_INT64};
     static const weft_op_t ops_[] = {WEFT_SUM, WEFT_SUM, WEFT_MAX};
-    for (size_t bi = 0; bi < 3; bi++) {
+    for (size_t bi = 0; bi < 4; bi++) {
         for (size_t ti = 0; ti < 3; ti++)
             across_reduction(w, rank, K_ALLREDUCE, ts[ti], ops_[ti], bytes[bi] / esize(ts[ti]));
         across_reduction(w, rank, K_RSB, WEFT_FLOAT32, WEFT_SUM, bytes[bi] / 4);
-        others_once(w, rank, size, bytes[bi] - (bi == 2 ? 7 : 0), bi);
+        others_once(w, rank, size, bytes[bi] - (bi == 3 ? 7 : 0), bi);
     }
     TH_OK(weft_finalize());
     return 0;
@@ -1081,12 +1081,12 @@ static int body_ll_large(int rank, int size, void *arg)
 
 Test(cuda_coll, ll_large_2_ranks, .timeout = 600)
 {
-    run2(2, body_ll_large, "WEFT_CUDA_COLL_LL=262144", "WEFT_CUDA_COLL_FUSED=0");
+    run2(2, body_ll_large, "WEFT_CUDA_COLL_LL=524288", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 Test(cuda_coll, ll_large_4_ranks, .timeout = 600)
 {
-    run2(4, body_ll_large, "WEFT_CUDA_COLL_LL=262144", "WEFT_CUDA_COLL_FUSED=0");
+    run2(4, body_ll_large, "WEFT_CUDA_COLL_LL=524288", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 static int body_across_nodes(int rank, int size, void *arg)

@@ -46,12 +46,12 @@ static struct {
 enum { PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
-    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "262144",
+    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "524288",
      "coll/cuda: calls whose piece for each peer (an allreduce's, reduce's, allgather's or bcast's whole input; a "
-     "reduce_scatter's or alltoall's block) is up to this many bytes (at most 262144) run as one launch (a block "
+     "reduce_scatter's or alltoall's block) is up to this many bytes (at most 524288) run as one launch (a block "
      "per 4 KiB) that stores its pieces, 8 bytes at a time with the call's sequence number beside them, straight "
      "into the peers' memory, and reduces or copies out what arrives in its own: no barrier, no staging (measured "
-     "on four H100s: 0.5-0.75x the staged time at 32-64 KiB pieces; two H200s, 128-256 KiB pieces: 0.59-0.65x in "
+     "on four H100s: 0.5-0.75x the staged time at 32-64 KiB pieces; two H200s, 128-512 KiB pieces: 0.59-0.76x in "
      "CUDA graphs, 0.33-0.73x launched); 0: never",
      &cvars.ll, 0},
     {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO, "auto",
@@ -75,7 +75,7 @@ static const weft_var_t vars[] = {
      &cvars.enabled, 0},
     {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: bytes of each of a rank's two scratch slots (its device memory, mapped by its peers); larger "
-     "messages go in chunks of this size, one barrier each. Costs 2 x this + about 8 MiB (the "
+     "messages go in chunks of this size, one barrier each. Costs 2 x this + about 16 MiB (the "
      "flags and the LL area) of device memory per rank and communicator that runs a GPU collective. auto: 8 MiB "
      "where ranks share a GPU, 32 MiB where every rank has its own (measured on four H100s: 1.1-1.5x the bus "
      "bandwidth of 8 MiB slots for allreduce, reduce_scatter and alltoall from 16 MiB)",
@@ -1729,7 +1729,7 @@ static const weft_coll_param_t params[] = {
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
     {"ll", "every coll/cuda algorithm but barrier", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
-     "calls whose piece for each peer is up to this much (256 KiB at most) push their lines into the peers: no "
+     "calls whose piece for each peer is up to this much (512 KiB at most) push their lines into the peers: no "
      "barrier, no staging"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (auto: "

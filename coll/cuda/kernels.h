@@ -26,7 +26,7 @@
 /* Bytes before the slots: the flags (128 KiB), then the LL area
  * (WEFT_CK_LL_OFF: 2 parities x WEFT_CK_MAX_RANKS senders x WEFT_CK_LL_SLOT
  * bytes of 16-byte lines; see weft_ck_ll_args). */
-#define WEFT_CK_LL_MAX 262144                    /* bytes of a piece of an LL call, at most */
+#define WEFT_CK_LL_MAX 524288                    /* bytes of a piece of an LL call, at most */
 #define WEFT_CK_LL_SLOT (2 * WEFT_CK_LL_MAX)     /* a sender's lines for one parity: 16 bytes per 8 */
 #define WEFT_CK_LL_OFF 131072
 #define WEFT_CK_HDR (WEFT_CK_LL_OFF + 2 * WEFT_CK_MAX_RANKS * WEFT_CK_LL_SLOT)
