@@ -124,7 +124,8 @@ static const weft_var_t vars[] = {
      "consumes one (WEFT_CUDA_COLL_PIPE_AHEAD); at least the block's warps: none split. auto: where each block "
      "has at least two units (one unit a block leaves nothing to overlap), 3 of 8 warps for allgather, alltoall "
      "and reduce_scatter, 6 of 8 for allreduce (of the block's warps; measured on two H200s, 64 MiB - 1 GiB: bus "
-     "bandwidth 1.03-1.22x, 1.06-1.16x and 1.07-1.11x that of unsplit blocks), 0 for the rest. A rank's own choice: ranks may differ",
+     "bandwidth 1.03-1.22x, 1.06-1.16x and 1.07-1.11x that of unsplit blocks), 0 for the rest. A rank's own "
+     "choice: ranks may differ",
      &cvars.pipe_split, 0},
 };
 
