@@ -233,7 +233,7 @@ Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
     run(4, body_allreduce, NULL);
 }
 
-/* Allreduces up to 256 KiB per rank take the LL kernel by default: these
+/* Allreduces up to 512 KiB per rank take the LL kernel by default: these
  * keep the fused and chunked paths covered for them. */
 Test(cuda_coll, allreduce_without_ll_2_ranks, .timeout = 600)
 {
@@ -419,7 +419,7 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
     run(4, body_others, NULL);
 }
 
-/* body_others' sizes take the LL kernel by default (pieces up to 256 KiB): without it, fused and chunked calls. */
+/* body_others' sizes take the LL kernel by default (pieces up to 512 KiB): without it, fused and chunked calls. */
 Test(cuda_coll, others_without_ll_2_ranks, .timeout = 600)
 {
     run(2, body_others, "WEFT_CUDA_COLL_LL=0");
