@@ -21,7 +21,9 @@
  *     --check-max B every library's result is checked against the exact answer in the first round
  *                   for sizes up to B (default 64m): inputs are small integers, so every sum is exact
  *                   in every type and any reduction order
- *     --csv FILE    rank 0 writes every measurement: coll,type,graph,ranks,bytes,lib,round,us,algbw,busbw
+ *     --csv FILE    rank 0 writes every measurement: coll,type,graph,ranks,bytes,lib,round,us,algbw,busbw,
+ *                   host_us (the host's time to issue the calls or the replay, per call, the largest over
+ *                   the ranks: near us, the host sets the pace)
  *     --window 1    weft's send and receive buffers are registered windows (weft_comm_window_register):
  *                   calls past the one-launch sizes read the peers' inputs in place (default 0)
  *
@@ -280,8 +282,10 @@ static size_t check(int coll, int type, size_t count)
     return bad;
 }
 
-/* One measurement: us per call, the largest over the ranks. */
-static double measure(int lib, int coll, int type, size_t count, int graph, int iters)
+/* One measurement: us per call, the largest over the ranks; *host_us: the host's time to issue the calls
+ * (launches) or the replay (graph), per call, the largest over the ranks (where it is near the call time,
+ * the host's issuing, not the GPU, sets the pace). */
+static double measure(int lib, int coll, int type, size_t count, int graph, int iters, double *host_us)
 {
     cudaEvent_t a, b;
     CU(cudaEventCreate(&a));
@@ -305,11 +309,13 @@ static double measure(int lib, int coll, int type, size_t count, int graph, int 
     /* Everyone starts together (a host barrier), as nccl-tests does. */
     if (weft_barrier(world)) die("barrier: %s", weft_last_error());
     CU(cudaEventRecord(a, stream));
+    double h0 = floor_now();
     if (graph)
         CU(cudaGraphLaunch(exec, stream));
     else
         for (int i = 0; i < iters; i++)
             call(lib, coll, type, count);
+    double host[2] = {1e6 * (floor_now() - h0) / iters, 0};
     CU(cudaEventRecord(b, stream));
     CU(cudaEventSynchronize(b));
     float ms = 0;
@@ -318,7 +324,10 @@ static double measure(int lib, int coll, int type, size_t count, int graph, int 
     CU(cudaEventDestroy(a));
     CU(cudaEventDestroy(b));
     double us = 1e3 * ms / iters, most = 0;
-    if (weft_allreduce(&us, &most, 1, WEFT_FLOAT64, WEFT_MAX, world)) die("allreduce: %s", weft_last_error());
+    if (weft_allreduce(&us, &most, 1, WEFT_FLOAT64, WEFT_MAX, world) ||
+        weft_allreduce(&host[0], &host[1], 1, WEFT_FLOAT64, WEFT_MAX, world))
+        die("allreduce: %s", weft_last_error());
+    *host_us = host[1];
     return most;
 }
 
@@ -436,7 +445,7 @@ int main(int argc, char **argv)
                getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset)", rounds);
         printf("# weft's buffers: %s\n", window ? "registered windows (read in place)" : "unregistered (staged)");
         if (csv_path && !(csv = fopen(csv_path, "w"))) die("cannot write %s", csv_path);
-        if (csv) fprintf(csv, "coll,type,graph,ranks,bytes,lib,round,us,algbw,busbw\n");
+        if (csv) fprintf(csv, "coll,type,graph,ranks,bytes,lib,round,us,algbw,busbw,host_us\n");
     }
     int failed = 0;
     double *t = calloc((size_t)rounds * NLIB, sizeof(double));
@@ -471,12 +480,12 @@ int main(int argc, char **argv)
                                     failed = 1;
                                 }
                             }
-                            double us = measure(lib, c, ty, count, g, iters);
+                            double host_us, us = measure(lib, c, ty, count, g, iters, &host_us);
                             t[r * NLIB + lib] = us;
                             if (csv)
-                                fprintf(csv, "%s,%s,%d,%d,%zu,%s,%d,%.3f,%.3f,%.3f\n", coll_names[c], type_names[ty],
-                                        g, nranks, bytes, lib_names[lib], r, us, bytes / us / 1e3,
-                                        bytes / us / 1e3 * bus_factor(c));
+                                fprintf(csv, "%s,%s,%d,%d,%zu,%s,%d,%.3f,%.3f,%.3f,%.3f\n", coll_names[c],
+                                        type_names[ty], g, nranks, bytes, lib_names[lib], r, us, bytes / us / 1e3,
+                                        bytes / us / 1e3 * bus_factor(c), host_us);
                             if (csv) fflush(csv); /* a run cut short keeps what it measured */
                         }
                     if (me == 0) {

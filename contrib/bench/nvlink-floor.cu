@@ -30,6 +30,11 @@
  *               per thread) and writes them into its output
  *   ag-sm-push  each GPU's kernel reads its own block and writes it into
  *               every peer's output
+ *   ag-sm-ring  a ring's traffic: each GPU's kernel writes G - 1 blocks
+ *               (every block but the next GPU's own) into the next GPU's
+ *               output (a grid row per block), as a ring allgather's steps
+ *               move them, without the steps' waits (so its input holds
+ *               every block: the data the ring would forward)
  *   rs-sm-pull  reduce_scatter of float32 by kernel: each GPU's kernel reads
  *               its S / G block of every GPU's input (G - 1 remote), sums
  *               them in GPU order and writes S / G bytes: the first half of
@@ -135,8 +140,9 @@ typedef struct {
     int blocks, threads;
 } ctx_t;
 
-enum { AG_CE_PULL, AG_CE_PUSH, AG_SM_PULL, AG_SM_PUSH, RS_SM_PULL, NTESTS };
-static const char *test_name[NTESTS] = {"ag-ce-pull", "ag-ce-push", "ag-sm-pull", "ag-sm-push", "rs-sm-pull"};
+enum { AG_CE_PULL, AG_CE_PUSH, AG_SM_PULL, AG_SM_PUSH, AG_SM_RING, RS_SM_PULL, NTESTS };
+static const char *test_name[NTESTS] = {"ag-ce-pull", "ag-ce-push", "ag-sm-pull", "ag-sm-push", "ag-sm-ring",
+                                        "rs-sm-pull"};
 
 static int launch_reduce(int g, dim3 grid, int threads, cudaStream_t s, Ptrs src, float *out, size_t n)
 {
@@ -166,10 +172,16 @@ static int queue(const ctx_t *c, int t, size_t s)
                 else
                     CK(cudaMemcpyPeerAsync(c->out[p] + (size_t)d * blk, p, c->in[d], d, blk, c->st[d][p]));
             }
-        } else if (t == AG_SM_PULL || t == AG_SM_PUSH) {
+        } else if (t == AG_SM_PULL || t == AG_SM_PUSH || t == AG_SM_RING) {
             Ptrs src = {}, dst = {};
-            int rows = 0;
+            int rows = 0, next = (d + 1) % c->g;
             for (int p = 0; p < c->g; p++) {
+                if (t == AG_SM_RING) {
+                    if (p == next) continue;
+                    src.p[rows] = c->in[d] + (size_t)p * blk;
+                    dst.p[rows++] = c->out[next] + (size_t)p * blk;
+                    continue;
+                }
                 if (p == d) continue;
                 src.p[rows] = t == AG_SM_PULL ? c->in[p] : c->in[d];
                 dst.p[rows] = t == AG_SM_PULL ? c->out[d] + (size_t)p * blk : c->out[p] + (size_t)d * blk;
@@ -198,7 +210,8 @@ static int sync_all(const ctx_t *c)
     return 0;
 }
 
-/* Fills GPU d's input: bytes d + 1 for the allgathers, floats d + 1 for the reduction. */
+/* Fills GPU d's input: bytes d + 1 for the allgathers (the ring's: block p bytes p + 1), floats d + 1 for
+ * the reduction. */
 static int fill(const ctx_t *c, int t, size_t s)
 {
     for (int d = 0; d < c->g; d++) {
@@ -211,6 +224,9 @@ static int fill(const ctx_t *c, int t, size_t s)
             int rc = check(cudaMemcpy(c->in[d], h, s, cudaMemcpyHostToDevice), "fill");
             free(h);
             if (rc) return 1;
+        } else if (t == AG_SM_RING) {
+            size_t blk = s / (size_t)c->g;
+            for (int p = 0; p < c->g; p++) CK(cudaMemset(c->in[d] + (size_t)p * blk, p + 1, blk));
         } else {
             CK(cudaMemset(c->in[d], d + 1, s));
         }
