@@ -368,10 +368,25 @@ static void others_once(weft_comm_t w, int rank, int size, size_t n, size_t k)
     unsigned char *got = host_of(dout, all);
     TH_CHECK(!memcmp(got, ref, all), "%s: differs from the host's", what);
     free(got);
-    /* reduce_scatter_block (int8 sum: wraps alike) and reduce to rank 1 % size */
+    /* in place: the input in the output buffer (pushed and split, a block's consumers must not overwrite a unit
+     * its producers have yet to push) */
+    TH_OK(gpu_upload(dout, in, all));
+    snprintf(what, sizeof(what), "alltoall %zu B in place", n);
+    TH_CHECK(weft_alltoall(WEFT_IN_PLACE, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
+    got = host_of(dout, all);
+    TH_CHECK(!memcmp(got, ref, all), "%s: differs from the host's", what);
+    free(got);
+    /* reduce_scatter_block (int8 sum: wraps alike), out of place and in place, and reduce to rank 1 % size */
     TH_OK(weft_reduce_scatter_block(in, ref, (int64_t)n, WEFT_INT8, WEFT_SUM, w));
     snprintf(what, sizeof(what), "reduce_scatter_block %zu B", n);
     TH_CHECK(weft_reduce_scatter_block(din, dout, (int64_t)n, WEFT_INT8, WEFT_SUM, w) == 0, "%s: %s", what,
+             weft_last_error());
+    got = host_of(dout, n);
+    TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
+    free(got);
+    TH_OK(gpu_upload(dout, in, all));
+    snprintf(what, sizeof(what), "reduce_scatter_block %zu B in place", n);
+    TH_CHECK(weft_reduce_scatter_block(WEFT_IN_PLACE, dout, (int64_t)n, WEFT_INT8, WEFT_SUM, w) == 0, "%s: %s", what,
              weft_last_error());
     got = host_of(dout, n);
     TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);

@@ -728,20 +728,12 @@ static size_t push_min(weft_coll_kind_t kind, int n)
  * (1.06-1.16x), 6 of 8 for allreduce (whose consuming warps also push the
  * reduced parts: 1.07-1.11x, where 3 gave 1.03-1.05x). Not measured on 3+
  * ranks (no such host lent since): the same overlap, the same values.
- * Never where an alltoall's or reduce_scatter's input overlaps its output
- * (in place): a consuming warp could write a unit's output before this
- * rank's pushing warps read it as input (unsplit, a block pushes a unit
- * before it consumes it; an allreduce's consumers write the peers' parts
- * only after every peer's rdy2, which follows this rank's push to it). */
+ * In place too: a block's consuming warps start a unit only after its
+ * pushing warps pushed it (kernels.h), so an output they write is never
+ * input still to be read. */
 static int pipe_split(const weft_ck_pipe_args_t *p, weft_coll_kind_t kind, int warps, unsigned g)
 {
     if (!p->push || p->mode == 4 || !p->stage_on || !p->consume_on || !p->cons_mask || !p->read_mask) return 0;
-    if (kind == WEFT_COLL_ALLTOALL || kind == WEFT_COLL_REDUCE_SCATTER_BLOCK) {
-        const char *out = p->out;
-        size_t in_len = (size_t)(p->npieces - 1) * p->in_stride + p->count * p->esize;
-        size_t out_len = kind == WEFT_COLL_ALLTOALL ? (size_t)p->nranks * p->in_stride : p->count * p->esize;
-        if (p->in < out + out_len && out < p->in + in_len) return 0;
-    }
     int w = cvars.pipe_split;
     if (w < 0) {
         if (p->units < 2 * (size_t)g) return 0;

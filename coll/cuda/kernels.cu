@@ -855,7 +855,9 @@ __device__ __forceinline__ int pipe_wait_all(const weft_ck_pipe_args_t &a, const
  * position. Deadlock-free: step s of a rank waits only for what its peers post in steps before s, or earlier
  * in step s (mode 3's rdy2 before its wait). split (warps, fewer than the block's): the first split warps
  * produce every unit and the others consume every unit, side by side (a side waits only for the other
- * ranks' other side, and the producers at most depth units ahead of the consumers they wait for). ok: two
+ * ranks' other side, and the producers at most depth units ahead of the consumers they wait for; pipe_push's
+ * consumers of unit j also wait for their own block's producers of unit j, which wait only for units before
+ * j). ok: two
  * shared words. Returns the block's unit count, or -1 when a wait met the abort word (the kernel then
  * ends). */
 template <class P, class C>
@@ -961,6 +963,9 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
 template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const weft_ck_pipe_args_t &a)
 {
     __shared__ int ok_s[2];
+    /* split: the units this block's producers have pushed; its consumers never pass them (in place, an
+     * alltoall's or reduce_scatter's output range of unit j is input the producers read for unit j) */
+    __shared__ unsigned long long made_s;
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
@@ -988,8 +993,10 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
         }
         __threadfence_system();
         g.sync();
-        if (g.tid == 0)
+        if (g.tid == 0) {
             pipe_post(a, WEFT_CK_PIPE_RDY, t.pos, a.cons_mask, t.v);
+            *(volatile unsigned long long *)&made_s = j + 1;
+        }
         return true;
     };
     /* 3. wait for the producers; consume out of this rank's own memory */
@@ -999,6 +1006,12 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
         const pipe_unit_t t = pipe_unit(a, seq, j, depth);
         const size_t e0 = t.e0;
         char *here = mine + WEFT_CK_HDR + (size_t)t.pos * posbytes; /* this rank's position */
+        if (a.split > 0 && g.tid == 0) /* this block's producers pushed unit j, or stopped at the abort word */
+            while (*(volatile unsigned long long *)&made_s <= j)
+                if (!*(volatile int *)&ok_s[0]) {
+                    *g.ok = 0;
+                    break;
+                }
         if (!pipe_wait_all(a, g, false, mine, WEFT_CK_PIPE_RDY, t.pos, a.read_mask, t.v))
             return false;
         if (MODE != 2) {
@@ -1059,6 +1072,8 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
             pipe_post(a, WEFT_CK_PIPE_DN, t.pos, a.read_mask, t.v);
         return true;
     };
+    if (tid == 0)
+        made_s = 0; /* published by pipe_loop's first barrier */
     const long long units = pipe_loop(a, depth, a.split, ok_s, produce, consume);
     /* every consumer read this block's last units (the next call may push at once) */
     if (units >= 0 && a.stage_on && tid == 0)

@@ -200,9 +200,11 @@ typedef struct weft_ck_fused_args {
  * never share a position), so its peers' flags for the earlier unit are on
  * their way while it fills the later one; split > 0 (push only, fewer
  * warps than the block's): the block's first split warps run steps 1-2 of
- * every unit and the others step 3 of every unit, side by side (mode 3's
- * step 3 then waits, before writing into a consumer's position, for the dn
- * its step 1 would have waited for). count: elements per piece
+ * every unit and the others step 3 of every unit, side by side (a block's
+ * step 3 of unit j starts only after its step 2 of unit j: in place, an
+ * output it writes may be the input step 2 reads; mode 3's step 3 then
+ * waits, before writing into a consumer's position, for the dn its step 1
+ * would have waited for). count: elements per piece
  * in the whole call (the last unit is short). Waits watch ctl.abort as the
  * barrier's do (1 + the awaited rank in *ctl.error). A poisoned counter
  * (the barrier before was aborted): the kernel ends at once.
