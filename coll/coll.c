@@ -967,6 +967,7 @@ void weft_coll_finalize(void)
         int rc_ = (call);                                                                                              \
         on_stream.on = 0;                                                                                              \
         on_stream.stream = NULL;                                                                                       \
+        weft_sched_reap();                                                                                             \
         if (rc_) return rc_;                                                                                           \
         if (on_stream.block) {                                                                                         \
             if (req_) *(req_) = WEFT_REQUEST_NULL;                                                                     \

@@ -69,6 +69,12 @@ struct weft_sched {
 
 static weft_sched_t *active;
 static int hook_registered;
+/* Schedules on the active list, and the count at which weft_sched_reap passes over them: stream-ordered
+ * calls return before their work is done and nobody need wait for them, so without the pass a program that
+ * only ever enqueues (and synchronises its streams itself) would keep every call it made. Each pass sets the
+ * next at twice what it left (at least REAP_MIN): about one poll a call however many are in flight. */
+static int nactive, reap_at, in_pass;
+#define REAP_MIN 64
 
 /* Finished schedules keep their arrays and one small scratch buffer for
  * the next collective: a small-message collective then allocates nothing. */
@@ -481,6 +487,7 @@ static void unlink_active(weft_sched_t *s)
     for (weft_sched_t **pp = &active; *pp; pp = &(*pp)->next_active)
         if (*pp == s) {
             *pp = s->next_active;
+            nactive--;
             return;
         }
 }
@@ -695,11 +702,13 @@ static int sched_progress(void *arg)
     (void)arg;
     int events = 0;
     weft_sched_t *s = active;
+    in_pass++;
     while (s) {
         weft_sched_t *next = s->next_active; /* s may finish and be freed */
         events += advance(s);
         s = next;
     }
+    in_pass--;
     return events;
 }
 
@@ -791,6 +800,7 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
     }
     s->next_active = active;
     active = s;
+    nactive++;
     /* Children reserve their turn on their sub-communicators now: schedules
      * start in the user's call order, the same on every rank. */
     for (int i = 0; s->nchildren && i < s->nops && !rc; i++)
@@ -884,9 +894,18 @@ int weft_sched_wait(weft_request_t *req)
     return rc;
 }
 
+void weft_sched_reap(void)
+{
+    if (nactive < reap_at || in_pass) return;
+    sched_progress(NULL);
+    reap_at = 2 * nactive > REAP_MIN ? 2 * nactive : REAP_MIN;
+}
+
 int weft_sched_init(void)
 {
     active = NULL;
+    nactive = 0;
+    reap_at = REAP_MIN;
     if (hook_registered) return WEFT_SUCCESS;
     int rc = weft_progress_register(sched_progress, NULL);
     if (!rc) hook_registered = 1;
@@ -896,6 +915,8 @@ int weft_sched_init(void)
 void weft_sched_finalize(void)
 {
     int n = 0;
+    /* What has ended (stream-ordered calls whose streams were synchronised) ends here, not canceled */
+    if (!in_pass) sched_progress(NULL);
     while (active) {
         weft_sched_t *s = active;
         n++;

@@ -101,6 +101,11 @@ void *weft_sched_scratch(weft_sched_t *s, size_t bytes);
 /* Starts the schedule and returns its request (wait/test/free as any other).
  * On failure the schedule is destroyed. */
 int weft_sched_start(weft_sched_t *s, weft_request_t *req);
+/* After a stream-ordered call (which returns before its work is done, with
+ * nobody bound to wait for it): once many schedules are active, one
+ * progress pass over them, so those whose work has ended are freed. Not
+ * from within a progress pass. */
+void weft_sched_reap(void);
 /* Destroys a schedule that was never started. */
 void weft_sched_discard(weft_sched_t *s);
 /* Runs the schedule to its end with the communicator's deadline (the

@@ -645,6 +645,18 @@ static int body_stream(int rank, int size, void *arg)
                      k, i, got[i]);
         free(got);
     }
+    /* many calls enqueued with no handle and nothing that waits in between: weft frees those that ended as it
+     * goes (weft_sched_reap), recording its events again; the last one's result is the sum */
+    for (int i = 0; i < N; i++)
+        in[i] = (float)(rank * 2 + i % 3);
+    TH_OK(gpu_upload(din, in, sizeof(in)));
+    for (int k = 0; k < 300; k++)
+        TH_OK(weft_allreduce_on_stream(din, dout, N, WEFT_FLOAT32, WEFT_SUM, w, st, NULL));
+    TH_OK(gpu_stream_sync(st));
+    got = host_of(dout, sizeof(in));
+    for (int i = 0; i < N; i++)
+        TH_CHECK(got[i] == (float)(size * (size - 1) + size * (i % 3)), "300 calls: element %d is %g", i, got[i]);
+    free(got);
     /* a barrier on the stream is a barrier kernel there */
     TH_OK(weft_barrier_on_stream(w, st, NULL));
     TH_OK(gpu_stream_sync(st));

@@ -261,6 +261,8 @@ typedef struct {
     CUipcMemHandle handle;
 } exch_t;
 
+enum { EVPOOL = 32 };
+
 typedef struct cuda_state {
     weft_comm_t comm;
     int n, me;
@@ -281,6 +283,13 @@ typedef struct cuda_state {
     /* The last eager call's end (its event, until the call is reaped) and the stream it went on. */
     CUevent tail;
     CUstream tail_stream;
+    /* Eager calls in issue order: the last one's number, and the highest known done (the calls run on the GPU
+     * in call order, tail below: every one before it is done too, no need to ask their events). */
+    unsigned long long issued, done;
+    /* Events of reaped calls, for the next ones (an event a call: creating and destroying one cost about a
+     * microsecond of the call's host time) */
+    CUevent evpool[EVPOOL];
+    int nev;
     cuda_window_t win[MAX_WINDOWS];
     int nwin; /* windows registered: a call looks for its input in them only when there are some */
 } cuda_state_t;
@@ -325,6 +334,7 @@ static void state_release(weft_comm_t comm, void *p)
         if (st->counter) weft_cu.mem_free(st->counter);
         if (st->words) weft_cu.mem_free_host(st->words);
         if (st->stream) weft_cu.stream_destroy(st->stream);
+        while (st->nev > 0) weft_cu.event_destroy(st->evpool[--st->nev]);
         CUcontext popped;
         weft_cu.ctx_pop(&popped);
     }
@@ -506,6 +516,7 @@ typedef struct cuda_op {
     CUstream stream; /* the caller's (weft_*_on_stream) or the communicator's */
     int capturing;   /* the stream is being captured into a CUDA graph: no event, nothing to poll */
     CUevent ev;
+    unsigned long long num; /* its place in the communicator's eager calls (cuda_state.issued) */
     int started; /* the launches were issued (the event marks their end) */
     const char *name;
     int fusing; /* one chunk, small: the steps fill fz, issue launches it once */
@@ -1266,6 +1277,7 @@ record:
     if (r != CUDA_SUCCESS) return cu_fail(r, "recording the call's event");
     st->tail = op->ev;
     st->tail_stream = op->stream;
+    op->num = ++st->issued;
     return WEFT_SUCCESS;
 }
 
@@ -1322,16 +1334,25 @@ static int mismatch_error(cuda_op_t *op)
                       op->name, st->comm->name, peer);
 }
 
+/* The call is done: its event, or a later call's (the communicator's eager calls end in call order). The
+ * first poll, right after the launches, asks nothing: the kernels cannot have ended yet, and the question
+ * costs about a microsecond of a stream-ordered call's host time. */
 static int op_poll(weft_sched_t *s, void *arg)
 {
     cuda_op_t *op = arg;
     cuda_state_t *st = op->st;
-    if (!op->started) op_start(op);
+    int fresh = !op->started;
+    if (fresh) op_start(op);
     if (st->broken) return broken_error(st);
     if (op->capturing) return 1; /* launched into the graph: each replay runs it */
-    CUresult r = weft_cu.event_query(op->ev);
+    CUresult r = op->num && op->num <= st->done ? CUDA_SUCCESS
+                 : fresh                       ? CUDA_ERROR_NOT_READY
+                                               : weft_cu.event_query(op->ev);
     if (r == CUDA_SUCCESS && st->words[1] < 0) return mismatch_error(op); /* a peer's call unlike this one */
-    if (r == CUDA_SUCCESS) return 1;
+    if (r == CUDA_SUCCESS) {
+        if (op->num > st->done) st->done = op->num;
+        return 1;
+    }
     if (r != CUDA_ERROR_NOT_READY) return cu_fail(r, "waiting for the GPU collective");
     weft_sched_waiting(s, -1, "the GPU collective's kernels (a peer's barrier flag)");
     return 0;
@@ -1389,8 +1410,12 @@ static int op_end(weft_sched_t *s, void *arg)
 {
     (void)s;
     cuda_op_t *op = arg;
-    if (op->st->tail == op->ev) op->st->tail = NULL; /* done: later calls need not wait for it */
-    if (op->ev) weft_cu.event_destroy(op->ev);
+    cuda_state_t *st = op->st;
+    if (st->tail == op->ev) st->tail = NULL; /* done: later calls need not wait for it */
+    if (op->ev && st->nev < EVPOOL)
+        st->evpool[st->nev++] = op->ev; /* its work is done: the next call may record it again */
+    else if (op->ev)
+        weft_cu.event_destroy(op->ev);
     op->ev = NULL;
     return WEFT_SUCCESS;
 }
@@ -1451,7 +1476,9 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a, const char *name)
     if (cap == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
         return weft_error(WEFT_ERR_ARG, "%s: the stream's graph capture was invalidated", name);
     op->capturing = cap == CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    if (!op->capturing && (r = weft_cu.event_create(&op->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+    if (!op->capturing && st->nev > 0)
+        op->ev = st->evpool[--st->nev];
+    else if (!op->capturing && (r = weft_cu.event_create(&op->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
         return cu_fail(r, "creating an event");
     weft_sched_watch(s, &cuda_watch, op);
     if ((rc = weft_sched_poll(s, op_poll, op)) || (rc = weft_sched_call(s, op_end, op))) return rc;
