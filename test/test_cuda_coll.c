@@ -7,6 +7,7 @@
  * that never comes ends the others' wait at the deadline, and another
  * communicator then works; a killed rank is named within the deadline and
  * the survivors' shrunk communicator works. Skipped, with the reason, without a device. */
+#include "coll/cuda/kernels.h"
 #include "gpu.h"
 #include "harness.h"
 #include "weft.h"
@@ -1086,14 +1087,15 @@ static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, 
     free(ref);
 }
 
-/* LL pieces past 64 KiB (WEFT_CUDA_COLL_LL at its most, 512 KiB): pieces just past 64 KiB and 256 KiB, at
- * the 512 KiB bound and one byte (element) past it, which stages instead; allreduce as the host call's bits
- * (float32 and bfloat16 sums, int64 max), reduce_scatter_block, then the other collectives' byte patterns. */
+/* LL pieces past 64 KiB (WEFT_CUDA_COLL_LL at 2 MiB, the most any rank count allows): pieces just past 64 KiB
+ * and 512 KiB, at the bound for the communicator's size (weft_ck_ll_max) and one byte (element) past it, which
+ * stages instead; allreduce as the host call's bits (float32 and bfloat16 sums, int64 max),
+ * reduce_scatter_block, then the other collectives' byte patterns. */
 static int body_ll_large(int rank, int size, void *arg)
 {
     (void)arg;
     weft_comm_t w = gpu_weft_start();
-    static const size_t bytes[] = {65544, 262152, 524288, 524296};
+    const size_t most = weft_ck_ll_max(size), bytes[] = {65544, 524296, most, most + 8};
     static const weft_dtype_t ts[] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_INT64};
     static const weft_op_t ops_[] = {WEFT_SUM, WEFT_SUM, WEFT_MAX};
     for (size_t bi = 0; bi < 4; bi++) {
@@ -1108,12 +1110,12 @@ static int body_ll_large(int rank, int size, void *arg)
 
 Test(cuda_coll, ll_large_2_ranks, .timeout = 600)
 {
-    run2(2, body_ll_large, "WEFT_CUDA_COLL_LL=524288", "WEFT_CUDA_COLL_FUSED=0");
+    run2(2, body_ll_large, "WEFT_CUDA_COLL_LL=2097152", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 Test(cuda_coll, ll_large_4_ranks, .timeout = 600)
 {
-    run2(4, body_ll_large, "WEFT_CUDA_COLL_LL=524288", "WEFT_CUDA_COLL_FUSED=0");
+    run2(4, body_ll_large, "WEFT_CUDA_COLL_LL=2097152", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 static int body_across_nodes(int rank, int size, void *arg)

@@ -46,13 +46,15 @@ static struct {
 enum { PIPE_THREADS = 512 };
 
 static const weft_var_t vars[] = {
-    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT, "524288",
+    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls whose piece for each peer (an allreduce's, reduce's, allgather's or bcast's whole input; a "
-     "reduce_scatter's or alltoall's block) is up to this many bytes (at most 524288) run as one launch (a block "
-     "per 4 KiB) that stores its pieces, 8 bytes at a time with the call's sequence number beside them, straight "
-     "into the peers' memory, and reduces or copies out what arrives in its own: no barrier, no staging (measured "
-     "on four H100s: 0.5-0.75x the staged time at 32-64 KiB pieces; two H200s, 128-512 KiB pieces: 0.59-0.76x in "
-     "CUDA graphs, 0.33-0.73x launched); 0: never",
+     "reduce_scatter's or alltoall's block) is up to this many bytes (and the LL area's share of a sender: 2 MiB "
+     "on 2 ranks, 1 MiB on 4, 512 KiB on 8) run as one launch (a block per 4 KiB) that stores its pieces, 8 bytes "
+     "at a time with the call's sequence number beside them, straight into the peers' memory, and reduces or "
+     "copies out what arrives in its own: no barrier, no staging (measured on four H100s: 0.5-0.75x the staged "
+     "time at 32-64 KiB pieces; two H200s, 128-512 KiB pieces: 0.59-0.76x in CUDA graphs, 0.33-0.73x launched). "
+     "auto: 1 MiB on 2 ranks (two H200s, 1 MiB pieces: 0.77-0.83x the staged time launched, 0.88-1.01x in graphs; "
+     "2 MiB pieces lost, 1.00-1.22x), 512 KiB on more (four H200s: 1 MiB pieces lost, 1.09-1.40x); 0: never",
      &cvars.ll, 0},
     {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
@@ -1051,6 +1053,14 @@ static size_t ll_piece(const weft_coll_args_t *a)
     }
 }
 
+/* The largest piece an LL call takes on n ranks: WEFT_CUDA_COLL_LL (auto: measured, see its text) within the LL
+ * area's share of a sender (weft_ck_ll_max); 0: none. */
+static size_t ll_most(int n)
+{
+    size_t most = cvars.ll >= 0 ? (size_t)cvars.ll : (size_t)(n == 2 ? 1024 : 512) << 10;
+    return most < weft_ck_ll_max(n) ? most : weft_ck_ll_max(n);
+}
+
 /* The LL form: one launch, no barrier; who sends whom which piece, and what becomes of the pieces a rank takes
  * (kernels.h: weft_ck_ll_args). */
 static int ll_issue(cuda_op_t *op, const char *in, char *out)
@@ -1070,6 +1080,7 @@ static int ll_issue(cuda_op_t *op, const char *in, char *out)
     l.op = (int)a->op;
     l.count = block; /* copies: bytes */
     l.esize = 1;
+    l.slot = weft_ck_ll_slot(n);
     CUfunction f = st->m->ll_copy;
     switch (a->kind) {
     case WEFT_COLL_ALLREDUCE:
@@ -1156,7 +1167,7 @@ static int issue(cuda_op_t *op)
         op->fz.slot_bytes = slot;
     }
     size_t piece = ll_piece(a);
-    int ll = piece > 0 && cvars.ll > 0 && piece <= (size_t)(cvars.ll < WEFT_CK_LL_MAX ? cvars.ll : WEFT_CK_LL_MAX);
+    int ll = piece > 0 && piece <= ll_most(n);
     /* In a window (every rank alike, checked by the first barrier): read in place. The one-launch forms
      * stay as they are: past WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), so a
      * capturing rank and an eager one decide alike. */
@@ -1760,8 +1771,8 @@ static const weft_coll_param_t params[] = {
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
     {"ll", "every coll/cuda algorithm but barrier", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
-     "calls whose piece for each peer is up to this much (512 KiB at most) push their lines into the peers: no "
-     "barrier, no staging"},
+     "calls whose piece for each peer is up to this much (and 16 MiB / 4 per rank at most) push their lines into "
+     "the peers: no barrier, no staging (auto: 1 MiB on 2 ranks, 512 KiB on more)"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (auto: "
      "32 MiB on own GPUs; never on a shared GPU, where 2 ranks on one H100 reached 100 GB/s against 240 chunked at "

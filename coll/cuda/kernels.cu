@@ -1272,14 +1272,14 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
         abort_s = 0;
     __syncthreads();
     const size_t bytes = a.count * a.esize, nl = (bytes + 7) / 8;
-    const size_t lane = (size_t)(seq & 1) * MAXR; /* this parity's first sender */
+    const size_t lane = (size_t)(seq & 1) * (size_t)n, slot = a.slot; /* this parity's first sender; its lines */
     /* a token (line 0, no data) to every peer this rank sends no piece to: every peer hears from every other in
      * every call, which is what lets a sender overwrite its lines two calls later */
     if (gid == 0)
 #pragma unroll
         for (int p = 0; p < MAXR; p++)
             if ((others & ~send) >> p & 1)
-                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * WEFT_CK_LL_SLOT), 0, 0,
+                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * slot), 0, 0,
                       f);
     /* push: every line of peer p's piece into p's region, at this rank's place */
     for (size_t l = gid; l < nl; l += nth) {
@@ -1290,7 +1290,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
             if (send >> p & 1) {
                 if (a.src[p] != last)
                     d = ll_load8(static_cast<const char *>(a.src[p]), l, bytes), last = a.src[p];
-                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * WEFT_CK_LL_SLOT) + l,
+                st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * slot) + l,
                       d.x, d.y, f);
             }
     }
@@ -1311,7 +1311,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
 #pragma unroll
         for (int p = 0; p < MAXR; p++)
             if (recv >> p & 1)
-                x[p] = ld_ll(reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT) + l);
+                x[p] = ld_ll(reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * slot) + l);
         Line w[MAXR];
 #pragma unroll
         for (int p = 0; p < MAXR; p++) {
@@ -1326,7 +1326,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
             }
             if (!(recv >> p & 1))
                 continue;
-            if (!ll_wait(a, reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT) + l,
+            if (!ll_wait(a, reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * slot) + l,
                          f, p, abort_s, &x[p]))
                 goto done;
             w[p].u = make_uint2(x[p].x, x[p].z);
@@ -1353,7 +1353,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
         for (int p = 0; p < MAXR; p++) {
             if (!((others & ~recv) >> p & 1))
                 continue;
-            const uint4 *t = reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * WEFT_CK_LL_SLOT);
+            const uint4 *t = reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * slot);
             uint4 x = ld_ll(t);
             if (!ll_wait(a, t, f, p, abort_s, &x))
                 break;

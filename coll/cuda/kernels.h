@@ -24,12 +24,16 @@
 
 #define WEFT_CK_MAX_RANKS 8
 /* Bytes before the slots: the flags (128 KiB), then the LL area
- * (WEFT_CK_LL_OFF: 2 parities x WEFT_CK_MAX_RANKS senders x WEFT_CK_LL_SLOT
- * bytes of 16-byte lines; see weft_ck_ll_args). */
-#define WEFT_CK_LL_MAX 524288                    /* bytes of a piece of an LL call, at most */
-#define WEFT_CK_LL_SLOT (2 * WEFT_CK_LL_MAX)     /* a sender's lines for one parity: 16 bytes per 8 */
+ * (WEFT_CK_LL_OFF: 2 parities x n senders x weft_ck_ll_slot(n) bytes of
+ * 16-byte lines on n ranks; see weft_ck_ll_args). */
 #define WEFT_CK_LL_OFF 131072
-#define WEFT_CK_HDR (WEFT_CK_LL_OFF + 2 * WEFT_CK_MAX_RANKS * WEFT_CK_LL_SLOT)
+#define WEFT_CK_LL_AREA (16u << 20)
+#define WEFT_CK_HDR (WEFT_CK_LL_OFF + WEFT_CK_LL_AREA)
+/* A sender's lines for one parity on n ranks, and the largest piece they
+ * hold (16 bytes of line per 8 of data): 2 MiB on 2 ranks, 1 MiB on 4,
+ * 512 KiB on 8. */
+#define weft_ck_ll_slot(n) ((size_t)WEFT_CK_LL_AREA / (2 * (size_t)(n)) / 16 * 16)
+#define weft_ck_ll_max(n) (weft_ck_ll_slot(n) / 2)
 /* The pipelined kernels' flags, in the header after the barrier's:
  * unsigned long long rdy[WEFT_CK_PIPE_MAXPOS][WEFT_CK_MAX_RANKS] at
  * WEFT_CK_PIPE_RDY, dn[..][..] at WEFT_CK_PIPE_DN (see weft_ck_pipe_args). */
@@ -260,11 +264,11 @@ typedef struct weft_ck_pipe_args {
 /* weft_ck_ll_<type> (reduce) and weft_ck_ll_copy: a small collective in one
  * launch of a few blocks, NCCL's LL idea: no barrier, no staging. seq =
  * *counter + 1 (poisoned: the kernel ends at once), parity = seq & 1. Every
- * piece is count x esize <= WEFT_CK_LL_MAX bytes, sent in lines of 8 bytes
- * (grid-strided over the blocks' threads); line l of the piece for peer p
- * (src[p]) is stored, in one 16-byte store {bytes 0-3, seq, bytes 4-7, seq}
- * (32-bit seq), into p's region at WEFT_CK_LL_OFF + (parity x MAX_RANKS +
- * rank) x LL_SLOT + 16 l, for every p in send_mask; every other peer gets a
+ * piece is count x esize <= weft_ck_ll_max(nranks) bytes, sent in lines of
+ * 8 bytes (grid-strided over the blocks' threads); line l of the piece for
+ * peer p (src[p]) is stored, in one 16-byte store {bytes 0-3, seq, bytes
+ * 4-7, seq} (32-bit seq), into p's region at WEFT_CK_LL_OFF + (parity x
+ * nranks + rank) x slot + 16 l, for every p in send_mask; every other peer gets a
  * token there instead (line 0, no data). Each half of a line carries its
  * own copy of seq, and an 8-byte store arrives whole, so a reader that sees
  * seq in both halves has the line's data without a fence or a flag of its
@@ -290,6 +294,7 @@ typedef struct weft_ck_ll_args {
     const void *src[WEFT_CK_MAX_RANKS]; /* the piece for rank p; own entry: this rank's own piece */
     void *dst[WEFT_CK_MAX_RANKS];       /* reduce: dst[0] = the result (NULL: none here); copy: p's piece */
     size_t count, esize;                /* a piece: count elements of esize bytes */
+    size_t slot;                        /* weft_ck_ll_slot(nranks) */
 } weft_ck_ll_args_t;
 
 #endif
