@@ -124,9 +124,10 @@ static const weft_var_t vars[] = {
      "the block's other warps consume the units the peers pushed, side by side (on a rank that both pushes and "
      "consumes; a bcast's root and a reduce's other ranks do one of the two); 0: every warp pushes a unit, then "
      "consumes one (WEFT_CUDA_COLL_PIPE_AHEAD); at least the block's warps: none split. auto: where each block "
-     "has at least two units (one unit a block leaves nothing to overlap), 3 of 8 warps for allgather, alltoall "
-     "and reduce_scatter, 6 of 8 for allreduce (of the block's warps; measured on two H200s, 64 MiB - 1 GiB: bus "
-     "bandwidth 1.03-1.22x, 1.06-1.16x and 1.07-1.11x that of unsplit blocks), 0 for the rest. A rank's own "
+     "has at least two units (one unit a block leaves nothing to overlap), 3 of 8 warps for allgather (on 2 ranks; "
+     "on four H200s unsplit blocks were 1.05-1.12x faster from 256 MiB), alltoall and reduce_scatter, 6 of 8 for "
+     "allreduce (of the block's warps; measured on two H200s, 64 MiB - 1 GiB: bus bandwidth 1.03-1.22x, "
+     "1.06-1.16x and 1.07-1.11x that of unsplit blocks), 0 for the rest. A rank's own "
      "choice: ranks may differ",
      &cvars.pipe_split, 0},
 };
@@ -739,8 +740,10 @@ static size_t push_min(weft_coll_kind_t kind, int n)
  * alltoall and reduce_scatter, the split lost: 0.89-0.97x), 3 of 8 for
  * allgather and alltoall (1.03-1.15x, 1.09-1.22x) and reduce_scatter
  * (1.06-1.16x), 6 of 8 for allreduce (whose consuming warps also push the
- * reduced parts: 1.07-1.11x, where 3 gave 1.03-1.05x). Not measured on 3+
- * ranks (no such host lent since): the same overlap, the same values.
+ * reduced parts: 1.07-1.11x, where 3 gave 1.03-1.05x). On four H200s (one
+ * lease, 16 MiB - 1 GiB, unsplit / split): allgather 1.05-1.12x from 256
+ * MiB and 0.99-1.01x below, so an allgather splits on 2 ranks only; the
+ * others 0.91-1.01x (reduce_scatter 0.91x from 256 MiB): split there too.
  * In place too: a block's consuming warps start a unit only after its
  * pushing warps pushed it (kernels.h), so an output they write is never
  * input still to be read. */
@@ -751,7 +754,8 @@ static int pipe_split(const weft_ck_pipe_args_t *p, weft_coll_kind_t kind, int w
     if (w < 0) {
         if (p->units < 2 * (size_t)g) return 0;
         w = kind == WEFT_COLL_ALLREDUCE ? (warps * 6 + 4) / 8
-            : kind == WEFT_COLL_ALLGATHER || kind == WEFT_COLL_ALLTOALL || kind == WEFT_COLL_REDUCE_SCATTER_BLOCK
+            : (kind == WEFT_COLL_ALLGATHER && p->nranks == 2) || kind == WEFT_COLL_ALLTOALL ||
+                    kind == WEFT_COLL_REDUCE_SCATTER_BLOCK
                 ? (warps * 3 + 4) / 8
                 : 0;
     }
@@ -1796,7 +1800,7 @@ static const weft_coll_param_t params[] = {
      "others 0)"},
     {"pipe_split", "every coll/cuda algorithm", &cvars.pipe_split, "warps", "WEFT_CUDA_COLL_PIPE_SPLIT",
      "warps of a pushing pipelined block that push while its others consume (auto, where a block has two units "
-     "or more: allreduce 6 of 8, allgather, alltoall and reduce_scatter 3 of 8)"},
+     "or more: allreduce 6 of 8, alltoall, reduce_scatter and allgather on 2 ranks 3 of 8)"},
 };
 
 const weft_coll_component_t weft_coll_cuda = {
