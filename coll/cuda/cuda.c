@@ -1775,8 +1775,8 @@ static const weft_coll_param_t params[] = {
      "communicators of more ranks decline (one node's GPUs)"},
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
     {"ll", "every coll/cuda algorithm but barrier", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
-     "calls whose piece for each peer is up to this much (and 16 MiB / 4 per rank at most) push their lines into "
-     "the peers: no barrier, no staging (auto: 1 MiB on 2 ranks, 512 KiB on more)"},
+     "calls whose piece for each peer is up to this much (and 4 MiB / the ranks at most: 2 MiB on 2, 512 KiB on 8) "
+     "push their lines into the peers: no barrier, no staging (auto: 1 MiB on 2 ranks, 512 KiB on more)"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (auto: "
      "32 MiB on own GPUs; never on a shared GPU, where 2 ranks on one H100 reached 100 GB/s against 240 chunked at "
