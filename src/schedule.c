@@ -73,8 +73,8 @@ static int hook_registered;
  * calls return before their work is done and nobody need wait for them, so without the pass a program that
  * only ever enqueues (and synchronises its streams itself) would keep every call it made. Each pass sets the
  * next at twice what it left (at least REAP_MIN): about one poll a call however many are in flight. */
-static int nactive, reap_at, in_pass;
 #define REAP_MIN 64
+static int nactive, reap_at = REAP_MIN, in_pass;
 
 /* Finished schedules keep their arrays and one small scratch buffer for
  * the next collective: a small-message collective then allocates nothing. */

@@ -138,7 +138,8 @@ static void *host_of(const void *d, size_t bytes)
 }
 
 /* The device result equals the host reference and is the same on every rank. */
-static void same(weft_comm_t w, const void *ref, const void *dev_out, size_t bytes, const char *what)
+/* The device's bytes equal the host's (ref); returns them (the caller frees). */
+static unsigned char *matches(const void *ref, const void *dev_out, size_t bytes, const char *what)
 {
     unsigned char *got = host_of(dev_out, bytes);
     size_t bad = 0;
@@ -146,6 +147,12 @@ static void same(weft_comm_t w, const void *ref, const void *dev_out, size_t byt
         if (got[i] != ((const unsigned char *)ref)[i]) bad = i + 1;
     TH_CHECK(!bad, "%s: byte %zu of %zu: 0x%02x on the device, 0x%02x on the host", what, bad - 1, bytes,
              got[bad ? bad - 1 : 0], ((const unsigned char *)ref)[bad ? bad - 1 : 0]);
+    return got;
+}
+
+static void same(weft_comm_t w, const void *ref, const void *dev_out, size_t bytes, const char *what)
+{
+    unsigned char *got = matches(ref, dev_out, bytes, what);
     /* identical everywhere: rank 0's bytes broadcast and compared */
     unsigned char *r0 = malloc(bytes ? bytes : 1);
     memcpy(r0, got, bytes);
@@ -366,42 +373,31 @@ static void others_once(weft_comm_t w, int rank, int size, size_t n, size_t k)
     TH_OK(weft_alltoall(in, ref, (int64_t)n, WEFT_BYTE, w));
     snprintf(what, sizeof(what), "alltoall %zu B", n);
     TH_CHECK(weft_alltoall(din, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
-    unsigned char *got = host_of(dout, all);
-    TH_CHECK(!memcmp(got, ref, all), "%s: differs from the host's", what);
-    free(got);
+    free(matches(ref, dout, all, what));
     /* in place: the input in the output buffer (pushed and split, a block's consumers must not overwrite a unit
      * its producers have yet to push) */
     TH_OK(gpu_upload(dout, in, all));
     snprintf(what, sizeof(what), "alltoall %zu B in place", n);
     TH_CHECK(weft_alltoall(WEFT_IN_PLACE, dout, (int64_t)n, WEFT_BYTE, w) == 0, "%s: %s", what, weft_last_error());
-    got = host_of(dout, all);
-    TH_CHECK(!memcmp(got, ref, all), "%s: differs from the host's", what);
-    free(got);
+    free(matches(ref, dout, all, what));
     /* reduce_scatter_block (int8 sum: wraps alike), out of place and in place, and reduce to rank 1 % size */
     TH_OK(weft_reduce_scatter_block(in, ref, (int64_t)n, WEFT_INT8, WEFT_SUM, w));
     snprintf(what, sizeof(what), "reduce_scatter_block %zu B", n);
     TH_CHECK(weft_reduce_scatter_block(din, dout, (int64_t)n, WEFT_INT8, WEFT_SUM, w) == 0, "%s: %s", what,
              weft_last_error());
-    got = host_of(dout, n);
-    TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
-    free(got);
+    free(matches(ref, dout, n, what));
     TH_OK(gpu_upload(dout, in, all));
     snprintf(what, sizeof(what), "reduce_scatter_block %zu B in place", n);
     TH_CHECK(weft_reduce_scatter_block(WEFT_IN_PLACE, dout, (int64_t)n, WEFT_INT8, WEFT_SUM, w) == 0, "%s: %s", what,
              weft_last_error());
-    got = host_of(dout, n);
-    TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
-    free(got);
+    free(matches(ref, dout, n, what));
     int rroot = 1 % size;
     TH_OK(weft_reduce(in, ref, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w));
     snprintf(what, sizeof(what), "reduce %zu B to %d", n, rroot);
     TH_CHECK(weft_reduce(din, dout, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w) == 0, "%s: %s", what,
              weft_last_error());
-    if (rank == rroot) {
-        got = host_of(dout, n);
-        TH_CHECK(!memcmp(got, ref, n), "%s: differs from the host's", what);
-        free(got);
-    }
+    if (rank == rroot)
+        free(matches(ref, dout, n, what));
     TH_OK(weft_barrier(w)); /* the host one */
     gpu_free(din);
     gpu_free(dout);

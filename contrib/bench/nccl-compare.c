@@ -315,7 +315,7 @@ static double measure(int lib, int coll, int type, size_t count, int graph, int 
     else
         for (int i = 0; i < iters; i++)
             call(lib, coll, type, count);
-    double host[2] = {1e6 * (floor_now() - h0) / iters, 0};
+    double host_per_call = 1e6 * (floor_now() - h0) / iters;
     CU(cudaEventRecord(b, stream));
     CU(cudaEventSynchronize(b));
     float ms = 0;
@@ -323,12 +323,10 @@ static double measure(int lib, int coll, int type, size_t count, int graph, int 
     if (exec) CU(cudaGraphExecDestroy(exec));
     CU(cudaEventDestroy(a));
     CU(cudaEventDestroy(b));
-    double us = 1e3 * ms / iters, most = 0;
-    if (weft_allreduce(&us, &most, 1, WEFT_FLOAT64, WEFT_MAX, world) ||
-        weft_allreduce(&host[0], &host[1], 1, WEFT_FLOAT64, WEFT_MAX, world))
-        die("allreduce: %s", weft_last_error());
-    *host_us = host[1];
-    return most;
+    double mine[2] = {1e3 * ms / iters, host_per_call}, most[2] = {0, 0};
+    if (weft_allreduce(mine, most, 2, WEFT_FLOAT64, WEFT_MAX, world)) die("allreduce: %s", weft_last_error());
+    *host_us = most[1];
+    return most[0];
 }
 
 static int parse_list(const char *s, const char *const *names, int n, int *on)
