@@ -27,24 +27,34 @@
 #define PIPE_GRID "WEFT_CUDA_COLL_PIPE_BLOCKS=16"
 /* Every pipelined call pushes (by default only large allreduces and reduce_scatters do). */
 #define PUSH_ALL "WEFT_CUDA_COLL_PUSH=1"
+/* Every pipelined allgather, bcast, reduce_scatter and allreduce on 3+ ranks runs as a ring, or none does
+ * (the pushed and read forms on 3+ ranks) */
+#define RING_ALL "WEFT_CUDA_COLL_RING=1"
+#define NO_RING "WEFT_CUDA_COLL_RING=0"
 
-/* n ranks run body with the tests' settings and up to 6 more (a NULL ends them early). */
-static void run6(int n, th_body_fn body, const char *const extra[6])
+/* n ranks run body with the tests' settings and up to 7 more (a NULL ends them early). */
+static void run7(int n, th_body_fn body, const char *const extra[7])
 {
     GPU_NEED();
-    const char *env[11] = {gpu_log_level_env(), "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID};
-    for (int i = 0; i < 6; i++)
+    const char *env[12] = {gpu_log_level_env(), "WEFT_TIMEOUT=60", "WEFT_CUDA_COLL_SLOT=4096", PIPE_GRID};
+    for (int i = 0; i < 7; i++)
         env[4 + i] = extra[i];
     th_result_t res = th_run(n, body, NULL, 240, env);
     cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
 }
 
+static void run5(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3,
+                 const char *extra4, const char *extra5)
+{
+    const char *const extras[7] = {extra, extra2, extra3, extra4, extra5, NULL, NULL};
+    run7(n, body, extras);
+}
+
 static void run4(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3,
                  const char *extra4)
 {
-    const char *const extras[6] = {extra, extra2, extra3, extra4, NULL, NULL};
-    run6(n, body, extras);
+    run5(n, body, extra, extra2, extra3, extra4, NULL);
 }
 
 static void run3(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3)
@@ -288,48 +298,73 @@ Test(cuda_coll, allreduce_pipelined_2_ranks, .timeout = 600)
 
 Test(cuda_coll, allreduce_pipelined_3_ranks, .timeout = 600)
 {
-    run4(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+    run5(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0",
+         NO_RING);
 }
 
 Test(cuda_coll, allreduce_pipelined_4_ranks, .timeout = 600)
 {
-    run4(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+    run5(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0",
+         NO_RING);
+}
+
+/* The ring (3+ ranks, every pipelined call; nothing fused, no LL kernel): every type, op and count, reduced
+ * in ring order (body_allreduce's values sum, multiply and average exactly in every type, so every order
+ * gives the same bits). */
+Test(cuda_coll, allreduce_ring_3_ranks, .timeout = 600)
+{
+    run4(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", RING_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+}
+
+Test(cuda_coll, allreduce_ring_4_ranks, .timeout = 600)
+{
+    run4(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", RING_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
 }
 
 /* The same with the pipelined kernel reading its peers' scratch (not pushing): one shot over units. */
 Test(cuda_coll, allreduce_pipelined_read_3_ranks, .timeout = 600)
 {
-    run2(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
+    run3(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", NO_RING);
 }
 
 Test(cuda_coll, allreduce_pipelined_read_4_ranks, .timeout = 600)
 {
-    run2(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0");
+    run3(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", NO_RING);
 }
 
 /* The pipelined kernel's unit order, every call pipelined, pushed and read: the order each collective does
  * not take by default (allreduce: 0 ahead, each unit filled then consumed; the others: 1 ahead, as allreduce's
  * default), 8 positions a block with 7 units filled ahead of the one consumed, and an ahead past depth - 1,
  * which is cut to it (1 position and 1 ahead: 0; 8 and 9: 7). */
-static void run_pipe_order(int n, th_body_fn body, const char *push, const char *depth, const char *ahead)
+static void run_pipe_order(int n, th_body_fn body, const char *push, const char *depth, const char *ahead,
+                           const char *ring)
 {
-    const char *const extras[6] = {"WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0",
-                                   push, depth, ahead};
-    run6(n, body, extras);
+    const char *const extras[7] = {"WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0",
+                                   push, depth, ahead, ring};
+    run7(n, body, extras);
 }
 
 Test(cuda_coll, allreduce_pipelined_in_order_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0");
-    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=1",
-                   "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0", NO_RING);
+    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0",
+                   "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NO_RING);
 }
 
 Test(cuda_coll, allreduce_pipelined_far_ahead_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7");
-    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=8",
-                   "WEFT_CUDA_COLL_PIPE_AHEAD=9");
+    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NO_RING);
+    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0",
+                   "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=9", NO_RING);
+}
+
+/* The ring's unit order: 1 unit at a time with 2 positions (and with 1, which the ring raises to 2), 4 at a
+ * time with 8 (an ahead of 7 cut to depth / 2). */
+Test(cuda_coll, allreduce_ring_order_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_allreduce, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0", NULL);
+    run_pipe_order(3, body_allreduce, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NULL);
+    run_pipe_order(5, body_allreduce, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NULL);
 }
 
 /* Pushing warps beside consuming ones (WEFT_CUDA_COLL_PIPE_SPLIT), every call pipelined and pushed: one
@@ -338,9 +373,9 @@ Test(cuda_coll, allreduce_pipelined_far_ahead_4_ranks, .timeout = 600)
  * reduced parts, into positions their own producers may not have waited for. */
 Test(cuda_coll, allreduce_pipelined_split_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4");
-    run_pipe_order(2, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1");
-    run_pipe_order(3, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7");
+    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4", NO_RING);
+    run_pipe_order(2, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1", NO_RING);
+    run_pipe_order(3, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7", NO_RING);
 }
 
 /* Byte patterns of n bytes a rank (k varies the pattern and the bcast's
@@ -562,12 +597,12 @@ Test(cuda_coll, others_pipelined_2_ranks, .timeout = 600)
 
 Test(cuda_coll, others_pipelined_3_ranks, .timeout = 600)
 {
-    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
+    run4(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", NO_RING);
 }
 
 Test(cuda_coll, others_pipelined_4_ranks, .timeout = 600)
 {
-    run3(4, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
+    run4(4, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", NO_RING);
 }
 
 /* Every call pushed, nothing fused: the pushed bcast (scattered by the root, passed on), allgather, reduce at
@@ -579,38 +614,56 @@ Test(cuda_coll, others_pushed_2_ranks, .timeout = 600)
 
 Test(cuda_coll, others_pushed_3_ranks, .timeout = 600)
 {
-    run4(3, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+    run5(3, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0", NO_RING);
+}
+
+/* The ring: bcast along the chain from the root, allgather, reduce_scatter at every size of body_others
+ * (calls from 16000 bytes a rank, mixed with fused and chunked ones; then every call), and its unit order. */
+Test(cuda_coll, others_ring_3_ranks, .timeout = 600)
+{
+    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", RING_ALL, "WEFT_CUDA_COLL_LL=0");
+}
+
+Test(cuda_coll, others_ring_4_ranks, .timeout = 600)
+{
+    run4(4, body_others, "WEFT_CUDA_COLL_PIPE=1", RING_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+}
+
+Test(cuda_coll, others_ring_order_4_ranks, .timeout = 600)
+{
+    run_pipe_order(4, body_others, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0", NULL);
+    run_pipe_order(5, body_others, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NULL);
 }
 
 Test(cuda_coll, others_pipelined_read_3_ranks, .timeout = 600)
 {
-    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0");
+    run4(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0", NO_RING);
 }
 
 Test(cuda_coll, others_pipelined_read_4_ranks, .timeout = 600)
 {
-    run3(4, body_others, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0");
+    run4(4, body_others, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0", NO_RING);
 }
 
 Test(cuda_coll, others_pipelined_one_ahead_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=1");
-    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=2",
-                   "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NO_RING);
+    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0",
+                   "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NO_RING);
 }
 
 Test(cuda_coll, others_pipelined_split_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4");
-    run_pipe_order(2, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1");
-    run_pipe_order(3, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7");
+    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4", NO_RING);
+    run_pipe_order(2, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1", NO_RING);
+    run_pipe_order(3, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7", NO_RING);
 }
 
 Test(cuda_coll, others_pipelined_far_ahead_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7");
-    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_PIPE_DEPTH=8",
-                   "WEFT_CUDA_COLL_PIPE_AHEAD=7");
+    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NO_RING);
+    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0",
+                   "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NO_RING);
 }
 
 /* Stream-ordered calls: enqueued on a stream of the caller's, with a work

@@ -40,6 +40,7 @@ static struct {
     int pipe_depth;  /* WEFT_CUDA_COLL_PIPE_DEPTH */
     int pipe_ahead;  /* WEFT_CUDA_COLL_PIPE_AHEAD */
     int pipe_split;  /* WEFT_CUDA_COLL_PIPE_SPLIT */
+    int ring;        /* WEFT_CUDA_COLL_RING */
 } cvars;
 
 /* The pipelined kernel's threads per block. */
@@ -91,7 +92,9 @@ static const weft_var_t vars[] = {
      "coll/cuda: calls that stage at least this many bytes per rank run as one barrier then one pipelined launch of "
      "many blocks (each unit staged, announced and consumed with its own flags, so staging, NVLink reads and "
      "reductions overlap) instead of slot-sized chunks of three launches each. auto: 32 MiB where every rank has "
-     "a GPU of its own, never where two ranks share one (their spinning blocks starve each other); 0: never",
+     "a GPU of its own (an allgather that runs as a ring, WEFT_CUDA_COLL_RING: 8 MiB; four H200s, 32 MiB in all: "
+     "0.98x NCCL's time against 1.37x chunked), never where two ranks share one (their spinning blocks starve "
+     "each other); 0: never",
      &cvars.pipe, 0},
     {"WEFT_CUDA_COLL_PUSH", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: pipelined calls (WEFT_CUDA_COLL_PIPE) staging at least this many bytes per rank push: each rank "
@@ -107,7 +110,8 @@ static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_PIPE_DEPTH", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: positions of the slots per block of the pipelined kernel (at most 512 / blocks): the units a "
      "block may have in flight; the slots are cut into blocks x this many positions, so more positions make "
-     "smaller units. auto: 4 for a bcast on 2 ranks (measured on two H200s, two leases: 1.05-1.12x the bus "
+     "smaller units. auto: 4 for a ring (WEFT_CUDA_COLL_RING; four H200s: 0.80-1.0x the time of 2 at 32-128 "
+     "MiB, the same above) and a bcast on 2 ranks (measured on two H200s, two leases: 1.05-1.12x the bus "
      "bandwidth of 2 at 32-64 MiB, 1.00-1.02x above), 2 otherwise (measured on four H100s, 32 MiB - 1 GiB: 4 "
      "positions gave allreduce, bcast and reduce_scatter 0.80-0.94x the bus bandwidth of 2 at most sizes, the "
      "others 0.97-1.08x; two H200s: allreduce 0.82-0.96x)",
@@ -117,7 +121,8 @@ static const weft_var_t vars[] = {
      "its peers' flags for that one are on their way while it works (at most the depth - 1); 0: each unit "
      "filled, then consumed. auto: 1 for allreduce, 0 for the others (measured on four H100s at 128 MiB - 1 GiB: "
      "1 ahead gave allreduce 1.02-1.07x the bus bandwidth of 0, allgather 0.91-0.95x, the others "
-     "0.97-1.04x)",
+     "0.97-1.04x). A ring (WEFT_CUDA_COLL_RING) runs this many of a block's units at a time, step by step "
+     "(at least 1, at most half the depth; four H200s: 2 against 1 the same time, 0.98-1.01x)",
      &cvars.pipe_ahead, 0},
     {"WEFT_CUDA_COLL_PIPE_SPLIT", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: warps of each block of a pushing pipelined kernel (WEFT_CUDA_COLL_PUSH) that push units while "
@@ -130,6 +135,15 @@ static const weft_var_t vars[] = {
      "1.06-1.16x and 1.07-1.11x that of unsplit blocks), 0 for the rest. A rank's own "
      "choice: ranks may differ",
      &cvars.pipe_split, 0},
+    {"WEFT_CUDA_COLL_RING", WEFT_VAR_INT_AUTO, "auto",
+     "coll/cuda: pipelined allgathers, bcasts, reduce_scatters and allreduces (WEFT_CUDA_COLL_PIPE) on 3 or more "
+     "ranks staging at least this many bytes per rank run as a ring: every rank stores only into the next rank's "
+     "scratch and passes on what the previous one stored (allgather and bcast bit for bit as the other forms; "
+     "reduce_scatter and allreduce fold in ring order, rounding each partial to the element type). auto: every "
+     "pipelined call of the four (measured on four H200s, bf16, ring / pushed time: 0.66-0.70 for allgather, "
+     "reduce_scatter and allreduce from 128 MiB, 0.69-0.93 at 32-64 MiB; bcast 0.92-1.01 from 128 MiB, "
+     "0.97-1.04 at 32-64 MiB with 4 positions); 0: never",
+     &cvars.ring, 0},
 };
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
@@ -241,17 +255,18 @@ typedef struct weft_window cuda_window_t;
 /* The variables that decide a call's protocol from its size: they must be
  * the same on every rank of a communicator (else ranks pass different
  * numbers of barriers for one call), so setup compares them. */
-enum { NKNOBS = 9 };
+enum { NKNOBS = 10 };
 static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED",       "WEFT_CUDA_COLL_LL",
                                                "WEFT_CUDA_COLL_PIPE",        "WEFT_CUDA_COLL_PIPE_BLOCKS",
                                                "WEFT_CUDA_COLL_TWO_SHOT",    "WEFT_CUDA_COLL_WINDOW",
                                                "WEFT_CUDA_COLL_PUSH",        "WEFT_CUDA_COLL_PIPE_DEPTH",
-                                               "WEFT_CUDA_COLL_PIPE_AHEAD"};
+                                               "WEFT_CUDA_COLL_PIPE_AHEAD",  "WEFT_CUDA_COLL_RING"};
 /* As set (-1: auto, resolved at setup from whether ranks share a GPU). */
 static void knobs_of(int32_t *k)
 {
     k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
     k[5] = cvars.window, k[6] = cvars.push, k[7] = cvars.pipe_depth, k[8] = cvars.pipe_ahead;
+    k[9] = cvars.ring;
 }
 
 /* What each rank tells the others at setup. */
@@ -728,6 +743,30 @@ static size_t push_min(weft_coll_kind_t kind, int n)
     }
 }
 
+/* The bytes staged per rank from which a pipelined call on n ranks runs as a ring (kernels.h: modes 5-8;
+ * SIZE_MAX: never): 3 or more ranks, allgather, bcast, reduce_scatter and allreduce; WEFT_CUDA_COLL_RING as
+ * set; auto: always. */
+static size_t ring_min(weft_coll_kind_t kind, int n)
+{
+    if (n < 3 || (kind != WEFT_COLL_ALLGATHER && kind != WEFT_COLL_BCAST && kind != WEFT_COLL_ALLREDUCE &&
+                  kind != WEFT_COLL_REDUCE_SCATTER_BLOCK))
+        return SIZE_MAX;
+    if (cvars.ring >= 0) return cvars.ring ? (size_t)cvars.ring : SIZE_MAX;
+    return 0;
+}
+
+/* The bytes staged per rank from which a call is pipelined: WEFT_CUDA_COLL_PIPE resolved (st->pipe); auto,
+ * where it pipelines at all, an allgather that runs as a ring from 8 MiB (four H200s, bf16, 32 MiB in all:
+ * 0.98x NCCL's time against 1.37x chunked; 16 MiB: 1.14x either way). */
+#define PIPE_RING_ALLGATHER ((size_t)8 << 20)
+static size_t pipe_from(const cuda_state_t *st, weft_coll_kind_t kind, int n)
+{
+    if (cvars.pipe >= 0 || !st->pipe) return st->pipe;
+    if (kind == WEFT_COLL_ALLGATHER && PIPE_RING_ALLGATHER < st->pipe && PIPE_RING_ALLGATHER >= ring_min(kind, n))
+        return PIPE_RING_ALLGATHER;
+    return st->pipe;
+}
+
 /* The warps of each block of a pipelined call that push while the block's
  * others consume (weft_ck_pipe_args.split; 0: each warp does both in turn),
  * of a block of `warps`: only where this rank both pushes to a peer and
@@ -851,28 +890,63 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
         p.in_stride = p.count;
         p.out = a->recvbuf;
     }
-    if (p.mode == 1 || p.mode == 3) f = st->m->pipe_reduce[a->dtype];
+    if (staged >= ring_min(a->kind, n)) { /* every store to the next rank (kernels.h: modes 5-8) */
+        p.push = 0;
+        p.npieces = 1;
+        switch (a->kind) {
+        case WEFT_COLL_ALLGATHER: p.mode = 5, p.copy_self = p.in != p.dst[me]; break;
+        case WEFT_COLL_BCAST: /* (not mode 4's parts) */
+            p.mode = 6, p.root = a->root, p.in = p.out = a->recvbuf, p.count = block, p.total = 0, p.in_stride = 0;
+            break;
+        case WEFT_COLL_REDUCE_SCATTER_BLOCK: p.mode = 7; break;
+        default: { /* allreduce: the vector's n parts, as mode 3 */
+            size_t align = es < 16 ? 16 / es : 1;
+            p.mode = 8;
+            p.total = a->count;
+            p.count = ((a->count + (size_t)n - 1) / (size_t)n + align - 1) / align * align;
+            p.in_stride = p.count * es;
+        }
+        }
+    }
+    int ring = p.mode >= 5;
+    if (p.mode == 1 || p.mode == 3 || p.mode == 7 || p.mode == 8) f = st->m->pipe_reduce[a->dtype];
     /* places in a position: pushed, one per producer (two for an allreduce's two phases, the root's and the
      * n - 1 parts for a bcast's); else the pieces */
-    p.pos_pieces = !p.push ? p.npieces : p.mode == 3 ? 2 * n : p.mode == 4 ? n : a->kind == WEFT_COLL_BCAST ? 1 : n;
+    p.pos_pieces = ring || !p.push ? p.npieces
+                   : p.mode == 3       ? 2 * n
+                   : p.mode == 4       ? n
+                   : a->kind == WEFT_COLL_BCAST ? 1
+                                                : n;
     /* geometry: blocks within the hints and the SMs; positions of whole 16-byte words per piece */
     unsigned g = (unsigned)within_cta_hints(c, cvars.pipe_blocks > 0 ? (size_t)cvars.pipe_blocks : 1);
     if (g > (unsigned)st->m->sms) g = (unsigned)st->m->sms;
     if (g > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS;
     if (g < 1) g = 1;
-    int depth_as = cvars.pipe_depth >= 0 ? cvars.pipe_depth : a->kind == WEFT_COLL_BCAST && n == 2 ? 4 : 2;
+    int depth_as = cvars.pipe_depth >= 0                      ? cvars.pipe_depth
+                   : ring || (a->kind == WEFT_COLL_BCAST && n == 2) ? 4
+                                                                  : 2;
     unsigned want = depth_as > 1 ? (unsigned)depth_as : 1;
+    /* a ring's K units at a time need 2K positions (kernels.h) */
+    int ahead = cvars.pipe_ahead >= 0 ? cvars.pipe_ahead : a->kind == WEFT_COLL_ALLREDUCE ? 1 : 0;
+    if (ring && p.mode != 6) {
+        if (want < 2 * (unsigned)(ahead > 1 ? ahead : 1)) want = 2 * (unsigned)(ahead > 1 ? ahead : 1);
+        if (want > WEFT_CK_PIPE_MAXPOS) want = WEFT_CK_PIPE_MAXPOS;
+        if (g > WEFT_CK_PIPE_MAXPOS / want) g = WEFT_CK_PIPE_MAXPOS / want;
+    }
     unsigned depth = WEFT_CK_PIPE_MAXPOS / g < want ? WEFT_CK_PIPE_MAXPOS / g : want;
     size_t posbytes = 2 * st->slot / ((size_t)g * depth);
     size_t piece = posbytes / (size_t)p.pos_pieces / 16 * 16;
     p.unit_elems = piece / p.esize;
     if (!p.unit_elems || !p.count) return WEFT_SUCCESS;
     p.units = (p.count + p.unit_elems - 1) / p.unit_elems;
-    if (p.units >= (size_t)1 << 24) return WEFT_SUCCESS; /* a flag value holds a unit's number in 24 bits */
+    /* a flag value holds a unit's number (a ring's item's) in 24 bits */
+    if (p.units * (ring ? 2 * (size_t)n : 1) >= (size_t)1 << 24) return WEFT_SUCCESS;
     if (p.units < g) g = (unsigned)p.units;
     p.depth = (int)depth;
-    int ahead = cvars.pipe_ahead >= 0 ? cvars.pipe_ahead : a->kind == WEFT_COLL_ALLREDUCE ? 1 : 0;
-    p.ahead = ahead < (int)depth ? ahead : (int)depth - 1;
+    if (ring) /* units a block runs at a time */
+        p.ahead = ahead < 1 ? 1 : ahead > (int)depth / 2 ? ((int)depth / 2 > 0 ? (int)depth / 2 : 1) : ahead;
+    else
+        p.ahead = ahead < (int)depth ? ahead : (int)depth - 1;
     p.split = pipe_split(&p, a->kind, st->m->pipe_threads / 32, g);
     int rc = barrier(op);
     if (rc) return rc;
@@ -1189,13 +1263,13 @@ static int issue(cuda_op_t *op)
      * kernel. A call in a window stays one shot (reading the windows in two shots is not built). Past
      * WEFT_CUDA_COLL_FUSED itself (not the capture-dependent fuse_max), as for windows: a capturing rank
      * and an eager one decide alike. */
-    /* A pushed pipelined allreduce is two shots already, a pushed bcast two steps (both overlapped): they
-     * go first, and two steps follow only where the pipelined kernel declines (slots too small for its
-     * geometry). */
+    /* A pushed pipelined allreduce is two shots already, a pushed bcast two steps (both overlapped), a ring
+     * passes each rank's part on (WEFT_CUDA_COLL_RING): they go first, and two steps follow only where the
+     * pipelined kernel declines (slots too small for its geometry). */
     int past_fused = staged > (size_t)(cvars.fused > 0 ? cvars.fused : 0);
-    int piping = past_fused && st->pipe > 0 && staged >= st->pipe;
+    int piping = past_fused && st->pipe > 0 && staged >= pipe_from(st, a->kind, n);
     int pushed = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && piping &&
-                 staged >= push_min(a->kind, n);
+                 (staged >= push_min(a->kind, n) || staged >= ring_min(a->kind, n));
     int two = (a->kind == WEFT_COLL_ALLREDUCE || a->kind == WEFT_COLL_BCAST) && n >= 3 && !ll &&
               cvars.two_shot > 0 && past_fused && staged >= (size_t)cvars.two_shot;
     if (two && !pushed) {
@@ -1794,10 +1868,13 @@ static const weft_coll_param_t params[] = {
      "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
     {"pipe_depth", "every coll/cuda algorithm", &cvars.pipe_depth, "positions", "WEFT_CUDA_COLL_PIPE_DEPTH",
      "slot positions per block of the pipelined kernel (512 / blocks at most): units in flight per block (auto: "
-     "a bcast on 2 ranks 4, else 2)"},
+     "a ring and a bcast on 2 ranks 4, else 2)"},
     {"pipe_ahead", "every coll/cuda algorithm", &cvars.pipe_ahead, "units", "WEFT_CUDA_COLL_PIPE_AHEAD",
      "units a pipelined block fills ahead of the one it consumes (depth - 1 at most; auto: allreduce 1, the "
-     "others 0)"},
+     "others 0); a ring's units a block runs at a time (1 at least, depth / 2 at most)"},
+    {"ring", "allgather, bcast, reduce_scatter, allreduce", &cvars.ring, "bytes", "WEFT_CUDA_COLL_RING",
+     "pipelined calls on 3 or more ranks from this much per rank run as a ring: every store to the next rank "
+     "(auto: always; an allgather then pipelines from 8 MiB)"},
     {"pipe_split", "every coll/cuda algorithm", &cvars.pipe_split, "warps", "WEFT_CUDA_COLL_PIPE_SPLIT",
      "warps of a pushing pipelined block that push while its others consume (auto, where a block has two units "
      "or more: allreduce 6 of 8, alltoall, reduce_scatter and allgather on 2 ranks 3 of 8)"},

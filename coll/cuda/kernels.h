@@ -240,15 +240,46 @@ typedef struct weft_ck_fused_args {
  * 1 + k of every other non-root rank's position (rdy2), then copies the
  * places the others pushed; every non-root rank tells root and the other
  * non-root ranks dn. The root's NVLink egress carries the vector once,
- * not n - 1 times. pos_pieces = nranks. */
+ * not n - 1 times. pos_pieces = nranks.
+ *
+ * modes 5-8, the ring (3+ ranks; push, split unused): every rank stores
+ * only into the next rank's (rank + 1 mod n) positions, one piece a
+ * position (pos_pieces 1), and takes from its own what the previous rank
+ * stored. Block b's items (a unit's step) are numbered i = 0, 1, ... in
+ * the order it sends them, the same order the next rank takes them in;
+ * item i uses position b + (i % depth) x G, value (seq << 24) | (i + 1):
+ * the sender waits until dn[pos][next] (its region) holds the value of
+ * item i - depth, stores the piece, fences, release-stores v into
+ * rdy[pos][rank] of the next rank's region; the taker waits for rdy[pos]
+ * [prev] >= v in its own, uses the piece, then stores v into dn[pos][rank]
+ * of the previous rank's region. A block runs its units `ahead` (K) at a
+ * time, each step of the K units in turn (depth >= 2K: never a cycle of
+ * waits); at its end it waits for the dn of its last items.
+ *   5 allgather (copy kernel): steps s < n of unit u: the block of rank
+ *     me - s (s = 0: in, to dst[me] when copy_self; else the piece
+ *     taken) to dst[me - s] and, s < n - 1, on to the next rank.
+ *   6 bcast (copy kernel): one step a unit, along the chain root, root + 1,
+ *     ...: the root stores in's unit on; the others take it into out and,
+ *     but the last, store it on.
+ *   7 reduce_scatter (in_stride: bytes between in's blocks): step s < n
+ *     works on block me - s - 1: s = 0 stores in's on; 0 < s < n - 1 stores
+ *     op(the partial taken, in's); s = n - 1 writes op(the partial, in's
+ *     block me) to out. The fold goes round in ring order, from rank
+ *     k + 1 to k for block k, not in rank order (an average sums until the
+ *     last step divides by n); a partial is rounded to the element type at
+ *     every step.
+ *   8 allreduce (the vector's n parts as mode 3: count, total, in_stride):
+ *     steps 0..n-1 as mode 7 on the parts, the last also storing the
+ *     reduced part me on; steps n..2n-2 take part me - (s - n + 1) into out
+ *     and, but the last, store it on. */
 typedef struct weft_ck_pipe_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
     char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
-    int mode;                         /* 1 reduce, 2 copy, 3 allreduce (push), 4 bcast (push) */
+    int mode;                         /* 1 reduce, 2 copy, 3 allreduce (push), 4 bcast (push), 5-8 the ring */
     int push, pos_pieces;
     size_t total; /* mode 3 / 4: the vector's elements (pieces may be short or empty); else 0 */
-    int root;     /* mode 4 */
+    int root;     /* modes 4, 6 */
     int op;
     unsigned read_mask, cons_mask; /* bit p: rank p */
     int stage_on, consume_on, copy_self;
