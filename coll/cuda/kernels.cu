@@ -432,11 +432,67 @@ __device__ __forceinline__ void reduce_range(const char *const (&base)[MAXR], in
     }
 }
 
+/* reduce_range with NS sources known at compile time where some source
+ * (bit p of odd) is not congruent with out modulo 16 (a ring's own input
+ * on 3 ranks: blocks of 2^k / 3 bytes): 16-byte stores into out, 16-byte
+ * loads from the congruent sources, element loads from the others; the
+ * same fold in the same order. */
+template <class Op, int NS>
+__device__ __forceinline__ void reduce_range_mixed(const char *const (&base)[MAXR], void *out_, size_t count, size_t tid,
+                                                   size_t nth, int fin_n, unsigned odd)
+{
+    typedef typename Op::S S;
+    const int V = 16 / sizeof(S);
+    union Vec {
+        uint4 u;
+        S e[16 / sizeof(S)];
+    };
+    S *out = static_cast<S *>(out_);
+    size_t head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
+    if (head > count)
+        head = count;
+    size_t nv = (count - head) / V;
+    const S *src[MAXR];
+#pragma unroll
+    for (int p = 0; p < MAXR; p++)
+        src[p] = reinterpret_cast<const S *>(base[p < NS ? p : 0]);
+    uint4 *vout = reinterpret_cast<uint4 *>(out + head);
+    for (size_t i = tid; i < nv; i += nth) {
+        Vec v[NS];
+#pragma unroll
+        for (int p = 0; p < NS; p++) {
+            const S *e = src[p] + head + i * V;
+            if (odd >> p & 1) {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    v[p].e[j] = e[j];
+            } else {
+                v[p].u = *reinterpret_cast<const uint4 *>(e);
+            }
+        }
+        Vec r;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            typename Op::A acc = Op::init(v[0].e[j]);
+#pragma unroll
+            for (int p = 1; p < NS; p++)
+                acc = Op::step(acc, v[p].e[j]);
+            r.e[j] = Op::fin(acc, fin_n);
+        }
+        vout[i] = r.u;
+    }
+    size_t done = head + nv * V, nscalar = head + (count - done);
+    for (size_t k = tid; k < nscalar; k += nth) {
+        size_t e = k < head ? k : done + (k - head);
+        out[e] = reduce_one<Op>(src, NS, e, fin_n);
+    }
+}
+
 /* reduce_range with NS sources known at compile time and U vectors per
  * thread in flight (NS * U loads issued before any arithmetic: latency
  * over NVLink is hidden by loads in flight, not by more threads); the
- * same fold in the same order, so the same bits. Falls back to
- * reduce_range when a source is not congruent with out modulo 16. */
+ * same fold in the same order, so the same bits. reduce_range_mixed
+ * when a source is not congruent with out modulo 16. */
 template <class Op, int NS, int U>
 __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], void *out_, size_t count, size_t tid,
                                                size_t nth, int fin_n = NS)
@@ -448,12 +504,12 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
         S e[16 / sizeof(S)];
     };
     S *out = static_cast<S *>(out_);
-    uintptr_t mis = 0;
+    unsigned odd = 0;
 #pragma unroll
     for (int p = 0; p < NS; p++)
-        mis |= (uintptr_t)base[p] ^ (uintptr_t)out;
-    if (mis & 15) {
-        reduce_range<Op>(base, NS, out_, count, tid, nth, fin_n);
+        odd |= (((uintptr_t)base[p] ^ (uintptr_t)out) & 15 ? 1u : 0u) << p;
+    if (odd) {
+        reduce_range_mixed<Op, NS>(base, out_, count, tid, nth, fin_n, odd);
         return;
     }
     size_t head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
