@@ -432,6 +432,34 @@ __device__ __forceinline__ void reduce_range(const char *const (&base)[MAXR], in
     }
 }
 
+/* The fold of one 16-byte vector of each of NS sources, in source order. */
+template <class Op, int NS, class Vec>
+__device__ __forceinline__ Vec fold_vec(const Vec (&v)[NS], int fin_n)
+{
+    Vec r;
+#pragma unroll
+    for (int j = 0; j < (int)(16 / sizeof(typename Op::S)); j++) {
+        typename Op::A acc = Op::init(v[0].e[j]);
+#pragma unroll
+        for (int p = 1; p < NS; p++)
+            acc = Op::step(acc, v[p].e[j]);
+        r.e[j] = Op::fin(acc, fin_n);
+    }
+    return r;
+}
+
+/* The elements before out's first 16-byte word (head of them) and from done on, one at a time. */
+template <class Op, int NS>
+__device__ __forceinline__ void reduce_ends(const typename Op::S *const (&src)[MAXR], typename Op::S *out, size_t head,
+                                            size_t done, size_t count, size_t tid, size_t nth, int fin_n)
+{
+    size_t nscalar = head + (count - done);
+    for (size_t k = tid; k < nscalar; k += nth) {
+        size_t e = k < head ? k : done + (k - head);
+        out[e] = reduce_one<Op>(src, NS, e, fin_n);
+    }
+}
+
 /* reduce_range with NS sources known at compile time where some source
  * (bit p of odd) is not congruent with out modulo 16 (a ring's own input
  * on 3 ranks: blocks of 2^k / 3 bytes): 16-byte stores into out, 16-byte
@@ -470,22 +498,9 @@ __device__ __forceinline__ void reduce_range_mixed(const char *const (&base)[MAX
                 v[p].u = *reinterpret_cast<const uint4 *>(e);
             }
         }
-        Vec r;
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            typename Op::A acc = Op::init(v[0].e[j]);
-#pragma unroll
-            for (int p = 1; p < NS; p++)
-                acc = Op::step(acc, v[p].e[j]);
-            r.e[j] = Op::fin(acc, fin_n);
-        }
-        vout[i] = r.u;
+        vout[i] = fold_vec<Op, NS>(v, fin_n).u;
     }
-    size_t done = head + nv * V, nscalar = head + (count - done);
-    for (size_t k = tid; k < nscalar; k += nth) {
-        size_t e = k < head ? k : done + (k - head);
-        out[e] = reduce_one<Op>(src, NS, e, fin_n);
-    }
+    reduce_ends<Op, NS>(src, out, head, head + nv * V, count, tid, nth, fin_n);
 }
 
 /* reduce_range with NS sources known at compile time and U vectors per
@@ -531,16 +546,7 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
                 v[k][p].u = vsrc[p][i + k * nth];
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            Vec r;
-#pragma unroll
-            for (int j = 0; j < V; j++) {
-                typename Op::A acc = Op::init(v[k][0].e[j]);
-#pragma unroll
-                for (int p = 1; p < NS; p++)
-                    acc = Op::step(acc, v[k][p].e[j]);
-                r.e[j] = Op::fin(acc, fin_n);
-            }
-            vout[i + k * nth] = r.u;
+            vout[i + k * nth] = fold_vec<Op, NS>(v[k], fin_n).u;
         }
     }
     for (; i < nv; i += nth) {
@@ -548,26 +554,13 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
 #pragma unroll
         for (int p = 0; p < NS; p++)
             v[p].u = vsrc[p][i];
-        Vec r;
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            typename Op::A acc = Op::init(v[0].e[j]);
-#pragma unroll
-            for (int p = 1; p < NS; p++)
-                acc = Op::step(acc, v[p].e[j]);
-            r.e[j] = Op::fin(acc, fin_n);
-        }
-        vout[i] = r.u;
+        vout[i] = fold_vec<Op, NS>(v, fin_n).u;
     }
     const S *src[MAXR];
 #pragma unroll
     for (int p = 0; p < MAXR; p++)
         src[p] = reinterpret_cast<const S *>(base[p < NS ? p : 0]);
-    size_t done = head + nv * V, nscalar = head + (count - done);
-    for (size_t k = tid; k < nscalar; k += nth) {
-        size_t e = k < head ? k : done + (k - head);
-        out[e] = reduce_one<Op>(src, NS, e, fin_n);
-    }
+    reduce_ends<Op, NS>(src, out, head, head + nv * V, count, tid, nth, fin_n);
 }
 
 /* Entry [parity][p] of the input descriptors in a region's header (WEFT_CK_DESC). */
