@@ -776,14 +776,21 @@ __device__ __forceinline__ unsigned long long *pipe_flag(char *region, size_t of
     return reinterpret_cast<unsigned long long *>(region + off) + (size_t)pos * MAXR + q;
 }
 
-__device__ __forceinline__ char *pick_region(const weft_ck_pipe_args_t &a, int p)
+/* Entry p of a kernel argument's per-rank array, read with constant indices only (a runtime index would copy
+ * the array into local memory). */
+__device__ __forceinline__ char *pick(char *const (&arr)[MAXR], int p)
 {
-    char *r = a.scratch[0];
+    char *r = arr[0];
 #pragma unroll
     for (int j = 1; j < MAXR; j++)
         if (j == p)
-            r = a.scratch[j];
+            r = arr[j];
     return r;
+}
+
+__device__ __forceinline__ char *pick_region(const weft_ck_pipe_args_t &a, int p)
+{
+    return pick(a.scratch, p);
 }
 
 /* Thread 0: waits until flag q of every rank in mask (at off, position pos,
@@ -1221,16 +1228,6 @@ template <class N> struct RingPart<OpAvg<N>> {
     typedef OpSum<N> T;
 };
 
-__device__ __forceinline__ char *pick_dst(const weft_ck_pipe_args_t &a, int p)
-{
-    char *r = a.dst[0];
-#pragma unroll
-    for (int j = 1; j < MAXR; j++)
-        if (j == p)
-            r = a.dst[j];
-    return r;
-}
-
 /* The ring (kernels.h: weft_ck_pipe_args, modes 5-8): a block's units go round the ranks in steps, each step
  * of each unit one item: take the previous rank's piece out of this rank's position (rdy), use it, store what
  * goes on into the next rank's position (once free there: dn), announce. So every store crosses one link, to
@@ -1280,7 +1277,7 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_ring(const we
                 if (MODE == 5 || MODE == 6) { /* allgather: the block of rank me - s; bcast: the root's */
                     const size_t ne = pipe_span(a.count, e0, a.unit_elems);
                     const char *src = recv ? from : a.in + e0;
-                    char *dst = MODE == 5 ? pick_dst(a, (me - s + n) % n) + e0 : out + e0;
+                    char *dst = MODE == 5 ? pick(a.dst, (me - s + n) % n) + e0 : out + e0;
                     if (send)
                         copy_any(to, src, ne, tid, nth);
                     if (recv || self)
