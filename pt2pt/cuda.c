@@ -133,6 +133,10 @@ static int driver_load(void)
         {"cuFuncGetAttribute", (void **)&weft_cu.func_get_attribute},
         {"cuMemGetAddressRange_v2", (void **)&weft_cu.mem_get_address_range},
         {"cuStreamGetCtx", (void **)&weft_cu.stream_get_ctx},
+        {"cuDriverGetVersion", (void **)&weft_cu.driver_get_version},
+#if CUDA_VERSION >= 12000
+        {"cuLaunchKernelEx", (void **)&weft_cu.launch_kernel_ex},
+#endif
     };
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
         *optional[i].fn = dlsym(h, optional[i].name);

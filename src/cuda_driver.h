@@ -50,6 +50,10 @@ typedef struct weft_cu_driver {
     CUresult (*func_get_attribute)(int *, CUfunction_attribute, CUfunction);
     CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
     CUresult (*stream_get_ctx)(CUstream, CUcontext *);
+    CUresult (*driver_get_version)(int *);
+#if CUDA_VERSION >= 12000
+    CUresult (*launch_kernel_ex)(const CUlaunchConfig *, CUfunction, void **, void **); /* CUDA 12 drivers */
+#endif
 } weft_cu_driver_t;
 
 extern weft_cu_driver_t weft_cu;

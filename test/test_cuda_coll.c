@@ -1,9 +1,10 @@
-/* Collectives on device buffers (coll/cuda), 2-4 ranks sharing device 0:
+/* Collectives on device buffers (coll/cuda), 2-4 ranks on device LOCAL_RANK % the devices (on one GPU, shared):
  * every collective coll/cuda implements, every numeric type and op, against
  * the same call on host buffers (coll/base and coll/shm, the reference);
  * results identical on every rank; in place, zero counts, odd counts and
  * counts over a slot (WEFT_CUDA_COLL_SLOT=4096 here, so chunks), the LL,
- * fused, chunked and pipelined kernels; a rank
+ * fused, chunked and pipelined kernels; calls chained on a stream, each
+ * reading what the one before wrote (launches that overlap); a rank
  * that never comes ends the others' wait at the deadline, and another
  * communicator then works; a killed rank is named within the deadline and
  * the survivors' shrunk communicator works. Skipped, with the reason, without a device. */
@@ -845,6 +846,85 @@ Test(cuda_coll, two_streams_in_call_order, .timeout = 300)
 Test(cuda_coll, two_streams_in_call_order_pipelined, .timeout = 300)
 {
     run2(3, body_two_streams, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
+}
+
+/* Calls chained on one stream with nothing between them: each call's input
+ * is what the one before wrote (an allreduce's output, then a block of an
+ * allgather's), so a kernel that began before the kernel ahead of it had
+ * finished (programmatic dependent launch overlaps launches,
+ * WEFT_CUDA_COLL_PDL) would read stale data; eagerly, then captured in a
+ * graph and replayed. uint32 sums wrap alike on host and device. */
+static int body_chain(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    static const size_t ms[] = {1, 1000, 5000};
+    enum { K = 12, MOST = 5000 };
+    void *st = gpu_stream();
+    TH_CHECK(st != NULL, "cuStreamCreate failed");
+    uint32_t in[MOST], want[MOST];
+    void *dx = gpu_alloc(sizeof(in)), *dy = gpu_alloc(sizeof(in)), *dz = gpu_alloc(sizeof(in) * (size_t)size);
+    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+        const size_t m = ms[mi];
+        void *g = NULL;
+        for (int pass = 0; pass < 4; pass++) { /* eager; then captured once, replayed three times */
+            for (size_t i = 0; i < m; i++)
+                in[i] = (uint32_t)(rank + 1 + (int)(i % 3) + 7 * pass);
+            TH_OK(gpu_upload(dx, in, m * sizeof(uint32_t)));
+            for (size_t i = 0; i < m; i++) {
+                uint32_t v = 0;
+                for (int r = 0; r < size; r++)
+                    v += (uint32_t)(r + 1 + (int)(i % 3) + 7 * pass);
+                for (int k = 1; k < K; k++)
+                    v *= (uint32_t)size;
+                want[i] = v;
+            }
+            if (pass <= 1) {
+                if (pass == 1) TH_CHECK(gpu_capture_begin(st) == 0, "cuStreamBeginCapture failed");
+                const void *x = dx;
+                for (int k = 0; k < K; k++) {
+                    TH_OK(weft_allreduce_on_stream(x, dy, (int64_t)m, WEFT_UINT32, WEFT_SUM, w, st, NULL));
+                    TH_OK(weft_allgather_on_stream(dy, dz, (int64_t)m, WEFT_UINT32, w, st, NULL));
+                    x = (const char *)dz + (size_t)(k % size) * m * sizeof(uint32_t);
+                }
+                if (pass == 1) {
+                    g = gpu_capture_end(st);
+                    TH_CHECK(g != NULL, "capturing the chain into a graph failed");
+                }
+            }
+            if (pass >= 1) TH_CHECK(gpu_graph_launch(g, st) == 0, "replay %d failed", pass);
+            TH_OK(gpu_stream_sync(st));
+            uint32_t *got = host_of(dz, m * sizeof(uint32_t) * (size_t)size);
+            for (int r = 0; r < size; r++)
+                for (size_t i = 0; i < m; i++)
+                    TH_CHECK(got[(size_t)r * m + i] == want[i],
+                             "pass %d, %zu elements: block %d element %zu is %u, not %u", pass, m, r, i,
+                             got[(size_t)r * m + i], want[i]);
+            free(got);
+        }
+        gpu_graph_free(g);
+    }
+    gpu_free(dx);
+    gpu_free(dy);
+    gpu_free(dz);
+    gpu_stream_free(st);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, chained_calls_2_ranks, .timeout = 300)
+{
+    run(2, body_chain, NULL);
+}
+
+Test(cuda_coll, chained_calls_staged_3_ranks, .timeout = 300)
+{
+    run2(3, body_chain, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+}
+
+Test(cuda_coll, chained_calls_pipelined_4_ranks, .timeout = 300)
+{
+    run3(4, body_chain, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
 }
 
 /* Registered buffers (weft_comm_window_register): each rank's input at a

@@ -13,6 +13,19 @@
  * next kernel may read this rank's slot and reuse its own". Reads of peer
  * slots are plain loads: they run in a later kernel than the acquire.
  *
+ * Launched with programmatic dependent launch (sm_90 and newer: cuda.c,
+ * WEFT_CUDA_COLL_PDL), a kernel may be resident before the one ahead of it
+ * in the stream has finished: every entry point's first statement,
+ * stream_order(), waits for that kernel's completion and memory flush
+ * (griddepcontrol.wait) before touching memory, so stream order holds as
+ * above and only the launch overlaps. The next kernel may launch once every
+ * block of this one has exited, or, in the LL kernel, has passed its last
+ * wait (next_may_launch()): never earlier, since a waiting block's peers
+ * (other processes' blocks, on a shared GPU) may still need the SM room a
+ * launched-early kernel would hold (a release at the start measured 0.48
+ * against 0.63 us a kernel in a graph of one-block kernels, but nothing
+ * bounds the room it takes while the kernel before still waits).
+ *
  * Reductions are strictly left to right over the sources (p = 0 .. nsrc - 1)
  * on every rank, so every rank computes the same bits. Semantics follow
  * src/op.h where the two agree (MIN / MAX bit for bit, including -0 < +0 and
@@ -49,6 +62,24 @@ __device__ __forceinline__ size_t grid_tid()
 __device__ __forceinline__ size_t grid_threads()
 {
     return (size_t)gridDim.x * blockDim.x;
+}
+
+/* Every kernel's first statement (see the top): wait until the kernels ahead of this one in the stream have
+ * finished and their writes are visible. Without the launch attribute, or before sm_90, a no-op. */
+__device__ __forceinline__ void stream_order()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* This block waits for nothing more: the next kernel in the stream may launch once every block has said so (or
+ * exited). Before sm_90 a no-op. */
+__device__ __forceinline__ void next_may_launch()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 /* The slot of the given parity in a scratch region. */
@@ -361,6 +392,28 @@ __device__ __forceinline__ typename Op::S reduce_one(const typename Op::S *const
     return Op::fin(acc, fin_n);
 }
 
+/* 16 bytes as one word or as elements of S (the reduction loops' vector). */
+template <class S> union Vec16 {
+    uint4 u;
+    S e[16 / sizeof(S)];
+};
+
+/* The elements of out before its first 16-byte boundary (at most count): the loops' scalar head. */
+template <class S> __device__ __forceinline__ size_t head_of(const S *out, size_t count)
+{
+    size_t head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
+    return head > count ? count : head;
+}
+
+/* base's first NS regions as element pointers, the others repeating the first (indexed by constants only). */
+template <class S, int NS>
+__device__ __forceinline__ void srcs_of(const char *const (&base)[MAXR], const S *(&src)[MAXR])
+{
+#pragma unroll
+    for (int p = 0; p < MAXR; p++)
+        src[p] = reinterpret_cast<const S *>(base[p < NS ? p : 0]);
+}
+
 /* out[i] = op over src[0..nsrc) of element i, i < count, threads tid of nth. fin_n (0: nsrc): the count the
  * op's result step is told (an average's divisor; the ring's last step folds 2 sources of n ranks' sum). */
 template <class Op>
@@ -371,10 +424,7 @@ __device__ __forceinline__ void reduce_range(const char *const (&base)[MAXR], in
         fin_n = nsrc;
     typedef typename Op::S S;
     const int V = 16 / sizeof(S); /* elements per 16-byte vector */
-    union Vec {
-        uint4 u;
-        S e[16 / sizeof(S)];
-    };
+    typedef Vec16<S> Vec;
     S *out = static_cast<S *>(out_);
     const S *src[MAXR];
     uintptr_t mis = 0; /* bits where some source's address differs from out's */
@@ -391,9 +441,7 @@ __device__ __forceinline__ void reduce_range(const char *const (&base)[MAXR], in
      * otherwise all scalar (head = nv = 0) */
     size_t head = 0, nv = 0;
     if ((mis & 15) == 0) {
-        head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
-        if (head > count)
-            head = count;
+        head = head_of(out, count);
         nv = (count - head) / V;
         const uint4 *vsrc[MAXR];
 #pragma unroll
@@ -471,19 +519,11 @@ __device__ __forceinline__ void reduce_range_mixed(const char *const (&base)[MAX
 {
     typedef typename Op::S S;
     const int V = 16 / sizeof(S);
-    union Vec {
-        uint4 u;
-        S e[16 / sizeof(S)];
-    };
+    typedef Vec16<S> Vec;
     S *out = static_cast<S *>(out_);
-    size_t head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
-    if (head > count)
-        head = count;
-    size_t nv = (count - head) / V;
+    size_t head = head_of(out, count), nv = (count - head) / V;
     const S *src[MAXR];
-#pragma unroll
-    for (int p = 0; p < MAXR; p++)
-        src[p] = reinterpret_cast<const S *>(base[p < NS ? p : 0]);
+    srcs_of<S, NS>(base, src);
     uint4 *vout = reinterpret_cast<uint4 *>(out + head);
     for (size_t i = tid; i < nv; i += nth) {
         Vec v[NS];
@@ -514,10 +554,7 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
 {
     typedef typename Op::S S;
     const int V = 16 / sizeof(S);
-    union Vec {
-        uint4 u;
-        S e[16 / sizeof(S)];
-    };
+    typedef Vec16<S> Vec;
     S *out = static_cast<S *>(out_);
     unsigned odd = 0;
 #pragma unroll
@@ -527,10 +564,7 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
         reduce_range_mixed<Op, NS>(base, out_, count, tid, nth, fin_n, odd);
         return;
     }
-    size_t head = ((16 - ((uintptr_t)out & 15)) & 15) / sizeof(S);
-    if (head > count)
-        head = count;
-    size_t nv = (count - head) / V;
+    size_t head = head_of(out, count), nv = (count - head) / V;
     const uint4 *vsrc[NS];
 #pragma unroll
     for (int p = 0; p < NS; p++)
@@ -557,9 +591,7 @@ __device__ __forceinline__ void reduce_range_n(const char *const (&base)[MAXR], 
         vout[i] = fold_vec<Op, NS>(v, fin_n).u;
     }
     const S *src[MAXR];
-#pragma unroll
-    for (int p = 0; p < MAXR; p++)
-        src[p] = reinterpret_cast<const S *>(base[p < NS ? p : 0]);
+    srcs_of<S, NS>(base, src);
     reduce_ends<Op, NS>(src, out, head, head + nv * V, count, tid, nth, fin_n);
 }
 
@@ -626,6 +658,7 @@ template <class N> __device__ __forceinline__ void reduce_dispatch(const weft_ck
 /* ------------------------------------------------------------------ */
 extern "C" __global__ void weft_ck_stage(weft_ck_stage_args_t a)
 {
+    stream_order();
     const int y = blockIdx.y;
     if (y >= a.n || y >= MAXR)
         return;
@@ -1434,18 +1467,31 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
         S e[8 / sizeof(S)];
     };
     __shared__ volatile int abort_s; /* volatile: re-read in the polls */
+    const int n = a.nranks < 1 ? 1 : a.nranks > MAXR ? MAXR : a.nranks, me = a.rank;
+    const unsigned others = ((1u << n) - 1) & ~(1u << me), send = a.send_mask & others, recv = a.recv_mask & others;
+    const size_t tid = threadIdx.x, gid = (size_t)blockIdx.x * blockDim.x + tid, nth = (size_t)gridDim.x * blockDim.x;
+    const size_t bytes = a.count * a.esize, nl = (bytes + 7) / 8;
+    /* this thread's first line of every piece it sends, loaded before the counter's value is known: the two
+     * loads' latencies overlap instead of adding up (the whole of a small call's data) */
+    uint2 first[MAXR];
+    if (gid < nl) {
+        const void *last = NULL;
+#pragma unroll
+        for (int p = 0; p < MAXR; p++) {
+            if (p > 0)
+                first[p] = first[p - 1];
+            if ((send >> p & 1) && a.src[p] != last)
+                first[p] = ll_load8(static_cast<const char *>(a.src[p]), gid, bytes), last = a.src[p];
+        }
+    }
     const unsigned long long c0 = *a.ctl.counter;
     if (c0 & WEFT_CK_POISON)
         return;
     const unsigned long long seq = c0 + 1;
     const unsigned f = (unsigned)seq;
-    const int n = a.nranks < 1 ? 1 : a.nranks > MAXR ? MAXR : a.nranks, me = a.rank;
-    const unsigned others = ((1u << n) - 1) & ~(1u << me), send = a.send_mask & others, recv = a.recv_mask & others;
-    const size_t tid = threadIdx.x, gid = (size_t)blockIdx.x * blockDim.x + tid, nth = (size_t)gridDim.x * blockDim.x;
     if (tid == 0)
         abort_s = 0;
     __syncthreads();
-    const size_t bytes = a.count * a.esize, nl = (bytes + 7) / 8;
     const size_t lane = (size_t)(seq & 1) * (size_t)n, slot = a.slot; /* this parity's first sender; its lines */
     /* a token (line 0, no data) to every peer this rank sends no piece to: every peer hears from every other in
      * every call, which is what lets a sender overwrite its lines two calls later */
@@ -1462,7 +1508,9 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
 #pragma unroll
         for (int p = 0; p < MAXR; p++)
             if (send >> p & 1) {
-                if (a.src[p] != last)
+                if (l == gid)
+                    d = first[p];
+                else if (a.src[p] != last)
                     d = ll_load8(static_cast<const char *>(a.src[p]), l, bytes), last = a.src[p];
                 st_ll(reinterpret_cast<uint4 *>(a.scratch[p] + WEFT_CK_LL_OFF + (lane + me) * slot) + l,
                       d.x, d.y, f);
@@ -1537,6 +1585,7 @@ done:
      * block has read the counter by then (its value decided a branch before the block's count went out, so no
      * fence: one block, the common case, pays nothing) */
     __syncthreads();
+    next_may_launch(); /* every thread of the block is past its waits */
     if (tid == 0 && gridDim.x == 1)
         *a.ctl.counter = abort_s ? (c0 | WEFT_CK_POISON) : seq;
     else if (tid == 0) {
@@ -1564,11 +1613,13 @@ template <class N> __device__ __forceinline__ void ll_dispatch(const weft_ck_ll_
 
 extern "C" __global__ void weft_ck_barrier(weft_ck_barrier_args_t a)
 {
+    stream_order();
     barrier_block(a);
 }
 
 extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
 {
+    stream_order();
     const int y = blockIdx.y;
     if (y >= a.n || y >= MAXR)
         return;
@@ -1577,6 +1628,7 @@ extern "C" __global__ void weft_ck_copy(weft_ck_copy_args_t a)
 
 extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
 {
+    stream_order();
     if (a.mode == 5)
         pipe_ring<OpSum<IntType<uint8_t>>, 5>(a);
     else if (a.mode == 6)
@@ -1592,11 +1644,13 @@ extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
 /* The LL kernels launch 512 threads a block (cuda.c): registers within that */
 extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_copy(weft_ck_ll_args_t a)
 {
+    stream_order();
     ll_run<OpSum<IntType<uint8_t>>, false>(a);
 }
 
 extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
 {
+    stream_order();
     stage_block(a);
     if (!barrier_block(a.bar) || a.mode != 2)
         return;
@@ -1607,15 +1661,28 @@ extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
 }
 
 #define WEFT_CK_REDUCE(name, N)                                                                                        \
-    extern "C" __global__ void weft_ck_reduce_##name(weft_ck_reduce_args_t a) { reduce_dispatch<N>(a); }             \
+    extern "C" __global__ void weft_ck_reduce_##name(weft_ck_reduce_args_t a)                                          \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        reduce_dispatch<N>(a);                                                                                         \
+    }                                                                                                                  \
     extern "C" __global__ void weft_ck_fused_reduce_##name(weft_ck_fused_args_t a)                                     \
     {                                                                                                                  \
+        stream_order();                                                                                                \
         stage_block(a);                                                                                                \
         if (barrier_block(a.bar) && a.mode == 1)                                                                       \
             reduce_dispatch<N>(a.red);                                                                                 \
     }                                                                                                                  \
-    extern "C" __global__ void weft_ck_pipe_reduce_##name(weft_ck_pipe_args_t a) { pipe_dispatch<N>(a); }            \
-    extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_##name(weft_ck_ll_args_t a) { ll_dispatch<N>(a); }
+    extern "C" __global__ void weft_ck_pipe_reduce_##name(weft_ck_pipe_args_t a)                                       \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        pipe_dispatch<N>(a);                                                                                           \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_##name(weft_ck_ll_args_t a)                           \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        ll_dispatch<N>(a);                                                                                             \
+    }
 WEFT_CK_REDUCE(i8, IntType<int8_t>)
 WEFT_CK_REDUCE(u8, IntType<uint8_t>)
 WEFT_CK_REDUCE(i16, IntType<int16_t>)
