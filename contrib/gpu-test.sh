@@ -32,10 +32,15 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # NVLink multicast stays off on shared GPU hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# The logs: WEFT_GPU_TEST_LOGS=DIR keeps them there (each test's result line
-# is written as it ends, so a run cut short still shows how far it got).
-if [ -n "${WEFT_GPU_TEST_LOGS:-}" ]; then
-    log=$WEFT_GPU_TEST_LOGS
+# The logs: WEFT_TEST_GPU_LOGS=DIR keeps them there (each test's result line
+# is written as it ends, so a run cut short still shows how far it got). A
+# WEFT_TEST_ name: weft ignores that prefix (any other unknown WEFT_* variable
+# makes every rank warn); the old name WEFT_GPU_TEST_LOGS is taken too, and
+# unset so that the ranks never see it.
+WEFT_TEST_GPU_LOGS=${WEFT_TEST_GPU_LOGS:-${WEFT_GPU_TEST_LOGS:-}}
+unset WEFT_GPU_TEST_LOGS
+if [ -n "$WEFT_TEST_GPU_LOGS" ]; then
+    log=$WEFT_TEST_GPU_LOGS
     mkdir -p "$log"
 else
     log=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-test.XXXXXX")
