@@ -30,15 +30,16 @@ static const char builtin_rules[] =
 static char coll_tune[4096]; /* WEFT_COLL_TUNE */
 int weft_coll_check;         /* WEFT_COLL_CHECK (coll.c runs the check) */
 const weft_var_t weft_coll_select_vars[] = {
-    {"WEFT_COLL_TUNE", WEFT_VAR_STRING, "",
+    {"WEFT_COLL_TUNE", WEFT_VAR_STRING | WEFT_VAR_AGREE, "",
      "collective selection rules ahead of the built-in table, e.g. "
-     "allreduce:0-4k:recursive_doubling,allreduce:4k-inf:ring (weft_info --coll shows the result)",
+     "allreduce:0-4k:recursive_doubling,allreduce:4k-inf:ring (weft_info --coll shows the result); the same on every "
+     "rank",
      coll_tune, sizeof(coll_tune)},
-    {"WEFT_COLL_CHECK", WEFT_VAR_BOOL, "0",
+    {"WEFT_COLL_CHECK", WEFT_VAR_BOOL | WEFT_VAR_AGREE, "0",
      "1: every collective first checks that all members called the same collective with the same datatype, op, "
      "root and count (allgatherv, reduce_scatter: the same counts), and every rank fails with WEFT_ERR_ARG naming "
      "the first rank that differs; costs an allgather of 32 bytes per rank before each call (ceil(log2 n) rounds "
-     "of messages), and shared-memory calls lose their inline fast path: for debugging",
+     "of messages), and shared-memory calls lose their inline fast path: for debugging; the same on every rank",
      &weft_coll_check, 0},
 };
 const int weft_coll_select_nvars = (int)(sizeof(weft_coll_select_vars) / sizeof(weft_coll_select_vars[0]));

@@ -1,6 +1,7 @@
 /* Every WEFT_* runtime variable is declared once: the runtime's here, each
  * collective component's in its descriptor (coll/). weft_info prints them
  * all, and weft_config_load() is the only place that reads them. */
+#include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
 
 #include <errno.h>
@@ -52,9 +53,10 @@ static const weft_var_t vars[] = {
     {"WEFT_NODE_ID", WEFT_VAR_STRING, "",
      "this rank's node id (a number), overriding host grouping: simulate nodes on one machine", FIELD(node_id),
      sizeof(weft_cfg.node_id)},
-    {"WEFT_RANKS_PER_NODE", WEFT_VAR_INT, "0",
-     "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off)", FIELD(ranks_per_node),
-     0},
+    {"WEFT_RANKS_PER_NODE", WEFT_VAR_INT | WEFT_VAR_AGREE, "0",
+     "split the ranks of each host into simulated nodes of this many consecutive ranks (0: off; the same on every "
+     "rank)",
+     FIELD(ranks_per_node), 0},
     {"WEFT_CUDA", WEFT_VAR_STRING, "auto",
      "device buffers in point-to-point: auto (through UCX when it carries CUDA memory, else staged), ucx, staged "
      "(through pinned host chunks, pipelined), off (device buffers fail with WEFT_ERR_UNSUPPORTED)",
@@ -89,6 +91,10 @@ static const weft_var_t vars[] = {
      "a file holding the job secret (a mounted Kubernetes Secret, a file on a shared volume), read when "
      "WEFT_JOB_SECRET is unset; a trailing newline is ignored",
      FIELD(job_secret_file), sizeof(weft_cfg.job_secret_file)},
+    {"WEFT_JOB_SECRET_ALLOW_WEAK", WEFT_VAR_BOOL, "0",
+     "1: accept a job secret that holds fewer than 128 bits (by its length and alphabet), with a warning; by default "
+     "such a secret is refused, since one recorded exchange lets anyone test guesses offline",
+     FIELD(job_secret_allow_weak), 0},
     {"WEFT_STORE_BIND_ANY", WEFT_VAR_BOOL, "0",
      "let rank 0's env store listen on every interface when MASTER_ADDR is 0.0.0.0 / :: or not an address of rank "
      "0's host (a Kubernetes ClusterIP service in front of it); otherwise it listens only on MASTER_ADDR's address",
@@ -110,7 +116,7 @@ static const weft_var_t *var_at(int i)
 
 static const char *kind_name(weft_var_kind_t k)
 {
-    switch (k) {
+    switch (k & WEFT_VAR_KIND) {
     case WEFT_VAR_STRING: return "string";
     case WEFT_VAR_DOUBLE: return "seconds";
     case WEFT_VAR_BOOL: return "bool";
@@ -126,7 +132,7 @@ static int parse_var(const weft_var_t *v, const char *text)
     char *base = v->addr;
     char *end = NULL;
 
-    switch (v->kind) {
+    switch (v->kind & WEFT_VAR_KIND) {
     case WEFT_VAR_STRING:
         if (strlen(text) >= v->size && !strcmp(v->name, "WEFT_JOB_SECRET")) /* a message must not show it */
             return weft_error(WEFT_ERR_ARG, "%s is too long (%zu characters; at most %zu)", v->name, strlen(text),
@@ -214,6 +220,133 @@ int weft_config_load(void)
             strncmp(*e, "WEFT_SLURM_", 11))
             weft_warn("unknown variable %.*s is ignored (weft_info lists the known ones)", (int)len, *e);
     }
+    return rc;
+}
+
+/* ---- variables every rank must set alike --------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= c[i];
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+/* The parsed value (so "8" and "08" agree), after the name. */
+static uint64_t var_hash(const weft_var_t *v)
+{
+    uint64_t h = fnv1a(UINT64_C(0xcbf29ce484222325), v->name, strlen(v->name) + 1);
+    if ((v->kind & WEFT_VAR_KIND) == WEFT_VAR_STRING) return fnv1a(h, v->addr, strlen(v->addr));
+    if ((v->kind & WEFT_VAR_KIND) == WEFT_VAR_DOUBLE) return fnv1a(h, v->addr, sizeof(double));
+    return fnv1a(h, v->addr, sizeof(int));
+}
+
+static void var_text(const weft_var_t *v, char *buf, size_t cap)
+{
+    weft_var_kind_t kind = v->kind & WEFT_VAR_KIND;
+    if (kind == WEFT_VAR_STRING)
+        weft_escape(buf, cap, v->addr, strlen(v->addr));
+    else if (kind == WEFT_VAR_DOUBLE)
+        snprintf(buf, cap, "%g", *(const double *)v->addr);
+    else if (kind == WEFT_VAR_INT_AUTO && *(const int *)v->addr < 0)
+        snprintf(buf, cap, "auto");
+    else
+        snprintf(buf, cap, "%d", *(const int *)v->addr);
+}
+
+uint64_t weft_config_agree_hash(void)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (int i = 0; i < var_count(); i++)
+        if ((var_at(i)->kind & WEFT_VAR_AGREE)) {
+            uint64_t x = var_hash(var_at(i));
+            h = fnv1a(h, &x, sizeof(x));
+        }
+    return h;
+}
+
+void weft_format_ranks(char *buf, size_t cap, const int *ranks, int n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && ranks[j + 1] == ranks[j] + 1)
+            j++;
+        char one[32];
+        if (j > i)
+            snprintf(one, sizeof(one), "%s%d-%d", i ? ", " : "", ranks[i], ranks[j]);
+        else
+            snprintf(one, sizeof(one), "%s%d", i ? ", " : "", ranks[i]);
+        if (len + strlen(one) + 5 > cap) {
+            snprintf(buf + len, cap - len, "%s", len + 5 <= cap ? ", ..." : "");
+            return;
+        }
+        len += (size_t)snprintf(buf + len, cap - len, "%s", one);
+        i = j + 1;
+    }
+}
+
+int weft_config_agree_check(weft_bootstrap_t *bs, const uint64_t *hashes, double deadline)
+{
+    int n = bs->size, rc = WEFT_SUCCESS, nvars = 0;
+    for (int r = 1; r < n; r++)
+        if (hashes[r] != hashes[0]) rc = WEFT_ERR_ARG;
+    if (rc == WEFT_SUCCESS) return WEFT_SUCCESS;
+    /* Which ones: every rank sends each of its variables' hash (name and
+     * value) and compares them with rank 0's, so all ranks name the same
+     * variables and ranks. */
+    uint64_t *mine = NULL;
+    void *all = NULL;
+    size_t *lens = NULL, stride = 0;
+    int *differ = malloc(sizeof(int) * (size_t)n);
+    char *msg = malloc(4096);
+    for (int i = 0; i < var_count(); i++)
+        nvars += !!(var_at(i)->kind & WEFT_VAR_AGREE);
+    mine = malloc(sizeof(uint64_t) * (size_t)(nvars ? nvars : 1));
+    if (!differ || !msg || !mine) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory comparing settings");
+        goto out;
+    }
+    for (int i = 0, k = 0; i < var_count(); i++)
+        if ((var_at(i)->kind & WEFT_VAR_AGREE)) mine[k++] = var_hash(var_at(i));
+    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, mine, sizeof(uint64_t) * (size_t)nvars, &all, &lens, &stride,
+                                              deadline),
+                    rc, out);
+    size_t len = (size_t)snprintf(msg, 4096, "settings that must be the same on every rank differ:");
+    int named = 0;
+    for (int i = 0, k = 0; i < var_count(); i++) {
+        if (!(var_at(i)->kind & WEFT_VAR_AGREE)) continue;
+        /* rank r's list is shorter than rank 0's: it runs another build */
+        const uint64_t *h0 = all;
+        int nd = 0;
+        for (int r = 1; r < n; r++) {
+            const uint64_t *hr = (const uint64_t *)((const char *)all + stride * (size_t)r);
+            int in0 = (size_t)k < lens[0] / 8, inr = (size_t)k < lens[r] / 8;
+            if (in0 != inr || (in0 && h0[k] != hr[k])) differ[nd++] = r;
+        }
+        k++;
+        if (!nd) continue;
+        char ranks[160], val[160];
+        weft_format_ranks(ranks, sizeof(ranks), differ, nd);
+        var_text(var_at(i), val, sizeof(val));
+        if (len < 4096)
+            len += (size_t)snprintf(msg + len, 4096 - len, "%s %s (rank%s %s set%s it unlike rank 0; rank %d has '%s')",
+                                    named++ ? ";" : "", var_at(i)->name, nd > 1 ? "s" : "", ranks,
+                                    nd > 1 ? "" : "s", bs->rank, val);
+    }
+    if (!named) /* the hashes differ, the variables do not: the ranks run different builds */
+        snprintf(msg + len, 4096 - len, " the ranks run weft builds with different variables (weft_info --vars)");
+    rc = weft_error(WEFT_ERR_ARG, "%s", msg);
+out:
+    free(mine);
+    free(all);
+    free(lens);
+    free(differ);
+    free(msg);
     return rc;
 }
 

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 int weft_log_level = WEFT_LOG_WARN;
@@ -37,4 +38,33 @@ void weft_log_write(int level, const char *fmt, ...)
     va_end(ap);
     /* One write per line so concurrent ranks do not interleave mid-line. */
     fprintf(stderr, "%s\n", line);
+}
+
+size_t weft_escape(char *out, size_t cap, const char *in, size_t len)
+{
+    size_t o = 0, i = 0;
+    if (!cap) return 0;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)in[i];
+        char one[8];
+        if (c == '\\')
+            snprintf(one, sizeof(one), "\\\\");
+        else if (c == '\n')
+            snprintf(one, sizeof(one), "\\n");
+        else if (c >= 0x20 && c < 0x7f)
+            snprintf(one, sizeof(one), "%c", c);
+        else
+            snprintf(one, sizeof(one), "\\x%02x", c);
+        size_t k = strlen(one);
+        if (o + k + 4 > cap) break; /* room for "..." and the NUL */
+        memcpy(out + o, one, k);
+        o += k;
+    }
+    if (i < len) {
+        size_t k = cap - o > 3 ? 3 : cap - o - 1;
+        memcpy(out + o, "...", k);
+        o += k;
+    }
+    out[o] = '\0';
+    return o;
 }

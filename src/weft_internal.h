@@ -28,6 +28,10 @@ void weft_log_write(int level, const char *fmt, ...) WEFT_PRINTF(2, 3);
 #define weft_warn(...)     weft_log(WEFT_LOG_WARN, __VA_ARGS__)
 #define weft_info_log(...) weft_log(WEFT_LOG_INFO, __VA_ARGS__)
 #define weft_debug(...)    weft_log(WEFT_LOG_DEBUG, __VA_ARGS__)
+/* Text from outside the process (a peer's message, a variable) made safe
+ * to print: printable ASCII as is, backslash, newline and other bytes
+ * escaped (\\, \n, \xNN), cut with "..." to fit cap; returns its length. */
+size_t weft_escape(char *out, size_t cap, const char *in, size_t len);
 
 /* ---- errors (error.c) -------------------------------------------------- */
 /* Records `status` with a message as this thread's last error, logs it at
@@ -60,7 +64,11 @@ typedef enum {
     WEFT_VAR_BOOL,
     WEFT_VAR_INT,
     WEFT_VAR_INT_AUTO,
-    WEFT_VAR_LOGLEVEL
+    WEFT_VAR_LOGLEVEL,
+    WEFT_VAR_KIND = 0xff,
+    /* or'ed with a kind: every rank must set the same value (compared at
+     * init): the collectives' selection inputs and protocol knobs */
+    WEFT_VAR_AGREE = 0x100
 } weft_var_kind_t;
 typedef struct weft_var {
     const char *name;
@@ -94,12 +102,23 @@ typedef struct weft_config {
     char job_secret[1024];      /* WEFT_JOB_SECRET: the job's shared secret ("" = none) */
     char job_secret_file[1024]; /* WEFT_JOB_SECRET_FILE: a file holding it */
     int store_bind_any;         /* WEFT_STORE_BIND_ANY: the env store may listen on every interface */
+    int job_secret_allow_weak;  /* WEFT_JOB_SECRET_ALLOW_WEAK: accept a secret below 128 bits */
 } weft_config_t;
 extern weft_config_t weft_cfg;
 /* Reads every WEFT_* variable (the runtime's and the collective
  * components'); a malformed value fails with WEFT_ERR_ARG naming the
  * variable. */
 int weft_config_load(void);
+/* A hash of the names and values of the variables every rank must set
+ * alike (WEFT_VAR_AGREE), exchanged at init. */
+uint64_t weft_config_agree_hash(void);
+/* hashes[r]: rank r's weft_config_agree_hash(). When they differ, one more
+ * bootstrap exchange finds which variables and which ranks, and every rank
+ * fails with WEFT_ERR_ARG naming them. */
+struct weft_bootstrap;
+int weft_config_agree_check(struct weft_bootstrap *bs, const uint64_t *hashes, double deadline);
+/* "0, 2-5, 7" (at most cap bytes; "..." when cut) */
+void weft_format_ranks(char *buf, size_t cap, const int *ranks, int n);
 
 /* ---- global state ------------------------------------------------------ */
 struct weft_bootstrap;

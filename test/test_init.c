@@ -267,6 +267,106 @@ Test(init, singleton_when_nothing_is_set)
     cr_assert_eq(weft_finalize(), WEFT_SUCCESS);
 }
 
+/* ---- a launch that names several ranks never runs as singletons ------------ */
+static void clear_launch_env(void)
+{
+    static const char *const vars[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WEFT_BOOTSTRAP",
+                                       "PMIX_RANK", "PMIX_NAMESPACE", "TORCHELASTIC_USE_AGENT_STORE",
+                                       "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                       "SLURM_STEP_NUM_TASKS", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+}
+
+/* Before: each process ran as rank 0 of 1 and exited 0. */
+Test(init, several_ranks_named_never_fall_back_to_a_singleton, .timeout = 30)
+{
+    static const struct {
+        const char *env[4]; /* NAME=VALUE, NULL-terminated */
+        const char *names;  /* what the error must name */
+    } cases[] = {
+        {{"RANK=1", "WORLD_SIZE=2", NULL}, "MASTER_ADDR, MASTER_PORT"},
+        {{"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=", NULL}, "MASTER_ADDR, MASTER_PORT"},
+        {{"RANK=1", "WORLD_SIZE=2", "MASTER_PORT=29500", NULL}, "but MASTER_ADDR is unset"},
+        {{"RANK=0", "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="}, "but MASTER_PORT is unset"},
+        {{"WORLD_SIZE=2", NULL}, "RANK, MASTER_ADDR, MASTER_PORT"},
+        {{"PMI_SIZE=2", NULL}, "PMI_SIZE=2"},
+        {{"SLURM_STEP_NUM_TASKS=8", NULL}, "srun without --mpi=pmix"},
+        {{"OMPI_COMM_WORLD_SIZE=2", NULL}, "OMPI_COMM_WORLD_SIZE=2"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        clear_launch_env();
+        for (int k = 0; k < 4 && cases[i].env[k]; k++)
+            putenv((char *)cases[i].env[k]);
+        int rc = weft_init(NULL, NULL);
+        cr_expect_eq(rc, WEFT_ERR_ARG, "case %zu: %d (%s)", i, rc, rc ? weft_last_error() : weft_bootstrap_name());
+        if (rc == WEFT_SUCCESS) {
+            weft_finalize();
+            continue;
+        }
+        cr_expect(strstr(weft_last_error(), cases[i].names), "case %zu: wanted '%s' in: %s", i, cases[i].names,
+                  weft_last_error());
+    }
+    /* A job of one rank still starts alone. */
+    clear_launch_env();
+    putenv("RANK=0");
+    putenv("WORLD_SIZE=1");
+    putenv("SLURM_STEP_NUM_TASKS=1");
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS, "%s", weft_last_error());
+    cr_assert_str_eq(weft_bootstrap_name(), "single");
+    cr_assert_eq(weft_finalize(), WEFT_SUCCESS);
+}
+
+/* ---- settings that must agree across ranks ----------------------------- */
+typedef struct {
+    const char *var, *value; /* set on rank `on` alone */
+    int on;
+    const char *needle; /* in every rank's error */
+} disagree_t;
+
+/* Every rank fails weft_init within a few seconds, with the same variable
+ * and ranks named. Before: init succeeded and the first collective waited
+ * for its deadline (600 s by default), or, for a bad WEFT_NODE_ID, the
+ * other ranks waited the init deadline. */
+static int body_disagree(int rank, int size, void *arg)
+{
+    const disagree_t *d = arg;
+    (void)size;
+    if (rank == d->on) setenv(d->var, d->value, 1);
+    double t0 = weft_wtime();
+    int rc = weft_init(NULL, NULL);
+    double took = weft_wtime() - t0;
+    if (rc == WEFT_SUCCESS) {
+        weft_finalize();
+        TH_CHECK(0, "rank %d: weft_init succeeded with %s='%s' on rank %d alone", rank, d->var, d->value, d->on);
+    }
+    TH_CHECK(rc == WEFT_ERR_ARG && took < 5 && strstr(weft_last_error(), d->needle),
+             "rank %d: %d after %.1f s: %s (wanted '%s')", rank, rc, took, weft_last_error(), d->needle);
+    return 0;
+}
+
+static void disagree_run(int n, disagree_t d)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_INIT_TIMEOUT=30", "WEFT_TIMEOUT=30", NULL};
+    th_result_t res = th_run(n, body_disagree, &d, 40, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+Test(init, ranks_per_node_on_one_rank_fails_every_rank_at_once, .timeout = 60)
+{
+    disagree_run(2, (disagree_t){"WEFT_RANKS_PER_NODE", "1", 1, "WEFT_RANKS_PER_NODE (rank 1 sets it unlike rank 0"});
+}
+Test(init, coll_tune_on_some_ranks_fails_every_rank_at_once, .timeout = 60)
+{
+    disagree_run(3, (disagree_t){"WEFT_COLL_TUNE", "allreduce:0-inf:ring", 0,
+                                 "WEFT_COLL_TUNE (ranks 1-2 set it unlike rank 0"});
+}
+Test(init, a_bad_node_id_fails_every_rank_at_once, .timeout = 60)
+{
+    disagree_run(3, (disagree_t){"WEFT_NODE_ID", "x1", 1, "WEFT_NODE_ID is not a non-negative integer on rank 1"});
+}
+
 /* ---- Kubernetes: rank 0's pod starts late, or never ---------------------- */
 static int body_rank0_late(int rank, int size, void *arg)
 {

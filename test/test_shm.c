@@ -19,6 +19,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1211,6 +1213,63 @@ Test(shm, stale_segment_swept_at_init, .timeout = 60)
     th_result_t res = th_run(1, body_sweep, NULL, 30, single);
     cr_assert_eq(res.failed, 0);
     cr_assert(!shm_exists(name), "the sweep left %s", name);
+}
+
+/* Any local user can put anything under a weft- name in /dev/shm: a FIFO
+ * (an open for reading blocks until a writer comes: before, every
+ * weft_init on the host hung in the sweep), a socket, a link, a directory,
+ * a huge sparse file. The sweep skips them all, without blocking, and
+ * removes none; made as 'nobody' when the tests run as root, else as this
+ * user (the FIFO blocked either way). */
+static void make_as(uid_t uid, const char *path, int kind)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (uid != geteuid() && (setgid(uid) || setuid(uid))) _exit(100);
+        int ok = 0;
+        if (kind == 0) ok = !mkfifo(path, 0666);
+        if (kind == 1) {
+            struct sockaddr_un sa = {.sun_family = AF_UNIX};
+            snprintf(sa.sun_path, sizeof(sa.sun_path), "%.100s", path);
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            ok = fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        }
+        if (kind == 2) ok = !symlink("/dev/shm/weft-sweep-target-missing", path);
+        if (kind == 3) ok = !mkdir(path, 0777);
+        if (kind == 4) {
+            int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0666);
+            ok = fd >= 0 && !ftruncate(fd, (off_t)1 << 40); /* 1 TiB, sparse */
+        }
+        if (kind == 5) { /* a FIFO this user owns, as another job of the same user could leave */
+            ok = !mkfifo(path, 0600);
+        }
+        _exit(ok ? 0 : 101);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "could not make %s (kind %d)", path, kind);
+}
+
+Test(shm, sweep_never_blocks_on_what_others_put_in_dev_shm, .timeout = 90)
+{
+    uid_t other = geteuid() == 0 ? 65534 : geteuid();
+    char paths[6][96];
+    for (int k = 0; k < 6; k++) {
+        snprintf(paths[k], sizeof(paths[k]), "/dev/shm/weft-sweep-test-%d-%d", (int)getpid(), k);
+        make_as(k == 5 ? geteuid() : other, paths[k], k);
+    }
+    static const char *const single[] = {"WEFT_LOG_LEVEL=error", "WEFT_BOOTSTRAP=single", NULL};
+    th_result_t res = th_run(1, body_sweep, NULL, 30, single);
+    cr_expect_eq(res.timed_out, 0, "weft_init hung in the sweep");
+    cr_expect_eq(res.failed, 0);
+    for (int k = 0; k < 6; k++) {
+        struct stat st;
+        cr_expect_eq(lstat(paths[k], &st), 0, "the sweep removed %s", paths[k]);
+        if (k == 3)
+            rmdir(paths[k]);
+        else
+            unlink(paths[k]);
+    }
 }
 
 /* ---- segments nobody else can take -------------------------------------------- */

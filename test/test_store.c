@@ -836,7 +836,10 @@ Test(store, stranger_without_the_secret_cannot_take_a_rank, .timeout = 60)
 
 #define TEST_SECRET "a test job secret of enough length"
 
-enum { FAKE_SILENT, FAKE_HANDSHAKE_THEN_SILENT, FAKE_NOT_A_STORE, FAKE_WRONG_PROOF, FAKE_UNKEYED };
+enum { FAKE_SILENT, FAKE_HANDSHAKE_THEN_SILENT, FAKE_NOT_A_STORE, FAKE_WRONG_PROOF, FAKE_UNKEYED, FAKE_ERROR_TEXT };
+
+/* What FAKE_ERROR_TEXT answers a HELLO with: terminal escapes, a newline, a NUL, and more than a screen. */
+static const char evil_text[] = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\nforged line\r\x01";
 
 /* Serves one connection from a child process in the given way. Exit
  * status: 0, or 3 when the client sent anything after its HELLO although
@@ -864,7 +867,14 @@ static pid_t fake_store(int mode, int *port)
             setenv("WEFT_JOB_SECRET", TEST_SECRET, 1);
             if (weft_config_load() || weft_job_key_load(&k, "fake")) _exit(2);
         }
-        if (mode == FAKE_NOT_A_STORE) {
+        if (mode == FAKE_ERROR_TEXT) { /* refuses the HELLO (before proving anything) with a hostile text */
+            char text[4000];
+            memset(text, 'x', sizeof(text));
+            memcpy(text, evil_text, sizeof(evil_text) - 1);
+            wire_pack(b, W_ERROR, 1, 2, 0, (uint64_t)(int64_t)WEFT_ERR_ARG, sizeof(text));
+            (void)send(fd, b, WIRE_HDR, 0);
+            (void)send(fd, text, sizeof(text), 0);
+        } else if (mode == FAKE_NOT_A_STORE) {
             memcpy(b, "HTTP/1.1 400 Bad Request\r\n\r\n0123456789A", WIRE_HDR);
             (void)send(fd, b, WIRE_HDR, 0);
         } else if (mode != FAKE_SILENT) {
@@ -1107,6 +1117,96 @@ Test(store, secret_from_a_file, .timeout = 60)
     cr_expect(strstr(weft_last_error(), "WEFT_JOB_SECRET_FILE='/nonexistent/weft-secret': No such file"), "%s",
               weft_last_error());
     unlink(path);
+}
+
+/* Whatever answers on MASTER_PORT may send any text: the error shows it
+ * escaped (no terminal escapes, no forged log lines) and bounded. */
+Test(store, a_refusal_text_is_printed_escaped_and_bounded, .timeout = 60)
+{
+    weft_bootstrap_t bs = {0};
+    int port;
+    use_secret(TEST_SECRET);
+    pid_t pid = fake_store(FAKE_ERROR_TEXT, &port);
+    set_job_env_port("1", "2", "127.0.0.1", port);
+    int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 5);
+    stop_fake(pid);
+    const char *msg = weft_last_error();
+    cr_assert_neq(rc, WEFT_SUCCESS);
+    cr_assert(strstr(msg, "\\x1b]0;owned\\x07\\x1b[2J\\x1b[31mred\\nforged line\\x0d\\x01"), "%s", msg);
+    for (const char *c = msg; *c; c++)
+        cr_assert((unsigned char)*c >= 0x20 && (unsigned char)*c < 0x7f, "byte 0x%02x at %d in: %s",
+                  (unsigned char)*c, (int)(c - msg), msg);
+    cr_assert(strlen(msg) < 1400, "%zu characters", strlen(msg));
+}
+
+/* A secret with fewer than 128 bits (by length and alphabet) is refused
+ * unless WEFT_JOB_SECRET_ALLOW_WEAK says otherwise; a file that is not a
+ * regular file (a FIFO nobody writes) fails at once instead of blocking. */
+Test(store, weak_secrets_are_refused, .timeout = 30)
+{
+    static const struct {
+        const char *secret;
+        int ok;
+    } cases[] = {
+        {"abc", 0},
+        {"hunter2-hunter2", 0},                      /* lower, digits, '-': 15 x 6.1 bits */
+        {"0123456789abcdef0123456789abcde", 0},      /* 31 hex digits: 124 bits */
+        {"0123456789abcdef0123456789abcdef", 1},     /* 32: 128 */
+        {"6f1c2a9e-3b7d-4c1a-9f2e-8d7c6b5a4e3f", 1}, /* a UUID: its hex digits count, the hyphens not */
+        {TEST_SECRET, 1},
+    };
+    weft_job_key_t k;
+    unsetenv("WEFT_JOB_SECRET_FILE");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        unsetenv("WEFT_JOB_SECRET_ALLOW_WEAK");
+        use_secret(cases[i].secret);
+        int rc = weft_job_key_load(&k, "test");
+        cr_expect_eq(rc, cases[i].ok ? WEFT_SUCCESS : WEFT_ERR_ARG, "'%s': %d (%s)", cases[i].secret, rc,
+                     weft_last_error());
+        if (!cases[i].ok) {
+            cr_expect(strstr(weft_last_error(), "WEFT_JOB_SECRET_ALLOW_WEAK"), "%s", weft_last_error());
+            cr_expect(!strstr(weft_last_error(), cases[i].secret), "the message shows the secret: %s",
+                      weft_last_error());
+            setenv("WEFT_JOB_SECRET_ALLOW_WEAK", "1", 1);
+            use_secret(cases[i].secret);
+            cr_expect_eq(weft_job_key_load(&k, "test"), WEFT_SUCCESS, "allowed: %s", weft_last_error());
+            cr_expect(k.keyed);
+        }
+    }
+}
+
+Test(store, a_secret_file_that_is_not_a_regular_file_fails_at_once, .timeout = 30)
+{
+    char dir[] = "/tmp/weft-secret-dir-XXXXXX", fifo[64], link[64], file[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(link, sizeof(link), "%s/link", dir);
+    snprintf(file, sizeof(file), "%s/..data", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    unsetenv("WEFT_JOB_SECRET");
+    weft_job_key_t k;
+    const char *bad[] = {fifo, dir, "/dev/null"};
+    for (int i = 0; i < 3; i++) {
+        setenv("WEFT_JOB_SECRET_FILE", bad[i], 1);
+        cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+        double t0 = weft_wtime();
+        cr_expect_eq(weft_job_key_load(&k, "test"), WEFT_ERR_ARG, "%s", bad[i]);
+        cr_expect(weft_wtime() - t0 < 1.0);
+        cr_expect(strstr(weft_last_error(), "not a regular file"), "%s", weft_last_error());
+    }
+    /* A link to a regular file is followed: Kubernetes mounts a Secret's keys as links. */
+    FILE *f = fopen(file, "w");
+    cr_assert(f);
+    fputs(TEST_SECRET "\n", f);
+    fclose(f);
+    cr_assert_eq(symlink(file, link), 0);
+    setenv("WEFT_JOB_SECRET_FILE", link, 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    cr_expect_eq(weft_job_key_load(&k, "test"), WEFT_SUCCESS, "%s", weft_last_error());
+    unlink(link);
+    unlink(file);
+    unlink(fifo);
+    rmdir(dir);
 }
 
 /* ------------------------------------------------------------------ */

@@ -364,7 +364,8 @@ static int create(weft_shm_t *sh)
  * anything else was made by someone who could read or write it. */
 static int open_existing(weft_shm_t *sh)
 {
-    int fd = shm_open(sh->name, O_RDWR, 0);
+    /* O_NONBLOCK: a FIFO under the name must not stop this rank (shm_open adds O_NOFOLLOW) */
+    int fd = shm_open(sh->name, O_RDWR | O_NONBLOCK, 0);
     if (fd < 0) {
         int err = errno;
         if (err == ENOENT) return 0;
@@ -377,6 +378,11 @@ static int open_existing(weft_shm_t *sh)
     if (fstat(fd, &st)) {
         rc = weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot stat shared-memory segment %s: %s", sh->name,
                         strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = weft_error(WEFT_ERR_INTERNAL,
+                        "coll/shm: shared-memory segment %s is not a regular file (mode %06o): something outside "
+                        "this job took the communicator's segment name; refusing it",
+                        sh->name, (unsigned)st.st_mode);
     } else if (st.st_uid != geteuid()) {
         rc = weft_error(WEFT_ERR_INTERNAL,
                         "coll/shm: shared-memory segment %s belongs to uid %u, not to this job's user (uid %u): "
@@ -728,39 +734,57 @@ void weft_shm_comm_release(weft_comm_t comm, void *state)
     free(sh);
 }
 
+/* Whether the file open at fd (name in /dev/shm) is a segment this user's
+ * dead run left behind. */
+static int stale_segment(int fd, const struct stat *st, uint64_t host, time_t now)
+{
+    if ((size_t)st->st_size < sizeof(shm_header_t)) return now - st->st_mtime > 60; /* its creator died before sizing it */
+    shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) return 0;
+    int stale = 0;
+    if (atomic_load_explicit(&h->ready, memory_order_acquire) == SHM_MAGIC && h->host_id == host)
+        stale = kill((pid_t)h->creator_pid, 0) && errno == ESRCH;
+    else if (atomic_load_explicit(&h->ready, memory_order_acquire) != SHM_MAGIC)
+        stale = now - st->st_mtime > 60;
+    munmap(h, sizeof(*h));
+    return stale;
+}
+
+/* Any local user can put anything under a weft- name in /dev/shm: each is
+ * opened without blocking (a FIFO) and without following a link, and only
+ * this user's regular files are looked into; the rest are skipped. */
 int weft_shm_sweep(void)
 {
     DIR *d = opendir("/dev/shm");
     if (!d) return 0;
     uint64_t host = weft_topo_host_id();
-    int removed = 0;
+    int removed = 0, dfd = dirfd(d);
     time_t now = time(NULL);
+    uid_t me = geteuid();
     for (struct dirent *e; (e = readdir(d));) {
         if (strncmp(e->d_name, "weft-", 5)) continue;
-        char name[300];
-        snprintf(name, sizeof(name), "/%s", e->d_name);
-        int fd = shm_open(name, O_RDONLY, 0);
-        if (fd < 0) continue;
-        struct stat st;
-        int stale = 0;
-        if (!fstat(fd, &st) && st.st_uid == getuid()) {
-            if ((size_t)st.st_size < sizeof(shm_header_t)) {
-                stale = now - st.st_mtime > 60; /* its creator died before sizing it */
-            } else {
-                shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
-                if (h != MAP_FAILED) {
-                    if (atomic_load_explicit(&h->ready, memory_order_acquire) == SHM_MAGIC && h->host_id == host)
-                        stale = kill((pid_t)h->creator_pid, 0) && errno == ESRCH;
-                    else if (atomic_load_explicit(&h->ready, memory_order_acquire) != SHM_MAGIC)
-                        stale = now - st.st_mtime > 60;
-                    munmap(h, sizeof(*h));
-                }
-            }
+        if (e->d_type != DT_UNKNOWN && e->d_type != DT_REG) {
+            weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file", e->d_name);
+            continue;
         }
+        int fd = openat(dfd, e->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) {
+            weft_debug("coll/shm: sweep: skipping /dev/shm/%s: %s", e->d_name, strerror(errno));
+            continue;
+        }
+        struct stat st, now_st;
+        int stale = 0;
+        if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != me)
+            weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file of uid %u", e->d_name,
+                       (unsigned)me);
+        else
+            stale = stale_segment(fd, &st, host, now);
         close(fd);
-        if (stale && !shm_unlink(name)) {
+        /* still the file judged (not one put in its place since) */
+        if (stale && !fstatat(dfd, e->d_name, &now_st, AT_SYMLINK_NOFOLLOW) && now_st.st_ino == st.st_ino &&
+            now_st.st_dev == st.st_dev && !unlinkat(dfd, e->d_name, 0)) {
             removed++;
-            weft_debug("coll/shm: removed stale segment %s (its creator is gone)", name);
+            weft_debug("coll/shm: removed stale segment /dev/shm/%s (its creator is gone)", e->d_name);
         }
     }
     closedir(d);

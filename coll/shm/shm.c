@@ -37,8 +37,9 @@ static const weft_coll_alg_t *const algorithms[] = {
 weft_shm_vars_t weft_shm_vars;
 
 static const weft_var_t vars[] = {
-    {"WEFT_SHM_CMA", WEFT_VAR_INT, "1",
-     "0: the single-copy shared-memory collectives (shm_cma, process_vm_readv) decline and the base algorithms run",
+    {"WEFT_SHM_CMA", WEFT_VAR_INT | WEFT_VAR_AGREE, "1",
+     "0: the single-copy shared-memory collectives (shm_cma, process_vm_readv) decline and the base algorithms run "
+     "(the same on every rank)",
      &weft_shm_vars.cma, 0},
     {"WEFT_SHM_RADIX", WEFT_VAR_INT, "8",
      "radix of the shared-memory flag trees (tree barrier, bcast, reduce, small allreduce; groups of this many "

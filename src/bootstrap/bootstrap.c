@@ -13,6 +13,49 @@ static int under_torchrun(void)
     return (run && *run) || getenv("TORCHELASTIC_USE_AGENT_STORE");
 }
 
+/* A launcher's variables that name more than one rank, when no bootstrap
+ * took them: the job must not go on as singletons (each rank would run
+ * alone as rank 0 of 1 and exit 0). WEFT_ERR_ARG naming what is missing,
+ * or WEFT_SUCCESS when nothing names other ranks. */
+static int several_ranks_named(void)
+{
+    static const char *const env_vars[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+    /* other launchers' world size variables, with what weft needs to join them */
+    static const struct {
+        const char *var, *how;
+    } launchers[] = {
+        {"OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun without a PMIx server weft can reach (weft's PMIx support "
+                                 "is missing from this build, or PMIX_* variables are unset)"},
+        {"PMI_SIZE", "a PMI-1/2 launcher (MPICH's hydra, srun --mpi=pmi2): weft speaks PMIx; use srun --mpi=pmix, "
+                     "Open MPI's mpirun, weftrun or torchrun"},
+        {"SLURM_STEP_NUM_TASKS", "srun without --mpi=pmix"},
+    };
+    const char *ws = getenv("WORLD_SIZE"), *rk = getenv("RANK");
+    if ((ws && *ws && strcmp(ws, "1")) || (rk && *rk && strcmp(rk, "0"))) {
+        char missing[96] = "";
+        size_t len = 0;
+        for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++) {
+            const char *v = getenv(env_vars[i]);
+            if (!v || !*v)
+                len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%s", len ? ", " : "", env_vars[i]);
+        }
+        return weft_error(WEFT_ERR_ARG,
+                          "weft_init: RANK='%.16s' WORLD_SIZE='%.16s' name a job of several ranks, but %s %s unset or "
+                          "empty: cannot reach rank 0's store (set MASTER_ADDR and MASTER_PORT as torchrun does, or "
+                          "WEFT_BOOTSTRAP=single to run alone)",
+                          rk ? rk : "(unset)", ws ? ws : "(unset)", missing, strchr(missing, ',') ? "are" : "is");
+    }
+    for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
+        const char *v = getenv(launchers[i].var);
+        if (v && *v && strcmp(v, "1"))
+            return weft_error(WEFT_ERR_ARG,
+                              "weft_init: %s=%.16s names a job of several ranks, but no bootstrap weft has reaches "
+                              "them: %s (WEFT_BOOTSTRAP=single runs each process alone)",
+                              launchers[i].var, v, launchers[i].how);
+    }
+    return WEFT_SUCCESS;
+}
+
 int weft_bootstrap_start(weft_bootstrap_t *bs, const char *want, double deadline)
 {
     int is_auto = !strcmp(want, "auto"), is_env = !strcmp(want, "env");
@@ -25,6 +68,10 @@ int weft_bootstrap_start(weft_bootstrap_t *bs, const char *want, double deadline
     if (!strcmp(want, "pmix") || (is_auto && weft_bootstrap_pmix_detected()))
         return weft_bootstrap_pmix_init(bs, deadline);
     if (is_env || (is_auto && weft_bootstrap_env_detected())) return weft_bootstrap_env_init(bs, deadline);
+    if (is_auto) {
+        int rc = several_ranks_named();
+        if (rc != WEFT_SUCCESS) return rc;
+    }
     return weft_bootstrap_single_init(bs);
 }
 

@@ -31,15 +31,17 @@ static int status_from_wire(uint64_t arg)
     }
 }
 
-/* Reads an ERROR's text (h->len bytes) into text[cap]. */
+/* Reads an ERROR's text (h->len bytes) into text[cap], escaped. */
 static int read_error_text(int fd, const store_hdr_t *h, char *text, size_t cap, double io_deadline, int *err)
 {
     if (h->len >= cap) {
         *err = EPROTO;
         return IO_ERROR;
     }
-    int io = weft_io_recv(fd, text, (size_t)h->len, io_deadline, err);
-    text[io == IO_OK ? h->len : 0] = '\0';
+    char raw[STORE_MAX_TEXT];
+    int io = weft_io_recv(fd, raw, (size_t)h->len, io_deadline, err);
+    /* whoever answered may not be the store yet (the handshake): its text is printed escaped, bounded */
+    weft_escape(text, cap < STORE_PRINT_TEXT ? cap : STORE_PRINT_TEXT, raw, io == IO_OK ? (size_t)h->len : 0);
     return io;
 }
 

@@ -69,6 +69,7 @@
 #define STORE_MAX_CONTRIB ((uint64_t)64 << 20)
 #define STORE_MAX_ROUND   ((uint64_t)2 << 30)
 #define STORE_MAX_TEXT    4096
+#define STORE_PRINT_TEXT  1024 /* of a received text, escaped, at most this much is printed */
 #define STORE_MAX_WORLD   (1 << 22)
 #define STORE_NOTICE_SEQ  UINT64_MAX /* an ERROR not tied to a round: the store is closing */
 #define STORE_NONCE       32

@@ -4,10 +4,13 @@
 
 #include "weft_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SECRET_FILE_MAX 4096
@@ -25,13 +28,56 @@ static void derive(weft_job_key_t *k, const char *label, const void *secret, siz
     k->keyed = 1;
 }
 
-static void warn_if_short(size_t len, const char *source)
+/* At most how many bits of entropy a secret of this text holds: its length
+ * times log2 of the alphabet its characters come from (hex digits, with
+ * a UUID's hyphens not counted; else digits, lower case, upper case,
+ * other printable, other bytes). An upper bound: "aaaa..." scores like a
+ * random string of lower case letters. */
+static double secret_bits(const char *s, size_t len)
+{
+    size_t hex = 0, other_hex = 0;
+    int digit = 0, lower = 0, upper = 0, punct = 0, high = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (isxdigit(c))
+            hex++;
+        else if (c != '-')
+            other_hex = 1;
+        if (isdigit(c))
+            digit = 1;
+        else if (islower(c))
+            lower = 1;
+        else if (isupper(c))
+            upper = 1;
+        else if (isprint(c))
+            punct = 1;
+        else
+            high = 1;
+    }
+    if (!other_hex) return 4.0 * (double)hex;
+    int alphabet = 10 * digit + 26 * lower + 26 * upper + 33 * punct + 161 * high;
+    return (double)len * log2((double)alphabet);
+}
+
+/* Secrets that could be guessed offline from one recorded exchange are
+ * refused unless the user says they know (WEFT_JOB_SECRET_ALLOW_WEAK). */
+static int check_strength(const char *secret, size_t len, const char *source, const char *who)
 {
     static int warned;
-    if (len >= WEFT_JOB_SECRET_MIN || warned++) return;
-    weft_warn("the job secret from %s is only %zu characters: anyone who records the store's traffic can test "
-              "guesses offline; use at least %d random characters (weftrun uses 64 hex digits)",
-              source, len, WEFT_JOB_SECRET_MIN);
+    double bits = secret_bits(secret, len);
+    if (bits >= WEFT_JOB_SECRET_MIN_BITS) return WEFT_SUCCESS;
+    if (!weft_cfg.job_secret_allow_weak)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: the job secret from %s (%zu characters) holds at most %.0f bits, below %d: anyone who "
+                          "records one exchange with the store can test guesses offline. Use at least 32 random hex "
+                          "digits (weftrun makes 64; `openssl rand -hex 32`), or set "
+                          "WEFT_JOB_SECRET_ALLOW_WEAK=1 to accept it",
+                          who, source, len, bits, WEFT_JOB_SECRET_MIN_BITS);
+    if (!warned++)
+        weft_warn("the job secret from %s holds at most %.0f bits (below %d), accepted because "
+                  "WEFT_JOB_SECRET_ALLOW_WEAK is set: guesses can be tested offline",
+                  source, bits, WEFT_JOB_SECRET_MIN_BITS);
+    return WEFT_SUCCESS;
 }
 
 static int read_secret_file(weft_job_key_t *k, const char *path, const char *who)
@@ -41,9 +87,16 @@ static int read_secret_file(weft_job_key_t *k, const char *path, const char *who
     int rc = WEFT_SUCCESS, fd = -1;
 
     if (!buf) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", who);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    /* Non-blocking: a FIFO (or a device) there must fail at once, not stop init. Links are followed:
+     * Kubernetes mounts a Secret's files as links. */
+    struct stat st;
+    if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)) < 0) {
         rc = weft_error(WEFT_ERR_ARG, "%s: cannot read the job secret: WEFT_JOB_SECRET_FILE='%s': %s", who, path,
                         strerror(errno));
+        goto out;
+    }
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        rc = weft_error(WEFT_ERR_ARG, "%s: WEFT_JOB_SECRET_FILE='%s' is not a regular file", who, path);
         goto out;
     }
     for (;;) {
@@ -69,9 +122,9 @@ static int read_secret_file(weft_job_key_t *k, const char *path, const char *who
         rc = weft_error(WEFT_ERR_ARG, "%s: WEFT_JOB_SECRET_FILE='%s' is empty", who, path);
         goto out;
     }
-    derive(k, "weft job secret v1", buf, len);
     snprintf(k->source, sizeof(k->source), "WEFT_JOB_SECRET_FILE=%.120s", path);
-    warn_if_short(len, k->source);
+    WEFT_CHECK_GOTO(check_strength(buf, len, k->source, who), rc, out);
+    derive(k, "weft job secret v1", buf, len);
 out:
     if (fd >= 0) close(fd);
     memset(buf, 0, SECRET_FILE_MAX + 1);
@@ -86,10 +139,10 @@ int weft_job_key_load(weft_job_key_t *k, const char *who)
     memset(k, 0, sizeof(*k));
     if (weft_cfg.job_secret[0]) {
         size_t len = strlen(weft_cfg.job_secret);
-        derive(k, "weft job secret v1", weft_cfg.job_secret, len);
         snprintf(k->source, sizeof(k->source), "WEFT_JOB_SECRET");
-        warn_if_short(len, k->source);
-        return WEFT_SUCCESS;
+        int rc = check_strength(weft_cfg.job_secret, len, k->source, who);
+        if (rc == WEFT_SUCCESS) derive(k, "weft job secret v1", weft_cfg.job_secret, len);
+        return rc;
     }
     if (weft_cfg.job_secret_file[0]) return read_secret_file(k, weft_cfg.job_secret_file, who);
     /* torchrun's run id: a random UUID with --standalone, the --rdzv-id

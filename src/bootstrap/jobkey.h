@@ -13,7 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WEFT_JOB_SECRET_MIN 16 /* shorter secrets are warned about: guesses can be checked offline */
+/* Weaker secrets are refused (WEFT_JOB_SECRET_ALLOW_WEAK accepts them): one recorded exchange lets
+ * guesses be tested offline. */
+#define WEFT_JOB_SECRET_MIN_BITS 128
 
 typedef struct weft_job_key {
     int keyed; /* 1: a secret was configured or derived; 0: none (key all zeros) */

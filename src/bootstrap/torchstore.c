@@ -507,10 +507,12 @@ static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double d
                           (unsigned long long)total);
     if (status != 0) {
         size_t n = vlen > TS_MAX_TEXT ? TS_MAX_TEXT : (size_t)vlen;
-        io = weft_io_recv(t->fd, text, n, io_dl, &err);
+        char raw[TS_MAX_TEXT];
+        io = weft_io_recv(t->fd, raw, n, io_dl, &err);
         if (io == IO_OK) io = recv_discard(t, vlen - n, io_dl, &err);
         if (io != IO_OK) return ts_broken(t, io, err, "reading rank 0's verdict");
-        text[n] = '\0';
+        /* anything that reaches torch's store can write this key: printed escaped, bounded */
+        weft_escape(text, sizeof(text) < 1024 ? sizeof(text) : 1024, raw, n);
         int st = (int)(int32_t)status;
         if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_BOOTSTRAP && st != WEFT_ERR_ARG) st = WEFT_ERR_BOOTSTRAP;
         return weft_error(st, "torchstore bootstrap: %s", text);

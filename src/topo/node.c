@@ -50,9 +50,11 @@ typedef struct {
     int64_t sim;      /* explicit node id, or -1 */
     uint64_t job;  /* hash of host, pid and start time: world rank 0's names the job */
     uint64_t nonce; /* random: world rank 0's is the world communicator's nonce */
+    uint64_t cfg;   /* weft_config_agree_hash(): the settings every rank must share */
+    int64_t bad_node_id; /* 1: this rank's WEFT_NODE_ID is malformed (every rank fails, naming it) */
 } node_key_t;
 
-static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
+static void node_key(node_key_t *k)
 {
     k->host = weft_topo_host_id();
     k->machine = machine_id();
@@ -62,17 +64,49 @@ static int node_key(const weft_bootstrap_t *bs, node_key_t *k)
     uint64_t pid = (uint64_t)getpid(), t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     k->job = fnv1a(fnv1a(k->host, (const char *)&pid, sizeof(pid)), (const char *)&t, sizeof(t));
     k->nonce = weft_random64();
+    k->cfg = weft_config_agree_hash();
+    k->bad_node_id = 0;
     if (weft_cfg.node_id[0]) {
         char *end;
         errno = 0;
         long long v = strtoll(weft_cfg.node_id, &end, 10);
-        if (errno || *end || v < 0)
-            return weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID='%s' is not a non-negative integer", weft_cfg.node_id);
+        if (errno || *end || v < 0 || end == weft_cfg.node_id) {
+            k->bad_node_id = 1; /* said after the exchange, so the other ranks fail at once too */
+            return;
+        }
         k->sim = v;
         k->host = 0; /* the explicit id alone names the node */
     }
-    (void)bs;
-    return WEFT_SUCCESS;
+}
+
+/* What the exchange shows wrong on some rank: every rank sees the same and
+ * fails alike, at once. */
+static int check_keys(weft_bootstrap_t *bs, const node_key_t *all, double deadline)
+{
+    int n = bs->size, nbad = 0, rc = WEFT_SUCCESS;
+    int *bad = malloc(sizeof(int) * (size_t)n);
+    uint64_t *cfg = malloc(sizeof(uint64_t) * (size_t)n);
+    if (!bad || !cfg) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
+        goto out;
+    }
+    for (int r = 0; r < n; r++) {
+        if (all[r].bad_node_id) bad[nbad++] = r;
+        cfg[r] = all[r].cfg;
+    }
+    if (nbad) {
+        char ranks[160], here[80] = "";
+        weft_format_ranks(ranks, sizeof(ranks), bad, nbad);
+        if (all[bs->rank].bad_node_id) weft_escape(here, sizeof(here), weft_cfg.node_id, strlen(weft_cfg.node_id));
+        rc = weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID is not a non-negative integer on rank%s %s%s%s%s", nbad > 1 ? "s" : "",
+                        ranks, here[0] ? " (here: '" : "", here, here[0] ? "')" : "");
+        goto out;
+    }
+    rc = weft_config_agree_check(bs, cfg, deadline);
+out:
+    free(bad);
+    free(cfg);
+    return rc;
 }
 
 void weft_topo_node_map_free(void)
@@ -87,7 +121,7 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
     node_key_t mine, *all = NULL;
     int *host_rank = NULL;
 
-    WEFT_CHECK_GOTO(node_key(bs, &mine), rc, out);
+    node_key(&mine);
     all = malloc(sizeof(*all) * (size_t)n);
     host_rank = malloc(sizeof(int) * (size_t)n);
     weft_g.node_of = malloc(sizeof(int) * (size_t)n);
@@ -96,6 +130,7 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
         goto out;
     }
     WEFT_CHECK_GOTO(bs->allgather(bs, &mine, all, sizeof(mine), deadline), rc, out);
+    WEFT_CHECK_GOTO(check_keys(bs, all, deadline), rc, out);
     /* With simulated nodes, a rank's position among its host's ranks decides its node. */
     for (int r = 0; r < n; r++) {
         host_rank[r] = 0;
