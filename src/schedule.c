@@ -37,6 +37,7 @@ struct weft_sched {
     int cur;              /* round being executed */
     weft_request_t *reqs; /* the current round's transport requests */
     int nreqs, reqs_cap;
+    int nrecvs; /* the first nrecvs of reqs are receives (posted first) */
     void **scratch;
     int nscratch;
     int waiting_peer;         /* for timeout messages: a peer the round still waits on */
@@ -408,6 +409,7 @@ static int post_round(weft_sched_t *s)
     int tag = (int)coll_tag(s);
     unsigned cls = WEFT_TAG_CLASS_COLL | (s->device ? WEFT_TAG_CLASS_DEVICE : 0u);
     s->nreqs = 0;
+    s->nrecvs = 0;
     if ((rc = grow((void **)&s->reqs, &s->reqs_cap, end - start, sizeof(weft_request_t)))) return rc;
     /* Receives first, so matching sends find them posted; children last. */
     for (int pass = 0; pass < 2; pass++)
@@ -422,6 +424,7 @@ static int post_round(weft_sched_t *s)
             if (rc) return rc;
             s->reqs[s->nreqs]->peer = op->peer;
             s->nreqs++;
+            if (pass == 0) s->nrecvs = s->nreqs;
         }
     if (!s->nchildren) return WEFT_SUCCESS;
     s->child_next = start;
@@ -663,9 +666,29 @@ static int advance(weft_sched_t *s)
                 return moved;
             }
             int err = r->status.error, peer = r->peer;
+            /* Every step's receive expects an exact length: another one
+             * means the ranks called with different counts or datatypes
+             * (found without a message of its own). */
+            size_t got = r->status.bytes, want = r->capacity;
+            int mismatch = i < s->nrecvs && (err == WEFT_ERR_TRUNCATE || (!err && got != want));
             weft_request_release(r);
             s->reqs[i] = NULL;
             moved = 1;
+            if (WEFT_UNLIKELY(mismatch)) {
+                char why[320];
+                if (err)
+                    snprintf(why, sizeof(why),
+                             "rank %d sent more than the %zu bytes this rank expects (the ranks passed different "
+                             "counts or datatypes)",
+                             peer, want);
+                else
+                    snprintf(why, sizeof(why),
+                             "rank %d sent %zu bytes where this rank expects %zu (the ranks passed different "
+                             "counts or datatypes)",
+                             peer, got, want);
+                fail(s, WEFT_ERR_ARG, why);
+                return 1;
+            }
             if (err && peer < 0) { /* a child */
                 if (child_failed(s, err)) return 1;
                 return moved;

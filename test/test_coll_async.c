@@ -487,6 +487,46 @@ Test(coll_async, coll_check, .timeout = 90)
     }
 }
 
+/* Without WEFT_COLL_CHECK: a receive of another length than its step
+ * expects fails the rank with WEFT_ERR_ARG naming the sender (the ranks
+ * passed different counts or datatypes), found at no cost; before, a
+ * shorter message was taken silently. */
+static int body_sizes_differ(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int me, n;
+    weft_comm_t w = start(&me, &n), c;
+    int32_t in[8] = {7, 7, 7, 7}, out[64];
+    /* rank 2 expects 3 elements from the root, which sends 2 */
+    c = th_forced(w, "bcast", "binomial");
+    int rc = weft_bcast(in, rank == 2 ? 3 : 2, WEFT_INT32, 0, c);
+    if (rank == 2)
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "rank 0 sent 8 bytes where this rank expects 12") &&
+                     strstr(weft_last_error(), "different counts or datatypes"),
+                 "bcast: %d %s", rc, weft_last_error());
+    else
+        TH_CHECK(rc == WEFT_SUCCESS, "rank %d bcast: %d %s", rank, rc, weft_last_error());
+    TH_OK(weft_comm_free(&c));
+    /* a longer message than expected: the ring's next rank fails */
+    c = th_forced(w, "allgather", "ring");
+    rc = weft_allgather(in, out, rank == 1 ? 3 : 2, WEFT_INT32, c);
+    TH_CHECK(rc != WEFT_SUCCESS, "rank %d: allgather with other counts succeeded", rank);
+    if (rank == 2)
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "rank 1 sent more than the 8 bytes"), "allgather: %d %s",
+                 rc, weft_last_error());
+    TH_OK(weft_comm_free(&c));
+    return 0; /* no finalize: the failed calls left peers in different places */
+}
+
+Test(coll_async, sizes_that_differ_fail_without_the_check, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=3", NULL};
+    th_result_t res = th_run(3, body_sizes_differ, NULL, 40, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
 /* ---- what reaches stderr at the default log level ------------------------ */
 /* An error returned to the caller is not printed (the caller has it, with
  * weft_last_error()); one weft swallows is a warning: here a barrier only
