@@ -142,7 +142,9 @@ def version_info() -> Tuple[int, int, int]:
 
 def strerror(code: int) -> str:
     """weft_strerror(code)."""
-    return (_lib.load().weft_strerror(int(code)) or b"").decode()
+    from ._ints import c_int_arg
+
+    return (_lib.load().weft_strerror(c_int_arg(code, "strerror: code")) or b"").decode()
 
 
 def last_error() -> str:

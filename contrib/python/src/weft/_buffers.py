@@ -22,6 +22,7 @@ import sys
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from . import _cuda
+from ._ints import INT64_MAX, c_int_arg
 from .errors import WeftArgumentError, WeftUnsupportedError
 
 
@@ -181,7 +182,7 @@ class Buffer:
         self.obj = obj
         self._pin = pin
         self.addr = addr
-        self.nbytes = nbytes
+        self.nbytes = c_int_arg(nbytes, f"{what}: size in bytes", 0, INT64_MAX)
         self.dtype = dtype
         self.count = nbytes // DTYPE_SIZE[dtype]
         self.shape = shape

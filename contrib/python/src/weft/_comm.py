@@ -6,7 +6,6 @@ import ctypes
 import datetime
 import enum
 import atexit
-import operator
 import re
 import sys
 import threading
@@ -14,6 +13,7 @@ from ctypes import byref, c_char_p, c_double, c_int, c_int64, c_void_p
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _cuda, _lib
+from ._ints import INT64_MAX, c_int_arg
 from ._buffers import (
     DTYPE_SIZE,
     Buffer,
@@ -158,18 +158,14 @@ def _seconds(timeout: Timeout, what: str) -> float:
     return t
 
 
-def _op(op: Any) -> int:
-    try:
-        return int(op)
-    except (TypeError, ValueError):
-        raise WeftArgumentError(f"op {op!r} is not a weft.ReduceOp") from None
+def _op(op: Any, what: str) -> int:
+    if not hasattr(op, "__index__"):
+        raise WeftArgumentError(f"{what}: op {op!r} is not a weft.ReduceOp")
+    return c_int_arg(op, f"{what}: op")
 
 
-def _int(value: Any, what: str) -> int:
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise WeftArgumentError(f"{what} must be an integer, not {type(value).__name__}") from None
+_ANY_SOURCE = {ANY_SOURCE: "weft.ANY_SOURCE"}
+_ANY_TAG = {ANY_TAG: "weft.ANY_TAG"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -571,7 +567,8 @@ class Comm:
     def world_rank(self, rank: int) -> int:
         """The world rank of ``rank`` of this communicator."""
         out = c_int()
-        _lib.check(_lib.load().weft_comm_world_rank(self._handle(), _int(rank, "rank"), byref(out)))
+        r = c_int_arg(rank, "world_rank: rank", 0)
+        _lib.check(_lib.load().weft_comm_world_rank(self._handle(), r, byref(out)))
         return out.value
 
     def __repr__(self) -> str:
@@ -598,7 +595,14 @@ class Comm:
         differing between the members of a group raises WeftArgumentError (on
         every rank concerned, within the timeout).
         """
-        lst = [_int(r, "split: ranks[]") for r in ranks]
+        try:
+            lst = [c_int_arg(r, "split: ranks[]", 0) for r in ranks]
+        except WeftArgumentError as bad:
+            # Still take part, as the library's own checks do, so that the other
+            # members fail at once rather than wait: a NULL output joins as invalid.
+            self._join_invalid(
+                bad, lambda h, o: _lib.load().weft_comm_split_ranks(h, None, 0, None, o, None)
+            )
         arr = (c_int * max(len(lst), 1))(*lst)
         out = c_void_p()
         with _Options(None, timeout, abort_process_on_timeout_or_error, hints) as opts:
@@ -608,6 +612,17 @@ class Comm:
                 )
             )
         return self._new(out)
+
+    def _join_invalid(
+        self, bad: WeftArgumentError, call: Callable[[c_void_p, c_void_p], int]
+    ) -> None:
+        """A creation call (collective) with an argument refused here: joins the
+        library's call as an invalid member (``call(handle, options)`` passes a
+        NULL output), so the others get WEFT_ERR_ARG instead of waiting for this
+        rank, then raises ``bad``."""
+        with _Options(None, None, None, None) as opts:
+            call(self._handle(), opts)
+        raise bad
 
     def split_color(
         self,
@@ -620,14 +635,16 @@ class Comm:
     ) -> Optional["Comm"]:
         """MPI's split: ranks with equal ``color`` form a communicator, ordered by
         ``key`` (ties by rank). ``color=None`` joins none and returns None."""
-        c = UNDEFINED if color is None else _int(color, "split_color: color")
+        try:
+            c = UNDEFINED if color is None else c_int_arg(
+                color, "split_color: color", 0, special={UNDEFINED: "weft's UNDEFINED"}
+            )
+            k = c_int_arg(key, "split_color: key")
+        except WeftArgumentError as bad:
+            self._join_invalid(bad, lambda h, o: _lib.load().weft_comm_split(h, 0, 0, o, None))
         out = c_void_p()
         with _Options(name, timeout, abort_process_on_timeout_or_error, hints) as opts:
-            _lib.check(
-                _lib.load().weft_comm_split(
-                    self._handle(), c, _int(key, "split_color: key"), opts, byref(out)
-                )
-            )
+            _lib.check(_lib.load().weft_comm_split(self._handle(), c, k, opts, byref(out)))
         return self._new(out)
 
     def split_node(
@@ -651,13 +668,15 @@ class Comm:
         timeout: Timeout,
         abort: Optional[bool],
     ) -> "Comm":
+        try:
+            k = c_int_arg(key, "split_node: key")
+        except WeftArgumentError as bad:
+            self._join_invalid(
+                bad, lambda h, o: _lib.load().weft_comm_split_type(h, kind, 0, o, None)
+            )
         out = c_void_p()
         with _Options(name, timeout, abort, hints) as opts:
-            _lib.check(
-                _lib.load().weft_comm_split_type(
-                    self._handle(), kind, _int(key, "key"), opts, byref(out)
-                )
-            )
+            _lib.check(_lib.load().weft_comm_split_type(self._handle(), kind, k, opts, byref(out)))
         comm = self._new(out)
         assert comm is not None
         return comm
@@ -709,7 +728,9 @@ class Comm:
         """The UCX transports/devices that reach ``rank`` (connects if needed)."""
         buf = ctypes.create_string_buffer(1024)
         _lib.check(
-            _lib.load().weft_comm_peer_info(self._handle(), _int(rank, "rank"), buf, len(buf))
+            _lib.load().weft_comm_peer_info(
+                self._handle(), c_int_arg(rank, "peer_info: rank", 0), buf, len(buf)
+            )
         )
         return buf.value.decode("utf-8", "replace")
 
@@ -748,7 +769,7 @@ class Comm:
         members agreed to be alive, the same on every survivor. When members
         were lost, raises WeftPeerLostError whose ``flag`` attribute holds that
         agreed value (also the same everywhere)."""
-        f = c_int(_int(flag, "flag"))
+        f = c_int(c_int_arg(flag, "agree: flag"))
         rc = _lib.load().weft_comm_agree(self._handle(), byref(f))
         if rc == ERR_PEER_LOST:
             e = make_error(rc, _lib.last_error())
@@ -774,7 +795,7 @@ class Comm:
 
     def abort(self, code: int = 1) -> None:
         """Terminates every process of the job (the launcher ends the others)."""
-        _lib.check(_lib.load().weft_comm_abort(self._handle(), _int(code, "code")))
+        _lib.check(_lib.load().weft_comm_abort(self._handle(), c_int_arg(code, "abort: code")))
 
     def __enter__(self) -> "Comm":
         return self
@@ -802,7 +823,7 @@ class Comm:
         return None
 
     def _root(self, root: Any, what: str) -> int:
-        return _int(root, f"{what}: root")
+        return c_int_arg(root, f"{what}: root", 0)
 
     # ---- stream-ordered collectives on device arrays ----------------------------------------
 
@@ -933,8 +954,8 @@ class Comm:
             b.ptr,
             b.count,
             b.dtype,
-            _int(dst, "send: dst"),
-            _int(tag, "send: tag"),
+            c_int_arg(dst, "send: dst", 0),
+            c_int_arg(tag, "send: tag", 0),
             self._handle(),
         )
         return self._run(w, async_op)
@@ -957,8 +978,8 @@ class Comm:
             b.ptr,
             b.count,
             b.dtype,
-            ANY_SOURCE if src is None else _int(src, "recv: src"),
-            ANY_TAG if tag is None else _int(tag, "recv: tag"),
+            ANY_SOURCE if src is None else c_int_arg(src, "recv: src", 0, special=_ANY_SOURCE),
+            ANY_TAG if tag is None else c_int_arg(tag, "recv: tag", 0, special=_ANY_TAG),
             self._handle(),
         )
         if async_op:
@@ -1041,7 +1062,7 @@ class Comm:
             b.ptr,
             b.count,
             b.dtype,
-            _op(op),
+            _op(op, "all_reduce"),
             self._handle(),
         )
 
@@ -1071,7 +1092,7 @@ class Comm:
             b.ptr if is_root else None,
             b.count,
             b.dtype,
-            _op(op),
+            _op(op, "reduce"),
             root,
             self._handle(),
         )
@@ -1171,7 +1192,7 @@ class Comm:
             out.ptr,
             out.count,
             out.dtype,
-            _op(op),
+            _op(op, "reduce_scatter"),
             self._handle(),
         )
         return self._run(w, async_op)
@@ -1208,7 +1229,7 @@ class Comm:
             out.ptr,
             out.count,
             dt,
-            _op(op),
+            _op(op, "reduce_scatter_single"),
             self._handle(),
         )
 
@@ -1383,7 +1404,7 @@ class Comm:
                 )
             split = [rows // n] * n
         else:
-            split = [_int(s, f"all_to_all_single: {what}[]") for s in sizes]
+            split = [c_int_arg(s, f"all_to_all_single: {what}[]", 0, INT64_MAX) for s in sizes]
             if len(split) != n:
                 raise WeftArgumentError(
                     f"all_to_all_single: {what}: {len(split)} sizes for {n} ranks"

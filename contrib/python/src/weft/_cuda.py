@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import operator
 import re
 import sys
 import threading
@@ -20,6 +19,7 @@ from ctypes import byref, c_char_p, c_int, c_uint, c_uint64, c_void_p
 from typing import Any, Dict, Iterator, Optional
 
 from . import _lib
+from ._ints import UINTPTR_MAX, c_int_arg
 from .errors import WeftArgumentError, WeftCudaError, WeftUnsupportedError
 
 # Special CUstream handles (cuda.h), the same numbers the CUDA Array Interface
@@ -276,18 +276,18 @@ def stream_handle(stream: Any, what: str) -> int:
     (``cuda_stream``) or a CuPy stream (``ptr``)."""
     if isinstance(stream, bool):
         raise WeftArgumentError(f"{what}: stream {stream!r} is not a CUDA stream")
-    try:
-        return operator.index(stream)
-    except TypeError:
-        pass
+    if hasattr(stream, "__index__"):
+        return c_int_arg(stream, what, 0, UINTPTR_MAX)
     proto = getattr(stream, "__cuda_stream__", None)
     try:
         if callable(proto):
-            return operator.index(proto()[1])
+            return c_int_arg(proto()[1], what, 0, UINTPTR_MAX)
         for attr in ("cuda_stream", "ptr"):
             h = getattr(stream, attr, None)
             if h is not None:
-                return operator.index(h)
+                return c_int_arg(h, what, 0, UINTPTR_MAX)
+    except WeftArgumentError:
+        raise
     except Exception as e:
         raise WeftArgumentError(
             f"{what}: cannot read the stream handle of {stream!r}: {e!r}"
