@@ -112,3 +112,114 @@ def test_cpu_dlpack_input(comm):
     comm.all_gather_single(out, CpuDLPack(src))
     want = np.concatenate([np.arange(3, dtype=np.float32) + r for r in range(comm.size)])
     np.testing.assert_array_equal(out, want)
+
+
+# ---- objects whose __array_interface__ claims more than they own ----------------------------
+# The buffer protocol and DLPack come from the memory's owner and carry its real
+# extent: they are preferred. A hand-written __array_interface__ (any class can name
+# any address and size in one) is only the fallback for objects offering nothing else.
+
+_CLAIM = 1 << 28  # 256 MiB: what the liars claim (they own 16 bytes)
+
+
+def _lie(real: dict) -> dict:
+    d = dict(real)
+    d["shape"] = (_CLAIM,)
+    d["strides"] = None
+    return d
+
+
+class LyingBytes(bytearray):
+    """16 bytes with the buffer protocol, and an __array_interface__ claiming 256 MiB."""
+
+    dtype = np.dtype(np.uint8)
+
+    @property
+    def __array_interface__(self):
+        return _lie(np.frombuffer(self, np.uint8).__array_interface__)
+
+
+class LyingArray(np.ndarray):
+    """A numpy subclass (buffer protocol, DLPack) whose __array_interface__ lies."""
+
+    @property
+    def __array_interface__(self):
+        return _lie(self.view(np.ndarray).__array_interface__)
+
+
+class LyingDLPack:
+    """DLPack (no buffer protocol), and an __array_interface__ claiming 256 MiB."""
+
+    def __init__(self, arr: np.ndarray):
+        self._arr = arr
+        self.dtype = arr.dtype
+
+    def __dlpack__(self, stream=None, **kw):
+        return self._arr.__dlpack__(**kw) if kw else self._arr.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+    @property
+    def __array_interface__(self):
+        return _lie(self._arr.__array_interface__)
+
+
+class OnlyArrayInterface:
+    """Nothing but a (truthful) __array_interface__: still taken, as the fallback."""
+
+    def __init__(self, arr: np.ndarray):
+        self._arr = arr
+        self.dtype = arr.dtype
+        self.__array_interface__ = arr.__array_interface__
+
+
+def test_lying_array_interface_is_sized_by_the_buffer_protocol(comm):
+    from weft._buffers import as_buffer
+
+    b = LyingBytes(16)
+    assert as_buffer(b, "x", output=True).nbytes == 16  # was 256 MiB
+    backing = np.full(8, -1, np.int32)
+    a = backing[2:6].view(LyingArray)
+    assert as_buffer(a, "x", output=True).nbytes == 16
+    d = LyingDLPack(np.full(4, comm.rank, np.int32))
+    assert as_buffer(d, "x", output=False).nbytes == 16
+    # and they work: in place, nothing around them touched (this used to crash the rank)
+    b[:] = bytes([comm.rank + 1]) * 16
+    comm.all_reduce(b, weft.ReduceOp.MAX)
+    assert bytes(b) == bytes([comm.size]) * 16
+    a[:] = comm.rank
+    comm.all_reduce(a)
+    assert backing.tolist() == [-1, -1] + [comm.size * (comm.size - 1) // 2] * 4 + [-1, -1]
+    out = np.zeros(4 * comm.size, np.int32)
+    comm.all_gather_single(out, d)
+    assert out.tolist() == [r for r in range(comm.size) for _ in range(4)]
+
+
+def test_array_interface_alone_is_the_fallback(comm):
+    arr = np.full(3, comm.rank, np.float64)
+    comm.all_reduce(OnlyArrayInterface(arr))
+    assert arr.tolist() == [comm.size * (comm.size - 1) / 2] * 3
+    from weft._buffers import as_buffer
+
+    huge = OnlyArrayInterface(np.zeros(1, np.int64))
+    huge.__array_interface__ = dict(huge.__array_interface__, shape=(2**61, 8))
+    with pytest.raises(ValueError, match="size in bytes"):
+        as_buffer(huge, "x", output=False)  # 2**67 bytes: not even an int64
+
+
+def test_common_buffers_keep_their_extent():
+    from weft._buffers import as_buffer
+
+    cases = [
+        (np.zeros((3, 5), np.float32), 60),
+        (np.zeros(10, np.int16)[2:7], 10),
+        (bytearray(7), 7),
+        (b"abc", 3),
+        (memoryview(bytearray(12)).cast("i"), 12),
+        (memoryview(np.zeros(6, np.float64))[1:4], 24),
+        (array.array("H", [1, 2, 3]), 6),
+        (CpuDLPack(np.zeros(5, np.uint8)), 5),
+    ]
+    for obj, nbytes in cases:
+        assert as_buffer(obj, "x", output=False).nbytes == nbytes, type(obj)

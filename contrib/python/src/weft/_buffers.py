@@ -252,13 +252,25 @@ def _format_dtype(fmt: str, itemsize: int, what: str) -> DType:
 
 
 def _from_array_interface(obj: Any, ai: dict, what: str) -> Buffer:
+    """The fallback for numpy-like objects that offer neither the buffer protocol nor
+    DLPack: their ``__array_interface__`` is taken at its word (nothing can check
+    that the memory it names is theirs, and this many bytes of it)."""
     dtype = _numpy_dtype(obj.dtype, what)
-    addr, readonly = ai["data"]
-    shape = tuple(int(s) for s in ai["shape"])
-    itemsize = int(obj.dtype.itemsize)
+    try:
+        addr, readonly = ai["data"]
+        shape = tuple(int(s) for s in ai["shape"])
+        itemsize = int(obj.dtype.itemsize)
+    except (KeyError, TypeError, ValueError) as e:
+        raise WeftArgumentError(
+            f"{what}: a malformed __array_interface__ ({_describe(obj)}): {e!r}"
+        ) from None
     strides = ai.get("strides")
     count = 1
     for s in shape:
+        if s < 0:
+            raise WeftArgumentError(
+                f"{what}: __array_interface__ shape {shape} has a negative size"
+            )
         count *= s
     if not _is_c_contiguous(shape, strides, itemsize):
         raise WeftArgumentError(
@@ -269,40 +281,72 @@ def _from_array_interface(obj: Any, ai: dict, what: str) -> Buffer:
     return Buffer(obj, obj, int(addr or 0), count * itemsize, dtype, shape, bool(readonly), what)
 
 
-def _from_memoryview(obj: Any, what: str) -> Buffer:
-    try:
-        mv = obj if isinstance(obj, memoryview) else memoryview(obj)
-    except TypeError:
+def _from_memoryview(obj: Any, mv: Optional[memoryview], what: str) -> Buffer:
+    if mv is None:
         raise WeftArgumentError(
             f"{what}: {_describe(obj)} is not a buffer (weft takes numpy arrays, bytearray, "
-            "memoryview, array.array or anything else with the buffer protocol)"
-        ) from None
+            "memoryview, array.array or anything else with the buffer protocol, DLPack "
+            "producers such as torch tensors, and device arrays)"
+        )
     if not mv.c_contiguous:
         raise WeftArgumentError(
             f"{what}: a non-contiguous buffer (shape {mv.shape}, strides {mv.strides}); weft needs "
             "C-contiguous memory and never copies it behind your back"
         )
-    dtype = _format_dtype(mv.format, mv.itemsize, what)
+    try:
+        dtype = _format_dtype(mv.format, mv.itemsize, what)
+    except WeftArgumentError:
+        if not hasattr(obj, "dtype"):
+            raise
+        # A numpy-like dtype: its name says more (bool -> view it as uint8, ...).
+        dtype = _numpy_dtype(obj.dtype, what)
     if mv.itemsize != DTYPE_SIZE[dtype]:
         raise WeftArgumentError(f"{what}: buffer format '{mv.format}' of {mv.itemsize} bytes")
     addr = _address_of(mv) if mv.nbytes else 0
     return Buffer(obj, mv, addr, mv.nbytes, dtype, tuple(mv.shape or ()), mv.readonly, what)
 
 
+def _memoryview(obj: Any) -> Optional[memoryview]:
+    """A memoryview of ``obj``, or None when it has no buffer protocol (or none
+    Python can describe: numpy dtypes without a buffer format, e.g. ml_dtypes')."""
+    if isinstance(obj, memoryview):
+        return obj
+    try:
+        return memoryview(obj)
+    except (TypeError, ValueError, BufferError, NotImplementedError):
+        return None
+
+
+def _array_interface(obj: Any) -> Optional[dict]:
+    try:
+        ai = getattr(obj, "__array_interface__", None)
+    except Exception:
+        return None
+    return ai if isinstance(ai, dict) and hasattr(obj, "dtype") else None
+
+
 def _classify(obj: Any, what: str) -> Tuple[str, Any]:
-    """How ``obj`` is read: ("array", __array_interface__), ("dlpack", (device
-    type, id)), ("cai", __cuda_array_interface__) or ("buffer", None)."""
-    ai = getattr(obj, "__array_interface__", None)
-    if isinstance(ai, dict) and hasattr(obj, "dtype"):
-        return "array", ai
+    """How ``obj`` is read: ("buffer", memoryview), ("dlpack", (device type, id)),
+    ("cai", __cuda_array_interface__) or ("array", __array_interface__).
+
+    The buffer protocol and DLPack come from the memory's owner and carry its real
+    extent, so they are preferred; the interface dicts (which any class can write,
+    naming any address and size) are the fallback for objects offering nothing else.
+    ("buffer", None): nothing at all, refused by _from_memoryview."""
+    mv = _memoryview(obj)
+    if mv is not None:
+        return "buffer", mv
     dl_device = _dlpack_device(obj, what)
-    if dl_device is not None and (dl_device[0] != _KDLCPU or not _has_buffer_protocol(obj)):
+    if dl_device is not None:
         # DLPack before the CUDA Array Interface (CuPy and torch offer both): its
         # stream hand-over is exact, where a CAI may name no stream (torch's is v2).
         return "dlpack", dl_device
     cai = _cuda_array_interface(obj)
     if cai is not None:
         return "cai", cai
+    ai = _array_interface(obj)
+    if ai is not None:
+        return "array", ai
     return "buffer", None
 
 
@@ -360,28 +404,29 @@ def as_buffer(
     if obj is None:
         raise WeftArgumentError(f"{what}: None is not a buffer")
     kind, info = _classify(obj, what)
-    if kind == "array":
-        buf = _from_array_interface(obj, info, what)
-    elif kind == "dlpack":
-        buf = _from_dlpack(obj, info, what, output, device, sync, on_stream)
+    if kind == "dlpack":
+        try:
+            buf = _from_dlpack(obj, info, what, output, device, sync, on_stream)
+        except _DLPackExportError:
+            # A CPU producer that cannot export this array (numpy: a dtype DLPack has
+            # no code for, e.g. ml_dtypes' bfloat16) and has no buffer protocol
+            # either: its own __array_interface__, if it has one.
+            ai = _array_interface(obj) if info[0] == _KDLCPU else None
+            if ai is None:
+                raise
+            buf = _from_array_interface(obj, ai, what)
     elif kind == "cai":
         buf = _from_cuda_array_interface(obj, info, what, output, device, sync, on_stream)
+    elif kind == "array":
+        buf = _from_array_interface(obj, info, what)
     else:
-        buf = _from_memoryview(obj, what)
+        buf = _from_memoryview(obj, info, what)
     if output and buf.readonly:
         raise WeftArgumentError(
             f"{what}: the buffer is read-only ({_describe(obj)}) but weft writes into it; "
             "pass a writable buffer (e.g. numpy.array(x) or bytearray(x))"
         )
     return buf
-
-
-def _has_buffer_protocol(obj: Any) -> bool:
-    try:
-        memoryview(obj).release()
-        return True
-    except TypeError:
-        return False
 
 
 def _is_c_contiguous(shape: Sequence[int], strides: Optional[Sequence[int]], unit: int) -> bool:
@@ -683,10 +728,14 @@ def _call_dlpack(obj: Any, stream: Optional[int], output: bool, what: str) -> An
         except Exception as e:
             if isinstance(e, TypeError) and i < len(tries) - 1:
                 continue  # an older signature: try the next
-            raise WeftArgumentError(
+            raise _DLPackExportError(
                 f"{what}: {_describe(obj)}.__dlpack__() failed: {e!r}"
             ) from None
     raise AssertionError("unreachable")
+
+
+class _DLPackExportError(WeftArgumentError):
+    """The producer's __dlpack__() refused to export."""
 
 
 def _take_capsule(capsule: Any, what: str) -> Tuple[_DLPackOwner, _DLTensor, int]:
