@@ -8,6 +8,8 @@
 #     real GPU run is tests/run-torch-cuda.sh);
 #   tests/torch_fsdp_worker.py on 4 (FSDP FULL_SHARD and HYBRID_SHARD on 2 simulated
 #     nodes of 2 ranks, weft against gloo);
+#   tests/torch_store_worker.py on 3 plain processes (init_method file://, no launcher: weft
+#     bootstraps over the group's store);
 #   tests/torch_kill_worker.py on 4 (the last rank SIGKILLs itself: the others must raise
 #     weft's error within the group's timeout, and torchrun must report the failure).
 # Exit 0 pass, 77 skip (no torch), 1 fail.
@@ -66,6 +68,29 @@ WEFT_TORCH_CUDA_SIM=1 WEFT_TEST_HANG_DUMP=$((limit > 40 ? limit - 20 : limit * 3
     "torch cuda worker: rank [0-9]* of 2, ok" 0 --monitor-interval 0.2
 run_case "FSDP FULL_SHARD, HYBRID_SHARD" 4 torch_fsdp_worker.py "torch fsdp worker: rank [0-9]* of 4, ok" 0 \
     --monitor-interval 0.2
+# A group made without a launcher's variables: plain processes, init_method="file://",
+# rank= and world_size= in code (as torch's own distributed tests do): weft bootstraps over
+# the group's store.
+store_case() {
+    local np=$1 t0=$SECONDS out dir ok r
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/weft-torch-store.XXXXXX")
+    out="$dir/out"
+    for ((r = 0; r < np; r++)); do
+        timeout -k 10 "$limit" "$py" "$here/torch_store_worker.py" "$r" "$np" "$dir/store" >>"$out" 2>&1 &
+    done
+    wait
+    ok=$(grep -o "torch store worker: rank [0-9]* of $np, ok" "$out" | wc -l)
+    if [ "$ok" = "$np" ]; then
+        echo "PASS: a group over a file:// store, no launcher, $np ranks ($((SECONDS - t0)) s)"
+        passed=$((passed + 1))
+    else
+        echo "FAIL: a group over a file:// store, no launcher, $np ranks: $ok of $np ranks ok"
+        grep -v 'UserWarning\|_conversion_method_template' "$out" | tail -n 40 | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+    rm -rf "$dir"
+}
+store_case 3
 # A killed rank: torchrun first looks at its workers one monitor interval after their start,
 # and tears the survivors down when it sees the dead one; the interval must exceed their start
 # (torch, weft: 5-20 s on a loaded 2-core machine) + the group's timeout (3 s) + a margin, or the

@@ -102,6 +102,8 @@ class _Runtime:
         # complete, whether the caller kept the Work (async_op=True) or not.
         self.inflight: List["Work"] = []
         self.inflight_lock = threading.RLock()
+        # init(allgather=...)'s callback, kept alive for weft_finalize.
+        self.oob: Any = None
 
 
 _rt = _Runtime()
@@ -1438,11 +1440,26 @@ def is_initialized() -> bool:
     return bool(flag.value)
 
 
-def init() -> Comm:
+# weft_oob_allgather_fn: int (*)(const void *send, void *recv, size_t len, void *ctx).
+_OOB_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, ctypes.c_size_t, c_void_p)
+
+
+def init(
+    rank: Optional[int] = None,
+    size: Optional[int] = None,
+    allgather: Optional[Callable[[bytes], Sequence[bytes]]] = None,
+) -> Comm:
     """Initialises weft (once; later calls return the same world) and returns the
     world communicator. The bootstrap is chosen by the library: PMIx under
     mpirun / srun, RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (weftrun,
     torchrun), else a singleton. WEFT_* variables configure it.
+
+    With ``rank``, ``size`` and ``allgather`` the ranks find each other through
+    the caller's own exchange instead (weft_init_oob): ``allgather(data)`` is
+    called by every rank alike (at init, and at finalize for its closing
+    barrier) with this rank's bytes and returns every rank's, in rank order
+    (all of one length): an MPI allgather, a key-value store. The callable is
+    kept until finalize; an exception in it fails weft's call.
 
     A program that does not call finalize() is finalized at exit, unless it
     ends with an uncaught exception (then it exits at once, and the launcher
@@ -1452,12 +1469,40 @@ def init() -> Comm:
         if _rt.world is not None and is_initialized():
             return _rt.world
         if not is_initialized():
-            rc = lib.weft_init(None, None)
+            if allgather is not None:
+                r = c_int_arg(rank, "init: rank", 0)
+                n = c_int_arg(size, "init: size", 1)
+                cb = _oob_callback(allgather, r, n)
+                rc = lib.weft_init_oob(r, n, cb, None)
+                if rc == 0:
+                    _rt.oob = cb  # called again by weft_finalize's closing barrier
+            else:
+                rc = lib.weft_init(None, None)
             if rc != ERR_ALREADY:
                 _lib.check(rc)
         _rt.world = Comm(c_void_p(lib.weft_comm_world()), is_world=True)
         _install_exit_hooks()
         return _rt.world
+
+
+def _oob_callback(allgather: Callable[[bytes], Sequence[bytes]], rank: int, size: int) -> Any:
+    def call(send: Optional[int], recv: Optional[int], length: int, ctx: Any) -> int:
+        try:
+            mine = ctypes.string_at(send, length) if length else b""
+            every = list(allgather(mine))
+            if len(every) != size or any(len(b) != length for b in every):
+                raise ValueError(
+                    f"allgather returned {len(every)} items of lengths "
+                    f"{sorted({len(b) for b in every})} for {size} ranks of {length} bytes"
+                )
+            if length:
+                ctypes.memmove(recv, b"".join(every), length * size)
+            return 0
+        except BaseException as e:  # noqa: BLE001 (nothing may cross back into C)
+            sys.stderr.write(f"weft: rank {rank}: the init allgather failed: {e!r}\n")
+            return 1
+
+    return _OOB_FN(call)
 
 
 def world() -> Comm:
@@ -1478,6 +1523,7 @@ def finalize() -> None:
         _drain_stream_work(None)
         rc = _lib.load().weft_finalize()
         _rt.generation += 1
+        _rt.oob = None
         _rt.world = None
         _lib.check(rc)
 

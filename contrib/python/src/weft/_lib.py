@@ -67,6 +67,7 @@ _stream = c_void_p
 # name: (restype, argtypes). Every int-returning call is a status.
 _PROTOTYPES = {
     "weft_init": (c_int, [c_void_p, c_void_p]),
+    "weft_init_oob": (c_int, [c_int, c_int, c_void_p, c_void_p]),
     "weft_finalize": (c_int, []),
     "weft_initialized": (c_int, [_p_int]),
     "weft_progress": (c_int, []),

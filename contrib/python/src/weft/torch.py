@@ -840,6 +840,83 @@ def _split_counts(
 
 
 # --------------------------------------------------------------------------------------------
+# weft's world: from the launcher, or from the group's store
+# --------------------------------------------------------------------------------------------
+
+# Variables with which libweft finds the other ranks itself (weft_init's bootstraps).
+_LAUNCHER_VARS = (
+    "WEFT_BOOTSTRAP",
+    "PMIX_RANK",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+)
+
+
+def _launcher_describes(rank: int, size: int) -> bool:
+    """Whether weft_init's own bootstrap finds this group's ranks: PMIx, torchrun's
+    agent store, WEFT_BOOTSTRAP, or RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
+    naming this rank of a world of this size."""
+    env = os.environ
+    if any(env.get(v) for v in _LAUNCHER_VARS):
+        return True
+    if not all(env.get(v) for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return False
+    return env["RANK"].strip() == str(rank) and env["WORLD_SIZE"].strip() == str(size)
+
+
+class _StoreAllgather:
+    """weft's bootstrap exchange over the default group's torch store (any
+    init_method: file://, tcp://, env:// with an explicit rank): each round, every
+    rank sets its key and reads everyone's. Used at init and by weft_finalize's
+    closing barrier; the latter waits no longer than weft's world timeout."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: Optional[float]):
+        self.store = dist.PrefixStore("weft-bootstrap/", store)
+        self.rank = rank
+        self.size = size
+        self.timeout = timeout
+        self.round = 0
+
+    def __call__(self, data: bytes) -> List[bytes]:
+        n = self.round
+        self.round += 1
+        self.store.set(f"{n}/{self.rank}", data)
+        keys = [f"{n}/{r}" for r in range(self.size)]
+        if self.timeout is not None:
+            self.store.wait(keys, datetime.timedelta(seconds=self.timeout))
+        else:
+            self.store.wait(keys)
+        out = [bytes(self.store.get(k)) for k in keys]
+        if n:  # every rank has read round n-1 (it set its round-n key after)
+            try:
+                self.store.delete_key(f"{n - 1}/{self.rank}")
+            except Exception:  # noqa: BLE001 (a store without delete: the keys stay)
+                pass
+        return out
+
+
+def _world_for(
+    store: Any,
+    rank: int,
+    size: int,
+    global_ranks: Optional[Sequence[int]],
+    timeout: Optional[float],
+) -> Comm:
+    """weft's world communicator, initialising weft for the default group: with
+    its own bootstrap where the launcher's variables describe this group, else
+    (init_process_group with a file:// or tcp:// init_method, or rank= and
+    world_size= given in code) through the group's store, as gloo and NCCL do."""
+    if _weft_comm.is_initialized() or global_ranks or _launcher_describes(rank, size):
+        return _weft_init()
+    exchange = _StoreAllgather(store, rank, size, timeout)
+    world = _weft_init(rank, size, exchange)
+    # At finalize (the closing barrier) wait no longer than weft's own deadline.
+    t = world.timeout
+    exchange.timeout = t if t != _INF else None
+    return world
+
+
+# --------------------------------------------------------------------------------------------
 # The process group
 # --------------------------------------------------------------------------------------------
 
@@ -880,7 +957,7 @@ class ProcessGroupWeft(dist.ProcessGroup):
         self._options = opts
         self._other_devices = dict(other_devices or {})
         if comm is None:
-            world = _weft_init()
+            world = _world_for(store, rank, size, global_ranks, self._timeout_s)
             name = f"torch:{group_name}" if group_name else None
             with _LOCK:
                 if not global_ranks:
