@@ -6,7 +6,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 PKGS="build-essential autoconf automake libtool pkg-config
-      libucx-dev ucx-utils libpmix-dev libhwloc-dev libcriterion-dev
+      libucx-dev ucx-utils libpmix-dev libhwloc-dev libssl-dev libcriterion-dev
       openmpi-bin libopenmpi-dev
       slurm-wlm slurm-wlm-basic-plugins munge
       iproute2 procps psmisc python3

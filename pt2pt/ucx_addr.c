@@ -22,11 +22,8 @@ static uint32_t get32(const uint8_t *p)
 
 static void tag_of(const weft_job_key_t *k, const uint8_t *frame, size_t len, uint8_t out[WEFT_UCX_ADDR_TAG])
 {
-    weft_hmac_t m;
-    weft_hmac_init(&m, k->key, sizeof(k->key));
-    weft_hmac_update(&m, label, sizeof(label));
-    weft_hmac_update(&m, frame, len);
-    weft_hmac_final(&m, out);
+    const weft_bytes_t parts[] = {{label, sizeof(label)}, {frame, len}};
+    weft_hmac_sha256(k->key, sizeof(k->key), parts, 2, out);
 }
 
 size_t weft_ucx_addr_sealed_len(size_t addr_len)

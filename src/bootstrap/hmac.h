@@ -1,40 +1,28 @@
-/* SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), small and
- * self-contained: weft authenticates its bootstrap with them and has no
- * cryptography library among its dependencies. Checked against the
- * FIPS 180-4 examples and RFC 4231's HMAC test vectors (test_units.c).
- * Also: a constant-time comparison and random bytes from the kernel. */
+/* SHA-256 and HMAC-SHA256 from libcrypto (OpenSSL), over messages in
+ * pieces (a MAC over several fields without the caller copying them
+ * together), a constant-time comparison (CRYPTO_memcmp) and random bytes
+ * from the kernel. weft writes no cryptography of its own: this is the
+ * one place that calls the library. */
 #ifndef WEFT_BOOTSTRAP_HMAC_H
 #define WEFT_BOOTSTRAP_HMAC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define WEFT_SHA256_LEN   32
-#define WEFT_SHA256_BLOCK 64
+#define WEFT_SHA256_LEN 32
 
-typedef struct weft_sha256 {
-    uint32_t h[8];
-    uint64_t bytes; /* message length so far */
-    uint8_t buf[WEFT_SHA256_BLOCK];
-    size_t used; /* bytes waiting in buf */
-} weft_sha256_t;
+/* One piece of a message. */
+typedef struct weft_bytes {
+    const void *p;
+    size_t len;
+} weft_bytes_t;
 
-void weft_sha256_init(weft_sha256_t *c);
-void weft_sha256_update(weft_sha256_t *c, const void *data, size_t len);
-void weft_sha256_final(weft_sha256_t *c, uint8_t out[WEFT_SHA256_LEN]);
-void weft_sha256(const void *data, size_t len, uint8_t out[WEFT_SHA256_LEN]);
-
-/* HMAC-SHA256, incrementally (a MAC over several fields without copying
- * them together) or in one call. Keys longer than a block are hashed
- * first, as RFC 2104 says. */
-typedef struct weft_hmac {
-    weft_sha256_t inner, outer;
-} weft_hmac_t;
-
-void weft_hmac_init(weft_hmac_t *m, const void *key, size_t key_len);
-void weft_hmac_update(weft_hmac_t *m, const void *data, size_t len);
-void weft_hmac_final(weft_hmac_t *m, uint8_t out[WEFT_SHA256_LEN]);
-void weft_hmac_sha256(const void *key, size_t key_len, const void *data, size_t len, uint8_t out[WEFT_SHA256_LEN]);
+/* The digest / MAC of the pieces' concatenation. 0, or -1 when libcrypto
+ * failed (out of memory): then out holds random bytes, which match
+ * nothing, so a caller that ignores the failure still fails closed. */
+int weft_sha256(const weft_bytes_t *parts, int n, uint8_t out[WEFT_SHA256_LEN]);
+int weft_hmac_sha256(const void *key, size_t key_len, const weft_bytes_t *parts, int n,
+                     uint8_t out[WEFT_SHA256_LEN]);
 
 /* 1 when a and b (n bytes each) are equal. Its time does not depend on
  * where they differ, so a forger learns nothing from how long a refusal

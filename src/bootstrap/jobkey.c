@@ -16,16 +16,14 @@
 #define SECRET_FILE_MAX 4096
 
 /* SHA-256(label || 0 || secret): a fixed-size key, separate per kind of source. */
-static void derive(weft_job_key_t *k, const char *label, const void *secret, size_t len)
+static int derive(weft_job_key_t *k, const char *label, const void *secret, size_t len)
 {
-    weft_sha256_t c;
-    uint8_t zero = 0;
-    weft_sha256_init(&c);
-    weft_sha256_update(&c, label, strlen(label));
-    weft_sha256_update(&c, &zero, 1);
-    weft_sha256_update(&c, secret, len);
-    weft_sha256_final(&c, k->key);
+    static const uint8_t zero = 0;
+    const weft_bytes_t parts[] = {{label, strlen(label)}, {&zero, 1}, {secret, len}};
+    if (weft_sha256(parts, 3, k->key))
+        return weft_error(WEFT_ERR_INTERNAL, "the job key: libcrypto could not compute SHA-256");
     k->keyed = 1;
+    return WEFT_SUCCESS;
 }
 
 /* At most how many bits of entropy a secret of this text holds: its length
@@ -124,7 +122,7 @@ static int read_secret_file(weft_job_key_t *k, const char *path, const char *who
     }
     snprintf(k->source, sizeof(k->source), "WEFT_JOB_SECRET_FILE=%.120s", path);
     WEFT_CHECK_GOTO(check_strength(buf, len, k->source, who), rc, out);
-    derive(k, "weft job secret v1", buf, len);
+    rc = derive(k, "weft job secret v1", buf, len);
 out:
     if (fd >= 0) close(fd);
     memset(buf, 0, SECRET_FILE_MAX + 1);
@@ -141,17 +139,15 @@ int weft_job_key_load(weft_job_key_t *k, const char *who)
         size_t len = strlen(weft_cfg.job_secret);
         snprintf(k->source, sizeof(k->source), "WEFT_JOB_SECRET");
         int rc = check_strength(weft_cfg.job_secret, len, k->source, who);
-        if (rc == WEFT_SUCCESS) derive(k, "weft job secret v1", weft_cfg.job_secret, len);
-        return rc;
+        return rc ? rc : derive(k, "weft job secret v1", weft_cfg.job_secret, len);
     }
     if (weft_cfg.job_secret_file[0]) return read_secret_file(k, weft_cfg.job_secret_file, who);
     /* torchrun's run id: a random UUID with --standalone, the --rdzv-id
      * otherwise ("none", the static default, is no secret at all). Every
      * worker of the job has it; docs/SECURITY.md says how strong it is. */
     if (run_id && *run_id && strcmp(run_id, "none")) {
-        derive(k, "weft torchrun run id v1", run_id, strlen(run_id));
         snprintf(k->source, sizeof(k->source), "TORCHELASTIC_RUN_ID (torchrun)");
-        return WEFT_SUCCESS;
+        return derive(k, "weft torchrun run id v1", run_id, strlen(run_id));
     }
     snprintf(k->source, sizeof(k->source), "none");
     return WEFT_SUCCESS;

@@ -45,7 +45,7 @@ mkdir -p "$artifacts" "$work/corpus"
 if ! "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -std=c11 \
     -Wall -Wextra -Werror -D_GNU_SOURCE -I"$top_srcdir/include" -I"$top_srcdir/src" -I"$top_srcdir" \
     -I"$top_builddir" "$top_srcdir/test/fuzz/fuzz_store.c" "$top_srcdir/src/bootstrap/env_wire.c" \
-    "$top_srcdir/src/bootstrap/hmac.c" "$top_srcdir/pt2pt/ucx_addr.c" -o "$work/fuzz_store" 2>"$work/build.log"; then
+    "$top_srcdir/src/bootstrap/hmac.c" "$top_srcdir/pt2pt/ucx_addr.c" -lcrypto -o "$work/fuzz_store" 2>"$work/build.log"; then
     if grep -q "libclang_rt.fuzzer\|fuzzer.*No such file\|cannot find" "$work/build.log"; then
         skip "$CLANG has no libFuzzer runtime (apt-get install libclang-rt-dev): $(head -n 1 "$work/build.log")"
     fi
