@@ -2,7 +2,9 @@
 test_torch_backend.py / run-torch-backend.sh): every collective on weft against
 gloo in the same job, async work, subgroups, split_group (ProcessGroup.split_group and
 torch.distributed.split_group), DDP against gloo, 8 threads posting
-on one group (ordered and racing), a timeout that raises.
+on one group (ordered and racing), what torch's own distributed tests found (a
+tensor requiring grad, recv without a source, all_gather_coalesced, sparse all_reduce,
+monitored_barrier), a timeout that raises saying " Timed out ".
 Prints "torch backend worker: rank R of N, ok" at the end."""
 
 from __future__ import annotations
@@ -350,6 +352,60 @@ t = torch.ones(1)
 dist.all_reduce(t, group=warm)
 check("warm group", t, torch.ones(1) * n)
 
+# issue 39: what torch's own distributed tests found
+# - a tensor that requires grad (DLPack refuses to export it: the backend detaches)
+x = base().requires_grad_()
+dist.all_reduce(x)
+y = base()
+dist.all_reduce(y, group=gloo)
+check("all_reduce of a tensor requiring grad", x.detach(), y)
+if not x.requires_grad:
+    failures.append("all_reduce dropped requires_grad")
+# - dist.recv without a source: the Work tells the source rank
+if n > 1:
+    if rank == 1:
+        dist.send(base() + 100, 0)
+    elif rank == 0:
+        t = torch.zeros(6)
+        src = dist.recv(t)
+        if src != 1:
+            failures.append(f"recv without a source: source rank {src}, expected 1")
+        check("recv without a source", t, (torch.arange(6, dtype=torch.float64) * 2 + 1).float() + 100)
+# - all_gather_coalesced (inputs of several shapes)
+def agc(g):
+    ins = [base(), torch.full((2, 3), float(rank)), torch.arange(rank + 4.0)[:4] * (rank + 1)]
+    outs = [[torch.empty_like(i) for i in ins] for _ in range(n)]
+    dist.all_gather_coalesced(outs, ins, group=g)
+    return [t for lst in outs for t in lst]
+check("all_gather_coalesced", agc(None), agc(gloo))
+# - sparse all_reduce (gloo's way: indices and values gathered, coalesced)
+def sparse():
+    idx = torch.tensor([list(range(rank + 1)), [0] * (rank + 1)])
+    return torch.sparse_coo_tensor(idx, torch.ones(rank + 1, 2) * (rank + 1), (n, 3, 2))
+sw, sg = sparse(), sparse()
+dist.all_reduce(sw)
+dist.all_reduce(sg, group=gloo)
+check("sparse all_reduce", sw.to_dense(), sg.to_dense())
+# - monitored_barrier with gloo's behaviour (called on the group: dist.monitored_barrier
+#   refuses every backend but gloo)
+pg = dist.distributed_c10d._get_default_group()
+pg.monitored_barrier(datetime.timedelta(seconds=20))
+pg.monitored_barrier(datetime.timedelta(seconds=20), wait_all_ranks=True)
+if n > 1:
+    late = [1] if n < 3 else [1, 2]
+    if rank not in late:
+        want = (f"Ranks {', '.join(map(str, late))} failed to pass monitoredBarrier in 1000 ms"
+                if rank == 0 else f"Rank {rank} successfully reached monitoredBarrier, but received "
+                "errors while waiting for send/recv from rank 0")
+        try:
+            pg.monitored_barrier(datetime.timedelta(seconds=1), wait_all_ranks=True)
+            failures.append("monitored_barrier passed without ranks " + str(late))
+        except RuntimeError as e:
+            if want not in str(e):
+                failures.append(f"monitored_barrier: {e!r} does not say {want!r}")
+    dist.barrier(group=gloo)
+print(f"rank {rank}: issue 39 checks done", flush=True)
+
 # a timeout raises (rank 0 skips a collective on a group with a 2 s timeout)
 tg = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
 if rank != 0:
@@ -361,6 +417,8 @@ if rank != 0:
         dt = time.monotonic() - t0
         if not (1.5 < dt < 10):
             failures.append(f"timeout raised after {dt:.1f} s, expected ~2 s")
+        if " Timed out " not in str(e):  # as torch's backends say it (tests and retry logic match it)
+            failures.append(f"the timeout's message does not say ' Timed out ': {e}")
         print(f"rank {rank}: timeout raised after {dt:.1f} s: {e}", flush=True)
 dist.barrier(group=gloo)
 

@@ -18,7 +18,10 @@ What it is
     communicator: the default group a ``dup`` of weft's world (bootstrapped
     from torchrun's variables / TCPStore, weftrun, PMIx), every ``new_group``
     a ``split`` of it by rank list, named after torch's group name, with the
-    group's ``timeout=`` as the communicator's timeout.
+    group's ``timeout=`` as the communicator's timeout. Without a launcher's
+    variables (torch's own tests: ``init_method="file://..."`` with ``rank=``
+    and ``world_size=``) weft's world is bootstrapped over the default group's
+    store (``weft.init(rank, size, allgather)``), as gloo's is.
 
     Because torch calls a backend's creator on the members of a new group
     only, while weft's split is collective over the parent, this module wraps
@@ -112,6 +115,16 @@ CUDA tensors
     such a call returns when it is done (no async overlap: weft has no
     progress thread).
 
+As gloo
+    ``all_gather_coalesced``; sparse COO ``all_reduce`` (SUM: indices and
+    values gathered, coalesced, written into the tensor; the call waits);
+    tensors that require grad (exported detached: DLPack refuses them
+    otherwise); ``dist.recv(t)`` without a source (``Work._source_rank()``);
+    timeouts saying " Timed out " and what was awaited; and
+    ``group.monitored_barrier(timeout, wait_all_ranks)`` with gloo's
+    behaviour and messages (torch's ``dist.monitored_barrier()`` refuses
+    every backend but gloo before it calls the group).
+
 Reductions
     SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR map to weft's ops (weft
     decides which dtype pairings are valid; its message is raised).
@@ -173,6 +186,7 @@ import contextlib
 import datetime
 import functools
 import os
+import re
 import sys
 import threading
 import time
@@ -206,6 +220,9 @@ _posters_lock = threading.Lock()
 _SLICE = 0.01
 _warmup_default: Optional[bool] = None
 _INF = float("inf")
+# weft's "... timed out after 0.01 s ..." (the length of one wait): left out where a
+# message says the whole wait's own length.
+_TIMED_OUT_AFTER = re.compile(r" timed out after \S+ s")
 
 
 def set_warmup(enabled: bool) -> None:
@@ -306,7 +323,9 @@ def _device_of(tensors: Sequence[Optional[torch.Tensor]], what: str) -> Optional
 
 def _as_weft(t: torch.Tensor) -> torch.Tensor:
     """A view of ``t`` in a dtype weft has (complex: its float pairs, bool: uint8);
-    the same memory, contiguous or not."""
+    the same memory, contiguous or not. Detached: DLPack refuses to export a
+    tensor that requires grad, and a collective is no autograd operation."""
+    t = t.detach()
     if t.is_complex():
         t = torch.view_as_real(t)
     if t.dtype is torch.bool:
@@ -381,8 +400,14 @@ class WeftWork(dist._Work):
                 fut.set_exception(error)
 
     def _wrap(self, e: WeftError) -> WeftDistError:
-        cls = WeftDistTimeoutError if isinstance(e, WeftTimeoutError) else WeftDistError
-        err = cls(f"weft {self._kind} on {self._pg_name} failed: {e}")
+        if isinstance(e, WeftTimeoutError):
+            # "Timed out" as torch's own backends say it (users' retry logic and
+            # torch's tests match on it), then weft's text: what was awaited.
+            err: WeftDistError = WeftDistTimeoutError(
+                f"weft {self._kind} on {self._pg_name}: Timed out: {e}"
+            )
+        else:
+            err = WeftDistError(f"weft {self._kind} on {self._pg_name} failed: {e}")
         err.__cause__ = e
         return err
 
@@ -466,6 +491,19 @@ class WeftWork(dist._Work):
     def is_success(self) -> bool:
         return self.is_completed() and self._error is None
 
+    def _source_rank(self) -> int:
+        """The rank (in the group) a completed receive came from: torch's
+        ``dist.recv(t)`` without a source asks it (``Work.sourceRank()``)."""
+        if self._kind != "recv":
+            raise ValueError(f"weft {self._kind}: source_rank() is for the Work of a receive only")
+        status = self._works[0].status if self._works else None
+        if status is None:
+            raise ValueError("weft recv: source_rank() before the receive completed (wait() first)")
+        return int(status.source)
+
+    def source_rank(self) -> int:  # torch's older name
+        return self._source_rank()
+
     def exception(self) -> Optional[BaseException]:
         return self._error
 
@@ -515,11 +553,14 @@ class WeftWork(dist._Work):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     msg = (
-                        f"weft {self._kind} on {self._pg_name} timed out after {limit:g} s "
-                        "(the group's timeout, or wait(timeout))"
+                        f"weft {self._kind} on {self._pg_name}: Timed out after {limit:g} s "
+                        f"waiting for the {self._kind} to complete (the group's timeout, or "
+                        "wait(timeout))"
                     )
                     if last_detail:
-                        msg += f"; weft: {last_detail}"
+                        # weft's text says what the operation waits for; its "timed out
+                        # after" is the last wait slice's length (_SLICE), not the wait's.
+                        msg += "; weft: " + _TIMED_OUT_AFTER.sub("", last_detail, count=1)
                     # The operation stays pending in weft: give it up so a later
                     # operation on the group does not match it.
                     with _Posting():
@@ -773,6 +814,10 @@ class _Staged:
                 f"weft {what}: {t.device} tensors are not supported by the weft torch backend "
                 "(CPU and CUDA tensors are). Nothing was copied"
             )
+        # Detached (the same storage): DLPack refuses to export a tensor that
+        # requires grad ("Can't export tensors that require gradient"), and gloo
+        # reduces such tensors in place too.
+        t = t.detach()
         if t.is_complex():
             t = torch.view_as_real(t)
         self.orig = t
@@ -1289,6 +1334,8 @@ class ProcessGroupWeft(dist.ProcessGroup):
             return g.allreduce(tensors, opts)
         opts = opts or dist.AllreduceOptions()
         t = self._one(tensors, "allreduce")
+        if t.layout == torch.sparse_coo:
+            return self._sparse_allreduce(t, opts)
         dev = _device_of([t], "allreduce")
         s = _Staged(t, "allreduce", output=True)
         op, factor = _reduction(opts.reduceOp, "allreduce", t, dev is not None)
@@ -1302,6 +1349,58 @@ class ProcessGroupWeft(dist.ProcessGroup):
             opts,
             device=dev,
         )
+
+    def _gather_rows(
+        self, what: str, rows: torch.Tensor, counts: List[int], opts: Any
+    ) -> torch.Tensor:
+        """Every rank's ``rows`` (counts[r] rows from rank r, the rest of the shape
+        alike) concatenated in rank order: one all_gather of blocks padded to the
+        largest count."""
+        big = max(counts)
+        pad = torch.zeros((big,) + tuple(rows.shape[1:]), dtype=rows.dtype)
+        pad[: rows.shape[0]].copy_(rows)
+        out = torch.empty((self._size * big,) + tuple(rows.shape[1:]), dtype=rows.dtype)
+        inp, o = _Staged(pad, what, output=False), _Staged(out, what, output=True)
+        self._post(
+            what,
+            [out],
+            [o],
+            lambda: [self._comm.all_gather_single(o.t, inp.t, async_op=True, timeout=_INF)],
+            opts,
+        ).wait()
+        return torch.cat([out[r * big : r * big + c] for r, c in enumerate(counts)])
+
+    def _sparse_allreduce(self, t: torch.Tensor, opts: Any) -> WeftWork:
+        """all_reduce (SUM) of a sparse COO tensor, as gloo does it: every rank's
+        indices and values gathered (after their counts), summed by coalescing, the
+        result written into ``t``. Waits until done (the counts must be known
+        before the data moves); the returned Work is complete."""
+        what = "allreduce (sparse)"
+        kind = opts.reduceOp.op if hasattr(opts.reduceOp, "op") else opts.reduceOp
+        if kind != dist.ReduceOp.RedOpType.SUM:
+            raise WeftUnsupportedError(f"weft {what}: only SUM reduces sparse tensors (as gloo)")
+        if t.device.type != "cpu":
+            raise WeftUnsupportedError(f"weft {what}: CPU sparse tensors only")
+        src = t.detach().coalesce()
+        idx, val = src.indices(), src.values()
+        nnz = torch.tensor([idx.shape[1]], dtype=torch.int64)
+        counts_t = torch.empty(self._size, dtype=torch.int64)
+        ni, nc = _Staged(nnz, what, output=False), _Staged(counts_t, what, output=True)
+        self._post(
+            what,
+            [counts_t],
+            [nc],
+            lambda: [self._comm.all_gather_single(nc.t, ni.t, async_op=True, timeout=_INF)],
+            opts,
+        ).wait()
+        counts = [int(c) for c in counts_t]
+        all_idx = self._gather_rows(what, idx.t().contiguous(), counts, opts).t()
+        all_val = self._gather_rows(what, val.contiguous(), counts, opts)
+        total = torch.sparse_coo_tensor(all_idx, all_val, src.shape).coalesce()
+        # A sparse copy_ replaces t's indices and values (not on a detached alias).
+        with torch.no_grad():
+            t.copy_(total)
+        return _done_work(self, what, [t])
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         g = self._other_for(tensors)
@@ -1425,6 +1524,45 @@ class ProcessGroupWeft(dist.ProcessGroup):
             lambda: [self._comm.all_gather_single(o.t, i.t, async_op=True, timeout=_INF)],
             opts,
             device=dev,
+        )
+
+    def allgather_coalesced(
+        self,
+        output_lists: List[List[torch.Tensor]],
+        inputs: List[torch.Tensor],
+        opts: Any = None,
+    ) -> Any:
+        """torch's all_gather_coalesced: output_lists[r][i] receives rank r's
+        inputs[i] (shapes may differ between the inputs, not between ranks); one
+        weft all_gather per input, posted together."""
+        g = self._other_for(inputs)
+        if g is not None:
+            return g.allgather_coalesced(output_lists, inputs, opts or dist.AllgatherOptions())
+        what = "all_gather_coalesced"
+        if len(output_lists) != self._size or any(len(o) != len(inputs) for o in output_lists):
+            raise WeftArgumentError(
+                f"weft {what}: needs {self._size} output lists of {len(inputs)} tensors each "
+                f"(got {[len(o) for o in output_lists]})"
+            )
+        flat_outs = [t for lst in output_lists for t in lst]
+        dev = _device_of(list(inputs) + flat_outs, what)
+        if dev is not None:
+            raise WeftUnsupportedError(
+                f"weft {what}: CUDA tensors are not supported (all_gather_into_tensor_coalesced is)"
+            )
+        ins = [_Staged(t, what, output=False) for t in inputs]
+        outs = [[_Staged(t, what, output=True) for t in lst] for lst in output_lists]
+        return self._post(
+            what,
+            output_lists,
+            [o for lst in outs for o in lst],
+            lambda: [
+                self._comm.all_gather(
+                    [outs[r][i].t for r in range(self._size)], x.t, async_op=True, timeout=_INF
+                )
+                for i, x in enumerate(ins)
+            ],
+            opts,
         )
 
     def allgather_into_tensor_coalesced(
@@ -1738,6 +1876,75 @@ class ProcessGroupWeft(dist.ProcessGroup):
             lambda: [self._comm.barrier(async_op=True, timeout=_INF)],
             opts,
         )
+
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier: every rank reports to rank 0 and waits for its
+        answer. Rank 0 waits for the reports one rank after another within
+        ``timeout`` in all ("Rank 0 timed out in monitoredBarrier after N ms" once
+        it is spent), or ``timeout`` each with ``wait_all_ranks``, and raises
+        naming the first rank that did not report ("Rank 1 failed to pass
+        monitoredBarrier in N ms"), or all of them with ``wait_all_ranks``; the
+        others then raise too, naming rank 0. Point-to-point on tag TAG_UB of the
+        group's communicator (a user message with that tag could be taken for a
+        report). torch's ``dist.monitored_barrier()`` refuses every backend but
+        gloo before it calls the group: call it on the group,
+        ``group.monitored_barrier(timedelta(...))`` (the default group:
+        ``torch.distributed.distributed_c10d._get_default_group()``)."""
+        if timeout is None:
+            t = self._timeout_s if self._timeout_s is not None else 1800.0
+        elif isinstance(timeout, datetime.timedelta):
+            t = timeout.total_seconds()
+        else:
+            t = float(timeout)
+        ms = int(round(t * 1000))
+        start = time.monotonic()
+        tag = _weft_comm.TAG_UB
+
+        def within(seconds: float) -> datetime.timedelta:
+            return datetime.timedelta(seconds=max(seconds, 0.001))
+
+        if self._rank != 0:
+            try:
+                self.send([torch.ones(1, dtype=torch.uint8)], 0, tag).wait(within(t))
+                self.recv([torch.zeros(1, dtype=torch.uint8)], 0, tag).wait(within(t))
+            except (WeftError, WeftDistError) as e:
+                raise WeftDistError(
+                    f"Rank {self._rank} successfully reached monitoredBarrier, but received "
+                    f"errors while waiting for send/recv from rank 0. Please check rank 0 logs "
+                    f"for faulty rank. (weft: {e})"
+                ) from e
+            return
+        reports = {
+            r: self.recv([torch.zeros(1, dtype=torch.uint8)], r, tag) for r in range(1, self._size)
+        }
+        processed: List[int] = []
+        failed: List[int] = []
+        for r, w in reports.items():
+            left = t if wait_all_ranks else t - (time.monotonic() - start)
+            if left <= 0 and not wait_all_ranks:
+                done = ", ".join(map(str, processed))
+                raise WeftDistError(
+                    f"Rank 0 timed out in monitoredBarrier after {ms} ms.\n"
+                    + (f"Successfully processed ranks: {done}" if processed else
+                       "No ranks successfully processed in monitoredBarrier.")
+                )
+            try:
+                w.wait(within(left))
+                processed.append(r)
+            except (WeftError, WeftDistError) as e:
+                if not wait_all_ranks:
+                    raise WeftDistError(
+                        f"[Rank 0]: Rank {r} failed to pass monitoredBarrier in {ms} ms\n "
+                        f"Original exception: \n{e}"
+                    ) from e
+                failed.append(r)
+        if failed:
+            raise WeftDistError(
+                f"[Rank 0]: Ranks {', '.join(map(str, failed))} failed to pass monitoredBarrier "
+                f"in {ms} ms"
+            )
+        for r in range(1, self._size):
+            self.send([torch.ones(1, dtype=torch.uint8)], r, tag).wait(within(t))
 
     # -- point-to-point -----------------------------------------------------------------
     # CUDA tensors: weft's point-to-point on device memory, CUDA-aware MPI style (posting
