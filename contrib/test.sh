@@ -57,6 +57,19 @@ if [ "$py_status" -ne 0 ]; then
     tail -n 80 test/python.log
 fi
 
+# PyTorch's own distributed tests (torch's DistributedTest class) on weft against
+# gloo at 2 and 4 ranks (contrib/torch-dist-tests.sh): fails when a test gloo
+# passes fails on weft; its last line joins the summary. Without torch it skips
+# (exit 77), except under CI=true, which installs torch.
+torch_status=0
+contrib/torch-dist-tests.sh "$PWD" >test/torch-dist.log 2>&1 || torch_status=$?
+tail -n 1 test/torch-dist.log
+if [ "$torch_status" -ne 0 ] && [ "$torch_status" -ne 77 ]; then
+    status=$torch_status
+    echo "=== test/torch-dist.log"
+    tail -n 60 test/torch-dist.log
+fi
+
 # One summary line over every runner, counted from the test logs: Criterion's
 # "Synthesis: Tested: T | Passing: P | Failing: F | Crashing: C" (Criterion
 # 2.4 leaves skipped tests out of T and does not count them: they are the
