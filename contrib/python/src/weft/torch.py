@@ -912,8 +912,11 @@ def _launcher_describes(rank: int, size: int) -> bool:
 class _StoreAllgather:
     """weft's bootstrap exchange over the default group's torch store (any
     init_method: file://, tcp://, env:// with an explicit rank): each round, every
-    rank sets its key and reads everyone's. Used at init and by weft_finalize's
-    closing barrier; the latter waits no longer than weft's world timeout."""
+    rank sets its key and reads everyone's, then says so; rank 0 (which hosts a
+    TCPStore) returns only once every rank has read, so that after the closing
+    barrier of weft_finalize it does not exit, taking the store along, while
+    another rank still reads. Used at init and by that barrier; the latter waits
+    no longer than weft's world timeout."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: Optional[float]):
         self.store = dist.PrefixStore("weft-bootstrap/", store)
@@ -927,17 +930,24 @@ class _StoreAllgather:
         self.round += 1
         self.store.set(f"{n}/{self.rank}", data)
         keys = [f"{n}/{r}" for r in range(self.size)]
+        self._wait(keys)
+        out = [bytes(self.store.get(k)) for k in keys]
+        self.store.set(f"{n}/read/{self.rank}", b"")
+        if self.rank == 0:
+            self._wait([f"{n}/read/{r}" for r in range(self.size)])
+        if n:  # every rank has read round n-1 (it set its round-n key after)
+            for k in (f"{n - 1}/{self.rank}", f"{n - 1}/read/{self.rank}"):
+                try:
+                    self.store.delete_key(k)
+                except Exception:  # noqa: BLE001 (a store without delete: the keys stay)
+                    pass
+        return out
+
+    def _wait(self, keys: List[str]) -> None:
         if self.timeout is not None:
             self.store.wait(keys, datetime.timedelta(seconds=self.timeout))
         else:
             self.store.wait(keys)
-        out = [bytes(self.store.get(k)) for k in keys]
-        if n:  # every rank has read round n-1 (it set its round-n key after)
-            try:
-                self.store.delete_key(f"{n - 1}/{self.rank}")
-            except Exception:  # noqa: BLE001 (a store without delete: the keys stay)
-                pass
-        return out
 
 
 def _world_for(
