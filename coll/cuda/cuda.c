@@ -44,14 +44,16 @@ static struct {
     int pdl;         /* WEFT_CUDA_COLL_PDL */
 } cvars;
 
-/* The pipelined kernel's threads per block. */
-enum { PIPE_THREADS = 512 };
+/* The pipelined kernel's threads per block; the LL kernel's most (its __launch_bounds__). */
+enum { PIPE_THREADS = 512, LL_THREADS = 512 };
 
 static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: calls whose piece for each peer (an allreduce's, reduce's, allgather's or bcast's whole input; a "
      "reduce_scatter's or alltoall's block) is up to this many bytes (and the LL area's share of a sender: 2 MiB "
-     "on 2 ranks, 1 MiB on 4, 512 KiB on 8) run as one launch (a block per 4 KiB) that stores its pieces, 8 bytes "
+     "on 2 ranks, 1 MiB on 4, 512 KiB on 8) run as one launch (a block per 4 KiB, at most one per SM; where "
+     "processes share a GPU, at most their share of the blocks it holds at once, so that all of theirs run "
+     "together: the blocks wait on each other) that stores its pieces, 8 bytes "
      "at a time with the call's sequence number beside them, straight into the peers' memory, and reduces or "
      "copies out what arrives in its own: no barrier, no staging (measured on four H100s: 0.5-0.75x the staged "
      "time at 32-64 KiB pieces; two H200s, 128-512 KiB pieces: 0.59-0.76x in CUDA graphs, 0.33-0.73x launched). "
@@ -106,7 +108,9 @@ static const weft_var_t vars[] = {
      "H200s), the others always (measured on four H100s); 0: never",
      &cvars.push, 0},
     {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
-     "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs)",
+     "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs; where "
+     "processes share a GPU, at most their share of the blocks it holds at once, so that all of theirs run "
+     "together: the blocks wait on each other)",
      &cvars.pipe_blocks, 0},
     {"WEFT_CUDA_COLL_PIPE_DEPTH", WEFT_VAR_INT_AUTO, "auto",
      "coll/cuda: positions of the slots per block of the pipelined kernel (at most 512 / blocks): the units a "
@@ -178,6 +182,9 @@ typedef struct module {
     CUfunction ll[NREDUCE], ll_copy;
     int sms;
     int pipe_threads; /* PIPE_THREADS, or fewer where a pipelined kernel's registers allow fewer */
+    /* Blocks one SM holds at once of the LL kernels (LL_THREADS a block) and of the pipelined ones
+     * (pipe_threads), the least over each kind's kernels: their blocks spin on the peers' blocks */
+    int ll_per_sm, pipe_per_sm;
     int pdl;          /* the GPU and driver have programmatic dependent launch (used unless WEFT_CUDA_COLL_PDL=0) */
 } module_t;
 
@@ -187,6 +194,39 @@ static module_t modules[MAX_CTX];
 static int cu_fail(CUresult r, const char *what)
 {
     return weft_error(WEFT_ERR_TRANSPORT, "coll/cuda: %s failed: %s", what, weft_cu_text(r));
+}
+
+/* Blocks of f, `threads` threads each, that one SM of dev holds at once: the occupancy calculator's arithmetic
+ * over the kernel's registers and static shared memory (registers in 256-register units a warp, each warp in one
+ * of the register file's four quarters; shared memory plus the per-block reservation); 1 where an attribute is
+ * unknown. */
+static int blocks_per_sm(CUfunction f, int threads, CUdevice dev)
+{
+    int regs = 0, smem = 0, sm_regs = 0, sm_threads = 0, sm_blocks = 0, sm_smem = 0, reserved = 0;
+    if (!weft_cu.func_get_attribute || !weft_cu.device_get_attribute || threads < 1 ||
+        weft_cu.func_get_attribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f) != CUDA_SUCCESS ||
+        weft_cu.func_get_attribute(&smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f) != CUDA_SUCCESS ||
+        weft_cu.device_get_attribute(&sm_regs, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, dev) !=
+            CUDA_SUCCESS ||
+        weft_cu.device_get_attribute(&sm_threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev) !=
+            CUDA_SUCCESS ||
+        weft_cu.device_get_attribute(&sm_blocks, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, dev) !=
+            CUDA_SUCCESS ||
+        weft_cu.device_get_attribute(&sm_smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev) !=
+            CUDA_SUCCESS)
+        return 1;
+    if (weft_cu.device_get_attribute(&reserved, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, dev) !=
+        CUDA_SUCCESS)
+        reserved = 1024;
+    int warps = (threads + 31) / 32, per_warp = (regs > 0 ? regs : 1) * 32;
+    per_warp = (per_warp + 255) / 256 * 256;
+    int b = sm_blocks;
+    int by_regs = 4 * (sm_regs / 4 / per_warp) / warps, by_threads = sm_threads / (warps * 32);
+    int by_smem = smem + reserved > 0 ? sm_smem / (smem + reserved) : b;
+    if (by_regs < b) b = by_regs;
+    if (by_threads < b) b = by_threads;
+    if (by_smem < b) b = by_smem;
+    return b < 1 ? 1 : b;
 }
 
 static int module_of(CUcontext ctx, module_t **out)
@@ -235,7 +275,7 @@ static int module_of(CUcontext ctx, module_t **out)
             most >= 32 && most < m->pipe_threads)
             m->pipe_threads = most / 32 * 32;
     }
-    CUdevice dev;
+    CUdevice dev = 0;
     int major = 0, drv = 0;
     m->sms = 32;
     if (weft_cu.ctx_get_device(&dev) == CUDA_SUCCESS) {
@@ -243,15 +283,27 @@ static int module_of(CUcontext ctx, module_t **out)
         weft_cu.device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     }
     if (weft_cu.driver_get_version) weft_cu.driver_get_version(&drv);
-    int regs = -1;
-    if (weft_cu.func_get_attribute) weft_cu.func_get_attribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m->pipe_copy);
+    m->ll_per_sm = blocks_per_sm(m->ll_copy, LL_THREADS, dev);
+    m->pipe_per_sm = blocks_per_sm(m->pipe_copy, m->pipe_threads, dev);
+    for (int k = 0; k < NREDUCE; k++) {
+        int b = blocks_per_sm(m->ll[k], LL_THREADS, dev);
+        if (b < m->ll_per_sm) m->ll_per_sm = b;
+        b = blocks_per_sm(m->pipe_reduce[k], m->pipe_threads, dev);
+        if (b < m->pipe_per_sm) m->pipe_per_sm = b;
+    }
+    int regs = -1, ll_regs = -1;
+    if (weft_cu.func_get_attribute) {
+        weft_cu.func_get_attribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m->pipe_copy);
+        weft_cu.func_get_attribute(&ll_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m->ll[WEFT_FLOAT32]);
+    }
     m->pdl = 0;
 #if CUDA_VERSION >= 12000
     m->pdl = weft_cu.launch_kernel_ex && major >= 9 && drv >= 12030;
 #endif
     weft_debug("coll/cuda: kernels loaded: %d SMs, pipelined kernels of %d threads a block (%d warps; the copy "
-               "kernel %d registers a thread); programmatic dependent launch %s (sm_%d0, driver %d.%d)",
-               m->sms, m->pipe_threads, m->pipe_threads / 32, regs,
+               "kernel %d registers a thread; %d blocks an SM), LL kernels %d blocks of %d threads an SM (f32: %d "
+               "registers a thread); programmatic dependent launch %s (sm_%d0, driver %d.%d)",
+               m->sms, m->pipe_threads, m->pipe_threads / 32, regs, m->pipe_per_sm, m->ll_per_sm, LL_THREADS, ll_regs,
                !m->pdl ? "not available" : cvars.pdl ? "on" : "off (WEFT_CUDA_COLL_PDL=0)", major, drv / 1000,
                drv % 1000 / 10);
     m->ctx = ctx;
@@ -297,6 +349,7 @@ typedef struct {
     int32_t device;
     int32_t pci; /* the GPU's PCI domain, bus and device (-1: unknown): which ranks share one */
     uint64_t slot;
+    int32_t sms, ll_room, pipe_room; /* its GPU's SMs; blocks of the LL / pipelined kernels it holds at once */
     int32_t knobs[NKNOBS]; /* the protocol thresholds: every rank must choose alike */
     CUipcMemHandle handle;
 } exch_t;
@@ -309,6 +362,10 @@ typedef struct cuda_state {
     int ready;  /* regions exchanged and mapped */
     int broken; /* a weft error code: every later call fails with it */
     int shared;  /* two ranks of the communicator share a GPU (the auto values below and in window_min) */
+    int per_gpu; /* processes that may run kernels on one of the ranks' GPUs at once (this one's and others') */
+    /* The most blocks of an LL / pipelined kernel: every rank's (all per_gpu processes') fit on the GPU at
+     * once, so no spinning block waits on a peer's block that cannot start; the same on every rank */
+    unsigned ll_most, pipe_most;
     size_t pipe; /* WEFT_CUDA_COLL_PIPE resolved (0: never) */
     char why[256];
     CUcontext ctx;
@@ -445,7 +502,51 @@ static int setup_local(cuda_state_t *st, exch_t *mine)
     CUdevice dev = 0;
     weft_cu.ctx_get_device(&dev);
     mine->device = (int32_t)dev;
+    mine->sms = st->m->sms;
+    mine->ll_room = st->m->ll_per_sm * st->m->sms;
+    mine->pipe_room = st->m->pipe_per_sm * st->m->sms;
     return WEFT_SUCCESS;
+}
+
+/* The GPUs this process sees (device ordinals that answer), at least 1. */
+static int32_t gpus_visible(void)
+{
+    int32_t n = 0;
+    int v = 0;
+    while (n < 64 && weft_cu.device_get_attribute &&
+           weft_cu.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, (CUdevice)n) == CUDA_SUCCESS)
+        n++;
+    return n > 0 ? n : 1;
+}
+
+/* Processes that may run kernels on one GPU of the communicator's at once: the most ranks of it on one GPU;
+ * where the machine has ranks outside it (simulated nodes, a split), they may share its GPUs too: as many as
+ * the machine's ranks spread over the fewest GPUs a rank sees, at most all of them. The same on every rank. */
+static int gpu_sharers(const cuda_state_t *st, const int32_t *pci, int32_t gpus)
+{
+    int most = 1;
+    for (int p = 0; p < st->n; p++) {
+        int same = 0;
+        for (int q = 0; q < st->n; q++)
+            same += pci[p] >= 0 && pci[q] == pci[p];
+        if (same > most) most = same;
+    }
+    int machine = weft_g.machine_ranks > st->n ? weft_g.machine_ranks : st->n, outside = machine - st->n;
+    if (outside > 0) {
+        int spread = (machine + gpus - 1) / (gpus > 0 ? gpus : 1);
+        if (spread > most + outside) spread = most + outside;
+        if (spread > most) most = spread;
+    }
+    return most;
+}
+
+/* The most blocks of a spinning kernel of `room` blocks a GPU (the least over the ranks) and `sms` SMs: every
+ * one of per_gpu processes' at once. */
+static unsigned spin_most(int room, int sms, int per_gpu)
+{
+    int b = room / (per_gpu > 0 ? per_gpu : 1);
+    if (b > sms) b = sms;
+    return b < 1 ? 1u : (unsigned)b;
 }
 
 /* The setup, collective over comm (a host allgather of every rank's
@@ -459,10 +560,11 @@ static int setup(cuda_state_t *st)
     if (r != CUDA_SUCCESS) return cu_fail(r, "making the buffers' context current");
     knobs_of(mine.knobs);
     /* Which ranks share a GPU, first: it sets the slots' default size (the
-     * same on every rank: the same records). */
-    int32_t pci[WEFT_CK_MAX_RANKS];
+     * same on every rank: the same records); and the GPUs each rank sees. */
+    int32_t pg[2 * WEFT_CK_MAX_RANKS], pci[WEFT_CK_MAX_RANKS], gpus = 0;
     mine.pci = gpu_pci();
-    int rc = weft_allgather(&mine.pci, pci, (int64_t)sizeof(int32_t), WEFT_BYTE, st->comm);
+    int32_t mine_pg[2] = {mine.pci, gpus_visible()};
+    int rc = weft_allgather(mine_pg, pg, (int64_t)sizeof(mine_pg), WEFT_BYTE, st->comm);
     if (rc) {
         CUcontext popped;
         weft_cu.ctx_pop(&popped);
@@ -470,9 +572,14 @@ static int setup(cuda_state_t *st)
         snprintf(st->why, sizeof(st->why), "its GPU setup failed (%s)", weft_last_error());
         return rc;
     }
+    for (int p = 0; p < st->n; p++) {
+        pci[p] = pg[2 * p];
+        if (!gpus || pg[2 * p + 1] < gpus) gpus = pg[2 * p + 1];
+    }
     for (int p = 0; p < st->n; p++)
         for (int q = p + 1; q < st->n; q++)
             if (pci[p] >= 0 && pci[p] == pci[q]) st->shared = 1;
+    st->per_gpu = gpu_sharers(st, pci, gpus);
     /* a multiple of 16: the second slot, and every part in it, stays aligned for vector and word access */
     st->slot = cvars.slot < 0 ? (st->shared ? SLOT_SHARED : SLOT_OWN_GPUS)
                               : (size_t)(cvars.slot < 4096 ? 4096 : cvars.slot) / 16 * 16;
@@ -507,6 +614,16 @@ static int setup(cuda_state_t *st)
         }
     }
     if (rc && local_why[0]) weft_warn("coll/cuda: %s", local_why);
+    if (!rc) { /* the spinning kernels' grids, from every rank's GPU: the same everywhere */
+        int sms = all[0].sms, ll_room = all[0].ll_room, pipe_room = all[0].pipe_room;
+        for (int p = 1; p < st->n; p++) {
+            if (all[p].sms < sms) sms = all[p].sms;
+            if (all[p].ll_room < ll_room) ll_room = all[p].ll_room;
+            if (all[p].pipe_room < pipe_room) pipe_room = all[p].pipe_room;
+        }
+        st->ll_most = spin_most(ll_room, sms, st->per_gpu);
+        st->pipe_most = spin_most(pipe_room, sms, st->per_gpu);
+    }
     CUcontext popped;
     weft_cu.ctx_pop(&popped);
     if (rc) {
@@ -515,8 +632,10 @@ static int setup(cuda_state_t *st)
         return rc;
     }
     st->ready = 1;
-    weft_debug("coll/cuda: comm %s: %d ranks mapped, slots of %zu bytes%s", st->comm->name, st->n, st->slot,
-               st->shared ? "; ranks share a GPU" : "");
+    weft_debug("coll/cuda: comm %s: %d ranks mapped, slots of %zu bytes%s; up to %d processes a GPU: LL kernels of "
+               "%u blocks at most, pipelined ones %u",
+               st->comm->name, st->n, st->slot, st->shared ? "; ranks share a GPU" : "", st->per_gpu, st->ll_most,
+               st->pipe_most);
     return WEFT_SUCCESS;
 }
 
@@ -963,7 +1082,7 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
                                                 : n;
     /* geometry: blocks within the hints and the SMs; positions of whole 16-byte words per piece */
     unsigned g = (unsigned)within_cta_hints(c, cvars.pipe_blocks > 0 ? (size_t)cvars.pipe_blocks : 1);
-    if (g > (unsigned)st->m->sms) g = (unsigned)st->m->sms;
+    if (g > st->pipe_most) g = st->pipe_most; /* the SMs; on a shared GPU, every sharer's grid at once */
     if (g > WEFT_CK_PIPE_MAXPOS) g = WEFT_CK_PIPE_MAXPOS;
     if (g < 1) g = 1;
     int depth_as = cvars.pipe_depth >= 0                      ? cvars.pipe_depth
@@ -1238,12 +1357,14 @@ static int ll_issue(cuda_op_t *op, const char *in, char *out)
     default: return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: %s has no LL form", weft_coll_kind_name(a->kind));
     }
     /* a line per thread per peer: a block per 4 KiB of a piece (measured, four H100s: one block's polls of 4
-     * lines a peer made 16 KiB pieces slower than staging in a graph); within the hints and the SMs (the blocks
-     * wait on the peers' blocks: all of them run at once); a piece of fewer lines, one block of as many warps as
-     * it needs */
-    size_t lines = (l.count * l.esize + 7) / 8, threads = lines >= 512 ? 512 : lines <= 32 ? 32 : (lines + 31) / 32 * 32;
+     * lines a peer made 16 KiB pieces slower than staging in a graph); within the hints, then within ll_most:
+     * the blocks wait on the peers' blocks, so every rank's must be resident at once (a grid that fills the
+     * GPU, resident first, keeps its peers' blocks from ever starting: on a shared GPU the kernels wait out the
+     * deadline); a piece of fewer lines, one block of as many warps as it needs */
+    size_t lines = (l.count * l.esize + 7) / 8,
+           threads = lines >= LL_THREADS ? LL_THREADS : lines <= 32 ? 32 : (lines + 31) / 32 * 32;
     size_t blocks = within_cta_hints(st->comm, (lines + threads - 1) / threads);
-    if (blocks > (size_t)st->m->sms) blocks = (size_t)st->m->sms;
+    if (blocks > st->ll_most) blocks = st->ll_most;
     CUresult r = launch_on(op, f, blocks ? (unsigned)blocks : 1, 1, (unsigned)threads, &l);
     return r == CUDA_SUCCESS ? WEFT_SUCCESS : cu_fail(r, "launching the LL kernel");
 }
@@ -1891,7 +2012,8 @@ static const weft_coll_param_t params[] = {
     {"flags", "every coll/cuda algorithm", &hdr, "bytes", NULL, "the flag header before each rank's two slots"},
     {"ll", "every coll/cuda algorithm but barrier", &cvars.ll, "bytes", "WEFT_CUDA_COLL_LL",
      "calls whose piece for each peer is up to this much (and 4 MiB / the ranks at most: 2 MiB on 2, 512 KiB on 8) "
-     "push their lines into the peers: no barrier, no staging (auto: 1 MiB on 2 ranks, 512 KiB on more)"},
+     "push their lines into the peers: no barrier, no staging (auto: 1 MiB on 2 ranks, 512 KiB on more); on a GPU "
+     "shared by k processes, 1/k of the blocks it holds at once"},
     {"pipe", "every coll/cuda algorithm", &cvars.pipe, "bytes", "WEFT_CUDA_COLL_PIPE",
      "calls staging at least this much per rank run pipelined: one barrier, then one launch of many blocks (auto: "
      "32 MiB on own GPUs; never on a shared GPU, where 2 ranks on one H100 reached 100 GB/s against 240 chunked at "
@@ -1906,7 +2028,8 @@ static const weft_coll_param_t params[] = {
      "part pushed to all) instead of staging into their own for the peers to read (auto: allreduce 128 MiB, "
      "reduce_scatter 256 MiB, both on 2 ranks 32 MiB, the others always)"},
     {"pipe_blocks", "every coll/cuda algorithm", &cvars.pipe_blocks, "blocks", "WEFT_CUDA_COLL_PIPE_BLOCKS",
-     "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs)"},
+     "the pipelined kernel's grid (within the max_ctas / min_ctas hints and the SMs; on a GPU shared by k "
+     "processes, 1/k of the blocks it holds at once)"},
     {"pipe_depth", "every coll/cuda algorithm", &cvars.pipe_depth, "positions", "WEFT_CUDA_COLL_PIPE_DEPTH",
      "slot positions per block of the pipelined kernel (512 / blocks at most): units in flight per block (auto: "
      "a ring and a bcast on 2 ranks 4, else 2)"},
