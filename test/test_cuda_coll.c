@@ -22,9 +22,11 @@
 #include <unistd.h>
 
 /* The pipelined kernel's grid in the tests: its blocks spin on each other's
- * flags, so every rank's must fit on the one GPU at once; under MPS 3-4
- * ranks of 128 blocks each did not (they waited out the 60 s deadline). 16
- * blocks still reuse their positions (4 each) many times over. */
+ * flags, so every rank's must fit on the one GPU at once (the library bounds
+ * the grid to its share of the GPU where ranks share one; before it did,
+ * 3-4 ranks of 128 blocks each under MPS waited out the 60 s deadline). 16
+ * blocks, below that share, still reuse their positions (4 each) many times
+ * over. */
 #define PIPE_GRID "WEFT_CUDA_COLL_PIPE_BLOCKS=16"
 /* Every pipelined call pushes (by default only large allreduces and reduce_scatters do). */
 #define PUSH_ALL "WEFT_CUDA_COLL_PUSH=1"
@@ -1218,7 +1220,9 @@ static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, 
 
 /* LL pieces past 64 KiB (WEFT_CUDA_COLL_LL at 2 MiB, the most any rank count allows): pieces just past 64 KiB
  * and 512 KiB, at the bound for the communicator's size (weft_ck_ll_max) and one byte (element) past it, which
- * stages instead; allreduce as the host call's bits (float32 and bfloat16 sums, int64 max),
+ * stages instead (at the bound a rank's LL grid would be a block per SM or more: on one GPU shared by every rank
+ * it must keep to its share of the GPU, or the first rank's blocks hold every SM while they wait for the
+ * others'); allreduce as the host call's bits (float32 and bfloat16 sums, int64 max),
  * reduce_scatter_block, then the other collectives' byte patterns. */
 static int body_ll_large(int rank, int size, void *arg)
 {
