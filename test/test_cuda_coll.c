@@ -1251,6 +1251,31 @@ Test(cuda_coll, ll_large_4_ranks, .timeout = 600)
     run2(4, body_ll_large, "WEFT_CUDA_COLL_LL=2097152", "WEFT_CUDA_COLL_FUSED=0");
 }
 
+/* The default selection where every rank shares one GPU: pieces at WEFT_CUDA_COLL_LL's auto bound (1 MiB on 2
+ * ranks, 512 KiB on more) take the LL kernel, whose grid of a block per 4 KiB (128-256 blocks, one an SM) must keep
+ * to its share of the GPU for every rank's to run at once. */
+static int body_ll_default(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    const size_t bytes = (size_t)(size == 2 ? 1024 : 512) << 10;
+    across_reduction(w, rank, K_ALLREDUCE, WEFT_FLOAT32, WEFT_SUM, bytes / 4);
+    across_reduction(w, rank, K_RSB, WEFT_BFLOAT16, WEFT_SUM, bytes / 2);
+    others_once(w, rank, size, bytes, 1);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, ll_default_bound_2_ranks, .timeout = 600)
+{
+    run(2, body_ll_default, NULL);
+}
+
+Test(cuda_coll, ll_default_bound_4_ranks, .timeout = 600)
+{
+    run(4, body_ll_default, NULL);
+}
+
 static int body_across_nodes(int rank, int size, void *arg)
 {
     (void)arg;
