@@ -114,15 +114,17 @@ static const weft_var_t *var_at(int i)
     return i < NCORE ? &vars[i] : weft_coll_var(i - NCORE);
 }
 
+/* The type weft_info prints; a '*' marks a variable every rank must set alike. */
 static const char *kind_name(weft_var_kind_t k)
 {
+    int agree = (k & WEFT_VAR_AGREE) != 0;
     switch (k & WEFT_VAR_KIND) {
-    case WEFT_VAR_STRING: return "string";
-    case WEFT_VAR_DOUBLE: return "seconds";
-    case WEFT_VAR_BOOL: return "bool";
-    case WEFT_VAR_INT: return "int";
-    case WEFT_VAR_INT_AUTO: return "int|auto";
-    case WEFT_VAR_LOGLEVEL: return "level";
+    case WEFT_VAR_STRING: return agree ? "string*" : "string";
+    case WEFT_VAR_DOUBLE: return agree ? "seconds*" : "seconds";
+    case WEFT_VAR_BOOL: return agree ? "bool*" : "bool";
+    case WEFT_VAR_INT: return agree ? "int*" : "int";
+    case WEFT_VAR_INT_AUTO: return agree ? "int|auto*" : "int|auto";
+    case WEFT_VAR_LOGLEVEL: return agree ? "level*" : "level";
     }
     return "?";
 }

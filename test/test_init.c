@@ -362,6 +362,17 @@ Test(init, coll_tune_on_some_ranks_fails_every_rank_at_once, .timeout = 60)
     disagree_run(3, (disagree_t){"WEFT_COLL_TUNE", "allreduce:0-inf:ring", 0,
                                  "WEFT_COLL_TUNE (ranks 1-2 set it unlike rank 0"});
 }
+Test(init, a_gpu_protocol_knob_on_one_rank_fails_every_rank_at_once, .timeout = 60)
+{
+    int known = 0;
+    for (int i = 0; i < weft_var_count() && !known; i++) {
+        const char *name;
+        weft_var_get(i, &name, NULL, NULL, NULL);
+        known = !strcmp(name, "WEFT_CUDA_COLL_LL");
+    }
+    if (!known) cr_skip_test("built without coll/cuda (no CUDA headers): WEFT_CUDA_COLL_LL does not exist");
+    disagree_run(2, (disagree_t){"WEFT_CUDA_COLL_LL", "0", 1, "WEFT_CUDA_COLL_LL (rank 1 sets it unlike rank 0"});
+}
 Test(init, a_bad_node_id_fails_every_rank_at_once, .timeout = 60)
 {
     disagree_run(3, (disagree_t){"WEFT_NODE_ID", "x1", 1, "WEFT_NODE_ID is not a non-negative integer on rank 1"});

@@ -48,7 +48,7 @@ static struct {
 enum { PIPE_THREADS = 512, LL_THREADS = 512 };
 
 static const weft_var_t vars[] = {
-    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: calls whose piece for each peer (an allreduce's, reduce's, allgather's or bcast's whole input; a "
      "reduce_scatter's or alltoall's block) is up to this many bytes (and the LL area's share of a sender: 2 MiB "
      "on 2 ranks, 1 MiB on 4, 512 KiB on 8) run as one launch (a block per 4 KiB, at most one per SM; where "
@@ -60,14 +60,14 @@ static const weft_var_t vars[] = {
      "auto: 1 MiB on 2 ranks (two H200s, 1 MiB pieces: 0.77-0.83x the staged time launched, 0.88-1.01x in graphs; "
      "2 MiB pieces lost, 1.00-1.22x), 512 KiB on more (four H200s: 1 MiB pieces lost, 1.09-1.40x); 0: never",
      &cvars.ll, 0},
-    {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_WINDOW", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: calls whose input, at least this many bytes per rank, lies in a registered window on every rank "
      "(weft_comm_window_register) read it in place: no staging, no chunks, one barrier more; smaller ones stage "
      "as if unregistered. auto: 8 MiB where ranks share a GPU (measured there: the second barrier costs more than "
      "the copy below about 8 MiB); where every rank has a GPU of its own alltoall and reduce_scatter from 64 KiB, "
      "allreduce never, the others from 8 MiB (measured on four H100s); 0: never",
      &cvars.window, 0},
-    {"WEFT_CUDA_COLL_TWO_SHOT", WEFT_VAR_INT, "8388608",
+    {"WEFT_CUDA_COLL_TWO_SHOT", WEFT_VAR_INT | WEFT_VAR_AGREE, "8388608",
      "coll/cuda: allreduces of at least this many bytes per rank on 3 or more ranks run in two shots (each rank "
      "reduces its part of every input, then every rank copies every reduced part: about 2 x the vector read per "
      "rank instead of n x) instead of one shot (staged calls; one in a registered window stays one shot); bcasts "
@@ -75,23 +75,23 @@ static const weft_var_t vars[] = {
      "egress carries it about twice instead of n - 1 times); a pipelined allreduce or bcast that pushes "
      "(WEFT_CUDA_COLL_PUSH) is two shots (steps) of its own and goes first; 0: never",
      &cvars.two_shot, 0},
-    {"WEFT_CUDA_COLL", WEFT_VAR_BOOL, "1",
+    {"WEFT_CUDA_COLL", WEFT_VAR_BOOL | WEFT_VAR_AGREE, "1",
      "collectives on device buffers through coll/cuda (kernels over CUDA IPC among the ranks of one node); 0: "
      "they fail with WEFT_ERR_UNSUPPORTED",
      &cvars.enabled, 0},
-    {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_SLOT", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: bytes of each of a rank's two scratch slots (its device memory, mapped by its peers); larger "
      "messages go in chunks of this size, one barrier each. Costs 2 x this + about 16 MiB (the "
      "flags and the LL area) of device memory per rank and communicator that runs a GPU collective. auto: 8 MiB "
      "where ranks share a GPU, 32 MiB where every rank has its own (measured on four H100s: 1.1-1.5x the bus "
      "bandwidth of 8 MiB slots for allreduce, reduce_scatter and alltoall from 16 MiB)",
      &cvars.slot, 0},
-    {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT, "16384",
+    {"WEFT_CUDA_COLL_FUSED", WEFT_VAR_INT | WEFT_VAR_AGREE, "16384",
      "coll/cuda: calls that stage up to this many bytes per rank run as one launch of one thread block (stage, "
      "barrier and reduce or copy fused) instead of three launches (into a CUDA graph: up to 4096 at most, as a "
      "replay pays no launch cost); 0: never",
      &cvars.fused, 0},
-    {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_PIPE", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: calls that stage at least this many bytes per rank run as one barrier then one pipelined launch of "
      "many blocks (each unit staged, announced and consumed with its own flags, so staging, NVLink reads and "
      "reductions overlap) instead of slot-sized chunks of three launches each. auto: 32 MiB where every rank has "
@@ -99,7 +99,7 @@ static const weft_var_t vars[] = {
      "0.98x NCCL's time against 1.37x chunked), never where two ranks share one (their spinning blocks starve "
      "each other); 0: never",
      &cvars.pipe, 0},
-    {"WEFT_CUDA_COLL_PUSH", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_PUSH", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: pipelined calls (WEFT_CUDA_COLL_PIPE) staging at least this many bytes per rank push: each rank "
      "stores its units into its peers' scratch (NVLink carries stores; every rank reads only its own memory), and "
      "an allreduce runs as a reduce-scatter whose parts every rank then pushes to all (about 2 x the vector "
@@ -107,12 +107,12 @@ static const weft_var_t vars[] = {
      "allreduce from 128 MiB, reduce_scatter from 256 MiB (both on 2 ranks from 32 MiB: measured on two "
      "H200s), the others always (measured on four H100s); 0: never",
      &cvars.push, 0},
-    {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT, "128",
+    {"WEFT_CUDA_COLL_PIPE_BLOCKS", WEFT_VAR_INT | WEFT_VAR_AGREE, "128",
      "coll/cuda: thread blocks of the pipelined kernel (within the max_ctas / min_ctas hints and the SMs; where "
      "processes share a GPU, at most their share of the blocks it holds at once, so that all of theirs run "
      "together: the blocks wait on each other)",
      &cvars.pipe_blocks, 0},
-    {"WEFT_CUDA_COLL_PIPE_DEPTH", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_PIPE_DEPTH", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: positions of the slots per block of the pipelined kernel (at most 512 / blocks): the units a "
      "block may have in flight; the slots are cut into blocks x this many positions, so more positions make "
      "smaller units. auto: 4 for a ring (WEFT_CUDA_COLL_RING; four H200s: 0.80-1.0x the time of 2 at 32-128 "
@@ -121,7 +121,7 @@ static const weft_var_t vars[] = {
      "positions gave allreduce, bcast and reduce_scatter 0.80-0.94x the bus bandwidth of 2 at most sizes, the "
      "others 0.97-1.08x; two H200s: allreduce 0.82-0.96x)",
      &cvars.pipe_depth, 0},
-    {"WEFT_CUDA_COLL_PIPE_AHEAD", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_PIPE_AHEAD", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: units a block of the pipelined kernel fills (stages or pushes) ahead of the one it consumes, so "
      "its peers' flags for that one are on their way while it works (at most the depth - 1); 0: each unit "
      "filled, then consumed. auto: 1 for allreduce, 0 for the others (measured on four H100s at 128 MiB - 1 GiB: "
@@ -140,7 +140,7 @@ static const weft_var_t vars[] = {
      "1.06-1.16x and 1.07-1.11x that of unsplit blocks), 0 for the rest. A rank's own "
      "choice: ranks may differ",
      &cvars.pipe_split, 0},
-    {"WEFT_CUDA_COLL_RING", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_CUDA_COLL_RING", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
      "coll/cuda: pipelined allgathers, bcasts, reduce_scatters and allreduces (WEFT_CUDA_COLL_PIPE) on 3 or more "
      "ranks staging at least this many bytes per rank run as a ring: every rank stores only into the next rank's "
      "scratch and passes on what the previous one stored (allgather and bcast bit for bit as the other forms; "
@@ -326,31 +326,12 @@ struct weft_window {
 };
 typedef struct weft_window cuda_window_t;
 
-/* The variables that decide a call's protocol from its size: they must be
- * the same on every rank of a communicator (else ranks pass different
- * numbers of barriers for one call), so setup compares them. */
-enum { NKNOBS = 10 };
-static const char *const knob_names[NKNOBS] = {"WEFT_CUDA_COLL_FUSED",       "WEFT_CUDA_COLL_LL",
-                                               "WEFT_CUDA_COLL_PIPE",        "WEFT_CUDA_COLL_PIPE_BLOCKS",
-                                               "WEFT_CUDA_COLL_TWO_SHOT",    "WEFT_CUDA_COLL_WINDOW",
-                                               "WEFT_CUDA_COLL_PUSH",        "WEFT_CUDA_COLL_PIPE_DEPTH",
-                                               "WEFT_CUDA_COLL_PIPE_AHEAD",  "WEFT_CUDA_COLL_RING"};
-/* As set (-1: auto, resolved at setup from whether ranks share a GPU). */
-static void knobs_of(int32_t *k)
-{
-    k[0] = cvars.fused, k[1] = cvars.ll, k[2] = cvars.pipe, k[3] = cvars.pipe_blocks, k[4] = cvars.two_shot,
-    k[5] = cvars.window, k[6] = cvars.push, k[7] = cvars.pipe_depth, k[8] = cvars.pipe_ahead;
-    k[9] = cvars.ring;
-}
-
 /* What each rank tells the others at setup. */
 typedef struct {
     int32_t status; /* WEFT_SUCCESS or this rank's setup error */
     int32_t device;
     int32_t pci; /* the GPU's PCI domain, bus and device (-1: unknown): which ranks share one */
-    uint64_t slot;
     int32_t sms, ll_room, pipe_room; /* its GPU's SMs; blocks of the LL / pipelined kernels it holds at once */
-    int32_t knobs[NKNOBS]; /* the protocol thresholds: every rank must choose alike */
     CUipcMemHandle handle;
 } exch_t;
 
@@ -498,7 +479,6 @@ static int setup_local(cuda_state_t *st, exch_t *mine)
     if (r != CUDA_SUCCESS) return cu_fail(r, "creating the stream");
     if ((r = weft_cu.ipc_get_mem_handle(&mine->handle, st->region)) != CUDA_SUCCESS)
         return cu_fail(r, "cuIpcGetMemHandle of the scratch region");
-    mine->slot = st->slot;
     CUdevice dev = 0;
     weft_cu.ctx_get_device(&dev);
     mine->device = (int32_t)dev;
@@ -558,7 +538,6 @@ static int setup(cuda_state_t *st)
     memset(all, 0, sizeof(all));
     CUresult r = weft_cu.ctx_push(st->ctx);
     if (r != CUDA_SUCCESS) return cu_fail(r, "making the buffers' context current");
-    knobs_of(mine.knobs);
     /* Which ranks share a GPU, first: it sets the slots' default size (the
      * same on every rank: the same records); and the GPUs each rank sees. */
     int32_t pg[2 * WEFT_CK_MAX_RANKS], pci[WEFT_CK_MAX_RANKS], gpus = 0;
@@ -594,16 +573,6 @@ static int setup(cuda_state_t *st)
         if (all[p].status) {
             rc = weft_error(WEFT_ERR_UNSUPPORTED, "coll/cuda: comm %s: rank %d could not set up its GPU scratch (%s)",
                             st->comm->name, p, weft_strerror(all[p].status));
-        } else if (all[p].slot != st->slot) {
-            rc = weft_error(WEFT_ERR_ARG, "coll/cuda: comm %s: rank %d has WEFT_CUDA_COLL_SLOT=%llu, this rank %zu",
-                            st->comm->name, p, (unsigned long long)all[p].slot, st->slot);
-        } else if (memcmp(all[p].knobs, mine.knobs, sizeof(mine.knobs))) {
-            int k = 0;
-            while (k < NKNOBS - 1 && all[p].knobs[k] == mine.knobs[k])
-                k++;
-            rc = weft_error(WEFT_ERR_ARG,
-                            "coll/cuda: comm %s: rank %d has %s=%d, this rank %d (every rank must set it alike)",
-                            st->comm->name, p, knob_names[k], (int)all[p].knobs[k], (int)mine.knobs[k]);
         } else if (p == st->me) {
             st->peer[p] = st->region;
         } else if ((r = weft_cu.ipc_open_mem_handle(&st->peer[p], all[p].handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=

@@ -87,7 +87,7 @@ static int print_rdma(int rank, int size)
 
 static void print_vars(void)
 {
-    printf("variables (set in the environment):\n");
+    printf("variables (set in the environment; a type ending in '*': the same on every rank, compared at init):\n");
     for (int i = 0; i < weft_var_count(); i++) {
         const char *name, *type, *def, *desc;
         weft_var_get(i, &name, &type, &def, &desc);
@@ -97,7 +97,7 @@ static void print_vars(void)
             snprintf(hidden, sizeof(hidden), "(hidden, %zu characters)", strlen(cur));
             cur = hidden;
         }
-        printf("  %-24s %-8s default %-6s %s%s%s%s\n", name, type, def, desc, cur ? " [set: " : "", cur ? cur : "",
+        printf("  %-24s %-9s default %-6s %s%s%s%s\n", name, type, def, desc, cur ? " [set: " : "", cur ? cur : "",
                cur ? "]" : "");
     }
 }
