@@ -44,27 +44,15 @@ const weft_coll_component_t *weft_coll_component_of(const weft_coll_alg_t *alg)
 }
 
 /* The framework's variables (select.c: WEFT_COLL_TUNE), then every
- * component's, in component order. */
+ * component's, in component order, go to config's registry. */
 extern const weft_var_t weft_coll_select_vars[];
 extern const int weft_coll_select_nvars;
 
-int weft_coll_var_count(void)
+void weft_coll_register_vars(void)
 {
-    int n = weft_coll_select_nvars;
+    weft_config_register(weft_coll_select_vars, weft_coll_select_nvars);
     for (int c = 0; weft_coll_components[c]; c++)
-        n += weft_coll_components[c]->nvars;
-    return n;
-}
-
-const weft_var_t *weft_coll_var(int i)
-{
-    if (i < weft_coll_select_nvars) return &weft_coll_select_vars[i];
-    i -= weft_coll_select_nvars;
-    for (int c = 0; weft_coll_components[c]; c++) {
-        if (i < weft_coll_components[c]->nvars) return &weft_coll_components[c]->vars[i];
-        i -= weft_coll_components[c]->nvars;
-    }
-    return NULL;
+        if (weft_coll_components[c]->nvars) weft_config_register(weft_coll_components[c]->vars, weft_coll_components[c]->nvars);
 }
 
 /* ---- per-communicator state ------------------------------------------------ */

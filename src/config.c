@@ -101,17 +101,38 @@ static const weft_var_t vars[] = {
      FIELD(store_bind_any), 0},
 };
 
-#define NCORE ((int)(sizeof(vars) / sizeof(vars[0])))
+/* The runtime's table first, then the tables the layers above register
+ * (coll/: the framework's and each component's), in registration order. */
+enum { MAX_TABLES = 16 };
+static struct {
+    const weft_var_t *vars;
+    int n;
+} tables[MAX_TABLES] = {{vars, (int)(sizeof(vars) / sizeof(vars[0]))}};
+static int ntables = 1;
 
-/* Variable i of the runtime's table followed by the collective
- * components' (their descriptors declare them). */
+int weft_config_register(const weft_var_t *table, int n)
+{
+    for (int t = 0; t < ntables; t++)
+        if (tables[t].vars == table) return WEFT_SUCCESS; /* registered already */
+    if (ntables == MAX_TABLES) return weft_error(WEFT_ERR_INTERNAL, "config: more than %d variable tables", MAX_TABLES);
+    tables[ntables].vars = table;
+    tables[ntables].n = n;
+    ntables++;
+    return WEFT_SUCCESS;
+}
+
 static int var_count(void)
 {
-    return NCORE + weft_coll_var_count();
+    int n = 0;
+    for (int t = 0; t < ntables; t++)
+        n += tables[t].n;
+    return n;
 }
 static const weft_var_t *var_at(int i)
 {
-    return i < NCORE ? &vars[i] : weft_coll_var(i - NCORE);
+    for (int t = 0; t < ntables; i -= tables[t].n, t++)
+        if (i < tables[t].n) return &tables[t].vars[i];
+    return NULL;
 }
 
 /* The type weft_info prints; a '*' marks a variable every rank must set alike. */
@@ -352,16 +373,14 @@ out:
     return rc;
 }
 
-WEFT_API int weft_var_count(void)
+int weft_config_var_count(void)
 {
-    WEFT_API_ENTER();
     return var_count();
 }
 
-WEFT_API int weft_var_get(int index, const char **name, const char **type, const char **default_value,
-                          const char **description)
+int weft_config_var_get(int index, const char **name, const char **type, const char **default_value,
+                        const char **description)
 {
-    WEFT_API_ENTER();
     if (index < 0 || index >= var_count())
         return weft_error(WEFT_ERR_ARG, "weft_var_get: index %d out of range 0..%d", index, var_count() - 1);
     const weft_var_t *v = var_at(index);

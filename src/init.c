@@ -101,11 +101,36 @@ fail:
     return rc;
 }
 
+/* Every layer's WEFT_* variables, registered with config once (this file
+ * is the top floor: it may call every layer). */
+static void register_vars(void)
+{
+    static int done;
+    if (done++) return;
+    weft_coll_register_vars();
+}
+
+WEFT_API int weft_var_count(void)
+{
+    WEFT_API_ENTER();
+    register_vars();
+    return weft_config_var_count();
+}
+
+WEFT_API int weft_var_get(int index, const char **name, const char **type, const char **default_value,
+                          const char **description)
+{
+    WEFT_API_ENTER();
+    register_vars();
+    return weft_config_var_get(index, name, type, default_value, description);
+}
+
 static int init_prologue(const char *fn)
 {
     int rc;
     weft_error_clear();
     if (weft_g.initialized) return weft_error(WEFT_ERR_ALREADY, "%s: weft is already initialized", fn);
+    register_vars();
     if ((rc = weft_config_load()) != WEFT_SUCCESS) return rc;
     weft_log_init();
     memset(&weft_g, 0, sizeof(weft_g));

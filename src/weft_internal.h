@@ -109,6 +109,13 @@ extern weft_config_t weft_cfg;
  * components'); a malformed value fails with WEFT_ERR_ARG naming the
  * variable. */
 int weft_config_load(void);
+/* A layer above src/ adds its table of WEFT_* variables (static storage)
+ * before weft_config_load; registering a table twice is a no-op. */
+int weft_config_register(const weft_var_t *table, int n);
+/* weft_var_count / weft_var_get over every registered table. */
+int weft_config_var_count(void);
+int weft_config_var_get(int index, const char **name, const char **type, const char **default_value,
+                        const char **description);
 /* A hash of the names and values of the variables every rank must set
  * alike (WEFT_VAR_AGREE), exchanged at init. */
 uint64_t weft_config_agree_hash(void);
@@ -521,8 +528,9 @@ extern const weft_coll_services_t *weft_coll_svc;
  * its components' descriptors. */
 int weft_coll_init(void);
 void weft_coll_finalize(void);
-int weft_coll_var_count(void);
-const weft_var_t *weft_coll_var(int i);
+/* coll/ hands its variable tables to config (weft_config_register); the
+ * top floor (init.c) calls it before any variable is read. */
+void weft_coll_register_vars(void);
 
 /* ---- host topology (topo/) --------------------------------------------- */
 /* hwloc summary of this host (topo/hwloc.c). */
