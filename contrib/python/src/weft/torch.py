@@ -6,7 +6,8 @@ Importing this module registers the backend ``"weft"`` with torch.distributed::
     import weft.torch  # noqa: F401  (registers "weft")
 
     dist.init_process_group(backend="weft")            # under torchrun, weftrun, mpirun
-    dist.init_process_group(backend="weft", device_id=torch.device("cuda", local_rank))
+    dist.init_process_group(backend="weft",
+                            device_id=torch.device("cuda", local_rank % torch.cuda.device_count()))
     dist.init_process_group(backend="cpu:gloo,cuda:weft")
 
 ``import weft`` never imports this module (the package works without torch).
