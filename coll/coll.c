@@ -52,7 +52,8 @@ void weft_coll_register_vars(void)
 {
     weft_config_register(weft_coll_select_vars, weft_coll_select_nvars);
     for (int c = 0; weft_coll_components[c]; c++)
-        if (weft_coll_components[c]->nvars) weft_config_register(weft_coll_components[c]->vars, weft_coll_components[c]->nvars);
+        if (weft_coll_components[c]->nvars)
+            weft_config_register(weft_coll_components[c]->vars, weft_coll_components[c]->nvars);
 }
 
 /* ---- per-communicator state ------------------------------------------------ */
@@ -235,14 +236,12 @@ static int check_build(weft_sched_t *s, const weft_coll_args_t *a)
     return weft_sched_end_round(s);
 }
 
-/* A weft_*_on_stream call in progress on this thread (set around the
- * family function it calls, read here: one front end for both forms). */
-static _Thread_local struct {
-    int on;
+/* A weft_*_on_stream call: its stream in, and what the call found out. */
+typedef struct {
     void *stream;
     int host;  /* set by coll_finish: the call's buffers are host memory */
     int block; /* set by coll_finish: a host-driven call on device buffers: the call waits for its end */
-} on_stream;
+} stream_call_t;
 
 /* The first step of a stream-ordered call that runs on the host: the
  * stream's work before the call is done (its gate's event). */
@@ -273,20 +272,20 @@ int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a)
                       weft_coll_kind_name(a->kind), weft_memtype_name(a->mem), n);
 }
 
-static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
+/* sc: NULL, or the stream-ordered call this one is. */
+static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *sc)
 {
     const weft_coll_alg_t *cands[32];
     int rc = coll_memtype(a);
     if (rc) return rc;
-    if (on_stream.on) {
-        on_stream.on = 0; /* taken: a collective this one runs inside (coll/cuda's setup) is an ordinary call */
+    if (sc) {
         a->on_stream = 1;
-        a->stream = on_stream.stream;
+        a->stream = sc->stream;
         /* A barrier has no buffers: on a stream, with CUDA loaded, it is the GPU's (a barrier kernel). */
         if (a->kind == WEFT_COLL_BARRIER && weft_cuda_possible()) a->mem = WEFT_MEM_CUDA;
         /* Host buffers: the stream's work first, then the host collective. */
-        on_stream.host = a->mem == WEFT_MEM_HOST;
-        if (on_stream.host && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind)))) return rc;
+        sc->host = a->mem == WEFT_MEM_HOST;
+        if (sc->host && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind)))) return rc;
     }
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */
@@ -315,7 +314,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req)
                 return rc;
             }
             weft_sched_on_end(s, gate_release, gate);
-            on_stream.block = 1;
+            sc->block = 1;
         }
         if (rc == WEFT_SUCCESS) {
             /* Stream-ordered on device memory: the call returns before the work is done, and
@@ -435,25 +434,26 @@ static int check_vector(const weft_coll_args_t *a, const int64_t *counts, const 
 
 /* ---- the public calls ------------------------------------------------------- */
 
-static int barrier(weft_comm_t comm, weft_request_t *req, const char *fn)
+static int barrier(stream_call_t *sc, weft_comm_t comm, weft_request_t *req, const char *fn)
 {
     weft_coll_args_t a;
     int rc = begin(&a, WEFT_COLL_BARRIER, comm, WEFT_BYTE, fn, req, req != NULL);
-    return rc ? rc : coll_finish(&a, req);
+    return rc ? rc : coll_finish(&a, req, sc);
 }
 WEFT_API int weft_barrier(weft_comm_t comm)
 {
     WEFT_API_ENTER();
-    return barrier(comm, NULL, "weft_barrier");
+    return barrier(NULL, comm, NULL, "weft_barrier");
 }
 WEFT_API int weft_ibarrier(weft_comm_t comm, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? barrier(comm, req, "weft_ibarrier") : weft_error(WEFT_ERR_ARG, "weft_ibarrier: NULL request pointer");
+    return req ? barrier(NULL, comm, req, "weft_ibarrier")
+               : weft_error(WEFT_ERR_ARG, "weft_ibarrier: NULL request pointer");
 }
 
-static int bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req,
-                 const char *fn)
+static int bcast(stream_call_t *sc, void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm,
+                 weft_request_t *req, const char *fn)
 {
     weft_coll_args_t a;
     int rc = begin(&a, WEFT_COLL_BCAST, comm, dtype, fn, req, req != NULL);
@@ -465,23 +465,23 @@ static int bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_co
     a.count = (size_t)count;
     a.root = root;
     a.bytes = a.count * a.esize;
-    return coll_finish(&a, req);
+    return coll_finish(&a, req, sc);
 }
 WEFT_API int weft_bcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm)
 {
     WEFT_API_ENTER();
-    return bcast(buf, count, dtype, root, comm, NULL, "weft_bcast");
+    return bcast(NULL, buf, count, dtype, root, comm, NULL, "weft_bcast");
 }
 WEFT_API int weft_ibcast(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? bcast(buf, count, dtype, root, comm, req, "weft_ibcast")
+    return req ? bcast(NULL, buf, count, dtype, root, comm, req, "weft_ibcast")
                : weft_error(WEFT_ERR_ARG, "weft_ibcast: NULL request pointer");
 }
 
 /* reduce / allreduce / scan / exscan share their checks. */
-static int reduction(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype,
-                     weft_op_t op, int root, weft_comm_t comm, weft_request_t *req, const char *fn)
+static int reduction(stream_call_t *sc, weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, int64_t count,
+                     weft_dtype_t dtype, weft_op_t op, int root, weft_comm_t comm, weft_request_t *req, const char *fn)
 {
     weft_coll_args_t a;
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
@@ -502,60 +502,60 @@ static int reduction(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, 
     a.op = op;
     a.root = root;
     a.bytes = a.count * a.esize;
-    return coll_finish(&a, req);
+    return coll_finish(&a, req, sc);
 }
 WEFT_API int weft_reduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, NULL, "weft_reduce");
+    return reduction(NULL, WEFT_COLL_REDUCE, s, r, n, d, op, root, c, NULL, "weft_reduce");
 }
 WEFT_API int weft_ireduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root, weft_comm_t c,
                           weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, req, "weft_ireduce")
+    return req ? reduction(NULL, WEFT_COLL_REDUCE, s, r, n, d, op, root, c, req, "weft_ireduce")
                : weft_error(WEFT_ERR_ARG, "weft_ireduce: NULL request pointer");
 }
 WEFT_API int weft_allreduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, NULL, "weft_allreduce");
+    return reduction(NULL, WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, NULL, "weft_allreduce");
 }
 WEFT_API int weft_iallreduce(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                              weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, req, "weft_iallreduce")
+    return req ? reduction(NULL, WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, req, "weft_iallreduce")
                : weft_error(WEFT_ERR_ARG, "weft_iallreduce: NULL request pointer");
 }
 WEFT_API int weft_scan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return reduction(WEFT_COLL_SCAN, s, r, n, d, op, 0, c, NULL, "weft_scan");
+    return reduction(NULL, WEFT_COLL_SCAN, s, r, n, d, op, 0, c, NULL, "weft_scan");
 }
 WEFT_API int weft_iscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                         weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? reduction(WEFT_COLL_SCAN, s, r, n, d, op, 0, c, req, "weft_iscan")
+    return req ? reduction(NULL, WEFT_COLL_SCAN, s, r, n, d, op, 0, c, req, "weft_iscan")
                : weft_error(WEFT_ERR_ARG, "weft_iscan: NULL request pointer");
 }
 WEFT_API int weft_exscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return reduction(WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, NULL, "weft_exscan");
+    return reduction(NULL, WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, NULL, "weft_exscan");
 }
 WEFT_API int weft_iexscan(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                           weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? reduction(WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, req, "weft_iexscan")
+    return req ? reduction(NULL, WEFT_COLL_EXSCAN, s, r, n, d, op, 0, c, req, "weft_iexscan")
                : weft_error(WEFT_ERR_ARG, "weft_iexscan: NULL request pointer");
 }
 
 /* allgather (contiguous or list), gather, scatter, alltoall: count per rank. */
-static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, void *const *recvbufs, int64_t count,
-                    weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req, const char *fn)
+static int per_rank(stream_call_t *sc, weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, void *const *recvbufs,
+                    int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *req, const char *fn)
 {
     weft_coll_args_t a;
     int rc = begin(&a, kind, comm, dtype, fn, req, req != NULL);
@@ -590,7 +590,7 @@ static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, v
             /* The algorithm sends from a copy of recvbuf it makes at post time. */
             a.sendbuf = WEFT_IN_PLACE;
             a.recvbuf = recvbuf;
-            return coll_finish(&a, req);
+            return coll_finish(&a, req, sc);
         }
         sendbuf = weft_coll_rblock(
             &(weft_coll_args_t){.recvbuf = recvbuf, .recvbufs = recvbufs, .count = a.count, .esize = a.esize},
@@ -600,65 +600,65 @@ static int per_rank(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, v
     }
     a.sendbuf = sendbuf;
     a.recvbuf = recvbuf;
-    return coll_finish(&a, req);
+    return coll_finish(&a, req, sc);
 }
 WEFT_API int weft_allgather(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, NULL, "weft_allgather");
+    return per_rank(NULL, WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, NULL, "weft_allgather");
 }
 WEFT_API int weft_iallgather(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, req, "weft_iallgather")
+    return req ? per_rank(NULL, WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, req, "weft_iallgather")
                : weft_error(WEFT_ERR_ARG, "weft_iallgather: NULL request pointer");
 }
 WEFT_API int weft_allgather_list(const void *s, void *const rs[], int64_t n, weft_dtype_t d, weft_comm_t c)
 {
     WEFT_API_ENTER();
     if (!rs) return weft_error(WEFT_ERR_ARG, "weft_allgather_list: NULL recvbufs");
-    return per_rank(WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, NULL, "weft_allgather_list");
+    return per_rank(NULL, WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, NULL, "weft_allgather_list");
 }
 WEFT_API int weft_iallgather_list(const void *s, void *const rs[], int64_t n, weft_dtype_t d, weft_comm_t c,
                                   weft_request_t *req)
 {
     WEFT_API_ENTER();
     if (!rs || !req) return weft_error(WEFT_ERR_ARG, "weft_iallgather_list: NULL recvbufs or request pointer");
-    return per_rank(WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, req, "weft_iallgather_list");
+    return per_rank(NULL, WEFT_COLL_ALLGATHER, s, NULL, rs, n, d, 0, c, req, "weft_iallgather_list");
 }
 WEFT_API int weft_gather(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return per_rank(WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, NULL, "weft_gather");
+    return per_rank(NULL, WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, NULL, "weft_gather");
 }
 WEFT_API int weft_igather(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c,
                           weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? per_rank(WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, req, "weft_igather")
+    return req ? per_rank(NULL, WEFT_COLL_GATHER, s, r, NULL, n, d, root, c, req, "weft_igather")
                : weft_error(WEFT_ERR_ARG, "weft_igather: NULL request pointer");
 }
 WEFT_API int weft_scatter(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return per_rank(WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, NULL, "weft_scatter");
+    return per_rank(NULL, WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, NULL, "weft_scatter");
 }
 WEFT_API int weft_iscatter(const void *s, void *r, int64_t n, weft_dtype_t d, int root, weft_comm_t c,
                            weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? per_rank(WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, req, "weft_iscatter")
+    return req ? per_rank(NULL, WEFT_COLL_SCATTER, s, r, NULL, n, d, root, c, req, "weft_iscatter")
                : weft_error(WEFT_ERR_ARG, "weft_iscatter: NULL request pointer");
 }
 WEFT_API int weft_alltoall(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, NULL, "weft_alltoall");
+    return per_rank(NULL, WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, NULL, "weft_alltoall");
 }
 WEFT_API int weft_ialltoall(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, req, "weft_ialltoall")
+    return req ? per_rank(NULL, WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, req, "weft_ialltoall")
                : weft_error(WEFT_ERR_ARG, "weft_ialltoall: NULL request pointer");
 }
 
@@ -698,7 +698,7 @@ static int gathering_v(weft_coll_kind_t kind, const void *sendbuf, int64_t sendc
     a.rdispls = displs;
     a.root = root;
     a.bytes = (size_t)sendcount * a.esize;
-    return coll_finish(&a, req);
+    return coll_finish(&a, req, NULL);
 }
 WEFT_API int weft_allgatherv(const void *s, int64_t sc, void *r, const int64_t rc[], const int64_t dp[], weft_dtype_t d,
                              weft_comm_t c)
@@ -760,7 +760,7 @@ static int scatter_v(const void *sendbuf, const int64_t *sendcounts, const int64
     a.sdispls = displs;
     a.root = root;
     a.bytes = (size_t)recvcount * a.esize;
-    return coll_finish(&a, req);
+    return coll_finish(&a, req, NULL);
 }
 WEFT_API int weft_scatterv(const void *s, const int64_t sc[], const int64_t dp[], void *r, int64_t rc, weft_dtype_t d,
                            int root, weft_comm_t c)
@@ -777,9 +777,9 @@ WEFT_API int weft_iscatterv(const void *s, const int64_t sc[], const int64_t dp[
 }
 
 /* reduce_scatter(_block): the input is the whole vector (sum of counts). */
-static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recvbuf, const int64_t *recvcounts,
-                          int64_t blockcount, weft_dtype_t dtype, weft_op_t op, weft_comm_t comm, weft_request_t *req,
-                          const char *fn)
+static int reduce_scatter(stream_call_t *sc, weft_coll_kind_t kind, const void *sendbuf, void *recvbuf,
+                          const int64_t *recvcounts, int64_t blockcount, weft_dtype_t dtype, weft_op_t op,
+                          weft_comm_t comm, weft_request_t *req, const char *fn)
 {
     weft_coll_args_t a;
     int64_t total;
@@ -804,31 +804,32 @@ static int reduce_scatter(weft_coll_kind_t kind, const void *sendbuf, void *recv
     a.rcounts = recvcounts;
     a.op = op;
     a.bytes = (size_t)total * a.esize;
-    return coll_finish(&a, req);
+    return coll_finish(&a, req, sc);
 }
 WEFT_API int weft_reduce_scatter(const void *s, void *r, const int64_t rc[], weft_dtype_t d, weft_op_t op,
                                  weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return reduce_scatter(WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, NULL, "weft_reduce_scatter");
+    return reduce_scatter(NULL, WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, NULL, "weft_reduce_scatter");
 }
 WEFT_API int weft_ireduce_scatter(const void *s, void *r, const int64_t rc[], weft_dtype_t d, weft_op_t op,
                                   weft_comm_t c, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? reduce_scatter(WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, req, "weft_ireduce_scatter")
+    return req ? reduce_scatter(NULL, WEFT_COLL_REDUCE_SCATTER, s, r, rc, 0, d, op, c, req, "weft_ireduce_scatter")
                : weft_error(WEFT_ERR_ARG, "weft_ireduce_scatter: NULL request pointer");
 }
 WEFT_API int weft_reduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c)
 {
     WEFT_API_ENTER();
-    return reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, NULL, "weft_reduce_scatter_block");
+    return reduce_scatter(NULL, WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, NULL,
+                          "weft_reduce_scatter_block");
 }
 WEFT_API int weft_ireduce_scatter_block(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                                         weft_request_t *req)
 {
     WEFT_API_ENTER();
-    return req ? reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, req,
+    return req ? reduce_scatter(NULL, WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, req,
                                 "weft_ireduce_scatter_block")
                : weft_error(WEFT_ERR_ARG, "weft_ireduce_scatter_block: NULL request pointer");
 }
@@ -856,7 +857,7 @@ static int alltoall_v(const void *sendbuf, const int64_t *scounts, const int64_t
     a.rcounts = rcounts;
     a.rdispls = rdispls;
     a.bytes = (size_t)(stotal / (comm->size ? comm->size : 1)) * a.esize;
-    return coll_finish(&a, req);
+    return coll_finish(&a, req, NULL);
 }
 WEFT_API int weft_alltoallv(const void *s, const int64_t sc[], const int64_t sd[], void *r, const int64_t rc[],
                             const int64_t rd[], weft_dtype_t d, weft_comm_t c)
@@ -914,7 +915,6 @@ static int force_algorithm(weft_comm_t comm, const char *coll, size_t len, const
 
 static const weft_coll_services_t services = {
     .allgather = internal_allgather, .force_algorithm = force_algorithm, .comm_release = comm_release};
-const weft_coll_services_t *weft_coll_svc;
 
 int weft_coll_init(void)
 {
@@ -943,21 +943,16 @@ void weft_coll_finalize(void)
  * otherwise the request is released as it completes. Host buffers with no
  * request: the call waits (nothing else would tell the caller when its
  * buffers are free). A call on device buffers that runs on the host
- * (on_stream.block; pt2pt/cuda.h's gate says why): the call waits, and
+ * (block; src/cuda/runtime.h's gate says why): the call waits, and
  * *req is WEFT_REQUEST_NULL. */
 #define ON_STREAM(stream_, req_, call)                                                                                 \
     do {                                                                                                               \
         weft_request_t tmp = WEFT_REQUEST_NULL;                                                                        \
-        on_stream.on = 1;                                                                                              \
-        on_stream.stream = (stream_);                                                                                  \
-        on_stream.host = 0;                                                                                            \
-        on_stream.block = 0;                                                                                           \
+        stream_call_t sc_ = {.stream = (stream_)};                                                                     \
         int rc_ = (call);                                                                                              \
-        on_stream.on = 0;                                                                                              \
-        on_stream.stream = NULL;                                                                                       \
         weft_sched_reap();                                                                                             \
         if (rc_) return rc_;                                                                                           \
-        if (on_stream.block) {                                                                                         \
+        if (sc_.block) {                                                                                               \
             if (req_) *(req_) = WEFT_REQUEST_NULL;                                                                     \
             return weft_wait(&tmp, NULL);                                                                              \
         }                                                                                                              \
@@ -965,49 +960,51 @@ void weft_coll_finalize(void)
             *(req_) = tmp;                                                                                             \
             return WEFT_SUCCESS;                                                                                       \
         }                                                                                                              \
-        return on_stream.host ? weft_wait(&tmp, NULL) : weft_request_free(&tmp);                                       \
+        return sc_.host ? weft_wait(&tmp, NULL) : weft_request_free(&tmp);                                             \
     } while (0)
 
 WEFT_API int weft_barrier_on_stream(weft_comm_t c, void *stream, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    ON_STREAM(stream, req, barrier(c, &tmp, "weft_barrier_on_stream"));
+    ON_STREAM(stream, req, barrier(&sc_, c, &tmp, "weft_barrier_on_stream"));
 }
 WEFT_API int weft_bcast_on_stream(void *buf, int64_t n, weft_dtype_t d, int root, weft_comm_t c, void *stream,
                                   weft_request_t *req)
 {
     WEFT_API_ENTER();
-    ON_STREAM(stream, req, bcast(buf, n, d, root, c, &tmp, "weft_bcast_on_stream"));
+    ON_STREAM(stream, req, bcast(&sc_, buf, n, d, root, c, &tmp, "weft_bcast_on_stream"));
 }
 WEFT_API int weft_reduce_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, int root,
                                    weft_comm_t c, void *stream, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    ON_STREAM(stream, req, reduction(WEFT_COLL_REDUCE, s, r, n, d, op, root, c, &tmp, "weft_reduce_on_stream"));
+    ON_STREAM(stream, req, reduction(&sc_, WEFT_COLL_REDUCE, s, r, n, d, op, root, c, &tmp, "weft_reduce_on_stream"));
 }
 WEFT_API int weft_allreduce_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op, weft_comm_t c,
                                       void *stream, weft_request_t *req)
 {
     WEFT_API_ENTER();
-    ON_STREAM(stream, req, reduction(WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, &tmp, "weft_allreduce_on_stream"));
+    ON_STREAM(stream, req,
+              reduction(&sc_, WEFT_COLL_ALLREDUCE, s, r, n, d, op, 0, c, &tmp, "weft_allreduce_on_stream"));
 }
 WEFT_API int weft_allgather_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, void *stream,
                                       weft_request_t *req)
 {
     WEFT_API_ENTER();
-    ON_STREAM(stream, req, per_rank(WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, &tmp, "weft_allgather_on_stream"));
+    ON_STREAM(stream, req,
+              per_rank(&sc_, WEFT_COLL_ALLGATHER, s, r, NULL, n, d, 0, c, &tmp, "weft_allgather_on_stream"));
 }
 WEFT_API int weft_alltoall_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_comm_t c, void *stream,
                                      weft_request_t *req)
 {
     WEFT_API_ENTER();
-    ON_STREAM(stream, req, per_rank(WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, &tmp, "weft_alltoall_on_stream"));
+    ON_STREAM(stream, req, per_rank(&sc_, WEFT_COLL_ALLTOALL, s, r, NULL, n, d, 0, c, &tmp, "weft_alltoall_on_stream"));
 }
 WEFT_API int weft_reduce_scatter_block_on_stream(const void *s, void *r, int64_t n, weft_dtype_t d, weft_op_t op,
                                                  weft_comm_t c, void *stream, weft_request_t *req)
 {
     WEFT_API_ENTER();
     ON_STREAM(stream, req,
-              reduce_scatter(WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, &tmp,
+              reduce_scatter(&sc_, WEFT_COLL_REDUCE_SCATTER_BLOCK, s, r, NULL, n, d, op, c, &tmp,
                              "weft_reduce_scatter_block_on_stream"));
 }

@@ -71,7 +71,7 @@ if [ -z "$py" ]; then
     skipped=$((skipped + 1))
 else
     (cd "$src/contrib/python" && PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" WEFT_LIBRARY="$build/.libs/libweft.so.0" WEFT_TEST_TIMEOUT=60 \
-        timeout 900 "$build/src/tools/weftrun" -n 2 --timeout 600 bash -c \
+        timeout 900 "$build/tools/weftrun" -n 2 --timeout 600 bash -c \
         "exec $py -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_device_arrays.py >$log/py\$RANK.log 2>&1") ||
         status=1
     tail -n 15 "$log/py0.log"

@@ -13,11 +13,11 @@ contrib/install-deps.sh
 make -j"$(nproc)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "== weft_info"
-./src/tools/weft_info
+./tools/weft_info
 echo "== hello, 4 ranks, env bootstrap (weftrun sets RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)"
-./src/tools/weftrun -n 4 --timeout 120 ./examples/hello | sort
+./tools/weftrun -n 4 --timeout 120 ./examples/hello | sort
 echo "== ring, 4 ranks, env bootstrap"
-./src/tools/weftrun -n 4 --timeout 120 ./examples/ring
+./tools/weftrun -n 4 --timeout 120 ./examples/ring
 echo "== ring, 4 ranks, mpirun (PMIx bootstrap)"
 timeout 120 mpirun -np 4 --oversubscribe ./examples/ring
 if [ -x examples/embed_mpi ]; then
@@ -37,13 +37,13 @@ if [ -n "$py" ]; then
     echo "== Python: examples/python/allreduce.py, 4 ranks ($py)"
     # Buffered output: each rank's line reaches the shared pipe in one write.
     PYTHONPATH="$PWD/contrib/python/src" WEFT_LIBRARY="$PWD" env -u PYTHONUNBUFFERED \
-        ./src/tools/weftrun -n 4 --timeout 120 "$py" examples/python/allreduce.py | sort
+        ./tools/weftrun -n 4 --timeout 120 "$py" examples/python/allreduce.py | sort
 else
     echo "== Python: skipped (no python3 with numpy: apt-get install python3-numpy)"
 fi
 echo "== OSU-style tables (weft; docs/PERFORMANCE.md has the side-by-side numbers)"
-./src/tools/weftrun -n 2 --timeout 120 ./contrib/bench/weft-osu-latency -m 0:4k -i 2000 -x 200
-./src/tools/weftrun -n 4 --timeout 120 ./contrib/bench/weft-osu-allreduce -m 8:64k -i 200 -x 20
+./tools/weftrun -n 2 --timeout 120 ./contrib/bench/weft-osu-latency -m 0:4k -i 2000 -x 200
+./tools/weftrun -n 4 --timeout 120 ./contrib/bench/weft-osu-allreduce -m 8:64k -i 200 -x 20
 if [ -x contrib/bench/mpi-osu ]; then
     echo "== the same allreduce benchmark over Open MPI, median of 3 alternating rounds each"
     contrib/bench/compare.sh -n 4 -r 3 --bind none -p openmpi -o "$scratch" allreduce -m 8:64k -i 200 -x 20

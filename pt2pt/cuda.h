@@ -25,12 +25,12 @@
 /* How a buffer travels: host (as given), UCX's CUDA transports, staged. */
 enum { WEFT_CUDA_HOST = 0, WEFT_CUDA_UCX = 1, WEFT_CUDA_STAGED = 2 };
 
-/* weft_cuda_possible() (src/cuda_driver.h): the fast test every message
- * pays, 0 when no buffer of this process can be device memory. */
-#include "src/cuda_driver.h"
+/* The device runtime (src/cuda/runtime.h): weft_cuda_possible(), the
+ * fast test every message pays, the driver and memory types. */
+#include "src/cuda/runtime.h"
 
-/* Classifies [buf, buf + bytes): *mem (WEFT_MEM_HOST / WEFT_MEM_CUDA) and
- * *path (WEFT_CUDA_*). Errors (WEFT_ERR_UNSUPPORTED: device memory and no
+/* Classifies [buf, buf + bytes): *mem (weft_cuda_memtype) and *path
+ * (WEFT_CUDA_*). Errors (WEFT_ERR_UNSUPPORTED: device memory and no
  * way to move it; WEFT_ERR_ARG: a range past its allocation, or an address
  * neither host nor device memory knows) name `fn` and `what`. */
 int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem, int *path);
@@ -49,31 +49,6 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send);
  * CUDA failure as a weft error (naming `what`). */
 int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what);
 void weft_cuda_stage_free(weft_cuda_stage_t *st);
-
-/* Synchronises a CUstream (NULL: the legacy default stream) for a
- * stream-ordered call on host buffers (`what` names the call in errors);
- * without a loaded driver only NULL is accepted (there is no work to wait
- * for). */
-int weft_cuda_stream_sync(void *stream, const char *what);
-
-/* A stream-ordered call whose algorithm runs on the host (coll.c: device
- * buffers on a communicator that spans nodes, or that no GPU kernel takes):
- * the gate, opened once its schedule is built, records an event on the
- * stream; the schedule's first step polls it (the stream's work before the
- * call is done), and the call returns when the schedule ended, so the
- * stream's later work follows it. (A stream made to wait on host memory
- * would return at once, but then whoever blocks on the stream without
- * calling weft, as torch.cuda.synchronize() does, would wait forever: weft
- * has no progress thread to drive the schedule meanwhile.) A stream being
- * captured into a CUDA graph is refused: nothing on the host is replayed. */
-typedef struct weft_cuda_gate {
-    void *ctx, *event;
-} weft_cuda_gate_t;
-int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what);
-/* 1 when the stream's work before the call is done, 0 not yet, or an error. */
-int weft_cuda_gate_ready(weft_cuda_gate_t *g);
-/* Frees the gate's event (a gate never opened: nothing to do). */
-void weft_cuda_gate_release(weft_cuda_gate_t *g);
 
 /* "host cuda(ucx: cuda_copy, cuda_ipc)" and the like, for weft_info. */
 void weft_cuda_describe(char *buf, size_t len);

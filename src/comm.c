@@ -27,6 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The collectives' services to the runtime: src/ owns the slot, coll/ fills it in at its init. */
+const weft_coll_services_t *weft_coll_svc;
+
 #define CTX_WORDS (WEFT_MAX_CONTEXTS / 64)
 
 static struct weft_comm_s world_comm;

@@ -336,9 +336,8 @@ int weft_config_agree_check(weft_bootstrap_t *bs, const uint64_t *hashes, double
     }
     for (int i = 0, k = 0; i < var_count(); i++)
         if ((var_at(i)->kind & WEFT_VAR_AGREE)) mine[k++] = var_hash(var_at(i));
-    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, mine, sizeof(uint64_t) * (size_t)nvars, &all, &lens, &stride,
-                                              deadline),
-                    rc, out);
+    WEFT_CHECK_GOTO(
+        weft_bootstrap_allgatherv(bs, mine, sizeof(uint64_t) * (size_t)nvars, &all, &lens, &stride, deadline), rc, out);
     size_t len = (size_t)snprintf(msg, 4096, "settings that must be the same on every rank differ:");
     int named = 0;
     for (int i = 0, k = 0; i < var_count(); i++) {
@@ -358,8 +357,8 @@ int weft_config_agree_check(weft_bootstrap_t *bs, const uint64_t *hashes, double
         var_text(var_at(i), val, sizeof(val));
         if (len < 4096)
             len += (size_t)snprintf(msg + len, 4096 - len, "%s %s (rank%s %s set%s it unlike rank 0; rank %d has '%s')",
-                                    named++ ? ";" : "", var_at(i)->name, nd > 1 ? "s" : "", ranks,
-                                    nd > 1 ? "" : "s", bs->rank, val);
+                                    named++ ? ";" : "", var_at(i)->name, nd > 1 ? "s" : "", ranks, nd > 1 ? "" : "s",
+                                    bs->rank, val);
     }
     if (!named) /* the hashes differ, the variables do not: the ranks run different builds */
         snprintf(msg + len, 4096 - len, " the ranks run weft builds with different variables (weft_info --vars)");

@@ -2,7 +2,7 @@
  * schedules later). All waiting in weft goes through weft_progress().
  * Also the liveness record: which ranks are known dead, and why. */
 #include "bootstrap/bootstrap.h"
-#include "cuda_driver.h"
+#include "src/cuda/runtime.h"
 #include "weft_internal.h"
 
 #include <sched.h>

@@ -4,8 +4,8 @@
  * 2^23 are in flight. */
 #include "schedule.h"
 
-#include "cuda_driver.h"
 #include "op.h"
+#include "src/cuda/runtime.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,15 +49,15 @@ struct weft_sched {
     unsigned lost_seen;       /* weft_lost_count when the members were last checked */
     weft_request_t req;
     struct weft_sched *next_active;
-    void *spare;    /* SCHED_SCRATCH_KEEP bytes kept across uses */
-    int spare_used; /* handed out by weft_sched_scratch */
+    void *spare;                     /* SCHED_SCRATCH_KEEP bytes kept across uses */
+    int spare_used;                  /* handed out by weft_sched_scratch */
     const weft_sched_watch_t *watch; /* NULL: none */
     void *watch_arg;
-    unsigned watch_polls; /* polls that found a step not done */
-    int watch_started;    /* its start ran */
-    int device;           /* its buffers may be device memory (weft_sched_device) */
-    double deadline;      /* its own (weft_sched_deadline), absolute; 0: none */
-    double timeout;       /* the seconds that deadline was set from */
+    unsigned watch_polls;   /* polls that found a step not done */
+    int watch_started;      /* its start ran */
+    int device;             /* its buffers may be device memory (weft_sched_device) */
+    double deadline;        /* its own (weft_sched_deadline), absolute; 0: none */
+    double timeout;         /* the seconds that deadline was set from */
     void (*on_end)(void *); /* weft_sched_on_end: runs once when the schedule is freed */
     void *on_end_arg;
     /* A child step failed with no cause this rank knows yet (see
@@ -459,8 +459,7 @@ static int run_locals(weft_sched_t *s)
             } else {
                 memmove(op->buf, op->src, op->bytes);
             }
-        }
-        else if (op->kind == OP_REDUCE)
+        } else if (op->kind == OP_REDUCE)
             weft_op_reduce((weft_op_t)op->rop, (weft_dtype_t)op->dtype, op->buf, op->src, op->bytes);
         else if (op->kind == OP_FINALIZE)
             weft_op_finalize((weft_op_t)op->rop, (weft_dtype_t)op->dtype, op->buf, op->bytes, op->peer);

@@ -4,8 +4,8 @@
  * bfloat16 accuracy on real-valued data, bad arguments, and a rank killed
  * mid-allreduce. */
 #include "coll/coll.h"
-#include "cuda_driver.h"
 #include "harness.h"
+#include "src/cuda/runtime.h"
 #include "weft.h"
 
 #include <criterion/criterion.h>
@@ -513,8 +513,8 @@ static int body_sizes_differ(int rank, int size, void *arg)
     rc = weft_allgather(in, out, rank == 1 ? 3 : 2, WEFT_INT32, c);
     TH_CHECK(rc != WEFT_SUCCESS, "rank %d: allgather with other counts succeeded", rank);
     if (rank == 2)
-        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "rank 1 sent more than the 8 bytes"), "allgather: %d %s",
-                 rc, weft_last_error());
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "rank 1 sent more than the 8 bytes"),
+                 "allgather: %d %s", rc, weft_last_error());
     TH_OK(weft_comm_free(&c));
     return 0; /* no finalize: the failed calls left peers in different places */
 }
@@ -785,7 +785,8 @@ static const char *const thread_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=6
 
 Test(coll_async, progress_thread_moves_calls_during_compute, .timeout = 120)
 {
-    if (weft_cuda_possible()) cr_skip_test("libcuda is loaded in this process: the progress thread stays idle by design");
+    if (weft_cuda_possible())
+        cr_skip_test("libcuda is loaded in this process: the progress thread stays idle by design");
     th_result_t res = th_run(2, body_progress_thread, NULL, 90, thread_env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
@@ -795,7 +796,8 @@ Test(coll_async, progress_thread_moves_calls_during_compute, .timeout = 120)
  * beside the application's calls (the lock keeps them apart). */
 Test(coll_async, progress_thread_with_many_in_flight, .timeout = 120)
 {
-    if (weft_cuda_possible()) cr_skip_test("libcuda is loaded in this process: the progress thread stays idle by design");
+    if (weft_cuda_possible())
+        cr_skip_test("libcuda is loaded in this process: the progress thread stays idle by design");
     for (int n = 2; n <= 4; n += 2) {
         th_result_t res = th_run(n, body_inflight, (void *)thread_env, 100, thread_env); /* arg: the thread must run */
         cr_assert_eq(res.timed_out, 0, "%d ranks: hung", n);

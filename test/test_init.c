@@ -270,10 +270,20 @@ Test(init, singleton_when_nothing_is_set)
 /* ---- a launch that names several ranks never runs as singletons ------------ */
 static void clear_launch_env(void)
 {
-    static const char *const vars[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WEFT_BOOTSTRAP",
-                                       "PMIX_RANK", "PMIX_NAMESPACE", "TORCHELASTIC_USE_AGENT_STORE",
-                                       "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                       "SLURM_STEP_NUM_TASKS", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+    static const char *const vars[] = {"RANK",
+                                       "WORLD_SIZE",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "WEFT_BOOTSTRAP",
+                                       "PMIX_RANK",
+                                       "PMIX_NAMESPACE",
+                                       "TORCHELASTIC_USE_AGENT_STORE",
+                                       "TORCHELASTIC_RUN_ID",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "PMI_SIZE",
+                                       "SLURM_STEP_NUM_TASKS",
+                                       "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         unsetenv(vars[i]);
 }
@@ -359,8 +369,8 @@ Test(init, ranks_per_node_on_one_rank_fails_every_rank_at_once, .timeout = 60)
 }
 Test(init, coll_tune_on_some_ranks_fails_every_rank_at_once, .timeout = 60)
 {
-    disagree_run(3, (disagree_t){"WEFT_COLL_TUNE", "allreduce:0-inf:ring", 0,
-                                 "WEFT_COLL_TUNE (ranks 1-2 set it unlike rank 0"});
+    disagree_run(
+        3, (disagree_t){"WEFT_COLL_TUNE", "allreduce:0-inf:ring", 0, "WEFT_COLL_TUNE (ranks 1-2 set it unlike rank 0"});
 }
 Test(init, a_gpu_protocol_knob_on_one_rank_fails_every_rank_at_once, .timeout = 60)
 {

@@ -811,7 +811,7 @@ static const char *run_weft_info(const char *args)
     static char out[1 << 16];
     char cmd[2048];
     const char *top = getenv("top_builddir");
-    snprintf(cmd, sizeof(cmd), "WEFT_BOOTSTRAP=single UCX_WARN_UNUSED_ENV_VARS=n %s/src/tools/weft_info %s 2>&1",
+    snprintf(cmd, sizeof(cmd), "WEFT_BOOTSTRAP=single UCX_WARN_UNUSED_ENV_VARS=n %s/tools/weft_info %s 2>&1",
              top && *top ? top : ".", args);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);

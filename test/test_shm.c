@@ -20,8 +20,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -394,7 +394,8 @@ static int body_nodes(int rank, int size, void *arg)
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t c = forced("allreduce", "shm"), node;
     check_allreduce(c, 100, WEFT_SUM, 0, 1);
-    TH_CHECK(shm_ops(c) == 0 && weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL, "shm ran on a communicator spanning nodes");
+    TH_CHECK(shm_ops(c) == 0 && weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL,
+             "shm ran on a communicator spanning nodes");
     TH_OK(weft_comm_split_type(c, WEFT_SPLIT_NODE, rank, NULL, &node));
     check_allreduce(node, 100, WEFT_SUM, 0, 2);
     int ns;
@@ -432,8 +433,8 @@ static int body_cma(int rank, int size, void *arg)
             TH_OK(weft_bcast(b, (int64_t)n, WEFT_BYTE, root, c));
             TH_CHECK(th_verify(b, n, seed, NULL), "bcast %zu bytes root %d", n, root);
             /* declined: the default's next candidate ran (the slot algorithm, or a base one) */
-            TH_CHECK(!cma || shm_ops(c) == before + 1, "bcast %zu bytes: shm_cma took %llu sequence numbers, not 1",
-                     n, (unsigned long long)(shm_ops(c) - before));
+            TH_CHECK(!cma || shm_ops(c) == before + 1, "bcast %zu bytes: shm_cma took %llu sequence numbers, not 1", n,
+                     (unsigned long long)(shm_ops(c) - before));
         }
         for (int inplace = 0; inplace < 2; inplace++) {
             unsigned seed = 400u + (unsigned)(si * 4 + inplace) * 64u;
@@ -470,8 +471,8 @@ static int body_cma(int rank, int size, void *arg)
                 for (int r = 0; r < size; r++)
                     want += val(r, (size_t)i, ci + inplace);
                 if (res[i] != want) {
-                    TH_CHECK(0, "allreduce shm_cma %lld%s elem %lld: %d != %d", (long long)n, inplace ? " in place" : "",
-                             (long long)i, res[i], want);
+                    TH_CHECK(0, "allreduce shm_cma %lld%s elem %lld: %d != %d", (long long)n,
+                             inplace ? " in place" : "", (long long)i, res[i], want);
                     break;
                 }
             }
@@ -490,7 +491,9 @@ static int body_cma(int rank, int size, void *arg)
         free(out);
         free(f);
     }
-    if (nodes) TH_CHECK(weft_coll_state(ar, WEFT_COLL_COMP_SHM) == NULL, "allreduce shm_cma ran on a communicator spanning nodes");
+    if (nodes)
+        TH_CHECK(weft_coll_state(ar, WEFT_COLL_COMP_SHM) == NULL,
+                 "allreduce shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&ar));
     /* reduce_scatter_block and reduce_scatter (uneven blocks, an empty one,
      * several pieces per block), contiguous and in place (the input in the
@@ -525,13 +528,15 @@ static int body_cma(int rank, int size, void *arg)
                     for (int r = 0; r < size; r++)
                         want += val(r, (size_t)(first + i), salt);
                     if (out[i] != want) {
-                        TH_CHECK(0, "%s shm_cma %lld%s elem %lld: %d != %d", v ? "reduce_scatter" : "reduce_scatter_block",
-                                 (long long)len, inplace ? " in place" : "", (long long)i, out[i], want);
+                        TH_CHECK(0, "%s shm_cma %lld%s elem %lld: %d != %d",
+                                 v ? "reduce_scatter" : "reduce_scatter_block", (long long)len,
+                                 inplace ? " in place" : "", (long long)i, out[i], want);
                         break;
                     }
                 }
-                TH_CHECK(!cma || shm_ops(rc_comm) == before + 1, "reduce_scatter %lld: shm_cma took %llu sequence numbers, not 1",
-                         (long long)len, (unsigned long long)(shm_ops(rc_comm) - before));
+                TH_CHECK(!cma || shm_ops(rc_comm) == before + 1,
+                         "reduce_scatter %lld: shm_cma took %llu sequence numbers, not 1", (long long)len,
+                         (unsigned long long)(shm_ops(rc_comm) - before));
             }
         }
         float *f = malloc(sizeof(float) * (size_t)(bcounts[ci] * size));
@@ -578,9 +583,13 @@ static int body_cma(int rank, int size, void *arg)
         free(in);
         free(out);
     }
-    if (nodes) TH_CHECK(weft_coll_state(at, WEFT_COLL_COMP_SHM) == NULL, "alltoall shm_cma ran on a communicator spanning nodes");
+    if (nodes)
+        TH_CHECK(weft_coll_state(at, WEFT_COLL_COMP_SHM) == NULL,
+                 "alltoall shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&at));
-    if (nodes) TH_CHECK(weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL && weft_coll_state(g, WEFT_COLL_COMP_SHM) == NULL, "shm_cma ran on a communicator spanning nodes");
+    if (nodes)
+        TH_CHECK(weft_coll_state(c, WEFT_COLL_COMP_SHM) == NULL && weft_coll_state(g, WEFT_COLL_COMP_SHM) == NULL,
+                 "shm_cma ran on a communicator spanning nodes");
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));
     TH_OK(weft_finalize());
@@ -606,7 +615,7 @@ static int body_cma_mismatch(int rank, int size, void *arg)
     int rc = weft_bcast(b, rank == 2 ? 32769 : 32768, WEFT_BYTE, 0, c);
     if (rank == 2)
         TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "rank 0 (this rank's parent in the tree of root 0) "
-                                                                  "has a 32768-byte message, this rank's is 32769"),
+                                                                 "has a 32768-byte message, this rank's is 32769"),
                  "rank 2: %d (%s)", rc, weft_last_error());
     else if (rank == 3) /* its parent's wrong length, or its parent's failure, whichever it sees first */
         TH_CHECK(rc != 0 && strstr(weft_last_error(), "rank 2 (this rank's parent in the tree of root 0)"),
@@ -643,8 +652,8 @@ typedef struct {
     const char *alg;
     int64_t count; /* rank 2: count + extra */
     int64_t extra;
-    int fail[4]; /* which ranks must fail */
-    int also3;   /* rank 3 passes rank 2's count */
+    int fail[4];     /* which ranks must fail */
+    int also3;       /* rank 3 passes rank 2's count */
     int flat_pieces; /* WEFT_SHM_FLAT_PIECES=16 instead of 0 */
 } mismatch_t;
 
@@ -692,15 +701,15 @@ static void run_mismatch(const mismatch_t *m)
 Test(shm, mismatched_counts, .timeout = 120)
 {
     static const mismatch_t cases[] = {
-        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0, 0},    /* flat, in the head line */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0, 0}, /* down the tree (4000 bytes) */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1, 0}, /* rank 3 as rank 2: rank 2's bad mark fails it */
-        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1, 0},      /* ranks 2 and 3 alike: the root sees rank 2 differ */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0, 0},     /* 2 pieces against 3 */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 0}, 0, 1},  /* the same, every piece read from the root's slot */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 1, 1},  /* rank 3 as rank 2: it reads the root's length, fails */
-        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0, 0},         /* up the tree to rank 0, which marks its result bad */
-        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0, 0},      /* chunked: every rank checks every length */
+        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0, 0},         /* flat, in the head line */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0, 0},      /* down the tree (4000 bytes) */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1, 0},      /* rank 3 as rank 2: rank 2's bad mark fails it */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1, 0},     /* ranks 2 and 3 alike: the root sees rank 2 differ */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0, 0}, /* 2 pieces against 3 */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 0}, 0, 1}, /* the same, every piece read from the root's slot */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 1, 1}, /* rank 3 as rank 2: it reads the root's length, fails */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0, 0},     /* up the tree to rank 0, which marks its result bad */
+        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0, 0},  /* chunked: every rank checks every length */
         {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}, 0, 0}, /* chunked, 2 pieces against 3 */
         {"allgather", "shm", 100, 1, {1, 1, 1, 1}, 0, 0},
         {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}, 0, 0},
@@ -712,7 +721,7 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"allreduce", "shm_ll", 14, 1, {1, 1, 1, 1}, 0, 0},      /* one line against two */
         {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}, 0, 0},   /* 8 lines against 29: other owners */
         {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}, 0, 0},  /* rank 2 over its largest: shm runs there */
-        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}, 0, 0},     /* 5 lines against 6: an owner's line only one writes */
+        {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}, 0, 0}, /* 5 lines against 6: an owner's line only one writes */
     };
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);
@@ -823,8 +832,8 @@ static int body_mixed_rules(int rank, int size, void *arg)
         in[i] = i;
     double t0 = weft_wtime();
     int rc = weft_allreduce(in, out, rank == 2 ? counts[0] : counts[1], WEFT_INT32, WEFT_SUM, weft_comm_world());
-    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "the ranks passed different counts"),
-             "rank %d: %d (%s)", rank, rc, weft_last_error());
+    TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "the ranks passed different counts"), "rank %d: %d (%s)",
+             rank, rc, weft_last_error());
     TH_CHECK(weft_wtime() - t0 < 5, "rank %d: the error took %.1f s", rank, weft_wtime() - t0);
     TH_OK(weft_finalize());
     return 0;
@@ -906,12 +915,24 @@ Test(shm, mixed_rules_fail_fast_cma, .timeout = 60)
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
 }
-Test(shm, mixed_rules_fail_fast, .timeout = 60) { run_mixed_rules(3, 520, 500); }
-Test(shm, mixed_rules_fail_fast_chunked, .timeout = 60) { run_mixed_rules(4, 520, 500); }
+Test(shm, mixed_rules_fail_fast, .timeout = 60)
+{
+    run_mixed_rules(3, 520, 500);
+}
+Test(shm, mixed_rules_fail_fast_chunked, .timeout = 60)
+{
+    run_mixed_rules(4, 520, 500);
+}
 /* on 8 ranks 1 KiB goes chunked (shm_chunked), 1020 bytes shm_allread */
-Test(shm, mixed_rules_fail_fast_shm_chunked, .timeout = 60) { run_mixed_rules(8, 256, 255); }
+Test(shm, mixed_rules_fail_fast_shm_chunked, .timeout = 60)
+{
+    run_mixed_rules(8, 256, 255);
+}
 /* on 9 ranks 64 bytes go shm_ll, 60 shm_allread (two rounds) */
-Test(shm, mixed_rules_fail_fast_shm_ll, .timeout = 60) { run_mixed_rules(9, 16, 15); }
+Test(shm, mixed_rules_fail_fast_shm_ll, .timeout = 60)
+{
+    run_mixed_rules(9, 16, 15);
+}
 
 #define RANKS_TEST(name, body, N, t)                                                                                   \
     Test(shm, name##_##N, .timeout = 60)                                                                               \
@@ -958,9 +979,13 @@ RADIX_TEST(runahead, body_runahead, 7, 3)
 #define FLAT_TEST(name, body, N, R, F, P)                                                                              \
     Test(shm, name##_##N##_radix##R##_flat##F, .timeout = 90)                                                          \
     {                                                                                                                  \
-        static const char *const env[] = {"WEFT_LOG_LEVEL=error",  "WEFT_TIMEOUT=30",                                  \
-                                          "WEFT_SHM_RADIX=" #R,    "WEFT_SHM_FLAT_MAX=" #F,                            \
-                                          "WEFT_SHM_FLAT_PIECES=" #P, "WEFT_SHM_CHUNK_MIN=1000000", NULL};             \
+        static const char *const env[] = {"WEFT_LOG_LEVEL=error",                                                      \
+                                          "WEFT_TIMEOUT=30",                                                           \
+                                          "WEFT_SHM_RADIX=" #R,                                                        \
+                                          "WEFT_SHM_FLAT_MAX=" #F,                                                     \
+                                          "WEFT_SHM_FLAT_PIECES=" #P,                                                  \
+                                          "WEFT_SHM_CHUNK_MIN=1000000",                                                \
+                                          NULL};                                                                       \
         th_result_t res = th_run(N, body, NULL, 60, env);                                                              \
         cr_assert_eq(res.timed_out, 0, "hung");                                                                        \
         cr_assert_eq(res.failed, 0);                                                                                   \

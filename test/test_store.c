@@ -1134,8 +1134,8 @@ Test(store, a_refusal_text_is_printed_escaped_and_bounded, .timeout = 60)
     cr_assert_neq(rc, WEFT_SUCCESS);
     cr_assert(strstr(msg, "\\x1b]0;owned\\x07\\x1b[2J\\x1b[31mred\\nforged line\\x0d\\x01"), "%s", msg);
     for (const char *c = msg; *c; c++)
-        cr_assert((unsigned char)*c >= 0x20 && (unsigned char)*c < 0x7f, "byte 0x%02x at %d in: %s",
-                  (unsigned char)*c, (int)(c - msg), msg);
+        cr_assert((unsigned char)*c >= 0x20 && (unsigned char)*c < 0x7f, "byte 0x%02x at %d in: %s", (unsigned char)*c,
+                  (int)(c - msg), msg);
     cr_assert(strlen(msg) < 1400, "%zu characters", strlen(msg));
 }
 

@@ -163,7 +163,7 @@ static const weft_var_t vars[] = {
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
 #include "coll/cuda/kernels_fatbin.inc"
-#include "src/cuda_driver.h"
+#include "src/cuda/runtime.h"
 
 /* ---- the kernels, one module per context ------------------------------------ */
 

@@ -65,9 +65,9 @@ typedef struct shm_header {
     uint64_t len;
     uint32_t nranks;
     _Atomic uint32_t attached;
-    uint32_t radix;     /* the creator's WEFT_SHM_RADIX: every member uses it, so all agree on the tree */
-    uint64_t chunk_min; /* the creator's WEFT_SHM_CHUNK_MIN, likewise */
-    uint64_t flat_max;  /* the creator's WEFT_SHM_FLAT_MAX, likewise */
+    uint32_t radix;       /* the creator's WEFT_SHM_RADIX: every member uses it, so all agree on the tree */
+    uint64_t chunk_min;   /* the creator's WEFT_SHM_CHUNK_MIN, likewise */
+    uint64_t flat_max;    /* the creator's WEFT_SHM_FLAT_MAX, likewise */
     uint32_t flat_pieces; /* the creator's WEFT_SHM_FLAT_PIECES, likewise */
 } shm_header_t;
 
@@ -162,8 +162,7 @@ int weft_shm_cma_read(void *dst, int64_t pid, uint64_t raddr, size_t len, const 
     return 0;
 }
 
-int weft_shm_cma_read_lent(const weft_shm_t *sh, int r, uint64_t sig, size_t at, void *dst, size_t len,
-                           const char *alg)
+int weft_shm_cma_read_lent(const weft_shm_t *sh, int r, uint64_t sig, size_t at, void *dst, size_t len, const char *alg)
 {
     const weft_shm_ctrl_t *c = &sh->ctrl[r];
     if (c->cma_sig != sig) return weft_shm_sig_differs(r, -1, c->cma_sig, sig, alg);
@@ -628,8 +627,8 @@ int weft_shm_check_sigs(weft_shm_op_t *op, uint64_t sig, const char *alg)
     return 0;
 }
 
-int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, int flat,
-                       uint64_t sig, const char *alg, const char *flag)
+int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, size_t bytes, int flat, uint64_t sig,
+                       const char *alg, const char *flag)
 {
     weft_shm_t *sh = op->sh;
     int v = weft_shm_vrank(sh, root);
@@ -738,7 +737,8 @@ void weft_shm_comm_release(weft_comm_t comm, void *state)
  * dead run left behind. */
 static int stale_segment(int fd, const struct stat *st, uint64_t host, time_t now)
 {
-    if ((size_t)st->st_size < sizeof(shm_header_t)) return now - st->st_mtime > 60; /* its creator died before sizing it */
+    if ((size_t)st->st_size < sizeof(shm_header_t))
+        return now - st->st_mtime > 60; /* its creator died before sizing it */
     shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) return 0;
     int stale = 0;
@@ -775,8 +775,7 @@ int weft_shm_sweep(void)
         struct stat st, now_st;
         int stale = 0;
         if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != me)
-            weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file of uid %u", e->d_name,
-                       (unsigned)me);
+            weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file of uid %u", e->d_name, (unsigned)me);
         else
             stale = stale_segment(fd, &st, host, now);
         close(fd);

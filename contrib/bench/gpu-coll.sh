@@ -8,7 +8,7 @@
 #
 #   contrib/bench/gpu-coll.sh [options] [-- more weft-osu options]
 #     -b BUILDDIR   weft build tree (default .): contrib/bench/weft-osu, contrib/bench/coll-floor
-#                   (configure found nvcc), src/tools/weftrun without mpirun. A copy of the pieces
+#                   (configure found nvcc), tools/weftrun without mpirun. A copy of the pieces
 #                   does: contrib/bench/weft-osu may be a script that sets LD_LIBRARY_PATH to
 #                   BUILDDIR/.libs and execs the binary
 #     -o OUTDIR     raw runs, CSVs, tables (default ${TMPDIR:-/tmp}/weft-gpu-coll). Runs accumulate:

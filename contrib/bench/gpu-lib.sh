@@ -54,8 +54,8 @@ setup_launcher() {
     launcher=mpirun
     if ! command -v mpirun >/dev/null; then
         launcher=weftrun
-        if [ ! -x "$builddir/src/tools/weftrun" ] || ! command -v taskset >/dev/null; then
-            echo "$me: neither mpirun nor $builddir/src/tools/weftrun with taskset" >&2
+        if [ ! -x "$builddir/tools/weftrun" ] || ! command -v taskset >/dev/null; then
+            echo "$me: neither mpirun nor $builddir/tools/weftrun with taskset" >&2
             exit 2
         fi
     fi
@@ -81,7 +81,7 @@ host_lines() {
     local gpu w
     gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader 2>/dev/null | head -1 || true)
     echo "# GPU: ${gpu:-unknown (no nvidia-smi)}; $(nproc) cores; $(uname -r)"
-    w=$(LD_LIBRARY_PATH=$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$builddir/src/tools/weft_info" 2>/dev/null |
+    w=$(LD_LIBRARY_PATH=$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$builddir/tools/weft_info" 2>/dev/null |
         grep -o 'cuda=[^)]*)\?' | head -1 || true)
     [ -z "$w" ] || echo "# weft: $w (weft_info)"
 }
@@ -116,7 +116,7 @@ osu_run() {
     fi
     local launch=(mpirun -np "$np" "${bind[@]}" "${margs[@]}")
     # shellcheck disable=SC2016 # expanded by each rank's sh
-    [ "$launcher" = mpirun ] || launch=("$builddir/src/tools/weftrun" -n "$np" sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"')
+    [ "$launcher" = mpirun ] || launch=("$builddir/tools/weftrun" -n "$np" sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"')
     if ! env "${osu_env[@]}" timeout -k 5 "$limit" "${launch[@]}" "$1" "$2" "${csvargs[@]}" "${@:3}" >"$out" 2>&1; then
         note_failure "$what round $k ($out)" "$out"
         [ "$k" = check ] || rm -f "$csv"

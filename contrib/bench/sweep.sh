@@ -61,7 +61,7 @@ fi
 mkdir -p "$outdir/algs"
 for np in $nps; do
     for c in $colls; do
-        algs=$("$builddir/src/tools/weft_info" --coll 2>/dev/null | awk -v c="$c" '$1 == c && NF > 2 { print $2 }')
+        algs=$("$builddir/tools/weft_info" --coll 2>/dev/null | awk -v c="$c" '$1 == c && NF > 2 { print $2 }')
         for alg in $algs; do
             for ((k = 1; k <= rounds; k++)); do
                 csv=$outdir/algs/${c//_/-}-np$np-$alg-r$k.csv

@@ -9,7 +9,7 @@
 # Prints "N passed, M failed[, K skipped]" last; exits non-zero on any failure.
 #
 # usage: contrib/python/run-tests.sh [BUILD_DIR]
-#   BUILD_DIR   where weft was built (holds .libs/libweft.so.0 and src/tools/weftrun);
+#   BUILD_DIR   where weft was built (holds .libs/libweft.so.0 and tools/weftrun);
 #               default: this checkout
 #   WEFT_LIBRARY        the library to test (default: BUILD_DIR/.libs/libweft.so.0)
 #   PYTHON              interpreter with numpy and pytest (default: the first of
@@ -23,7 +23,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$(cd "${1:-$here/../..}" && pwd)"
 export WEFT_LIBRARY="${WEFT_LIBRARY:-$build/.libs/libweft.so.0}"
-weftrun="$build/src/tools/weftrun"
+weftrun="$build/tools/weftrun"
 
 if [ -z "${PYTHON:-}" ]; then
     for p in /usr/bin/python3 python3; do

@@ -49,15 +49,14 @@ int weft_sha256(const weft_bytes_t *parts, int n, uint8_t out[WEFT_SHA256_LEN])
     return ok ? 0 : failed(out);
 }
 
-int weft_hmac_sha256(const void *key, size_t key_len, const weft_bytes_t *parts, int n,
-                     uint8_t out[WEFT_SHA256_LEN])
+int weft_hmac_sha256(const void *key, size_t key_len, const weft_bytes_t *parts, int n, uint8_t out[WEFT_SHA256_LEN])
 {
     unsigned char stack[JOIN_ON_STACK], *heap;
     size_t len;
     const unsigned char *msg = join(parts, n, stack, &heap, &len);
     unsigned int olen = 0;
-    int ok = msg && key_len <= INT32_MAX &&
-             HMAC(EVP_sha256(), key, (int)key_len, msg, len, out, &olen) != NULL && olen == WEFT_SHA256_LEN;
+    int ok = msg && key_len <= INT32_MAX && HMAC(EVP_sha256(), key, (int)key_len, msg, len, out, &olen) != NULL &&
+             olen == WEFT_SHA256_LEN;
     if (msg && msg != parts[0].p) OPENSSL_cleanse((void *)msg, len);
     free(heap);
     return ok ? 0 : failed(out);

@@ -39,18 +39,17 @@ static uint64_t machine_id(void)
 
 uint64_t weft_topo_host_id(void)
 {
-    if (weft_cfg.host_id[0])
-        return fnv1a(UINT64_C(0xcbf29ce484222325), weft_cfg.host_id, strlen(weft_cfg.host_id));
+    if (weft_cfg.host_id[0]) return fnv1a(UINT64_C(0xcbf29ce484222325), weft_cfg.host_id, strlen(weft_cfg.host_id));
     return machine_id();
 }
 
 typedef struct {
-    uint64_t host;    /* host identity */
-    uint64_t machine; /* the machine (its CPUs), even when nodes are simulated */
-    int64_t sim;      /* explicit node id, or -1 */
-    uint64_t job;  /* hash of host, pid and start time: world rank 0's names the job */
-    uint64_t nonce; /* random: world rank 0's is the world communicator's nonce */
-    uint64_t cfg;   /* weft_config_agree_hash(): the settings every rank must share */
+    uint64_t host;       /* host identity */
+    uint64_t machine;    /* the machine (its CPUs), even when nodes are simulated */
+    int64_t sim;         /* explicit node id, or -1 */
+    uint64_t job;        /* hash of host, pid and start time: world rank 0's names the job */
+    uint64_t nonce;      /* random: world rank 0's is the world communicator's nonce */
+    uint64_t cfg;        /* weft_config_agree_hash(): the settings every rank must share */
     int64_t bad_node_id; /* 1: this rank's WEFT_NODE_ID is malformed (every rank fails, naming it) */
 } node_key_t;
 
@@ -98,8 +97,8 @@ static int check_keys(weft_bootstrap_t *bs, const node_key_t *all, double deadli
         char ranks[160], here[80] = "";
         weft_format_ranks(ranks, sizeof(ranks), bad, nbad);
         if (all[bs->rank].bad_node_id) weft_escape(here, sizeof(here), weft_cfg.node_id, strlen(weft_cfg.node_id));
-        rc = weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID is not a non-negative integer on rank%s %s%s%s%s", nbad > 1 ? "s" : "",
-                        ranks, here[0] ? " (here: '" : "", here, here[0] ? "')" : "");
+        rc = weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID is not a non-negative integer on rank%s %s%s%s%s",
+                        nbad > 1 ? "s" : "", ranks, here[0] ? " (here: '" : "", here, here[0] ? "')" : "");
         goto out;
     }
     rc = weft_config_agree_check(bs, cfg, deadline);

@@ -14,7 +14,7 @@
 set -u
 top_builddir=$(cd "${top_builddir:-.}" && pwd) || exit 1
 BENCH=$top_builddir/contrib/bench
-WEFTRUN=$top_builddir/src/tools/weftrun
+WEFTRUN=$top_builddir/tools/weftrun
 LIMIT=${WEFT_TEST_TIMEOUT:-60}
 OPTS=(-c -m 1:16k -i 4 -x 1 -f)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -19,7 +19,7 @@
 set -u
 top_builddir=$(cd "${top_builddir:-.}" && pwd) || exit 1
 SOAK=$top_builddir/contrib/bench/weft-soak
-WEFTRUN=$top_builddir/src/tools/weftrun
+WEFTRUN=$top_builddir/tools/weftrun
 LIMIT=${WEFT_TEST_TIMEOUT:-120}
 GROWTH=${WEFT_TEST_SOAK_LIMIT:-1536}
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT WEFT_BOOTSTRAP WEFT_RANKS_PER_NODE

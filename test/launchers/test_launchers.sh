@@ -25,7 +25,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top_srcdir=$(cd "${top_srcdir:-$here/../..}" && pwd) || exit 1
 top_builddir=$(cd "${top_builddir:-.}" && pwd) || exit 1
 SLURM_LOCAL=(bash "$top_srcdir/contrib/scripts/slurm-local.sh")
-WEFTRUN=$top_builddir/src/tools/weftrun
+WEFTRUN=$top_builddir/tools/weftrun
 EX=$top_builddir/examples
 NP=${WEFT_TEST_NP:-4}
 LIMIT=${WEFT_TEST_TIMEOUT:-120}
@@ -219,9 +219,9 @@ else
         run_case "mpirun hello" check_hello pmix -- "${mpirun_cmd[@]}" "$EX/hello"
     need_prog "mpirun ring" "$EX/ring" &&
         run_case "mpirun ring" check_ring -- "${mpirun_cmd[@]}" "$EX/ring"
-    need_prog "mpirun weft_info --topo" "$top_builddir/src/tools/weft_info" &&
+    need_prog "mpirun weft_info --topo" "$top_builddir/tools/weft_info" &&
         run_case "mpirun weft_info --topo --peers" check_topo 1 -- "${mpirun_cmd[@]}" \
-            "$top_builddir/src/tools/weft_info" --topo --peers
+            "$top_builddir/tools/weft_info" --topo --peers
     # A rank killed mid-run: Open MPI 4.1's mpirun ends the whole job unless
     # told to recover; the survivors learn of it from PMIx (the process
     # table: this mpirun sends no event), shrink and finish (mpirun: 0).
@@ -308,10 +308,10 @@ if need_prog "weftrun shrink_loop (rank 0 killed)" "$WEFTRUN" && need_prog "weft
     WANT_STATUS=137 run_case "weftrun shrink_loop (rank 0, the store's host, killed)" check_shrink 0 7 -- \
         env WEFT_TIMEOUT=30 "$WEFTRUN" -n "$NP" "$EX/shrink_loop" 0 7
 fi
-if need_prog "weftrun weft_info --topo" "$top_builddir/src/tools/weft_info"; then
+if need_prog "weftrun weft_info --topo" "$top_builddir/tools/weft_info"; then
     # Simulated nodes of 2 ranks each: NP/2 nodes in the map.
     run_case "weftrun weft_info --topo --peers (simulated nodes)" check_topo $(((NP + 1) / 2)) -- \
-        env WEFT_RANKS_PER_NODE=2 "$WEFTRUN" -n "$NP" "$top_builddir/src/tools/weft_info" --topo --peers
+        env WEFT_RANKS_PER_NODE=2 "$WEFTRUN" -n "$NP" "$top_builddir/tools/weft_info" --topo --peers
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -1,4 +1,6 @@
-/* weft_init / weft_finalize: configuration, bootstrap, UCX, world. */
+/* weft_init / weft_finalize: configuration, bootstrap, UCX, world. The
+ * top floor: the one file that composes every layer (src/, pt2pt/, coll/);
+ * the state and the clock it fills in live in src/state.c. */
 #include "bootstrap/bootstrap.h"
 #include "request.h"
 #include "schedule.h"
@@ -10,44 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-weft_state_t weft_g;
 static weft_bootstrap_t g_bs;
-
-WEFT_API double weft_wtime(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-WEFT_API int weft_get_version(int *major, int *minor, int *patch)
-{
-    WEFT_API_ENTER();
-    if (major) *major = WEFT_BUILD_VERSION_MAJOR;
-    if (minor) *minor = WEFT_BUILD_VERSION_MINOR;
-    if (patch) *patch = WEFT_BUILD_VERSION_PATCH;
-    return WEFT_SUCCESS;
-}
-
-WEFT_API const char *weft_version_string(void)
-{
-    WEFT_API_ENTER();
-    return PACKAGE_VERSION;
-}
-
-WEFT_API int weft_initialized(int *flag)
-{
-    WEFT_API_ENTER();
-    if (!flag) return weft_error(WEFT_ERR_ARG, "weft_initialized: NULL flag pointer");
-    *flag = weft_g.initialized;
-    return WEFT_SUCCESS;
-}
-
-WEFT_API const char *weft_bootstrap_name(void)
-{
-    WEFT_API_ENTER();
-    return weft_g.initialized && weft_g.bs ? weft_g.bs->name : "none";
-}
 
 /* Everything after the bootstrap is the same for every way of starting. */
 static int init_common(double deadline)

@@ -1,15 +1,22 @@
-/* The CUDA driver, opened at run time (pt2pt/cuda.c loads it when the
- * process has loaded libcuda.so.1; weft never links it): the entry points
- * weft uses, shared by point-to-point (pt2pt/cuda.c) and the GPU
- * collectives (coll/cuda). Only with WEFT_HAVE_CUDA. */
-#ifndef WEFT_CUDA_DRIVER_H
-#define WEFT_CUDA_DRIVER_H
+/* The device runtime, at the bottom of the house with the rest of src/:
+ * the CUDA driver, opened at run time when the process has loaded
+ * libcuda.so.1 (weft never links it), the memory type of a buffer, a copy
+ * stream per context, and host-driven calls in a stream's order. Used by
+ * point-to-point (pt2pt/cuda.c: UCX's paths and staging), the GPU
+ * collectives (coll/cuda) and the schedules. The driver table only with
+ * WEFT_HAVE_CUDA. */
+#ifndef WEFT_CUDA_RUNTIME_H
+#define WEFT_CUDA_RUNTIME_H
+
+#include "src/weft_internal.h"
+
+#include <stddef.h>
 
 #ifdef WEFT_HAVE_CUDA
 #include <cuda.h>
 
 typedef struct weft_cu_driver {
-    /* Required (pt2pt/cuda.c refuses a driver without them). */
+    /* Required (the runtime refuses a driver without them). */
     CUresult (*init)(unsigned);
     CUresult (*get_error_string)(CUresult, const char **);
     CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
@@ -60,14 +67,57 @@ extern weft_cu_driver_t weft_cu;
 
 /* The driver's text for r ("unknown CUDA error" without one). */
 const char *weft_cu_text(CUresult r);
+
+/* The stream weft's own copies in ctx run on (blocking: after the work
+ * queued on the legacy default stream); NULL with *r set when none could
+ * be made. */
+CUstream weft_cuda_copy_stream(CUcontext ctx, CUresult *r);
 #endif
+/* Destroys the copy streams (at finalize). */
+void weft_cuda_copy_streams_release(void);
 
 /* 1 when libcuda is loaded and usable in this process (loads the table on
  * first sight of it), 0 otherwise. */
 int weft_cuda_possible(void);
 
+/* libcuda in this process: 0 not loaded (yet), 1 loaded and usable, -1
+ * loaded but unusable. */
+int weft_cuda_driver_state(void);
+
+/* *mem: WEFT_MEM_CUDA for device memory (not managed), else WEFT_MEM_HOST.
+ * Errors (WEFT_ERR_ARG naming `fn` and `what`): a range past the end of its
+ * device allocation, an address neither readable host memory nor device
+ * memory the driver knows; WEFT_ERR_UNSUPPORTED: device memory in a build
+ * without CUDA. */
+int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem);
+
 /* A copy between any two buffers (device or host memory), done on return:
- * a collective schedule's local copy on device buffers (pt2pt/cuda.c). */
+ * a collective schedule's local copy on device buffers. */
 int weft_cuda_copy(void *dst, const void *src, size_t bytes);
+
+/* Synchronises a CUstream (NULL: the legacy default stream) for a
+ * stream-ordered call on host buffers (`what` names the call in errors);
+ * without a loaded driver only NULL is accepted (there is no work to wait
+ * for). */
+int weft_cuda_stream_sync(void *stream, const char *what);
+
+/* A stream-ordered call whose algorithm runs on the host (coll.c: device
+ * buffers on a communicator that spans nodes, or that no GPU kernel takes):
+ * the gate, opened once its schedule is built, records an event on the
+ * stream; the schedule's first step polls it (the stream's work before the
+ * call is done), and the call returns when the schedule ended, so the
+ * stream's later work follows it. (A stream made to wait on host memory
+ * would return at once, but then whoever blocks on the stream without
+ * calling weft, as torch.cuda.synchronize() does, would wait forever: weft
+ * has no progress thread to drive the schedule meanwhile.) A stream being
+ * captured into a CUDA graph is refused: nothing on the host is replayed. */
+typedef struct weft_cuda_gate {
+    void *ctx, *event;
+} weft_cuda_gate_t;
+int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what);
+/* 1 when the stream's work before the call is done, 0 not yet, or an error. */
+int weft_cuda_gate_ready(weft_cuda_gate_t *g);
+/* Frees the gate's event (a gate never opened: nothing to do). */
+void weft_cuda_gate_release(weft_cuda_gate_t *g);
 
 #endif
