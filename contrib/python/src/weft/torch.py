@@ -1361,6 +1361,17 @@ class ProcessGroupWeft(dist.ProcessGroup):
             device=dev,
         )
 
+    def _all_gather_into(self, what: str, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> None:
+        """Every rank's ``inp`` into ``out`` in rank order (one all_gather), waited for."""
+        i, o = _Staged(inp, what, output=False), _Staged(out, what, output=True)
+        self._post(
+            what,
+            [out],
+            [o],
+            lambda: [self._comm.all_gather_single(o.t, i.t, async_op=True, timeout=_INF)],
+            opts,
+        ).wait()
+
     def _gather_rows(
         self, what: str, rows: torch.Tensor, counts: List[int], opts: Any
     ) -> torch.Tensor:
@@ -1371,14 +1382,7 @@ class ProcessGroupWeft(dist.ProcessGroup):
         pad = torch.zeros((big,) + tuple(rows.shape[1:]), dtype=rows.dtype)
         pad[: rows.shape[0]].copy_(rows)
         out = torch.empty((self._size * big,) + tuple(rows.shape[1:]), dtype=rows.dtype)
-        inp, o = _Staged(pad, what, output=False), _Staged(out, what, output=True)
-        self._post(
-            what,
-            [out],
-            [o],
-            lambda: [self._comm.all_gather_single(o.t, inp.t, async_op=True, timeout=_INF)],
-            opts,
-        ).wait()
+        self._all_gather_into(what, out, pad, opts)
         return torch.cat([out[r * big : r * big + c] for r, c in enumerate(counts)])
 
     def _sparse_allreduce(self, t: torch.Tensor, opts: Any) -> WeftWork:
@@ -1396,14 +1400,7 @@ class ProcessGroupWeft(dist.ProcessGroup):
         idx, val = src.indices(), src.values()
         nnz = torch.tensor([idx.shape[1]], dtype=torch.int64)
         counts_t = torch.empty(self._size, dtype=torch.int64)
-        ni, nc = _Staged(nnz, what, output=False), _Staged(counts_t, what, output=True)
-        self._post(
-            what,
-            [counts_t],
-            [nc],
-            lambda: [self._comm.all_gather_single(nc.t, ni.t, async_op=True, timeout=_INF)],
-            opts,
-        ).wait()
+        self._all_gather_into(what, counts_t, nnz, opts)
         counts = [int(c) for c in counts_t]
         all_idx = self._gather_rows(what, idx.t().contiguous(), counts, opts).t()
         all_val = self._gather_rows(what, val.contiguous(), counts, opts)
