@@ -55,6 +55,8 @@ if [ "$version" = 2.11.0 ]; then
 else
     pip install "torch==$version" numpy
 fi
+# torch's own distributed tests (contrib/torch-dist-tests.sh) import it.
+pip install expecttest
 # What the tests need: import torch, and torchrun.
 "$venv/bin/python" -c 'import torch, torch.distributed.run; print("install-torch: torch", torch.__version__)' \
     2>&1 | grep -v 'Failed to initialize NumPy\|_conversion_method_template' || true
