@@ -12,8 +12,8 @@
 # seconds.
 #
 # An automake TESTS script: exit 0 pass, 77 skip, 1 fail. make sets
-# top_builddir/top_srcdir; by hand, from an in-tree build:
-#   test/install/test_install.sh
+# top_builddir/top_srcdir; by hand, from the build tree (in-tree or VPATH):
+#   SRCDIR/test/install/test_install.sh
 
 set -u
 
@@ -25,11 +25,6 @@ if [ ! -x "$top_builddir/config.status" ] || [ ! -f "$top_builddir/Makefile" ]; 
     echo "0 passed, 0 failed, 1 skipped"
     exit 77
 fi
-if [ "$top_srcdir" != "$top_builddir" ]; then
-    echo "SKIP: the copy needs an in-tree build (srcdir $top_srcdir, builddir $top_builddir)"
-    echo "0 passed, 0 failed, 1 skipped"
-    exit 77
-fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-install.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
@@ -37,6 +32,39 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 tree=$work/tree
 prefix=$work/prefix
+# A VPATH build (make distcheck's, or ../configure from a build folder): the
+# copy must see the sources where the build's Makefiles and dependency files
+# name them. An absolute srcdir stays valid as it is; a relative one
+# (../..) is a folder of links to the source tree's entries, $work/src,
+# with the copy as many levels below it (.copy/.copy) as the build is below
+# the sources.
+srcdir_rel=.
+if [ "$top_srcdir" != "$top_builddir" ]; then
+    srcdir_rel=$(sed -n 's/^srcdir = //p' "$top_builddir/Makefile")
+    case $srcdir_rel in
+        /*) ;;
+        ..*)
+            ups=$(printf '%s\n' "$srcdir_rel" | sed -n 's|^\(\(\.\./\)*\.\.\)/*$|\1|p')
+            if [ -z "$ups" ]; then
+                echo "SKIP: srcdir $srcdir_rel is neither absolute nor only ../ steps"
+                echo "0 passed, 0 failed, 1 skipped"
+                exit 77
+            fi
+            mkdir "$work/src" || exit 1
+            for f in "$top_srcdir"/* "$top_srcdir"/.[!.]*; do
+                [ -e "$f" ] && ln -s "$f" "$work/src/"
+            done
+            tree=$work/src
+            for _ in $(printf '%s\n' "$ups" | tr '/' ' '); do tree=$tree/.copy; done
+            mkdir -p "$(dirname "$tree")" || exit 1
+            ;;
+        *)
+            echo "SKIP: srcdir $srcdir_rel is neither absolute nor only ../ steps"
+            echo "0 passed, 0 failed, 1 skipped"
+            exit 77
+            ;;
+    esac
+fi
 failed=0
 fail() {
     echo "FAIL: $1"
@@ -55,8 +83,8 @@ fi
 eval "set -- $("$top_builddir/config.status" --config)"
 # The enclosing make's job server and overrides are not this make's.
 unset MAKEFLAGS MFLAGS MAKELEVEL
-if ! (cd "$tree" && ./configure -q "$@" --prefix="$prefix" && make -s install) >"$work/install.log" 2>&1; then
-    fail "./configure --prefix=$prefix && make install in a copy of the build tree" "$work/install.log"
+if ! (cd "$tree" && "$srcdir_rel/configure" -q "$@" --prefix="$prefix" && make -s install) >"$work/install.log" 2>&1; then
+    fail "$srcdir_rel/configure --prefix=$prefix && make install in a copy of the build tree" "$work/install.log"
     echo "0 passed, 1 failed, 0 skipped"
     exit 1
 fi
