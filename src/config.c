@@ -231,7 +231,10 @@ int weft_config_load(void)
     if (rc == WEFT_SUCCESS && (weft_cfg.progress_thread < 0 || weft_cfg.progress_thread > 1000000))
         rc = weft_error(WEFT_ERR_ARG, "WEFT_PROGRESS_THREAD=%d is not 0 (no thread) or 1..1000000 microseconds",
                         weft_cfg.progress_thread);
-    /* A typo in a WEFT_* name would otherwise be dropped silently. */
+    /* A typo in a WEFT_* name would otherwise be dropped silently. These
+     * prefixes are the scripts' and the Python package's own settings
+     * (contrib/, test/), not the library's. */
+    static const char *const not_ours[] = {"WEFT_TEST_", "WEFT_TORCH_", "WEFT_SLURM_", "WEFT_LIBRARY"};
     extern char **environ;
     for (char **e = environ; e && *e; e++) {
         if (strncmp(*e, "WEFT_", 5)) continue;
@@ -239,9 +242,9 @@ int weft_config_load(void)
         int known = 0;
         for (int i = 0; i < n && !known; i++)
             known = strlen(var_at(i)->name) == len && !strncmp(var_at(i)->name, *e, len);
-        if (!known && strncmp(*e, "WEFT_TEST_", 10) && strncmp(*e, "WEFT_LIBRARY", 12) &&
-            strncmp(*e, "WEFT_SLURM_", 11))
-            weft_warn("unknown variable %.*s is ignored (weft_info lists the known ones)", (int)len, *e);
+        for (size_t p = 0; p < sizeof(not_ours) / sizeof(not_ours[0]) && !known; p++)
+            known = !strncmp(*e, not_ours[p], strlen(not_ours[p]));
+        if (!known) weft_warn("unknown variable %.*s is ignored (weft_info lists the known ones)", (int)len, *e);
     }
     return rc;
 }
