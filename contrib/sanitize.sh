@@ -52,17 +52,15 @@ git -C "$src" ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do [ -e "$src/$f" ] && printf '%s\0' "$f"; done |
     tar -C "$src" --null -T - -cf - | tar -C "$work" -xf -
 
-# The GPU kernels are device code the sanitizers do not instrument: when
-# this checkout has them built from its kernels.cu and kernels.h (newer than
-# both), the copy takes them as built (make sees them up to date) instead
-# of running nvcc again (20-40 minutes on 2 cores). Without them the copy
-# builds its own, as the checkout would.
-fatbin=$src/coll/cuda/kernels_fatbin.inc
-if [ -f "$fatbin" ] && [ -f "$src/coll/cuda/kernels.fatbin" ] &&
-    [ "$src/coll/cuda/kernels.fatbin" -nt "$src/coll/cuda/kernels.cu" ] &&
-    [ "$src/coll/cuda/kernels.fatbin" -nt "$src/coll/cuda/kernels.h" ]; then
-    echo "sanitize.sh: reusing this checkout's GPU kernels (coll/cuda/kernels.fatbin)"
-    cp -p "$src/coll/cuda/kernels.fatbin" "$fatbin" "$work/coll/cuda/"
+# The GPU kernels are device code the sanitizers do not instrument: the
+# copy takes this checkout's built fatbins with their times (make rebuilds
+# any older than its sources, as it would here) instead of running nvcc
+# again. Without them the copy builds its own, as the checkout would.
+if ls "$src"/coll/cuda/kernels/*.fatbin >/dev/null 2>&1; then
+    echo "sanitize.sh: reusing this checkout's GPU kernels (coll/cuda/kernels/*.fatbin)"
+    (cd "$src" && built=(coll/cuda/kernels/*.fatbin) &&
+        { [ ! -f coll/cuda/kernels_fatbin.inc ] || built+=(coll/cuda/kernels_fatbin.inc); } &&
+        tar -cf - "${built[@]}") | tar -C "$work" -xf -
 fi
 
 reports=$work/sanitizer-reports

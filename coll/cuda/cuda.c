@@ -1,7 +1,7 @@
 /* coll/cuda: collectives on device buffers among the ranks of one node,
  * by kernels over CUDA IPC-mapped scratch (kernels.h: the layout and the
- * protocol; kernels.cu: the kernels, embedded as a fatbin and loaded
- * through the driver, which weft opens at run time and never links).
+ * protocol; kernels/<protocol>.cu: the kernels, embedded as fatbins and
+ * loaded through the driver, which weft opens at run time and never links).
  *
  * Per communicator: each rank's scratch region (flags, two slots of
  * WEFT_CUDA_COLL_SLOT bytes), its sequence counter in device memory, two
@@ -162,24 +162,31 @@ static const weft_var_t vars[] = {
 };
 
 #ifdef WEFT_HAVE_CUDA_KERNELS
-#include "coll/cuda/kernels_fatbin.inc"
+#include "coll/cuda/kernels_fatbin.inc" /* weft_ck_fatbins[]: one per protocol's kernels (Makefile.am) */
 #include "src/cuda/runtime.h"
 
-/* ---- the kernels, one module per context ------------------------------------ */
+/* ---- the kernels, one module per protocol's fatbin per context ------------------------------ */
 
-static const char *const reduce_names[] = {"weft_ck_reduce_i8",   "weft_ck_reduce_u8",  "weft_ck_reduce_i16",
-                                           "weft_ck_reduce_u16",  "weft_ck_reduce_i32", "weft_ck_reduce_u32",
-                                           "weft_ck_reduce_i64",  "weft_ck_reduce_u64", "weft_ck_reduce_f16",
-                                           "weft_ck_reduce_bf16", "weft_ck_reduce_f32", "weft_ck_reduce_f64"};
-enum { NREDUCE = (int)(sizeof(reduce_names) / sizeof(reduce_names[0])) };
+/* The element types and ops of the reduce kernels, which the host picks: weft_ck_<protocol>_reduce_<type>_<op> */
+#define CK_NAME(name, ...) #name,
+static const char *const dtype_names[] = {WEFT_CK_DTYPES(CK_NAME, 0)};
+static const char *const op_names[] = {WEFT_CK_OPS(CK_NAME, 0)};
+#undef CK_NAME
+enum {
+    NREDUCE = (int)(sizeof(dtype_names) / sizeof(dtype_names[0])),
+    NOPS = (int)(sizeof(op_names) / sizeof(op_names[0])),
+    NFATBINS = (int)(sizeof(weft_ck_fatbins) / sizeof(weft_ck_fatbins[0]))
+};
+_Static_assert(NREDUCE == WEFT_FLOAT64 + 1 && NOPS == WEFT_AVG + 1, "kernels.h's lists follow weft_dtype_t, weft_op_t");
 
 typedef struct module {
     CUcontext ctx;
-    CUmodule mod;
-    CUfunction stage, barrier, copy, reduce[NREDUCE];
-    CUfunction fused_copy, fused_reduce[NREDUCE];
-    CUfunction pipe_copy, pipe_reduce[NREDUCE];
-    CUfunction ll[NREDUCE], ll_copy;
+    CUmodule mod[NFATBINS];
+    CUfunction stage, barrier, copy, fused_copy, pipe_copy, push_copy, push_bcast, ring_allgather, ring_bcast, ll_copy;
+    /* [dtype][op] */
+    CUfunction reduce[NREDUCE][NOPS], fused_reduce[NREDUCE][NOPS], pipe_reduce[NREDUCE][NOPS],
+        push_reduce[NREDUCE][NOPS], push_allreduce[NREDUCE][NOPS], ring_reduce_scatter[NREDUCE][NOPS],
+        ring_allreduce[NREDUCE][NOPS], ll_reduce[NREDUCE][NOPS];
     int sms;
     int pipe_threads; /* PIPE_THREADS, or fewer where a pipelined kernel's registers allow fewer */
     /* Blocks one SM holds at once of the LL kernels (LL_THREADS a block) and of the pipelined ones
@@ -229,6 +236,60 @@ static int blocks_per_sm(CUfunction f, int threads, CUdevice dev)
     return b < 1 ? 1 : b;
 }
 
+/* The kernel `name` from whichever of the module's fatbins holds it. */
+static CUresult get_function(const module_t *m, CUfunction *f, const char *name)
+{
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    for (int i = 0; i < NFATBINS && r != CUDA_SUCCESS; i++)
+        r = weft_cu.module_get_function(f, m->mod[i], name);
+    return r;
+}
+
+/* Every kernel of the module (kernels.h's names); an error names the one missing. */
+static int get_functions(module_t *m)
+{
+    const struct {
+        const char *name;
+        CUfunction *f;
+    } one[] = {{"weft_ck_stage", &m->stage},
+               {"weft_ck_barrier", &m->barrier},
+               {"weft_ck_copy", &m->copy},
+               {"weft_ck_fused_copy", &m->fused_copy},
+               {"weft_ck_pipe_copy", &m->pipe_copy},
+               {"weft_ck_push_copy", &m->push_copy},
+               {"weft_ck_push_bcast", &m->push_bcast},
+               {"weft_ck_ring_allgather", &m->ring_allgather},
+               {"weft_ck_ring_bcast", &m->ring_bcast},
+               {"weft_ck_ll_copy", &m->ll_copy}};
+    const struct {
+        const char *prefix;
+        CUfunction (*f)[NOPS];
+    } each[] = {{"weft_ck_reduce", m->reduce},
+                {"weft_ck_fused_reduce", m->fused_reduce},
+                {"weft_ck_pipe_reduce", m->pipe_reduce},
+                {"weft_ck_push_reduce", m->push_reduce},
+                {"weft_ck_push_allreduce", m->push_allreduce},
+                {"weft_ck_ring_reduce_scatter", m->ring_reduce_scatter},
+                {"weft_ck_ring_allreduce", m->ring_allreduce},
+                {"weft_ck_ll_reduce", m->ll_reduce}};
+    const size_t none = sizeof(one) / sizeof(one[0]), neach = sizeof(each) / sizeof(each[0]);
+    char name[64];
+    CUresult r = CUDA_SUCCESS;
+    for (size_t k = 0; k < none && r == CUDA_SUCCESS; k++) {
+        snprintf(name, sizeof(name), "%s", one[k].name);
+        r = get_function(m, one[k].f, name);
+    }
+    for (size_t k = 0; k < neach && r == CUDA_SUCCESS; k++)
+        for (int t = 0; t < NREDUCE && r == CUDA_SUCCESS; t++)
+            for (int o = 0; o < NOPS && r == CUDA_SUCCESS; o++) {
+                snprintf(name, sizeof(name), "%s_%s_%s", each[k].prefix, dtype_names[t], op_names[o]);
+                r = get_function(m, &each[k].f[t][o], name);
+            }
+    return r == CUDA_SUCCESS ? WEFT_SUCCESS
+                             : weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbins: %s", name,
+                                          weft_cu_text(r));
+}
+
 static int module_of(CUcontext ctx, module_t **out)
 {
     int i;
@@ -239,39 +300,37 @@ static int module_of(CUcontext ctx, module_t **out)
         }
     if (i == MAX_CTX) return weft_error(WEFT_ERR_UNSUPPORTED, "coll/cuda: more than %d CUDA contexts", MAX_CTX);
     module_t *m = &modules[i];
-    CUresult r = weft_cu.module_load_data(&m->mod, weft_ck_fatbin);
-    if (r != CUDA_SUCCESS)
-        return weft_error(WEFT_ERR_UNSUPPORTED,
-                          "coll/cuda: loading the kernels failed: %s (built for sm_80 and sm_90, with PTX for newer)",
-                          weft_cu_text(r));
-    struct {
-        const char *name;
-        CUfunction *f;
-    } fns[6 + 4 * NREDUCE] = {{"weft_ck_stage", &m->stage},         {"weft_ck_barrier", &m->barrier},
-                              {"weft_ck_copy", &m->copy},           {"weft_ck_fused_copy", &m->fused_copy},
-                              {"weft_ck_pipe_copy", &m->pipe_copy}, {"weft_ck_ll_copy", &m->ll_copy}};
-    static char fused_names[NREDUCE][40], pipe_names[NREDUCE][40], ll_names[NREDUCE][40];
-    for (int k = 0; k < NREDUCE; k++) {
-        snprintf(fused_names[k], sizeof(fused_names[k]), "weft_ck_fused_%s", reduce_names[k] + strlen("weft_ck_"));
-        snprintf(pipe_names[k], sizeof(pipe_names[k]), "weft_ck_pipe_%s", reduce_names[k] + strlen("weft_ck_"));
-        fns[6 + k].name = reduce_names[k], fns[6 + k].f = &m->reduce[k];
-        fns[6 + NREDUCE + k].name = fused_names[k], fns[6 + NREDUCE + k].f = &m->fused_reduce[k];
-        fns[6 + 2 * NREDUCE + k].name = pipe_names[k], fns[6 + 2 * NREDUCE + k].f = &m->pipe_reduce[k];
-        snprintf(ll_names[k], sizeof(ll_names[k]), "weft_ck_ll_%s", reduce_names[k] + strlen("weft_ck_reduce_"));
-        fns[6 + 3 * NREDUCE + k].name = ll_names[k], fns[6 + 3 * NREDUCE + k].f = &m->ll[k];
-    }
-    for (int k = 0; k < 6 + 4 * NREDUCE; k++)
-        if ((r = weft_cu.module_get_function(fns[k].f, m->mod, fns[k].name)) != CUDA_SUCCESS) {
-            weft_cu.module_unload(m->mod);
-            return weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbin: %s", fns[k].name,
-                              weft_cu_text(r));
+    int loaded = 0, rc = WEFT_SUCCESS;
+    for (; loaded < NFATBINS; loaded++) {
+        CUresult r = weft_cu.module_load_data(&m->mod[loaded], weft_ck_fatbins[loaded]);
+        if (r != CUDA_SUCCESS) {
+            rc = weft_error(WEFT_ERR_UNSUPPORTED, "coll/cuda: loading the kernels failed: %s (built with nvcc %s)",
+                            weft_cu_text(r), WEFT_NVCC_ARCHS);
+            break;
         }
-    /* threads a block of every pipelined kernel can have (its registers decide) */
+    }
+    if (!rc) rc = get_functions(m);
+    if (rc) {
+        while (loaded > 0) weft_cu.module_unload(m->mod[--loaded]);
+        return rc;
+    }
+    /* the pipelined kernels (staged, pushed, ring): threads a block of every one can have (its registers decide),
+     * and blocks an SM holds of every one; the same for the LL kernels */
+    CUfunction pipes[5 + 5 * NREDUCE * NOPS], lls[1 + NREDUCE * NOPS];
+    int npipes = 0, nlls = 0;
+    pipes[npipes++] = m->pipe_copy, pipes[npipes++] = m->push_copy, pipes[npipes++] = m->push_bcast;
+    pipes[npipes++] = m->ring_allgather, pipes[npipes++] = m->ring_bcast, lls[nlls++] = m->ll_copy;
+    for (int t = 0; t < NREDUCE; t++)
+        for (int o = 0; o < NOPS; o++) {
+            pipes[npipes++] = m->pipe_reduce[t][o], pipes[npipes++] = m->push_reduce[t][o];
+            pipes[npipes++] = m->push_allreduce[t][o], pipes[npipes++] = m->ring_reduce_scatter[t][o];
+            pipes[npipes++] = m->ring_allreduce[t][o];
+            lls[nlls++] = m->ll_reduce[t][o];
+        }
     m->pipe_threads = PIPE_THREADS;
-    for (int k = -1; k < NREDUCE && weft_cu.func_get_attribute; k++) {
+    for (int k = 0; k < npipes && weft_cu.func_get_attribute; k++) {
         int most = 0;
-        if (weft_cu.func_get_attribute(&most, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                                       k < 0 ? m->pipe_copy : m->pipe_reduce[k]) == CUDA_SUCCESS &&
+        if (weft_cu.func_get_attribute(&most, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, pipes[k]) == CUDA_SUCCESS &&
             most >= 32 && most < m->pipe_threads)
             m->pipe_threads = most / 32 * 32;
     }
@@ -283,25 +342,27 @@ static int module_of(CUcontext ctx, module_t **out)
         weft_cu.device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     }
     if (weft_cu.driver_get_version) weft_cu.driver_get_version(&drv);
-    m->ll_per_sm = blocks_per_sm(m->ll_copy, LL_THREADS, dev);
-    m->pipe_per_sm = blocks_per_sm(m->pipe_copy, m->pipe_threads, dev);
-    for (int k = 0; k < NREDUCE; k++) {
-        int b = blocks_per_sm(m->ll[k], LL_THREADS, dev);
+    m->ll_per_sm = blocks_per_sm(lls[0], LL_THREADS, dev);
+    m->pipe_per_sm = blocks_per_sm(pipes[0], m->pipe_threads, dev);
+    for (int k = 1; k < nlls; k++) {
+        int b = blocks_per_sm(lls[k], LL_THREADS, dev);
         if (b < m->ll_per_sm) m->ll_per_sm = b;
-        b = blocks_per_sm(m->pipe_reduce[k], m->pipe_threads, dev);
+    }
+    for (int k = 1; k < npipes; k++) {
+        int b = blocks_per_sm(pipes[k], m->pipe_threads, dev);
         if (b < m->pipe_per_sm) m->pipe_per_sm = b;
     }
     int regs = -1, ll_regs = -1;
     if (weft_cu.func_get_attribute) {
         weft_cu.func_get_attribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m->pipe_copy);
-        weft_cu.func_get_attribute(&ll_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m->ll[WEFT_FLOAT32]);
+        weft_cu.func_get_attribute(&ll_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m->ll_reduce[WEFT_FLOAT32][WEFT_SUM]);
     }
     m->pdl = 0;
 #if CUDA_VERSION >= 12000
     m->pdl = weft_cu.launch_kernel_ex && major >= 9 && drv >= 12030;
 #endif
     weft_debug("coll/cuda: kernels loaded: %d SMs, pipelined kernels of %d threads a block (%d warps; the copy "
-               "kernel %d registers a thread; %d blocks an SM), LL kernels %d blocks of %d threads an SM (f32: %d "
+               "kernel %d registers a thread; %d blocks an SM), LL kernels %d blocks of %d threads an SM (f32 sum: %d "
                "registers a thread); programmatic dependent launch %s (sm_%d0, driver %d.%d)",
                m->sms, m->pipe_threads, m->pipe_threads / 32, regs, m->pipe_per_sm, m->ll_per_sm, LL_THREADS, ll_regs,
                !m->pdl ? "not available" : cvars.pdl ? "on" : "off (WEFT_CUDA_COLL_PDL=0)", major, drv / 1000,
@@ -656,7 +717,7 @@ typedef struct cuda_op {
 
 /* Every kernel launch: on the call's stream, gx x gy blocks of `threads`, one argument block; a kernel of one block
  * (a small call's, where the gap between kernels is a good part of the time) with programmatic dependent launch
- * where the module has it (every kernel starts with stream_order(): kernels.cu). */
+ * where the module has it (every kernel starts with stream_order(): kernels/common.cuh). */
 static CUresult launch_on(cuda_op_t *op, CUfunction f, unsigned gx, unsigned gy, unsigned threads, void *args)
 {
     void *params[] = {args};
@@ -807,7 +868,7 @@ static int reduce_as(cuda_op_t *op, size_t src_off, void *out, size_t count, int
         op->fz.mode = 1;
         return WEFT_SUCCESS;
     }
-    return launch(op, st->m->reduce[op->a.dtype], grid_for(op, count * op->a.esize), 1, &a,
+    return launch(op, st->m->reduce[op->a.dtype][a.op], grid_for(op, count * op->a.esize), 1, &a,
                   "launching the reduce kernel");
 }
 
@@ -933,6 +994,22 @@ static int pipe_split(const weft_ck_pipe_args_t *p, weft_coll_kind_t kind, int w
     return w > 0 && w < warps ? w : 0;
 }
 
+/* The kernel of a pipelined call: one per mode, staged or pushed (kernels.h: weft_ck_pipe_args), and a reduce's
+ * for its type and op. */
+static CUfunction pipe_kernel(const module_t *m, const weft_ck_pipe_args_t *p, weft_dtype_t dt)
+{
+    switch (p->mode) {
+    case 1: return p->push ? m->push_reduce[dt][p->op] : m->pipe_reduce[dt][p->op];
+    case 2: return p->push ? m->push_copy : m->pipe_copy;
+    case 3: return p->push ? m->push_allreduce[dt][p->op] : m->pipe_reduce[dt][p->op];
+    case 4: return p->push ? m->push_bcast : m->pipe_copy;
+    case 5: return m->ring_allgather;
+    case 6: return m->ring_bcast;
+    case 7: return m->ring_reduce_scatter[dt][p->op];
+    default: return m->ring_allreduce[dt][p->op]; /* 8 */
+    }
+}
+
 /* The pipelined form of a large call (kernels.h: weft_ck_pipe_args): a
  * barrier (the slots are free, the counter moves), then one launch of
  * `blocks` blocks, each with `depth` positions of the two slots. *piped
@@ -962,7 +1039,6 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
     p.count = a->count;
     p.op = (int)a->op;
     p.push = staged >= push_min(a->kind, n);
-    CUfunction f = st->m->pipe_copy;
     switch (a->kind) {
     case WEFT_COLL_ALLREDUCE:
         p.mode = 1;
@@ -1041,7 +1117,7 @@ static int pipe_issue(cuda_op_t *op, size_t staged, int *piped)
         }
     }
     int ring = p.mode >= 5;
-    if (p.mode == 1 || p.mode == 3 || p.mode == 7 || p.mode == 8) f = st->m->pipe_reduce[a->dtype];
+    CUfunction f = pipe_kernel(st->m, &p, a->dtype);
     /* places in a position: pushed, one per producer (two for an allreduce's two phases, the root's and the
      * n - 1 parts for a bcast's); else the pieces */
     p.pos_pieces = ring || !p.push ? p.npieces
@@ -1165,7 +1241,7 @@ static int relay(cuda_op_t *op, int root, size_t off, size_t bytes)
     r.mine = (const char *)(uintptr_t)st->region;
     int words = bytes % 4 == 0 && off % 4 == 0;
     r.count = words ? bytes / 4 : bytes;
-    return launch(op, st->m->reduce[words ? WEFT_UINT32 : WEFT_UINT8], grid_for(op, bytes), 1, &r,
+    return launch(op, st->m->reduce[words ? WEFT_UINT32 : WEFT_UINT8][r.op], grid_for(op, bytes), 1, &r,
                   "launching the relay kernel");
 }
 
@@ -1296,7 +1372,7 @@ static int ll_issue(cuda_op_t *op, const char *in, char *out)
     case WEFT_COLL_REDUCE_SCATTER_BLOCK:
     case WEFT_COLL_REDUCE: {
         int scatter = a->kind == WEFT_COLL_REDUCE_SCATTER_BLOCK, rooted = a->kind == WEFT_COLL_REDUCE;
-        f = st->m->ll[a->dtype];
+        f = st->m->ll_reduce[a->dtype][l.op];
         l.count = a->count;
         l.esize = es;
         l.send_mask = rooted ? (me == a->root ? 0 : 1u << a->root) : others;
@@ -1488,7 +1564,7 @@ static int issue(cuda_op_t *op)
                         weft_coll_kind_name(a->kind));
     }
     if (!rc && op->fusing) {
-        CUfunction f = op->fz.mode == 1 ? st->m->fused_reduce[a->dtype] : st->m->fused_copy;
+        CUfunction f = op->fz.mode == 1 ? st->m->fused_reduce[a->dtype][op->fz.red.op] : st->m->fused_copy;
         rc = launch(op, f, 1, 1, &op->fz, "launching the fused kernel");
     }
 record:

@@ -43,7 +43,7 @@
  * of R - 1 threads (R = 2: one thread); the thread for peer p release-stores
  * (system scope) the iteration's number into p's buffer, then spins
  * (acquire, system scope, __nanosleep) until p's number for this iteration
- * arrives (weft's barrier kernel, coll/cuda/kernels.cu), giving up after
+ * arrives (weft's barrier kernel, coll/cuda/kernels/barrier.cuh), giving up after
  * 2 s; the host synchronises the stream. The table prints us per iteration
  * (one launch, one round trip, one synchronise), the median over REPS
  * repetitions of CALLS iterations of every process, and the smallest and
