@@ -44,8 +44,10 @@ static struct {
     int pdl;         /* WEFT_CUDA_COLL_PDL */
 } cvars;
 
-/* The pipelined kernel's threads per block; the LL kernel's most (its __launch_bounds__). */
-enum { PIPE_THREADS = 512, LL_THREADS = 512 };
+/* The pipelined kernels' threads per block; the LL kernels' most (their __launch_bounds__). 8 warps: the blocks
+ * the pipelined kernels' grids and warp splits (pipe_split) are tuned for, which their registers allowed when one
+ * kernel held every mode and op; the kernels of one mode, type and op have room for more. */
+enum { PIPE_THREADS = 256, LL_THREADS = 512 };
 
 static const weft_var_t vars[] = {
     {"WEFT_CUDA_COLL_LL", WEFT_VAR_INT_AUTO | WEFT_VAR_AGREE, "auto",
