@@ -501,6 +501,19 @@ WEFT_API int weft_request_cancel(weft_request_t *request);
 /* Releases a request without waiting. A pending receive is canceled; a
  * pending send completes in the background (its buffer must stay valid). */
 WEFT_API int weft_request_free(weft_request_t *request);
+/* Calls fn(arg, status) once, when the request completes (status: its
+ * outcome), on the thread that completes it: weft's progress thread
+ * (WEFT_PROGRESS_THREAD), a thread inside a weft call, or this one when the
+ * request is complete already. fn runs inside weft: it must be short and
+ * must not call weft (wake a thread of yours instead). The request stays
+ * the caller's to wait on, test or free; one freed before it completes
+ * never calls fn. One callback per request (WEFT_ERR_ALREADY). */
+typedef void (*weft_request_callback_t)(void *arg, int status);
+WEFT_API int weft_request_on_complete(weft_request_t request, weft_request_callback_t fn, void *arg);
+/* A ready callback for weft_request_on_complete: writes an 8-byte 1 to the
+ * file descriptor `fd` (cast to a pointer), an eventfd or a pipe that a
+ * thread of the caller's sleeps on (weft.torch completes its futures so). */
+WEFT_API void weft_notify_fd(void *fd, int status);
 
 /* ------------------------------------------------------------------ */
 /* Introspection (weft_info uses these)                                */

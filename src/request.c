@@ -2,8 +2,10 @@
  * deadline: the communicator's timeout unless the call gives its own. */
 #include "request.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static weft_request_t free_list;
 static weft_request_t live_list;
@@ -78,6 +80,13 @@ void weft_request_describe_pending(weft_comm_t comm, char *buf, size_t len)
 int weft_request_live_count(void)
 {
     return live_count;
+}
+
+void weft_request_fire(weft_request_t req)
+{
+    weft_request_callback_t fn = req->on_complete;
+    req->on_complete = NULL;
+    fn(req->on_complete_arg, req->status.error);
 }
 
 static int on_comm(weft_request_t r, weft_comm_t comm)
@@ -369,4 +378,30 @@ WEFT_API int weft_request_free(weft_request_t *request)
     req->orphaned = 1;
     if (req->ops->orphan) req->ops->orphan(req);
     return WEFT_SUCCESS;
+}
+
+WEFT_API int weft_request_on_complete(weft_request_t request, weft_request_callback_t fn, void *arg)
+{
+    WEFT_API_ENTER();
+    weft_request_t req = request;
+    int rc = request_check(&req, "weft_request_on_complete");
+    if (rc) return rc;
+    if (req == WEFT_REQUEST_NULL) return weft_error(WEFT_ERR_ARG, "weft_request_on_complete: null request");
+    if (!fn) return weft_error(WEFT_ERR_ARG, "weft_request_on_complete: NULL callback");
+    if (req->on_complete_given)
+        return weft_error(WEFT_ERR_ALREADY, "weft_request_on_complete: the request already has a callback");
+    req->on_complete_given = 1;
+    req->on_complete = fn;
+    req->on_complete_arg = arg;
+    if (req->complete) weft_request_fire(req);
+    return WEFT_SUCCESS;
+}
+
+WEFT_API void weft_notify_fd(void *fd, int status)
+{
+    uint64_t one = 1;
+    (void)status;
+    /* an eventfd adds it up; a pipe gets 8 bytes (a full one already says so) */
+    ssize_t n = write((int)(intptr_t)fd, &one, sizeof(one));
+    (void)n;
 }

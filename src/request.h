@@ -47,6 +47,9 @@ struct weft_request_s {
     uint64_t owner_scratch[2];
     struct weft_request_s *next_free;
     struct weft_request_s *live_prev, *live_next; /* every allocated request */
+    weft_request_callback_t on_complete;          /* weft_request_on_complete's, called once at completion */
+    void *on_complete_arg;
+    int on_complete_given; /* one was given (it may have run already) */
 };
 
 weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm);
@@ -56,11 +59,14 @@ weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t com
 int weft_request_reserve(void);
 /* Returns a request to the free list (the owner has nothing left in it). */
 void weft_request_release(weft_request_t req);
+/* Runs req's completion callback (weft_request_on_complete). */
+void weft_request_fire(weft_request_t req);
 /* Marks the request complete with `error` (WEFT_SUCCESS or a status). */
 static inline void weft_request_complete(weft_request_t req, int error)
 {
     req->status.error = error;
     req->complete = 1;
+    if (WEFT_UNLIKELY(req->on_complete != NULL)) weft_request_fire(req);
 }
 /* Waits until complete or `deadline` (absolute, 0 = none). Does not release.
  * While idle it asks for news of dead ranks (weft_liveness_poll) and lets
