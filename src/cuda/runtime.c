@@ -4,11 +4,13 @@
  * it uses nothing above src/. */
 #include "src/cuda/runtime.h"
 
+
 #include "weft_internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -151,6 +153,45 @@ static int driver_load(void)
     return 1;
 }
 
+/* ---- the progress thread's context ------------------------------------------------ */
+
+/* The application's context: current on its thread when the progress thread
+ * started, else the context of the first device buffer weft met. The thread
+ * makes it current before it runs anything once device memory is in play:
+ * a driver call there without a current context fails, and the CUDA runtime
+ * (UCX's CUDA transports) would create a context of its own on device 0. */
+static _Atomic(CUcontext) app_ctx;
+static _Atomic int device_seen;
+
+static void note_device_buffer(CUcontext ctx)
+{
+    CUcontext none = NULL;
+    atomic_store_explicit(&device_seen, 1, memory_order_relaxed);
+    if (ctx) atomic_compare_exchange_strong(&app_ctx, &none, ctx);
+}
+
+void weft_cuda_thread_note_context(void)
+{
+    CUcontext c = NULL, none = NULL;
+    if (!weft_cuda_possible() || !weft_cu.ctx_get_current) return;
+    if (weft_cu.ctx_get_current(&c) == CUDA_SUCCESS && c) atomic_compare_exchange_strong(&app_ctx, &none, c);
+}
+
+int weft_cuda_thread_ready(void)
+{
+    static _Thread_local CUcontext bound;
+    if (WEFT_LIKELY(!weft_cuda_possible())) return 1;
+    CUcontext want = atomic_load(&app_ctx), popped;
+    /* No device buffer seen: nothing the thread runs calls the driver. */
+    if (!want) return !atomic_load_explicit(&device_seen, memory_order_relaxed);
+    if (bound == want) return 1;
+    if (bound) weft_cu.ctx_pop(&popped);
+    bound = NULL;
+    if (weft_cu.ctx_push(want) != CUDA_SUCCESS) return 0;
+    bound = want;
+    return 1;
+}
+
 /* ---- memory types ---------------------------------------------------------------- */
 
 /* An address the driver does not know is host memory, unless it cannot
@@ -178,10 +219,12 @@ int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char 
     int managed = 0;
     CUdeviceptr start = 0;
     size_t size = 0;
+    CUcontext ctx = NULL;
     CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-    void *data[] = {&type, &managed, &start, &size};
-    CUresult r = weft_cu.pointer_get_attributes(4, attrs, data, (CUdeviceptr)(uintptr_t)buf);
+                                   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                   CU_POINTER_ATTRIBUTE_CONTEXT};
+    void *data[] = {&type, &managed, &start, &size, &ctx};
+    CUresult r = weft_cu.pointer_get_attributes(5, attrs, data, (CUdeviceptr)(uintptr_t)buf);
     if (r != CUDA_SUCCESS)
         return weft_error(WEFT_ERR_ARG, "%s: %s at %p: the CUDA driver cannot tell what memory it is: %s", fn, what,
                           buf, weft_cu_text(r));
@@ -192,6 +235,7 @@ int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char 
                               "%s: %s: %zu bytes at %p run %zu bytes past the end of its device allocation", fn, what,
                               bytes, buf, (size_t)((uintptr_t)buf + bytes - end));
         *mem = WEFT_MEM_CUDA;
+        note_device_buffer(ctx);
         return WEFT_SUCCESS;
     }
     /* Host memory, pinned or registered host memory, managed memory (the
@@ -345,6 +389,15 @@ void weft_cuda_gate_release(weft_cuda_gate_t *g)
 }
 
 #else /* no CUDA in this build */
+
+void weft_cuda_thread_note_context(void)
+{
+}
+
+int weft_cuda_thread_ready(void)
+{
+    return 1; /* no device buffers: the thread makes no driver call */
+}
 
 /* Only recognition, so a device buffer is refused instead of read as host
  * memory: cuPointerGetAttribute's ABI is stable, the attribute and memory

@@ -80,6 +80,16 @@ void weft_cuda_copy_streams_release(void);
  * first sight of it), 0 otherwise. */
 int weft_cuda_possible(void);
 
+/* The progress thread's rule: it makes the application's context current
+ * (the one current on the application's thread at init, noted by
+ * weft_cuda_thread_note_context there, else the context of the first device
+ * buffer weft classified) before it runs anything, and never creates one.
+ * weft_cuda_thread_ready, on the thread, under the API mutex: 1 when it may
+ * run (no driver, no device buffer yet, or the context is current), 0 when
+ * device buffers are in play and no context is known. */
+void weft_cuda_thread_note_context(void);
+int weft_cuda_thread_ready(void);
+
 /* libcuda in this process: 0 not loaded (yet), 1 loaded and usable, -1
  * loaded but unusable. */
 int weft_cuda_driver_state(void);
