@@ -11,9 +11,10 @@
  *     its layout is versioned by WEFT_STATUS_LAYOUT.
  *
  * Threading: one thread at a time may call into weft (MPI_THREAD_FUNNELED
- * or SERIALIZED in MPI's terms). With WEFT_PROGRESS_THREAD set, weft runs
- * a thread of its own that polls between the application's calls (never
- * during one).
+ * or SERIALIZED in MPI's terms). With its progress thread on
+ * (WEFT_PROGRESS_THREAD), weft advances pending operations between the
+ * application's calls (never during one), asleep when there is nothing to
+ * advance.
  */
 #ifndef WEFT_H
 #define WEFT_H
@@ -514,6 +515,10 @@ WEFT_API int weft_request_on_complete(weft_request_t request, weft_request_callb
  * file descriptor `fd` (cast to a pointer), an eventfd or a pipe that a
  * thread of the caller's sleeps on (weft.torch completes its futures so). */
 WEFT_API void weft_notify_fd(void *fd, int status);
+/* *flag = 1 while weft's progress thread runs in this process (after
+ * weft_init; WEFT_PROGRESS_THREAD=on, or auto where a CPU is spare):
+ * pending operations then complete without a weft call. */
+WEFT_API int weft_progress_thread_active(int *flag);
 
 /* ------------------------------------------------------------------ */
 /* Introspection (weft_info uses these)                                */

@@ -24,13 +24,15 @@ static int init_common(double deadline)
     weft_log_set_rank(g_bs.rank);
     WEFT_CHECK_GOTO(weft_liveness_init(g_bs.size), rc, fail);
     WEFT_CHECK_GOTO(weft_topo_node_map(&g_bs, deadline), rc, fail);
+    /* the machine's ranks: simulated nodes (WEFT_NODE_ID, WEFT_RANKS_PER_NODE) share its CPUs */
+    int host_ranks = g_bs.local_size > weft_g.machine_ranks ? g_bs.local_size : weft_g.machine_ranks;
+    /* Before the transport: it asks UCX for an event fd only for a thread that will run. */
+    weft_progress_thread_resolve(host_ranks);
     /* Spinning only helps when every rank of this host has a CPU; when
      * they share CPUs, a waiting rank must yield at once or it steals the
      * time of the rank it waits for. */
     if (weft_cfg.spin_before_yield < 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        /* the machine's ranks: simulated nodes (WEFT_NODE_ID, WEFT_RANKS_PER_NODE) share its CPUs */
-        int host_ranks = g_bs.local_size > weft_g.machine_ranks ? g_bs.local_size : weft_g.machine_ranks;
         int oversubscribed = cpus > 0 && host_ranks > cpus;
         weft_cfg.spin_before_yield = oversubscribed ? 1 : 2000;
         if (oversubscribed)

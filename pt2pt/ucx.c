@@ -204,6 +204,23 @@ static int p2p_peer_info(int world_rank, char *buf, size_t len)
     return WEFT_SUCCESS;
 }
 
+/* The worker's event fd exists only with UCP_FEATURE_WAKEUP, requested
+ * when the progress thread runs (WEFT_PROGRESS_THREAD on, or auto resolved to on). */
+static int p2p_event_fd(void)
+{
+    int fd = -1;
+    if (!g_p2p->wakeup || ucp_worker_get_efd(g_p2p->worker, &fd) != UCS_OK) return -1;
+    return fd;
+}
+
+static int p2p_arm(void)
+{
+    ucs_status_t st = ucp_worker_arm(g_p2p->worker);
+    if (st == UCS_OK) return 1;
+    if (st == UCS_ERR_BUSY) return 0;
+    return weft_error(weft_p2p_status_to_weft(st), "ucp_worker_arm: %s", ucs_status_string(st));
+}
+
 const weft_transport_ops_t weft_p2p_transport = {
     .isend = weft_p2p_isend,
     .irecv = weft_p2p_irecv,
@@ -211,6 +228,8 @@ const weft_transport_ops_t weft_p2p_transport = {
     .peer_info = p2p_peer_info,
     .ctrl_send = p2p_ctrl_send,
     .discard = p2p_discard,
+    .event_fd = p2p_event_fd,
+    .arm = p2p_arm,
 };
 
 /* Gathers every rank's worker address, sealed (pt2pt/ucx_addr.h), and
@@ -285,6 +304,10 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         .estimated_num_eps = (size_t)bs->size,
         .estimated_num_ppn = (size_t)(bs->local_size > 0 ? bs->local_size : 1),
     };
+    /* The progress thread sleeps on the worker's event fd (measured: the
+     * same transports, and the same latency, with the feature as without). */
+    p2p->wakeup = weft_cfg.progress_thread == WEFT_PT_ON;
+    if (p2p->wakeup) params.features |= UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &p2p->context);
     if (st != UCS_OK) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_init failed: %s", ucs_status_string(st));
@@ -301,8 +324,8 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     /* With a progress thread (WEFT_PROGRESS_THREAD) two threads use the
      * worker, one at a time (weft_api_mutex): UCX's serialized mode. */
     ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                                   .thread_mode = weft_cfg.progress_thread > 0 ? UCS_THREAD_MODE_SERIALIZED
-                                                                               : UCS_THREAD_MODE_SINGLE};
+                                   .thread_mode = weft_cfg.progress_thread == WEFT_PT_ON ? UCS_THREAD_MODE_SERIALIZED
+                                                                                         : UCS_THREAD_MODE_SINGLE};
     st = ucp_worker_create(p2p->context, &wparams, &p2p->worker);
     if (st != UCS_OK) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_create failed: %s", ucs_status_string(st));

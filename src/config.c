@@ -40,13 +40,13 @@ static const weft_var_t vars[] = {
      "than it has CPUs (oversubscribed; ranks of simulated nodes on it count together); a blocking shared-memory "
      "collective also polls inline for this many polls (at most 4096) before the ordinary wait takes over",
      FIELD(spin_before_yield), 0},
-    {"WEFT_PROGRESS_THREAD", WEFT_VAR_INT, "0",
-     "microseconds (1..1000000) a progress thread sleeps after a poll that found nothing (0: no thread): it polls "
-     "between the application's calls, so rendezvous messages and nonblocking collectives move while the "
-     "application computes; every call then takes a lock, and the thread runs on the rank's cores (bound to one "
-     "core, it takes its time from the computation). It stays idle while CUDA is loaded in the process (its CUDA "
-     "device would not follow the application's)",
-     FIELD(progress_thread), 0},
+    {"WEFT_PROGRESS_THREAD", WEFT_VAR_STRING, "auto",
+     "auto, on, off, or N (on, polling at most every N microseconds, 1..1000000, while an operation that raises "
+     "no events is pending): a thread of weft's own advances pending operations (nonblocking collectives, "
+     "rendezvous messages, stream-ordered host steps, Python futures) while the application computes, sleeping "
+     "on UCX's event fd when nothing it can advance is pending; auto starts it where this rank's CPUs leave one "
+     "spare (a hyperthread or core beyond the ranks that share them), off keeps every wait on the caller's polling",
+     FIELD(progress_thread_text), sizeof(weft_cfg.progress_thread_text)},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
      sizeof(weft_cfg.host_id)},
@@ -209,6 +209,35 @@ static int parse_var(const weft_var_t *v, const char *text)
     return WEFT_ERR_INTERNAL;
 }
 
+/* WEFT_PROGRESS_THREAD: auto | on | off | N microseconds (on). */
+static int parse_progress_thread(const char *text)
+{
+    weft_cfg.progress_poll_us = WEFT_PROGRESS_POLL_US_DEFAULT;
+    if (!strcasecmp(text, "auto")) {
+        weft_cfg.progress_thread = WEFT_PT_AUTO;
+        return WEFT_SUCCESS;
+    }
+    if (!strcasecmp(text, "on") || !strcasecmp(text, "yes") || !strcasecmp(text, "true")) {
+        weft_cfg.progress_thread = WEFT_PT_ON;
+        return WEFT_SUCCESS;
+    }
+    if (!strcasecmp(text, "off") || !strcasecmp(text, "no") || !strcasecmp(text, "false") || !strcmp(text, "0")) {
+        weft_cfg.progress_thread = WEFT_PT_OFF;
+        return WEFT_SUCCESS;
+    }
+    char *end = NULL;
+    errno = 0;
+    long us = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0' || us < 1 || us > 1000000)
+        return weft_error(WEFT_ERR_ARG,
+                          "WEFT_PROGRESS_THREAD='%s' is not auto, on, off, or 1..1000000 microseconds (on, polling at "
+                          "most that often while an operation that raises no events is pending)",
+                          text);
+    weft_cfg.progress_thread = WEFT_PT_ON;
+    weft_cfg.progress_poll_us = (int)us;
+    return WEFT_SUCCESS;
+}
+
 int weft_config_load(void)
 {
     int rc = WEFT_SUCCESS;
@@ -228,9 +257,7 @@ int weft_config_load(void)
         strcmp(weft_cfg.bootstrap, "single"))
         rc = weft_error(WEFT_ERR_ARG, "WEFT_BOOTSTRAP='%s' is not one of auto, pmix, torchstore, env, single",
                         weft_cfg.bootstrap);
-    if (rc == WEFT_SUCCESS && (weft_cfg.progress_thread < 0 || weft_cfg.progress_thread > 1000000))
-        rc = weft_error(WEFT_ERR_ARG, "WEFT_PROGRESS_THREAD=%d is not 0 (no thread) or 1..1000000 microseconds",
-                        weft_cfg.progress_thread);
+    if (rc == WEFT_SUCCESS) rc = parse_progress_thread(weft_cfg.progress_thread_text);
     /* A typo in a WEFT_* name would otherwise be dropped silently. These
      * prefixes are the scripts' and the Python package's own settings
      * (contrib/, test/), not the library's. */

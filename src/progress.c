@@ -2,15 +2,21 @@
  * schedules later). All waiting in weft goes through weft_progress().
  * Also the liveness record: which ranks are known dead, and why. */
 #include "bootstrap/bootstrap.h"
+#include "request.h"
 #include "src/cuda/runtime.h"
 #include "weft_internal.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_HOOKS 32
 
@@ -73,36 +79,168 @@ int weft_api_locking;
 pthread_mutex_t weft_api_mutex = PTHREAD_MUTEX_INITIALIZER;
 _Atomic int weft_api_wanted;
 _Thread_local int weft_api_depth;
+int weft_pt_state = WEFT_PT_RUNNING;
+int weft_pt_kick;
 
 static pthread_t pt_thread;
 static _Atomic int pt_stop;
 static int pt_running;
+static int pt_kick_fd = -1;             /* eventfd: a call that left work for it, and stop, wake the thread */
+static int pt_cpu = -1;                 /* the spare CPU it is bound to (-1: none) */
+static int pt_spare;                    /* this rank's CPUs leave one spare (weft_progress_thread_resolve) */
+static _Atomic unsigned long pt_passes; /* passes it made holding the mutex (tests) */
+
+/* An application call holds the mutex (and polls meanwhile): the thread
+ * tries again after a nap that doubles up to the max, so a long blocking
+ * call costs it little and a short one delays it little. */
+#define PT_LOCK_NAP_MIN_US 20
+#define PT_LOCK_NAP_MAX_US 1000
+/* Pending work that raises no events (shared-memory flags): passes without
+ * news spent yielding before the thread naps, the first nap, doubling up to
+ * WEFT_PROGRESS_THREAD's microseconds (weft_cfg.progress_poll_us); past
+ * that, a nap is at most an eighth of the time without news (a peer that
+ * is late by a second is noticed within 1/8 more), up to PT_NAP_MAX_US. */
+#define PT_SPIN_PASSES  64
+#define PT_NAP_FIRST_US 8
+#define PT_NAP_MAX_US   4000
+/* While anything is pending the thread looks at the liveness record this
+ * often, asleep or not: a receive from a rank that died, or a collective
+ * with a lost member, fails without anyone waiting for it. */
+#define PT_CHECK_S 0.05
+/* Arms that found news already there, in a row, without a pass finding
+ * any: the thread then polls instead (a transport whose arm never settles). */
+#define PT_BUSY_ARMS_MAX 16
+
+void weft_progress_thread_wake(void)
+{
+    uint64_t one = 1;
+    if (pt_kick_fd >= 0 && write(pt_kick_fd, &one, sizeof(one)) < 0) {
+        /* full (it is being woken already) */
+    }
+}
+
+/* Sleeps until a wake-up, news on efd (-1: none), or timeout_s (< 0: none). */
+static void pt_sleep(int efd, double timeout_s)
+{
+    struct pollfd fds[2] = {{.fd = pt_kick_fd, .events = POLLIN}, {.fd = efd, .events = POLLIN}};
+    struct timespec ts, *tp = NULL;
+    if (timeout_s >= 0) {
+        ts.tv_sec = (time_t)timeout_s;
+        ts.tv_nsec = (long)((timeout_s - (double)ts.tv_sec) * 1e9);
+        tp = &ts;
+    }
+    if (ppoll(fds, efd >= 0 ? 2 : 1, tp, NULL) > 0 && (fds[0].revents & POLLIN)) {
+        uint64_t v;
+        if (read(pt_kick_fd, &v, sizeof(v)) < 0) {
+            /* another reader took it: nothing to do */
+        }
+    }
+}
+
+static unsigned nap_next(unsigned us, unsigned first, unsigned max)
+{
+    if (first > max) first = max;
+    return us == 0 ? first : us >= max / 2 ? max : 2 * us;
+}
 
 static void *pt_main(void *arg)
 {
     (void)arg;
-    long us = weft_cfg.progress_thread;
-    struct timespec nap = {us / 1000000, (us % 1000000) * 1000};
-    int idle_for_cuda = 0;
+    unsigned spins = 0, nap_us = 0, lock_nap_us = 0, busy_arms = 0;
+    unsigned poll_max = weft_cfg.progress_poll_us > 0 ? (unsigned)weft_cfg.progress_poll_us : 1;
+    double next_check = 0, news_at = 0;
+    int efd = -2, cuda_said = 0; /* the transport's event fd: asked for under the mutex, on the first pass */
+    /* The naps are short: the default timer slack (50 us) would stretch them. */
+    (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    if (pt_cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(pt_cpu, &one);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    }
     while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
-        int events = 0;
-        if (!atomic_load_explicit(&weft_api_wanted, memory_order_relaxed) &&
-            pthread_mutex_trylock(&weft_api_mutex) == 0) {
-            /* device-buffer steps call the CUDA runtime, whose current device is per thread */
-            if (!weft_cuda_possible()) {
-                weft_api_depth = 1; /* weft_progress's own entry nests */
-                events = weft_progress();
-                weft_api_depth = 0;
-            } else if (!idle_for_cuda) {
-                idle_for_cuda = 1;
-                weft_info_log("progress thread: CUDA is loaded in this process; the thread stays idle");
-            }
-            pthread_mutex_unlock(&weft_api_mutex);
+        if (atomic_load_explicit(&weft_api_wanted, memory_order_relaxed) ||
+            pthread_mutex_trylock(&weft_api_mutex) != 0) {
+            lock_nap_us = nap_next(lock_nap_us, PT_LOCK_NAP_MIN_US, PT_LOCK_NAP_MAX_US);
+            pt_sleep(-1, lock_nap_us * 1e-6);
+            continue;
         }
-        if (events)
-            sched_yield(); /* a call waiting for the mutex gets it first */
-        else
-            nanosleep(&nap, NULL);
+        lock_nap_us = 0;
+        atomic_fetch_add_explicit(&pt_passes, 1, memory_order_relaxed);
+        if (efd == -2) efd = weft_xport->event_fd ? weft_xport->event_fd() : -1;
+        weft_pt_state = WEFT_PT_RUNNING;
+        int events = 0, needs = WEFT_NEEDS_NOTHING;
+        double wake_at = 0, now = 0;
+        /* Driver calls on device buffers need the application's context current here (never one of its own). */
+        if (weft_cuda_thread_ready()) {
+            weft_api_depth = 1; /* weft_progress's own entry nests */
+            events = weft_progress();
+            if (!events && weft_request_live > 0) {
+                now = weft_wtime();
+                if (now >= next_check) {
+                    next_check = now + PT_CHECK_S;
+                    weft_liveness_poll(now, 0, 0);
+                    if (weft_lost_count) weft_request_check_pending();
+                }
+                needs = weft_request_idle_needs(&wake_at);
+            }
+            weft_api_depth = 0;
+        } else if (!cuda_said) {
+            cuda_said = 1;
+            weft_info_log("progress thread: device buffers in use and no CUDA context known to make current; the "
+                          "thread stays idle");
+        }
+        if (events) {
+            spins = nap_us = busy_arms = 0;
+            news_at = 0;
+            pthread_mutex_unlock(&weft_api_mutex);
+            if (atomic_load_explicit(&weft_api_wanted, memory_order_relaxed)) sched_yield(); /* a call goes first */
+            continue;
+        }
+        if (needs == WEFT_NEEDS_NOTHING) {
+            weft_pt_state = WEFT_PT_IDLE;
+            weft_pt_kick = 0;
+            pthread_mutex_unlock(&weft_api_mutex);
+            spins = nap_us = busy_arms = 0;
+            next_check = news_at = 0;
+            pt_sleep(-1, -1);
+            continue;
+        }
+        if (needs == WEFT_NEEDS_EVENTS && efd >= 0 && busy_arms < PT_BUSY_ARMS_MAX) {
+            int armed = weft_xport->arm();
+            if (armed > 0) {
+                busy_arms = 0;
+                weft_pt_state = WEFT_PT_ARMED;
+                weft_pt_kick = 0;
+                pthread_mutex_unlock(&weft_api_mutex);
+                double until = wake_at > 0 && wake_at < next_check ? wake_at : next_check;
+                pt_sleep(efd, until > now ? until - now : 0);
+                spins = nap_us = 0;
+                news_at = 0;
+                continue;
+            }
+            if (armed == 0) { /* news came meanwhile: another pass */
+                busy_arms++;
+                pthread_mutex_unlock(&weft_api_mutex);
+                continue;
+            }
+            efd = -1; /* the transport cannot arm: poll from now on */
+        }
+        pthread_mutex_unlock(&weft_api_mutex);
+        if (spins < PT_SPIN_PASSES) {
+            spins++;
+            if (news_at == 0) news_at = now;
+            sched_yield();
+            continue;
+        }
+        unsigned cap = poll_max, late_us = (unsigned)((now - news_at) * 1e6 / 8);
+        if (late_us > cap)
+            cap = late_us < PT_NAP_MAX_US ? late_us : PT_NAP_MAX_US > poll_max ? PT_NAP_MAX_US : poll_max;
+        nap_us = nap_next(nap_us, PT_NAP_FIRST_US, cap);
+        double nap = nap_us * 1e-6;
+        if (wake_at > 0 && wake_at - now < nap) nap = wake_at > now ? wake_at - now : 0;
+        pt_sleep(-1, nap);
+        busy_arms = 0;
     }
     return NULL;
 }
@@ -115,7 +253,11 @@ static void pt_after_fork_child(void)
     if (!weft_api_depth) pthread_mutex_init(&weft_api_mutex, NULL);
     atomic_store(&weft_api_wanted, 0);
     weft_api_locking = 0;
+    weft_pt_state = WEFT_PT_RUNNING;
+    weft_pt_kick = 0;
     pt_running = 0;
+    if (pt_kick_fd >= 0) close(pt_kick_fd); /* the parent's: a thread started here makes its own */
+    pt_kick_fd = -1;
 }
 
 /* A process that exits without weft_finalize: the thread stops before
@@ -130,17 +272,105 @@ int weft_progress_thread_running(void)
     return pt_running;
 }
 
+unsigned long weft_progress_thread_passes(void)
+{
+    return atomic_load_explicit(&pt_passes, memory_order_relaxed);
+}
+
+/* The CPUs a cpu list names ("0-3,8,10-11"), or -1. */
+static int cpulist_count(const char *text)
+{
+    int n = 0;
+    for (const char *p = text; *p && *p != '\n';) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) return -1;
+        if (*end == '-') {
+            p = end + 1;
+            b = strtol(p, &end, 10);
+            if (end == p || b < a) return -1;
+        }
+        n += (int)(b - a + 1);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* The CPUs this job's ranks on this machine may share: the cgroup's
+ * cpuset where there is one (a container, a Slurm job), else every CPU
+ * online. */
+static long machine_cpus(void)
+{
+    static const char *const files[] = {"/sys/fs/cgroup/cpuset.cpus.effective",
+                                        "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char buf[4096];
+        FILE *f = fopen(files[i], "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        int c = cpulist_count(buf);
+        if (c > 0) return c;
+    }
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+void weft_progress_thread_resolve(int host_ranks)
+{
+    cpu_set_t set;
+    long cpus = machine_cpus(), allowed = 0;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = CPU_COUNT(&set);
+    if (cpus <= 0) cpus = 1;
+    if (allowed <= 0 || allowed > cpus) allowed = cpus;
+    if (host_ranks < 1) host_ranks = 1;
+    /* Ranks spread evenly over the machine's CPUs: those bound to one core
+     * (hyperthreads) share it with none, unbound ones with every rank. */
+    long sharing = ((long)host_ranks * allowed + cpus - 1) / cpus;
+    if (sharing < 1) sharing = 1;
+    pt_spare = allowed > sharing;
+    pt_cpu = -1;
+    /* A rank bound to a few CPUs: the thread on the last of them (on a core's
+     * two hyperthreads, the sibling of the first), not wandering onto another
+     * rank's. An unbound rank's thread is left to the scheduler. */
+    if (pt_spare && allowed < cpus)
+        for (int c = CPU_SETSIZE - 1; c >= 0; c--)
+            if (CPU_ISSET(c, &set)) {
+                pt_cpu = c;
+                break;
+            }
+    if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
+        weft_cfg.progress_thread = pt_spare ? WEFT_PT_ON : WEFT_PT_OFF;
+        weft_info_log("WEFT_PROGRESS_THREAD=auto: %s (%ld CPU%s for this rank, shared with about %ld rank%s)",
+                      pt_spare ? "on" : "off: no CPU spare", allowed, allowed == 1 ? "" : "s", sharing,
+                      sharing == 1 ? "" : "s");
+    }
+}
+
 int weft_progress_thread_start(void)
 {
     static int handlers_set;
-    if (weft_cfg.progress_thread <= 0 || pt_running) return WEFT_SUCCESS;
+    if (weft_cfg.progress_thread != WEFT_PT_ON || pt_running || !weft_xport) return WEFT_SUCCESS;
     if (!handlers_set) {
         (void)pthread_atfork(NULL, NULL, pt_after_fork_child);
         (void)atexit(pt_at_exit);
         handlers_set = 1;
     }
+    if (pt_kick_fd < 0 && (pt_kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+        return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%s: no eventfd for the progress thread: %s",
+                          weft_cfg.progress_thread_text, strerror(errno));
+    /* Adaptive: a call that finds the thread in a pass spins for it a moment rather than sleeping. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&weft_api_mutex, &ma);
+    pthread_mutexattr_destroy(&ma);
     atomic_store(&pt_stop, 0);
-    weft_api_locking = 1; /* before the thread exists: every later call locks */
+    weft_pt_state = WEFT_PT_RUNNING;
+    weft_pt_kick = 0;
+    weft_cuda_thread_note_context(); /* the context current at init, for the thread's driver calls */
+    weft_api_locking = 1;            /* before the thread exists: every later call locks */
     /* every signal blocked in the thread: the process's signals go to the application's threads */
     sigset_t all, old;
     sigfillset(&all);
@@ -149,12 +379,15 @@ int weft_progress_thread_start(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
         weft_api_locking = 0;
-        return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%d: the progress thread could not start: %s",
-                          weft_cfg.progress_thread, strerror(err));
+        return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%s: the progress thread could not start: %s",
+                          weft_cfg.progress_thread_text, strerror(err));
     }
     pt_running = 1;
-    weft_info_log("progress thread on: it polls while the application computes, sleeping %d us after an idle poll",
-                  weft_cfg.progress_thread);
+    if (pt_cpu >= 0)
+        weft_info_log("progress thread on, bound to CPU %d: it advances pending work while the application computes",
+                      pt_cpu);
+    else
+        weft_info_log("progress thread on: it advances pending work while the application computes");
     return WEFT_SUCCESS;
 }
 
@@ -162,9 +395,20 @@ void weft_progress_thread_stop(void)
 {
     if (!pt_running) return;
     atomic_store_explicit(&pt_stop, 1, memory_order_release);
+    weft_progress_thread_wake();
     pthread_join(pt_thread, NULL);
     pt_running = 0;
+    weft_pt_state = WEFT_PT_RUNNING;
+    weft_pt_kick = 0;
     weft_api_locking = 0; /* the caller's entry still unlocks on its return */
+}
+
+WEFT_API int weft_progress_thread_active(int *flag)
+{
+    WEFT_API_ENTER();
+    if (!flag) return weft_error(WEFT_ERR_ARG, "weft_progress_thread_active: NULL flag pointer");
+    *flag = pt_running;
+    return WEFT_SUCCESS;
 }
 
 /* ---- liveness ------------------------------------------------------------ */

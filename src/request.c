@@ -9,7 +9,8 @@
 
 static weft_request_t free_list;
 static weft_request_t live_list;
-static int live_count;
+int weft_request_live;
+#define live_count weft_request_live
 
 weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm)
 {
@@ -87,6 +88,33 @@ void weft_request_fire(weft_request_t req)
     weft_request_callback_t fn = req->on_complete;
     req->on_complete = NULL;
     fn(req->on_complete_arg, req->status.error);
+}
+
+int weft_request_idle_needs(double *wake_at)
+{
+    int needs = WEFT_NEEDS_NOTHING;
+    for (weft_request_t r = live_list; r && needs < WEFT_NEEDS_POLL; r = r->live_next) {
+        if (r->complete) continue;
+        int n = r->ops->idle_needs            ? r->ops->idle_needs(r, wake_at)
+                : r->ops->transport_completes ? WEFT_NEEDS_EVENTS
+                                              : WEFT_NEEDS_POLL;
+        if (n > needs) needs = n;
+    }
+    return needs;
+}
+
+void weft_request_check_pending(void)
+{
+    int n = 0;
+    weft_request_t *todo = live_count ? malloc(sizeof(*todo) * (size_t)live_count) : NULL;
+    if (!todo) return;
+    for (weft_request_t r = live_list; r; r = r->live_next)
+        if (!r->complete && r->ops->check) todo[n++] = r;
+    /* A check may end other requests (a collective's own messages): they
+     * stay on the free list, magic cleared, and are passed over. */
+    for (int i = 0; i < n; i++)
+        if (todo[i]->magic == WEFT_REQUEST_MAGIC && !todo[i]->complete) todo[i]->ops->check(todo[i]);
+    free(todo);
 }
 
 static int on_comm(weft_request_t r, weft_comm_t comm)

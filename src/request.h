@@ -25,7 +25,15 @@ typedef struct weft_request_ops {
      * message): a wait on it polls UCX and runs the other hooks (schedules,
      * revoke notices) only after an event or every few idle polls. */
     int transport_completes;
+    /* Optional: what the progress thread must do to advance a pending
+     * request that it polled without news (WEFT_NEEDS_EVENTS: the
+     * transport's events will say when, WEFT_NEEDS_POLL: poll it, it
+     * raises none), and the time it must run again whatever happens
+     * (*wake_at, lowered only; a schedule's own deadline). Without it: a
+     * request the transport completes needs events, any other polling. */
+    int (*idle_needs)(weft_request_t req, double *wake_at);
 } weft_request_ops_t;
+enum { WEFT_NEEDS_NOTHING = 0, WEFT_NEEDS_EVENTS = 1, WEFT_NEEDS_POLL = 2 };
 
 #define WEFT_REQUEST_MAGIC 0x77526571u /* "wReq" */
 
@@ -68,6 +76,14 @@ static inline void weft_request_complete(weft_request_t req, int error)
     req->complete = 1;
     if (WEFT_UNLIKELY(req->on_complete != NULL)) weft_request_fire(req);
 }
+/* For the progress thread, after a pass without news: the most any pending
+ * request needs (WEFT_NEEDS_*), and in *wake_at (absolute, lowered only)
+ * the time one of them must be looked at again. */
+int weft_request_idle_needs(double *wake_at);
+/* Runs every pending request's ops->check (as an idle wait does for the
+ * request it waits on): a receive from a rank known lost fails, a
+ * collective with a lost member fails, with nobody waiting for them. */
+void weft_request_check_pending(void);
 /* Waits until complete or `deadline` (absolute, 0 = none). Does not release.
  * While idle it asks for news of dead ranks (weft_liveness_poll) and lets
  * the owner fail the request early (ops->check); once more, forced, at the

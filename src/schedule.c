@@ -44,6 +44,7 @@ struct weft_sched {
     const char *waiting_what; /* a polling step's description of what it waits for (NULL: a message) */
     int waiting_flag;         /* waiting_what is a flag of rank waiting_peer in shared memory */
     int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
+    int polling;              /* the last pass stopped at a polling step (raises no transport events) */
     int child_next;           /* op index of the current round's next child to post (-1: all posted) */
     int nchildren;            /* child steps in the schedule (most have none: no child pass at all) */
     unsigned lost_seen;       /* weft_lost_count when the members were last checked */
@@ -344,7 +345,7 @@ static void sched_free(weft_sched_t *s)
         free(s->scratch[i]);
     s->spare_used = 0;
     s->nscratch = 0;
-    s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = s->nchildren = 0;
+    s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = s->nchildren = s->polling = 0;
     s->child_err = 0;
     s->req = NULL;
     s->next_active = sched_cache;
@@ -444,6 +445,7 @@ static int run_locals(weft_sched_t *s)
             int rc = op->poll(s, op->arg);
             if (rc == 0) {
                 s->local_pos = i;
+                s->polling = 1;
                 if (s->watch && ++s->watch_polls % WEFT_SCHED_WATCH_POLLS == 0 && s->watch->check &&
                     (rc = s->watch->check(s->watch_arg)) < 0)
                     return rc;
@@ -635,6 +637,7 @@ static void expire(weft_sched_t *s)
 static int advance(weft_sched_t *s)
 {
     int moved = 0;
+    s->polling = 0;
     if (WEFT_UNLIKELY(s->deadline > 0) && weft_wtime() >= s->deadline) {
         expire(s);
         return 1;
@@ -787,12 +790,27 @@ static int sched_cancel(weft_request_t req)
     return WEFT_SUCCESS;
 }
 
+/* For the progress thread: a schedule stopped at a polling step (shared-
+ * memory flags, a stream's event), at a child it may not post yet, or
+ * waiting for the cause of a child's failure must be polled; one waiting
+ * for its round's messages wakes on the transport's events. Its own
+ * deadline is a time to look again. */
+static int sched_idle_needs(weft_request_t req, double *wake_at)
+{
+    weft_sched_t *s = req->owner_data;
+    if (!s) return WEFT_NEEDS_NOTHING;
+    if (s->deadline > 0 && (*wake_at <= 0 || s->deadline < *wake_at)) *wake_at = s->deadline;
+    if (s->polling || s->child_next >= 0 || s->child_err) return WEFT_NEEDS_POLL;
+    return WEFT_NEEDS_EVENTS;
+}
+
 static const weft_request_ops_t sched_ops = {.kind = "collective",
                                              .cancel = sched_cancel,
                                              .check = sched_check,
                                              .orphan = sched_orphan,
                                              .describe = sched_describe,
-                                             .waiting_for = sched_waiting_for};
+                                             .waiting_for = sched_waiting_for,
+                                             .idle_needs = sched_idle_needs};
 
 int weft_sched_start(weft_sched_t *s, weft_request_t *out)
 {
@@ -832,6 +850,9 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
         return WEFT_SUCCESS; /* the request carries the error */
     }
     advance(s);
+    /* The progress thread, asleep on the transport's events, learns of it
+     * when this call returns (the schedule may raise none: shared memory). */
+    if (WEFT_UNLIKELY(weft_api_locking) && !(*out)->complete) weft_pt_kick = 1;
     return WEFT_SUCCESS;
 fail:
     if (s->req) weft_request_release(s->req);

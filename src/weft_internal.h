@@ -79,6 +79,8 @@ typedef struct weft_var {
     size_t size; /* for strings */
 } weft_var_t;
 
+enum { WEFT_PT_AUTO = -1, WEFT_PT_OFF = 0, WEFT_PT_ON = 1 };
+#define WEFT_PROGRESS_POLL_US_DEFAULT 200
 typedef struct weft_config {
     char bootstrap[16];  /* auto | pmix | env | single */
     double timeout;      /* default wait deadline, seconds; 0 = none */
@@ -86,17 +88,19 @@ typedef struct weft_config {
     int eager_connect;   /* create every endpoint at init */
     int peer_failure;    /* UCX peer failure detection on endpoints */
     int log_level;
-    int spin_before_yield; /* progress polls without news before sched_yield */
-    int progress_thread;   /* WEFT_PROGRESS_THREAD: us between a progress thread's idle polls (0: no thread) */
-    char host_id[128];     /* overrides the host identity ("" = hostname + boot id) */
-    char node_id[32];      /* this rank's explicit node id ("" = from the host id) */
-    int ranks_per_node;    /* simulated nodes of this many ranks (0 = off) */
-    char cuda[16];         /* WEFT_CUDA: auto | ucx | staged | off (device buffers in point-to-point) */
-    int cuda_stage_chunk;  /* WEFT_CUDA_STAGE_CHUNK: bytes per pinned chunk of the staged path */
-    int cuda_stage_depth;  /* WEFT_CUDA_STAGE_DEPTH: chunks in flight per staged message */
-    int cuda_small;        /* WEFT_CUDA_SMALL: auto mode stages device messages up to this size */
-    int rdma_select;       /* choose the RDMA port and GID index for UCX at init */
-    char rdma_fsroot[512]; /* stands for / when reading sysfs and procfs for that choice */
+    int spin_before_yield;         /* progress polls without news before sched_yield */
+    char progress_thread_text[16]; /* WEFT_PROGRESS_THREAD as given */
+    int progress_thread;           /* WEFT_PT_AUTO (resolved at init to on or off), WEFT_PT_OFF or WEFT_PT_ON */
+    int progress_poll_us;          /* the thread's longest sleep between polls of work that raises no events */
+    char host_id[128];             /* overrides the host identity ("" = hostname + boot id) */
+    char node_id[32];              /* this rank's explicit node id ("" = from the host id) */
+    int ranks_per_node;            /* simulated nodes of this many ranks (0 = off) */
+    char cuda[16];                 /* WEFT_CUDA: auto | ucx | staged | off (device buffers in point-to-point) */
+    int cuda_stage_chunk;          /* WEFT_CUDA_STAGE_CHUNK: bytes per pinned chunk of the staged path */
+    int cuda_stage_depth;          /* WEFT_CUDA_STAGE_DEPTH: chunks in flight per staged message */
+    int cuda_small;                /* WEFT_CUDA_SMALL: auto mode stages device messages up to this size */
+    int rdma_select;               /* choose the RDMA port and GID index for UCX at init */
+    char rdma_fsroot[512];         /* stands for / when reading sysfs and procfs for that choice */
 
     /* Who may join (bootstrap/jobkey.h, docs/SECURITY.md). */
     char job_secret[1024];      /* WEFT_JOB_SECRET: the job's shared secret ("" = none) */
@@ -380,20 +384,37 @@ void weft_progress_idle(unsigned *idle_polls, int events);
 int weft_progress_hooks(void);
 
 /* ---- the progress thread (WEFT_PROGRESS_THREAD, progress.c) ------------- */
-/* With it on, a thread of weft's own runs weft_progress() while the
- * application computes, so rendezvous messages and collective schedules
- * move between the application's calls (OSU's overlap). weft stays
- * FUNNELED: every API call holds weft_api_mutex from its outermost entry
- * to its return (WEFT_API_ENTER), and the thread polls only when it can
- * take the mutex without waiting and no call is asking for it, so the two
- * never run weft at once and the application's calls go first. Off (the
- * default), an API call pays one predictable branch. */
+/* With it on, a thread of weft's own advances pending operations while the
+ * application computes, so rendezvous messages, collective schedules and
+ * the callbacks of weft_request_on_complete move between the
+ * application's calls (OSU's overlap). weft stays FUNNELED: every API call
+ * holds weft_api_mutex from its outermost entry to its return
+ * (WEFT_API_ENTER), and the thread runs only when it can take the mutex
+ * without waiting and no call is asking for it, so the two never run weft
+ * at once and the application's calls go first. When it finds nothing to
+ * do it sleeps: on the transport's event fd while something pending will
+ * raise events (ARMED), on its own wake-up descriptor when nothing is
+ * pending (IDLE), napping between polls while a pending operation raises
+ * no events (shared-memory flags). A call that leaves something pending
+ * for a sleeping thread wakes it on its way out; a blocking call that
+ * leaves nothing pays an uncontended lock and a few loads, and the thread
+ * sleeps through it. Off, an API call pays one predictable branch. */
 #include <pthread.h>
 #include <stdatomic.h>
 extern int weft_api_locking;             /* the thread runs: calls take the mutex */
 extern pthread_mutex_t weft_api_mutex;
 extern _Atomic int weft_api_wanted;      /* a call is waiting for the mutex */
 extern _Thread_local int weft_api_depth; /* nesting of API calls on this thread */
+/* The thread's state and the posting side's kick, both under the mutex. */
+enum { WEFT_PT_RUNNING = 0, WEFT_PT_ARMED = 1, WEFT_PT_IDLE = 2 };
+extern int weft_pt_state;
+/* Set by a call that posted work the thread's transport events may not
+ * announce (a schedule that polls shared memory): a thread ARMED on the
+ * transport's fd is woken as the call returns. */
+extern int weft_pt_kick;
+/* Requests allocated and not released (request.c). */
+extern int weft_request_live;
+void weft_progress_thread_wake(void);
 static inline int weft_api_enter(void)
 {
     if (WEFT_LIKELY(!weft_api_locking)) return 0;
@@ -407,18 +428,36 @@ static inline void weft_api_leave(const int *how)
 {
     if (WEFT_LIKELY(!*how)) return;
     weft_api_depth--;
-    if (*how == 1) pthread_mutex_unlock(&weft_api_mutex);
+    if (*how != 1) return;
+    /* Asleep with nothing pending, and the call left something; or armed
+     * on events that work this call posted may never raise. */
+    int wake = WEFT_UNLIKELY(weft_pt_state != WEFT_PT_RUNNING) && weft_request_live > 0 &&
+               (weft_pt_state == WEFT_PT_IDLE || weft_pt_kick);
+    if (wake) {
+        weft_pt_state = WEFT_PT_RUNNING;
+        weft_pt_kick = 0;
+    }
+    pthread_mutex_unlock(&weft_api_mutex);
+    if (wake) weft_progress_thread_wake();
 }
 /* The first statement of every API function but weft_wtime, weft_strerror
  * (pure) and weft_comm_abort (it must not wait for a blocked call). */
 #define WEFT_API_ENTER() int weft_api_how_ __attribute__((cleanup(weft_api_leave), unused)) = weft_api_enter()
-/* At the end of a successful init (WEFT_PROGRESS_THREAD > 0), and at the
+/* At init, before the transport (which asks for events only when the
+ * thread will run): resolves WEFT_PROGRESS_THREAD=auto to on where this
+ * rank's CPUs leave one spare beyond the ranks of this machine
+ * (host_ranks) that share them, else off. */
+void weft_progress_thread_resolve(int host_ranks);
+/* At the end of a successful init (WEFT_PROGRESS_THREAD on), and at the
  * start of finalize: stops and joins it (the caller holds the mutex; the
  * thread never waits for it). */
 int weft_progress_thread_start(void);
 void weft_progress_thread_stop(void);
 /* 1 while the thread runs (tests). */
 int weft_progress_thread_running(void);
+/* Passes the thread made holding the mutex so far (tests: a blocking
+ * ping-pong leaves it asleep). */
+unsigned long weft_progress_thread_passes(void);
 
 /* ---- liveness (progress.c) ---------------------------------------------- */
 /* Ranks known to be dead, from whichever source noticed first: the
@@ -472,6 +511,12 @@ typedef struct weft_transport_ops {
      * traffic (its senders' pending sends complete), or a freed one's that
      * came late. */
     int (*discard)(uint32_t ctx, uint32_t ctx_mask);
+    /* The progress thread's sleep: a descriptor that becomes readable when
+     * the transport has news (-1: none, the thread then polls), and arm,
+     * which asks for that news: 1 armed (sleep), 0 news already there
+     * (progress first), < 0 an error (the thread polls). */
+    int (*event_fd)(void);
+    int (*arm)(void);
 } weft_transport_ops_t;
 extern const weft_transport_ops_t *weft_xport;
 /* The transport's life cycle, called by the composition root (init.c);

@@ -10,6 +10,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The engine's internals take no API lock: with the progress thread on
+ * (WEFT_PROGRESS_THREAD), a test holds it around them as API calls do. */
+#define LOCKED(expr)                                                                                                   \
+    __extension__({                                                                                                    \
+        int how_ = weft_api_enter();                                                                                   \
+        __typeof__(expr) v_ = (expr);                                                                                  \
+        weft_api_leave(&how_);                                                                                         \
+        v_;                                                                                                            \
+    })
+
 static int body_allgather(int rank, int size, void *arg)
 {
     (void)arg;
@@ -21,7 +31,7 @@ static int body_allgather(int rank, int size, void *arg)
         char *send = malloc(block + 1), *recv = malloc((size_t)size * block + 1);
         th_fill(send, block, (unsigned)(rank * 31 + b));
         memset(recv, 0, (size_t)size * block);
-        TH_OK(weft_coll_svc->allgather(w, send, recv, block));
+        TH_OK(LOCKED(weft_coll_svc->allgather(w, send, recv, block)));
         for (int r = 0; r < size; r++) {
             size_t bad = 0;
             TH_CHECK(th_verify(recv + (size_t)r * block, block, (unsigned)(r * 31 + b), &bad),
@@ -56,10 +66,12 @@ static int body_concurrent(int rank, int size, void *arg)
     TH_OK(weft_irecv(&uin, 1, WEFT_INT64, left, 0, w, &ureq[0]));
     for (int i = 0; i < NCONC; i++) {
         send[i] = rank * 100 + i;
+        int how = weft_api_enter();
         weft_sched_t *s = weft_sched_create(w, "allgather_bruck");
         TH_CHECK(s, "schedule");
         TH_OK(weft_coll_allgather_bruck_build(s, &send[i], recv[i], sizeof(int64_t)));
         TH_OK(weft_sched_start(s, &reqs[i]));
+        weft_api_leave(&how);
         if (i == NCONC / 2) TH_OK(weft_isend(&uout, 1, WEFT_INT64, right, 0, w, &ureq[1]));
     }
     /* Complete them in reverse order. */
@@ -92,7 +104,7 @@ static int body_stuck(int rank, int size, void *arg)
     if (rank == 3) {
         usleep(2500 * 1000);
     } else {
-        int rc = weft_coll_svc->allgather(w, &v, all, sizeof(v));
+        int rc = LOCKED(weft_coll_svc->allgather(w, &v, all, sizeof(v)));
         TH_CHECK(rc == WEFT_ERR_TIMEOUT, "rc %d", rc);
         TH_CHECK(strstr(weft_last_error(), "timed out after 1 s waiting for rank"), "%s", weft_last_error());
     }
@@ -143,10 +155,12 @@ static int body_own_deadline(int rank, int size, void *arg)
     weft_comm_t w = weft_comm_world();
     int heard_rc = 0, flag = 0;
     weft_request_t req;
+    int how = weft_api_enter();
     weft_sched_t *s = stuck_sched(w, &heard_rc, 0.3);
     TH_CHECK(s, "schedule");
     double t0 = weft_wtime();
     TH_OK(weft_sched_start(s, &req));
+    weft_api_leave(&how);
     int rc = WEFT_SUCCESS;
     while (!flag && weft_wtime() - t0 < 10)
         rc = weft_test(&req, &flag, NULL);
@@ -158,10 +172,12 @@ static int body_own_deadline(int rank, int size, void *arg)
              weft_last_error());
     /* released at once: a later progress ends it all the same */
     heard_rc = 0;
+    how = weft_api_enter();
     s = stuck_sched(w, &heard_rc, 0.3);
     TH_CHECK(s, "schedule");
     t0 = weft_wtime();
     TH_OK(weft_sched_start(s, &req));
+    weft_api_leave(&how);
     TH_OK(weft_request_free(&req));
     int y = 0;
     weft_request_t other; /* a receive nobody sends to: testing it polls */

@@ -100,13 +100,29 @@ Test(units, config_defaults_and_bad_values)
     setenv("WEFT_BOOTSTRAP", "single", 1);
     cr_assert_eq(weft_config_load(), WEFT_ERR_ARG);
     unsetenv("WEFT_EAGER_CONNECT");
-    setenv("WEFT_PROGRESS_THREAD", "2000000", 1); /* a sleep of 2 s: out of range, not clamped */
+    setenv("WEFT_PROGRESS_THREAD", "2000000", 1); /* a poll of 2 s: out of range, not clamped */
     cr_assert_eq(weft_config_load(), WEFT_ERR_ARG);
-    cr_assert(strstr(weft_last_error(), "WEFT_PROGRESS_THREAD=2000000"), "%s", weft_last_error());
-    setenv("WEFT_PROGRESS_THREAD", "50", 1);
+    cr_assert(strstr(weft_last_error(), "WEFT_PROGRESS_THREAD='2000000'"), "%s", weft_last_error());
+    setenv("WEFT_PROGRESS_THREAD", "sometimes", 1);
+    cr_assert_eq(weft_config_load(), WEFT_ERR_ARG);
+    cr_assert(strstr(weft_last_error(), "auto, on, off"), "%s", weft_last_error());
+    setenv("WEFT_PROGRESS_THREAD", "50", 1); /* a number: on, polling at most every 50 us */
     cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
-    cr_assert_eq(weft_cfg.progress_thread, 50);
+    cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON);
+    cr_assert_eq(weft_cfg.progress_poll_us, 50);
+    setenv("WEFT_PROGRESS_THREAD", "off", 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_OFF);
+    setenv("WEFT_PROGRESS_THREAD", "0", 1); /* the old spelling of off */
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_OFF);
+    setenv("WEFT_PROGRESS_THREAD", "ON", 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON);
+    cr_assert_eq(weft_cfg.progress_poll_us, WEFT_PROGRESS_POLL_US_DEFAULT);
     unsetenv("WEFT_PROGRESS_THREAD");
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_AUTO, "the default is auto");
     /* The variable table is complete and self-describing. */
     cr_assert_geq(weft_var_count(), 5);
     for (int i = 0; i < weft_var_count(); i++) {
