@@ -39,7 +39,7 @@ run_case() {
     rc=$?
     # counted with grep -o: the ranks share torchrun's stdout, so two ranks' lines can run together
     ok=$(grep -o "$pat" "$out" | wc -l)
-    grep -E "^DDP 5 steps|^FSDP |^threads: |^checks: |timeout raised|^torch kill worker: rank [0-9]* raised" "$out" |
+    grep -E "^DDP 5 steps|^FSDP |^threads: |^futures: |^checks: |timeout raised|^torch kill worker: rank [0-9]* raised" "$out" |
         cut -c1-300 | sed 's/^/    /'
     if [ "$expect" = 0 ]; then
         [ $rc = 0 ] && [ "$ok" = "$np" ] && good=true

@@ -344,6 +344,70 @@ if rank == 0:
     print(f"threads: {NT} threads x {NI} async all_reduce + main thread, ordered and racing, "
           f"{phase_s['ordered']:.2f} s + {phase_s['unordered']:.2f} s, {'ok' if not terrs else 'FAILED'}", flush=True)
 
+# weft's progress thread on (WEFT_PROGRESS_THREAD=on, or auto with a spare CPU): a Work
+# completes by itself. A Future's then() runs while this rank only sleeps (no wait, no
+# weft call), on the backend's completion thread; so do DDP comm hook callbacks whose
+# all_reduce was still running when the hook returned.
+import ctypes  # noqa: E402
+
+from weft import _lib as _weft_lib  # noqa: E402
+
+_on = ctypes.c_int(0)
+_weft_lib.load().weft_progress_thread_active(ctypes.byref(_on))
+thread_on = bool(_on.value)
+x = base()
+ran = threading.Event()
+ran_on = []
+late = n - 1  # posts last, so the others' then() is given before their all_reduce can end
+if rank == late:
+    time.sleep(0.3)
+w = dist.all_reduce(x, async_op=True)
+fut = w.get_future().then(lambda f: (ran_on.append(threading.current_thread().name), ran.set(), f.value()[0] * 2)[2])
+if thread_on and rank != late:
+    t0 = time.monotonic()
+    while not ran.is_set() and time.monotonic() - t0 < 20:
+        time.sleep(0.002)  # no wait, no weft call
+    if not ran.is_set():
+        failures.append("then() of an async all_reduce's Future did not run within 20 s without a wait")
+    elif ran_on != ["weft-torch-completions"]:
+        failures.append(f"then() ran on {ran_on}, not on the completion thread")
+y = base()
+dist.all_reduce(y, group=gloo)
+check("Future then() without a wait", fut.wait(), y * 2)
+
+hook_threads = set()
+
+
+def hook(state, bucket):
+    f = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+
+    def done(f):
+        hook_threads.add(threading.current_thread().name)
+        return f.value()[0].div_(n)
+
+    return f.then(done)
+
+
+torch.manual_seed(0)
+hmodel = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+hddp = torch.nn.parallel.DistributedDataParallel(hmodel, bucket_cap_mb=0.0001)
+hddp.register_comm_hook(None, hook)
+hopt = torch.optim.SGD(hddp.parameters(), lr=0.1)
+hg = torch.Generator().manual_seed(100 + rank)
+for _ in range(5):
+    xb, yb = torch.randn(4, 8, generator=hg), torch.randn(4, 1, generator=hg)
+    hopt.zero_grad()
+    torch.nn.functional.mse_loss(hddp(xb), yb).backward()
+    hopt.step()
+hp = torch.cat([p.detach().reshape(-1) for p in hmodel.parameters()])
+if not torch.allclose(hp, pw, rtol=1e-5, atol=1e-6):
+    failures.append(f"DDP with a comm hook: parameters {hp} != {pw}")
+# (a callback given to a Future that completed already runs at once, on the hook's thread;
+# the others on the completion thread)
+if rank == 0:
+    print(f"futures: progress thread {'on' if thread_on else 'off'}; then() and DDP comm hook callbacks ran on "
+          f"{sorted(set(ran_on) | hook_threads)}", flush=True)
+
 # warm-up option: a new group warmed at creation
 wt.set_warmup(True)
 warm = dist.new_group(list(range(n)))

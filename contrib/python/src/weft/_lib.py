@@ -147,6 +147,9 @@ _PROTOTYPES = {
     "weft_wait_timeout": (c_int, [_p_handle, c_double, _p_status]),
     "weft_request_cancel": (c_int, [_p_handle]),
     "weft_request_free": (c_int, [_p_handle]),
+    "weft_request_on_complete": (c_int, [_handle, c_void_p, c_void_p]),
+    "weft_notify_fd": (None, [c_void_p, c_int]),
+    "weft_progress_thread_active": (c_int, [_p_int]),
 }
 
 _lock = threading.Lock()

@@ -147,9 +147,15 @@ Work objects
 
     CPU (and CUDA point-to-point, barrier): ``wait()`` blocks the host; the
     deadline is the group's timeout from when the operation was posted
-    (``wait(timeout)`` sets its own). ``get_future()`` waits for the
-    operation before returning its Future (completed), so DDP's CPU
-    communication does not overlap backward (correct, slower).
+    (``wait(timeout)`` sets its own). With weft's progress thread on
+    (``WEFT_PROGRESS_THREAD``, auto where a CPU is spare) the operation
+    completes by itself: ``get_future()`` returns at once and the Future
+    completes, its ``then()`` callbacks run, and waiters wake, from one
+    thread of this module woken by the library (``weft_request_on_complete``),
+    so DDP's communication hooks overlap backward; a Work nobody waits for
+    fails at its deadline all the same. Without the thread ``get_future()``
+    waits for the operation before returning its Future (completed), so DDP's
+    CPU communication does not overlap backward (correct, slower).
 
     Stream-ordered CUDA collectives: ``wait()`` makes the caller's current
     stream wait for the operation (a CUDA event recorded after it) and
@@ -164,11 +170,14 @@ Threads (the decision)
     it (MPI's SERIALIZED). DDP and FSDP call collectives from hook threads
     while the main thread may too, and ctypes releases the GIL in every
     call. So this backend serialises every weft call with one process-wide
-    lock (``_LOCK``), and never holds it across an unbounded wait: a wait is
-    a loop of short ``weft_wait_timeout`` slices (at most ``_SLICE`` seconds
-    each) taken under the lock, released in between (with a yield when
-    another thread is waiting to post), until the operation completes or its
-    deadline passes. A blocking call thus cannot deadlock against a
+    lock (``_LOCK``), and never holds it across an unbounded wait. With
+    weft's progress thread on, a wait holds no lock at all: it sleeps until
+    the completion thread (see Work objects) says the operation is done, so
+    threads posting meanwhile take the lock for their calls only. Without
+    it, a wait is a loop of short ``weft_wait_timeout`` slices (at most
+    ``_SLICE`` seconds each) taken under the lock, released in between (with
+    a yield when another thread is waiting to post), until the operation
+    completes or its deadline passes. A blocking call thus cannot deadlock against a
     nonblocking one posted from another thread: the poster gets the lock
     within one slice. The watchdog of stream-ordered work takes the same
     lock for its calls. Making weft THREAD_MULTIPLE is the other option in
@@ -357,6 +366,7 @@ class WeftWork(dist._Work):
         timeout: Optional[float] = None,
         device: Optional[torch.device] = None,
         event: Optional[Any] = None,
+        notify: bool = False,
     ):
         super().__init__()
         self._pg_name = pg._desc()
@@ -379,6 +389,13 @@ class WeftWork(dist._Work):
             else _INF
         )
         self._stream_key: Any = None  # stream-ordered: (device, CUDA stream handle)
+        # Host-waited work the completion thread settles (weft's progress thread
+        # completes it): waiters sleep on _done_event; the Future is completed
+        # by _fire, outside _state_lock, once.
+        self._notify = notify
+        self._done_event = threading.Event()
+        self._fire_lock = threading.Lock()
+        self._future_set = False
 
     # -- completion ---------------------------------------------------------------------
 
@@ -393,6 +410,8 @@ class WeftWork(dist._Work):
         self._finish = None
         self._error = error
         self._done = True
+        if self._notify:
+            return  # the Future and the waiters: _fire, outside _state_lock
         fut = self._future
         if fut is not None and not fut.done():
             if error is None:
@@ -473,6 +492,88 @@ class WeftWork(dist._Work):
         """Settled, or every sub-work known complete (no C call, no lock)."""
         return self._done or all(w._done for w in self._works)
 
+    # -- completed by weft's progress thread (notify) ------------------------------------
+
+    def _fire(self) -> None:
+        """A settled notify Work: completes its Future once (its then() callbacks run
+        here, with no lock of this module held) and wakes its waiters."""
+        with self._fire_lock:
+            fut = None
+            if self._future is not None and not self._future_set:
+                fut, self._future_set = self._future, True
+        if fut is not None and not fut.done():
+            if self._error is None:
+                fut.set_result(self._outputs)
+            else:
+                fut.set_exception(self._error)
+        self._done_event.set()
+
+    def _host_deadline(self) -> float:
+        return self._posted_at + self._timeout if self._timeout is not None else _INF
+
+    def _time_out_host(self, limit: float, what: str) -> None:
+        """A host-waited operation still pending at its deadline: weft's text says
+        what it waits for (one last short wait), then it is given up, so a later
+        operation on the group does not match it; _state_lock held."""
+        detail = ""
+        with _Posting():
+            for x in self._works:
+                if x._done:
+                    continue
+                try:
+                    x.wait(timeout=0.001)
+                except WeftTimeoutError as e:
+                    detail = e.detail if getattr(e, "detail", None) else str(e)
+                except WeftError:
+                    pass
+                break
+        if all(x._done for x in self._works):  # it ended during that last look
+            self._poll()
+            return
+        msg = (
+            f"weft {self._kind} on {self._pg_name}: Timed out after {limit:g} s waiting for the "
+            f"{self._kind} to complete ({what})"
+        )
+        if detail:
+            msg += "; weft: " + _TIMED_OUT_AFTER.sub("", detail, count=1)
+        with _Posting():
+            for x in self._works:
+                x._abandon()
+        self._settle(WeftDistTimeoutError(msg))
+
+    def _notified(self, now: float) -> None:
+        """The completion thread's look: settles the Work if it is done, or gives it
+        up at its deadline (nobody need wait for it)."""
+        with self._state_lock:
+            if not self._done:
+                self._poll()
+            if not self._done and now >= self._host_deadline():
+                self._time_out_host(self._timeout, "the group's timeout; nothing waited for it")
+        if self._done:
+            self._fire()
+
+    def _wait_notified(self, deadline: float, limit: float) -> None:
+        """wait() of a notify Work: sleeps until the completion thread settles it,
+        holding no lock; every _NOTIFY_LOOK seconds without news it looks itself (one
+        weft_test: progress, should the library's thread be unable to run)."""
+        while not self._done_event.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                with self._state_lock:
+                    if not self._done:
+                        self._poll()
+                    if not self._done:
+                        self._time_out_host(limit, "the group's timeout, or wait(timeout)")
+                break
+            if self._done_event.wait(min(remaining, _NOTIFY_LOOK)):
+                break
+            with self._state_lock:
+                if not self._done:
+                    self._poll()
+            if self._done:
+                break
+        self._fire()
+
     def _look(self) -> None:
         """The watchdog's poll (past the deadline, it gives the operation up)."""
         with self._state_lock:
@@ -483,8 +584,10 @@ class WeftWork(dist._Work):
         with self._state_lock:
             if not self._done:
                 self._poll()
-            if not self._done:
-                return False
+        if not self._done:
+            return False
+        if self._notify:
+            self._fire()
         if self._error is None and self._event is not None:
             return bool(self._event.query())  # the copies queued after it, too
         return True
@@ -528,6 +631,18 @@ class WeftWork(dist._Work):
             if self._error is not None:
                 raise self._error
             torch.cuda.current_stream(self._device).wait_event(self._event)
+            return True
+        if self._notify:
+            t = _seconds(timeout)
+            if t is not None:
+                deadline, limit = time.monotonic() + t, t
+            elif self._timeout is not None:
+                deadline, limit = self._posted_at + self._timeout, self._timeout
+            else:
+                deadline, limit = _INF, _INF
+            self._wait_notified(deadline, limit)
+            if self._error is not None:
+                raise self._error
             return True
         with self._state_lock:
             if not self._done:
@@ -607,6 +722,13 @@ class WeftWork(dist._Work):
                             fut.set_result(self._outputs)
                     self._future = fut
             return self._future
+        if self._notify:  # completed by the completion thread, with nobody waiting
+            with self._state_lock:
+                if self._future is None:
+                    self._future = self._new_future()
+            if self._done:
+                self._fire()
+            return self._future
         with self._state_lock:
             if self._future is None:
                 self._future = self._new_future()
@@ -627,6 +749,120 @@ class WeftWork(dist._Work):
             self._future.set_result(self._outputs)
         else:
             self._future.set_exception(self._error)
+
+
+# --------------------------------------------------------------------------------------------
+# Host-waited work completed by weft's progress thread
+# --------------------------------------------------------------------------------------------
+
+# Seconds a notify wait sleeps before it looks for itself, and between the completion
+# thread's looks at deadlines (and at its pending Works, should a notice be lost).
+_NOTIFY_LOOK = 0.05
+
+
+class _Completions:
+    """Host-waited Works that complete by themselves: with weft's progress thread on,
+    each request of such a Work calls ``weft_notify_fd`` on a descriptor of this
+    module when it completes (on the library's thread, no Python involved); one
+    daemon thread here sleeps on that descriptor, looks at the pending Works (a
+    ``weft_test`` each under _LOCK, never a blocking call), settles those that are
+    done (their Future's then() callbacks run on it, as NCCL's on its own thread)
+    and wakes their waiters; a Work past its deadline that nobody waits for is
+    given up here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: List[WeftWork] = []
+        self._rfd = -1
+        self._wfd = -1
+        self._fn: Any = None
+        self._thread: Optional[threading.Thread] = None
+        self._stop = False
+        self._gen = -1
+        self._on = False
+
+    def watch(self, works: Sequence[Work]) -> bool:
+        """Asks weft to say when each of works completes; called with _LOCK held
+        (weft calls). False when weft's progress thread does not run (nothing
+        completes without a weft call then: the Work waits in slices)."""
+        import ctypes
+
+        from . import _lib as _weft_lib
+
+        if not works or self._stop:
+            return False
+        lib = _weft_lib.load()
+        gen = _weft_comm._rt.generation
+        if gen != self._gen:  # asked once per weft runtime
+            flag = ctypes.c_int(0)
+            self._on = lib.weft_progress_thread_active(ctypes.byref(flag)) == 0 and flag.value == 1
+            self._gen = gen
+        if not self._on:
+            return False
+        if self._thread is None:
+            self._start(lib)
+        arg = ctypes.c_void_p(self._wfd)
+        for w in works:
+            if w._req.value is not None and lib.weft_request_on_complete(w._req, self._fn, arg) != 0:
+                return False  # (callbacks already given only poke the thread)
+        return True
+
+    def add(self, work: WeftWork) -> None:
+        with self._lock:
+            self._pending.append(work)
+        self._poke()  # it may have completed before it was listed
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._wfd, (1).to_bytes(8, sys.byteorder))
+        except OSError:
+            pass  # full: the thread is being woken anyway
+
+    def _start(self, lib: Any) -> None:
+        import ctypes
+
+        if hasattr(os, "eventfd"):
+            self._rfd = self._wfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:  # Python < 3.10: a pipe (weft writes 8 bytes a notice; never blocks)
+            self._rfd, self._wfd = os.pipe()
+            os.set_blocking(self._rfd, False)
+            os.set_blocking(self._wfd, False)
+        self._fn = ctypes.cast(lib.weft_notify_fd, ctypes.c_void_p)
+        self._thread = threading.Thread(target=self._main, name="weft-torch-completions", daemon=True)
+        self._thread.start()
+        atexit.register(self._at_exit)  # after weft's exit hook: runs before it
+
+    def _main(self) -> None:
+        import select
+
+        reported = False
+        while not self._stop:
+            try:
+                select.select([self._rfd], [], [], _NOTIFY_LOOK)
+                try:
+                    os.read(self._rfd, 4096)
+                except (BlockingIOError, InterruptedError):
+                    pass
+                with self._lock:
+                    pending = list(self._pending)
+                now = time.monotonic()
+                for w in pending:
+                    w._notified(now)
+                with self._lock:
+                    self._pending = [w for w in self._pending if not w._done]
+            except Exception as e:  # noqa: BLE001 (a thread must not die: say it once, go on)
+                if not reported:
+                    reported = True
+                    sys.stderr.write(f"weft.torch: the completion thread: {type(e).__name__}: {e}\n")
+
+    def _at_exit(self) -> None:
+        self._stop = True
+        self._poke()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+_completions = _Completions()
 
 
 # --------------------------------------------------------------------------------------------
@@ -1237,9 +1473,13 @@ class ProcessGroupWeft(dist.ProcessGroup):
             try:
                 with ctx, _Posting():
                     works = list(post())
+                    notify = _completions.watch(works)
             except WeftError as e:
                 raise WeftDistError(f"weft {kind} on {self._desc()}: {e}") from e
-            return WeftWork(self, kind, works, outputs, fin, timeout, device=device)
+            work = WeftWork(self, kind, works, outputs, fin, timeout, device=device, notify=notify)
+            if notify:
+                _completions.add(work)
+            return work
         with torch.cuda.device(device):
             stream = torch.cuda.current_stream(device)
             try:
