@@ -304,8 +304,10 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         .estimated_num_eps = (size_t)bs->size,
         .estimated_num_ppn = (size_t)(bs->local_size > 0 ? bs->local_size : 1),
     };
-    /* The progress thread sleeps on the worker's event fd (measured: the
-     * same transports, and the same latency, with the feature as without). */
+    /* The progress thread sleeps on the worker's event fd; the feature
+     * changes neither the transports UCX picks nor their latency between
+     * ranks (docs/PERFORMANCE.md section 2), so it is asked for whenever the
+     * thread runs. */
     p2p->wakeup = weft_cfg.progress_thread == WEFT_PT_ON;
     if (p2p->wakeup) params.features |= UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &p2p->context);
@@ -322,7 +324,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     p2p->recv_inline = major > 1 || (major == 1 && minor >= 16);
     WEFT_CHECK_GOTO(weft_cuda_init(p2p->context), rc, out);
     /* With a progress thread (WEFT_PROGRESS_THREAD) two threads use the
-     * worker, one at a time (weft_api_mutex): UCX's serialized mode. */
+     * worker, one at a time (weft_api_lock): UCX's serialized mode. */
     ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                    .thread_mode = weft_cfg.progress_thread == WEFT_PT_ON ? UCS_THREAD_MODE_SERIALIZED
                                                                                          : UCS_THREAD_MODE_SINGLE};

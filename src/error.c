@@ -6,7 +6,7 @@
 
 static _Thread_local char last_error[1024];
 /* While the progress thread runs (weft_api_locking), it and the
- * application take turns under one mutex and share one message: a failure
+ * application take turns under one lock and share one message: a failure
  * the thread meets (a schedule's step, a receive's check) is the
  * application's to read after its wait. One byte more than a message, left
  * 0: a reader never runs past the end while the thread writes. */

@@ -76,9 +76,10 @@ void weft_progress_idle(unsigned *idle_polls, int events)
 /* ---- the progress thread (weft_internal.h) ------------------------------- */
 
 int weft_api_locking;
-pthread_mutex_t weft_api_mutex = PTHREAD_MUTEX_INITIALIZER;
+_Atomic int weft_api_lock;
 _Atomic int weft_api_wanted;
-_Thread_local int weft_api_depth;
+_Atomic int weft_api_owner;
+_Thread_local int weft_pt_self;
 int weft_pt_state = WEFT_PT_RUNNING;
 int weft_pt_kick;
 
@@ -88,9 +89,9 @@ static int pt_running;
 static int pt_kick_fd = -1;             /* eventfd: a call that left work for it, and stop, wake the thread */
 static int pt_cpu = -1;                 /* the spare CPU it is bound to (-1: none) */
 static int pt_spare;                    /* this rank's CPUs leave one spare (weft_progress_thread_resolve) */
-static _Atomic unsigned long pt_passes; /* passes it made holding the mutex (tests) */
+static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
 
-/* An application call holds the mutex (and polls meanwhile): the thread
+/* An application call holds the lock (and polls meanwhile): the thread
  * tries again after a nap that doubles up to the max, so a long blocking
  * call costs it little and a short one delays it little. */
 #define PT_LOCK_NAP_MIN_US 20
@@ -143,13 +144,52 @@ static unsigned nap_next(unsigned us, unsigned first, unsigned max)
     return us == 0 ? first : us >= max / 2 ? max : 2 * us;
 }
 
+/* A call spins while the thread finishes its pass (a few microseconds),
+ * yielding its core once that takes long (an oversubscribed host). */
+void weft_api_lock_slow(void)
+{
+    unsigned spins = 0;
+    atomic_store_explicit(&weft_api_wanted, 1, memory_order_relaxed);
+    do {
+        while (atomic_load_explicit(&weft_api_lock, memory_order_relaxed))
+            if (++spins < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#elif defined(__aarch64__)
+                __asm__ __volatile__("yield");
+#endif
+            } else {
+                sched_yield();
+            }
+    } while (atomic_exchange_explicit(&weft_api_lock, 1, memory_order_acquire));
+    atomic_store_explicit(&weft_api_wanted, 0, memory_order_relaxed);
+}
+
+/* The thread takes the lock only when it is free and no call wants it. */
+static int pt_trylock(void)
+{
+    if (atomic_load_explicit(&weft_api_wanted, memory_order_relaxed) ||
+        atomic_load_explicit(&weft_api_lock, memory_order_relaxed) ||
+        atomic_exchange_explicit(&weft_api_lock, 1, memory_order_acquire))
+        return 0;
+    atomic_store_explicit(&weft_api_owner, WEFT_OWNER_PT, memory_order_relaxed);
+    return 1;
+}
+
+static void pt_unlock(void)
+{
+    atomic_store_explicit(&weft_api_owner, WEFT_OWNER_NONE, memory_order_relaxed);
+    atomic_store_explicit(&weft_api_lock, 0, memory_order_release);
+}
+
 static void *pt_main(void *arg)
 {
     (void)arg;
+    weft_pt_self = 1; /* its API calls inside a pass nest (weft_api_enter) */
     unsigned spins = 0, nap_us = 0, lock_nap_us = 0, busy_arms = 0;
     unsigned poll_max = weft_cfg.progress_poll_us > 0 ? (unsigned)weft_cfg.progress_poll_us : 1;
     double next_check = 0, news_at = 0;
-    int efd = -2, cuda_said = 0; /* the transport's event fd: asked for under the mutex, on the first pass */
+    int efd = -2, cuda_said = 0; /* the transport's event fd: asked for under the lock, on the first pass */
     /* The naps are short: the default timer slack (50 us) would stretch them. */
     (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     if (pt_cpu >= 0) {
@@ -159,8 +199,7 @@ static void *pt_main(void *arg)
         (void)pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
     }
     while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
-        if (atomic_load_explicit(&weft_api_wanted, memory_order_relaxed) ||
-            pthread_mutex_trylock(&weft_api_mutex) != 0) {
+        if (!pt_trylock()) {
             lock_nap_us = nap_next(lock_nap_us, PT_LOCK_NAP_MIN_US, PT_LOCK_NAP_MAX_US);
             pt_sleep(-1, lock_nap_us * 1e-6);
             continue;
@@ -173,9 +212,8 @@ static void *pt_main(void *arg)
         double wake_at = 0, now = 0;
         /* Driver calls on device buffers need the application's context current here (never one of its own). */
         if (weft_cuda_thread_ready()) {
-            weft_api_depth = 1; /* weft_progress's own entry nests */
             events = weft_progress();
-            if (!events && weft_request_live > 0) {
+            if (!events && weft_request_pending > 0) {
                 now = weft_wtime();
                 if (now >= next_check) {
                     next_check = now + PT_CHECK_S;
@@ -184,7 +222,6 @@ static void *pt_main(void *arg)
                 }
                 needs = weft_request_idle_needs(&wake_at);
             }
-            weft_api_depth = 0;
         } else if (!cuda_said) {
             cuda_said = 1;
             weft_info_log("progress thread: device buffers in use and no CUDA context known to make current; the "
@@ -193,14 +230,14 @@ static void *pt_main(void *arg)
         if (events) {
             spins = nap_us = busy_arms = 0;
             news_at = 0;
-            pthread_mutex_unlock(&weft_api_mutex);
+            pt_unlock();
             if (atomic_load_explicit(&weft_api_wanted, memory_order_relaxed)) sched_yield(); /* a call goes first */
             continue;
         }
         if (needs == WEFT_NEEDS_NOTHING) {
             weft_pt_state = WEFT_PT_IDLE;
             weft_pt_kick = 0;
-            pthread_mutex_unlock(&weft_api_mutex);
+            pt_unlock();
             spins = nap_us = busy_arms = 0;
             next_check = news_at = 0;
             pt_sleep(-1, -1);
@@ -212,7 +249,7 @@ static void *pt_main(void *arg)
                 busy_arms = 0;
                 weft_pt_state = WEFT_PT_ARMED;
                 weft_pt_kick = 0;
-                pthread_mutex_unlock(&weft_api_mutex);
+                pt_unlock();
                 double until = wake_at > 0 && wake_at < next_check ? wake_at : next_check;
                 pt_sleep(efd, until > now ? until - now : 0);
                 spins = nap_us = 0;
@@ -221,12 +258,12 @@ static void *pt_main(void *arg)
             }
             if (armed == 0) { /* news came meanwhile: another pass */
                 busy_arms++;
-                pthread_mutex_unlock(&weft_api_mutex);
+                pt_unlock();
                 continue;
             }
             efd = -1; /* the transport cannot arm: poll from now on */
         }
-        pthread_mutex_unlock(&weft_api_mutex);
+        pt_unlock();
         if (spins < PT_SPIN_PASSES) {
             spins++;
             if (news_at == 0) news_at = now;
@@ -245,12 +282,15 @@ static void *pt_main(void *arg)
     return NULL;
 }
 
-/* A child forked while the thread runs has no thread, and the mutex may
+/* A child forked while the thread runs has no thread, and the lock may
  * be held by the thread's copy, which does not exist there (unless the
  * fork came from inside a call, whose return unlocks it). */
 static void pt_after_fork_child(void)
 {
-    if (!weft_api_depth) pthread_mutex_init(&weft_api_mutex, NULL);
+    if (atomic_load(&weft_api_owner) != WEFT_OWNER_APP) {
+        atomic_store(&weft_api_owner, WEFT_OWNER_NONE);
+        atomic_store(&weft_api_lock, 0);
+    }
     atomic_store(&weft_api_wanted, 0);
     weft_api_locking = 0;
     weft_pt_state = WEFT_PT_RUNNING;
@@ -360,12 +400,6 @@ int weft_progress_thread_start(void)
     if (pt_kick_fd < 0 && (pt_kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
         return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%s: no eventfd for the progress thread: %s",
                           weft_cfg.progress_thread_text, strerror(errno));
-    /* Adaptive: a call that finds the thread in a pass spins for it a moment rather than sleeping. */
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-    pthread_mutex_init(&weft_api_mutex, &ma);
-    pthread_mutexattr_destroy(&ma);
     atomic_store(&pt_stop, 0);
     weft_pt_state = WEFT_PT_RUNNING;
     weft_pt_kick = 0;

@@ -9,8 +9,8 @@
 
 static weft_request_t free_list;
 static weft_request_t live_list;
-int weft_request_live;
-#define live_count weft_request_live
+static int live_count;
+int weft_request_pending;
 
 weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm)
 {
@@ -28,6 +28,7 @@ weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t com
     if (live_list) live_list->live_prev = req;
     live_list = req;
     live_count++;
+    weft_request_pending++;
     req->peer = WEFT_ANY_SOURCE;
     req->status.source = WEFT_ANY_SOURCE;
     req->status.tag = WEFT_ANY_TAG;
@@ -47,6 +48,7 @@ int weft_request_reserve(void)
 void weft_request_release(weft_request_t req)
 {
     if (req->comm) req->comm->pending--;
+    if (!req->complete) weft_request_pending--; /* released pending: completes in the background, uncounted */
     if (req->live_prev)
         req->live_prev->live_next = req->live_next;
     else
@@ -172,6 +174,7 @@ void weft_request_cleanup(void)
 {
     live_list = NULL;
     live_count = 0;
+    weft_request_pending = 0;
     while (free_list) {
         weft_request_t next = free_list->next_free;
         free(free_list);

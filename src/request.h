@@ -73,6 +73,7 @@ void weft_request_fire(weft_request_t req);
 static inline void weft_request_complete(weft_request_t req, int error)
 {
     req->status.error = error;
+    if (WEFT_LIKELY(!req->complete)) weft_request_pending--;
     req->complete = 1;
     if (WEFT_UNLIKELY(req->on_complete != NULL)) weft_request_fire(req);
 }

@@ -388,8 +388,8 @@ int weft_progress_hooks(void);
  * application computes, so rendezvous messages, collective schedules and
  * the callbacks of weft_request_on_complete move between the
  * application's calls (OSU's overlap). weft stays FUNNELED: every API call
- * holds weft_api_mutex from its outermost entry to its return
- * (WEFT_API_ENTER), and the thread runs only when it can take the mutex
+ * holds weft_api_lock from its outermost entry to its return
+ * (WEFT_API_ENTER), and the thread runs only when it can take the lock
  * without waiting and no call is asking for it, so the two never run weft
  * at once and the application's calls go first. When it finds nothing to
  * do it sleeps: on the transport's event fd while something pending will
@@ -397,47 +397,60 @@ int weft_progress_hooks(void);
  * pending (IDLE), napping between polls while a pending operation raises
  * no events (shared-memory flags). A call that leaves something pending
  * for a sleeping thread wakes it on its way out; a blocking call that
- * leaves nothing pays an uncontended lock and a few loads, and the thread
+ * leaves nothing pays one atomic exchange and a few loads, and the thread
  * sleeps through it. Off, an API call pays one predictable branch. */
 #include <pthread.h>
 #include <stdatomic.h>
-extern int weft_api_locking;             /* the thread runs: calls take the mutex */
-extern pthread_mutex_t weft_api_mutex;
-extern _Atomic int weft_api_wanted;      /* a call is waiting for the mutex */
-extern _Thread_local int weft_api_depth; /* nesting of API calls on this thread */
-/* The thread's state and the posting side's kick, both under the mutex. */
+extern int weft_api_locking; /* the thread runs: calls take the lock */
+/* The lock: 0 free, 1 held. A call takes it with one
+ * exchange and, should the thread hold it for a pass, spins for it
+ * (yielding after a while: weft_api_lock_slow); the thread only tries it,
+ * so releasing it is a store, and nobody ever sleeps on it. */
+extern _Atomic int weft_api_lock;
+extern _Atomic int weft_api_wanted; /* a call is spinning for the lock */
+/* Who holds it. A call made inside another (internal code calls the API)
+ * finds its own kind here and does not lock again: an application thread's
+ * whenever an application thread holds it (one at a time may call weft),
+ * the progress thread's when it does and weft_pt_self (a thread-local, read
+ * only then) says this is it. No thread-local on the fast path: in a shared
+ * library each access is a call to __tls_get_addr. */
+enum { WEFT_OWNER_NONE = 0, WEFT_OWNER_APP = 1, WEFT_OWNER_PT = 2 };
+extern _Atomic int weft_api_owner;
+extern _Thread_local int weft_pt_self;
+void weft_api_lock_slow(void);
+/* The thread's state and the posting side's kick, both under the lock. */
 enum { WEFT_PT_RUNNING = 0, WEFT_PT_ARMED = 1, WEFT_PT_IDLE = 2 };
 extern int weft_pt_state;
 /* Set by a call that posted work the thread's transport events may not
  * announce (a schedule that polls shared memory): a thread ARMED on the
  * transport's fd is woken as the call returns. */
 extern int weft_pt_kick;
-/* Requests allocated and not released (request.c). */
-extern int weft_request_live;
+/* Requests allocated and not complete (request.c): what the thread may
+ * have to advance. */
+extern int weft_request_pending;
 void weft_progress_thread_wake(void);
 static inline int weft_api_enter(void)
 {
     if (WEFT_LIKELY(!weft_api_locking)) return 0;
-    if (weft_api_depth++) return 2; /* an API call inside another: the mutex is held */
-    atomic_store_explicit(&weft_api_wanted, 1, memory_order_relaxed);
-    pthread_mutex_lock(&weft_api_mutex);
-    atomic_store_explicit(&weft_api_wanted, 0, memory_order_relaxed);
+    int owner = atomic_load_explicit(&weft_api_owner, memory_order_relaxed);
+    if (owner == WEFT_OWNER_APP || (WEFT_UNLIKELY(owner == WEFT_OWNER_PT) && weft_pt_self)) return 2; /* nested */
+    if (WEFT_UNLIKELY(atomic_exchange_explicit(&weft_api_lock, 1, memory_order_acquire))) weft_api_lock_slow();
+    atomic_store_explicit(&weft_api_owner, WEFT_OWNER_APP, memory_order_relaxed);
     return 1;
 }
 static inline void weft_api_leave(const int *how)
 {
-    if (WEFT_LIKELY(!*how)) return;
-    weft_api_depth--;
-    if (*how != 1) return;
+    if (WEFT_LIKELY(*how != 1)) return;
     /* Asleep with nothing pending, and the call left something; or armed
      * on events that work this call posted may never raise. */
-    int wake = WEFT_UNLIKELY(weft_pt_state != WEFT_PT_RUNNING) && weft_request_live > 0 &&
+    int wake = WEFT_UNLIKELY(weft_pt_state != WEFT_PT_RUNNING) && weft_request_pending > 0 &&
                (weft_pt_state == WEFT_PT_IDLE || weft_pt_kick);
     if (wake) {
         weft_pt_state = WEFT_PT_RUNNING;
         weft_pt_kick = 0;
     }
-    pthread_mutex_unlock(&weft_api_mutex);
+    atomic_store_explicit(&weft_api_owner, WEFT_OWNER_NONE, memory_order_relaxed);
+    atomic_store_explicit(&weft_api_lock, 0, memory_order_release);
     if (wake) weft_progress_thread_wake();
 }
 /* The first statement of every API function but weft_wtime, weft_strerror
@@ -449,13 +462,13 @@ static inline void weft_api_leave(const int *how)
  * (host_ranks) that share them, else off. */
 void weft_progress_thread_resolve(int host_ranks);
 /* At the end of a successful init (WEFT_PROGRESS_THREAD on), and at the
- * start of finalize: stops and joins it (the caller holds the mutex; the
+ * start of finalize: stops and joins it (the caller holds the lock; the
  * thread never waits for it). */
 int weft_progress_thread_start(void);
 void weft_progress_thread_stop(void);
 /* 1 while the thread runs (tests). */
 int weft_progress_thread_running(void);
-/* Passes the thread made holding the mutex so far (tests: a blocking
+/* Passes the thread made holding the lock so far (tests: a blocking
  * ping-pong leaves it asleep). */
 unsigned long weft_progress_thread_passes(void);
 
