@@ -28,18 +28,6 @@ MPI_DEF(int, File_toint, (MPI_File file))
     return (int)(uintptr_t)MPI_FILE_NULL;
 }
 
-MPI_DEF(MPI_Session, Session_fromint, (int session))
-{
-    (void)session;
-    return MPI_SESSION_NULL;
-}
-
-MPI_DEF(int, Session_toint, (MPI_Session session))
-{
-    (void)session;
-    return (int)(uintptr_t)MPI_SESSION_NULL;
-}
-
 static int t_initialized;
 
 MPI_DEF(int, T_init_thread, (int required, int *provided))

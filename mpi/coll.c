@@ -786,7 +786,7 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
     return run(c, &d, form, request, fn);
 }
 
-#define PER_RANK_ROOTED(Name, kind)                                                                                    \
+#define PER_RANK_ROOTED(Name, IName, kind)                                                                             \
     MPI_DEF(int, Name,                                                                                                 \
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
              MPI_Datatype recvtype, int root, MPI_Comm comm))                                                          \
@@ -801,19 +801,19 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
         return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, BLOCK, NULL,     \
                         "MPI_" #Name "_c");                                                                            \
     }                                                                                                                  \
-    MPI_DEF(int, I##Name,                                                                                              \
+    MPI_DEF(int, IName,                                                                                                \
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
              MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request))                                    \
     {                                                                                                                  \
         return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, NONBLOCK,        \
-                        request, "MPI_I" #Name);                                                                       \
+                        request, "MPI_" #IName);                                                                       \
     }                                                                                                                  \
-    MPI_DEF(int, I##Name##_c,                                                                                          \
+    MPI_DEF(int, IName##_c,                                                                                            \
             (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount,      \
              MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request))                                    \
     {                                                                                                                  \
         return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, NONBLOCK,        \
-                        request, "MPI_I" #Name "_c");                                                                  \
+                        request, "MPI_" #IName "_c");                                                                  \
     }                                                                                                                  \
     MPI_DEF(int, Name##_init,                                                                                          \
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
@@ -832,7 +832,7 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
                         request, "MPI_" #Name "_init_c");                                                              \
     }
 
-#define PER_RANK_ALL(Name, kind)                                                                                       \
+#define PER_RANK_ALL(Name, IName, kind)                                                                                \
     MPI_DEF(int, Name,                                                                                                 \
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
              MPI_Datatype recvtype, MPI_Comm comm))                                                                    \
@@ -847,19 +847,19 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
         return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm, BLOCK, NULL,        \
                         "MPI_" #Name "_c");                                                                            \
     }                                                                                                                  \
-    MPI_DEF(int, I##Name,                                                                                              \
+    MPI_DEF(int, IName,                                                                                                \
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
              MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request))                                              \
     {                                                                                                                  \
         return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm, NONBLOCK, request,  \
-                        "MPI_I" #Name);                                                                                \
+                        "MPI_" #IName);                                                                                \
     }                                                                                                                  \
-    MPI_DEF(int, I##Name##_c,                                                                                          \
+    MPI_DEF(int, IName##_c,                                                                                            \
             (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount,      \
              MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request))                                              \
     {                                                                                                                  \
         return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm, NONBLOCK, request,  \
-                        "MPI_I" #Name "_c");                                                                           \
+                        "MPI_" #IName "_c");                                                                           \
     }                                                                                                                  \
     MPI_DEF(int, Name##_init,                                                                                          \
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
@@ -878,10 +878,10 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
                         "MPI_" #Name "_init_c");                                                                       \
     }
 
-PER_RANK_ROOTED(Gather, C_GATHER)
-PER_RANK_ROOTED(Scatter, C_SCATTER)
-PER_RANK_ALL(Allgather, C_ALLGATHER)
-PER_RANK_ALL(Alltoall, C_ALLTOALL)
+PER_RANK_ROOTED(Gather, Igather, C_GATHER)
+PER_RANK_ROOTED(Scatter, Iscatter, C_SCATTER)
+PER_RANK_ALL(Allgather, Iallgather, C_ALLGATHER)
+PER_RANK_ALL(Alltoall, Ialltoall, C_ALLTOALL)
 
 /* gatherv / allgatherv / scatterv: counts and displacements per rank */
 static int vector_coll(int kind, const void *sbuf, MPI_Count scount, const void *scounts, const void *sdispls,
@@ -1195,7 +1195,7 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
 
 #define RED_ARGS(CT, ...)                                                                                              \
     (const void *sendbuf, void *recvbuf, CT count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm __VA_ARGS__)
-#define REDUCTION_FORMS(Name, kind)                                                                                    \
+#define REDUCTION_FORMS(Name, IName, kind)                                                                             \
     MPI_DEF(int, Name, RED_ARGS(int, ))                                                                                \
     {                                                                                                                  \
         return reduction(kind, sendbuf, recvbuf, count, NULL, 0, datatype, op, 0, comm, BLOCK, NULL, "MPI_" #Name);    \
@@ -1205,15 +1205,15 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
         return reduction(kind, sendbuf, recvbuf, count, NULL, 1, datatype, op, 0, comm, BLOCK, NULL,                   \
                          "MPI_" #Name "_c");                                                                           \
     }                                                                                                                  \
-    MPI_DEF(int, I##Name, RED_ARGS(int, , MPI_Request *request))                                                       \
+    MPI_DEF(int, IName, RED_ARGS(int, , MPI_Request *request))                                                         \
     {                                                                                                                  \
         return reduction(kind, sendbuf, recvbuf, count, NULL, 0, datatype, op, 0, comm, NONBLOCK, request,             \
-                         "MPI_I" #Name);                                                                               \
+                         "MPI_" #IName);                                                                               \
     }                                                                                                                  \
-    MPI_DEF(int, I##Name##_c, RED_ARGS(MPI_Count, , MPI_Request *request))                                             \
+    MPI_DEF(int, IName##_c, RED_ARGS(MPI_Count, , MPI_Request *request))                                               \
     {                                                                                                                  \
         return reduction(kind, sendbuf, recvbuf, count, NULL, 1, datatype, op, 0, comm, NONBLOCK, request,             \
-                         "MPI_I" #Name "_c");                                                                          \
+                         "MPI_" #IName "_c");                                                                          \
     }                                                                                                                  \
     MPI_DEF(int, Name##_init, RED_ARGS(int, , MPI_Info info, MPI_Request *request))                                    \
     {                                                                                                                  \
@@ -1228,9 +1228,9 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
                          "MPI_" #Name "_init_c");                                                                      \
     }
 
-REDUCTION_FORMS(Allreduce, C_ALLREDUCE)
-REDUCTION_FORMS(Scan, C_SCAN)
-REDUCTION_FORMS(Exscan, C_EXSCAN)
+REDUCTION_FORMS(Allreduce, Iallreduce, C_ALLREDUCE)
+REDUCTION_FORMS(Scan, Iscan, C_SCAN)
+REDUCTION_FORMS(Exscan, Iexscan, C_EXSCAN)
 
 #define REDUCE_ARGS(CT, ...)                                                                                           \
     (const void *sendbuf, void *recvbuf, CT count, MPI_Datatype datatype, MPI_Op op, int root,                         \

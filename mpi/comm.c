@@ -54,12 +54,17 @@ int mpi_comm_wrap(struct MPI_ABI_Comm *parent, weft_comm_t wc, MPI_Comm *out, co
     }
     c->errh = parent->errh;
     mpi_errh_ref(c->errh);
+    c->session_bbuf = parent->session_bbuf;
     *out = c;
     return MPI_SUCCESS;
 }
 
 void mpi_comm_destroy(struct MPI_ABI_Comm *c)
 {
+    if (c->bbuf) {
+        mpi_bbuf_flush(c->bbuf);
+        free(c->bbuf);
+    }
     if (c->wc) weft_comm_free(&c->wc);
     free(c->world);
     mpi_errh_unref(c->errh);
@@ -114,6 +119,27 @@ MPI_DEF(int, Comm_remote_group, (MPI_Comm comm, MPI_Group *group))
     if (rc) return rc;
     (void)group;
     return mpi_err(c, MPI_ERR_COMM, "MPI_Comm_remote_group", "not an intercommunicator");
+}
+
+/* Intercommunicators are not supported: calls on one check their
+ * arguments (an intracommunicator is not one) and say so. */
+MPI_DEF(int, Intercomm_merge, (MPI_Comm intercomm, int high, MPI_Comm *newintracomm))
+{
+    struct MPI_ABI_Comm *c;
+    int rc = mpi_check_comm(intercomm, "MPI_Intercomm_merge", &c);
+    if (rc) return rc;
+    (void)high, (void)newintracomm;
+    return mpi_err(c, MPI_ERR_COMM, "MPI_Intercomm_merge", "not an intercommunicator");
+}
+
+MPI_DEF(int, Intercomm_create,
+        (MPI_Comm local_comm, int local_leader, MPI_Comm peer_comm, int remote_leader, int tag, MPI_Comm *newintercomm))
+{
+    struct MPI_ABI_Comm *c;
+    int rc = mpi_check_comm(local_comm, "MPI_Intercomm_create", &c);
+    if (rc) return rc;
+    (void)local_leader, (void)peer_comm, (void)remote_leader, (void)tag, (void)newintercomm;
+    return mpi_err(c, MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Intercomm_create", "intercommunicators are not supported");
 }
 
 /* What a new communicator takes from its parent: attributes (through their
@@ -363,6 +389,10 @@ MPI_DEF(int, Comm_set_name, (MPI_Comm comm, const char *comm_name))
 MPI_DEF(int, Comm_get_name, (MPI_Comm comm, char *comm_name, int *resultlen))
 {
     struct MPI_ABI_Comm *c;
+    if (comm == MPI_COMM_NULL && comm_name && resultlen) { /* as MPICH: the null handle has its name */
+        *resultlen = snprintf(comm_name, MPI_MAX_OBJECT_NAME, "MPI_COMM_NULL");
+        return MPI_SUCCESS;
+    }
     int rc = mpi_check_comm(comm, "MPI_Comm_get_name", &c);
     if (rc) return rc;
     if (!comm_name || !resultlen) return mpi_err(c, MPI_ERR_ARG, "MPI_Comm_get_name", "NULL output");

@@ -969,6 +969,169 @@ MPI_DEF(int, Type_create_subarray_c,
     return rc;
 }
 
+/* darray: the elements of a block / cyclic distributed global array that
+ * this rank owns, in array order (each dimension's local indices rise), as
+ * blocks along the fastest dimension; the extent is the whole array's. */
+static int darray(int size, int rank, int ndims, const MPI_Count *gsizes, const int *distribs, const int *dargs,
+                  const int *psizes, int order, MPI_Datatype oldtype, MPI_Datatype *newtype, int ni, const int *ints,
+                  int nc, const MPI_Count *counts, const char *fn)
+{
+    struct MPI_ABI_Datatype *o;
+    int rc = check_old(oldtype, fn, &o);
+    if (rc || (rc = check_new(newtype, fn))) return rc;
+    if (ndims <= 0 || !gsizes || !distribs || !dargs || !psizes)
+        return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid ndims or NULL array");
+    if (order != MPI_ORDER_C && order != MPI_ORDER_FORTRAN) return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid order");
+    long long procs = 1;
+    for (int d = 0; d < ndims; d++) {
+        if (psizes[d] <= 0 || gsizes[d] <= 0) return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid size in dimension %d", d);
+        procs *= psizes[d];
+    }
+    if (procs != size || rank < 0 || rank >= size)
+        return mpi_err(NULL, MPI_ERR_ARG, fn, "the process grid has %lld processes, size %d, rank %d", procs, size,
+                       rank);
+    /* this rank's coordinates in the process grid (row-major, as MPI says) */
+    int coord[64];
+    if (ndims > 64) return mpi_err(NULL, MPI_ERR_DIMS, fn, "more than 64 dimensions");
+    for (int d = ndims - 1, r = rank; d >= 0; d--) {
+        coord[d] = r % psizes[d];
+        r /= psizes[d];
+    }
+    /* each dimension's local indices */
+    MPI_Count *loc[64], nloc[64];
+    rc = MPI_SUCCESS;
+    for (int d = 0; d < ndims; d++) {
+        MPI_Count g = gsizes[d], n = 0;
+        int p = psizes[d], c = coord[d], da = dargs[d];
+        loc[d] = mpi_malloc(sizeof(MPI_Count) * (size_t)g);
+        if (!loc[d]) {
+            for (int k = 0; k < d; k++)
+                free(loc[k]);
+            return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
+        }
+        switch (distribs[d]) {
+        case MPI_DISTRIBUTE_NONE:
+            if (p != 1) rc = MPI_ERR_ARG;
+            for (MPI_Count i = 0; i < g; i++)
+                loc[d][n++] = i;
+            break;
+        case MPI_DISTRIBUTE_BLOCK: {
+            MPI_Count b = da == MPI_DISTRIBUTE_DFLT_DARG ? (g + p - 1) / p : da;
+            if (b <= 0 || b * p < g) rc = MPI_ERR_ARG;
+            for (MPI_Count i = c * b; i < g && i < (c + 1) * b; i++)
+                loc[d][n++] = i;
+            break;
+        }
+        case MPI_DISTRIBUTE_CYCLIC: {
+            MPI_Count b = da == MPI_DISTRIBUTE_DFLT_DARG ? 1 : da;
+            if (b <= 0) rc = MPI_ERR_ARG;
+            for (MPI_Count i = 0; b > 0 && i < g; i++)
+                if ((i / b) % p == c) loc[d][n++] = i;
+            break;
+        }
+        default: rc = MPI_ERR_ARG;
+        }
+        nloc[d] = n;
+    }
+    MPI_Count nblocks = 1, total = 1;
+    int fast = order == MPI_ORDER_C ? ndims - 1 : 0;
+    for (int d = 0; d < ndims; d++) {
+        total *= gsizes[d];
+        if (d != fast) nblocks *= nloc[d];
+    }
+    if (nloc[fast] == 0) nblocks = 0;
+    blk_t *b = rc ? NULL : mpi_malloc(sizeof(blk_t) * (size_t)(nblocks * (nloc[fast] ? nloc[fast] : 1)));
+    MPI_Count nb = 0, idx[64] = {0};
+    if (!rc && !b) rc = MPI_ERR_NO_MEM;
+    for (MPI_Count k = 0; !rc && k < nblocks; k++) {
+        /* the runs along the fastest dimension, merged where indices follow */
+        MPI_Count base = 0, mult = 1;
+        for (int s = 0; s < ndims; s++) {
+            int d = order == MPI_ORDER_C ? ndims - 1 - s : s;
+            if (d != fast) base += loc[d][idx[d]] * mult;
+            mult *= gsizes[d];
+        }
+        for (MPI_Count j = 0; j < nloc[fast];) {
+            MPI_Count first = loc[fast][j], len = 1;
+            while (j + len < nloc[fast] && loc[fast][j + len] == first + len)
+                len++;
+            b[nb++] = (blk_t){(MPI_Aint)((base + first) * o->extent), len, o};
+            j += len;
+        }
+        for (int s = 0; s < ndims; s++) {
+            int d = order == MPI_ORDER_C ? ndims - 1 - s : s;
+            if (d == fast) continue;
+            if (++idx[d] < nloc[d]) break;
+            idx[d] = 0;
+        }
+    }
+    for (int d = 0; d < ndims; d++)
+        free(loc[d]);
+    if (rc) {
+        free(b);
+        return mpi_err(NULL, rc, fn, rc == MPI_ERR_ARG ? "invalid distribution" : "out of memory");
+    }
+    struct MPI_ABI_Datatype *t;
+    rc = build(b, nb, 0, &t);
+    free(b);
+    if (rc) return mpi_err(NULL, rc, fn, "out of memory");
+    t->lb = o->lb;
+    t->extent = (MPI_Aint)(total * o->extent);
+    t->contig = t->nruns <= 1 && t->extent == t->size && (t->nruns == 0 || t->runs[0].disp == t->lb);
+    if ((rc = record(t, MPI_COMBINER_DARRAY, ni, ints, 0, NULL, nc, counts, 1, &oldtype))) {
+        mpi_dtype_unref(t);
+        return mpi_err(NULL, rc, fn, "out of memory");
+    }
+    *newtype = t;
+    return MPI_SUCCESS;
+}
+
+MPI_DEF(int, Type_create_darray,
+        (int size, int rank, int ndims, const int gsizes[], const int distribs[], const int dargs[], const int psizes[],
+         int order, MPI_Datatype oldtype, MPI_Datatype *newtype))
+{
+    const char *fn = "MPI_Type_create_darray";
+    if (ndims <= 0 || ndims > 64 || !gsizes || !distribs || !dargs || !psizes)
+        return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid ndims or NULL array");
+    MPI_Count g[64];
+    int ints[4 * 64 + 4], k = 0;
+    ints[k++] = size;
+    ints[k++] = rank;
+    ints[k++] = ndims;
+    for (int d = 0; d < ndims; d++)
+        ints[k++] = gsizes[d], g[d] = gsizes[d];
+    for (int d = 0; d < ndims; d++)
+        ints[k++] = distribs[d];
+    for (int d = 0; d < ndims; d++)
+        ints[k++] = dargs[d];
+    for (int d = 0; d < ndims; d++)
+        ints[k++] = psizes[d];
+    ints[k++] = order;
+    return darray(size, rank, ndims, g, distribs, dargs, psizes, order, oldtype, newtype, k, ints, 0, NULL, fn);
+}
+
+MPI_DEF(int, Type_create_darray_c,
+        (int size, int rank, int ndims, const MPI_Count gsizes[], const int distribs[], const int dargs[],
+         const int psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype))
+{
+    const char *fn = "MPI_Type_create_darray_c";
+    if (ndims <= 0 || ndims > 64 || !gsizes || !distribs || !dargs || !psizes)
+        return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid ndims or NULL array");
+    int ints[3 * 64 + 4], k = 0;
+    ints[k++] = size;
+    ints[k++] = rank;
+    ints[k++] = ndims;
+    for (int d = 0; d < ndims; d++)
+        ints[k++] = distribs[d];
+    for (int d = 0; d < ndims; d++)
+        ints[k++] = dargs[d];
+    for (int d = 0; d < ndims; d++)
+        ints[k++] = psizes[d];
+    ints[k++] = order;
+    return darray(size, rank, ndims, gsizes, distribs, dargs, psizes, order, oldtype, newtype, k, ints, ndims, gsizes,
+                  fn);
+}
+
 /* ---- commit, free, queries ---------------------------------------------- */
 
 MPI_DEF(int, Type_commit, (MPI_Datatype * datatype))
@@ -1098,6 +1261,10 @@ MPI_DEF(int, Type_set_name, (MPI_Datatype datatype, const char *name))
 MPI_DEF(int, Type_get_name, (MPI_Datatype datatype, char *name, int *resultlen))
 {
     struct MPI_ABI_Datatype *t;
+    if (datatype == MPI_DATATYPE_NULL && name && resultlen) { /* as MPICH: the null handle has its name */
+        *resultlen = snprintf(name, MPI_MAX_OBJECT_NAME, "MPI_DATATYPE_NULL");
+        return MPI_SUCCESS;
+    }
     int rc = query(datatype, name, "MPI_Type_get_name", &t);
     if (rc) return rc;
     if (!resultlen) return mpi_err(NULL, MPI_ERR_ARG, "MPI_Type_get_name", "NULL resultlen");

@@ -179,7 +179,8 @@ static int code_class(int code)
     if (code >= 0 && code < N_CLASSES) return code;
     if (code >= MSG_BASE && code < MSG_BASE + MSG_RING)
         return ring[code - MSG_BASE].cls ? ring[code - MSG_BASE].cls : -1;
-    if (code >= USER_BASE && code < USER_BASE + n_user_codes) return user_codes[code - USER_BASE].cls;
+    if (code >= USER_BASE && code < USER_BASE + n_user_codes)
+        return user_codes[code - USER_BASE].cls ? user_codes[code - USER_BASE].cls : -1;
     return -1;
 }
 
@@ -336,10 +337,50 @@ MPI_DEF(int, Add_error_string, (int errorcode, const char *string))
     return MPI_SUCCESS;
 }
 
+/* MPI 5: a class or code the program added can be removed once its string
+ * is (and a class once its codes are); numbers are never reused. */
+static int user_index(int code)
+{
+    return code >= USER_BASE && code < USER_BASE + n_user_codes && user_codes[code - USER_BASE].cls ? code - USER_BASE
+                                                                                                    : -1;
+}
+
 MPI_DEF(int, Remove_error_class, (int errorclass))
 {
-    (void)errorclass;
-    return mpi_unsupported("MPI_Remove_error_class");
+    int i = user_index(errorclass);
+    if (i < 0 || user_codes[i].cls != errorclass)
+        return mpi_err(NULL, MPI_ERR_ARG, "MPI_Remove_error_class", "%d is not a class the program added", errorclass);
+    for (int k = 0; k < n_user_codes; k++)
+        if (k != i && user_codes[k].cls == errorclass)
+            return mpi_err(NULL, MPI_ERR_ARG, "MPI_Remove_error_class", "class %d still has codes", errorclass);
+    if (user_codes[i].text)
+        return mpi_err(NULL, MPI_ERR_ARG, "MPI_Remove_error_class", "class %d still has a string", errorclass);
+    free(user_codes[i].text);
+    user_codes[i].text = NULL;
+    user_codes[i].cls = 0;
+    return MPI_SUCCESS;
+}
+
+MPI_DEF(int, Remove_error_code, (int errorcode))
+{
+    int i = user_index(errorcode);
+    if (i < 0 || user_codes[i].cls == errorcode)
+        return mpi_err(NULL, MPI_ERR_ARG, "MPI_Remove_error_code", "%d is not a code the program added", errorcode);
+    if (user_codes[i].text)
+        return mpi_err(NULL, MPI_ERR_ARG, "MPI_Remove_error_code", "code %d still has a string", errorcode);
+    user_codes[i].text = NULL;
+    user_codes[i].cls = 0;
+    return MPI_SUCCESS;
+}
+
+MPI_DEF(int, Remove_error_string, (int errorcode))
+{
+    int i = user_index(errorcode);
+    if (i < 0)
+        return mpi_err(NULL, MPI_ERR_ARG, "MPI_Remove_error_string", "%d is not a code the program added", errorcode);
+    free(user_codes[i].text);
+    user_codes[i].text = NULL;
+    return MPI_SUCCESS;
 }
 
 /* ---- error handler objects ----------------------------------------- */
@@ -497,7 +538,7 @@ MPI_DEF(int, File_call_errhandler, (MPI_File file, int errorcode))
     return MPI_SUCCESS;
 }
 
-/* Windows and sessions cannot be created here: any handle is invalid. */
+/* Windows cannot be created here: any handle is invalid. */
 MPI_DEF(int, Win_set_errhandler, (MPI_Win win, MPI_Errhandler errhandler))
 {
     (void)win, (void)errhandler;
@@ -514,25 +555,6 @@ MPI_DEF(int, Win_call_errhandler, (MPI_Win win, int errorcode))
 {
     (void)win, (void)errorcode;
     return mpi_err(NULL, MPI_ERR_WIN, "MPI_Win_call_errhandler", "invalid window (one-sided is not supported)");
-}
-
-MPI_DEF(int, Session_set_errhandler, (MPI_Session session, MPI_Errhandler errhandler))
-{
-    (void)session, (void)errhandler;
-    return mpi_err(NULL, MPI_ERR_SESSION, "MPI_Session_set_errhandler", "invalid session (sessions are not supported)");
-}
-
-MPI_DEF(int, Session_get_errhandler, (MPI_Session session, MPI_Errhandler *errhandler))
-{
-    (void)session, (void)errhandler;
-    return mpi_err(NULL, MPI_ERR_SESSION, "MPI_Session_get_errhandler", "invalid session (sessions are not supported)");
-}
-
-MPI_DEF(int, Session_call_errhandler, (MPI_Session session, int errorcode))
-{
-    (void)session, (void)errorcode;
-    return mpi_err(NULL, MPI_ERR_SESSION, "MPI_Session_call_errhandler",
-                   "invalid session (sessions are not supported)");
 }
 
 MPI_DEF(MPI_Errhandler, Errhandler_fromint, (int errhandler))

@@ -21,6 +21,14 @@ BEGIN {
     print "#pragma GCC diagnostic ignored \"-Wunused-parameter\""
     n = 0
 }
+{
+    # every name the header declares, PMPI ones too
+    rest = $0
+    while (match(rest, /P?MPIX?_[A-Za-z0-9_]+\(/)) {
+        declared[substr(rest, RSTART, RLENGTH - 1)] = 1
+        rest = substr(rest, RSTART + RLENGTH)
+    }
+}
 /^[A-Za-z_][A-Za-z0-9_ ]*[ *]MPIX?_[A-Za-z0-9_]+\(.*\);/ {
     line = $0
     sub(/;.*$/, "", line)
@@ -48,6 +56,13 @@ BEGIN {
     n++
 }
 END {
+    # a definition the header does not declare is a misspelt one (its
+    # real name would silently become a stub)
+    for (s in def)
+        if (s ~ /^P?MPIX?_/ && !(s in declared) && s != "PMPIX_Op_create_x") {
+            print "gen-stubs.sh: " s " is defined but mpi_abi.h does not declare it" > "/dev/stderr"
+            failed = 1
+        }
     if (failed) exit 1
     printf "\n/* %d functions */\n", n
 }

@@ -33,6 +33,7 @@ static const size_t slot_size[MPI_K_COUNT] = {
     [MPI_K_ERRH] = sizeof(struct MPI_ABI_Errhandler),
     [MPI_K_MESSAGE] = sizeof(struct MPI_ABI_Message),
     [MPI_K_KEYVAL] = sizeof(mpi_keyval_t),
+    [MPI_K_SESSION] = sizeof(struct MPI_ABI_Session),
 };
 
 static int slab_reserve(slab_t *s, enum mpi_kind kind)

@@ -28,10 +28,15 @@ static int predefined_comm(struct MPI_ABI_Comm *c, weft_comm_t wc, int handle, c
     return mpi_comm_fill_world(c);
 }
 
-static int init(int *argc, char ***argv, int required, int *provided, const char *fn)
+/* The runtime (weft and the predefined communicators) is up while the
+ * world model (MPI_Init .. MPI_Finalize) or a session needs it. */
+static int world_model; /* 0 before MPI_Init, 1 after, 2 after MPI_Finalize */
+int mpi_sessions;
+
+int mpi_runtime_up(int *argc, char ***argv, const char *fn)
 {
-    if (mpi_state == 1) return mpi_err(NULL, MPI_ERR_OTHER, fn, "MPI is already initialized");
-    if (mpi_state == 2) return mpi_err(NULL, MPI_ERR_OTHER, fn, "MPI cannot be initialized again after MPI_Finalize");
+    if (mpi_state == 1) return MPI_SUCCESS;
+    if (mpi_state == 2) return mpi_err(NULL, MPI_ERR_OTHER, fn, "MPI cannot be initialized again once finalized");
     int rc = weft_init(argc, argv);
     if (rc) return mpi_err(NULL, mpi_class_of_weft(rc), fn, "weft_init failed: %s", weft_last_error());
     mpi_dtype_init();
@@ -46,11 +51,34 @@ static int init(int *argc, char ***argv, int required, int *provided, const char
     if (predefined_comm(&mpi_comm_world_obj, world, 0x101, "MPI_COMM_WORLD") ||
         predefined_comm(&mpi_comm_self_obj, self, 0x102, "MPI_COMM_SELF"))
         return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
+    main_thread = pthread_self();
+    return MPI_SUCCESS;
+}
+
+/* Ends the runtime when neither the world model nor a session uses it. */
+int mpi_runtime_down_if_unused(const char *fn)
+{
+    if (mpi_state != 1 || world_model == 1 || mpi_sessions > 0) return MPI_SUCCESS;
+    mpi_bsend_detach_all();
+    weft_comm_free(&mpi_comm_self_obj.wc);
+    int rc = weft_finalize();
+    mpi_comm_world_obj.wc = NULL;
+    mpi_state = 2;
+    if (rc) return mpi_err(NULL, mpi_class_of_weft(rc), fn, "weft_finalize failed: %s", weft_last_error());
+    return MPI_SUCCESS;
+}
+
+static int init(int *argc, char ***argv, int required, int *provided, const char *fn)
+{
+    if (world_model == 1) return mpi_err(NULL, MPI_ERR_OTHER, fn, "MPI is already initialized");
+    if (world_model == 2) return mpi_err(NULL, MPI_ERR_OTHER, fn, "MPI cannot be initialized again after MPI_Finalize");
+    int rc = mpi_runtime_up(argc, argv, fn);
+    if (rc) return rc;
+    world_model = 1;
     /* weft takes one thread at a time: MPI_THREAD_SERIALIZED at most. */
     mpi_thread_level = required > MPI_THREAD_SERIALIZED ? MPI_THREAD_SERIALIZED : required;
     if (mpi_thread_level < MPI_THREAD_SINGLE) mpi_thread_level = MPI_THREAD_SINGLE;
     if (provided) *provided = mpi_thread_level;
-    main_thread = pthread_self();
     return MPI_SUCCESS;
 }
 
@@ -70,14 +98,14 @@ MPI_DEF(int, Init_thread, (int *argc, char ***argv, int required, int *provided)
 MPI_DEF(int, Initialized, (int *flag))
 {
     if (!flag) return mpi_err(NULL, MPI_ERR_ARG, "MPI_Initialized", "NULL flag");
-    *flag = mpi_state >= 1;
+    *flag = world_model >= 1;
     return MPI_SUCCESS;
 }
 
 MPI_DEF(int, Finalized, (int *flag))
 {
     if (!flag) return mpi_err(NULL, MPI_ERR_ARG, "MPI_Finalized", "NULL flag");
-    *flag = mpi_state == 2;
+    *flag = world_model == 2;
     return MPI_SUCCESS;
 }
 
@@ -98,17 +126,15 @@ MPI_DEF(int, Is_thread_main, (int *flag))
 
 MPI_DEF(int, Finalize, (void))
 {
-    MPI_CHECK_INIT("MPI_Finalize");
+    if (world_model != 1)
+        return mpi_err(NULL, MPI_ERR_OTHER, "MPI_Finalize", "%s",
+                       world_model ? "called after MPI_Finalize" : "called before MPI_Init");
     /* MPI says: MPI_COMM_SELF's attributes are deleted first, as if it were freed. */
     mpi_attr_delete_all(MPI_K_COMM, &mpi_comm_self_obj, &mpi_comm_self_obj.attrs);
-    mpi_bsend_detach_all();
     mpi_attr_delete_all(MPI_K_COMM, &mpi_comm_world_obj, &mpi_comm_world_obj.attrs);
-    weft_comm_free(&mpi_comm_self_obj.wc);
-    int rc = weft_finalize();
-    mpi_comm_world_obj.wc = NULL;
-    mpi_state = 2;
-    if (rc) return mpi_err(NULL, mpi_class_of_weft(rc), "MPI_Finalize", "weft_finalize failed: %s", weft_last_error());
-    return MPI_SUCCESS;
+    mpi_bsend_detach_all();
+    world_model = 2;
+    return mpi_runtime_down_if_unused("MPI_Finalize");
 }
 
 MPI_DEF(int, Abort, (MPI_Comm comm, int errorcode))

@@ -43,6 +43,7 @@ enum mpi_kind {
     MPI_K_ERRH,
     MPI_K_MESSAGE,
     MPI_K_KEYVAL,
+    MPI_K_SESSION,
     MPI_K_COUNT
 };
 
@@ -101,6 +102,14 @@ typedef struct mpi_topo {
     int *sources, *sourceweights, *dests, *destweights;
 } mpi_topo_t;
 
+/* An attached buffer for buffered sends (MPI_Buffer_attach and the
+ * communicator's and session's forms): its space, and how much the sends
+ * in flight hold. */
+typedef struct mpi_bbuf {
+    void *buf;
+    MPI_Count size, used;
+} mpi_bbuf_t;
+
 struct MPI_ABI_Comm {
     mpi_obj_t h;
     weft_comm_t wc; /* NULL for MPI_COMM_NULL */
@@ -111,7 +120,16 @@ struct MPI_ABI_Comm {
     mpi_topo_t *topo;
     struct MPI_ABI_Info *info; /* hints given at creation / set_info (never NULL once created) */
     int predefined;            /* the handle's value for WORLD / SELF, else 0 */
+    mpi_bbuf_t *bbuf;          /* the communicator's own buffer (MPI_Comm_attach_buffer), or NULL */
+    mpi_bbuf_t *session_bbuf;  /* that of the session it was made in, or NULL */
     char name[MPI_MAX_OBJECT_NAME];
+};
+
+struct MPI_ABI_Session {
+    mpi_obj_t h;
+    struct MPI_ABI_Errhandler *errh;
+    struct MPI_ABI_Info *info;
+    mpi_bbuf_t bbuf;
 };
 
 /* One run of a datatype's flattened type map: n elements of basic type
@@ -247,7 +265,10 @@ void mpi_req_finish(mpi_req_t *r, MPI_Request *handle);
 /* ------------------------------------------------------------------ */
 /* Errors (error.c)                                                    */
 /* ------------------------------------------------------------------ */
-extern int mpi_state; /* 0 before MPI_Init, 1 initialized, 2 finalized */
+extern int mpi_state; /* the runtime: 0 not yet up, 1 up, 2 ended */
+extern int mpi_sessions;
+int mpi_runtime_up(int *argc, char ***argv, const char *fn);
+int mpi_runtime_down_if_unused(const char *fn);
 extern int mpi_thread_level;
 extern struct MPI_ABI_Comm mpi_comm_world_obj, mpi_comm_self_obj;
 extern struct MPI_ABI_Errhandler mpi_errh_fatal, mpi_errh_abort, mpi_errh_return;
@@ -390,6 +411,11 @@ static inline int mpi_tag_to_weft(int tag)
     return tag == MPI_ANY_TAG ? WEFT_ANY_TAG : tag;
 }
 int mpi_p2p_start(mpi_req_t *r); /* (re)starts a persistent send / receive */
+int mpi_bbuf_attach(struct MPI_ABI_Comm *ec, mpi_bbuf_t *acct, void *buffer, MPI_Count size, const char *fn);
+int mpi_bbuf_detach(struct MPI_ABI_Comm *ec, mpi_bbuf_t *acct, void *buffer_addr, MPI_Count *size, const char *fn);
+int mpi_bbuf_flush(mpi_bbuf_t *acct);
+/* A request that is complete already (for calls done at once). */
+int mpi_done_request(struct MPI_ABI_Comm *c, MPI_Request *request, const char *fn);
 void mpi_bsend_reap(void);
 int mpi_bsend_detach_all(void);
 int mpi_coll_start(mpi_req_t *r);

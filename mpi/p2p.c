@@ -46,55 +46,78 @@ static int p2p_check(MPI_Comm comm, const void *buf, MPI_Count count, MPI_Dataty
 
 /* ---- buffered mode ---------------------------------------------------------- */
 
+/* A buffered send's data is copied at once and sent from the copy; the
+ * attached buffer (the communicator's, its session's or the process's)
+ * only accounts for the space, as MPI's rules on its size require. */
 typedef struct bsend {
     weft_request_t wr;
     void *copy;
     MPI_Count charge;
+    mpi_bbuf_t *acct;
 } bsend_t;
 
+static mpi_bbuf_t proc_bbuf;
 static struct {
-    void *buf;
-    MPI_Count size, used;
     bsend_t *pending;
     int n, cap;
 } bsb;
+
+static void bsend_release(int i)
+{
+    free(bsb.pending[i].copy);
+    bsb.pending[i].acct->used -= bsb.pending[i].charge;
+    bsb.pending[i] = bsb.pending[--bsb.n];
+}
 
 void mpi_bsend_reap(void)
 {
     for (int i = 0; i < bsb.n;) {
         int flag = 0;
         weft_test(&bsb.pending[i].wr, &flag, NULL);
-        if (flag) {
-            free(bsb.pending[i].copy);
-            bsb.used -= bsb.pending[i].charge;
-            bsb.pending[i] = bsb.pending[--bsb.n];
-        } else {
+        if (flag)
+            bsend_release(i);
+        else
             i++;
-        }
     }
+}
+
+/* Waits for the buffered sends charged to acct (NULL: all). */
+int mpi_bbuf_flush(mpi_bbuf_t *acct)
+{
+    for (int i = 0; i < bsb.n;) {
+        if (acct && bsb.pending[i].acct != acct) {
+            i++;
+            continue;
+        }
+        weft_wait(&bsb.pending[i].wr, NULL);
+        if (bsb.pending[i].wr) weft_request_free(&bsb.pending[i].wr);
+        bsend_release(i);
+    }
+    return MPI_SUCCESS;
 }
 
 int mpi_bsend_detach_all(void)
 {
-    while (bsb.n > 0) {
-        weft_wait(&bsb.pending[0].wr, NULL);
-        if (bsb.pending[0].wr) weft_request_free(&bsb.pending[0].wr);
-        free(bsb.pending[0].copy);
-        bsb.used -= bsb.pending[0].charge;
-        bsb.pending[0] = bsb.pending[--bsb.n];
-    }
-    return MPI_SUCCESS;
+    return mpi_bbuf_flush(NULL);
+}
+
+static mpi_bbuf_t *acct_of(struct MPI_ABI_Comm *c)
+{
+    if (c->bbuf && c->bbuf->buf) return c->bbuf;
+    if (c->session_bbuf && c->session_bbuf->buf) return c->session_bbuf;
+    return &proc_bbuf;
 }
 
 static int bsend(struct MPI_ABI_Comm *c, const void *buf, MPI_Count count, struct MPI_ABI_Datatype *t, int dest,
                  int tag, const char *fn)
 {
     MPI_Count bytes = mpi_dtype_bytes(t, count), charge = bytes + MPI_BSEND_OVERHEAD;
+    mpi_bbuf_t *acct = acct_of(c);
     mpi_bsend_reap();
-    if (!bsb.buf) return mpi_err(c, MPI_ERR_BUFFER, fn, "no buffer attached (MPI_Buffer_attach)");
-    if (bsb.used + charge > bsb.size)
+    if (!acct->buf) return mpi_err(c, MPI_ERR_BUFFER, fn, "no buffer attached (MPI_Buffer_attach)");
+    if (acct->used + charge > acct->size)
         return mpi_err(c, MPI_ERR_BUFFER, fn, "the attached buffer (%lld bytes) has %lld free, %lld needed",
-                       (long long)bsb.size, (long long)(bsb.size - bsb.used), (long long)charge);
+                       (long long)acct->size, (long long)(acct->size - acct->used), (long long)charge);
     if (bsb.n == bsb.cap) {
         int cap = bsb.cap ? 2 * bsb.cap : 16;
         bsend_t *p = realloc(bsb.pending, sizeof(*p) * (size_t)cap);
@@ -111,64 +134,139 @@ static int bsend(struct MPI_ABI_Comm *c, const void *buf, MPI_Count count, struc
         free(copy);
         return mpi_err_weft(c, rc, fn);
     }
-    bsb.pending[bsb.n++] = (bsend_t){wr, copy, charge};
-    bsb.used += charge;
+    bsb.pending[bsb.n++] = (bsend_t){wr, copy, charge, acct};
+    acct->used += charge;
     return MPI_SUCCESS;
 }
 
-static int buffer_attach(void *buffer, MPI_Count size, const char *fn)
+int mpi_bbuf_attach(struct MPI_ABI_Comm *ec, mpi_bbuf_t *acct, void *buffer, MPI_Count size, const char *fn)
 {
-    if (bsb.buf) return mpi_err(NULL, MPI_ERR_BUFFER, fn, "a buffer is already attached");
+    if (acct->buf) return mpi_err(ec, MPI_ERR_BUFFER, fn, "a buffer is already attached");
     if (buffer == MPI_BUFFER_AUTOMATIC) {
-        bsb.buf = buffer;
-        bsb.size = INT64_MAX / 2;
+        acct->buf = buffer;
+        acct->size = INT64_MAX / 2;
         return MPI_SUCCESS;
     }
-    if (size < 0 || (!buffer && size > 0)) return mpi_err(NULL, MPI_ERR_BUFFER, fn, "invalid buffer or size");
-    bsb.buf = buffer ? buffer : (void *)&bsb;
-    bsb.size = size;
+    if (size < 0 || (!buffer && size > 0)) return mpi_err(ec, MPI_ERR_BUFFER, fn, "invalid buffer or size");
+    acct->buf = buffer ? buffer : (void *)acct;
+    acct->size = size;
     return MPI_SUCCESS;
 }
 
-static int buffer_detach(void *buffer_addr, MPI_Count *size, const char *fn)
+int mpi_bbuf_detach(struct MPI_ABI_Comm *ec, mpi_bbuf_t *acct, void *buffer_addr, MPI_Count *size, const char *fn)
 {
-    if (!buffer_addr || !size) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL output");
-    if (!bsb.buf) return mpi_err(NULL, MPI_ERR_BUFFER, fn, "no buffer attached");
-    mpi_bsend_detach_all();
-    *(void **)buffer_addr = bsb.buf == (void *)&bsb ? NULL : bsb.buf;
-    *size = bsb.buf == MPI_BUFFER_AUTOMATIC ? 0 : bsb.size;
-    bsb.buf = NULL;
-    bsb.size = 0;
+    if (!buffer_addr || !size) return mpi_err(ec, MPI_ERR_ARG, fn, "NULL output");
+    if (!acct->buf) return mpi_err(ec, MPI_ERR_BUFFER, fn, "no buffer attached");
+    mpi_bbuf_flush(acct);
+    *(void **)buffer_addr = acct->buf == (void *)acct ? NULL : acct->buf;
+    *size = acct->buf == MPI_BUFFER_AUTOMATIC ? 0 : acct->size;
+    acct->buf = NULL;
+    acct->size = 0;
     return MPI_SUCCESS;
 }
 
 MPI_DEF(int, Buffer_attach, (void *buffer, int size))
 {
-    return buffer_attach(buffer, size, "MPI_Buffer_attach");
+    return mpi_bbuf_attach(NULL, &proc_bbuf, buffer, size, "MPI_Buffer_attach");
 }
 
 MPI_DEF(int, Buffer_attach_c, (void *buffer, MPI_Count size))
 {
-    return buffer_attach(buffer, size, "MPI_Buffer_attach_c");
+    return mpi_bbuf_attach(NULL, &proc_bbuf, buffer, size, "MPI_Buffer_attach_c");
 }
 
 MPI_DEF(int, Buffer_detach, (void *buffer_addr, int *size))
 {
     MPI_Count s = 0;
-    int rc = buffer_detach(buffer_addr, &s, "MPI_Buffer_detach");
+    int rc = mpi_bbuf_detach(NULL, &proc_bbuf, buffer_addr, &s, "MPI_Buffer_detach");
     if (!rc && size) mpi_count_to_int(s, size);
     return rc;
 }
 
 MPI_DEF(int, Buffer_detach_c, (void *buffer_addr, MPI_Count *size))
 {
-    return buffer_detach(buffer_addr, size, "MPI_Buffer_detach_c");
+    return mpi_bbuf_detach(NULL, &proc_bbuf, buffer_addr, size, "MPI_Buffer_detach_c");
 }
 
 MPI_DEF(int, Buffer_flush, (void))
 {
     MPI_CHECK_INIT("MPI_Buffer_flush");
-    return mpi_bsend_detach_all();
+    return mpi_bbuf_flush(&proc_bbuf);
+}
+
+/* The flush is done before the request is handed out. */
+int mpi_done_request(struct MPI_ABI_Comm *c, MPI_Request *request, const char *fn)
+{
+    if (!request) return mpi_err(c, MPI_ERR_ARG, fn, "NULL request");
+    mpi_req_t *r = NULL;
+    int rc = mpi_req_new(MPI_REQ_DONE, c, fn, &r);
+    if (rc) return rc;
+    mpi_req_done(r, MPI_SUCCESS, MPI_ANY_SOURCE, MPI_ANY_TAG, 0);
+    *request = r;
+    return MPI_SUCCESS;
+}
+
+MPI_DEF(int, Buffer_iflush, (MPI_Request * request))
+{
+    MPI_CHECK_INIT("MPI_Buffer_iflush");
+    mpi_bbuf_flush(&proc_bbuf);
+    return mpi_done_request(NULL, request, "MPI_Buffer_iflush");
+}
+
+static int comm_acct(MPI_Comm comm, const char *fn, struct MPI_ABI_Comm **c)
+{
+    int rc = mpi_check_comm(comm, fn, c);
+    if (rc) return rc;
+    if (!(*c)->bbuf && !((*c)->bbuf = calloc(1, sizeof(mpi_bbuf_t))))
+        return mpi_err(*c, MPI_ERR_NO_MEM, fn, "out of memory");
+    return MPI_SUCCESS;
+}
+
+MPI_DEF(int, Comm_attach_buffer, (MPI_Comm comm, void *buffer, int size))
+{
+    struct MPI_ABI_Comm *c;
+    int rc = comm_acct(comm, "MPI_Comm_attach_buffer", &c);
+    return rc ? rc : mpi_bbuf_attach(c, c->bbuf, buffer, size, "MPI_Comm_attach_buffer");
+}
+
+MPI_DEF(int, Comm_attach_buffer_c, (MPI_Comm comm, void *buffer, MPI_Count size))
+{
+    struct MPI_ABI_Comm *c;
+    int rc = comm_acct(comm, "MPI_Comm_attach_buffer_c", &c);
+    return rc ? rc : mpi_bbuf_attach(c, c->bbuf, buffer, size, "MPI_Comm_attach_buffer_c");
+}
+
+MPI_DEF(int, Comm_detach_buffer, (MPI_Comm comm, void *buffer_addr, int *size))
+{
+    struct MPI_ABI_Comm *c;
+    MPI_Count s = 0;
+    int rc = comm_acct(comm, "MPI_Comm_detach_buffer", &c);
+    if (!rc) rc = mpi_bbuf_detach(c, c->bbuf, buffer_addr, &s, "MPI_Comm_detach_buffer");
+    if (!rc && size) mpi_count_to_int(s, size);
+    return rc;
+}
+
+MPI_DEF(int, Comm_detach_buffer_c, (MPI_Comm comm, void *buffer_addr, MPI_Count *size))
+{
+    struct MPI_ABI_Comm *c;
+    int rc = comm_acct(comm, "MPI_Comm_detach_buffer_c", &c);
+    return rc ? rc : mpi_bbuf_detach(c, c->bbuf, buffer_addr, size, "MPI_Comm_detach_buffer_c");
+}
+
+MPI_DEF(int, Comm_flush_buffer, (MPI_Comm comm))
+{
+    struct MPI_ABI_Comm *c;
+    int rc = comm_acct(comm, "MPI_Comm_flush_buffer", &c);
+    return rc ? rc : mpi_bbuf_flush(acct_of(c));
+}
+
+MPI_DEF(int, Comm_iflush_buffer, (MPI_Comm comm, MPI_Request *request))
+{
+    struct MPI_ABI_Comm *c;
+    int rc = comm_acct(comm, "MPI_Comm_iflush_buffer", &c);
+    if (rc) return rc;
+    mpi_bbuf_flush(acct_of(c));
+    return mpi_done_request(c, request, "MPI_Comm_iflush_buffer");
 }
 
 /* ---- the engine: one send or receive as an MPI request ------------------------- */
@@ -367,7 +465,7 @@ static int recv_common(void *buf, MPI_Count count, MPI_Datatype datatype, int so
 
 /* ---- the API --------------------------------------------------------------------- */
 
-#define SEND_FORMS(Name, mode)                                                                                         \
+#define SEND_FORMS(Name, IName, mode)                                                                                  \
     MPI_DEF(int, Name, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))          \
     {                                                                                                                  \
         return send_common(buf, count, datatype, dest, tag, comm, mode, "MPI_" #Name);                                 \
@@ -378,22 +476,22 @@ static int recv_common(void *buf, MPI_Count count, MPI_Datatype datatype, int so
         return send_common(buf, count, datatype, dest, tag, comm, mode, "MPI_" #Name "_c");                            \
     }                                                                                                                  \
     MPI_DEF(                                                                                                           \
-        int, I##Name,                                                                                                  \
+        int, IName,                                                                                                    \
         (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))   \
     {                                                                                                                  \
-        return isend_common(buf, count, datatype, dest, tag, comm, request, mode, "MPI_I" #Name);                      \
+        return isend_common(buf, count, datatype, dest, tag, comm, request, mode, "MPI_" #IName);                      \
     }                                                                                                                  \
-    MPI_DEF(int, I##Name##_c,                                                                                          \
+    MPI_DEF(int, IName##_c,                                                                                            \
             (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,                \
              MPI_Request *request))                                                                                    \
     {                                                                                                                  \
-        return isend_common(buf, count, datatype, dest, tag, comm, request, mode, "MPI_I" #Name "_c");                 \
+        return isend_common(buf, count, datatype, dest, tag, comm, request, mode, "MPI_" #IName "_c");                 \
     }
 
-SEND_FORMS(Send, MODE_STD)
-SEND_FORMS(Ssend, MODE_SYNC)
-SEND_FORMS(Bsend, MODE_BUFFERED)
-SEND_FORMS(Rsend, MODE_READY)
+SEND_FORMS(Send, Isend, MODE_STD)
+SEND_FORMS(Ssend, Issend, MODE_SYNC)
+SEND_FORMS(Bsend, Ibsend, MODE_BUFFERED)
+SEND_FORMS(Rsend, Irsend, MODE_READY)
 
 MPI_DEF(int, Recv,
         (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status))

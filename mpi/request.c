@@ -600,6 +600,7 @@ MPI_DEF(int, Request_get_status_all, (int count, const MPI_Request reqs[], int *
                 mpi_req_fill_status(r, &statuses[i]);
             else
                 empty_status(&statuses[i]);
+            statuses[i].MPI_ERROR = r ? r->error : MPI_SUCCESS;
         }
     return MPI_SUCCESS;
 }
@@ -621,12 +622,16 @@ MPI_DEF(int, Request_get_status_any, (int count, const MPI_Request reqs[], int *
             *index = i;
             *flag = 1;
             mpi_req_fill_status(r, status);
+            if (status) status->MPI_ERROR = r->error;
             return MPI_SUCCESS;
         }
     }
     *index = MPI_UNDEFINED;
     *flag = !active;
-    if (!active) empty_status(status);
+    if (!active && status) {
+        empty_status(status);
+        status->MPI_ERROR = MPI_SUCCESS;
+    }
     return MPI_SUCCESS;
 }
 
@@ -645,7 +650,10 @@ MPI_DEF(int, Request_get_status_some,
         int done;
         mpi_req_poll(r, &done);
         if (done) {
-            if (statuses) mpi_req_fill_status(r, &statuses[n]);
+            if (statuses) {
+                mpi_req_fill_status(r, &statuses[n]);
+                statuses[n].MPI_ERROR = r->error;
+            }
             indices[n++] = i;
         }
     }
