@@ -12,7 +12,9 @@
 # dynamic processes, ...) are left out of both runs, each named below with its
 # reason. The last line counts the weft runs:
 #   N passed, M failed, K skipped
-# (failed: fails on weft where MPICH passes, or a run that died). Exit 0
+# (failed: fails on weft where MPICH passes, or a run that died; and
+# examples/mpi/stencil, built once with weft-mpicc, must give the same
+# answer on both libraries). Exit 0
 # pass, 77 skip (no python3 or no PyPI), 1 fail.
 #
 # usage: contrib/mpi-abi-tests.sh [BUILD_DIR]
@@ -143,10 +145,32 @@ for n in $sizes; do
     done
 done
 
-"$py" - "$logs" "$sizes" "${excluded[@]}" <<'EOF'
+# A program written to MPI, built once with weft-mpicc, on both libraries:
+# the same answer expected.
+stencil_status=0
+sums=()
+if "$mpicc" -O2 -o "$logs/stencil" "$src/examples/mpi/stencil.c" >"$logs/stencil-build.log" 2>&1; then
+    for lib in weft mpich; do
+        if [ $lib = weft ]; then
+            out=$(env -u RANK -u WORLD_SIZE LD_LIBRARY_PATH="$weft_lib" timeout 120 "$build/tools/weftrun" -n 2 \
+                "$logs/stencil" 128 100 2>&1)
+        else
+            out=$(env PATH="$venv/bin:$PATH" LD_LIBRARY_PATH="$mpich_lib" timeout 120 "$venv/bin/mpiexec" -n 2 \
+                "$logs/stencil" 128 100 2>&1)
+        fi
+        echo "stencil on $lib: $(grep '^stencil' <<<"$out" || tail -2 <<<"$out")"
+        sums+=("$(sed -n 's/.*checksum \([0-9.e+-]*\).*/\1/p' <<<"$out")")
+    done
+    [ -n "${sums[0]}" ] && [ "${sums[0]}" = "${sums[1]}" ] || { echo "stencil: the answers differ"; stencil_status=1; }
+else
+    echo "stencil: weft-mpicc failed"; tail -5 "$logs/stencil-build.log"; stencil_status=1
+fi
+echo "mpi-abi-tests: $((SECONDS - t_all)) s"
+
+"$py" - "$logs" "$sizes" "$stencil_status" "${excluded[@]}" <<'EOF'
 import collections, os, re, sys
 
-logs, sizes, excluded = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+logs, sizes, stencil_status, excluded = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), sys.argv[4:]
 line_re = re.compile(r"^(\w+) \(([\w.]+)\)")
 result_re = re.compile(r" \.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
 
@@ -199,9 +223,6 @@ if bad:
     print("passed on MPICH, not on weft:")
     for n, t, w in bad:
         print(f"  [{n}] {t}: {w}")
-print(f"{total['pass']} passed, {len(bad)} failed, {total['skip']} skipped")
-sys.exit(1 if bad else 0)
+print(f"{total['pass']} passed, {len(bad) + stencil_status} failed, {total['skip']} skipped")
+sys.exit(1 if bad or stencil_status else 0)
 EOF
-status=$?
-echo "mpi-abi-tests: $((SECONDS - t_all)) s"
-exit $status
