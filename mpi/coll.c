@@ -7,52 +7,17 @@
  * order, so non-commutative ops get MPI's order. Blocking, nonblocking
  * and persistent forms share one description (struct mpi_coll) and one
  * start; a collective's completion step unpacks or reduces. */
+#include "mpi/coll.h"
+
 #include "mpi_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum coll_kind {
-    C_BARRIER,
-    C_BCAST,
-    C_GATHER,
-    C_GATHERV,
-    C_SCATTER,
-    C_SCATTERV,
-    C_ALLGATHER,
-    C_ALLGATHERV,
-    C_ALLTOALL,
-    C_ALLTOALLV,
-    C_ALLTOALLW,
-    C_REDUCE,
-    C_ALLREDUCE,
-    C_RSB,
-    C_RS,
-    C_SCAN,
-    C_EXSCAN
-};
-
-struct mpi_coll {
-    int kind;
-    const void *sbuf;
-    void *rbuf;
-    MPI_Count scount, rcount;
-    struct MPI_ABI_Datatype *stype, *rtype;
-    MPI_Count *scounts, *sdispls, *rcounts, *rdispls;
-    struct MPI_ABI_Datatype **stypes, **rtypes; /* alltoallw: ntypes each, referenced */
-    int ntypes;
-    struct MPI_ABI_Op *op;
-    int root;
-    /* state of one run */
-    void *ts, *tr;
-    int64_t *wc1, *wd1, *wc2, *wd2;
-    MPI_Count block; /* packed bytes of one contribution (reductions), or of one block */
-    int fallback;    /* reduction computed here */
-};
-
 void mpi_coll_free(struct mpi_coll *c)
 {
+    mpi_nbr_reset(c);
     free(c->ts), free(c->tr);
     free(c->wc1), free(c->wd1), free(c->wc2), free(c->wd2);
     free(c->scounts), free(c->sdispls), free(c->rcounts), free(c->rdispls);
@@ -70,6 +35,7 @@ void mpi_coll_free(struct mpi_coll *c)
 
 static void reset_state(struct mpi_coll *c)
 {
+    mpi_nbr_reset(c);
     free(c->ts), free(c->tr);
     free(c->wc1), free(c->wd1), free(c->wc2), free(c->wd2);
     c->ts = c->tr = NULL;
@@ -146,6 +112,11 @@ static int coll_post(mpi_req_t *r)
     weft_request_t *w = &r->wr;
     reset_state(c);
 
+    if (c->kind >= C_NALLGATHER) {
+        int rc = mpi_nbr_post(r);
+        if (!rc) r->step = coll_step;
+        return rc;
+    }
     switch (c->kind) {
     case C_BARRIER: wrc = weft_ibarrier(wc, w); break;
 
@@ -450,6 +421,7 @@ static int coll_step(mpi_req_t *r, int rc, const weft_status_t *st)
     struct MPI_ABI_Comm *cm = r->comm;
     int n = cm->size, me = cm->rank, err = MPI_SUCCESS;
     struct MPI_ABI_Datatype *rt = c->rtype;
+    if (c->kind >= C_NALLGATHER) return mpi_nbr_step(r, rc);
     if (rc) return mpi_class_of_weft(rc);
     switch (c->kind) {
     case C_BCAST:
@@ -536,11 +508,9 @@ int mpi_coll_start(mpi_req_t *r)
 
 /* ---- front ends -------------------------------------------------------------------- */
 
-enum { BLOCK, NONBLOCK, PERSIST };
-
 /* Runs a described collective in one of the three forms. *c is copied to
  * the heap (arrays it points to are owned already). */
-static int run(struct MPI_ABI_Comm *cm, struct mpi_coll *c, int form, MPI_Request *request, const char *fn)
+int mpi_coll_run(struct MPI_ABI_Comm *cm, struct mpi_coll *c, int form, MPI_Request *request, const char *fn)
 {
     mpi_dtype_ref(c->stype);
     mpi_dtype_ref(c->rtype);
@@ -675,7 +645,7 @@ static int barrier(MPI_Comm comm, int form, MPI_Request *request, const char *fn
         return MPI_SUCCESS;
     }
     struct mpi_coll d = {.kind = C_BARRIER};
-    return run(c, &d, form, request, fn);
+    return mpi_coll_run(c, &d, form, request, fn);
 }
 
 MPI_DEF(int, Barrier, (MPI_Comm comm))
@@ -708,7 +678,7 @@ static int bcast(void *buf, MPI_Count count, MPI_Datatype datatype, int root, MP
         return MPI_SUCCESS;
     }
     struct mpi_coll d = {.kind = C_BCAST, .rbuf = buf, .rcount = count, .rtype = t, .root = root};
-    return run(c, &d, form, request, fn);
+    return mpi_coll_run(c, &d, form, request, fn);
 }
 
 MPI_DEF(int, Bcast, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm))
@@ -783,7 +753,7 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
                          .stype = st,
                          .rtype = rt,
                          .root = root};
-    return run(c, &d, form, request, fn);
+    return mpi_coll_run(c, &d, form, request, fn);
 }
 
 #define PER_RANK_ROOTED(Name, IName, kind)                                                                             \
@@ -924,7 +894,7 @@ static int vector_coll(int kind, const void *sbuf, MPI_Count scount, const void 
     }
     d.stype = st;
     d.rtype = rt;
-    return run(c, &d, form, request, fn);
+    return mpi_coll_run(c, &d, form, request, fn);
 fail:
     free(d.scounts), free(d.sdispls), free(d.rcounts), free(d.rdispls);
     return bad ? array_error(c, bad, fn) : rc;
@@ -1079,7 +1049,7 @@ static int alltoallvw(int w, const void *sbuf, const void *scounts, const void *
             goto fail;
         if (inplace) d.stype = d.rtype;
     }
-    return run(c, &d, form, request, fn);
+    return mpi_coll_run(c, &d, form, request, fn);
 fail:
     free(d.scounts), free(d.sdispls), free(d.rcounts), free(d.rdispls), free(d.stypes), free(d.rtypes);
     return bad ? array_error(c, bad, fn) : rc;
@@ -1190,7 +1160,7 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
             return rc;
         }
     }
-    return run(c, &d, form, request, fn);
+    return mpi_coll_run(c, &d, form, request, fn);
 }
 
 #define RED_ARGS(CT, ...)                                                                                              \

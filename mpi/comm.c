@@ -65,6 +65,7 @@ void mpi_comm_destroy(struct MPI_ABI_Comm *c)
         mpi_bbuf_flush(c->bbuf);
         free(c->bbuf);
     }
+    if (c->nbr_wc) weft_comm_free(&c->nbr_wc);
     if (c->wc) weft_comm_free(&c->wc);
     free(c->world);
     mpi_errh_unref(c->errh);

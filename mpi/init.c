@@ -60,6 +60,8 @@ int mpi_runtime_down_if_unused(const char *fn)
 {
     if (mpi_state != 1 || world_model == 1 || mpi_sessions > 0) return MPI_SUCCESS;
     mpi_bsend_detach_all();
+    if (mpi_comm_self_obj.nbr_wc) weft_comm_free(&mpi_comm_self_obj.nbr_wc);
+    if (mpi_comm_world_obj.nbr_wc) weft_comm_free(&mpi_comm_world_obj.nbr_wc);
     weft_comm_free(&mpi_comm_self_obj.wc);
     int rc = weft_finalize();
     mpi_comm_world_obj.wc = NULL;
@@ -216,14 +218,11 @@ MPI_DEF(int, Abi_get_info, (MPI_Info * info))
     return MPI_SUCCESS;
 }
 
-/* No Fortran here: the Fortran queries say so, the setters are accepted. */
+/* No Fortran here: MPI_INFO_NULL says so; the setters are accepted. */
 MPI_DEF(int, Abi_get_fortran_info, (MPI_Info * info))
 {
     if (!info) return mpi_err(NULL, MPI_ERR_ARG, "MPI_Abi_get_fortran_info", "NULL output");
-    struct MPI_ABI_Info *i = mpi_info_new();
-    if (!i) return mpi_err(NULL, MPI_ERR_NO_MEM, "MPI_Abi_get_fortran_info", "out of memory");
-    mpi_info_set(i, "mpi_fortran_present", "false");
-    *info = i;
+    *info = MPI_INFO_NULL;
     return MPI_SUCCESS;
 }
 

@@ -122,6 +122,8 @@ struct MPI_ABI_Comm {
     int predefined;            /* the handle's value for WORLD / SELF, else 0 */
     mpi_bbuf_t *bbuf;          /* the communicator's own buffer (MPI_Comm_attach_buffer), or NULL */
     mpi_bbuf_t *session_bbuf;  /* that of the session it was made in, or NULL */
+    weft_comm_t nbr_wc;        /* the shadow neighbourhood collectives use (neighbor.c), or NULL */
+    unsigned nbr_seq;
     char name[MPI_MAX_OBJECT_NAME];
 };
 

@@ -191,9 +191,30 @@ static mpi_req_t *req_of(MPI_Request h, const char *fn, int *err)
     return r;
 }
 
+/* A generalized request's end: its query fills the status, its free
+ * function releases the program's state; an error either returns goes
+ * through the error handler as the request's. */
+static int greq_outcome(mpi_req_t *r, MPI_Request *h, MPI_Status *status, const char *fn)
+{
+    MPI_Status s = r->gstatus;
+    int qrc = r->gquery ? r->gquery(r->gstate, &s) : MPI_SUCCESS;
+    if (status) {
+        status->MPI_SOURCE = s.MPI_SOURCE;
+        status->MPI_TAG = s.MPI_TAG;
+        memcpy(status->MPI_internal, s.MPI_internal, sizeof(s.MPI_internal));
+    }
+    int frc = r->gfree ? r->gfree(r->gstate) : MPI_SUCCESS;
+    r->gfree = NULL;
+    req_release(r);
+    *h = MPI_REQUEST_NULL;
+    int err = qrc ? qrc : frc;
+    return err ? mpi_errh_invoke(NULL, err, fn) : MPI_SUCCESS;
+}
+
 /* The outcome of a completed request for a single-completion call. */
 static int outcome(mpi_req_t *r, MPI_Request *h, MPI_Status *status, const char *fn)
 {
+    if (r->kind == MPI_REQ_GREQ) return greq_outcome(r, h, status, fn);
     int err = r->error;
     struct MPI_ABI_Comm *c = r->comm;
     const char *origin = r->fn;
@@ -304,8 +325,8 @@ MPI_DEF(int, Cancel, (MPI_Request * request))
     mpi_req_t *r = req_of(*request, "MPI_Cancel", &err);
     if (!r) return err ? err : mpi_err(NULL, MPI_ERR_REQUEST, "MPI_Cancel", "MPI_REQUEST_NULL");
     if (r->kind == MPI_REQ_GREQ) {
-        if (r->gcancel) return r->gcancel(r->gstate, r->complete);
-        return MPI_SUCCESS;
+        int rc = r->gcancel ? r->gcancel(r->gstate, r->complete) : MPI_SUCCESS;
+        return rc ? mpi_errh_invoke(NULL, rc, "MPI_Cancel") : MPI_SUCCESS;
     }
     /* Receives are canceled in weft; sends cannot be (MPI allows a cancel
      * to fail: the send then completes normally). */

@@ -811,3 +811,75 @@ Test(mpi, communicators_groups_attributes_topologies)
     run(1, body_comms);
     run(4, body_comms);
 }
+
+/* ---- neighbourhood collectives and sessions ------------------------------------------- */
+
+static int body_neighbors(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    /* a periodic ring: with 2 ranks both neighbours are one rank, each
+     * message must still land in its slot (left, then right) */
+    MPI_Comm ring;
+    int dims[1] = {size}, periods[1] = {1}, src, dst;
+    M_OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring));
+    M_OK(MPI_Cart_shift(ring, 0, 1, &src, &dst));
+    int mine[2] = {rank * 10, rank * 10 + 1}, got[2] = {-1, -1};
+    M_OK(MPI_Neighbor_alltoall(mine, 1, MPI_INT, got, 1, MPI_INT, ring));
+    /* my left neighbour sent me its "right" block, my right one its "left" block */
+    TH_CHECK(got[0] == src * 10 + 1 && got[1] == dst * 10, "neighbor_alltoall (%d, %d), left %d right %d", got[0],
+             got[1], src, dst);
+    M_OK(MPI_Neighbor_allgather(&rank, 1, MPI_INT, got, 1, MPI_INT, ring));
+    TH_CHECK(got[0] == src && got[1] == dst, "neighbor_allgather (%d, %d)", got[0], got[1]);
+    MPI_Request r;
+    M_OK(MPI_Ineighbor_allgather(&rank, 1, MPI_INT, got, 1, MPI_INT, ring, &r));
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    TH_CHECK(got[0] == src && got[1] == dst, "ineighbor_allgather");
+    /* a distributed graph: everyone sends to rank 0 only */
+    MPI_Comm star;
+    int zero = 0, indeg = rank == 0 ? size : 0, *sources = malloc(sizeof(int) * (size_t)size), *all = sources;
+    for (int i = 0; i < size; i++)
+        sources[i] = i;
+    M_OK(MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, indeg, sources, MPI_UNWEIGHTED, 1, &zero, MPI_UNWEIGHTED,
+                                        MPI_INFO_NULL, 0, &star));
+    int *in = malloc(sizeof(int) * (size_t)size);
+    M_OK(MPI_Neighbor_allgather(&rank, 1, MPI_INT, in, 1, MPI_INT, star));
+    if (rank == 0)
+        for (int i = 0; i < size; i++)
+            TH_CHECK(in[i] == i, "dist graph gather [%d] = %d", i, in[i]);
+    M_FAILS(MPI_Neighbor_allgather(&rank, 1, MPI_INT, in, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_TOPOLOGY);
+    free(all);
+    free(in);
+    M_OK(MPI_Comm_free(&star));
+    M_OK(MPI_Comm_free(&ring));
+    /* a session: its process sets, a communicator from the world's group */
+    MPI_Session s;
+    MPI_Group g;
+    MPI_Comm sc;
+    int n, len = 0;
+    char name[64];
+    M_OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s));
+    M_OK(MPI_Session_get_num_psets(s, MPI_INFO_NULL, &n));
+    TH_CHECK(n == 2, "psets %d", n);
+    M_OK(MPI_Session_get_nth_pset(s, MPI_INFO_NULL, 0, &len, NULL));
+    TH_CHECK(len == (int)sizeof("mpi://WORLD"), "pset name length %d", len);
+    M_OK(MPI_Session_get_nth_pset(s, MPI_INFO_NULL, 0, &len, name));
+    M_OK(MPI_Group_from_session_pset(s, name, &g));
+    M_OK(MPI_Comm_create_from_group(g, "weft.test", MPI_INFO_NULL, MPI_ERRORS_RETURN, &sc));
+    M_OK(MPI_Comm_size(sc, &n));
+    TH_CHECK(n == size, "session comm size %d", n);
+    M_OK(MPI_Barrier(sc));
+    M_OK(MPI_Comm_free(&sc));
+    M_OK(MPI_Group_free(&g));
+    M_FAILS(MPI_Group_from_session_pset(s, "mpi://nowhere", &g), MPI_ERR_ARG);
+    M_OK(MPI_Session_finalize(&s));
+    M_FAILS(MPI_Session_finalize(&s), MPI_ERR_SESSION);
+    return done();
+}
+
+Test(mpi, neighbourhood_collectives_and_sessions)
+{
+    run(1, body_neighbors);
+    run(2, body_neighbors);
+    run(3, body_neighbors);
+}
