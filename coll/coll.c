@@ -101,7 +101,8 @@ static void comm_release(weft_comm_t comm)
 
 const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, size_t bytes, const char *alg)
 {
-    if (a->sendbuf != WEFT_IN_PLACE) return a->sendbuf;
+    /* NULL only with nothing to send (the buffer checks saw to it): not a failure */
+    if (a->sendbuf != WEFT_IN_PLACE) return a->sendbuf ? a->sendbuf : (const void *)a;
     char *copy = weft_sched_scratch(s, bytes);
     if (!copy) {
         weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for the in-place copy (%zu bytes)", alg, bytes);

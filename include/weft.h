@@ -320,6 +320,11 @@ WEFT_API int weft_isend(const void *buf, int64_t count, weft_dtype_t dtype, int 
                         weft_request_t *request);
 WEFT_API int weft_irecv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,
                         weft_request_t *request);
+/* Synchronous mode (MPI's issend): the request completes only once the
+ * receiver has matched the message, so its completion says a receive
+ * (or probe-and-receive) has begun. Not cancelable, as weft_isend. */
+WEFT_API int weft_issend(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm,
+                         weft_request_t *request);
 WEFT_API int weft_sendrecv(const void *sendbuf, int64_t sendcount, weft_dtype_t sendtype, int dest, int sendtag,
                            void *recvbuf, int64_t recvcount, weft_dtype_t recvtype, int source, int recvtag,
                            weft_comm_t comm, weft_status_t *status);

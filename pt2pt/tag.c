@@ -151,13 +151,16 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
     };
     /* Collective schedules move host memory (their front end classified the
      * buffers) unless they say otherwise: user messages are classified. */
+    int sync = (cls & WEFT_TAG_SEND_SYNC) != 0;
+    cls &= ~WEFT_TAG_SEND_SYNC;
     int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE);
     cls &= ~WEFT_TAG_CLASS_DEVICE;
     if (classify && WEFT_UNLIKELY(weft_cuda_possible()) &&
         (rc = device_param(&req, &buf, bytes, 1, &param, "send buffer")))
         return rc;
-    ucs_status_ptr_t sp = ucp_tag_send_nbx(
-        ep, buf, bytes, weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank, comm->context_id), &param);
+    ucp_tag_t wire = weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank, comm->context_id);
+    ucs_status_ptr_t sp =
+        sync ? ucp_tag_send_sync_nbx(ep, buf, bytes, wire, &param) : ucp_tag_send_nbx(ep, buf, bytes, wire, &param);
     if (sp == NULL) {
         rc = stage_end(req, WEFT_SUCCESS, "send of a device buffer");
         weft_request_complete(req, rc);
@@ -289,6 +292,17 @@ WEFT_API int weft_isend(const void *buf, int64_t count, weft_dtype_t dtype, int 
     if (rc) return rc;
     if (!request) return weft_error(WEFT_ERR_ARG, "weft_isend: NULL request pointer");
     return weft_p2p_isend(buf, bytes, dest, WEFT_TAG_CLASS_USER, tag, comm, request);
+}
+
+WEFT_API int weft_issend(const void *buf, int64_t count, weft_dtype_t dtype, int dest, int tag, weft_comm_t comm,
+                         weft_request_t *request)
+{
+    WEFT_API_ENTER();
+    size_t bytes;
+    int rc = check_send(buf, count, dtype, dest, tag, comm, "weft_issend", &bytes);
+    if (rc) return rc;
+    if (!request) return weft_error(WEFT_ERR_ARG, "weft_issend: NULL request pointer");
+    return weft_p2p_isend(buf, bytes, dest, WEFT_TAG_CLASS_USER | WEFT_TAG_SEND_SYNC, tag, comm, request);
 }
 
 WEFT_API int weft_irecv(void *buf, int64_t count, weft_dtype_t dtype, int source, int tag, weft_comm_t comm,

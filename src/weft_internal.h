@@ -507,6 +507,9 @@ enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2
  * buffer may be device memory, classify it as a user message's (a
  * collective schedule on device buffers, weft_sched_device). */
 #define WEFT_TAG_CLASS_DEVICE 0x100u
+/* OR'ed into a send's class (never on the wire): synchronous mode, the
+ * send completes once the receiver has matched it (weft_issend). */
+#define WEFT_TAG_SEND_SYNC 0x200u
 /* Bits of the tag field a collective schedule may use. */
 #define WEFT_COLL_TAG_BITS 23
 typedef struct weft_transport_ops {

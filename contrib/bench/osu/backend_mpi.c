@@ -111,6 +111,7 @@ const char *bk_short_name(void)
     const char *lib = bk_library();
     if (strstr(lib, "Open MPI")) return "openmpi";
     if (strstr(lib, "MPICH")) return "mpich";
+    if (strstr(lib, "weft")) return "weft-mpi";
     return "mpi";
 }
 

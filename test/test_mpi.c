@@ -1,0 +1,885 @@
+/* The MPI standard ABI layer (mpi/): programs written to mpi.h, run as
+ * forked ranks over the env bootstrap. Point to point, collectives against
+ * straightforward references (native and here-computed reductions, user
+ * ops in rank order, in place, derived datatypes, nonblocking and
+ * persistent forms), datatypes, communicators, groups, attributes,
+ * topologies; and bad input: null, garbage, freed and wrong-kind handles,
+ * bad counts, ranks, tags, roots and ops give their error class under
+ * MPI_ERRORS_RETURN (never a crash), abort naming the function under
+ * MPI_ERRORS_ARE_FATAL, and unimplemented functions name themselves. */
+#include "harness.h"
+#include "mpi.h"
+
+#include <complex.h>
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TIMEOUT 60.0
+
+/* An MPI call that must succeed. */
+#define M_OK(call)                                                                                                     \
+    do {                                                                                                               \
+        int m_rc_ = (call);                                                                                            \
+        if (m_rc_ != MPI_SUCCESS) {                                                                                    \
+            char m_s_[MPI_MAX_ERROR_STRING];                                                                           \
+            int m_l_;                                                                                                  \
+            MPI_Error_string(m_rc_, m_s_, &m_l_);                                                                      \
+            TH_CHECK(0, "%s returned %d: %s", #call, m_rc_, m_s_);                                                     \
+        }                                                                                                              \
+    } while (0)
+
+/* An MPI call that must fail with error class cls (under MPI_ERRORS_RETURN). */
+#define M_FAILS(call, cls)                                                                                             \
+    do {                                                                                                               \
+        int m_rc_ = (call), m_c_ = -1;                                                                                 \
+        TH_CHECK(m_rc_ != MPI_SUCCESS, "%s succeeded, expected class %d", #call, cls);                                 \
+        MPI_Error_class(m_rc_, &m_c_);                                                                                 \
+        TH_CHECK(m_c_ == (cls), "%s: class %d, expected %d (%s)", #call, m_c_, cls, #cls);                             \
+    } while (0)
+
+static void run(int n, th_body_fn body)
+{
+    th_result_t r = th_run(n, body, NULL, TIMEOUT, NULL);
+    cr_assert_eq(r.failed, 0, "%d of %d ranks failed%s", r.failed, n, r.timed_out ? " (timed out)" : "");
+}
+
+static void init_return(int *rank, int *size)
+{
+    M_OK(MPI_Init(NULL, NULL));
+    M_OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    M_OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+    M_OK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+    M_OK(MPI_Comm_size(MPI_COMM_WORLD, size));
+}
+
+static int done(void)
+{
+    M_OK(MPI_Finalize());
+    return 0;
+}
+
+/* ---- environment ------------------------------------------------------------ */
+
+static int body_environment(int rank, int size, void *arg)
+{
+    (void)arg;
+    int flag, me, n, v, sv, provided, len;
+    M_OK(MPI_Initialized(&flag));
+    TH_CHECK(!flag, "initialized before MPI_Init");
+    M_OK(MPI_Get_version(&v, &sv));
+    TH_CHECK(v == 5 && sv == 0, "version %d.%d", v, sv);
+    M_OK(MPI_Abi_get_version(&v, &sv));
+    TH_CHECK(v == 1 && sv == 0, "ABI version %d.%d", v, sv);
+    M_OK(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
+    TH_CHECK(provided == MPI_THREAD_SERIALIZED, "provided %d", provided);
+    M_OK(MPI_Query_thread(&provided));
+    TH_CHECK(provided == MPI_THREAD_SERIALIZED, "query %d", provided);
+    M_OK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+    M_OK(MPI_Comm_size(MPI_COMM_WORLD, &n));
+    TH_CHECK(me == rank && n == size, "rank %d/%d, expected %d/%d", me, n, rank, size);
+    M_OK(MPI_Comm_rank(MPI_COMM_SELF, &me));
+    M_OK(MPI_Comm_size(MPI_COMM_SELF, &n));
+    TH_CHECK(me == 0 && n == 1, "self %d/%d", me, n);
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING], host[MPI_MAX_PROCESSOR_NAME];
+    M_OK(MPI_Get_library_version(lib, &len));
+    TH_CHECK(strstr(lib, "weft") && len == (int)strlen(lib), "library version \"%s\"", lib);
+    M_OK(MPI_Get_processor_name(host, &len));
+    TH_CHECK(len > 0 && len == (int)strlen(host), "processor name");
+    double t0 = MPI_Wtime(), t1 = MPI_Wtime();
+    TH_CHECK(t1 >= t0 && MPI_Wtick() > 0 && MPI_Wtick() < 1, "Wtime / Wtick");
+    int *tag_ub, *appnum, *usize;
+    M_OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag));
+    TH_CHECK(flag && *tag_ub >= 32767, "MPI_TAG_UB");
+    M_OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag));
+    TH_CHECK(flag && *appnum == 0, "MPI_APPNUM");
+    M_OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_UNIVERSE_SIZE, &usize, &flag));
+    TH_CHECK(flag && *usize == size, "MPI_UNIVERSE_SIZE");
+    M_OK(MPI_Finalize());
+    M_OK(MPI_Finalized(&flag));
+    TH_CHECK(flag, "finalized");
+    return 0;
+}
+
+Test(mpi, environment)
+{
+    run(1, body_environment);
+    run(3, body_environment);
+}
+
+/* ---- bad input ---------------------------------------------------------------- */
+
+static int body_bad_handles(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int x = 0, n;
+    MPI_Comm garbage = (MPI_Comm)(uintptr_t)0x7f0000001234, dup, stale;
+    MPI_Comm heap = (MPI_Comm)malloc(64);
+    /* communicators: null, garbage, heap memory, freed, a predefined value of another kind */
+    M_FAILS(MPI_Comm_size(MPI_COMM_NULL, &n), MPI_ERR_COMM);
+    M_FAILS(MPI_Comm_size(garbage, &n), MPI_ERR_COMM);
+    M_FAILS(MPI_Comm_size(heap, &n), MPI_ERR_COMM);
+    M_FAILS(MPI_Comm_size((MPI_Comm)MPI_INT, &n), MPI_ERR_COMM);
+    M_FAILS(MPI_Send(&x, 1, MPI_INT, 0, 0, (MPI_Comm)MPI_SUM), MPI_ERR_COMM);
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    stale = dup;
+    M_OK(MPI_Comm_free(&dup));
+    TH_CHECK(dup == MPI_COMM_NULL, "freed handle not nulled");
+    M_FAILS(MPI_Comm_rank(stale, &n), MPI_ERR_COMM);
+    M_FAILS(MPI_Barrier(stale), MPI_ERR_COMM);
+    M_FAILS(MPI_Comm_free(&stale), MPI_ERR_COMM);
+    MPI_Comm world = MPI_COMM_WORLD;
+    M_FAILS(MPI_Comm_free(&world), MPI_ERR_COMM);
+    /* datatypes */
+    MPI_Datatype t, tstale;
+    M_FAILS(MPI_Send(&x, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+    M_FAILS(MPI_Send(&x, 1, (MPI_Datatype)(uintptr_t)0x7f0000004321, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+    M_FAILS(MPI_Send(&x, 1, (MPI_Datatype)MPI_COMM_WORLD, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+    M_FAILS(MPI_Send(&x, 1, (MPI_Datatype)(uintptr_t)0x2ff, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+    M_OK(MPI_Type_contiguous(2, MPI_INT, &t));
+    M_FAILS(MPI_Send(&x, 1, t, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE); /* not committed */
+    tstale = t;
+    M_OK(MPI_Type_free(&t));
+    M_FAILS(MPI_Type_commit(&tstale), MPI_ERR_TYPE);
+    t = MPI_INT;
+    M_FAILS(MPI_Type_free(&t), MPI_ERR_TYPE);
+    /* counts, ranks, tags, roots */
+    M_FAILS(MPI_Send(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    M_FAILS(MPI_Send_c(&x, INT64_MAX / 2, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    M_FAILS(MPI_Send(&x, 1, MPI_INT, size, 0, MPI_COMM_WORLD), MPI_ERR_RANK);
+    M_FAILS(MPI_Send(&x, 1, MPI_INT, -7, 0, MPI_COMM_WORLD), MPI_ERR_RANK);
+    M_FAILS(MPI_Recv(&x, 1, MPI_INT, size + 3, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_ERR_RANK);
+    M_FAILS(MPI_Send(&x, 1, MPI_INT, 0, -5, MPI_COMM_WORLD), MPI_ERR_TAG);
+    M_FAILS(MPI_Send(&x, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD), MPI_ERR_TAG);
+    M_FAILS(MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD), MPI_ERR_ROOT);
+    M_FAILS(MPI_Send(NULL, 3, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    /* ops */
+    double d = 1, e;
+    M_FAILS(MPI_Allreduce(&x, &n, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_WORLD), MPI_ERR_OP);
+    M_FAILS(MPI_Allreduce(&x, &n, 1, MPI_INT, (MPI_Op)(uintptr_t)0x7f00000a000, MPI_COMM_WORLD), MPI_ERR_OP);
+    M_FAILS(MPI_Allreduce(&d, &e, 1, MPI_DOUBLE, MPI_LAND, MPI_COMM_WORLD), MPI_ERR_OP);
+    M_FAILS(MPI_Allreduce(&d, &e, 1, MPI_DOUBLE, MPI_BXOR, MPI_COMM_WORLD), MPI_ERR_OP);
+    M_FAILS(MPI_Allreduce(&x, &n, 1, MPI_INT, MPI_MINLOC, MPI_COMM_WORLD), MPI_ERR_OP);
+    MPI_Op op = MPI_SUM;
+    M_FAILS(MPI_Op_free(&op), MPI_ERR_OP);
+    /* requests */
+    MPI_Request req = (MPI_Request)(uintptr_t)0x7f0000009990, kept;
+    M_FAILS(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_ERR_REQUEST);
+    M_OK(MPI_Isend(&x, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &req));
+    kept = req;
+    M_OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    TH_CHECK(req == MPI_REQUEST_NULL, "completed request not nulled");
+    M_FAILS(MPI_Wait(&kept, MPI_STATUS_IGNORE), MPI_ERR_REQUEST);
+    MPI_Request two[2] = {MPI_REQUEST_NULL, (MPI_Request)(uintptr_t)0x1234};
+    M_FAILS(MPI_Waitall(2, two, MPI_STATUSES_IGNORE), MPI_ERR_REQUEST);
+    /* groups, info, error handlers, keyvals */
+    MPI_Group g = (MPI_Group)(uintptr_t)0x7f0000005550;
+    M_FAILS(MPI_Group_size(g, &n), MPI_ERR_GROUP);
+    M_FAILS(MPI_Group_size(MPI_GROUP_NULL, &n), MPI_ERR_GROUP);
+    M_FAILS(MPI_Info_set((MPI_Info)(uintptr_t)0x7f0000006660, "a", "b"), MPI_ERR_INFO);
+    M_FAILS(MPI_Info_set(MPI_INFO_NULL, "a", "b"), MPI_ERR_INFO);
+    M_FAILS(MPI_Comm_set_errhandler(MPI_COMM_WORLD, (MPI_Errhandler)(uintptr_t)0x7f0000007770), MPI_ERR_ARG);
+    void *v;
+    M_FAILS(MPI_Comm_get_attr(MPI_COMM_WORLD, 123456, &v, &n), MPI_ERR_KEYVAL);
+    free(heap);
+    return done();
+}
+
+Test(mpi, bad_handles_return_their_class)
+{
+    run(2, body_bad_handles);
+}
+
+static int body_unsupported(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Win win;
+    char s[MPI_MAX_ERROR_STRING];
+    int len, x;
+    M_FAILS(MPI_Win_create(&x, sizeof(x), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win), MPI_ERR_UNSUPPORTED_OPERATION);
+    int rc = MPI_Win_create(&x, sizeof(x), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    M_OK(MPI_Error_string(rc, s, &len));
+    TH_CHECK(strstr(s, "MPI_Win_create") != NULL, "message \"%s\" does not name the function", s);
+    MPI_File fh;
+    M_FAILS(MPI_File_open(MPI_COMM_WORLD, "x", MPI_MODE_RDONLY, MPI_INFO_NULL, &fh), MPI_ERR_UNSUPPORTED_OPERATION);
+    /* an error's code carries what went wrong */
+    rc = MPI_Send(&x, 1, MPI_INT, 99, 0, MPI_COMM_WORLD);
+    M_OK(MPI_Error_string(rc, s, &len));
+    TH_CHECK(strstr(s, "MPI_Send") && strstr(s, "99"), "message \"%s\"", s);
+    return done();
+}
+
+Test(mpi, unsupported_functions_name_themselves)
+{
+    run(1, body_unsupported);
+}
+
+/* Under MPI_ERRORS_ARE_FATAL (the default) an error aborts the job and
+ * says which function failed. */
+static char fatal_log[256];
+
+static int body_fatal(int rank, int size, void *arg)
+{
+    (void)arg, (void)rank, (void)size;
+    FILE *f = freopen(fatal_log, "w", stderr);
+    (void)f;
+    MPI_Init(NULL, NULL);
+    int n;
+    MPI_Comm_size(MPI_COMM_NULL, &n);
+    return 0; /* not reached */
+}
+
+Test(mpi, errors_are_fatal_by_default_and_name_the_function)
+{
+    snprintf(fatal_log, sizeof(fatal_log), "%s/weft-mpi-fatal-%d.log", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    th_result_t r = th_run(1, body_fatal, NULL, TIMEOUT, NULL);
+    cr_assert_neq(r.exit_code[0], 0, "the rank did not abort");
+    FILE *f = fopen(fatal_log, "r");
+    char text[4096] = "";
+    if (f) {
+        size_t n = fread(text, 1, sizeof(text) - 1, f);
+        text[n] = '\0';
+        fclose(f);
+    }
+    unlink(fatal_log);
+    cr_assert(strstr(text, "MPI_Comm_size") && strstr(text, "MPI_ERR_COMM"), "stderr: %s", text);
+}
+
+static int handler_calls, handler_code;
+static void my_handler(MPI_Comm *comm, int *code, ...)
+{
+    (void)comm;
+    handler_calls++;
+    handler_code = *code;
+}
+
+static int body_user_handler(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Errhandler eh, got;
+    MPI_Comm c;
+    M_OK(MPI_Comm_create_errhandler(my_handler, &eh));
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    M_OK(MPI_Comm_set_errhandler(c, eh));
+    M_OK(MPI_Errhandler_free(&eh));
+    int x = 0, cls;
+    int rc = MPI_Send(&x, 1, MPI_INT, size + 1, 0, c);
+    TH_CHECK(handler_calls == 1 && handler_code == rc, "handler %d calls, code %d vs %d", handler_calls, handler_code,
+             rc);
+    MPI_Error_class(rc, &cls);
+    TH_CHECK(cls == MPI_ERR_RANK, "class %d", cls);
+    M_OK(MPI_Comm_call_errhandler(c, MPI_ERR_OTHER));
+    TH_CHECK(handler_calls == 2 && handler_code == MPI_ERR_OTHER, "call_errhandler");
+    M_OK(MPI_Comm_get_errhandler(c, &got));
+    M_OK(MPI_Errhandler_free(&got));
+    int ecls, ecode;
+    M_OK(MPI_Add_error_class(&ecls));
+    M_OK(MPI_Add_error_code(ecls, &ecode));
+    M_OK(MPI_Add_error_string(ecode, "my code"));
+    char s[MPI_MAX_ERROR_STRING];
+    int len;
+    M_OK(MPI_Error_string(ecode, s, &len));
+    M_OK(MPI_Error_class(ecode, &cls));
+    TH_CHECK(!strcmp(s, "my code") && cls == ecls, "added code: \"%s\" class %d", s, cls);
+    M_OK(MPI_Comm_free(&c));
+    return done();
+}
+
+Test(mpi, user_error_handlers_and_codes)
+{
+    run(2, body_user_handler);
+}
+
+/* ---- point to point --------------------------------------------------------------- */
+
+static int body_p2p(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size, count;
+    int out[16], in[16];
+    MPI_Status st;
+    for (int i = 0; i < 16; i++)
+        out[i] = rank * 100 + i;
+    /* send / recv with wildcards and status (on a communicator of their own:
+     * the wildcards would match the ring's messages on the world) */
+    MPI_Comm wild;
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &wild));
+    if (rank == 0) {
+        for (int r = 1; r < size; r++) {
+            M_OK(MPI_Recv(in, 16, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, wild, &st));
+            M_OK(MPI_Get_count(&st, MPI_INT, &count));
+            TH_CHECK(st.MPI_TAG == st.MPI_SOURCE + 10 && count == st.MPI_SOURCE && in[0] == st.MPI_SOURCE * 100,
+                     "status source %d tag %d count %d", st.MPI_SOURCE, st.MPI_TAG, count);
+        }
+    } else {
+        M_OK(MPI_Send(out, rank, MPI_INT, 0, rank + 10, wild));
+    }
+    M_OK(MPI_Comm_free(&wild));
+    /* MPI_PROC_NULL */
+    M_OK(MPI_Recv(in, 4, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &st));
+    M_OK(MPI_Get_count(&st, MPI_INT, &count));
+    TH_CHECK(st.MPI_SOURCE == MPI_PROC_NULL && st.MPI_TAG == MPI_ANY_TAG && count == 0, "PROC_NULL status");
+    M_OK(MPI_Send(out, 4, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD));
+    /* sendrecv around the ring, and in place */
+    M_OK(MPI_Sendrecv(out, 16, MPI_INT, right, 1, in, 16, MPI_INT, left, 1, MPI_COMM_WORLD, &st));
+    TH_CHECK(in[5] == left * 100 + 5 && st.MPI_SOURCE == left, "sendrecv");
+    memcpy(in, out, sizeof(in));
+    M_OK(MPI_Sendrecv_replace(in, 16, MPI_INT, right, 2, left, 2, MPI_COMM_WORLD, &st));
+    TH_CHECK(in[15] == left * 100 + 15, "sendrecv_replace");
+    /* truncation */
+    if (size > 1) {
+        if (rank == 1) M_OK(MPI_Send(out, 8, MPI_INT, 0, 3, MPI_COMM_WORLD));
+        if (rank == 0) M_FAILS(MPI_Recv(in, 4, MPI_INT, 1, 3, MPI_COMM_WORLD, &st), MPI_ERR_TRUNCATE);
+    }
+    /* a strided datatype: every other int, sent and received */
+    MPI_Datatype vec;
+    M_OK(MPI_Type_vector(4, 1, 2, MPI_INT, &vec));
+    M_OK(MPI_Type_commit(&vec));
+    for (int i = 0; i < 16; i++)
+        in[i] = -1;
+    M_OK(MPI_Sendrecv(out, 2, vec, right, 4, in, 8, MPI_INT, left, 4, MPI_COMM_WORLD, &st));
+    /* the second element starts one extent (7 ints) after the first */
+    for (int i = 0; i < 8; i++)
+        TH_CHECK(in[i] == left * 100 + (i < 4 ? 2 * i : 7 + 2 * (i - 4)), "vector send: in[%d] = %d", i, in[i]);
+    for (int i = 0; i < 16; i++)
+        in[i] = -1;
+    M_OK(MPI_Sendrecv(out, 8, MPI_INT, right, 5, in, 2, vec, left, 5, MPI_COMM_WORLD, &st));
+    int elems;
+    M_OK(MPI_Get_count(&st, vec, &count));
+    M_OK(MPI_Get_elements(&st, vec, &elems));
+    TH_CHECK(elems == 8, "elements %d", elems);
+    static const int slot[16] = {0, -1, 1, -1, 2, -1, 3, 4, -1, 5, -1, 6, -1, 7, -1, -1};
+    for (int i = 0; i < 16; i++)
+        TH_CHECK(in[i] == (slot[i] < 0 ? -1 : left * 100 + slot[i]), "vector recv: in[%d] = %d", i, in[i]);
+    TH_CHECK(count == 2, "count of vectors %d", count);
+    M_OK(MPI_Type_free(&vec));
+    return done();
+}
+
+Test(mpi, point_to_point)
+{
+    run(1, body_p2p);
+    run(3, body_p2p);
+}
+
+static int body_p2p_modes(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int x = rank, y = -1, flag;
+    MPI_Status st;
+    MPI_Request r, rr;
+    /* synchronous mode: an issend to self stays pending until it is received */
+    M_OK(MPI_Issend(&x, 1, MPI_INT, rank, 9, MPI_COMM_WORLD, &r));
+    M_OK(MPI_Probe(MPI_ANY_SOURCE, 9, MPI_COMM_WORLD, &st));
+    TH_CHECK(st.MPI_SOURCE == rank, "probe source %d", st.MPI_SOURCE);
+    M_OK(MPI_Test(&r, &flag, MPI_STATUS_IGNORE));
+    TH_CHECK(!flag, "issend completed before its receive was posted");
+    M_OK(MPI_Recv(&y, 1, MPI_INT, rank, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    TH_CHECK(y == rank, "issend data");
+    /* buffered mode: needs an attached buffer, accounts for it */
+    M_FAILS(MPI_Bsend(&x, 1, MPI_INT, rank, 1, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    int bsize = 2 * (MPI_BSEND_OVERHEAD + (int)sizeof(int));
+    char *buf = malloc((size_t)bsize), *back;
+    M_OK(MPI_Buffer_attach(buf, bsize));
+    M_OK(MPI_Bsend(&x, 1, MPI_INT, rank, 1, MPI_COMM_WORLD));
+    M_OK(MPI_Bsend(&x, 1, MPI_INT, rank, 2, MPI_COMM_WORLD));
+    int big[300] = {0};
+    M_FAILS(MPI_Bsend(big, 300, MPI_INT, rank, 3, MPI_COMM_WORLD), MPI_ERR_BUFFER); /* more than the buffer */
+    M_OK(MPI_Recv(&y, 1, MPI_INT, rank, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    M_OK(MPI_Recv(&y, 1, MPI_INT, rank, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    M_OK(MPI_Buffer_detach(&back, &bsize));
+    TH_CHECK(back == buf, "detached buffer");
+    free(buf);
+    /* matched probe: the message is this receive's, whatever is posted after */
+    MPI_Message m;
+    x = 100 + rank;
+    M_OK(MPI_Isend(&x, 1, MPI_INT, rank, 4, MPI_COMM_WORLD, &r));
+    M_OK(MPI_Mprobe(rank, 4, MPI_COMM_WORLD, &m, &st));
+    M_OK(MPI_Irecv(&y, 1, MPI_INT, MPI_ANY_SOURCE, 4, MPI_COMM_WORLD, &rr));
+    int z = -1;
+    M_OK(MPI_Mrecv(&z, 1, MPI_INT, &m, &st));
+    TH_CHECK(z == 100 + rank && m == MPI_MESSAGE_NULL, "mrecv %d", z);
+    M_OK(MPI_Test(&rr, &flag, MPI_STATUS_IGNORE));
+    TH_CHECK(!flag, "the later receive took the matched message");
+    M_OK(MPI_Cancel(&rr));
+    M_OK(MPI_Wait(&rr, &st));
+    M_OK(MPI_Test_cancelled(&st, &flag));
+    TH_CHECK(flag, "receive not cancelled");
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    /* persistent requests, started three times */
+    int right = (rank + 1) % size, left = (rank + size - 1) % size, in = -1, out;
+    MPI_Request pr[2];
+    M_OK(MPI_Recv_init(&in, 1, MPI_INT, left, 5, MPI_COMM_WORLD, &pr[0]));
+    M_OK(MPI_Send_init(&out, 1, MPI_INT, right, 5, MPI_COMM_WORLD, &pr[1]));
+    for (int k = 0; k < 3; k++) {
+        out = rank * 10 + k;
+        M_OK(MPI_Startall(2, pr));
+        M_OK(MPI_Waitall(2, pr, MPI_STATUSES_IGNORE));
+        TH_CHECK(in == left * 10 + k, "persistent round %d: %d", k, in);
+        TH_CHECK(pr[0] != MPI_REQUEST_NULL, "persistent request freed by its wait");
+    }
+    M_OK(MPI_Request_free(&pr[0]));
+    M_OK(MPI_Request_free(&pr[1]));
+    /* waitany / waitsome / testall over mixed requests */
+    int vals[4] = {-1, -1, -1, -1}, idx, outcount, indices[4];
+    MPI_Request q[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    M_OK(MPI_Irecv(&vals[1], 1, MPI_INT, left, 6, MPI_COMM_WORLD, &q[1]));
+    M_OK(MPI_Irecv(&vals[3], 1, MPI_INT, left, 7, MPI_COMM_WORLD, &q[3]));
+    M_OK(MPI_Send(&rank, 1, MPI_INT, right, 7, MPI_COMM_WORLD));
+    M_OK(MPI_Waitany(4, q, &idx, &st));
+    TH_CHECK(idx == 3 && vals[3] == left && st.MPI_TAG == 7, "waitany index %d", idx);
+    M_OK(MPI_Send(&rank, 1, MPI_INT, right, 6, MPI_COMM_WORLD));
+    M_OK(MPI_Waitsome(4, q, &outcount, indices, MPI_STATUSES_IGNORE));
+    TH_CHECK(outcount == 1 && indices[0] == 1 && vals[1] == left, "waitsome %d", outcount);
+    M_OK(MPI_Waitsome(4, q, &outcount, indices, MPI_STATUSES_IGNORE));
+    TH_CHECK(outcount == MPI_UNDEFINED, "waitsome on nulls: %d", outcount);
+    M_OK(MPI_Testall(4, q, &flag, MPI_STATUSES_IGNORE));
+    TH_CHECK(flag, "testall on nulls");
+    /* a generalized request completes when the program says so */
+    MPI_Request g;
+    M_OK(MPI_Grequest_start(NULL, NULL, NULL, NULL, &g));
+    M_OK(MPI_Test(&g, &flag, MPI_STATUS_IGNORE));
+    TH_CHECK(!flag, "grequest complete early");
+    M_OK(MPI_Grequest_complete(g));
+    M_OK(MPI_Wait(&g, MPI_STATUS_IGNORE));
+    return done();
+}
+
+Test(mpi, modes_probes_persistent_and_request_arrays)
+{
+    run(2, body_p2p_modes);
+}
+
+/* ---- collectives ------------------------------------------------------------------ */
+
+/* A non-commutative op on int pairs (a, b) meaning the affine map x -> a*x + b:
+ * composing in rank order is checkable. */
+static void compose(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    int *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) {
+        /* inout = in o inout: x -> a1 * (a2 * x + b2) + b1 */
+        int a1 = a[2 * i], b1 = a[2 * i + 1], a2 = b[2 * i], b2 = b[2 * i + 1];
+        b[2 * i] = a1 * a2;
+        b[2 * i + 1] = a1 * b2 + b1;
+    }
+}
+
+static void compose_ref(int lo, int hi, int *a, int *b)
+{
+    /* rank r's map: x -> (r + 2) x + r; the result is map_lo o ... o map_hi */
+    *a = 1, *b = 0;
+    for (int r = hi; r >= lo; r--) {
+        int ra = r + 2, rb = r;
+        *b = ra * *b + rb;
+        *a = ra * *a;
+    }
+}
+
+static int body_collectives(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    enum { N = 5 };
+    int in[N], out[N], all[64 * N];
+    for (int i = 0; i < N; i++)
+        in[i] = rank * 10 + i;
+    /* native reductions (weft's) */
+    M_OK(MPI_Allreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    for (int i = 0; i < N; i++)
+        TH_CHECK(out[i] == 10 * size * (size - 1) / 2 + size * i, "allreduce sum [%d] = %d", i, out[i]);
+    double d = rank + 0.5, dmax;
+    M_OK(MPI_Allreduce(&d, &dmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    TH_CHECK(dmax == size - 0.5, "allreduce max %g", dmax);
+    memcpy(out, in, sizeof(in));
+    M_OK(MPI_Allreduce(MPI_IN_PLACE, out, N, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    TH_CHECK(out[2] == 2, "in-place min %d", out[2]);
+    /* reductions done here: MINLOC on a padded pair, logical and on bool,
+     * complex sums, a user op in rank order */
+    struct {
+        double v;
+        int i;
+    } p = {(double)((rank * 7) % size), rank}, pr;
+    M_OK(MPI_Allreduce(&p, &pr, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD));
+    TH_CHECK(pr.v == 0 && pr.i == 0, "minloc (%g, %d)", pr.v, pr.i);
+    M_OK(MPI_Allreduce(&p, &pr, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD));
+    TH_CHECK(pr.v == size - 1, "maxloc (%g, %d)", pr.v, pr.i);
+    bool b = rank != 1, ball;
+    M_OK(MPI_Allreduce(&b, &ball, 1, MPI_C_BOOL, MPI_LAND, MPI_COMM_WORLD));
+    TH_CHECK(ball == (size == 1), "land %d", ball);
+    double _Complex z = rank + 1.0 * I, zs;
+    M_OK(MPI_Allreduce(&z, &zs, 1, MPI_C_DOUBLE_COMPLEX, MPI_SUM, MPI_COMM_WORLD));
+    TH_CHECK(creal(zs) == size * (size - 1) / 2.0 && cimag(zs) == size, "complex sum");
+    MPI_Op op;
+    MPI_Datatype pair;
+    M_OK(MPI_Op_create(compose, 0, &op));
+    M_OK(MPI_Type_contiguous(2, MPI_INT, &pair));
+    M_OK(MPI_Type_commit(&pair));
+    int mine[2] = {rank + 2, rank}, res[2], ea, eb;
+    M_OK(MPI_Allreduce(mine, res, 1, pair, op, MPI_COMM_WORLD));
+    compose_ref(0, size - 1, &ea, &eb);
+    TH_CHECK(res[0] == ea && res[1] == eb, "user op allreduce (%d, %d) vs (%d, %d)", res[0], res[1], ea, eb);
+    res[0] = res[1] = -9;
+    M_OK(MPI_Reduce(mine, res, 1, pair, op, size - 1, MPI_COMM_WORLD));
+    if (rank == size - 1) TH_CHECK(res[0] == ea && res[1] == eb, "user op reduce");
+    M_OK(MPI_Scan(mine, res, 1, pair, op, MPI_COMM_WORLD));
+    compose_ref(0, rank, &ea, &eb);
+    TH_CHECK(res[0] == ea && res[1] == eb, "user op scan");
+    res[0] = res[1] = -9;
+    M_OK(MPI_Exscan(mine, res, 1, pair, op, MPI_COMM_WORLD));
+    if (rank > 0) {
+        compose_ref(0, rank - 1, &ea, &eb);
+        TH_CHECK(res[0] == ea && res[1] == eb, "user op exscan");
+    } else {
+        TH_CHECK(res[0] == -9, "exscan touched rank 0's buffer");
+    }
+    /* nonblocking and persistent reductions, a user op and a native one */
+    MPI_Request rq[2];
+    M_OK(MPI_Iallreduce(mine, res, 1, pair, op, MPI_COMM_WORLD, &rq[0]));
+    M_OK(MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &rq[1]));
+    M_OK(MPI_Waitall(2, rq, MPI_STATUSES_IGNORE));
+    compose_ref(0, size - 1, &ea, &eb);
+    TH_CHECK(res[0] == ea && res[1] == eb && out[0] == 10 * size * (size - 1) / 2, "iallreduce");
+    MPI_Request per;
+    M_OK(MPI_Allreduce_init(mine, res, 1, pair, op, MPI_COMM_WORLD, MPI_INFO_NULL, &per));
+    for (int k = 0; k < 3; k++) {
+        res[0] = res[1] = 0;
+        M_OK(MPI_Start(&per));
+        M_OK(MPI_Wait(&per, MPI_STATUS_IGNORE));
+        TH_CHECK(res[0] == ea && res[1] == eb, "persistent allreduce round %d", k);
+    }
+    M_OK(MPI_Request_free(&per));
+    /* reduce_scatter(_block) */
+    int rsin[64], rsout[4];
+    for (int i = 0; i < size * 2; i++)
+        rsin[i] = rank + i;
+    M_OK(MPI_Reduce_scatter_block(rsin, rsout, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    for (int k = 0; k < 2; k++)
+        TH_CHECK(rsout[k] == size * (size - 1) / 2 + size * (2 * rank + k), "reduce_scatter_block");
+    int counts[64];
+    for (int r = 0; r < size; r++)
+        counts[r] = r % 2 + 1;
+    int off = 0;
+    for (int r = 0; r < rank; r++)
+        off += counts[r];
+    M_OK(MPI_Reduce_scatter(rsin, rsout, counts, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    for (int k = 0; k < counts[rank]; k++)
+        TH_CHECK(rsout[k] == size - 1 + off + k, "reduce_scatter [%d] = %d", k, rsout[k]);
+    M_OK(MPI_Type_free(&pair));
+    M_OK(MPI_Op_free(&op));
+    /* data movement: bcast of a strided type, gather / allgather / alltoall, in place */
+    int grid[8] = {0};
+    MPI_Datatype every2;
+    M_OK(MPI_Type_vector(4, 1, 2, MPI_INT, &every2));
+    M_OK(MPI_Type_commit(&every2));
+    if (rank == 0)
+        for (int i = 0; i < 8; i++)
+            grid[i] = i + 1;
+    M_OK(MPI_Bcast(grid, 1, every2, 0, MPI_COMM_WORLD));
+    for (int i = 0; i < 8; i++)
+        TH_CHECK(grid[i] == (rank == 0 || i % 2 == 0 ? i + 1 : 0), "strided bcast [%d] = %d", i, grid[i]);
+    M_OK(MPI_Type_free(&every2));
+    M_OK(MPI_Allgather(in, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD));
+    for (int r = 0; r < size; r++)
+        TH_CHECK(all[2 * r + 1] == r * 10 + 1, "allgather");
+    for (int i = 0; i < size; i++)
+        all[i] = i == rank ? rank * 3 : -1;
+    M_OK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, 1, MPI_INT, MPI_COMM_WORLD));
+    for (int r = 0; r < size; r++)
+        TH_CHECK(all[r] == r * 3, "in-place allgather");
+    M_OK(MPI_Gather(&rank, 1, MPI_INT, all, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (rank == 0)
+        for (int r = 0; r < size; r++)
+            TH_CHECK(all[r] == r, "gather");
+    int a2a_in[64], a2a_out[64];
+    for (int r = 0; r < size; r++)
+        a2a_in[r] = rank * 100 + r;
+    M_OK(MPI_Alltoall(a2a_in, 1, MPI_INT, a2a_out, 1, MPI_INT, MPI_COMM_WORLD));
+    for (int r = 0; r < size; r++)
+        TH_CHECK(a2a_out[r] == r * 100 + rank, "alltoall");
+    int sc[64], sd[64], rc[64], rd[64];
+    for (int r = 0; r < size; r++) {
+        sc[r] = 1;
+        sd[r] = size - 1 - r;
+        rc[r] = 1;
+        rd[r] = r;
+        a2a_in[size - 1 - r] = rank * 100 + r;
+    }
+    M_OK(MPI_Alltoallv(a2a_in, sc, sd, MPI_INT, a2a_out, rc, rd, MPI_INT, MPI_COMM_WORLD));
+    for (int r = 0; r < size; r++)
+        TH_CHECK(a2a_out[r] == r * 100 + rank, "alltoallv");
+    /* zero counts */
+    M_OK(MPI_Alltoall(NULL, 0, MPI_INT, NULL, 0, MPI_INT, MPI_COMM_WORLD));
+    M_OK(MPI_Allreduce(NULL, NULL, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    M_OK(MPI_Bcast(NULL, 0, MPI_INT, 0, MPI_COMM_WORLD));
+    M_OK(MPI_Barrier(MPI_COMM_WORLD));
+    MPI_Request bq;
+    M_OK(MPI_Ibarrier(MPI_COMM_WORLD, &bq));
+    M_OK(MPI_Wait(&bq, MPI_STATUS_IGNORE));
+    return done();
+}
+
+Test(mpi, collectives)
+{
+    run(1, body_collectives);
+    run(2, body_collectives);
+    run(3, body_collectives);
+    run(4, body_collectives);
+}
+
+/* ---- datatypes --------------------------------------------------------------------- */
+
+static int body_datatypes(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Aint lb, ext;
+    int sz;
+    MPI_Datatype v, s, r, sub, d;
+    M_OK(MPI_Type_vector(3, 2, 4, MPI_DOUBLE, &v));
+    M_OK(MPI_Type_size(v, &sz));
+    M_OK(MPI_Type_get_extent(v, &lb, &ext));
+    TH_CHECK(sz == 48 && lb == 0 && ext == (2 * 4 + 2) * 8, "vector size %d extent %ld", sz, (long)ext);
+    int bl[2] = {1, 1};
+    MPI_Aint disp[2] = {0, 8};
+    MPI_Datatype types[2] = {MPI_DOUBLE, MPI_CHAR};
+    M_OK(MPI_Type_create_struct(2, bl, disp, types, &s));
+    M_OK(MPI_Type_size(s, &sz));
+    M_OK(MPI_Type_get_extent(s, &lb, &ext));
+    TH_CHECK(sz == 9 && ext == 16, "struct size %d extent %ld (C padding)", sz, (long)ext);
+    M_OK(MPI_Type_create_resized(MPI_INT, -4, 12, &r));
+    M_OK(MPI_Type_get_extent(r, &lb, &ext));
+    TH_CHECK(lb == -4 && ext == 12, "resized");
+    int sizes[2] = {4, 5}, subs[2] = {2, 3}, starts[2] = {1, 1};
+    M_OK(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &sub));
+    M_OK(MPI_Type_commit(&sub));
+    M_OK(MPI_Type_size(sub, &sz));
+    M_OK(MPI_Type_get_extent(sub, &lb, &ext));
+    TH_CHECK(sz == 24 && ext == 80, "subarray size %d extent %ld", sz, (long)ext);
+    int a[20], packed[6], back[20] = {0}, pos = 0;
+    for (int i = 0; i < 20; i++)
+        a[i] = i;
+    M_OK(MPI_Pack(a, 1, sub, packed, sizeof(packed), &pos, MPI_COMM_WORLD));
+    TH_CHECK(pos == 24 && packed[0] == 6 && packed[2] == 8 && packed[3] == 11, "subarray pack");
+    pos = 0;
+    M_OK(MPI_Unpack(packed, sizeof(packed), &pos, back, 1, sub, MPI_COMM_WORLD));
+    TH_CHECK(back[6] == 6 && back[13] == 13 && back[0] == 0 && back[9] == 0, "subarray unpack");
+    /* envelope and contents */
+    int ni, na, nd, comb, ints[8];
+    MPI_Aint addrs[4];
+    MPI_Datatype dts[4];
+    M_OK(MPI_Type_get_envelope(v, &ni, &na, &nd, &comb));
+    TH_CHECK(comb == MPI_COMBINER_VECTOR && ni == 3 && na == 0 && nd == 1, "vector envelope");
+    M_OK(MPI_Type_get_contents(v, 8, 4, 4, ints, addrs, dts));
+    TH_CHECK(ints[0] == 3 && ints[1] == 2 && ints[2] == 4 && dts[0] == MPI_DOUBLE, "vector contents");
+    M_OK(MPI_Type_get_envelope(MPI_INT, &ni, &na, &nd, &comb));
+    TH_CHECK(comb == MPI_COMBINER_NAMED, "named");
+    /* dup keeps the layout; the old type can be freed under a new one */
+    M_OK(MPI_Type_dup(s, &d));
+    M_OK(MPI_Type_free(&s));
+    M_OK(MPI_Type_get_extent(d, &lb, &ext));
+    TH_CHECK(ext == 16, "dup extent");
+    M_OK(MPI_Type_free(&d));
+    M_OK(MPI_Type_free(&v));
+    M_OK(MPI_Type_free(&r));
+    M_OK(MPI_Type_free(&sub));
+    char name[MPI_MAX_OBJECT_NAME];
+    int len;
+    M_OK(MPI_Type_get_name(MPI_DOUBLE_INT, name, &len));
+    TH_CHECK(!strcmp(name, "MPI_DOUBLE_INT"), "name %s", name);
+    /* handles to integers and back */
+    MPI_Comm dup;
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    TH_CHECK(MPI_Comm_fromint(MPI_Comm_toint(dup)) == dup, "comm toint / fromint");
+    TH_CHECK(MPI_Comm_fromint(MPI_Comm_toint(MPI_COMM_WORLD)) == MPI_COMM_WORLD, "predefined toint");
+    TH_CHECK(MPI_Type_fromint(MPI_Type_toint(MPI_FLOAT)) == MPI_FLOAT, "type toint");
+    M_OK(MPI_Comm_free(&dup));
+    return done();
+}
+
+Test(mpi, datatypes)
+{
+    run(1, body_datatypes);
+}
+
+/* ---- communicators, groups, attributes, topologies ----------------------------------- */
+
+static int copies, deletes;
+static int copy_fn(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag)
+{
+    (void)c, (void)k, (void)extra;
+    copies++;
+    *(void **)out = in;
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+static int delete_fn(MPI_Comm c, int k, void *val, void *extra)
+{
+    (void)c, (void)k, (void)val, (void)extra;
+    deletes++;
+    return MPI_SUCCESS;
+}
+
+static int body_comms(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Comm dup, half, node, cart, sub;
+    int result, n, me;
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    M_OK(MPI_Comm_compare(MPI_COMM_WORLD, dup, &result));
+    TH_CHECK(result == MPI_CONGRUENT, "compare %d", result);
+    M_OK(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, -rank, &half));
+    M_OK(MPI_Comm_size(half, &n));
+    M_OK(MPI_Comm_rank(half, &me));
+    TH_CHECK(n == (size + 1 - rank % 2) / 2 && me == n - 1 - rank / 2, "split %d/%d", me, n);
+    M_OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    M_OK(MPI_Comm_size(node, &n));
+    TH_CHECK(n == size, "one host: shared split of %d", n);
+    /* groups */
+    MPI_Group wg, hg, eg;
+    M_OK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+    M_OK(MPI_Comm_group(half, &hg));
+    int ranks[64], out[64];
+    for (int i = 0; i < size; i++)
+        ranks[i] = i;
+    M_OK(MPI_Group_translate_ranks(wg, size, ranks, hg, out));
+    for (int i = 0; i < size; i++)
+        TH_CHECK(i % 2 == rank % 2 ? out[i] != MPI_UNDEFINED : out[i] == MPI_UNDEFINED, "translate %d", i);
+    M_OK(MPI_Group_excl(wg, 1, ranks, &eg));
+    MPI_Comm made;
+    M_OK(MPI_Comm_create(MPI_COMM_WORLD, eg, &made));
+    TH_CHECK(rank == 0 ? made == MPI_COMM_NULL : made != MPI_COMM_NULL, "comm_create");
+    if (made != MPI_COMM_NULL) M_OK(MPI_Comm_free(&made));
+    M_OK(MPI_Group_free(&eg));
+    M_OK(MPI_Group_free(&hg));
+    M_OK(MPI_Group_free(&wg));
+    /* attributes: copied by dup through the callback, deleted on free */
+    int key, flag;
+    void *val;
+    M_OK(MPI_Comm_create_keyval(copy_fn, delete_fn, &key, NULL));
+    M_OK(MPI_Comm_set_attr(dup, key, (void *)(uintptr_t)42));
+    MPI_Comm dup2;
+    M_OK(MPI_Comm_dup(dup, &dup2));
+    M_OK(MPI_Comm_get_attr(dup2, key, &val, &flag));
+    TH_CHECK(flag && (uintptr_t)val == 42 && copies == 1, "attribute copied");
+    M_OK(MPI_Comm_free(&dup2));
+    M_OK(MPI_Comm_delete_attr(dup, key));
+    TH_CHECK(deletes == 2, "deletes %d", deletes);
+    M_OK(MPI_Comm_free_keyval(&key));
+    /* Cartesian topology */
+    int dims[2] = {0, 0}, periods[2] = {1, 0}, coords[2], src, dst;
+    M_OK(MPI_Dims_create(size, 2, dims));
+    TH_CHECK(dims[0] * dims[1] == size && dims[0] >= dims[1], "dims %d x %d", dims[0], dims[1]);
+    M_OK(MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &cart));
+    M_OK(MPI_Cart_coords(cart, rank, 2, coords));
+    M_OK(MPI_Cart_rank(cart, coords, &me));
+    TH_CHECK(me == rank, "cart rank");
+    M_OK(MPI_Cart_shift(cart, 0, 1, &src, &dst));
+    TH_CHECK(dst == ((coords[0] + 1) % dims[0]) * dims[1] + coords[1], "periodic shift");
+    M_OK(MPI_Cart_shift(cart, 1, 1, &src, &dst));
+    TH_CHECK(coords[1] + 1 < dims[1] ? dst == rank + 1 : dst == MPI_PROC_NULL, "non-periodic shift");
+    int remain[2] = {0, 1};
+    M_OK(MPI_Cart_sub(cart, remain, &sub));
+    M_OK(MPI_Comm_size(sub, &n));
+    TH_CHECK(n == dims[1], "cart_sub size %d", n);
+    int d5[3] = {0, 3, 0};
+    M_OK(MPI_Dims_create(12, 3, d5));
+    TH_CHECK(d5[0] * d5[2] == 4 && d5[1] == 3, "dims with a fixed one");
+    M_FAILS(MPI_Dims_create(7, 2, (int[]){2, 0}), MPI_ERR_DIMS);
+    M_OK(MPI_Comm_free(&sub));
+    M_OK(MPI_Comm_free(&cart));
+    M_OK(MPI_Comm_free(&node));
+    M_OK(MPI_Comm_free(&half));
+    M_OK(MPI_Comm_free(&dup));
+    return done();
+}
+
+Test(mpi, communicators_groups_attributes_topologies)
+{
+    run(1, body_comms);
+    run(4, body_comms);
+}
+
+/* ---- neighbourhood collectives and sessions ------------------------------------------- */
+
+static int body_neighbors(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    /* a periodic ring: with 2 ranks both neighbours are one rank, each
+     * message must still land in its slot (left, then right) */
+    MPI_Comm ring;
+    int dims[1] = {size}, periods[1] = {1}, src, dst;
+    M_OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring));
+    M_OK(MPI_Cart_shift(ring, 0, 1, &src, &dst));
+    int mine[2] = {rank * 10, rank * 10 + 1}, got[2] = {-1, -1};
+    M_OK(MPI_Neighbor_alltoall(mine, 1, MPI_INT, got, 1, MPI_INT, ring));
+    /* my left neighbour sent me its "right" block, my right one its "left" block */
+    TH_CHECK(got[0] == src * 10 + 1 && got[1] == dst * 10, "neighbor_alltoall (%d, %d), left %d right %d", got[0],
+             got[1], src, dst);
+    M_OK(MPI_Neighbor_allgather(&rank, 1, MPI_INT, got, 1, MPI_INT, ring));
+    TH_CHECK(got[0] == src && got[1] == dst, "neighbor_allgather (%d, %d)", got[0], got[1]);
+    MPI_Request r;
+    M_OK(MPI_Ineighbor_allgather(&rank, 1, MPI_INT, got, 1, MPI_INT, ring, &r));
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    TH_CHECK(got[0] == src && got[1] == dst, "ineighbor_allgather");
+    /* a distributed graph: everyone sends to rank 0 only */
+    MPI_Comm star;
+    int zero = 0, indeg = rank == 0 ? size : 0, *sources = malloc(sizeof(int) * (size_t)size), *all = sources;
+    for (int i = 0; i < size; i++)
+        sources[i] = i;
+    M_OK(MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, indeg, sources, MPI_UNWEIGHTED, 1, &zero, MPI_UNWEIGHTED,
+                                        MPI_INFO_NULL, 0, &star));
+    int *in = malloc(sizeof(int) * (size_t)size);
+    M_OK(MPI_Neighbor_allgather(&rank, 1, MPI_INT, in, 1, MPI_INT, star));
+    if (rank == 0)
+        for (int i = 0; i < size; i++)
+            TH_CHECK(in[i] == i, "dist graph gather [%d] = %d", i, in[i]);
+    M_FAILS(MPI_Neighbor_allgather(&rank, 1, MPI_INT, in, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_TOPOLOGY);
+    free(all);
+    free(in);
+    M_OK(MPI_Comm_free(&star));
+    M_OK(MPI_Comm_free(&ring));
+    /* a session: its process sets, a communicator from the world's group */
+    MPI_Session s;
+    MPI_Group g;
+    MPI_Comm sc;
+    int n, len = 0;
+    char name[64];
+    M_OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s));
+    M_OK(MPI_Session_get_num_psets(s, MPI_INFO_NULL, &n));
+    TH_CHECK(n == 2, "psets %d", n);
+    M_OK(MPI_Session_get_nth_pset(s, MPI_INFO_NULL, 0, &len, NULL));
+    TH_CHECK(len == (int)sizeof("mpi://WORLD"), "pset name length %d", len);
+    M_OK(MPI_Session_get_nth_pset(s, MPI_INFO_NULL, 0, &len, name));
+    M_OK(MPI_Group_from_session_pset(s, name, &g));
+    M_OK(MPI_Comm_create_from_group(g, "weft.test", MPI_INFO_NULL, MPI_ERRORS_RETURN, &sc));
+    M_OK(MPI_Comm_size(sc, &n));
+    TH_CHECK(n == size, "session comm size %d", n);
+    M_OK(MPI_Barrier(sc));
+    M_OK(MPI_Comm_free(&sc));
+    M_OK(MPI_Group_free(&g));
+    M_FAILS(MPI_Group_from_session_pset(s, "mpi://nowhere", &g), MPI_ERR_ARG);
+    M_OK(MPI_Session_finalize(&s));
+    M_FAILS(MPI_Session_finalize(&s), MPI_ERR_SESSION);
+    return done();
+}
+
+Test(mpi, neighbourhood_collectives_and_sessions)
+{
+    run(1, body_neighbors);
+    run(2, body_neighbors);
+    run(3, body_neighbors);
+}
