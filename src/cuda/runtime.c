@@ -4,7 +4,6 @@
  * it uses nothing above src/. */
 #include "src/cuda/runtime.h"
 
-
 #include "weft_internal.h"
 
 #include <dlfcn.h>
