@@ -76,12 +76,14 @@ if rank == 0:
     one, many = statistics.median(per_op[1]), statistics.median(per_op[args.threads])
 
     def fmt(v: list) -> str:
-        return f"{statistics.median(v) * 1e6:.0f} us (min {min(v) * 1e6:.0f}, max {max(v) * 1e6:.0f})"
+        med, lo, hi = statistics.median(v) * 1e6, min(v) * 1e6, max(v) * 1e6
+        return f"{med:.0f} us (min {lo:.0f}, max {hi:.0f})"
 
     import os
 
     print(f"{n} ranks, WEFT_PROGRESS_THREAD={os.environ.get('WEFT_PROGRESS_THREAD', 'auto')}, "
-          f"{args.ops} async all_reduce of {args.elems} floats per thread, {args.reps} repetitions:")
+          f"{args.ops} async all_reduce of {args.elems} floats per thread, "
+          f"{args.reps} repetitions:")
     print(f"  1 thread:  {fmt(per_op[1])} per operation")
     print(f"  {args.threads} threads: {fmt(per_op[args.threads])} per operation")
     print(f"  ratio {args.threads} threads / 1 thread: {many / one:.2f}")

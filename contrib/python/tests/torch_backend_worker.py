@@ -358,17 +358,25 @@ thread_on = bool(_on.value)
 x = base()
 ran = threading.Event()
 ran_on = []
+
+
+def doubled(f):
+    ran_on.append(threading.current_thread().name)
+    ran.set()
+    return f.value()[0] * 2
+
+
 late = n - 1  # posts last, so the others' then() is given before their all_reduce can end
 if rank == late:
     time.sleep(0.3)
 w = dist.all_reduce(x, async_op=True)
-fut = w.get_future().then(lambda f: (ran_on.append(threading.current_thread().name), ran.set(), f.value()[0] * 2)[2])
+fut = w.get_future().then(doubled)
 if thread_on and rank != late:
     t0 = time.monotonic()
     while not ran.is_set() and time.monotonic() - t0 < 20:
         time.sleep(0.002)  # no wait, no weft call
     if not ran.is_set():
-        failures.append("then() of an async all_reduce's Future did not run within 20 s without a wait")
+        failures.append("then() of an async all_reduce's Future did not run in 20 s without a wait")
     elif ran_on != ["weft-torch-completions"]:
         failures.append(f"then() ran on {ran_on}, not on the completion thread")
 y = base()

@@ -812,7 +812,9 @@ class _Completions:
             self._start(lib)
         arg = ctypes.c_void_p(self._wfd)
         for w in works:
-            if w._req.value is not None and lib.weft_request_on_complete(w._req, self._fn, arg) != 0:
+            if w._req.value is None:
+                continue
+            if lib.weft_request_on_complete(w._req, self._fn, arg) != 0:
                 return False  # (callbacks already given only poke the thread)
         return True
 
@@ -837,7 +839,9 @@ class _Completions:
             os.set_blocking(self._rfd, False)
             os.set_blocking(self._wfd, False)
         self._fn = ctypes.cast(lib.weft_notify_fd, ctypes.c_void_p)
-        self._thread = threading.Thread(target=self._main, name="weft-torch-completions", daemon=True)
+        self._thread = threading.Thread(
+            target=self._main, name="weft-torch-completions", daemon=True
+        )
         self._thread.start()
         atexit.register(self._at_exit)  # after weft's exit hook: runs before it
 
@@ -862,7 +866,9 @@ class _Completions:
             except Exception as e:  # noqa: BLE001 (a thread must not die: say it once, go on)
                 if not reported:
                     reported = True
-                    sys.stderr.write(f"weft.torch: the completion thread: {type(e).__name__}: {e}\n")
+                    sys.stderr.write(
+                        f"weft.torch: the completion thread: {type(e).__name__}: {e}\n"
+                    )
 
     def _at_exit(self) -> None:
         self._stop = True
