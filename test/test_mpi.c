@@ -438,6 +438,10 @@ static int body_p2p_modes(int rank, int size, void *arg)
     M_OK(MPI_Send(&rank, 1, MPI_INT, right, 7, MPI_COMM_WORLD));
     M_OK(MPI_Waitany(4, q, &idx, &st));
     TH_CHECK(idx == 3 && vals[3] == left && st.MPI_TAG == 7, "waitany index %d", idx);
+    /* Tag 6 only once every rank's waitany returned: with weft's progress
+     * thread both receives may complete before a late rank's waitany, which
+     * then may return either (MPI promises any completed one). */
+    M_OK(MPI_Barrier(MPI_COMM_WORLD));
     M_OK(MPI_Send(&rank, 1, MPI_INT, right, 6, MPI_COMM_WORLD));
     M_OK(MPI_Waitsome(4, q, &outcount, indices, MPI_STATUSES_IGNORE));
     TH_CHECK(outcount == 1 && indices[0] == 1 && vals[1] == left, "waitsome %d", outcount);
