@@ -19,6 +19,8 @@
 #
 # usage: contrib/mpi-abi-tests.sh [BUILD_DIR]
 #   MPI_ABI_SIZES    process counts (default "1 2")
+#   MPI_ABI_MPIRUN   1 (default): one more weft run on 2 processes under Open MPI's
+#                    mpirun (PMIx), judged against MPICH's on 2; 0: none
 #   MPI_ABI_MODULES  mpi4py test modules, without "test_" (default below)
 #   MPI_ABI_WORK     cache for the venv, the wheel and the test sources (default
 #                    BUILD_DIR/.mpi-abi; a rerun reuses them: the wheel is rebuilt
@@ -149,6 +151,17 @@ for n in $sizes; do
         echo "$name: exit $? in $((SECONDS - t0)) s" >>"$logs/runs.txt"
     done
 done
+# The same under another launcher: Open MPI's mpirun (weft bootstraps over PMIx).
+mpirun_runs=
+if [ "${MPI_ABI_MPIRUN:-1}" = 1 ] && command -v mpirun >/dev/null && [[ " $sizes " == *" 2 "* ]]; then
+    t0=$SECONDS
+    (cd "$tests" && env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT OMPI_ALLOW_RUN_AS_ROOT=1 \
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 "$limit" mpirun -np 2 --oversubscribe \
+        -x LD_LIBRARY_PATH="$weft_lib" -x PATH "$rank_sh" "$logs/weft_mpirun-2.log" "$py" main.py -v \
+        "${include[@]}" "${exclude[@]}")
+    echo "weft_mpirun-2: exit $? in $((SECONDS - t0)) s" >>"$logs/runs.txt"
+    mpirun_runs=weft_mpirun
+fi
 
 # A program written to MPI, built once with weft-mpicc, on both libraries:
 # the same answer expected.
@@ -172,10 +185,11 @@ else
 fi
 echo "mpi-abi-tests: $((SECONDS - t_all)) s"
 
-"$py" - "$logs" "$sizes" "$stencil_status" "${excluded[@]}" <<'EOF'
+"$py" - "$logs" "$sizes" "$stencil_status" "$mpirun_runs" "${excluded[@]}" <<'EOF'
 import collections, os, re, sys
 
-logs, sizes, stencil_status, excluded = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), sys.argv[4:]
+logs, sizes, stencil_status, extra, excluded = (sys.argv[1], sys.argv[2].split(), int(sys.argv[3]),
+                                               sys.argv[4].split(), sys.argv[5:])
 line_re = re.compile(r"^(\w+) \(([\w.]+)\)")
 result_re = re.compile(r" \.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
 
@@ -200,9 +214,11 @@ def parse(path):
 runs = dict(l.split(": ", 1) for l in open(os.path.join(logs, "runs.txt")).read().splitlines())
 total = collections.Counter()
 bad = []
-for n in sizes:
-    r = {lib: parse(os.path.join(logs, f"{lib}-{n}.log.0")) for lib in ("mpich", "weft")}
-    for lib in ("mpich", "weft"):
+runs_list = [(n, "weft") for n in sizes] + [("2", e) for e in extra]
+for n, mine in runs_list:
+    r = {lib: parse(os.path.join(logs, f"{lib}-{n}.log.0")) for lib in ("mpich", mine)}
+    r["weft"] = r[mine]
+    for lib in (("mpich", mine) if mine == "weft" else (mine,)):
         print(f"== {lib}, {n} process{'es' if n != '1' else ''} ({runs.get(f'{lib}-{n}', '?')})")
         per = collections.defaultdict(collections.Counter)
         for t, v in r[lib].items():
@@ -215,7 +231,7 @@ for n in sizes:
     for t, v in sorted(r["mpich"].items()):
         w = r["weft"].get(t)
         if v == "pass" and w != "pass":
-            bad.append((n, t, w or "not run"))
+            bad.append((n if mine == "weft" else f"{n}, {mine}", t, w or "not run"))
     c = collections.Counter(r["weft"].values())
     total["pass"] += c["pass"]
     total["skip"] += c["skip"] + sum(1 for t, v in r["weft"].items() if v == "fail" and r["mpich"].get(t) != "pass")
