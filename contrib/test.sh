@@ -70,6 +70,20 @@ if [ "$torch_status" -ne 0 ] && [ "$torch_status" -ne 77 ]; then
     tail -n 60 test/torch-dist.log
 fi
 
+# mpi4py's own test suite on weft's MPI library (libmpi_abi.so.1) against
+# MPICH's, same selection, 1 and 2 processes under weftrun and 2 under mpirun
+# (contrib/mpi-abi-tests.sh): fails when a test MPICH passes fails on weft; its
+# last line joins the summary. Without python3 or PyPI it skips (exit 77).
+# About 80 s on 2 cores, plus 2-4 minutes when it builds mpi4py (the first run).
+mpi_abi_status=0
+contrib/mpi-abi-tests.sh "$PWD" >test/mpi-abi.log 2>&1 || mpi_abi_status=$?
+tail -n 1 test/mpi-abi.log
+if [ "$mpi_abi_status" -ne 0 ] && [ "$mpi_abi_status" -ne 77 ]; then
+    status=$mpi_abi_status
+    echo "=== test/mpi-abi.log"
+    tail -n 60 test/mpi-abi.log
+fi
+
 # One summary line over every runner, counted from the test logs: Criterion's
 # "Synthesis: Tested: T | Passing: P | Failing: F | Crashing: C" (Criterion
 # 2.4 leaves skipped tests out of T and does not count them: they are the
