@@ -186,6 +186,15 @@ static int body_bad_handles(int rank, int size, void *arg)
     void *v;
     M_FAILS(MPI_Comm_get_attr(MPI_COMM_WORLD, 123456, &v, &n), MPI_ERR_KEYVAL);
     free(heap);
+    /* more live requests than one slab chunk holds: all valid, all converted */
+    enum { MANY = 300000 };
+    MPI_Request *many = malloc(sizeof(MPI_Request) * MANY);
+    for (int i = 0; i < MANY; i++)
+        M_OK(MPI_Isend(&x, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &many[i]));
+    TH_CHECK(MPI_Request_fromint(MPI_Request_toint(many[MANY - 1])) == many[MANY - 1], "toint / fromint");
+    M_OK(MPI_Waitall(MANY, many, MPI_STATUSES_IGNORE));
+    TH_CHECK(many[MANY - 1] == MPI_REQUEST_NULL, "waitall");
+    free(many);
     return done();
 }
 
