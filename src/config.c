@@ -321,28 +321,6 @@ uint64_t weft_config_agree_hash(void)
     return h;
 }
 
-void weft_format_ranks(char *buf, size_t cap, const int *ranks, int n)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < n;) {
-        int j = i;
-        while (j + 1 < n && ranks[j + 1] == ranks[j] + 1)
-            j++;
-        char one[32];
-        if (j > i)
-            snprintf(one, sizeof(one), "%s%d-%d", i ? ", " : "", ranks[i], ranks[j]);
-        else
-            snprintf(one, sizeof(one), "%s%d", i ? ", " : "", ranks[i]);
-        if (len + strlen(one) + 5 > cap) {
-            snprintf(buf + len, cap - len, "%s", len + 5 <= cap ? ", ..." : "");
-            return;
-        }
-        len += (size_t)snprintf(buf + len, cap - len, "%s", one);
-        i = j + 1;
-    }
-}
-
 int weft_config_agree_check(weft_bootstrap_t *bs, const uint64_t *hashes, double deadline)
 {
     int n = bs->size, rc = WEFT_SUCCESS, nvars = 0;
@@ -386,9 +364,8 @@ int weft_config_agree_check(weft_bootstrap_t *bs, const uint64_t *hashes, double
         weft_format_ranks(ranks, sizeof(ranks), differ, nd);
         var_text(var_at(i), val, sizeof(val));
         if (len < 4096)
-            len += (size_t)snprintf(msg + len, 4096 - len, "%s %s (rank%s %s set%s it unlike rank 0; rank %d has '%s')",
-                                    named++ ? ";" : "", var_at(i)->name, nd > 1 ? "s" : "", ranks, nd > 1 ? "" : "s",
-                                    bs->rank, val);
+            len += (size_t)snprintf(msg + len, 4096 - len, "%s %s (%s set%s it unlike rank 0; rank %d has '%s')",
+                                    named++ ? ";" : "", var_at(i)->name, ranks, nd > 1 ? "" : "s", bs->rank, val);
     }
     if (!named) /* the hashes differ, the variables do not: the ranks run different builds */
         snprintf(msg + len, 4096 - len, " the ranks run weft builds with different variables (weft_info --vars)");

@@ -68,3 +68,22 @@ size_t weft_escape(char *out, size_t cap, const char *in, size_t len)
     out[o] = '\0';
     return o;
 }
+
+void weft_format_ranks(char *buf, size_t cap, const int *v, int n)
+{
+    size_t used = (size_t)snprintf(buf, cap, "%s ", n == 1 ? "rank" : "ranks");
+    for (int i = 0; i < n && used < cap;) {
+        int j = i;
+        while (j + 1 < n && v[j + 1] == v[j] + 1)
+            j++;
+        if (cap - used < 48) {
+            snprintf(buf + used, cap - used, "... (%d more)", n - i);
+            return;
+        }
+        if (j > i)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d-%d", i ? ", " : "", v[i], v[j]);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? ", " : "", v[i]);
+        i = j + 1;
+    }
+}

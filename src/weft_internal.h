@@ -128,7 +128,7 @@ uint64_t weft_config_agree_hash(void);
  * fails with WEFT_ERR_ARG naming them. */
 struct weft_bootstrap;
 int weft_config_agree_check(struct weft_bootstrap *bs, const uint64_t *hashes, double deadline);
-/* "0, 2-5, 7" (at most cap bytes; "..." when cut) */
+/* "rank 3", "ranks 0, 2-5, 7" (at most cap bytes; "... (N more)" when cut) */
 void weft_format_ranks(char *buf, size_t cap, const int *ranks, int n);
 
 /* ---- global state ------------------------------------------------------ */

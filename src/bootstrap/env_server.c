@@ -364,7 +364,7 @@ static void missing_clause(const server_t *s, const round_t *r, int *list, int w
     for (int rk = 0; rk < s->size; rk++)
         if (missing_as(s, r, rk) == why) list[n++] = rk;
     if (n == 0 || used >= cap) return;
-    weft_env_format_ranks(ranks, sizeof(ranks), list, n);
+    weft_format_ranks(ranks, sizeof(ranks), list, n);
     weft_env_textf(text + used, cap - used, "%s%s%s", used ? " and " : "", ranks, n == 1 ? one : many);
 }
 
@@ -894,7 +894,7 @@ static const char *server_should_stop(server_t *s, double now)
         if (left) {
             for (int rk = 0; rk < s->size; rk++)
                 if (s->rank_state[rk] == RANK_LIVE || s->rank_state[rk] == RANK_NONE) left[n++] = rk;
-            weft_env_format_ranks(list, sizeof(list), left, n);
+            weft_format_ranks(list, sizeof(list), left, n);
             free(left);
         }
         weft_warn("env store at %s: finalize deadline passed; %s never said goodbye", s->where, list);

@@ -148,21 +148,3 @@ void weft_env_textf(char *buf, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
-void weft_env_format_ranks(char *buf, size_t cap, const int *v, int n)
-{
-    size_t used = (size_t)snprintf(buf, cap, "%s ", n == 1 ? "rank" : "ranks");
-    for (int i = 0; i < n && used < cap;) {
-        int j = i;
-        while (j + 1 < n && v[j + 1] == v[j] + 1)
-            j++;
-        if (cap - used < 48) {
-            snprintf(buf + used, cap - used, "... (%d more)", n - i);
-            return;
-        }
-        if (j > i)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%d-%d", i ? ", " : "", v[i], v[j]);
-        else
-            used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? ", " : "", v[i]);
-        i = j + 1;
-    }
-}

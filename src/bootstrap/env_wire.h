@@ -154,7 +154,6 @@ int weft_env_proof_ok(const uint8_t key[WEFT_SHA256_LEN], const store_hdr_t *hel
 
 /* Writes "rank 3" or "ranks 3, 5, 10-19" (v: n ascending ranks) into buf;
  * long lists end in "... (N more)". */
-void weft_env_format_ranks(char *buf, size_t cap, const int *v, int n);
 
 /* snprintf for messages: truncation is fine (and expected for huge rank lists). */
 void weft_env_textf(char *buf, size_t cap, const char *fmt, ...) WEFT_PRINTF(3, 4);

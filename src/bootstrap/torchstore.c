@@ -346,7 +346,7 @@ static int ts_missing(ts_boot_t *t, uint64_t seq, char *text, size_t cap)
         for (int r = 0; r < t->size; r++)
             if (!present[r]) list[missing++] = r;
         if (missing) {
-            weft_env_format_ranks(ranks, sizeof(ranks), list, missing);
+            weft_format_ranks(ranks, sizeof(ranks), list, missing);
             weft_env_textf(text, cap, "%s never arrived (%d of %d missing)", ranks, missing, t->size);
         }
     }

@@ -97,8 +97,8 @@ static int check_keys(weft_bootstrap_t *bs, const node_key_t *all, double deadli
         char ranks[160], here[80] = "";
         weft_format_ranks(ranks, sizeof(ranks), bad, nbad);
         if (all[bs->rank].bad_node_id) weft_escape(here, sizeof(here), weft_cfg.node_id, strlen(weft_cfg.node_id));
-        rc = weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID is not a non-negative integer on rank%s %s%s%s%s",
-                        nbad > 1 ? "s" : "", ranks, here[0] ? " (here: '" : "", here, here[0] ? "')" : "");
+        rc = weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID is not a non-negative integer on %s%s%s%s", ranks,
+                        here[0] ? " (here: '" : "", here, here[0] ? "')" : "");
         goto out;
     }
     rc = weft_config_agree_check(bs, cfg, deadline);
