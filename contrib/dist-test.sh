@@ -8,8 +8,9 @@
 #     and nothing else but what autoreconf writes (configure, Makefile.in,
 #     ...): no build outputs, no logs, no generated coll/rules.inc or fatbin;
 #   - one version everywhere: configure.ac's, in the tarball's name,
-#     weft_info, weft_get_version (config.h), weft.pc, weft.h and the Python
-#     package (pyproject.toml, weft.__version__).
+#     weft_info, weft_get_version (config.h), weft.pc, weft_version.h, the
+#     tarball's .tarball-version and the Python package (its build backend,
+#     weft.__version__).
 # Exits non-zero when anything fails. Leaves weft-VERSION.tar.gz here.
 #
 # The checkout must be configured (contrib/test.sh does it; without a
@@ -122,7 +123,7 @@ if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
     [ -z "$missing" ] || fail "tracked by git, not in $tarball (EXTRA_DIST in Makefile.am):
 $(indent <<<"$missing")"
     extra=$(comm -13 "$work/git.list" "$work/tar.list" |
-        grep -vE '^(configure|Makefile\.in|aclocal\.m4|config\.h\.in|build-aux/[^/]+|m4/(libtool|lt[^/]*)\.m4)$' || true)
+        grep -vE '^(\.tarball-version|configure|Makefile\.in|aclocal\.m4|config\.h\.in|build-aux/[^/]+|m4/(libtool|lt[^/]*)\.m4)$' || true)
     [ -z "$extra" ] || fail "in $tarball, not tracked by git:
 $(indent <<<"$extra")"
 else
@@ -147,14 +148,17 @@ check_version "weft_info (first line)" "$info" "weft $v"
 for n in MAJOR:$vmaj MINOR:$vmin PATCH:$vpat; do
     check_version "config.h WEFT_BUILD_VERSION_${n%%:*} (weft_get_version)" \
         "$(sed -n "s/^#define WEFT_BUILD_VERSION_${n%%:*} //p" config.h)" "${n#*:}"
-    check_version "include/weft.h WEFT_VERSION_${n%%:*}" \
-        "$(sed -n "s/^#define WEFT_VERSION_${n%%:*} //p" include/weft.h)" "${n#*:}"
+    check_version "include/weft_version.h WEFT_VERSION_${n%%:*}" \
+        "$(sed -n "s/^#define WEFT_VERSION_${n%%:*} //p" include/weft_version.h)" "${n#*:}"
 done
+check_version "include/weft_version.h WEFT_VERSION_STRING" \
+    "$(sed -n 's/^#define WEFT_VERSION_STRING "\(.*\)"/\1/p' include/weft_version.h)" "$v"
 check_version "weft.pc" "$(sed -n 's/^Version: //p' weft.pc)" "$v"
-check_version "contrib/python/pyproject.toml" \
-    "$(sed -n 's/^version = "\(.*\)"/\1/p' contrib/python/pyproject.toml)" "$v"
-check_version "contrib/python/src/weft/__init__.py __version__" \
-    "$(sed -n 's/^__version__ = "\(.*\)"/\1/p' contrib/python/src/weft/__init__.py)" "$v"
+check_version "the tarball's .tarball-version" "$(tar -xzOf "$tarball" "weft-$version/.tarball-version")" "$v"
+check_version "the Python package's build backend (contrib/python/_build/weft_build.py)" \
+    "$(python3 contrib/python/_build/weft_build.py)" "$v"
+check_version "weft.__version__ (a source checkout: the library's)" \
+    "$(WEFT_LIBRARY="$PWD/.libs/libweft.so" PYTHONPATH=contrib/python/src python3 -c 'import weft; print(weft.__version__)')" "$v"
 
 [ "$failed" -eq 0 ] || exit 1
 status=0

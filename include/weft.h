@@ -32,9 +32,7 @@ extern "C" {
 #define WEFT_API
 #endif
 
-#define WEFT_VERSION_MAJOR 0
-#define WEFT_VERSION_MINOR 1
-#define WEFT_VERSION_PATCH 0
+#include "weft_version.h" /* WEFT_VERSION_MAJOR / _MINOR / _PATCH / _STRING */
 
 /* ------------------------------------------------------------------ */
 /* Status codes (fixed values)                                         */

@@ -43,7 +43,7 @@ mkdir -p "$artifacts" "$work/corpus"
 
 # No probe: when clang lacks the fuzzer runtime (libclang-rt-dev), this is where it shows.
 if ! "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -std=c11 \
-    -Wall -Wextra -Werror -D_GNU_SOURCE -I"$top_srcdir/include" -I"$top_srcdir/src" -I"$top_srcdir" \
+    -Wall -Wextra -Werror -D_GNU_SOURCE -I"$top_builddir/include" -I"$top_srcdir/include" -I"$top_srcdir/src" -I"$top_srcdir" \
     -I"$top_builddir" "$top_srcdir/test/fuzz/fuzz_store.c" "$top_srcdir/src/bootstrap/env_wire.c" \
     "$top_srcdir/src/bootstrap/hmac.c" "$top_srcdir/pt2pt/ucx_addr.c" -lcrypto -o "$work/fuzz_store" 2>"$work/build.log"; then
     if grep -q "libclang_rt.fuzzer\|fuzzer.*No such file\|cannot find" "$work/build.log"; then

@@ -66,7 +66,15 @@ from .errors import (
     WeftUnsupportedError,
 )
 
-__version__ = "0.1.0"
+try:  # written into wheels and sdists by the build backend (configure.ac's version)
+    from ._version import __version__
+except ImportError:  # a source checkout on PYTHONPATH: the library's own version
+
+    def __getattr__(name: str) -> str:
+        if name == "__version__":
+            return version()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ANY_SOURCE",
