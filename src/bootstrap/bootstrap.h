@@ -50,6 +50,8 @@ int weft_bootstrap_torchstore_init(weft_bootstrap_t *bs, double deadline);
 /* Environment probes used by automatic selection. */
 int weft_bootstrap_env_detected(void);
 int weft_bootstrap_pmix_detected(void);
+/* Loads the PMIx client library (pmix_dl.c); an error naming why when it cannot. */
+int weft_pmix_load(void);
 int weft_bootstrap_torchstore_detected(void);
 
 /* Starts the bootstrap `want` names (WEFT_BOOTSTRAP: auto, pmix,

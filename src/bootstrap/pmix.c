@@ -400,8 +400,10 @@ int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline)
     pmix_status_t st;
     pmix_proc_t wild;
     unsigned size = 0, lrank, lsize;
+    int rc;
     (void)deadline;
 
+    if ((rc = weft_pmix_load()) != WEFT_SUCCESS) return rc;
     memset(&g_pmix, 0, sizeof(g_pmix));
     if ((st = PMIx_Init(&g_pmix.me, NULL, 0)) != PMIX_SUCCESS)
         return weft_error(WEFT_ERR_BOOTSTRAP,
