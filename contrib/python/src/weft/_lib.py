@@ -6,11 +6,13 @@ Search order (the first that loads wins):
    (a build directory works: its ``.libs/`` is looked into). When set, it is
    the only place tried, so a wrong value is reported instead of silently
    loading another copy.
-2. The install prefix recorded when weft was configured: ``pkg-config
+2. The library inside this package, where it was installed from weft's binary
+   wheel (``weft/lib``); UCX comes from the ``libucx`` package (libucx-cu13).
+3. The install prefix recorded when weft was configured: ``pkg-config
    --variable=libdir weft`` (weft.pc is installed with the library).
-3. ``../lib`` and ``../lib64`` next to a ``weft_info`` found on ``PATH``.
-4. ``/usr/local/lib`` (configure's default prefix).
-5. The system loader: ``libweft.so.0`` (``LD_LIBRARY_PATH``, ldconfig's
+4. ``../lib`` and ``../lib64`` next to a ``weft_info`` found on ``PATH``.
+5. ``/usr/local/lib`` (configure's default prefix).
+6. The system loader: ``libweft.so.0`` (``LD_LIBRARY_PATH``, ldconfig's
    cache), then ``ctypes.util.find_library("weft")``.
 
 On failure :class:`weft.WeftLibraryNotFoundError` lists every place tried and
@@ -185,6 +187,22 @@ def _files_in(directory: str) -> List[str]:
     return [os.path.join(directory, n) for n in _NAMES]
 
 
+# A binary wheel's own copy of the library (contrib/build-wheel.sh).
+PACKAGE_LIBDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+
+
+def _load_libucx() -> None:
+    """The wheel's libweft needs UCX's libraries (libucp.so.0, ...) from the
+    libucx package (libucx-cu13): its loader puts them in the process by
+    SONAME, so libweft's own dependencies resolve to them."""
+    try:
+        import libucx  # type: ignore[import-not-found]
+
+        libucx.load_library()
+    except (ImportError, OSError):  # a missing or broken UCX shows when libweft loads
+        pass
+
+
 def candidates() -> Tuple[List[Tuple[str, str]], List[str]]:
     """Returns ([(where-it-came-from, path-or-name)], [notes on sources that gave nothing])."""
     found: List[Tuple[str, str]] = []
@@ -198,6 +216,9 @@ def candidates() -> Tuple[List[Tuple[str, str]], List[str]]:
             found.append(("WEFT_LIBRARY", env))
         return found, notes
     notes.append("WEFT_LIBRARY: not set")
+    if os.path.isdir(PACKAGE_LIBDIR):
+        _load_libucx()
+        found += [("this package (wheel)", p) for p in _files_in(PACKAGE_LIBDIR)]
     libdir, why = _pkg_config_libdir()
     if libdir:
         found += [("pkg-config libdir", p) for p in _files_in(libdir)]
