@@ -13,6 +13,9 @@
 #     (PYTHON=...; skipped with the reason otherwise);
 #   - contrib/python/tests/run-torch-cuda.sh: weft as a torch.distributed
 #     backend on CUDA tensors, 2 ranks (skipped with the reason without torch);
+#   - with WEFT_TEST_WHEELS=DIR (weft's wheel and libucx-cu13's): the two
+#     Python cases again from the wheel installed offline in a venv over this
+#     host's python and torch;
 # Ranks take GPU LOCAL_RANK modulo the GPUs visible: one GPU shared, or one
 # each (CUDA_VISIBLE_DEVICES=0 shares the first of several);
 # and prints one summary line: "gpu tests: N passed, M failed, K skipped".
@@ -60,35 +63,65 @@ for t in test_cuda test_cuda_coll; do
     [ "$st" -eq 0 ] || { status=1; tail -40 "$log/$t.log"; }
 done
 
-echo "== Python device arrays (2 ranks)"
 py=${PYTHON:-}
 for c in python3 /usr/bin/python3; do
     [ -n "$py" ] && break
     command -v "$c" >/dev/null && "$c" -c 'import numpy, pytest' 2>/dev/null && py=$c
 done
-if [ -z "$py" ]; then
-    echo "skipped: no python with numpy and pytest (set PYTHON=...)"
-    skipped=$((skipped + 1))
-else
-    (cd "$src/contrib/python" && PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" WEFT_LIBRARY="$build/.libs/libweft.so.0" WEFT_TEST_TIMEOUT=60 \
-        timeout 900 "$build/tools/weftrun" -n 2 --timeout 600 bash -c \
-        "exec $py -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_device_arrays.py >$log/py\$RANK.log 2>&1") ||
+# The Python cases: PY is the interpreter, WEFTRUN the launcher, TAG names the logs;
+# INSTALLED=1 tests the weft package installed in PY (a wheel) with the library it
+# finds itself, else this checkout's package and build.
+python_cases() { # PY WEFTRUN TAG INSTALLED
+    local py=$1 weftrun=$2 tag=$3 installed=$4 st sum
+    local env=(env PYTHONPATH="$src/contrib/python/src${PYTHONPATH:+:$PYTHONPATH}" WEFT_LIBRARY="$build/.libs/libweft.so.0")
+    [ "$installed" = 1 ] && env=(env -u PYTHONPATH -u WEFT_LIBRARY)
+    echo "== Python device arrays (2 ranks$tag)"
+    (cd "$src/contrib/python" && "${env[@]}" WEFT_TEST_TIMEOUT=60 timeout 900 "$weftrun" -n 2 --timeout 600 bash -c \
+        "exec $py -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_device_arrays.py >$log/py$tag\$RANK.log 2>&1") ||
         status=1
-    tail -n 15 "$log/py0.log"
-    sum=$(grep -E "[0-9]+ (passed|failed)" "$log/py0.log" | tail -1)
+    tail -n 15 "$log/py${tag}0.log"
+    sum=$(grep -E "[0-9]+ (passed|failed)" "$log/py${tag}0.log" | tail -1)
     passed=$((passed + $(grep -oE "[0-9]+ passed" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
     failed=$((failed + $(grep -oE "[0-9]+ failed" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
     skipped=$((skipped + $(grep -oE "[0-9]+ skipped" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
+    echo "== torch.distributed backend on CUDA tensors (2 ranks$tag)"
+    st=0
+    if [ "$installed" = 1 ]; then
+        WEFT_TEST_INSTALLED=1 WEFT_TORCH_PYTHON=$py WEFT_TEST_TIMEOUT=${WEFT_TEST_TIMEOUT:-300} \
+            "$src/contrib/python/tests/run-torch-cuda.sh" "$build" >"$log/torch$tag.log" 2>&1 || st=$?
+    else
+        WEFT_TEST_TIMEOUT=${WEFT_TEST_TIMEOUT:-300} "$src/contrib/python/tests/run-torch-cuda.sh" "$build" \
+            >"$log/torch$tag.log" 2>&1 || st=$?
+    fi
+    tail -n 40 "$log/torch$tag.log"
+    case $st in
+        0) passed=$((passed + 1)) ;;
+        77) skipped=$((skipped + 1)) ;;
+        *) failed=$((failed + 1)) ;;
+    esac
+}
+if [ -z "$py" ]; then
+    echo "== Python: skipped: no python with numpy and pytest (set PYTHON=...)"
+    skipped=$((skipped + 1))
+else
+    python_cases "$py" "$build/tools/weftrun" "" 0
 fi
-echo "== torch.distributed backend on CUDA tensors (2 ranks)"
-st=0
-WEFT_TEST_TIMEOUT=${WEFT_TEST_TIMEOUT:-300} "$src/contrib/python/tests/run-torch-cuda.sh" "$build" >"$log/torch.log" 2>&1 || st=$?
-tail -n 40 "$log/torch.log"
-case $st in
-    0) passed=$((passed + 1)) ;;
-    77) skipped=$((skipped + 1)) ;;
-    *) failed=$((failed + 1)) ;;
-esac
+# WEFT_TEST_WHEELS=DIR: a folder with weft's wheel (contrib/build-wheel.sh) and
+# libucx-cu13's, installed offline into a venv over this host's python and its
+# torch; the same Python cases run from it.
+if [ -n "${WEFT_TEST_WHEELS:-}" ] && [ -n "$py" ]; then
+    venv=$log/wheel-venv
+    if "$py" -m venv --system-site-packages "$venv" &&
+        "$venv/bin/python" -m pip install -q --no-index --find-links "$WEFT_TEST_WHEELS" weft >"$log/wheel-install.log" 2>&1; then
+        echo "== the wheel: $(cd "$WEFT_TEST_WHEELS" && ls weft-*.whl) in $venv"
+        "$venv/bin/weft_info" | head -n 3
+        python_cases "$venv/bin/python" "$venv/bin/weftrun" " wheel" 1
+    else
+        echo "== the wheel: install failed"
+        cat "$log/wheel-install.log"
+        failed=$((failed + 1))
+    fi
+fi
 [ "$failed" -eq 0 ] || status=1
 echo "gpu tests: $passed passed, $failed failed, $skipped skipped"
 exit "$status"

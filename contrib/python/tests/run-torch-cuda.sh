@@ -79,7 +79,7 @@ EOF
     fi
     what="$("$py" -c 'import torch; n = torch.cuda.device_count(); print(f"{n} GPU(s), {torch.cuda.get_device_name(0)}")' 2>/dev/null)"
 fi
-echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($py), library $WEFT_LIBRARY; $np ranks, $what"
+echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($py), library $("$py" -c 'import weft; print(weft.library_path())' 2>&1 | tail -n 1); $np ranks, $what"
 # cuBLAS picks the same kernels whatever the stream (the FSDP cases compare bits across runs)
 export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 hang_dump=${WEFT_TEST_HANG_DUMP:-$((limit > 60 ? limit - 30 : limit * 3 / 4))}

@@ -25,6 +25,12 @@ while IFS= read -r var; do
             unset "$var" ;;
     esac
 done < <(compgen -e)
-export WEFT_LIBRARY="${WEFT_LIBRARY:-$build/.libs/libweft.so.0}"
-export PYTHONPATH="$here/../src${PYTHONPATH:+:$PYTHONPATH}"
+# WEFT_TEST_INSTALLED=1: the weft package installed in that python (a wheel) is the one
+# tested, with the library it finds itself.
+if [ "${WEFT_TEST_INSTALLED:-0}" = 1 ]; then
+    unset WEFT_LIBRARY
+else
+    export WEFT_LIBRARY="${WEFT_LIBRARY:-$build/.libs/libweft.so.0}"
+    export PYTHONPATH="$here/../src${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export OMP_NUM_THREADS=1 WEFT_INIT_TIMEOUT=${WEFT_INIT_TIMEOUT:-60}
