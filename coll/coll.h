@@ -102,6 +102,12 @@ typedef struct weft_coll_component {
     int nparams;
     /* At weft_init, after the variables are read; NULL: nothing to do. */
     int (*init)(void);
+    /* For the rules' gpu= condition (select.c asks the component that takes
+     * a->mem): 1 when two or more ranks of a->comm share a GPU, 0 when each
+     * has its own, -1 when unknown (no gpu= rule matches). It may set up the
+     * component's state on a->comm, a collective step: every member selects
+     * for the same call alike. NULL: unknown. */
+    int (*gpu_shared)(const weft_coll_args_t *a);
     /* Frees the component's state on a communicator that goes (its own,
      * a dup's, or a derived node / leader / rail one); NULL: it keeps none. */
     void (*comm_release)(weft_comm_t comm, void *state);

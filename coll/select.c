@@ -6,6 +6,7 @@
  *
  *   rule  := coll ":" [lo "-" hi ":"] [cond ":"]* algorithm
  *   cond  := "np=" a ["-" (b | "inf")]  |  "nodes=" ("1" | "multi")  |  "mem=" ("host" | "cuda")
+ *          |  "gpu=" ("shared" | "own")   (mem=cuda rules: two ranks share a GPU, or every rank has its own)
  *   sizes are bytes per rank with optional k/m/g (powers of 1024) or "inf";
  *   lo is inclusive, hi exclusive; no mem= means host buffers; rules are
  *   separated by "," or ";" (in the file: one per line, '#' starts a note).
@@ -45,12 +46,14 @@ const weft_var_t weft_coll_select_vars[] = {
 const int weft_coll_select_nvars = (int)(sizeof(weft_coll_select_vars) / sizeof(weft_coll_select_vars[0]));
 
 enum { NODES_ANY = 0, NODES_ONE = 1, NODES_MULTI = 2 };
+enum { GPU_ANY = 0, GPU_SHARED = 1, GPU_OWN = 2 };
 
 typedef struct {
     weft_coll_kind_t kind;
     size_t lo, hi;
     int np_lo, np_hi;
     int nodes;
+    int gpu;
     weft_memtype_t mem;
     const weft_coll_alg_t *alg;
     int score;
@@ -173,6 +176,12 @@ static int parse_rule(char *text, rule_t *r, const char *source)
             r->nodes = NODES_ONE;
         } else if (!strcmp(f, "nodes=multi")) {
             r->nodes = NODES_MULTI;
+        } else if (!strcmp(f, "gpu=shared")) {
+            r->gpu = GPU_SHARED;
+        } else if (!strcmp(f, "gpu=own")) {
+            r->gpu = GPU_OWN;
+        } else if (!strncmp(f, "gpu=", 4)) {
+            return weft_error(WEFT_ERR_ARG, "%s: '%s' is not gpu=shared or gpu=own", source, f);
         } else if (!strcmp(f, "mem=host")) {
             r->mem = WEFT_MEM_HOST;
         } else if (!strcmp(f, "mem=cuda")) {
@@ -215,6 +224,8 @@ static int add_rule(const char *text, const char *note, int *score, int user, co
     if (!(comp->memtypes & WEFT_MEM_BIT(r.mem)))
         return weft_error(WEFT_ERR_ARG, "%s: rule '%s': %s %s (component %s) does not take %s buffers", source, text,
                           weft_coll_kind_name(r.kind), r.alg->name, comp->name, weft_memtype_name(r.mem));
+    if (r.gpu && r.mem != WEFT_MEM_CUDA)
+        return weft_error(WEFT_ERR_ARG, "%s: rule '%s': gpu= is a condition of mem=cuda rules", source, text);
     r.score = (*score)--;
     r.user = user;
     r.note = note && *note ? strdup(note) : NULL;
@@ -331,9 +342,18 @@ static int add_candidate(const weft_coll_alg_t **out, int n, int max, const weft
     return n;
 }
 
+/* The rules' gpu= condition: asked of the component that takes the buffers (-1: unknown). */
+static int gpu_shared(const weft_coll_args_t *a)
+{
+    for (int c = 0; weft_coll_components[c]; c++)
+        if ((weft_coll_components[c]->memtypes & WEFT_MEM_BIT(a->mem)) && weft_coll_components[c]->gpu_shared)
+            return weft_coll_components[c]->gpu_shared(a);
+    return -1;
+}
+
 int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int max)
 {
-    int n = 0, np = a->comm->size;
+    int n = 0, np = a->comm->size, shared = -2; /* -2: not asked yet (only a gpu= rule that matches asks) */
     int multi = weft_comm_spans_nodes(a->comm);
     unsigned mem = WEFT_MEM_BIT(a->mem);
     const weft_coll_alg_t *forced = weft_coll_forced(a->comm, a->kind, a->mem);
@@ -344,6 +364,8 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
         if (a->bytes < r->lo || a->bytes >= r->hi || np < r->np_lo || np > r->np_hi || r->mem != a->mem ||
             (r->nodes == NODES_ONE && multi) || (r->nodes == NODES_MULTI && !multi))
             continue;
+        if (r->gpu && shared == -2) shared = gpu_shared(a);
+        if (r->gpu && (shared < 0 || shared != (r->gpu == GPU_SHARED))) continue;
         n = add_candidate(out, n, max, r->alg);
     }
     for (int i = fb_first[a->kind]; i < fb_first[a->kind + 1] && n < max; i++)
@@ -420,6 +442,9 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
             if (r->nodes)
                 snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
                          r->nodes == NODES_ONE ? "1" : "multi");
+            if (r->gpu)
+                snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":gpu=%s",
+                         r->gpu == GPU_SHARED ? "shared" : "own");
             snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":mem=%s", weft_memtype_name(r->mem));
             OUT("  %s:%s-%s%s:%s   (%s, score %d)%s%s\n", kind_names[r->kind], lo, hi, cond, r->alg->name,
                 r->user ? "WEFT_COLL_TUNE" : "built in", r->score, r->note ? "  # " : "", r->note ? r->note : "");

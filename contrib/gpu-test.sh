@@ -8,6 +8,10 @@
 #     ranks sharing the GPU, against the same calls on host buffers (without
 #     MPS every barrier costs the ranks a GPU time slice: minutes, not
 #     seconds; under MPS, nvidia-cuda-mps-control -d, much less);
+#   - every GPU algorithm by name (weft_info --coll: coll/cuda's cuda_* rows),
+#     forced by WEFT_COLL_TUNE, through weft-osu's validation (-c) on 2 and 3
+#     ranks at 4 B - 4 MiB (where a form declines a size, the rules' choice
+#     runs it);
 #   - contrib/python/tests/test_gpu.py and test_device_arrays.py on 2 ranks,
 #     with CuPy / torch arrays, when a python with numpy and pytest is found
 #     (PYTHON=...; skipped with the reason otherwise);
@@ -62,6 +66,33 @@ for t in test_cuda test_cuda_coll; do
     skipped=$((skipped + $(grep -c "^\[SKIP\]" "$log/$t.log")))
     [ "$st" -eq 0 ] || { status=1; tail -40 "$log/$t.log"; }
 done
+
+echo "== every GPU algorithm by name (WEFT_COLL_TUNE), validated by weft-osu -c on 2 and 3 ranks"
+if [ ! -x "$build/contrib/bench/weft-osu" ] || [ ! -x "$build/tools/weft_info" ]; then
+    echo "skipped: contrib/bench/weft-osu or tools/weft_info not built"
+    skipped=$((skipped + 1))
+else
+    # "coll alg" for each of coll/cuda's kernel algorithms (component cuda, name cuda_*)
+    "$build/tools/weft_info" --coll 2>/dev/null | awk '$1 == "cuda" && $3 ~ /^cuda_/ {print $2, $3}' >"$log/algs.txt"
+    while read -r coll alg; do
+        for np in 2 3; do
+            prog=${coll//_/-}
+            st=0
+            WEFT_COLL_TUNE="$coll:mem=cuda:$alg" timeout 600 "$build/tools/weftrun" -n "$np" --timeout 500 \
+                "$build/contrib/bench/weft-osu" "$prog" -d cuda -c -m 4:4m -i 3 -x 1 --iters-large 3 \
+                --warmup-large 1 >"$log/alg-$coll-$alg-np$np.log" 2>&1 || st=1
+            if [ "$st" -eq 0 ]; then
+                passed=$((passed + 1))
+            else
+                failed=$((failed + 1))
+                status=1
+                echo "[FAIL] $coll $alg on $np ranks"
+                tail -5 "$log/alg-$coll-$alg-np$np.log"
+            fi
+        done
+    done <"$log/algs.txt"
+    echo "$(wc -l <"$log/algs.txt") algorithms run"
+fi
 
 py=${PYTHON:-}
 for c in python3 /usr/bin/python3; do

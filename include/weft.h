@@ -352,16 +352,16 @@ WEFT_API int weft_ibcast(void *buf, int64_t count, weft_dtype_t dtype, int root,
                          weft_request_t *request);
 WEFT_API int weft_reduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op, int root,
                          weft_comm_t comm);
-WEFT_API int weft_ireduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
-                          int root, weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_ireduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op, int root,
+                          weft_comm_t comm, weft_request_t *request);
 WEFT_API int weft_allreduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
                             weft_comm_t comm);
 WEFT_API int weft_iallreduce(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
                              weft_comm_t comm, weft_request_t *request);
 /* count: elements each rank contributes. */
 WEFT_API int weft_allgather(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_comm_t comm);
-WEFT_API int weft_iallgather(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype,
-                             weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_iallgather(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_comm_t comm,
+                             weft_request_t *request);
 /* torch's all_gather into a list: recvbufs[r] receives rank r's count elements. */
 WEFT_API int weft_allgather_list(const void *sendbuf, void *const recvbufs[], int64_t count, weft_dtype_t dtype,
                                  weft_comm_t comm);
@@ -387,13 +387,12 @@ WEFT_API int weft_iscatter(const void *sendbuf, void *recvbuf, int64_t count, we
 WEFT_API int weft_scatterv(const void *sendbuf, const int64_t sendcounts[], const int64_t displs[], void *recvbuf,
                            int64_t recvcount, weft_dtype_t dtype, int root, weft_comm_t comm);
 WEFT_API int weft_iscatterv(const void *sendbuf, const int64_t sendcounts[], const int64_t displs[], void *recvbuf,
-                            int64_t recvcount, weft_dtype_t dtype, int root, weft_comm_t comm,
-                            weft_request_t *request);
+                            int64_t recvcount, weft_dtype_t dtype, int root, weft_comm_t comm, weft_request_t *request);
 /* Rank r receives recvcounts[r] elements of the reduction. */
 WEFT_API int weft_reduce_scatter(const void *sendbuf, void *recvbuf, const int64_t recvcounts[], weft_dtype_t dtype,
                                  weft_op_t op, weft_comm_t comm);
-WEFT_API int weft_ireduce_scatter(const void *sendbuf, void *recvbuf, const int64_t recvcounts[],
-                                  weft_dtype_t dtype, weft_op_t op, weft_comm_t comm, weft_request_t *request);
+WEFT_API int weft_ireduce_scatter(const void *sendbuf, void *recvbuf, const int64_t recvcounts[], weft_dtype_t dtype,
+                                  weft_op_t op, weft_comm_t comm, weft_request_t *request);
 WEFT_API int weft_reduce_scatter_block(const void *sendbuf, void *recvbuf, int64_t recvcount, weft_dtype_t dtype,
                                        weft_op_t op, weft_comm_t comm);
 WEFT_API int weft_ireduce_scatter_block(const void *sendbuf, void *recvbuf, int64_t recvcount, weft_dtype_t dtype,
@@ -403,11 +402,10 @@ WEFT_API int weft_alltoall(const void *sendbuf, void *recvbuf, int64_t count, we
 WEFT_API int weft_ialltoall(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_comm_t comm,
                             weft_request_t *request);
 WEFT_API int weft_alltoallv(const void *sendbuf, const int64_t sendcounts[], const int64_t sdispls[], void *recvbuf,
-                            const int64_t recvcounts[], const int64_t rdispls[], weft_dtype_t dtype,
-                            weft_comm_t comm);
-WEFT_API int weft_ialltoallv(const void *sendbuf, const int64_t sendcounts[], const int64_t sdispls[],
-                             void *recvbuf, const int64_t recvcounts[], const int64_t rdispls[], weft_dtype_t dtype,
-                             weft_comm_t comm, weft_request_t *request);
+                            const int64_t recvcounts[], const int64_t rdispls[], weft_dtype_t dtype, weft_comm_t comm);
+WEFT_API int weft_ialltoallv(const void *sendbuf, const int64_t sendcounts[], const int64_t sdispls[], void *recvbuf,
+                             const int64_t recvcounts[], const int64_t rdispls[], weft_dtype_t dtype, weft_comm_t comm,
+                             weft_request_t *request);
 /* Inclusive and exclusive prefix reductions (exscan leaves rank 0's
  * recvbuf untouched). */
 WEFT_API int weft_scan(const void *sendbuf, void *recvbuf, int64_t count, weft_dtype_t dtype, weft_op_t op,
@@ -471,10 +469,11 @@ WEFT_API int weft_reduce_scatter_block_on_stream(const void *sendbuf, void *recv
  * (offsets may differ); a call where they do not (or where a peer's window
  * is too small for what is read) fails on the ranks that see it, naming the
  * rank, and the communicator's GPU collectives fail from then on (as after
- * a timeout). Calls small enough for the one-launch forms
- * (WEFT_CUDA_COLL_LL, WEFT_CUDA_COLL_FUSED), and any call reading less than
- * WEFT_CUDA_COLL_WINDOW bytes per rank (8 MiB: below it the second barrier
- * costs more than the copy it saves), stage as if unregistered. *win is
+ * a timeout). Calls small enough for the one-launch forms (the LL kernel,
+ * WEFT_CUDA_COLL_FUSED), and any call reading less than the cuda_window
+ * rules' bytes per rank (coll/rules.conf; 8 MiB where ranks share a GPU:
+ * below it the second barrier costs more than the copy it saves), stage as
+ * if unregistered. *win is
  * this rank's handle. Deregistration is collective too: it waits (up to the communicator's timeout, else fails with
  * WEFT_ERR_TIMEOUT on every rank) for this rank's last GPU collective, and
  * the memory stays the caller's. A CUDA graph that captured calls in a

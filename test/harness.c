@@ -23,8 +23,8 @@
 static int bind_port(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                             .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons((uint16_t)port)};
     socklen_t len = sizeof(sa);
     int got = -1;
     if (fd < 0) return -1;
@@ -32,6 +32,17 @@ static int bind_port(int port)
         got = ntohs(sa.sin_port);
     close(fd);
     return got;
+}
+
+void th_single_env(void)
+{
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    unsetenv("PMIX_RANK");
+    unsetenv("PMIX_NAMESPACE");
+    setenv("WEFT_BOOTSTRAP", "single", 1);
 }
 
 int th_free_port(void)

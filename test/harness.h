@@ -31,6 +31,10 @@ th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const ch
  * wrote (malloc'd, NUL-terminated; "" when it could not be read). */
 char *th_stderr_of(void (*fn)(void *), void *arg);
 
+/* The environment of one process on its own (WEFT_BOOTSTRAP=single, no
+ * launcher's variables), for single-process tests that call weft_init. */
+void th_single_env(void);
+
 /* A free TCP port on 127.0.0.1 (bound and released; the kernel does not
  * hand it out again at once). */
 int th_free_port(void);

@@ -111,10 +111,11 @@ static int body_tune(int rank, int size, void *arg)
     a.kind = WEFT_COLL_ALLGATHER;
     a.bytes = 10;
     TH_CHECK(weft_coll_select(&a, c, 32) >= 2 && !strcmp(c[0]->name, "ring"), "allgather np rule: %s", c[0]->name);
-    /* Device buffers on one node: coll/cuda's algorithm first, whatever the host rules say. */
+    /* Device buffers on one node: coll/cuda's algorithms first (10 bytes: its LL form), whatever the host rules
+     * say. */
     a.mem = WEFT_MEM_CUDA;
     int nc = weft_coll_select(&a, c, 32);
-    TH_CHECK(nc >= 1 && !strcmp(c[0]->name, "cuda"), "a cuda allgather got %d candidates, first %s", nc,
+    TH_CHECK(nc >= 1 && !strcmp(c[0]->name, "cuda_ll"), "a cuda allgather got %d candidates, first %s", nc,
              nc ? c[0]->name : "-");
     int64_t x = 1, y = 0;
     TH_OK(weft_allreduce(&x, &y, 1, WEFT_INT64, WEFT_SUM, w));

@@ -2,8 +2,9 @@
  * every collective coll/cuda implements, every numeric type and op, against
  * the same call on host buffers (coll/base and coll/shm, the reference);
  * results identical on every rank; in place, zero counts, odd counts and
- * counts over a slot (WEFT_CUDA_COLL_SLOT=4096 here, so chunks), the LL,
- * fused, chunked and pipelined kernels; calls chained on a stream, each
+ * counts over a slot (WEFT_CUDA_COLL_SLOT=4096 here, so chunks), every
+ * algorithm (the LL, fused, one-shot, two-shot, window, pipelined, pushed and
+ * ring forms, forced by WEFT_COLL_TUNE); calls chained on a stream, each
  * reading what the one before wrote (launches that overlap); a rank
  * that never comes ends the others' wait at the deadline, and another
  * communicator then works; a killed rank is named within the deadline and
@@ -28,12 +29,32 @@
  * blocks, below that share, still reuse their positions (4 each) many times
  * over. */
 #define PIPE_GRID "WEFT_CUDA_COLL_PIPE_BLOCKS=16"
-/* Every pipelined call pushes (by default only large allreduces and reduce_scatters do). */
-#define PUSH_ALL "WEFT_CUDA_COLL_PUSH=1"
-/* Every pipelined allgather, bcast, reduce_scatter and allreduce on 3+ ranks runs as a ring, or none does
- * (the pushed and read forms on 3+ ranks) */
-#define RING_ALL "WEFT_CUDA_COLL_RING=1"
-#define NO_RING "WEFT_CUDA_COLL_RING=0"
+/* A form forced by WEFT_COLL_TUNE (weft_info --coll lists them): the first rule that names one runs it where it
+ * takes the call; where it declines (a call up to WEFT_CUDA_COLL_FUSED for every form but one shot, a ring on 2
+ * ranks), the next rule's. AR: body_allreduce's collective. */
+#define AR(form)  "WEFT_COLL_TUNE=allreduce:mem=cuda:cuda_" form
+#define NOT_FUSED "WEFT_CUDA_COLL_FUSED=0"
+
+/* body_others' collectives (bcast, allgather, alltoall, reduce_scatter_block, reduce) in `form` from `lo` bytes
+ * (NULL: every size), where a collective has none in the form next: two_step is bcast's (the others one shot),
+ * a ring is not reduce's or alltoall's (pushed); below `lo`, and where the form declines, one shot with
+ * `one_shot`, else the built-in rules (LL first). */
+static const char *others(const char *lo, const char *form, int one_shot)
+{
+    static char env[1024];
+    static const char *const kinds[] = {"bcast", "allgather", "alltoall", "reduce_scatter_block", "reduce"};
+    int at = snprintf(env, sizeof(env), "WEFT_COLL_TUNE=");
+    for (int k = 0; k < 5; k++) {
+        const char *f = form;
+        if (!strcmp(form, "two_step") && k) f = "one_shot";
+        if (!strcmp(form, "ring") && (k == 2 || k == 4)) f = "pushed";
+        at += snprintf(env + at, sizeof(env) - (size_t)at, "%s:%s%s%smem=cuda:cuda_%s,", kinds[k], lo ? lo : "",
+                       lo ? "-inf" : "", lo ? ":" : "", f);
+        if (one_shot) at += snprintf(env + at, sizeof(env) - (size_t)at, "%s:mem=cuda:cuda_one_shot,", kinds[k]);
+    }
+    env[at - 1] = 0;
+    return env;
+}
 
 /* n ranks run body with the tests' settings and up to 7 more (a NULL ends them early). */
 static void run7(int n, th_body_fn body, const char *const extra[7])
@@ -47,15 +68,14 @@ static void run7(int n, th_body_fn body, const char *const extra[7])
     cr_assert_eq(res.failed, 0, "%d of %d ranks failed", res.failed, n);
 }
 
-static void run5(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3,
-                 const char *extra4, const char *extra5)
+static void run5(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3, const char *extra4,
+                 const char *extra5)
 {
     const char *const extras[7] = {extra, extra2, extra3, extra4, extra5, NULL, NULL};
     run7(n, body, extras);
 }
 
-static void run4(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3,
-                 const char *extra4)
+static void run4(int n, th_body_fn body, const char *extra, const char *extra2, const char *extra3, const char *extra4)
 {
     run5(n, body, extra, extra2, extra3, extra4, NULL);
 }
@@ -254,22 +274,22 @@ Test(cuda_coll, allreduce_4_ranks, .timeout = 600)
     run(4, body_allreduce, NULL);
 }
 
-/* Allreduces up to 512 KiB per rank take the LL kernel by default: these
- * keep the fused and chunked paths covered for them. */
-Test(cuda_coll, allreduce_without_ll_2_ranks, .timeout = 600)
+/* Allreduces up to 512 KiB per rank take the LL kernel by default: one shot
+ * keeps the fused and chunked paths covered for them. */
+Test(cuda_coll, allreduce_one_shot_2_ranks, .timeout = 600)
 {
-    run(2, body_allreduce, "WEFT_CUDA_COLL_LL=0");
+    run(2, body_allreduce, AR("one_shot"));
 }
 
-Test(cuda_coll, allreduce_without_ll_3_ranks, .timeout = 600)
+Test(cuda_coll, allreduce_one_shot_3_ranks, .timeout = 600)
 {
-    run(3, body_allreduce, "WEFT_CUDA_COLL_LL=0");
+    run(3, body_allreduce, AR("one_shot"));
 }
 
 /* LL pieces of one block at most (4 KiB): body_allreduce's larger counts take the fused and chunked paths. */
 Test(cuda_coll, allreduce_ll_4k_2_ranks, .timeout = 600)
 {
-    run(2, body_allreduce, "WEFT_CUDA_COLL_LL=4096");
+    run(2, body_allreduce, "WEFT_COLL_TUNE=allreduce:0-4097:mem=cuda:cuda_ll,allreduce:mem=cuda:cuda_one_shot");
 }
 
 /* Two shots for every allreduce (no LL, nothing fused) on 3 and 4
@@ -277,38 +297,36 @@ Test(cuda_coll, allreduce_ll_4k_2_ranks, .timeout = 600)
  * small counts, several chunks for the larger ones. */
 Test(cuda_coll, allreduce_two_shot_3_ranks, .timeout = 600)
 {
-    run3(3, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+    run2(3, body_allreduce, AR("two_shot"), NOT_FUSED);
 }
 
 Test(cuda_coll, allreduce_two_shot_4_ranks, .timeout = 600)
 {
-    run3(4, body_allreduce, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+    run2(4, body_allreduce, AR("two_shot"), NOT_FUSED);
 }
 
-/* The pipelined kernel, pushing, for every call that does not fuse (3 and 4 ranks: nothing fused and no LL
- * kernel, so every type, op and count runs pushed): with 4 KiB slots, 16 blocks and 2 positions a block its
- * positions are 256 bytes (a pushed allreduce's places 64 bytes on 2 ranks, 32 on 3 and 4), so every block
- * reuses each position many times; on 1 and 2 ranks fused and pipelined calls alternate on the communicator. */
+/* The pipelined kernel, pushing, for every call that does not fuse (3 and 4 ranks: nothing fused, so every
+ * type, op and count runs pushed): with 4 KiB slots, 16 blocks and 2 positions a block its positions are 256
+ * bytes (a pushed allreduce's places 64 bytes on 2 ranks, 32 on 3 and 4), so every block reuses each position
+ * many times; on 1 and 2 ranks LL (up to WEFT_CUDA_COLL_FUSED) and pushed calls alternate on the communicator. */
 Test(cuda_coll, allreduce_pipelined_1_rank, .timeout = 600)
 {
-    run2(1, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
+    run(1, body_allreduce, AR("pushed"));
 }
 
 Test(cuda_coll, allreduce_pipelined_2_ranks, .timeout = 600)
 {
-    run2(2, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL);
+    run(2, body_allreduce, AR("pushed"));
 }
 
 Test(cuda_coll, allreduce_pipelined_3_ranks, .timeout = 600)
 {
-    run5(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0",
-         NO_RING);
+    run2(3, body_allreduce, AR("pushed"), NOT_FUSED);
 }
 
 Test(cuda_coll, allreduce_pipelined_4_ranks, .timeout = 600)
 {
-    run5(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0",
-         NO_RING);
+    run2(4, body_allreduce, AR("pushed"), NOT_FUSED);
 }
 
 /* The ring (3+ ranks, every pipelined call; nothing fused, no LL kernel): every type, op and count, reduced
@@ -316,58 +334,54 @@ Test(cuda_coll, allreduce_pipelined_4_ranks, .timeout = 600)
  * gives the same bits). */
 Test(cuda_coll, allreduce_ring_3_ranks, .timeout = 600)
 {
-    run4(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", RING_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+    run2(3, body_allreduce, AR("ring"), NOT_FUSED);
 }
 
 Test(cuda_coll, allreduce_ring_4_ranks, .timeout = 600)
 {
-    run4(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", RING_ALL, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+    run2(4, body_allreduce, AR("ring"), NOT_FUSED);
 }
 
-/* The same with the pipelined kernel reading its peers' scratch (not pushing): one shot over units. */
+/* The same with the pipelined kernel reading its peers' scratch (not pushing): one shot over units; LL up to
+ * WEFT_CUDA_COLL_FUSED. */
 Test(cuda_coll, allreduce_pipelined_read_3_ranks, .timeout = 600)
 {
-    run3(3, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", NO_RING);
+    run(3, body_allreduce, AR("pipelined"));
 }
 
 Test(cuda_coll, allreduce_pipelined_read_4_ranks, .timeout = 600)
 {
-    run3(4, body_allreduce, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", NO_RING);
+    run(4, body_allreduce, AR("pipelined"));
 }
 
 /* The pipelined kernel's unit order, every call pipelined, pushed and read: the order each collective does
  * not take by default (allreduce: 0 ahead, each unit filled then consumed; the others: 1 ahead, as allreduce's
  * default), 8 positions a block with 7 units filled ahead of the one consumed, and an ahead past depth - 1,
  * which is cut to it (1 position and 1 ahead: 0; 8 and 9: 7). */
-static void run_pipe_order(int n, th_body_fn body, const char *push, const char *depth, const char *ahead,
-                           const char *ring)
+static void run_pipe_order(int n, th_body_fn body, const char *form, const char *depth, const char *ahead)
 {
-    const char *const extras[7] = {"WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0",
-                                   push, depth, ahead, ring};
-    run7(n, body, extras);
+    run4(n, body, form, NOT_FUSED, depth, ahead);
 }
 
 Test(cuda_coll, allreduce_pipelined_in_order_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0", NO_RING);
-    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0",
-                   "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NO_RING);
+    run_pipe_order(4, body_allreduce, AR("pushed"), "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0");
+    run_pipe_order(3, body_allreduce, AR("pipelined"), "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_AHEAD=1");
 }
 
 Test(cuda_coll, allreduce_pipelined_far_ahead_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NO_RING);
-    run_pipe_order(3, body_allreduce, "WEFT_CUDA_COLL_PUSH=0",
-                   "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=9", NO_RING);
+    run_pipe_order(4, body_allreduce, AR("pushed"), "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7");
+    run_pipe_order(3, body_allreduce, AR("pipelined"), "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=9");
 }
 
 /* The ring's unit order: 1 unit at a time with 2 positions (and with 1, which the ring raises to 2), 4 at a
  * time with 8 (an ahead of 7 cut to depth / 2). */
 Test(cuda_coll, allreduce_ring_order_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_allreduce, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0", NULL);
-    run_pipe_order(3, body_allreduce, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NULL);
-    run_pipe_order(5, body_allreduce, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NULL);
+    run_pipe_order(4, body_allreduce, AR("ring"), "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0");
+    run_pipe_order(3, body_allreduce, AR("ring"), "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+    run_pipe_order(5, body_allreduce, AR("ring"), "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7");
 }
 
 /* Pushing warps beside consuming ones (WEFT_CUDA_COLL_PIPE_SPLIT), every call pipelined and pushed: one
@@ -376,9 +390,9 @@ Test(cuda_coll, allreduce_ring_order_4_ranks, .timeout = 600)
  * reduced parts, into positions their own producers may not have waited for. */
 Test(cuda_coll, allreduce_pipelined_split_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4", NO_RING);
-    run_pipe_order(2, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1", NO_RING);
-    run_pipe_order(3, body_allreduce, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7", NO_RING);
+    run_pipe_order(4, body_allreduce, AR("pushed"), "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4");
+    run_pipe_order(2, body_allreduce, AR("pushed"), "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1");
+    run_pipe_order(3, body_allreduce, AR("pushed"), "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7");
 }
 
 /* Byte patterns of n bytes a rank (k varies the pattern and the bcast's
@@ -434,8 +448,7 @@ static void others_once(weft_comm_t w, int rank, int size, size_t n, size_t k)
     snprintf(what, sizeof(what), "reduce %zu B to %d", n, rroot);
     TH_CHECK(weft_reduce(din, dout, (int64_t)n, WEFT_UINT8, WEFT_MAX, rroot, w) == 0, "%s: %s", what,
              weft_last_error());
-    if (rank == rroot)
-        free(matches(ref, dout, n, what));
+    if (rank == rroot) free(matches(ref, dout, n, what));
     TH_OK(weft_barrier(w)); /* the host one */
     gpu_free(din);
     gpu_free(dout);
@@ -469,15 +482,15 @@ Test(cuda_coll, others_4_ranks, .timeout = 600)
     run(4, body_others, NULL);
 }
 
-/* body_others' sizes take the LL kernel by default (pieces up to 512 KiB): without it, fused and chunked calls. */
-Test(cuda_coll, others_without_ll_2_ranks, .timeout = 600)
+/* body_others' sizes take the LL kernel by default (pieces up to 512 KiB): one shot, fused and chunked calls. */
+Test(cuda_coll, others_one_shot_2_ranks, .timeout = 600)
 {
-    run(2, body_others, "WEFT_CUDA_COLL_LL=0");
+    run(2, body_others, others(NULL, "one_shot", 0));
 }
 
-Test(cuda_coll, others_without_ll_3_ranks, .timeout = 600)
+Test(cuda_coll, others_one_shot_3_ranks, .timeout = 600)
 {
-    run(3, body_others, "WEFT_CUDA_COLL_LL=0");
+    run(3, body_others, others(NULL, "one_shot", 0));
 }
 
 /* The LL forms back to back, nothing else between them, for 64 rounds of sizes 1 - 999 bytes: bcasts and
@@ -580,93 +593,102 @@ Test(cuda_coll, ll_back_to_back_4_ranks, .timeout = 600)
     run(4, body_ll, NULL);
 }
 
-/* Fused, chunked and pipelined calls mixed: calls staging 16000 bytes or
- * more per rank pipelined, smaller ones over a slot in chunks. */
-/* Bcast in two steps (the root's chunks relayed through every rank's slot), every size and chunk of body_others. */
+/* Bcast in two steps (the root's chunks relayed through every rank's slot), every size and chunk of body_others;
+ * the others one shot, nothing fused. */
 Test(cuda_coll, others_two_step_3_ranks, .timeout = 600)
 {
-    run3(3, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+    run2(3, body_others, others(NULL, "two_step", 0), NOT_FUSED);
 }
 
 Test(cuda_coll, others_two_step_4_ranks, .timeout = 600)
 {
-    run3(4, body_others, "WEFT_CUDA_COLL_TWO_SHOT=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+    run2(4, body_others, others(NULL, "two_step", 0), NOT_FUSED);
 }
 
+/* Fused, chunked and pipelined calls mixed: calls of 16000 bytes or more per rank (past WEFT_CUDA_COLL_FUSED's
+ * 16384 staged) pipelined, pushing, smaller ones one shot. */
 Test(cuda_coll, others_pipelined_2_ranks, .timeout = 600)
 {
-    run3(2, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
+    run(2, body_others, others("16000", "pushed", 1));
 }
 
 Test(cuda_coll, others_pipelined_3_ranks, .timeout = 600)
 {
-    run4(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", NO_RING);
+    run(3, body_others, others("16000", "pushed", 1));
 }
 
 Test(cuda_coll, others_pipelined_4_ranks, .timeout = 600)
 {
-    run4(4, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_LL=0", NO_RING);
+    run(4, body_others, others(NULL, "pushed", 1));
 }
 
 /* Every call pushed, nothing fused: the pushed bcast (scattered by the root, passed on), allgather, reduce at
  * every size of body_others, empty parts included. */
 Test(cuda_coll, others_pushed_2_ranks, .timeout = 600)
 {
-    run4(2, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+    run2(2, body_others, others(NULL, "pushed", 1), NOT_FUSED);
 }
 
 Test(cuda_coll, others_pushed_3_ranks, .timeout = 600)
 {
-    run5(3, body_others, "WEFT_CUDA_COLL_PIPE=1", PUSH_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0", NO_RING);
+    run2(3, body_others, others(NULL, "pushed", 1), NOT_FUSED);
 }
 
-/* The ring: bcast along the chain from the root, allgather, reduce_scatter at every size of body_others
- * (calls from 16000 bytes a rank, mixed with fused and chunked ones; then every call), and its unit order. */
+/* The ring: bcast along the chain from the root, allgather, reduce_scatter at every size of body_others (reduce
+ * and alltoall, which have no ring, pushed) from 16000 bytes a rank, mixed with fused and chunked ones; then
+ * every call, and its unit order. */
 Test(cuda_coll, others_ring_3_ranks, .timeout = 600)
 {
-    run3(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", RING_ALL, "WEFT_CUDA_COLL_LL=0");
+    run(3, body_others, others("16000", "ring", 1));
 }
 
 Test(cuda_coll, others_ring_4_ranks, .timeout = 600)
 {
-    run4(4, body_others, "WEFT_CUDA_COLL_PIPE=1", RING_ALL, "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+    run2(4, body_others, others(NULL, "ring", 1), NOT_FUSED);
 }
 
 Test(cuda_coll, others_ring_order_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_others, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=0", NULL);
-    run_pipe_order(5, body_others, RING_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NULL);
+    run_pipe_order(4, body_others, others(NULL, "ring", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=2",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=0");
+    run_pipe_order(5, body_others, others(NULL, "ring", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=8",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=7");
 }
 
 Test(cuda_coll, others_pipelined_read_3_ranks, .timeout = 600)
 {
-    run4(3, body_others, "WEFT_CUDA_COLL_PIPE=16000", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0", NO_RING);
+    run(3, body_others, others("16000", "pipelined", 1));
 }
 
 Test(cuda_coll, others_pipelined_read_4_ranks, .timeout = 600)
 {
-    run4(4, body_others, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_PUSH=0", "WEFT_CUDA_COLL_LL=0", NO_RING);
+    run(4, body_others, others(NULL, "pipelined", 1));
 }
 
 Test(cuda_coll, others_pipelined_one_ahead_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NO_RING);
-    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0",
-                   "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_AHEAD=1", NO_RING);
+    run_pipe_order(4, body_others, others(NULL, "pushed", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=2",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=1");
+    run_pipe_order(3, body_others, others(NULL, "pipelined", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=2",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=1");
 }
 
 Test(cuda_coll, others_pipelined_split_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=2", "WEFT_CUDA_COLL_PIPE_SPLIT=4", NO_RING);
-    run_pipe_order(2, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=1", "WEFT_CUDA_COLL_PIPE_SPLIT=1", NO_RING);
-    run_pipe_order(3, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_SPLIT=7", NO_RING);
+    run_pipe_order(4, body_others, others(NULL, "pushed", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=2",
+                   "WEFT_CUDA_COLL_PIPE_SPLIT=4");
+    run_pipe_order(2, body_others, others(NULL, "pushed", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=1",
+                   "WEFT_CUDA_COLL_PIPE_SPLIT=1");
+    run_pipe_order(3, body_others, others(NULL, "pushed", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=8",
+                   "WEFT_CUDA_COLL_PIPE_SPLIT=7");
 }
 
 Test(cuda_coll, others_pipelined_far_ahead_4_ranks, .timeout = 600)
 {
-    run_pipe_order(4, body_others, PUSH_ALL, "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NO_RING);
-    run_pipe_order(3, body_others, "WEFT_CUDA_COLL_PUSH=0",
-                   "WEFT_CUDA_COLL_PIPE_DEPTH=8", "WEFT_CUDA_COLL_PIPE_AHEAD=7", NO_RING);
+    run_pipe_order(4, body_others, others(NULL, "pushed", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=8",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=7");
+    run_pipe_order(3, body_others, others(NULL, "pipelined", 1), "WEFT_CUDA_COLL_PIPE_DEPTH=8",
+                   "WEFT_CUDA_COLL_PIPE_AHEAD=7");
 }
 
 /* Stream-ordered calls: enqueued on a stream of the caller's, with a work
@@ -780,15 +802,16 @@ Test(cuda_coll, stream_and_graph_4_ranks, .timeout = 300)
     run(4, body_stream, NULL);
 }
 
-/* The same with every call pipelined (nothing fused): graph replays of the pipelined kernel. */
+/* The same with every call pipelined (nothing fused): graph replays of the pipelined kernel (2 ranks: the
+ * allreduce read, the allgather pushed; 4: both rings). */
 Test(cuda_coll, stream_and_graph_pipelined_2_ranks, .timeout = 300)
 {
-    run3(2, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+    run2(2, body_stream, "WEFT_COLL_TUNE=allreduce:mem=cuda:cuda_pipelined,allgather:mem=cuda:cuda_pushed", NOT_FUSED);
 }
 
 Test(cuda_coll, stream_and_graph_pipelined_4_ranks, .timeout = 300)
 {
-    run4(4, body_stream, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", PUSH_ALL, "WEFT_CUDA_COLL_LL=0");
+    run2(4, body_stream, "WEFT_COLL_TUNE=allreduce:mem=cuda:cuda_ring,allgather:mem=cuda:cuda_ring", NOT_FUSED);
 }
 
 /* One communicator's calls alternating between two streams with no host
@@ -847,7 +870,7 @@ Test(cuda_coll, two_streams_in_call_order, .timeout = 300)
 
 Test(cuda_coll, two_streams_in_call_order_pipelined, .timeout = 300)
 {
-    run2(3, body_two_streams, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0");
+    run2(3, body_two_streams, "WEFT_COLL_TUNE=allreduce:mem=cuda:cuda_ring,allgather:mem=cuda:cuda_ring", NOT_FUSED);
 }
 
 /* Calls chained on one stream with nothing between them: each call's input
@@ -921,12 +944,12 @@ Test(cuda_coll, chained_calls_2_ranks, .timeout = 300)
 
 Test(cuda_coll, chained_calls_staged_3_ranks, .timeout = 300)
 {
-    run2(3, body_chain, "WEFT_CUDA_COLL_LL=0", "WEFT_CUDA_COLL_FUSED=0");
+    run2(3, body_chain, "WEFT_COLL_TUNE=allreduce:mem=cuda:cuda_one_shot,allgather:mem=cuda:cuda_one_shot", NOT_FUSED);
 }
 
 Test(cuda_coll, chained_calls_pipelined_4_ranks, .timeout = 300)
 {
-    run3(4, body_chain, "WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", "WEFT_CUDA_COLL_LL=0");
+    run2(4, body_chain, "WEFT_COLL_TUNE=allreduce:mem=cuda:cuda_ring,allgather:mem=cuda:cuda_ring", NOT_FUSED);
 }
 
 /* Registered buffers (weft_comm_window_register): each rank's input at a
@@ -942,7 +965,7 @@ static int body_window(int rank, int size, void *arg)
     (void)arg;
     weft_comm_t w = gpu_weft_start(), spare;
     TH_OK(weft_comm_dup(w, NULL, &spare));
-    enum { N = 12000 };                     /* 48 KB of float32 a rank: past WEFT_CUDA_COLL_FUSED */
+    enum { N = 12000 };                             /* 48 KB of float32 a rank: past WEFT_CUDA_COLL_FUSED */
     const size_t WB = sizeof(float) * N * 8 + 4096; /* the window: room for an alltoall's n blocks */
     char *dwin = gpu_alloc(WB + 65536);
     const size_t off = 256 * (size_t)(rank + 1); /* a different offset on every rank */
@@ -1032,15 +1055,19 @@ static int body_window(int rank, int size, void *arg)
     return 0;
 }
 
-/* WEFT_CUDA_COLL_WINDOW=1: every call past the one-launch sizes reads its window in place (LL off: it goes first). */
+/* Every call past the one-launch sizes reads its window in place (cuda_window first), the others one shot. */
+#define WINDOW_FIRST(k) k ":mem=cuda:cuda_window," k ":mem=cuda:cuda_one_shot"
+#define WINDOWS                                                                                                        \
+    "WEFT_COLL_TUNE=" WINDOW_FIRST("allreduce") "," WINDOW_FIRST("reduce") "," WINDOW_FIRST(                           \
+        "reduce_scatter_block") "," WINDOW_FIRST("allgather") "," WINDOW_FIRST("alltoall") "," WINDOW_FIRST("bcast")
 Test(cuda_coll, windows_2_ranks, .timeout = 300)
 {
-    run2(2, body_window, "WEFT_CUDA_COLL_WINDOW=1", "WEFT_CUDA_COLL_LL=0");
+    run(2, body_window, WINDOWS);
 }
 
 Test(cuda_coll, windows_4_ranks, .timeout = 300)
 {
-    run2(4, body_window, "WEFT_CUDA_COLL_WINDOW=1", "WEFT_CUDA_COLL_LL=0");
+    run(4, body_window, WINDOWS);
 }
 
 /* The last rank skips a GPU allreduce: the others' kernels wait at the
@@ -1102,7 +1129,7 @@ Test(cuda_coll, timeout_then_fresh_comm, .timeout = 300)
  * pipelined kernel queued behind it on the stream then ends at once too. */
 Test(cuda_coll, timeout_in_pipelined_kernel, .timeout = 300)
 {
-    const char *env[] = {"WEFT_CUDA_COLL_PIPE=1", "WEFT_CUDA_COLL_FUSED=0", NULL};
+    const char *env[] = {AR("ring"), NOT_FUSED, NULL};
     run_timeout(env);
 }
 
@@ -1187,8 +1214,7 @@ static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, 
     void *din = dev_copy(in, total * es), *dout = gpu_alloc(obytes);
     gpu_memset(dout, 0xAB, obytes);
     char what[112];
-    snprintf(what, sizeof(what), "%s %s op %d x %zu on %d ranks", k_name[kind], weft_dtype_name(t),
-             (int)op, n, size);
+    snprintf(what, sizeof(what), "%s %s op %d x %zu on %d ranks", k_name[kind], weft_dtype_name(t), (int)op, n, size);
     if (kind == K_ALLREDUCE) {
         TH_OK(weft_allreduce(in, ref, (int64_t)n, t, op, w));
         rc = weft_allreduce(din, dout, (int64_t)n, t, op, w);
@@ -1218,7 +1244,7 @@ static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, 
     free(ref);
 }
 
-/* LL pieces past 64 KiB (WEFT_CUDA_COLL_LL at 2 MiB, the most any rank count allows): pieces just past 64 KiB
+/* LL pieces past 64 KiB (cuda_ll forced, up to the most each rank count allows): pieces just past 64 KiB
  * and 512 KiB, at the bound for the communicator's size (weft_ck_ll_max) and one byte (element) past it, which
  * stages instead (at the bound a rank's LL grid would be a block per SM or more: on one GPU shared by every rank
  * it must keep to its share of the GPU, or the first rank's blocks hold every SM while they wait for the
@@ -1241,17 +1267,20 @@ static int body_ll_large(int rank, int size, void *arg)
     return 0;
 }
 
+#define LL_FIRST                                                                                                       \
+    "WEFT_COLL_TUNE=allreduce:mem=cuda:cuda_ll,reduce_scatter_block:mem=cuda:cuda_ll,bcast:mem=cuda:cuda_ll,"          \
+    "allgather:mem=cuda:cuda_ll,alltoall:mem=cuda:cuda_ll,reduce:mem=cuda:cuda_ll"
 Test(cuda_coll, ll_large_2_ranks, .timeout = 600)
 {
-    run2(2, body_ll_large, "WEFT_CUDA_COLL_LL=2097152", "WEFT_CUDA_COLL_FUSED=0");
+    run2(2, body_ll_large, LL_FIRST, NOT_FUSED);
 }
 
 Test(cuda_coll, ll_large_4_ranks, .timeout = 600)
 {
-    run2(4, body_ll_large, "WEFT_CUDA_COLL_LL=2097152", "WEFT_CUDA_COLL_FUSED=0");
+    run2(4, body_ll_large, LL_FIRST, NOT_FUSED);
 }
 
-/* The default selection where every rank shares one GPU: pieces at WEFT_CUDA_COLL_LL's auto bound (1 MiB on 2
+/* The default selection where every rank shares one GPU: pieces at cuda_ll's rules' bound (1 MiB on 2
  * ranks, 512 KiB on more) take the LL kernel, whose grid of a block per 4 KiB (128-256 blocks, one an SM) must keep
  * to its share of the GPU for every rank's to run at once. */
 static int body_ll_default(int rank, int size, void *arg)

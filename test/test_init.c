@@ -378,10 +378,10 @@ Test(init, a_gpu_protocol_knob_on_one_rank_fails_every_rank_at_once, .timeout = 
     for (int i = 0; i < weft_var_count() && !known; i++) {
         const char *name;
         weft_var_get(i, &name, NULL, NULL, NULL);
-        known = !strcmp(name, "WEFT_CUDA_COLL_LL");
+        known = !strcmp(name, "WEFT_CUDA_COLL_FUSED");
     }
-    if (!known) cr_skip_test("built without coll/cuda (no CUDA headers): WEFT_CUDA_COLL_LL does not exist");
-    disagree_run(2, (disagree_t){"WEFT_CUDA_COLL_LL", "0", 1, "WEFT_CUDA_COLL_LL (rank 1 sets it unlike rank 0"});
+    if (!known) cr_skip_test("built without coll/cuda: WEFT_CUDA_COLL_FUSED does not exist");
+    disagree_run(2, (disagree_t){"WEFT_CUDA_COLL_FUSED", "0", 1, "WEFT_CUDA_COLL_FUSED (rank 1 sets it unlike rank 0"});
 }
 Test(init, a_bad_node_id_fails_every_rank_at_once, .timeout = 60)
 {

@@ -14,17 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static void single_env(void)
-{
-    unsetenv("RANK");
-    unsetenv("WORLD_SIZE");
-    unsetenv("MASTER_ADDR");
-    unsetenv("MASTER_PORT");
-    unsetenv("PMIX_RANK");
-    unsetenv("PMIX_NAMESPACE");
-    setenv("WEFT_BOOTSTRAP", "single", 1);
-}
-
 Test(units, status_codes_are_fixed_and_named)
 {
     cr_assert_eq(WEFT_SUCCESS, 0);
@@ -136,7 +125,7 @@ Test(units, config_defaults_and_bad_values)
 
 Test(units, bad_config_fails_init_with_a_message)
 {
-    single_env();
+    th_single_env();
     setenv("WEFT_INIT_TIMEOUT", "-3", 1);
     cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_ARG);
     cr_assert(strstr(weft_last_error(), "WEFT_INIT_TIMEOUT"));
@@ -146,7 +135,7 @@ Test(units, bad_config_fails_init_with_a_message)
 Test(units, use_before_init_and_after_finalize)
 {
     int x = 0, flag = 0;
-    single_env();
+    th_single_env();
     cr_assert_eq(weft_send(&x, 1, WEFT_INT32, 0, 0, weft_comm_world()), WEFT_ERR_NOT_INITIALIZED);
     cr_assert_eq(weft_comm_world(), WEFT_COMM_NULL);
     cr_assert_eq(weft_finalize(), WEFT_ERR_NOT_INITIALIZED);
@@ -168,7 +157,7 @@ Test(units, use_before_init_and_after_finalize)
 
 Test(units, singleton_self_traffic)
 {
-    single_env();
+    th_single_env();
     cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS);
     weft_comm_t world = weft_comm_world();
     int rank = -1, size = -1;
@@ -194,7 +183,7 @@ Test(units, singleton_self_traffic)
 
 Test(units, bad_arguments_each_return_a_status)
 {
-    single_env();
+    th_single_env();
     cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS);
     weft_comm_t world = weft_comm_world();
     int x = 0, flag;
@@ -231,7 +220,7 @@ Test(units, bad_arguments_each_return_a_status)
 
 Test(units, wait_deadline_keeps_request_valid_then_cancel)
 {
-    single_env();
+    th_single_env();
     cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS);
     weft_comm_t world = weft_comm_world();
     int x = 0;
@@ -266,7 +255,7 @@ Test(units, wait_deadline_keeps_request_valid_then_cancel)
 
 Test(units, truncation_reports_and_writes_nothing_past_the_buffer)
 {
-    single_env();
+    th_single_env();
     cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS);
     weft_comm_t world = weft_comm_world();
     const size_t sizes[] = {8, 100, 64 * 1024, 1 << 20};
@@ -313,7 +302,7 @@ static void send_out_of_range(void *arg)
  * weft_last_error()): at the default level weft does not print it too. */
 Test(units, returned_error_is_logged_at_debug_only)
 {
-    single_env();
+    th_single_env();
     unsetenv("WEFT_LOG_LEVEL");
     char *out = th_stderr_of(send_out_of_range, NULL);
     cr_assert(!strstr(out, "out of range"), "a returned error was printed: %s", out);
@@ -408,8 +397,7 @@ Test(units, hmac_sha256_rfc4231)
     }
     /* In pieces (one of them empty), the same MAC. */
     uint8_t a[WEFT_SHA256_LEN], b[WEFT_SHA256_LEN];
-    const weft_bytes_t whole = {tc7, sizeof(tc7) - 1},
-                       parts[] = {{tc7, 10}, {"", 0}, {tc7 + 10, sizeof(tc7) - 11}};
+    const weft_bytes_t whole = {tc7, sizeof(tc7) - 1}, parts[] = {{tc7, 10}, {"", 0}, {tc7 + 10, sizeof(tc7) - 11}};
     cr_assert_eq(weft_hmac_sha256(kaa, 131, &whole, 1, a), 0);
     cr_assert_eq(weft_hmac_sha256(kaa, 131, parts, 3, b), 0);
     cr_expect_arr_eq(a, b, sizeof(a));
