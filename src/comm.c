@@ -599,6 +599,156 @@ WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_opti
     return comm_create(comm, &a, opts, newcomm);
 }
 
+/* ---- creation among the members only (weft_comm_create_group) ------------- */
+
+/* What each member contributes: as create_info_t, and what must match. */
+typedef struct {
+    int32_t invalid; /* this member's own arguments were bad (a NULL output pointer) */
+    int32_t nranks;
+    int32_t tag;
+    uint32_t epoch;
+    uint64_t list_hash;
+    uint64_t nonce;
+    uint64_t free_ctx[CTX_WORDS];
+} group_info_t;
+
+/* The first member gathers every member's info and hands the table back:
+ * n - 1 messages in and n - 1 out, in the creation's own tag class on
+ * comm's context, so nothing else on comm can match them. On failure a
+ * send may still be pending: its buffer (*sendbuf, malloc'd) is then left
+ * to it rather than freed under it. */
+static int group_exchange(weft_comm_t comm, const int *m, int n, int me, int tag, group_info_t *all, void **sendbuf)
+{
+    weft_request_t *reqs = calloc((size_t)n, sizeof(*reqs));
+    int nreq = 0, rc = WEFT_SUCCESS, pending_send = 0;
+    size_t one = sizeof(group_info_t), table = one * (size_t)n;
+    if (!reqs) return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_create_group: out of memory for %d members", n);
+    if (me == 0) {
+        for (int i = 1; i < n && !rc; i++)
+            if (!(rc = weft_xport->irecv(&all[i], one, m[i], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq]))) nreq++;
+        if (!rc) rc = weft_waitall(nreq, reqs, NULL);
+        for (int i = 0; i < nreq; i++)
+            if (reqs[i] != WEFT_REQUEST_NULL) weft_request_free(&reqs[i]);
+        nreq = 0;
+        if (!rc) {
+            memcpy(*sendbuf, all, table);
+            for (int i = 1; i < n && !rc; i++)
+                if (!(rc = weft_xport->isend(*sendbuf, table, m[i], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq])))
+                    nreq++;
+            if (!rc) rc = weft_waitall(nreq, reqs, NULL);
+        }
+    } else {
+        memcpy(*sendbuf, &all[me], one);
+        rc = weft_xport->irecv(all, table, m[0], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq]);
+        if (!rc) nreq++;
+        if (!rc && !(rc = weft_xport->isend(*sendbuf, one, m[0], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq])))
+            nreq++;
+        if (!rc) rc = weft_waitall(nreq, reqs, NULL);
+        if (rc == WEFT_ERR_TRUNCATE)
+            rc = weft_error(WEFT_ERR_ARG,
+                            "weft_comm_create_group: the table from rank %d (the first member) is not %d members "
+                            "long: it was given another list",
+                            m[0], n);
+    }
+    for (int i = 0; i < nreq; i++)
+        if (reqs[i] != WEFT_REQUEST_NULL) {
+            pending_send = 1; /* a receive is canceled; a send runs on with its buffer */
+            weft_request_free(&reqs[i]);
+        }
+    if (pending_send) *sendbuf = NULL;
+    free(reqs);
+    return rc;
+}
+
+WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nranks, int tag, weft_options_t opts,
+                                    weft_comm_t *newcomm)
+{
+    WEFT_API_ENTER();
+    static const char fn[] = "weft_comm_create_group";
+    int rc = create_prologue(comm, opts, fn), me = -1;
+    if (rc) return rc;
+    if (newcomm) *newcomm = WEFT_COMM_NULL;
+    if (nranks <= 0 || !ranks)
+        return weft_error(WEFT_ERR_ARG, "%s: %s", fn, nranks <= 0 ? "no ranks listed" : "NULL rank list");
+    if (tag < 0 || tag > WEFT_TAG_UB)
+        return weft_error(WEFT_ERR_ARG, "%s: tag %d is not in 0..%d", fn, tag, WEFT_TAG_UB);
+    for (int i = 0; i < nranks; i++) {
+        if (ranks[i] < 0 || ranks[i] >= comm->size)
+            return weft_error(WEFT_ERR_ARG, "%s: ranks[%d] = %d is out of range 0..%d of comm %s", fn, i, ranks[i],
+                              comm->size - 1, comm->name);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return weft_error(WEFT_ERR_ARG, "%s: rank %d is listed twice (positions %d and %d)", fn, ranks[i], j,
+                                  i);
+        if (ranks[i] == comm->rank) me = i;
+    }
+    /* Without the caller in it, the list names a group this rank cannot
+     * take part in: the members go on without it. */
+    if (me < 0)
+        return weft_error(WEFT_ERR_ARG, "%s: the list of %d ranks does not contain the caller (rank %d of comm %s)", fn,
+                          nranks, comm->rank, comm->name);
+
+    group_info_t *all = calloc((size_t)nranks, sizeof(*all));
+    void *sendbuf = malloc(sizeof(*all) * (size_t)nranks);
+    weft_comm_t c = WEFT_COMM_NULL;
+    if (!all || !sendbuf) {
+        free(all);
+        free(sendbuf);
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d members", fn, nranks);
+    }
+    group_info_t *mine = &all[me];
+    mine->invalid = newcomm == NULL;
+    mine->nranks = nranks;
+    mine->tag = tag;
+    mine->epoch = ctx_epoch;
+    mine->list_hash = hash_ranks(ranks, nranks);
+    mine->nonce = weft_random64();
+    for (int w = 0; w < CTX_WORDS; w++)
+        mine->free_ctx[w] = ~ctx_used[w];
+    group_info_t keep = *mine;
+    WEFT_CHECK_GOTO(group_exchange(comm, ranks, nranks, me, tag, all, &sendbuf), rc, out);
+
+    /* Every member checks the same table, so all fail or none. */
+    for (int i = 0; i < nranks; i++) {
+        if (all[i].nranks != keep.nranks || all[i].list_hash != keep.list_hash || all[i].tag != keep.tag) {
+            rc = weft_error(WEFT_ERR_ARG,
+                            "%s: rank %d of comm %s passed another list or tag (%d ranks, tag %d) than rank %d (%d "
+                            "ranks, tag %d); every member must pass the same",
+                            fn, ranks[i], comm->name, all[i].nranks, all[i].tag, ranks[0], keep.nranks, keep.tag);
+            goto out;
+        }
+        if (all[i].invalid) {
+            rc = weft_error(WEFT_ERR_ARG, "%s: rank %d of comm %s passed a NULL output pointer", fn, ranks[i],
+                            comm->name);
+            goto out;
+        }
+    }
+    int slot = -1;
+    uint32_t epoch = 0;
+    for (int w = 0; w < CTX_WORDS && slot < 0; w++) {
+        uint64_t free_everywhere = ~UINT64_C(0);
+        for (int i = 0; i < nranks; i++)
+            free_everywhere &= all[i].free_ctx[w];
+        if (free_everywhere) slot = w * 64 + __builtin_ctzll(free_everywhere);
+    }
+    for (int i = 0; i < nranks; i++)
+        if (all[i].epoch > epoch) epoch = all[i].epoch;
+    if (slot < 0) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY,
+                        "%s: no context slot is free on every member (at most %d live communicators per process, "
+                        "world included)",
+                        fn, WEFT_MAX_CONTEXTS);
+        goto out;
+    }
+    rc = comm_build(comm, ranks, nranks, (uint32_t)slot, epoch, all[0].nonce, opts, NULL, fn, &c);
+    if (!rc) *newcomm = c;
+out:
+    free(all);
+    free(sendbuf); /* NULL when a send still holds it */
+    if (rc) weft_comm_error_policy(comm, rc);
+    return rc;
+}
+
 WEFT_API int weft_comm_free(weft_comm_t *comm)
 {
     WEFT_API_ENTER();

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* "host:port", with brackets around an IPv6 literal. */
 static void format_where(char *buf, size_t cap, const char *host, int port)
@@ -157,7 +158,8 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
                          .where = eb->where,
                          .key = &eb->key,
                          .bind_any = weft_cfg.store_bind_any,
-                         .deadline = deadline};
+                         .deadline = deadline,
+                         .listen_fd = -1};
         WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, &o, &eb->thread), rc, out);
     }
     WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
@@ -174,5 +176,55 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
     return WEFT_SUCCESS;
 out:
     if (eb) weft_env_free(eb, 0, 0);
+    return rc;
+}
+
+int weft_bootstrap_rendezvous_init(weft_bootstrap_t *bs, const weft_rdv_info_t *info, int rank, int size, int listen_fd,
+                                   int want_lost, double deadline)
+{
+    env_boot_t *eb = NULL;
+    int rc;
+
+    if (!(eb = calloc(1, sizeof(*eb)))) {
+        if (listen_fd >= 0) close(listen_fd);
+        return weft_error(WEFT_ERR_NO_MEMORY, "rendezvous: out of memory");
+    }
+    eb->fd = -1;
+    eb->first_lost = -1;
+    eb->rank = rank;
+    eb->size = size;
+    eb->port = info->port;
+    eb->no_lost = !want_lost;
+    snprintf(eb->addr, sizeof(eb->addr), "%s", info->addr);
+    snprintf(eb->where, sizeof(eb->where), "%s", info->where);
+    WEFT_CHECK_GOTO(weft_job_key_from_secret(&eb->key, info->secret, sizeof(info->secret), "the rendezvous handle"), rc,
+                    out);
+    if (listen_fd >= 0) {
+        env_serve_t o = {.size = size,
+                         .local_size = -1,
+                         .addr = eb->addr,
+                         .port = eb->port,
+                         .where = eb->where,
+                         .key = &eb->key,
+                         .deadline = deadline,
+                         .listen_fd = listen_fd};
+        listen_fd = -1; /* the store's now (lost only if the store cannot start: out of memory) */
+        WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, &o, &eb->thread), rc, out);
+    }
+    WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
+
+    bs->name = "rendezvous";
+    bs->rank = rank;
+    bs->size = size;
+    bs->local_rank = -1;
+    bs->local_size = -1;
+    bs->allgather = weft_env_allgather;
+    bs->finalize = weft_env_finalize;
+    bs->poll_lost = weft_env_poll_lost;
+    bs->impl = eb;
+    return WEFT_SUCCESS;
+out:
+    if (listen_fd >= 0) close(listen_fd);
+    weft_env_free(eb, 0, 0);
     return rc;
 }

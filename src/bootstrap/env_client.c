@@ -112,7 +112,7 @@ static int client_hello(int fd, void *ctx, double deadline, char *last, size_t c
         return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: no random nonce for the store's handshake: %s",
                           strerror(err));
     weft_env_hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0,
-                      HELLO_WANTS_LOST | (eb->key.keyed ? FLAG_KEYED : 0), STORE_NONCE);
+                      (eb->no_lost ? 0 : HELLO_WANTS_LOST) | (eb->key.keyed ? FLAG_KEYED : 0), STORE_NONCE);
     memcpy(b + STORE_HDR, nc, STORE_NONCE);
     io = weft_io_send(fd, b, STORE_HDR + STORE_NONCE, 0, io_dl, &err);
     for (int step = 0; io == IO_OK; step++) {
