@@ -186,8 +186,11 @@ static int join_verdict(const join_info_t *all, int size, int *members, const ch
         rc = weft_error(WEFT_ERR_ARG,
                         "%s: the %d joining processes are not in one weft world: %s%s%s%s%s. A process has one world "
                         "(the first join forms it, or weft_init): form it with a join of every process first",
-                        fn, size, nnone ? a : "", nnone ? " have none yet" : "", nnone && nother ? "; " : "",
-                        nother ? b : "", nother ? " are in another world than the first initialised rank's" : "");
+                        fn, size, nnone ? a : "", nnone ? (nnone == 1 ? " has none yet" : " have none yet") : "",
+                        nnone && nother ? "; " : "", nother ? b : "",
+                        nother ? (nother == 1 ? " is in another world than the first initialised rank's"
+                                              : " are in another world than the first initialised rank's")
+                               : "");
     }
 out:
     free(none);

@@ -301,7 +301,7 @@ static int body_join_mixed(int rank, int size, void *argp)
     weft_rendezvous_t h2 = rendezvous_from(b, 1, rank, 0);
     int rc = weft_comm_join(&h2, rank, 3, WEFT_OPTIONS_NULL, &d);
     TH_CHECK(rc == WEFT_ERR_ARG && d == WEFT_COMM_NULL, "mixed join: rc %d (%s)", rc, weft_last_error());
-    TH_CHECK(strstr(weft_last_error(), "rank 2 have none yet"), "%s", weft_last_error());
+    TH_CHECK(strstr(weft_last_error(), "rank 2 has none yet"), "%s", weft_last_error());
     int flag;
     TH_OK(weft_initialized(&flag));
     TH_CHECK(flag == (rank < 2), "initialized %d after the failed join", flag);
