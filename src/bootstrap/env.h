@@ -41,7 +41,8 @@ typedef struct env_boot {
     int port;
     char where[300];
     weft_job_key_t key; /* what this rank proves membership with */
-    int no_lost;        /* do not ask the store for LOST notices (a rendezvous that cannot become the world's) */
+    int no_lost;        /* a rendezvous that cannot become the world's: no LOST notices asked for, and nobody's
+                           loss reported to the world (its ranks are not world ranks) */
     server_t *srv;
     pthread_t thread;
 } env_boot_t;
