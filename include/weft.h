@@ -172,6 +172,11 @@ WEFT_API const char *weft_bootstrap_name(void);
 /* Datatype size in bytes, or 0 for an unknown datatype. */
 WEFT_API size_t weft_dtype_size(weft_dtype_t dtype);
 WEFT_API const char *weft_dtype_name(weft_dtype_t dtype);
+/* MPI's reduce_local: inout[i] = inout[i] op in[i] for i < count, on host
+ * memory, in the collectives' own arithmetic (float16 / bfloat16 computed
+ * in float32 and rounded once; AVG adds, as one step of a reduction does).
+ * in and inout are the same buffer or disjoint. Needs no weft_init. */
+WEFT_API int weft_reduce_local(const void *in, void *inout, int64_t count, weft_dtype_t dtype, weft_op_t op);
 
 /* ------------------------------------------------------------------ */
 /* Communicators                                                       */

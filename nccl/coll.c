@@ -20,7 +20,6 @@
  * memory, scaled, summed by weft's host collective and copied back. */
 #include "nccl_impl.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,103 +157,23 @@ static ncclResult_t op_check(nccl_op_t *o)
 
 /* ---- PreMulSum on the host -------------------------------------------------- */
 
-static float half_to_float(uint16_t h)
+/* buf[i] *= k, as weft's PROD against a block of copies of the scalar: the
+ * collectives' own arithmetic (integers wrap; half types multiply in float
+ * and round once). */
+static ncclResult_t scale(void *buf, size_t n, ncclDataType_t t, const unsigned char *k, const char *fn)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    float f;
-    if (exp == 0)
-        f = ldexpf((float)man, -24);
-    else if (exp == 31)
-        f = man ? NAN : INFINITY;
-    else
-        f = ldexpf((float)(man | 0x400), (int)exp - 25);
-    return sign ? -f : f;
-}
-
-static uint16_t float_to_half(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    if (isnan(f)) return (uint16_t)(sign | 0x7e00);
-    float a = fabsf(f);
-    if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00); /* rounds to infinity */
-    if (a < ldexpf(1.0f, -14)) {                         /* subnormal: units of 2^-24, to nearest even */
-        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
-    }
-    int e;
-    float m = frexpf(a, &e);                          /* a = m * 2^e, m in [0.5, 1) */
-    uint32_t man = (uint32_t)nearbyintf(m * 2048.0f); /* 11 significant bits */
-    if (man == 2048) {
-        man = 1024;
-        e++;
-    }
-    if (e + 14 >= 31) return (uint16_t)(sign | 0x7c00);
-    return (uint16_t)(sign | (uint32_t)(e + 14) << 10 | (man & 0x3ff));
-}
-
-static float bf16_to_float(uint16_t h)
-{
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-static uint16_t float_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if (isnan(f)) return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fff + ((x >> 16) & 1); /* to nearest even */
-    return (uint16_t)(x >> 16);
-}
-
-/* buf[i] *= scalar, in the type's arithmetic (integers wrap; half types
- * multiply in float and round once). */
-static void scale(void *buf, size_t n, ncclDataType_t t, const unsigned char *s)
-{
-#define SCALE_INT(T, U)                                                                                                \
-    do {                                                                                                               \
-        T *b = buf, k;                                                                                                 \
-        memcpy(&k, s, sizeof(k));                                                                                      \
-        for (size_t i = 0; i < n; i++)                                                                                 \
-            b[i] = (T)((U)b[i] * (U)k);                                                                                \
-    } while (0)
-    switch (t) {
-    case ncclInt8: SCALE_INT(int8_t, uint8_t); break;
-    case ncclUint8: SCALE_INT(uint8_t, uint8_t); break;
-    case ncclInt32: SCALE_INT(int32_t, uint32_t); break;
-    case ncclUint32: SCALE_INT(uint32_t, uint32_t); break;
-    case ncclInt64: SCALE_INT(int64_t, uint64_t); break;
-    case ncclUint64: SCALE_INT(uint64_t, uint64_t); break;
-    case ncclFloat32: {
-        float *b = buf, k;
-        memcpy(&k, s, 4);
-        for (size_t i = 0; i < n; i++)
-            b[i] *= k;
-        break;
-    }
-    case ncclFloat64: {
-        double *b = buf, k;
-        memcpy(&k, s, 8);
-        for (size_t i = 0; i < n; i++)
-            b[i] *= k;
-        break;
-    }
-    case ncclFloat16:
-    case ncclBfloat16: {
-        uint16_t *b = buf, raw;
-        memcpy(&raw, s, 2);
-        int half = t == ncclFloat16;
-        float k = half ? half_to_float(raw) : bf16_to_float(raw);
-        for (size_t i = 0; i < n; i++)
-            b[i] = half ? float_to_half(half_to_float(b[i]) * k) : float_to_bf16(bf16_to_float(b[i]) * k);
-        break;
-    }
-    default: break;
-    }
-#undef SCALE_INT
+    enum { CHUNK = 4096 };
+    size_t es = types[t].size;
+    unsigned char *ks = malloc(CHUNK * es);
+    if (!ks) return nccl_fail(ncclSystemError, "%s: out of memory", fn);
+    for (size_t i = 0; i < CHUNK; i++)
+        memcpy(ks + i * es, k, es);
+    int rc = WEFT_SUCCESS;
+    for (size_t at = 0; at < n && !rc; at += CHUNK)
+        rc = weft_reduce_local(ks, (char *)buf + at * es, (int64_t)(n - at < CHUNK ? n - at : CHUNK), types[t].reduce,
+                               WEFT_PROD);
+    free(ks);
+    return rc ? nccl_weft_fail(rc, fn) : ncclSuccess;
 }
 
 /* Copies between the caller's buffer and host memory in stream order and
@@ -295,7 +214,7 @@ static ncclResult_t run_premul(const nccl_op_t *o)
     if ((rc = copy_and_wait(in, o->send, nin * es, o->stream, fn))) goto done;
     memcpy(k, p->value, sizeof(k));
     if (p->residence == ncclScalarDevice && (rc = copy_and_wait(k, p->where, es, o->stream, fn))) goto done;
-    scale(in, nin, o->type, k);
+    if ((rc = scale(in, nin, o->type, k, fn))) goto done;
     int wrc = WEFT_SUCCESS, wt = types[o->type].reduce;
     if (!c->wc)
         memcpy(out, in, nout * es);
