@@ -13,6 +13,10 @@
 #     (PYTHON=...; skipped with the reason otherwise);
 #   - contrib/python/tests/run-torch-cuda.sh: weft as a torch.distributed
 #     backend on CUDA tensors, 2 ranks (skipped with the reason without torch);
+#   - test/nccl/torch_nccl_gpu.sh: PyTorch's own "nccl" backend on weft's
+#     libnccl.so.2 (LD_PRELOAD), 1, 2 and 4 ranks, eager and lazy, against
+#     gloo, NVIDIA's library alongside where it runs, and weft-nccl-tests
+#     through weft's library (skipped with the reason without torch);
 # Ranks take GPU LOCAL_RANK modulo the GPUs visible: one GPU shared, or one
 # each (CUDA_VISIBLE_DEVICES=0 shares the first of several);
 # and prints one summary line: "gpu tests: N passed, M failed, K skipped".
@@ -84,6 +88,16 @@ echo "== torch.distributed backend on CUDA tensors (2 ranks)"
 st=0
 WEFT_TEST_TIMEOUT=${WEFT_TEST_TIMEOUT:-300} "$src/contrib/python/tests/run-torch-cuda.sh" "$build" >"$log/torch.log" 2>&1 || st=$?
 tail -n 40 "$log/torch.log"
+case $st in
+    0) passed=$((passed + 1)) ;;
+    77) skipped=$((skipped + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+esac
+echo "== PyTorch's \"nccl\" backend on weft's libnccl.so.2 (1, 2, 4 ranks; NVIDIA's alongside where it runs)"
+st=0
+"$src/test/nccl/torch_nccl_gpu.sh" "$build" >"$log/torch-nccl.log" 2>&1 || st=$?
+grep -E "^(PASS|FAIL|skip) |^torch nccl on weft" "$log/torch-nccl.log"
+[ "$st" -eq 0 ] || [ "$st" -eq 77 ] || tail -n 40 "$log/torch-nccl.log"
 case $st in
     0) passed=$((passed + 1)) ;;
     77) skipped=$((skipped + 1)) ;;

@@ -35,7 +35,8 @@ have=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
 missing=$(comm -23 <(echo "$want") <(echo "$have"))
 nwant=$(echo "$want" | grep -c .)
 if [ -n "$missing" ]; then
-    echo "FAIL: libtorch_cuda.so imports $(echo "$missing" | wc -l) NCCL functions weft's libnccl.so.2 lacks:" $missing
+    echo "FAIL: libtorch_cuda.so imports $(echo "$missing" | wc -l) NCCL functions weft's libnccl.so.2 lacks:" \
+        "$(echo "$missing" | tr '\n' ' ')"
     fail=1
 else
     echo "ok: all $nwant NCCL functions libtorch_cuda.so imports are exported ($(echo "$have" | grep -c '^nccl') in all)"
