@@ -1,9 +1,9 @@
 /* Communicators: the unique id (a weft rendezvous handle), init from it
  * (weft_comm_join: the first communicator of a process forms weft's world,
  * later ones are groups of it, and the world closes when the last one is
- * destroyed), the config's fields (weft options and
- * hints, or logged as ignored with the reason), split, shrink, finalize,
- * destroy, abort, revoke, and the queries. */
+ * destroyed), the config's fields (weft options and hints, or logged as
+ * ignored with the reason), split, shrink, finalize, destroy, abort,
+ * revoke, and the queries. */
 #include "nccl_impl.h"
 
 #include <stdatomic.h>

@@ -1,6 +1,8 @@
 #!/bin/bash
 # weft's libnccl.so.2 against PyTorch: every NCCL function libtorch_cuda.so
-# imports is defined (and exported) by it, its SONAME is libnccl.so.2, and,
+# imports is defined (and exported) by it, its SONAME is libnccl.so.2, its
+# header's ABI is that of NVIDIA's nccl.h (which torch's nvidia-nccl package
+# carries), and,
 # put first with LD_PRELOAD, torch loads it instead of NVIDIA's and reports
 # its version through torch.cuda.nccl.version() (no GPU needed: torch's CUDA
 # build imports without one). Skipped (77) without an importable torch;
@@ -40,6 +42,35 @@ if [ -n "$missing" ]; then
     fail=1
 else
     echo "ok: all $nwant NCCL functions libtorch_cuda.so imports are exported ($(echo "$have" | grep -c '^nccl') in all)"
+fi
+# The header's ABI: test/nccl/abi_probe.c prints sizes, offsets, initialiser
+# values and enum values; built against weft's nccl.h and NVIDIA's (from the
+# nvidia-nccl package torch brings, with the CUDA runtime's headers beside
+# it), the two must print the same.
+nv=$("$py" -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null)
+cudainc=
+for d in "$(dirname "$nv")/../cu13/include" /usr/local/cuda/include; do
+    [ -f "$d/cuda_runtime.h" ] && { cudainc=$d; break; }
+done
+work=$(mktemp -d "${TMPDIR:-/tmp}/weft-nccl-abi.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+if [ -n "$nv" ] && [ -f "$nv/nccl.h" ] && [ -n "$cudainc" ]; then
+    if ${CC:-cc} -std=c11 -I"$nv" -I"$cudainc" -o "$work/nvidia" "$here/abi_probe.c" 2>"$work/cc.log" &&
+        ${CC:-cc} -std=c11 -I"$top/nccl" -DNCCL_WEFT_NO_CUDA_INCLUDE -o "$work/weft" "$here/abi_probe.c" 2>>"$work/cc.log"; then
+        if diff <("$work/nvidia") <("$work/weft") >"$work/diff"; then
+            echo "ok: nccl.h's ABI is NVIDIA's ($(grep -c . <("$work/weft")) sizes, offsets and values; $nv/nccl.h)"
+        else
+            echo "FAIL: nccl.h differs from NVIDIA's ($nv/nccl.h): < NVIDIA's, > weft's"
+            cat "$work/diff"
+            fail=1
+        fi
+    else
+        echo "FAIL: test/nccl/abi_probe.c does not build:"
+        cat "$work/cc.log"
+        fail=1
+    fi
+else
+    echo "note: no NVIDIA nccl.h with CUDA headers beside torch: the header's ABI is not compared"
 fi
 # torch with weft's library first: which libnccl it mapped, and the version it reads.
 out=$(LD_PRELOAD="$lib" LD_LIBRARY_PATH="$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$py" -c '
