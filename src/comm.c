@@ -283,6 +283,29 @@ static uint64_t hash_ranks(const int *ranks, int n)
     return h;
 }
 
+/* The lowest context slot free on all n contributors and the highest
+ * epoch among them (so the generation is new to each), or WEFT_ERR_NO_MEMORY
+ * naming fn when no slot is free on all. */
+static int agree_slot(const create_info_t *all, int n, const char *fn, int *slot, uint32_t *epoch)
+{
+    *slot = -1;
+    *epoch = 0;
+    for (int w = 0; w < CTX_WORDS && *slot < 0; w++) {
+        uint64_t m = ~UINT64_C(0);
+        for (int r = 0; r < n; r++)
+            m &= all[r].free_ctx[w];
+        if (m) *slot = w * 64 + __builtin_ctzll(m);
+    }
+    for (int r = 0; r < n; r++)
+        if (all[r].epoch > *epoch) *epoch = all[r].epoch;
+    if (*slot < 0)
+        return weft_error(WEFT_ERR_NO_MEMORY,
+                          "%s: no context slot is free on every member (at most %d live communicators per process, "
+                          "world included)",
+                          fn, WEFT_MAX_CONTEXTS);
+    return WEFT_SUCCESS;
+}
+
 static weft_comm_t comm_alloc(void)
 {
     weft_comm_t c = comm_free_list;
@@ -378,25 +401,11 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
 
     /* The lowest slot free on every member of the parent, and the highest
      * epoch among them (so the generation is new to every member). */
-    int slot = -1;
-    uint32_t epoch = 0;
-    for (int w = 0; w < CTX_WORDS && slot < 0; w++) {
-        uint64_t m = ~UINT64_C(0);
-        for (int r = 0; r < n; r++)
-            m &= all[r].free_ctx[w];
-        if (m) slot = w * 64 + __builtin_ctzll(m);
-    }
-    for (int r = 0; r < n; r++)
-        if (all[r].epoch > epoch) epoch = all[r].epoch;
-    if (slot < 0) {
-        rc = weft_error(WEFT_ERR_NO_MEMORY,
-                        "%s: no context slot is free on every member (at most %d live communicators per process, "
-                        "world included)",
-                        a->fn, WEFT_MAX_CONTEXTS);
-        goto out;
-    }
-    int lowest = members[0]; /* every member finds the same one */
-    for (int i = 1; i < nmembers; i++)
+    int slot;
+    uint32_t epoch;
+    WEFT_CHECK_GOTO(agree_slot(all, n, a->fn, &slot, &epoch), rc, out);
+    int lowest = me; /* a member itself; every member finds the same lowest */
+    for (int i = 0; i < nmembers; i++)
         if (members[i] < lowest) lowest = members[i];
     rc = comm_build(parent, members, nmembers, (uint32_t)slot, epoch, all[lowest].nonce, opts, a->name, a->fn, &c);
 out:
@@ -601,27 +610,16 @@ WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_opti
 
 /* ---- creation among the members only (weft_comm_create_group) ------------- */
 
-/* What each member contributes: as create_info_t, and what must match. */
-typedef struct {
-    int32_t invalid; /* this member's own arguments were bad (a NULL output pointer) */
-    int32_t nranks;
-    int32_t tag;
-    uint32_t epoch;
-    uint64_t list_hash;
-    uint64_t nonce;
-    uint64_t free_ctx[CTX_WORDS];
-} group_info_t;
-
 /* The first member gathers every member's info and hands the table back:
  * n - 1 messages in and n - 1 out, in the creation's own tag class on
  * comm's context, so nothing else on comm can match them. On failure a
  * send may still be pending: its buffer (*sendbuf, malloc'd) is then left
  * to it rather than freed under it. */
-static int group_exchange(weft_comm_t comm, const int *m, int n, int me, int tag, group_info_t *all, void **sendbuf)
+static int group_exchange(weft_comm_t comm, const int *m, int n, int me, int tag, create_info_t *all, void **sendbuf)
 {
     weft_request_t *reqs = calloc((size_t)n, sizeof(*reqs));
     int nreq = 0, rc = WEFT_SUCCESS, pending_send = 0;
-    size_t one = sizeof(group_info_t), table = one * (size_t)n;
+    size_t one = sizeof(create_info_t), table = one * (size_t)n;
     if (!reqs) return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_create_group: out of memory for %d members", n);
     if (me == 0) {
         for (int i = 1; i < n && !rc; i++)
@@ -688,7 +686,7 @@ WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nran
         return weft_error(WEFT_ERR_ARG, "%s: the list of %d ranks does not contain the caller (rank %d of comm %s)", fn,
                           nranks, comm->rank, comm->name);
 
-    group_info_t *all = calloc((size_t)nranks, sizeof(*all));
+    create_info_t *all = calloc((size_t)nranks, sizeof(*all));
     void *sendbuf = malloc(sizeof(*all) * (size_t)nranks);
     weft_comm_t c = WEFT_COMM_NULL;
     if (!all || !sendbuf) {
@@ -696,25 +694,25 @@ WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nran
         free(sendbuf);
         return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d members", fn, nranks);
     }
-    group_info_t *mine = &all[me];
+    create_info_t *mine = &all[me]; /* color: the list's length; key: the tag */
     mine->invalid = newcomm == NULL;
-    mine->nranks = nranks;
-    mine->tag = tag;
+    mine->color = nranks;
+    mine->key = tag;
     mine->epoch = ctx_epoch;
     mine->list_hash = hash_ranks(ranks, nranks);
     mine->nonce = weft_random64();
     for (int w = 0; w < CTX_WORDS; w++)
         mine->free_ctx[w] = ~ctx_used[w];
-    group_info_t keep = *mine;
+    create_info_t keep = *mine;
     WEFT_CHECK_GOTO(group_exchange(comm, ranks, nranks, me, tag, all, &sendbuf), rc, out);
 
     /* Every member checks the same table, so all fail or none. */
     for (int i = 0; i < nranks; i++) {
-        if (all[i].nranks != keep.nranks || all[i].list_hash != keep.list_hash || all[i].tag != keep.tag) {
+        if (all[i].color != keep.color || all[i].list_hash != keep.list_hash || all[i].key != keep.key) {
             rc = weft_error(WEFT_ERR_ARG,
                             "%s: rank %d of comm %s passed another list or tag (%d ranks, tag %d) than rank %d (%d "
                             "ranks, tag %d); every member must pass the same",
-                            fn, ranks[i], comm->name, all[i].nranks, all[i].tag, ranks[0], keep.nranks, keep.tag);
+                            fn, ranks[i], comm->name, all[i].color, all[i].key, ranks[0], keep.color, keep.key);
             goto out;
         }
         if (all[i].invalid) {
@@ -723,23 +721,9 @@ WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nran
             goto out;
         }
     }
-    int slot = -1;
-    uint32_t epoch = 0;
-    for (int w = 0; w < CTX_WORDS && slot < 0; w++) {
-        uint64_t free_everywhere = ~UINT64_C(0);
-        for (int i = 0; i < nranks; i++)
-            free_everywhere &= all[i].free_ctx[w];
-        if (free_everywhere) slot = w * 64 + __builtin_ctzll(free_everywhere);
-    }
-    for (int i = 0; i < nranks; i++)
-        if (all[i].epoch > epoch) epoch = all[i].epoch;
-    if (slot < 0) {
-        rc = weft_error(WEFT_ERR_NO_MEMORY,
-                        "%s: no context slot is free on every member (at most %d live communicators per process, "
-                        "world included)",
-                        fn, WEFT_MAX_CONTEXTS);
-        goto out;
-    }
+    int slot;
+    uint32_t epoch;
+    WEFT_CHECK_GOTO(agree_slot(all, nranks, fn, &slot, &epoch), rc, out);
     rc = comm_build(comm, ranks, nranks, (uint32_t)slot, epoch, all[0].nonce, opts, NULL, fn, &c);
     if (!rc) *newcomm = c;
 out:

@@ -291,3 +291,15 @@ int th_board_wait(th_board_t *b, int slot, void *data, size_t len, double timeou
     memcpy(data, b->data[slot], len < sizeof(b->data[slot]) ? len : sizeof(b->data[slot]));
     return 0;
 }
+
+th_result_t th_run_with_board(int n, th_body_fn body, double timeout_s)
+{
+    th_board_t *b = th_board_new();
+    if (!b) {
+        th_result_t r = {.nranks = n, .failed = n};
+        return r;
+    }
+    th_result_t r = th_run(n, body, b, timeout_s, NULL);
+    th_board_free(b);
+    return r;
+}

@@ -41,6 +41,8 @@ void th_board_free(th_board_t *b);
 void th_board_post(th_board_t *b, int slot, const void *data, size_t len);
 /* 0 once slot holds a blob (copied to data), -1 after timeout_s. */
 int th_board_wait(th_board_t *b, int slot, void *data, size_t len, double timeout_s);
+/* th_run with a fresh board as every rank's arg (freed afterwards). */
+th_result_t th_run_with_board(int n, th_body_fn body, double timeout_s);
 
 /* A free TCP port on 127.0.0.1 (bound and released; the kernel does not
  * hand it out again at once). */

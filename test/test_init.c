@@ -202,6 +202,13 @@ static void ring_check(weft_comm_t c, int world_rank)
     TH_CHECK(in == want, "ring: %d from the left, expected world rank %d", in, want);
 }
 
+/* Runs body on n ranks sharing a board for the handles. */
+static void run_joining(int n, th_body_fn body)
+{
+    th_result_t r = th_run_with_board(n, body, 50);
+    cr_assert_eq(r.failed, 0, "%d of %d ranks failed", r.failed, n);
+}
+
 /* Without weft_init, the first join forms the world (in the join's rank
  * order, not the harness's); a later one among some of them makes a group. */
 static int body_join(int rank, int size, void *argp)
@@ -251,11 +258,7 @@ static int body_join(int rank, int size, void *argp)
 
 Test(init, join_forms_the_world_then_groups, .timeout = 60)
 {
-    th_board_t *b = th_board_new();
-    cr_assert_not_null(b);
-    th_result_t r = th_run(4, body_join, b, 50, NULL);
-    th_board_free(b);
-    cr_assert_eq(r.failed, 0, "%d ranks failed", r.failed);
+    run_joining(4, body_join);
 }
 
 /* After weft_init (the env bootstrap), a join makes a group of the world. */
@@ -280,11 +283,7 @@ static int body_join_after_init(int rank, int size, void *argp)
 
 Test(init, join_after_init_makes_a_group, .timeout = 60)
 {
-    th_board_t *b = th_board_new();
-    cr_assert_not_null(b);
-    th_result_t r = th_run(3, body_join_after_init, b, 50, NULL);
-    th_board_free(b);
-    cr_assert_eq(r.failed, 0, "%d ranks failed", r.failed);
+    run_joining(3, body_join_after_init);
 }
 
 /* Processes with a world and one without cannot join together; bad
@@ -328,11 +327,7 @@ static int body_join_mixed(int rank, int size, void *argp)
 
 Test(init, join_of_processes_with_and_without_a_world_fails_everywhere, .timeout = 60)
 {
-    th_board_t *b = th_board_new();
-    cr_assert_not_null(b);
-    th_result_t r = th_run(3, body_join_mixed, b, 50, NULL);
-    th_board_free(b);
-    cr_assert_eq(r.failed, 0, "%d ranks failed", r.failed);
+    run_joining(3, body_join_mixed);
 }
 
 Test(init, garbage_ucx_address_never_reaches_ucx, .timeout = 60)

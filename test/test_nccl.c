@@ -59,10 +59,7 @@ static ncclUniqueId id_from(th_board_t *b, int slot, int rank, int maker)
 
 static void run(int n, th_body_fn body)
 {
-    th_board_t *b = th_board_new();
-    cr_assert_not_null(b);
-    th_result_t r = th_run(n, body, b, TIMEOUT, NULL);
-    th_board_free(b);
+    th_result_t r = th_run_with_board(n, body, TIMEOUT);
     cr_assert_eq(r.failed, 0, "%d of %d ranks failed%s", r.failed, n, r.timed_out ? " (timed out)" : "");
 }
 
