@@ -20,6 +20,10 @@
 #   - with WEFT_TEST_WHEELS=DIR (weft's wheel and libucx-cu13's): the two
 #     Python cases again from the wheel installed offline in a venv over this
 #     host's python and torch;
+#   - test/nccl/torch_nccl_gpu.sh: PyTorch's own "nccl" backend on weft's
+#     libnccl.so.2 (LD_PRELOAD), 1, 2 and 4 ranks, eager and lazy, against
+#     gloo, NVIDIA's library alongside where it runs, and weft-nccl-tests
+#     through weft's library (skipped with the reason without torch);
 # Ranks take GPU LOCAL_RANK modulo the GPUs visible: one GPU shared, or one
 # each (CUDA_VISIBLE_DEVICES=0 shares the first of several);
 # and prints one summary line: "gpu tests: N passed, M failed, K skipped".
@@ -153,6 +157,16 @@ if [ -n "${WEFT_TEST_WHEELS:-}" ] && [ -n "$py" ]; then
         failed=$((failed + 1))
     fi
 fi
+echo "== PyTorch's \"nccl\" backend on weft's libnccl.so.2 (1, 2, 4 ranks; NVIDIA's alongside where it runs)"
+st=0
+"$src/test/nccl/torch_nccl_gpu.sh" "$build" >"$log/torch-nccl.log" 2>&1 || st=$?
+grep -E "^(PASS|FAIL|skip) |^torch nccl on weft" "$log/torch-nccl.log"
+[ "$st" -eq 0 ] || [ "$st" -eq 77 ] || tail -n 40 "$log/torch-nccl.log"
+case $st in
+    0) passed=$((passed + 1)) ;;
+    77) skipped=$((skipped + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+esac
 [ "$failed" -eq 0 ] || status=1
 echo "gpu tests: $passed passed, $failed failed, $skipped skipped"
 exit "$status"

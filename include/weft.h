@@ -163,12 +163,18 @@ WEFT_API const char *weft_strerror(int status);
  * failing call on the same thread. */
 WEFT_API const char *weft_last_error(void);
 
-/* Name of the bootstrap in use: "pmix", "env", "oob", "single", or "none". */
+/* Name of the bootstrap in use: "pmix", "env", "torchstore", "oob",
+ * "rendezvous", "single", or "none". */
 WEFT_API const char *weft_bootstrap_name(void);
 
 /* Datatype size in bytes, or 0 for an unknown datatype. */
 WEFT_API size_t weft_dtype_size(weft_dtype_t dtype);
 WEFT_API const char *weft_dtype_name(weft_dtype_t dtype);
+/* MPI's reduce_local: inout[i] = inout[i] op in[i] for i < count, on host
+ * memory, in the collectives' own arithmetic (float16 / bfloat16 computed
+ * in float32 and rounded once; AVG adds, as one step of a reduction does).
+ * in and inout are the same buffer or disjoint. Needs no weft_init. */
+WEFT_API int weft_reduce_local(const void *in, void *inout, int64_t count, weft_dtype_t dtype, weft_op_t op);
 
 /* ------------------------------------------------------------------ */
 /* Communicators                                                       */
@@ -194,7 +200,8 @@ WEFT_API int weft_comm_set_timeout(weft_comm_t comm, double timeout_s);
  * fields not set in them are still inherited). Every hint ends up
  * APPLIED, IGNORED (with a reason) or REJECTED (bad value); creation logs
  * one line per hint that is not applied, and weft_comm_hint_status says
- * which and why. Nothing is dropped silently. */
+ * which and why. Nothing is dropped silently. Options objects may be made
+ * before weft_init (for weft_comm_join). */
 typedef struct weft_options_s *weft_options_t;
 #define WEFT_OPTIONS_NULL ((weft_options_t)0)
 enum { WEFT_HINT_APPLIED = 0, WEFT_HINT_IGNORED = 1, WEFT_HINT_REJECTED = 2, WEFT_HINT_NOT_SET = 3 };
@@ -241,6 +248,53 @@ WEFT_API int weft_comm_split(weft_comm_t comm, int color, int key, weft_options_
 WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nranks, const char *name,
                                    weft_options_t options, weft_comm_t *newcomm);
 WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_options_t options, weft_comm_t *newcomm);
+/* MPI's comm_create_group: collective over the listed members of comm
+ * only (the other ranks need not call). Every member passes the same list
+ * of comm ranks, in new-rank order (the caller among them, no duplicates),
+ * and the same tag (0..WEFT_TAG_UB): creations that overlap in time and in
+ * members use different tags. The first listed member gathers what the
+ * members need to agree on and hands it back; a member whose list or tag
+ * differs is left waiting until the deadline (comm's timeout) when it is
+ * not the first one's; when it is, every member fails with WEFT_ERR_ARG
+ * naming the rank. */
+WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nranks, int tag, weft_options_t options,
+                                    weft_comm_t *newcomm);
+
+/* ------------------------------------------------------------------ */
+/* Rendezvous: joining by a handle (NCCL's unique id)                  */
+/* ------------------------------------------------------------------ */
+/* A handle one process makes and hands to the others by its own means (a
+ * file, MPI_Bcast, torch's store): where that process listens (a fresh TCP
+ * port on one of its addresses) and a fresh 256-bit secret that proves
+ * membership as WEFT_JOB_SECRET does in the env bootstrap (docs/SECURITY.md),
+ * so a handle is a key: hand it only to the ranks that should join. */
+#define WEFT_RENDEZVOUS_BYTES 64
+typedef struct weft_rendezvous {
+    unsigned char bytes[WEFT_RENDEZVOUS_BYTES];
+} weft_rendezvous_t;
+/* Opens a rendezvous: binds and listens (before weft_init too). ifname
+ * chooses the address as NCCL_SOCKET_IFNAME does: "eth,ib" interfaces whose
+ * names start so, "^docker,lo" all but those, "=eth0" exactly those; NULL or
+ * "": the first up interface that is not loopback or a container bridge
+ * (docker, veth, virbr, br-), IPv4 first, else loopback. */
+WEFT_API int weft_rendezvous_open(const char *ifname, weft_rendezvous_t *handle);
+/* Closes the listener of a rendezvous this process opened and that no
+ * weft_comm_join took (a no-op for another process's handle). */
+WEFT_API int weft_rendezvous_close(const weft_rendezvous_t *handle);
+/* Joins the communicator of `size` processes that meet at handle, as rank
+ * `rank` (every process its own rank, 0..size-1). The process that opened
+ * the handle serves its store for the call and must be rank 0. Collective
+ * over those processes, within WEFT_INIT_TIMEOUT. In a process that has not
+ * initialised weft, the first join initialises it with these processes as
+ * the world (weft_bootstrap_name() says "rendezvous"; weft_finalize ends it
+ * as usual) and *newcomm is a duplicate of the world. Once weft is
+ * initialised, a join makes a communicator of world members (as
+ * weft_comm_create_group does): every joining process must be in the same
+ * weft world. A process has one world; a join mixing processes of
+ * different worlds, or processes with and without one, fails on every
+ * member with WEFT_ERR_ARG naming the ranks. options as in weft_comm_dup. */
+WEFT_API int weft_comm_join(const weft_rendezvous_t *handle, int rank, int size, weft_options_t options,
+                            weft_comm_t *newcomm);
 /* Frees a communicator and sets *comm to WEFT_COMM_NULL. Fails (naming
  * them) while requests on it are still pending (not counting requests the
  * program released: such collectives are stopped, and sends that only UCX

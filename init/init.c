@@ -127,6 +127,152 @@ WEFT_API int weft_init_oob(int rank, int size, weft_oob_allgather_fn allgather, 
     return init_common(deadline);
 }
 
+/* ---- joining by a rendezvous handle ------------------------------------- */
+
+/* Round 0 on the rendezvous's store: who is joining, and with which world. */
+enum { JOIN_INITIALIZED = 1, JOIN_INVALID = 2 };
+typedef struct {
+    uint32_t magic;
+    uint32_t flags;
+    uint64_t world_id; /* the world's nonce through weft_prf64 (it stays secret); 0 without a world */
+    int32_t world_rank;
+    int32_t world_size;
+} join_info_t;
+#define JOIN_MAGIC    0x4a4f494eu /* "JOIN" */
+#define JOIN_ID_LABEL UINT64_C(0x776f726c642d6964)
+
+/* Why the joining processes cannot make one communicator (every member
+ * computes the same from the same table), or WEFT_SUCCESS. */
+static int join_verdict(const join_info_t *all, int size, int *members, const char *fn)
+{
+    int *none = malloc(sizeof(int) * (size_t)size), *other = malloc(sizeof(int) * (size_t)size);
+    int nnone = 0, nother = 0, rc = WEFT_SUCCESS;
+    uint64_t world = 0;
+    if (!none || !other) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
+        goto out;
+    }
+    for (int r = 0; r < size; r++) {
+        if (all[r].magic != JOIN_MAGIC) {
+            rc = weft_error(WEFT_ERR_BOOTSTRAP, "%s: rank %d sent no join record (another program's handle?)", fn, r);
+            goto out;
+        }
+        if (all[r].flags & JOIN_INVALID) {
+            rc = weft_error(WEFT_ERR_ARG, "%s: rank %d passed a NULL output pointer", fn, r);
+            goto out;
+        }
+        if (!(all[r].flags & JOIN_INITIALIZED))
+            none[nnone++] = r;
+        else if (!world)
+            world = all[r].world_id;
+    }
+    if (nnone == size) goto out; /* a new world */
+    for (int r = 0; r < size; r++) {
+        if ((all[r].flags & JOIN_INITIALIZED) && all[r].world_id != world) other[nother++] = r;
+        members[r] = all[r].world_rank;
+    }
+    if (!nnone && !nother)
+        for (int r = 0; r < size; r++)
+            for (int q = 0; q < r; q++)
+                if (members[q] == members[r]) {
+                    rc = weft_error(WEFT_ERR_ARG, "%s: ranks %d and %d are one process (world rank %d)", fn, q, r,
+                                    members[r]);
+                    goto out;
+                }
+    if (nnone || nother) {
+        char a[256] = "", b[256] = "";
+        if (nnone) weft_format_ranks(a, sizeof(a), none, nnone);
+        if (nother) weft_format_ranks(b, sizeof(b), other, nother);
+        rc = weft_error(WEFT_ERR_ARG,
+                        "%s: the %d joining processes are not in one weft world: %s%s%s%s%s. A process has one world "
+                        "(the first join forms it, or weft_init): form it with a join of every process first",
+                        fn, size, nnone ? a : "", nnone ? (nnone == 1 ? " has none yet" : " have none yet") : "",
+                        nnone && nother ? "; " : "", nother ? b : "",
+                        nother ? (nother == 1 ? " is in another world than the first initialised rank's"
+                                              : " are in another world than the first initialised rank's")
+                               : "");
+    }
+out:
+    free(none);
+    free(other);
+    return rc;
+}
+
+WEFT_API int weft_comm_join(const weft_rendezvous_t *handle, int rank, int size, weft_options_t opts,
+                            weft_comm_t *newcomm)
+{
+    WEFT_API_ENTER();
+    static const char fn[] = "weft_comm_join";
+    weft_rdv_info_t info;
+    weft_bootstrap_t tmp_bs, *bs = &tmp_bs;
+    join_info_t mine, *all = NULL;
+    int *members = NULL, rc, initialized = weft_g.initialized;
+
+    weft_error_clear();
+    if (newcomm) *newcomm = WEFT_COMM_NULL;
+    if ((rc = weft_rendezvous_parse(handle, &info, fn))) return rc;
+    if (size < 1 || rank < 0 || rank >= size)
+        return weft_error(WEFT_ERR_ARG, "%s: rank %d of %d: need 0 <= rank < size", fn, rank, size);
+    if (opts && opts->magic != WEFT_OPTIONS_MAGIC)
+        return weft_error(WEFT_ERR_ARG, "%s: %p is not a live options object", fn, (void *)opts);
+    int fd = weft_rendezvous_take(handle);
+    if (fd >= 0 && rank != 0) {
+        close(fd);
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: this process opened the rendezvous, so it serves its store and must join as rank 0, not "
+                          "rank %d (the others cannot join it now)",
+                          fn, rank);
+    }
+    if (!initialized) {
+        if ((rc = init_prologue(fn))) {
+            if (fd >= 0) close(fd);
+            return rc;
+        }
+        bs = &g_bs;
+    }
+    memset(&tmp_bs, 0, sizeof(tmp_bs));
+    double deadline = weft_deadline_from(weft_cfg.init_timeout, weft_wtime());
+    if ((rc = weft_bootstrap_rendezvous_init(bs, &info, rank, size, fd, !initialized, deadline))) return rc;
+
+    memset(&mine, 0, sizeof(mine));
+    mine.magic = JOIN_MAGIC;
+    mine.flags = (initialized ? JOIN_INITIALIZED : 0) | (newcomm ? 0 : JOIN_INVALID);
+    mine.world_rank = initialized ? weft_g.rank : -1;
+    mine.world_size = initialized ? weft_g.size : 0;
+    mine.world_id = initialized ? weft_prf64(weft_g.world_nonce, JOIN_ID_LABEL, 0) | 1 : 0;
+    all = malloc(sizeof(*all) * (size_t)size);
+    members = malloc(sizeof(int) * (size_t)size);
+    if (!all || !members) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d ranks", fn, size);
+        bs->finalize(bs, 0, 0);
+        goto out;
+    }
+    if ((rc = bs->allgather(bs, &mine, all, sizeof(mine), deadline))) {
+        bs->finalize(bs, 0, 0);
+        goto out;
+    }
+    rc = join_verdict(all, size, members, fn);
+    if (rc == WEFT_SUCCESS && !initialized) {
+        /* Nobody has a world: these processes are it, over this store. */
+        if ((rc = init_common(deadline)) == WEFT_SUCCESS) rc = weft_comm_dup(weft_g.world, opts, newcomm);
+        goto out;
+    }
+    /* Everyone reached the same verdict: the store is no longer needed. */
+    bs->finalize(bs, 1, deadline);
+    if (rc == WEFT_SUCCESS) {
+        /* The handle's secret is shared by exactly the joining processes:
+         * their creation's tag. */
+        int tag = (int)(((unsigned)info.secret[0] << 16 | (unsigned)info.secret[1] << 8 | info.secret[2]) &
+                        (unsigned)WEFT_TAG_UB);
+        rc = weft_comm_create_group(weft_g.world, members, size, tag, opts, newcomm);
+    }
+out:
+    memset(&info, 0, sizeof(info));
+    free(all);
+    free(members);
+    return rc;
+}
+
 /* Over the bootstrap while every rank is alive; among the survivors once
  * some are lost: the bootstrap's barrier cannot complete without them (the
  * env store fails it at once) or would wait for them. A rank that learns

@@ -3,7 +3,7 @@
  *
  * 64-bit UCX tag layout (user traffic, collectives and control traffic
  * live in disjoint classes, so they never match each other):
- *   63..62  class      (0 user pt2pt, 1 collective, 2 control)
+ *   63..62  class      (0 user pt2pt, 1 collective, 2 control, 3 group creation)
  *   61..39  tag        (23 bits: user tag, or collective sequence/step)
  *   38..20  source     (19 bits: sender's rank in the communicator)
  *   19..0   context id (20 bits: agreed by the communicator's members:

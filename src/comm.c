@@ -283,6 +283,29 @@ static uint64_t hash_ranks(const int *ranks, int n)
     return h;
 }
 
+/* The lowest context slot free on all n contributors and the highest
+ * epoch among them (so the generation is new to each), or WEFT_ERR_NO_MEMORY
+ * naming fn when no slot is free on all. */
+static int agree_slot(const create_info_t *all, int n, const char *fn, int *slot, uint32_t *epoch)
+{
+    *slot = -1;
+    *epoch = 0;
+    for (int w = 0; w < CTX_WORDS && *slot < 0; w++) {
+        uint64_t m = ~UINT64_C(0);
+        for (int r = 0; r < n; r++)
+            m &= all[r].free_ctx[w];
+        if (m) *slot = w * 64 + __builtin_ctzll(m);
+    }
+    for (int r = 0; r < n; r++)
+        if (all[r].epoch > *epoch) *epoch = all[r].epoch;
+    if (*slot < 0)
+        return weft_error(WEFT_ERR_NO_MEMORY,
+                          "%s: no context slot is free on every member (at most %d live communicators per process, "
+                          "world included)",
+                          fn, WEFT_MAX_CONTEXTS);
+    return WEFT_SUCCESS;
+}
+
 static weft_comm_t comm_alloc(void)
 {
     weft_comm_t c = comm_free_list;
@@ -378,25 +401,11 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
 
     /* The lowest slot free on every member of the parent, and the highest
      * epoch among them (so the generation is new to every member). */
-    int slot = -1;
-    uint32_t epoch = 0;
-    for (int w = 0; w < CTX_WORDS && slot < 0; w++) {
-        uint64_t m = ~UINT64_C(0);
-        for (int r = 0; r < n; r++)
-            m &= all[r].free_ctx[w];
-        if (m) slot = w * 64 + __builtin_ctzll(m);
-    }
-    for (int r = 0; r < n; r++)
-        if (all[r].epoch > epoch) epoch = all[r].epoch;
-    if (slot < 0) {
-        rc = weft_error(WEFT_ERR_NO_MEMORY,
-                        "%s: no context slot is free on every member (at most %d live communicators per process, "
-                        "world included)",
-                        a->fn, WEFT_MAX_CONTEXTS);
-        goto out;
-    }
-    int lowest = members[0]; /* every member finds the same one */
-    for (int i = 1; i < nmembers; i++)
+    int slot;
+    uint32_t epoch;
+    WEFT_CHECK_GOTO(agree_slot(all, n, a->fn, &slot, &epoch), rc, out);
+    int lowest = me; /* a member itself; every member finds the same lowest */
+    for (int i = 0; i < nmembers; i++)
         if (members[i] < lowest) lowest = members[i];
     rc = comm_build(parent, members, nmembers, (uint32_t)slot, epoch, all[lowest].nonce, opts, a->name, a->fn, &c);
 out:
@@ -597,6 +606,131 @@ WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_opti
         snprintf(a.why, sizeof(a.why), "unknown split type %d (WEFT_SPLIT_NODE, _NUMA or _SOCKET)", type);
     }
     return comm_create(comm, &a, opts, newcomm);
+}
+
+/* ---- creation among the members only (weft_comm_create_group) ------------- */
+
+/* The first member gathers every member's info and hands the table back:
+ * n - 1 messages in and n - 1 out, in the creation's own tag class on
+ * comm's context, so nothing else on comm can match them. On failure a
+ * send may still be pending: its buffer (*sendbuf, malloc'd) is then left
+ * to it rather than freed under it. */
+static int group_exchange(weft_comm_t comm, const int *m, int n, int me, int tag, create_info_t *all, void **sendbuf)
+{
+    weft_request_t *reqs = calloc((size_t)n, sizeof(*reqs));
+    int nreq = 0, rc = WEFT_SUCCESS, pending_send = 0;
+    size_t one = sizeof(create_info_t), table = one * (size_t)n;
+    if (!reqs) return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_create_group: out of memory for %d members", n);
+    if (me == 0) {
+        for (int i = 1; i < n && !rc; i++)
+            if (!(rc = weft_xport->irecv(&all[i], one, m[i], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq]))) nreq++;
+        if (!rc) rc = weft_waitall(nreq, reqs, NULL);
+        for (int i = 0; i < nreq; i++)
+            if (reqs[i] != WEFT_REQUEST_NULL) weft_request_free(&reqs[i]);
+        nreq = 0;
+        if (!rc) {
+            memcpy(*sendbuf, all, table);
+            for (int i = 1; i < n && !rc; i++)
+                if (!(rc = weft_xport->isend(*sendbuf, table, m[i], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq])))
+                    nreq++;
+            if (!rc) rc = weft_waitall(nreq, reqs, NULL);
+        }
+    } else {
+        memcpy(*sendbuf, &all[me], one);
+        rc = weft_xport->irecv(all, table, m[0], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq]);
+        if (!rc) nreq++;
+        if (!rc && !(rc = weft_xport->isend(*sendbuf, one, m[0], WEFT_TAG_CLASS_CREATE, tag, comm, &reqs[nreq])))
+            nreq++;
+        if (!rc) rc = weft_waitall(nreq, reqs, NULL);
+        if (rc == WEFT_ERR_TRUNCATE)
+            rc = weft_error(WEFT_ERR_ARG,
+                            "weft_comm_create_group: the table from rank %d (the first member) is not %d members "
+                            "long: it was given another list",
+                            m[0], n);
+    }
+    for (int i = 0; i < nreq; i++)
+        if (reqs[i] != WEFT_REQUEST_NULL) {
+            pending_send = 1; /* a receive is canceled; a send runs on with its buffer */
+            weft_request_free(&reqs[i]);
+        }
+    if (pending_send) *sendbuf = NULL;
+    free(reqs);
+    return rc;
+}
+
+WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nranks, int tag, weft_options_t opts,
+                                    weft_comm_t *newcomm)
+{
+    WEFT_API_ENTER();
+    static const char fn[] = "weft_comm_create_group";
+    int rc = create_prologue(comm, opts, fn), me = -1;
+    if (rc) return rc;
+    if (newcomm) *newcomm = WEFT_COMM_NULL;
+    if (nranks <= 0 || !ranks)
+        return weft_error(WEFT_ERR_ARG, "%s: %s", fn, nranks <= 0 ? "no ranks listed" : "NULL rank list");
+    if (tag < 0 || tag > WEFT_TAG_UB)
+        return weft_error(WEFT_ERR_ARG, "%s: tag %d is not in 0..%d", fn, tag, WEFT_TAG_UB);
+    for (int i = 0; i < nranks; i++) {
+        if (ranks[i] < 0 || ranks[i] >= comm->size)
+            return weft_error(WEFT_ERR_ARG, "%s: ranks[%d] = %d is out of range 0..%d of comm %s", fn, i, ranks[i],
+                              comm->size - 1, comm->name);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return weft_error(WEFT_ERR_ARG, "%s: rank %d is listed twice (positions %d and %d)", fn, ranks[i], j,
+                                  i);
+        if (ranks[i] == comm->rank) me = i;
+    }
+    /* Without the caller in it, the list names a group this rank cannot
+     * take part in: the members go on without it. */
+    if (me < 0)
+        return weft_error(WEFT_ERR_ARG, "%s: the list of %d ranks does not contain the caller (rank %d of comm %s)", fn,
+                          nranks, comm->rank, comm->name);
+
+    create_info_t *all = calloc((size_t)nranks, sizeof(*all));
+    void *sendbuf = malloc(sizeof(*all) * (size_t)nranks);
+    weft_comm_t c = WEFT_COMM_NULL;
+    if (!all || !sendbuf) {
+        free(all);
+        free(sendbuf);
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d members", fn, nranks);
+    }
+    create_info_t *mine = &all[me]; /* color: the list's length; key: the tag */
+    mine->invalid = newcomm == NULL;
+    mine->color = nranks;
+    mine->key = tag;
+    mine->epoch = ctx_epoch;
+    mine->list_hash = hash_ranks(ranks, nranks);
+    mine->nonce = weft_random64();
+    for (int w = 0; w < CTX_WORDS; w++)
+        mine->free_ctx[w] = ~ctx_used[w];
+    create_info_t keep = *mine;
+    WEFT_CHECK_GOTO(group_exchange(comm, ranks, nranks, me, tag, all, &sendbuf), rc, out);
+
+    /* Every member checks the same table, so all fail or none. */
+    for (int i = 0; i < nranks; i++) {
+        if (all[i].color != keep.color || all[i].list_hash != keep.list_hash || all[i].key != keep.key) {
+            rc = weft_error(WEFT_ERR_ARG,
+                            "%s: rank %d of comm %s passed another list or tag (%d ranks, tag %d) than rank %d (%d "
+                            "ranks, tag %d); every member must pass the same",
+                            fn, ranks[i], comm->name, all[i].color, all[i].key, ranks[0], keep.color, keep.key);
+            goto out;
+        }
+        if (all[i].invalid) {
+            rc = weft_error(WEFT_ERR_ARG, "%s: rank %d of comm %s passed a NULL output pointer", fn, ranks[i],
+                            comm->name);
+            goto out;
+        }
+    }
+    int slot;
+    uint32_t epoch;
+    WEFT_CHECK_GOTO(agree_slot(all, nranks, fn, &slot, &epoch), rc, out);
+    rc = comm_build(comm, ranks, nranks, (uint32_t)slot, epoch, all[0].nonce, opts, NULL, fn, &c);
+    if (!rc) *newcomm = c;
+out:
+    free(all);
+    free(sendbuf); /* NULL when a send still holds it */
+    if (rc) weft_comm_error_policy(comm, rc);
+    return rc;
 }
 
 WEFT_API int weft_comm_free(weft_comm_t *comm)

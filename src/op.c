@@ -684,3 +684,16 @@ void weft_float_to_fp16_n(uint16_t *out, const float *in, size_t count)
     for (; i < count; i++)
         out[i] = f32_to_fp16(in[i]);
 }
+
+WEFT_API int weft_reduce_local(const void *in, void *inout, int64_t count, weft_dtype_t dtype, weft_op_t op)
+{
+    uint64_t bytes;
+    int rc = weft_op_check(op, dtype, "weft_reduce_local");
+    if (rc) return rc;
+    if (count < 0 || weft_mul_bytes((uint64_t)count, weft_dtype_size(dtype), &bytes))
+        return weft_error(WEFT_ERR_ARG, "weft_reduce_local: count %lld", (long long)count);
+    if (count > 0 && (!in || !inout))
+        return weft_error(WEFT_ERR_ARG, "weft_reduce_local: NULL %s buffer", in ? "inout" : "in");
+    if (count > 0) weft_op_reduce(op, dtype, inout, in, (size_t)count);
+    return WEFT_SUCCESS;
+}

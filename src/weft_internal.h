@@ -501,8 +501,8 @@ void weft_liveness_poll(double now, double since, int force);
 
 /* ---- the transport below (registered by pt2pt/ at init) ---------------- */
 /* Tag classes: user point-to-point, collective schedules, control traffic
- * never match each other (pt2pt/pt2pt.h has the bit layout). */
-enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2 };
+ * and weft_comm_create_group's agreement never match each other (pt2pt/pt2pt.h has the bit layout). */
+enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2, WEFT_TAG_CLASS_CREATE = 3 };
 /* OR'ed into a class passed to isend / irecv (never on the wire): the
  * buffer may be device memory, classify it as a user message's (a
  * collective schedule on device buffers, weft_sched_device). */

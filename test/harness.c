@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -264,4 +266,51 @@ char *th_stderr_of(void (*fn)(void *), void *arg)
     if (text && n > 0 && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = '\0';
     fclose(f);
     return text;
+}
+
+struct th_board {
+    _Atomic int ready[16];
+    unsigned char data[16][256];
+};
+
+th_board_t *th_board_new(void)
+{
+    void *p = mmap(NULL, sizeof(th_board_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    memset(p, 0, sizeof(th_board_t));
+    return p;
+}
+
+void th_board_free(th_board_t *b)
+{
+    if (b) munmap(b, sizeof(*b));
+}
+
+void th_board_post(th_board_t *b, int slot, const void *data, size_t len)
+{
+    memcpy(b->data[slot], data, len < sizeof(b->data[slot]) ? len : sizeof(b->data[slot]));
+    atomic_store(&b->ready[slot], 1);
+}
+
+int th_board_wait(th_board_t *b, int slot, void *data, size_t len, double timeout_s)
+{
+    double deadline = now_s() + timeout_s;
+    while (!atomic_load(&b->ready[slot])) {
+        if (now_s() > deadline) return -1;
+        usleep(1000);
+    }
+    memcpy(data, b->data[slot], len < sizeof(b->data[slot]) ? len : sizeof(b->data[slot]));
+    return 0;
+}
+
+th_result_t th_run_with_board(int n, th_body_fn body, double timeout_s)
+{
+    th_board_t *b = th_board_new();
+    if (!b) {
+        th_result_t r = {.nranks = n, .failed = n};
+        return r;
+    }
+    th_result_t r = th_run(n, body, b, timeout_s, NULL);
+    th_board_free(b);
+    return r;
 }

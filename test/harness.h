@@ -34,6 +34,18 @@ char *th_stderr_of(void (*fn)(void *), void *arg);
 /* The environment of one process on its own (WEFT_BOOTSTRAP=single, no
  * launcher's variables), for single-process tests that call weft_init. */
 void th_single_env(void);
+/* A board the forked ranks share (made before th_run, so every child
+ * inherits it): a rank posts a small blob (at most 256 bytes) in a slot
+ * (0..15), the others wait for it there, e.g. a rendezvous handle or an
+ * NCCL unique id that one rank makes. */
+typedef struct th_board th_board_t;
+th_board_t *th_board_new(void);
+void th_board_free(th_board_t *b);
+void th_board_post(th_board_t *b, int slot, const void *data, size_t len);
+/* 0 once slot holds a blob (copied to data), -1 after timeout_s. */
+int th_board_wait(th_board_t *b, int slot, void *data, size_t len, double timeout_s);
+/* th_run with a fresh board as every rank's arg (freed afterwards). */
+th_result_t th_run_with_board(int n, th_body_fn body, double timeout_s);
 
 /* A free TCP port on 127.0.0.1 (bound and released; the kernel does not
  * hand it out again at once). */

@@ -1,5 +1,6 @@
 /* Communicators: split, split_ranks, split_type against references on
- * 1..8 ranks and simulated node layouts; nested splits; options and hint
+ * 1..8 ranks and simulated node layouts; create_group among the members
+ * only; nested splits; options and hint
  * inheritance; isolation of traffic between parent and child; 10,000
  * create/free; free with pending requests; bad arguments. */
 #include "harness.h"
@@ -397,6 +398,95 @@ static int body_many(int rank, int size, void *arg)
 Test(comm, ten_thousand_create_free, .timeout = 180)
 {
     th_result_t res = th_run(3, body_many, NULL, 170, NULL);
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- create_group: collective over the members only --------------------- */
+static int body_create_group(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    weft_comm_t a = WEFT_COMM_NULL, b = WEFT_COMM_NULL, c, d;
+    /* Two disjoint groups at once, in their own orders; the others never call. */
+    int la[] = {3, 1, 4}, lb[] = {2, 0};
+    if (rank == 1 || rank == 3 || rank == 4) {
+        TH_OK(weft_comm_create_group(w, la, 3, 7, WEFT_OPTIONS_NULL, &a));
+        check_members(a, la, 3, rank);
+        /* A group of a group, without its member 1 (world rank 1). */
+        if (rank != 1) {
+            int l[] = {2, 0}, expect[] = {4, 3};
+            TH_OK(weft_comm_create_group(a, l, 2, 0, WEFT_OPTIONS_NULL, &c));
+            check_members(c, expect, 2, rank);
+            TH_OK(weft_comm_free(&c));
+        }
+    } else if (rank == 0 || rank == 2) {
+        TH_OK(weft_comm_create_group(w, lb, 2, 7, WEFT_OPTIONS_NULL, &b));
+        check_members(b, lb, 2, rank);
+    }
+    /* Overlapping groups, one after the other on the shared member 2, each
+     * with its own tag (the members of one may start before the other ends). */
+    int lc[] = {0, 1, 2}, ld[] = {2, 3, 4};
+    if (rank <= 2) {
+        TH_OK(weft_comm_create_group(w, lc, 3, 100, WEFT_OPTIONS_NULL, &c));
+        check_members(c, lc, 3, rank);
+        TH_OK(weft_comm_free(&c));
+    }
+    if (rank >= 2) {
+        TH_OK(weft_comm_create_group(w, ld, 3, 101, WEFT_OPTIONS_NULL, &d));
+        check_members(d, ld, 3, rank);
+        TH_OK(weft_comm_free(&d));
+    }
+    /* Everyone, in reverse order, with options: a collective runs on it. */
+    int all[16], sum = 0, total = 0;
+    for (int i = 0; i < size; i++)
+        all[i] = size - 1 - i;
+    weft_options_t o;
+    TH_OK(weft_options_create(&o));
+    TH_OK(weft_options_set_name(o, "grouped"));
+    TH_OK(weft_comm_create_group(w, all, size, 5, o, &c));
+    TH_OK(weft_options_free(&o));
+    TH_CHECK(!strcmp(weft_comm_name(c), "grouped"), "name %s", weft_comm_name(c));
+    check_members(c, all, size, rank);
+    TH_OK(weft_allreduce(&rank, &sum, 1, WEFT_INT32, WEFT_SUM, c));
+    for (int i = 0; i < size; i++)
+        total += i;
+    TH_CHECK(sum == total, "allreduce over the group: %d, expected %d", sum, total);
+    TH_OK(weft_comm_free(&c));
+    /* The first member sees another list: every member fails, naming why. */
+    int l3[] = {0, 1, 2}, l2[] = {0, 1};
+    if (rank <= 2) {
+        int rc = weft_comm_create_group(w, rank == 1 ? l2 : l3, rank == 1 ? 2 : 3, 9, WEFT_OPTIONS_NULL, &c);
+        TH_CHECK(rc == WEFT_ERR_ARG && c == WEFT_COMM_NULL, "another list: rc %d (%s)", rc, weft_last_error());
+        TH_CHECK(strstr(weft_last_error(), rank == 1 ? "not 2 members long" : "another list"), "%s", weft_last_error());
+    }
+    /* A NULL output pointer on one member: all of them fail. */
+    if (rank <= 1) {
+        int rc = weft_comm_create_group(w, l2, 2, 10, WEFT_OPTIONS_NULL, rank == 1 ? NULL : &c);
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "NULL output"), "NULL out: rc %d (%s)", rc,
+                 weft_last_error());
+    }
+    /* Arguments this rank alone can tell are wrong: it fails at once. */
+    int dup[] = {rank, rank}, far[] = {rank, size + 1}, self_less[] = {(rank + 1) % size};
+    TH_CHECK(weft_comm_create_group(w, NULL, 1, 0, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_ARG, "NULL list");
+    TH_CHECK(weft_comm_create_group(w, dup, 0, 0, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_ARG, "no ranks");
+    TH_CHECK(weft_comm_create_group(w, dup, 2, 0, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_ARG, "twice");
+    TH_CHECK(weft_comm_create_group(w, far, 2, 0, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_ARG, "out of range");
+    TH_CHECK(weft_comm_create_group(w, self_less, 1, 0, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_ARG &&
+                 strstr(weft_last_error(), "does not contain the caller"),
+             "%s", weft_last_error());
+    TH_CHECK(weft_comm_create_group(w, all, size, -1, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_ARG, "negative tag");
+    TH_CHECK(weft_comm_create_group(w, all, size, WEFT_TAG_UB + 1, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_ARG, "tag");
+    TH_CHECK(weft_comm_create_group(WEFT_COMM_NULL, all, size, 0, WEFT_OPTIONS_NULL, &c) == WEFT_ERR_COMM, "null");
+    if (a) TH_OK(weft_comm_free(&a));
+    if (b) TH_OK(weft_comm_free(&b));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(comm, create_group_among_members_only, .timeout = 90)
+{
+    th_result_t res = th_run(5, body_create_group, NULL, 80, NULL);
     cr_assert_eq(res.failed, 0);
 }
 

@@ -1,7 +1,8 @@
 /* Start-up: init deadlines that name missing ranks, the out-of-band
  * bootstrap, local ranks, finalize next to a dead peer, a store that is
- * late or never reachable (the error says what was tried), and the
- * torchstore bootstrap facing a service that is not torch's store. */
+ * late or never reachable (the error says what was tried), the
+ * torchstore bootstrap facing a service that is not torch's store, and
+ * joining by a rendezvous handle (forming the world, or a group of it). */
 #include "harness.h"
 #include "weft.h"
 
@@ -173,6 +174,160 @@ static int body_garbage_address(int rank, int size, void *argp)
              "rank %d: %s", rank, weft_last_error());
     TH_CHECK(weft_comm_world() == WEFT_COMM_NULL, "rank %d: a world after a failed init", rank);
     return 0;
+}
+
+/* ---- joining by a rendezvous handle ------------------------------------- */
+
+/* Rank `opener` opens a rendezvous and posts it in slot; the others take it. */
+static weft_rendezvous_t rendezvous_from(th_board_t *b, int slot, int rank, int opener)
+{
+    weft_rendezvous_t h;
+    if (rank == opener) {
+        TH_OK(weft_rendezvous_open(NULL, &h));
+        th_board_post(b, slot, &h, sizeof(h));
+    } else {
+        TH_CHECK(th_board_wait(b, slot, &h, sizeof(h), 30) == 0, "no handle in slot %d", slot);
+    }
+    return h;
+}
+
+static void ring_check(weft_comm_t c, int world_rank)
+{
+    int rank, size, in = -1, want;
+    TH_OK(weft_comm_rank(c, &rank));
+    TH_OK(weft_comm_size(c, &size));
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    TH_OK(weft_comm_world_rank(c, left, &want));
+    TH_OK(weft_sendrecv(&world_rank, 1, WEFT_INT32, right, 1, &in, 1, WEFT_INT32, left, 1, c, NULL));
+    TH_CHECK(in == want, "ring: %d from the left, expected world rank %d", in, want);
+}
+
+/* Runs body on n ranks sharing a board for the handles. */
+static void run_joining(int n, th_body_fn body)
+{
+    th_result_t r = th_run_with_board(n, body, 50);
+    cr_assert_eq(r.failed, 0, "%d of %d ranks failed", r.failed, n);
+}
+
+/* Without weft_init, the first join forms the world (in the join's rank
+ * order, not the harness's); a later one among some of them makes a group. */
+static int body_join(int rank, int size, void *argp)
+{
+    th_board_t *b = argp;
+    int flag, me, n, jr = (rank + 1) % size; /* the join's ranks differ from the harness's */
+    TH_OK(weft_initialized(&flag));
+    TH_CHECK(!flag, "initialized before the join");
+    weft_rendezvous_t h = rendezvous_from(b, 0, jr, 0);
+    weft_comm_t c = WEFT_COMM_NULL, g = WEFT_COMM_NULL;
+    weft_options_t o;
+    TH_OK(weft_options_create(&o));
+    TH_OK(weft_options_set_name(o, "joined"));
+    TH_OK(weft_comm_join(&h, jr, size, o, &c));
+    TH_OK(weft_options_free(&o));
+    TH_CHECK(!strcmp(weft_bootstrap_name(), "rendezvous"), "bootstrap %s", weft_bootstrap_name());
+    TH_CHECK(!strcmp(weft_comm_name(c), "joined"), "name %s", weft_comm_name(c));
+    TH_OK(weft_comm_rank(weft_comm_world(), &me));
+    TH_OK(weft_comm_size(weft_comm_world(), &n));
+    TH_CHECK(me == jr && n == size, "world rank %d of %d, joined as %d of %d", me, n, jr, size);
+    TH_OK(weft_comm_rank(c, &me));
+    TH_CHECK(me == jr, "rank %d in the joined comm", me);
+    int sum = 0;
+    TH_OK(weft_allreduce(&jr, &sum, 1, WEFT_INT32, WEFT_SUM, c));
+    TH_CHECK(sum == size * (size - 1) / 2, "sum %d", sum);
+    ring_check(c, jr);
+    /* World ranks 3 and 1 join a second handle (3 opens it, as its rank 0). */
+    if (jr == 3 || jr == 1) {
+        weft_rendezvous_t h2 = rendezvous_from(b, 1, jr == 3 ? 0 : 1, 0);
+        TH_OK(weft_comm_join(&h2, jr == 3 ? 0 : 1, 2, WEFT_OPTIONS_NULL, &g));
+        int w0, w1;
+        TH_OK(weft_comm_world_rank(g, 0, &w0));
+        TH_OK(weft_comm_world_rank(g, 1, &w1));
+        TH_CHECK(w0 == 3 && w1 == 1, "group of world ranks %d, %d", w0, w1);
+        ring_check(g, jr);
+        TH_OK(weft_comm_free(&g));
+    }
+    /* A handle opened and never joined, or joined already: closing it is fine. */
+    weft_rendezvous_t h3;
+    TH_OK(weft_rendezvous_open("lo", &h3));
+    TH_OK(weft_rendezvous_close(&h3));
+    TH_OK(weft_rendezvous_close(&h3));
+    TH_OK(weft_comm_free(&c));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(init, join_forms_the_world_then_groups, .timeout = 60)
+{
+    run_joining(4, body_join);
+}
+
+/* After weft_init (the env bootstrap), a join makes a group of the world. */
+static int body_join_after_init(int rank, int size, void *argp)
+{
+    th_board_t *b = argp;
+    TH_OK(weft_init(NULL, NULL));
+    if (rank == 2 || rank == 0) {
+        weft_rendezvous_t h = rendezvous_from(b, 0, rank, 2);
+        weft_comm_t g;
+        TH_OK(weft_comm_join(&h, rank == 2 ? 0 : 1, 2, WEFT_OPTIONS_NULL, &g));
+        int w0;
+        TH_OK(weft_comm_world_rank(g, 0, &w0));
+        TH_CHECK(w0 == 2, "rank 0 of the group is world rank %d", w0);
+        ring_check(g, rank);
+        TH_OK(weft_comm_free(&g));
+    }
+    (void)size;
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(init, join_after_init_makes_a_group, .timeout = 60)
+{
+    run_joining(3, body_join_after_init);
+}
+
+/* Processes with a world and one without cannot join together; bad
+ * handles, ranks and openers fail at once. */
+static int body_join_mixed(int rank, int size, void *argp)
+{
+    th_board_t *b = argp;
+    weft_comm_t c = WEFT_COMM_NULL, d = WEFT_COMM_NULL;
+    (void)size;
+    if (rank < 2) {
+        weft_rendezvous_t h = rendezvous_from(b, 0, rank, 0);
+        TH_OK(weft_comm_join(&h, rank, 2, WEFT_OPTIONS_NULL, &c));
+    }
+    weft_rendezvous_t h2 = rendezvous_from(b, 1, rank, 0);
+    int rc = weft_comm_join(&h2, rank, 3, WEFT_OPTIONS_NULL, &d);
+    TH_CHECK(rc == WEFT_ERR_ARG && d == WEFT_COMM_NULL, "mixed join: rc %d (%s)", rc, weft_last_error());
+    TH_CHECK(strstr(weft_last_error(), "rank 2 has none yet"), "%s", weft_last_error());
+    int flag;
+    TH_OK(weft_initialized(&flag));
+    TH_CHECK(flag == (rank < 2), "initialized %d after the failed join", flag);
+    if (rank == 0) {
+        weft_rendezvous_t bad, mine;
+        memset(&bad, 0x5a, sizeof(bad));
+        TH_CHECK(weft_comm_join(&bad, 0, 2, WEFT_OPTIONS_NULL, &d) == WEFT_ERR_ARG, "garbage handle");
+        TH_CHECK(weft_comm_join(NULL, 0, 2, WEFT_OPTIONS_NULL, &d) == WEFT_ERR_ARG, "NULL handle");
+        TH_OK(weft_rendezvous_open(NULL, &mine));
+        TH_CHECK(weft_comm_join(&mine, 2, 2, WEFT_OPTIONS_NULL, &d) == WEFT_ERR_ARG, "rank 2 of 2");
+        rc = weft_comm_join(&mine, 1, 2, WEFT_OPTIONS_NULL, &d);
+        TH_CHECK(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "must join as rank 0"), "opener as rank 1: %s",
+                 weft_last_error());
+        TH_CHECK(weft_rendezvous_open(NULL, NULL) == WEFT_ERR_ARG, "NULL out");
+        TH_CHECK(weft_rendezvous_open("no-such-interface", &mine) == WEFT_ERR_BOOTSTRAP, "no interface");
+        TH_CHECK(strstr(weft_last_error(), "no-such-interface"), "%s", weft_last_error());
+    }
+    if (rank < 2) {
+        TH_OK(weft_comm_free(&c));
+        TH_OK(weft_finalize());
+    }
+    return 0;
+}
+
+Test(init, join_of_processes_with_and_without_a_world_fails_everywhere, .timeout = 60)
+{
+    run_joining(3, body_join_mixed);
 }
 
 Test(init, garbage_ucx_address_never_reaches_ucx, .timeout = 60)

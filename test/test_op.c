@@ -1269,3 +1269,30 @@ TEST_OP(bf16_sum_accuracy)
     check_sum_accuracy(WEFT_BFLOAT16, &BF16, 64, 1);
     check_sum_accuracy(WEFT_BFLOAT16, &BF16, 37, 0);
 }
+
+/* The public form (weft.h), which the layers over weft.h use: the same
+ * arithmetic as the collectives', and its argument checks. */
+TEST_OP(reduce_local_is_the_collectives_arithmetic)
+{
+    uint16_t a[37], b[37], want[37];
+    for (int i = 0; i < 37; i++) {
+        a[i] = weft_float_to_fp16(0.1f * (float)i - 1.3f);
+        b[i] = want[i] = weft_float_to_fp16(3.7f - 0.2f * (float)i);
+    }
+    weft_op_reduce(WEFT_PROD, WEFT_FLOAT16, want, a, 37);
+    cr_assert_eq(weft_reduce_local(a, b, 37, WEFT_FLOAT16, WEFT_PROD), WEFT_SUCCESS);
+    cr_assert(!memcmp(b, want, sizeof(b)));
+    int64_t x[3] = {1, 2, 3}, y[3] = {10, 20, 30};
+    cr_assert_eq(weft_reduce_local(x, y, 3, WEFT_INT64, WEFT_SUM), WEFT_SUCCESS);
+    cr_assert(y[0] == 11 && y[1] == 22 && y[2] == 33);
+    cr_assert_eq(weft_reduce_local(x, x, 3, WEFT_INT64, WEFT_PROD), WEFT_SUCCESS);
+    cr_assert(x[0] == 1 && x[1] == 4 && x[2] == 9);
+    cr_assert_eq(weft_reduce_local(x, y, 0, WEFT_INT64, WEFT_SUM), WEFT_SUCCESS);
+    cr_assert_eq(weft_reduce_local(NULL, y, 0, WEFT_INT64, WEFT_SUM), WEFT_SUCCESS);
+    cr_assert_eq(weft_reduce_local(NULL, y, 3, WEFT_INT64, WEFT_SUM), WEFT_ERR_ARG);
+    cr_assert_eq(weft_reduce_local(x, y, -1, WEFT_INT64, WEFT_SUM), WEFT_ERR_ARG);
+    cr_assert_eq(weft_reduce_local(x, y, INT64_MAX, WEFT_INT64, WEFT_SUM), WEFT_ERR_ARG);
+    cr_assert_eq(weft_reduce_local(x, y, 3, WEFT_FLOAT32, WEFT_BAND), WEFT_ERR_ARG);
+    cr_assert(strstr(weft_last_error(), "weft_reduce_local"), "%s", weft_last_error());
+    cr_assert_eq(weft_reduce_local(x, y, 3, (weft_dtype_t)99, WEFT_SUM), WEFT_ERR_ARG);
+}

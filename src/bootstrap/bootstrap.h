@@ -3,13 +3,16 @@
  * workers: RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT name the agent's
  * torch TCPStore, every rank is its client), env.c (the same variables
  * without an agent store: rank 0 serves a TCP store), oob.c (a host code's
- * allgather callback), single.c (one rank). bootstrap.c picks one. */
+ * allgather callback), single.c (one rank); env.c also runs on a
+ * rendezvous handle (rendezvous.c: weft_comm_join's store, its address and
+ * secret in the handle). bootstrap.c picks one. */
 #ifndef WEFT_BOOTSTRAP_H
 #define WEFT_BOOTSTRAP_H
 
 #include "weft.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct weft_bootstrap weft_bootstrap_t;
 
@@ -46,6 +49,27 @@ int weft_bootstrap_oob_init(weft_bootstrap_t *bs, int rank, int size, weft_oob_a
 int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline);
 int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline);
 int weft_bootstrap_torchstore_init(weft_bootstrap_t *bs, double deadline);
+
+/* A rendezvous handle's contents (rendezvous.c). */
+#define WEFT_RDV_SECRET 32
+typedef struct weft_rdv_info {
+    char addr[64]; /* numeric address */
+    int port;
+    char where[80]; /* "addr:port" for messages */
+    uint8_t secret[WEFT_RDV_SECRET];
+} weft_rdv_info_t;
+/* Checks and decodes a handle (WEFT_ERR_ARG naming fn when it is not one). */
+int weft_rendezvous_parse(const weft_rendezvous_t *handle, weft_rdv_info_t *info, const char *fn);
+/* The listening socket of a handle this process opened and nobody took
+ * yet (the caller owns it from now on), or -1. */
+int weft_rendezvous_take(const weft_rendezvous_t *handle);
+/* The env bootstrap on a rendezvous (env.c): the store at info's address,
+ * keyed by its secret; listen_fd >= 0: this process opened the handle and
+ * serves the store on that socket (then rank must be 0). want_lost: ask
+ * the store for LOST notices (only a bootstrap that may become the
+ * world's). */
+int weft_bootstrap_rendezvous_init(weft_bootstrap_t *bs, const weft_rdv_info_t *info, int rank, int size, int listen_fd,
+                                   int want_lost, double deadline);
 
 /* Environment probes used by automatic selection. */
 int weft_bootstrap_env_detected(void);

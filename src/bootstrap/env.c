@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* "host:port", with brackets around an IPv6 literal. */
 static void format_where(char *buf, size_t cap, const char *host, int port)
@@ -128,51 +129,95 @@ static void log_protection(const env_boot_t *eb)
                       eb->where);
 }
 
-int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
+/* A rank's bootstrap state for the store at addr:port (where: "addr:port"
+ * for messages), or NULL (out of memory). */
+static env_boot_t *boot_new(int rank, int size, const char *addr, int port, const char *where)
 {
-    env_boot_t *eb = NULL;
-    env_vars_t v;
-    int rc;
-
-    if (!bs) return weft_error(WEFT_ERR_ARG, "env bootstrap: NULL bootstrap");
-    WEFT_CHECK_GOTO(weft_env_vars_read(&v, "env bootstrap"), rc, out);
-    if (!(eb = calloc(1, sizeof(*eb)))) {
-        rc = weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory");
-        goto out;
-    }
+    env_boot_t *eb = calloc(1, sizeof(*eb));
+    if (!eb) return NULL;
     eb->fd = -1;
     eb->first_lost = -1;
-    eb->rank = v.rank;
-    eb->size = v.size;
-    eb->port = v.port;
-    snprintf(eb->addr, sizeof(eb->addr), "%s", v.addr);
-    snprintf(eb->where, sizeof(eb->where), "%s", v.where);
-    WEFT_CHECK_GOTO(weft_job_key_load(&eb->key, "env bootstrap"), rc, out);
-    log_protection(eb);
-    if (eb->rank == 0) {
-        env_serve_t o = {.size = eb->size,
-                         .local_size = v.local_size,
-                         .addr = eb->addr,
-                         .port = eb->port,
-                         .where = eb->where,
-                         .key = &eb->key,
-                         .bind_any = weft_cfg.store_bind_any,
-                         .deadline = deadline};
-        WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, &o, &eb->thread), rc, out);
-    }
-    WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
+    eb->rank = rank;
+    eb->size = size;
+    eb->port = port;
+    snprintf(eb->addr, sizeof(eb->addr), "%s", addr);
+    snprintf(eb->where, sizeof(eb->where), "%s", where);
+    return eb;
+}
 
-    bs->name = "env";
+/* Starts the store when serve says how (this rank serves it), connects eb
+ * to it and makes *bs the env bootstrap over eb, called name. eb is freed
+ * when this fails. */
+static int boot_start(weft_bootstrap_t *bs, env_boot_t *eb, const env_serve_t *serve, const char *name, int local_rank,
+                      int local_size, double deadline)
+{
+    int rc;
+    if (serve) WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, serve, &eb->thread), rc, out);
+    WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
+    bs->name = name;
     bs->rank = eb->rank;
     bs->size = eb->size;
-    bs->local_rank = v.local_rank;
-    bs->local_size = v.local_size;
+    bs->local_rank = local_rank;
+    bs->local_size = local_size;
     bs->allgather = weft_env_allgather;
     bs->finalize = weft_env_finalize;
     bs->poll_lost = weft_env_poll_lost;
     bs->impl = eb;
     return WEFT_SUCCESS;
 out:
-    if (eb) weft_env_free(eb, 0, 0);
+    weft_env_free(eb, 0, 0);
     return rc;
+}
+
+int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
+{
+    env_boot_t *eb;
+    env_vars_t v;
+    int rc;
+
+    if (!bs) return weft_error(WEFT_ERR_ARG, "env bootstrap: NULL bootstrap");
+    if ((rc = weft_env_vars_read(&v, "env bootstrap"))) return rc;
+    if (!(eb = boot_new(v.rank, v.size, v.addr, v.port, v.where)))
+        return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory");
+    if ((rc = weft_job_key_load(&eb->key, "env bootstrap"))) {
+        weft_env_free(eb, 0, 0);
+        return rc;
+    }
+    log_protection(eb);
+    env_serve_t o = {.size = eb->size,
+                     .local_size = v.local_size,
+                     .addr = eb->addr,
+                     .port = eb->port,
+                     .where = eb->where,
+                     .key = &eb->key,
+                     .bind_any = weft_cfg.store_bind_any,
+                     .deadline = deadline,
+                     .listen_fd = -1};
+    return boot_start(bs, eb, eb->rank == 0 ? &o : NULL, "env", v.local_rank, v.local_size, deadline);
+}
+
+int weft_bootstrap_rendezvous_init(weft_bootstrap_t *bs, const weft_rdv_info_t *info, int rank, int size, int listen_fd,
+                                   int want_lost, double deadline)
+{
+    env_boot_t *eb = boot_new(rank, size, info->addr, info->port, info->where);
+    int rc = eb ? weft_job_key_from_secret(&eb->key, info->secret, sizeof(info->secret), "the rendezvous handle")
+                : weft_error(WEFT_ERR_NO_MEMORY, "rendezvous: out of memory");
+    if (rc) {
+        if (listen_fd >= 0) close(listen_fd);
+        if (eb) weft_env_free(eb, 0, 0);
+        return rc;
+    }
+    eb->no_lost = !want_lost;
+    /* The opener serves the store on the socket it listens on already (the
+     * store owns it from here; lost only if the store cannot start: out of
+     * memory). */
+    env_serve_t o = {.size = size,
+                     .local_size = -1,
+                     .addr = eb->addr,
+                     .port = eb->port,
+                     .where = eb->where,
+                     .key = &eb->key,
+                     .deadline = deadline,
+                     .listen_fd = listen_fd};
+    return boot_start(bs, eb, listen_fd >= 0 ? &o : NULL, "rendezvous", -1, -1, deadline);
 }

@@ -41,6 +41,8 @@ typedef struct env_boot {
     int port;
     char where[300];
     weft_job_key_t key; /* what this rank proves membership with */
+    int no_lost;        /* a rendezvous that cannot become the world's: no LOST notices asked for, and nobody's
+                           loss reported to the world (its ranks are not world ranks) */
     server_t *srv;
     pthread_t thread;
 } env_boot_t;
@@ -57,6 +59,7 @@ typedef struct env_serve {
     const weft_job_key_t *key; /* what connections must prove they know */
     int bind_any;              /* WEFT_STORE_BIND_ANY: every interface is allowed */
     double deadline;           /* for resolving MASTER_ADDR (0: none) */
+    int listen_fd;             /* >= 0: a socket already bound and listening (a rendezvous): serve on it */
 } env_serve_t;
 
 /* Serves the store from a new thread; fills *out and *thread. */

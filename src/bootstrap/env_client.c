@@ -112,7 +112,7 @@ static int client_hello(int fd, void *ctx, double deadline, char *last, size_t c
         return weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: no random nonce for the store's handshake: %s",
                           strerror(err));
     weft_env_hdr_pack(b, K_HELLO, (uint32_t)eb->rank, (uint32_t)eb->size, 0,
-                      HELLO_WANTS_LOST | (eb->key.keyed ? FLAG_KEYED : 0), STORE_NONCE);
+                      (eb->no_lost ? 0 : HELLO_WANTS_LOST) | (eb->key.keyed ? FLAG_KEYED : 0), STORE_NONCE);
     memcpy(b + STORE_HDR, nc, STORE_NONCE);
     io = weft_io_send(fd, b, STORE_HDR + STORE_NONCE, 0, io_dl, &err);
     for (int step = 0; io == IO_OK; step++) {
@@ -202,7 +202,7 @@ static int client_recv_hdr(env_boot_t *eb, uint8_t *b, store_hdr_t *h, double io
 static int client_io_failure(env_boot_t *eb, int io, int err, uint64_t seq)
 {
     eb->broken = 1;
-    if (io == IO_CLOSED && eb->rank != 0)
+    if (io == IO_CLOSED && eb->rank != 0 && !eb->no_lost) /* a rendezvous group's ranks are not the world's */
         weft_rank_lost(0, "the connection to its store at %s closed during allgather round %llu", eb->where,
                        (unsigned long long)seq);
     if (io == IO_TIMEOUT)
@@ -311,7 +311,7 @@ void weft_env_poll_lost(weft_bootstrap_t *bs, double blocked_s)
                 eb->broken_why, sizeof(eb->broken_why),
                 "the connection to rank 0's store at %s closed without notice (%s): rank 0 exited or was killed",
                 eb->where, k == 0 ? "end of stream" : strerror(errno));
-            if (eb->rank != 0)
+            if (eb->rank != 0 && !eb->no_lost)
                 weft_rank_lost(0, "its store at %s closed the connection without notice (%s)", eb->where,
                                k == 0 ? "end of stream" : strerror(errno));
             return;

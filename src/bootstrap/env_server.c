@@ -1217,7 +1217,9 @@ static int server_listen(server_t *s, const env_serve_t *o)
     char why[256] = "", resolved[256] = "";
     int rc = WEFT_SUCCESS, err = 0, first_family = 0, all_loopback = 1;
 
-    if (is_unspecified(o->addr)) {
+    if (o->listen_fd >= 0) {
+        s->listen_fd[s->nlisten++] = o->listen_fd; /* a rendezvous: bound and listening already */
+    } else if (is_unspecified(o->addr)) {
         if (!o->bind_any) {
             rc = weft_error(WEFT_ERR_ARG,
                             "env bootstrap: MASTER_ADDR=%s would make rank 0's store listen on every interface of its "

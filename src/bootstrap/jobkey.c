@@ -152,3 +152,10 @@ int weft_job_key_load(weft_job_key_t *k, const char *who)
     snprintf(k->source, sizeof(k->source), "none");
     return WEFT_SUCCESS;
 }
+
+int weft_job_key_from_secret(weft_job_key_t *k, const void *secret, size_t len, const char *source)
+{
+    memset(k, 0, sizeof(*k));
+    snprintf(k->source, sizeof(k->source), "%s", source);
+    return derive(k, "weft rendezvous secret v1", secret, len);
+}

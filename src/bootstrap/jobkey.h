@@ -28,4 +28,8 @@ typedef struct weft_job_key {
  * be read or is empty, naming the file. `who` prefixes messages. */
 int weft_job_key_load(weft_job_key_t *k, const char *who);
 
+/* Fills *k from a rendezvous handle's random secret (`source` names it in
+ * messages). */
+int weft_job_key_from_secret(weft_job_key_t *k, const void *secret, size_t len, const char *source);
+
 #endif

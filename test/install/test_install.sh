@@ -6,6 +6,8 @@
 # then with LD_LIBRARY_PATH unset:
 #   - the installed weft_info --vars and weft-osu-latency --help start and load
 #     DIR/lib/libweft.so.0 (not a library of an earlier prefix);
+#   - DIR/lib/weft/nccl/libnccl.so.2 (and not DIR/lib/libnccl.so.2), SONAME
+#     libnccl.so.2, loads DIR/lib/libweft.so.0; nccl.h in DIR/include/weft/nccl;
 #   - PKG_CONFIG_PATH=DIR/lib/pkgconfig pkg-config finds weft.pc, and
 #     examples/hello.c built with its flags runs.
 # Only the library and the programs are relinked in the copy, so this takes
@@ -111,6 +113,19 @@ if run weft_info "$prefix/bin/weft_info" --vars; then
         fail "weft_info --vars printed no WEFT_TIMEOUT row" "$work/weft_info.out"
 fi
 run weft-osu-latency "$prefix/bin/weft-osu-latency" --help
+# weft's libnccl.so.2: in its own directory (never beside NVIDIA's), SONAME
+# libnccl.so.2, loading the prefix's libweft; its header beside it.
+nccl=$prefix/lib/weft/nccl/libnccl.so.2
+if [ ! -e "$nccl" ] || [ -e "$prefix/lib/libnccl.so.2" ]; then
+    fail "libnccl.so.2 is not in $prefix/lib/weft/nccl only ($(find "$prefix" -name 'libnccl*' | tr '\n' ' '))"
+elif [ "$(readelf -d "$nccl" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')" != libnccl.so.2 ]; then
+    fail "$nccl: SONAME is not libnccl.so.2"
+else
+    lib=$(LD_TRACE_LOADED_OBJECTS=1 /lib64/ld-linux-x86-64.so.2 "$nccl" 2>&1 | sed -n 's/^[[:space:]]*libweft\.so\.0 => \([^ ]*\) .*/\1/p')
+    [ "$lib" = "$prefix/lib/libweft.so.0" ] || [ ! -x /lib64/ld-linux-x86-64.so.2 ] ||
+        fail "$nccl loads libweft.so.0 from '${lib:-nowhere}', not $prefix/lib"
+fi
+[ -f "$prefix/include/weft/nccl/nccl.h" ] || fail "nccl.h is not in $prefix/include/weft/nccl"
 
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 if ! flags=$(pkg-config --cflags --libs weft 2>&1); then
@@ -125,6 +140,8 @@ else
     fi
 fi
 
-if [ "$failed" = 0 ]; then echo "PASS: installed to $prefix; weft_info, weft-osu-latency and a pkg-config build run"; fi
+if [ "$failed" = 0 ]; then
+    echo "PASS: installed to $prefix; weft_info, weft-osu-latency, libnccl.so.2 in lib/weft/nccl and a pkg-config build run"
+fi
 echo "$((1 - failed)) passed, $failed failed, 0 skipped"
 exit "$failed"
