@@ -6,10 +6,12 @@
 #   weft/*.py                the Python package and its torch backend
 #   weft/lib/                libweft.so.0 (with the GPU kernels this build
 #                            has: configure's NVCC_ARCHS), libmpi_abi.so.1,
+#                            nccl/libnccl.so.2 (NCCL's API, for LD_PRELOAD),
 #                            pkgconfig/weft.pc and weft-mpi.pc
 #   weft/bin/                weft_info, weftrun, weft-mpicc (console entry
 #                            points of the same names run them)
-#   weft/include/            weft.h, weft_version.h, weft/mpi/mpi.h + mpi_abi.h
+#   weft/include/            weft.h, weft_version.h, weft/mpi/mpi.h + mpi_abi.h,
+#                            weft/nccl/nccl.h
 # auditwheel then bundles what the libraries need that a manylinux system
 # does not promise (hwloc, libcrypto, ...: weft.libs/) and names the glibc
 # the wheel needs in its platform tag. UCX is not bundled: the wheel depends
@@ -68,9 +70,18 @@ for so in libweft.so.0 libmpi_abi.so.1; do
     cp -L "$libdir/$so" "$pkg/lib/$so"
     echo "INPUT($so)" >"$pkg/lib/${so%.so.*}.so"
 done
+# NCCL's API (nccl/): lib/nccl/libnccl.so.2, for LD_PRELOAD (docs/NCCL.md).
+if [ -e "$libdir/weft/nccl/libnccl.so.2" ]; then
+    mkdir -p "$pkg/lib/nccl"
+    cp -L "$libdir/weft/nccl/libnccl.so.2" "$pkg/lib/nccl/libnccl.so.2"
+fi
 for p in weft_info weftrun weft-mpicc; do cp "$root/bin/$p" "$pkg/bin/"; done
 cp "$root/include/weft.h" "$root/include/weft_version.h" "$pkg/include/"
 cp "$root"/include/weft/mpi/*.h "$pkg/include/weft/mpi/"
+if [ -d "$root/include/weft/nccl" ]; then
+    mkdir -p "$pkg/include/weft/nccl"
+    cp "$root"/include/weft/nccl/*.h "$pkg/include/weft/nccl/"
+fi
 # pkg-config files that follow the package wherever pip puts it.
 for pc in weft.pc weft-mpi.pc; do
     sed -e 's|^prefix=.*|prefix=${pcfiledir}/../..|' -e 's|^exec_prefix=.*|exec_prefix=${prefix}|' \
@@ -89,6 +100,7 @@ export PATH=$work/tools/bin:$PATH
 patchelf --set-rpath '$ORIGIN/../lib:$ORIGIN/../../libucx/lib' "$pkg/bin/weft_info" "$pkg/bin/weftrun"
 patchelf --set-rpath '$ORIGIN:$ORIGIN/../../libucx/lib' "$pkg/lib/libweft.so.0"
 patchelf --set-rpath '$ORIGIN' "$pkg/lib/libmpi_abi.so.1"
+[ ! -e "$pkg/lib/nccl/libnccl.so.2" ] || patchelf --set-rpath '$ORIGIN/..:$ORIGIN/../../../libucx/lib' "$pkg/lib/nccl/libnccl.so.2"
 
 # Metadata: the pure package's (contrib/python/_build/weft_build.py), plus
 # the UCX wheel and the console entry points.
@@ -122,7 +134,7 @@ phase "packed $(basename "$work"/linux/*.whl)"
 
 # UCX (the libucx package), libcuda and libpmix stay outside the wheel.
 excl=()
-for l in libucp.so.0 libuct.so.0 libucs.so.0 libucm.so.0 libucs_signal.so.0 libcuda.so.1 libpmix.so.2; do
+for l in libucp.so.0 libuct.so.0 libucs.so.0 libucm.so.0 libucs_signal.so.0 libcuda.so.1 libcudart.so.13 libpmix.so.2; do
     excl+=(--exclude "$l")
 done
 auditwheel repair "${excl[@]}" -w "$work/repaired" "$work"/linux/*.whl

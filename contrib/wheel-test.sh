@@ -9,7 +9,8 @@
 #   2. a 4-rank Python allreduce (examples/python/allreduce.py) under weftrun,
 #      each rank checking that libweft, UCX, hwloc and libcrypto were loaded
 #      from the venv, none from the system's library folders;
-#   3. a 2-rank DDP step under torchrun with backend="weft", gradients checked.
+#   3. a 2-rank DDP step under torchrun with backend="weft", gradients checked;
+#   4. torch with the wheel's libnccl.so.2 preloaded maps it and no other libnccl.
 # Prints the wheel's size. Exits non-zero when anything fails.
 # Settings: WHEEL_TEST_TORCH=0 skips torch (step 3); KEEP=1 keeps the work folder.
 set -euo pipefail
@@ -103,6 +104,17 @@ EOF
         fail "torchrun --nproc_per_node 2 ddp.py: $(tail -n 30 <<<"$out")"
     [ "$(grep -c 'DDP step ok' <<<"$out")" = 2 ] || fail "2 ranks did not finish the DDP step: $(tail -n 30 <<<"$out")"
     phase "torchrun --nproc_per_node 2: DDP step on backend weft"
+
+    # 4. torch takes the wheel's libnccl.so.2 by LD_PRELOAD (NCCL's API, docs/NCCL.md)
+    nccl=$("$venv/bin/python" -c 'import os, weft; print(os.path.join(os.path.dirname(weft.__file__), "lib", "nccl", "libnccl.so.2"))')
+    out=$(run env LD_PRELOAD="$nccl" python -c '
+import torch
+v = torch.cuda.nccl.version()
+maps = {l.split()[-1] for l in open("/proc/self/maps") if "libnccl" in l}
+print("nccl", v, sorted(maps))
+assert all("/weft/lib/nccl/" in m for m in maps), maps
+' 2>&1) || fail "torch with the wheel's libnccl.so.2 preloaded: $out"
+    phase "torch under LD_PRELOAD of the wheel's libnccl.so.2: $(tail -n 1 <<<"$out")"
 fi
 
 [ "$failed" -eq 0 ] || exit 1
