@@ -79,7 +79,7 @@ assert not outside, f"loaded from outside the venv: {outside}"
 EOF
 out=$(cd "$work" && run timeout 120 weftrun -n 4 python "$work/allreduce.py" "$src/examples/python/allreduce.py" 2>&1) ||
     fail "weftrun -n 4 python allreduce.py: $out"
-[ "$(grep -c '^rank .* sum 10, max' <<<"$out")" = 4 ] || fail "4 ranks did not report the sum: $out"
+[ "$(grep -o 'rank [0-9] of 4 ([a-z]* bootstrap): sum 10, max' <<<"$out" | wc -l)" = 4 ] || fail "4 ranks did not report the sum: $out"
 phase "weftrun -n 4: $(grep -c '^rank ' <<<"$out") ranks, libraries from the venv"
 
 # 3. torchrun --nproc_per_node 2, a DDP step with backend="weft"
@@ -102,7 +102,7 @@ dist.destroy_process_group()
 EOF
     out=$(cd "$work" && run timeout 300 torchrun --standalone --nproc_per_node 2 "$work/ddp.py" 2>&1) ||
         fail "torchrun --nproc_per_node 2 ddp.py: $(tail -n 30 <<<"$out")"
-    [ "$(grep -c 'DDP step ok' <<<"$out")" = 2 ] || fail "2 ranks did not finish the DDP step: $(tail -n 30 <<<"$out")"
+    [ "$(grep -o 'DDP step ok' <<<"$out" | wc -l)" = 2 ] || fail "2 ranks did not finish the DDP step: $(tail -n 30 <<<"$out")"
     phase "torchrun --nproc_per_node 2: DDP step on backend weft"
 
     # 4. torch takes the wheel's libnccl.so.2 by LD_PRELOAD (NCCL's API, docs/NCCL.md)
