@@ -31,13 +31,12 @@ static int init_common(double deadline)
     /* Spinning only helps when every rank of this host has a CPU; when
      * they share CPUs, a waiting rank must yield at once or it steals the
      * time of the rank it waits for. */
+    int oversubscribed = weft_g.cpu_sharers > weft_g.cpus_shared;
     if (weft_cfg.spin_before_yield < 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        int oversubscribed = cpus > 0 && host_ranks > cpus;
         weft_cfg.spin_before_yield = oversubscribed ? 1 : 2000;
         if (oversubscribed)
-            weft_info_log("%d ranks on %ld CPUs: waiting ranks yield at once (WEFT_SPIN_BEFORE_YIELD)", host_ranks,
-                          cpus);
+            weft_info_log("%d ranks share this rank's %d CPUs: waiting ranks yield at once (WEFT_SPIN_BEFORE_YIELD)",
+                          weft_g.cpu_sharers, weft_g.cpus_shared);
     }
     /* Before UCX reads its configuration: the RDMA port and GID index it should use. */
     weft_rdma_init(weft_g.local_rank, weft_p2p_ucx_has_verbs());

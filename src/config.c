@@ -36,9 +36,10 @@ static const weft_var_t vars[] = {
      FIELD(peer_failure), 0},
     {"WEFT_LOG_LEVEL", WEFT_VAR_LOGLEVEL, "warn", "error, warn, info, debug or trace", FIELD(log_level), 0},
     {"WEFT_SPIN_BEFORE_YIELD", WEFT_VAR_INT_AUTO, "auto",
-     "empty progress polls before a waiting rank yields its core; auto: 2000, or 1 when this machine runs more ranks "
-     "than it has CPUs (oversubscribed; ranks of simulated nodes on it count together); a blocking shared-memory "
-     "collective also polls inline for this many polls (at most 4096) before the ordinary wait takes over",
+     "empty progress polls before a waiting rank yields its core; auto: 2000, or 1 when more of this machine's ranks "
+     "may run on this rank's CPUs than it has (oversubscribed; ranks of simulated nodes on it count together); a "
+     "blocking shared-memory collective also polls inline for this many polls (at most 4096) before the ordinary "
+     "wait takes over",
      FIELD(spin_before_yield), 0},
     {"WEFT_PROGRESS_THREAD", WEFT_VAR_STRING, "auto",
      "auto, on, off, or N (on, polling at most every N microseconds, 1..1000000, while an operation that raises "

@@ -141,6 +141,8 @@ typedef struct weft_state {
     int local_rank;
     int local_size;
     int machine_ranks; /* ranks on this rank's machine (hostname and boot id), simulated nodes or not */
+    int cpu_sharers;   /* ranks of this machine that may run on this rank's CPUs (itself included) */
+    int cpus_shared;   /* the CPUs they may run on: fewer than them is oversubscribed */
     int node;          /* this rank's node index */
     int nnodes;
     int *node_of; /* world rank -> node index (nodes numbered by first rank) */
