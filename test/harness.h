@@ -31,6 +31,11 @@ th_result_t th_run(int n, th_body_fn body, void *arg, double timeout_s, const ch
  * wrote (malloc'd, NUL-terminated; "" when it could not be read). */
 char *th_stderr_of(void (*fn)(void *), void *arg);
 
+/* Sleeps ms milliseconds (no weft call). */
+void th_nap_ms(int ms);
+/* CPU time of the whole process (every thread), seconds. */
+double th_cpu_seconds(void);
+
 /* A free TCP port on 127.0.0.1 (bound and released; the kernel does not
  * hand it out again at once). */
 int th_free_port(void);
