@@ -575,6 +575,12 @@ WEFT_API void weft_notify_fd(void *fd, int status);
  * weft_init; WEFT_PROGRESS_THREAD=on, or auto where a CPU is spare):
  * pending operations then complete without a weft call. */
 WEFT_API int weft_progress_thread_active(int *flag);
+/* How this rank's blocking waits and progress run, on one line (weft_info
+ * prints it): how long a wait polls without news before it sleeps
+ * (WEFT_WAIT_SPIN_US) and why, whether this rank's CPUs are shared by more
+ * ranks than they hold (oversubscribed), and whether the progress thread
+ * runs. WEFT_ERR_TRUNCATE when len is too short (buf holds what fit). */
+WEFT_API int weft_progress_info(char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* Introspection (weft_info uses these)                                */

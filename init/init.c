@@ -29,16 +29,16 @@ static int init_common(double deadline)
     /* Before the transport: it asks UCX for an event fd only for a thread that will run. */
     weft_progress_thread_resolve(host_ranks);
     /* Spinning only helps when every rank of this host has a CPU; when
-     * they share CPUs, a waiting rank must yield at once or it steals the
-     * time of the rank it waits for. */
-    if (weft_cfg.spin_before_yield < 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        int oversubscribed = cpus > 0 && host_ranks > cpus;
-        weft_cfg.spin_before_yield = oversubscribed ? 1 : 2000;
-        if (oversubscribed)
-            weft_info_log("%d ranks on %ld CPUs: waiting ranks yield at once (WEFT_SPIN_BEFORE_YIELD)", host_ranks,
-                          cpus);
-    }
+     * they share CPUs, a waiting rank must yield at once and soon sleep,
+     * or it steals the time of the rank it waits for. */
+    int oversubscribed = weft_g.cpu_sharers > weft_g.cpus_shared;
+    if (weft_cfg.spin_before_yield < 0) weft_cfg.spin_before_yield = oversubscribed ? 1 : 2000;
+    if (weft_cfg.wait_spin_us < 0)
+        weft_cfg.wait_spin_us = oversubscribed ? WEFT_WAIT_SPIN_US_SHARED : WEFT_WAIT_SPIN_US_DEDICATED;
+    if (oversubscribed)
+        weft_info_log("%d ranks share this rank's %d CPUs: waits yield after %d polls and sleep after %d us "
+                      "(WEFT_SPIN_BEFORE_YIELD, WEFT_WAIT_SPIN_US)",
+                      weft_g.cpu_sharers, weft_g.cpus_shared, weft_cfg.spin_before_yield, weft_cfg.wait_spin_us);
     /* Before UCX reads its configuration: the RDMA port and GID index it should use. */
     weft_rdma_init(weft_g.local_rank, weft_p2p_ucx_has_verbs());
     WEFT_CHECK_GOTO(weft_p2p_init(&weft_g.p2p, &g_bs, deadline), rc, fail);

@@ -64,7 +64,6 @@ typedef struct weft_pt2pt {
     int npeers;
     int lost_count;
     int recv_inline; /* the UCX in use reports the sender and length of a receive it completes inline */
-    int wakeup;      /* UCP_FEATURE_WAKEUP requested: the worker has an event fd (the progress thread sleeps on it) */
 } weft_pt2pt_t;
 
 /* ucx.c */

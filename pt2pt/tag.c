@@ -439,12 +439,15 @@ WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *st
     if (rc) return rc;
     double deadline = weft_deadline_from(comm->timeout, weft_wtime());
     unsigned idle = 0;
+    weft_wait_sleep_t ws = {0};
     for (;;) {
         int flag, events = weft_progress();
         probe_once(source, tag, comm, &flag, status);
         if (flag) return WEFT_SUCCESS;
+        if (events) ws = (weft_wait_sleep_t){0};
         if (!events) {
             double now = weft_wtime();
+            if (ws.quiet_since == 0) ws.quiet_since = now;
             weft_liveness_poll(now, 0, 0);
             if (comm->revoked) return weft_comm_revoked_error(comm, "weft_probe");
             if (source != WEFT_ANY_SOURCE && weft_rank_lost_why(weft_comm_world_rank_of(comm, source))) {
@@ -456,6 +459,10 @@ WEFT_API int weft_probe(int source, int tag, weft_comm_t comm, weft_status_t *st
                 return weft_error_quiet(WEFT_ERR_TIMEOUT,
                                         "weft_probe: no message from rank %d (tag %d, comm %s) within %.3g s", source,
                                         tag, comm->name, comm->timeout);
+            if (now - ws.quiet_since >= weft_cfg.wait_spin_us * 1e-6) { /* past the spin budget: sleep */
+                weft_wait_sleep(&ws, NULL, now, deadline);
+                continue;
+            }
         }
         weft_progress_idle(&idle, events);
     }

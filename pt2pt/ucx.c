@@ -204,12 +204,12 @@ static int p2p_peer_info(int world_rank, char *buf, size_t len)
     return WEFT_SUCCESS;
 }
 
-/* The worker's event fd exists only with UCP_FEATURE_WAKEUP, requested
- * when the progress thread runs (WEFT_PROGRESS_THREAD on, or auto resolved to on). */
+/* The worker's event fd (UCP_FEATURE_WAKEUP): the progress thread and
+ * waits past their spin budget sleep on it. */
 static int p2p_event_fd(void)
 {
     int fd = -1;
-    if (!g_p2p->wakeup || ucp_worker_get_efd(g_p2p->worker, &fd) != UCS_OK) return -1;
+    if (ucp_worker_get_efd(g_p2p->worker, &fd) != UCS_OK) return -1;
     return fd;
 }
 
@@ -304,12 +304,11 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         .estimated_num_eps = (size_t)bs->size,
         .estimated_num_ppn = (size_t)(bs->local_size > 0 ? bs->local_size : 1),
     };
-    /* The progress thread sleeps on the worker's event fd; the feature
+    /* The progress thread, and a blocking wait past its spin budget
+     * (WEFT_WAIT_SPIN_US), sleep on the worker's event fd; the feature
      * changes neither the transports UCX picks nor their latency between
-     * ranks (docs/PERFORMANCE.md section 2), so it is asked for whenever the
-     * thread runs. */
-    p2p->wakeup = weft_cfg.progress_thread == WEFT_PT_ON;
-    if (p2p->wakeup) params.features |= UCP_FEATURE_WAKEUP;
+     * ranks (docs/PERFORMANCE.md section 2), so it is always asked for. */
+    params.features |= UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &p2p->context);
     if (st != UCS_OK) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_init failed: %s", ucs_status_string(st));

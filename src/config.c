@@ -14,6 +14,8 @@
 weft_config_t weft_cfg;
 
 #define FIELD(f) &weft_cfg.f
+#define STR_(x)  #x
+#define STR(x)   STR_(x)
 
 static const weft_var_t vars[] = {
     {"WEFT_BOOTSTRAP", WEFT_VAR_STRING, "auto",
@@ -36,10 +38,18 @@ static const weft_var_t vars[] = {
      FIELD(peer_failure), 0},
     {"WEFT_LOG_LEVEL", WEFT_VAR_LOGLEVEL, "warn", "error, warn, info, debug or trace", FIELD(log_level), 0},
     {"WEFT_SPIN_BEFORE_YIELD", WEFT_VAR_INT_AUTO, "auto",
-     "empty progress polls before a waiting rank yields its core; auto: 2000, or 1 when this machine runs more ranks "
-     "than it has CPUs (oversubscribed; ranks of simulated nodes on it count together); a blocking shared-memory "
-     "collective also polls inline for this many polls (at most 4096) before the ordinary wait takes over",
+     "empty progress polls before a waiting rank yields its core; auto: 2000, or 1 when more of this machine's ranks "
+     "may run on this rank's CPUs than it has (oversubscribed; ranks of simulated nodes on it count together); a "
+     "blocking shared-memory collective also polls inline for this many polls (at most 4096) before the ordinary "
+     "wait takes over",
      FIELD(spin_before_yield), 0},
+    {"WEFT_WAIT_SPIN_US", WEFT_VAR_INT_AUTO, "auto",
+     "microseconds a blocking wait polls without news before it sleeps until UCX's event fd fires (napping while a "
+     "shared-memory operation is pending; while the progress thread has other work, until it completes the request), "
+     "its deadline or the next liveness check; auto: " STR(WEFT_WAIT_SPIN_US_DEDICATED) ", or " STR(
+         WEFT_WAIT_SPIN_US_SHARED) " when the ranks bound to this rank's CPUs outnumber them (weft_info shows which "
+                                   "is in effect; docs/PERFORMANCE.md section 5 has the measurement)",
+     FIELD(wait_spin_us), 0},
     {"WEFT_PROGRESS_THREAD", WEFT_VAR_STRING, "auto",
      "auto, on, off, or N (on, polling at most every N microseconds, 1..1000000, while an operation that raises "
      "no events is pending): a thread of weft's own advances pending operations (nonblocking collectives, "

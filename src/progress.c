@@ -61,16 +61,18 @@ int weft_progress_hooks(void)
     return events;
 }
 
-void weft_progress_idle(unsigned *idle_polls, int events)
+int weft_progress_idle(unsigned *idle_polls, int events)
 {
     if (events) {
         *idle_polls = 0;
-        return;
+        return 0;
     }
     if (++*idle_polls >= (unsigned)weft_cfg.spin_before_yield) {
         *idle_polls = 0;
         sched_yield();
+        return 1;
     }
+    return 0;
 }
 
 /* ---- the progress thread (weft_internal.h) ------------------------------- */
@@ -87,6 +89,9 @@ static pthread_t pt_thread;
 static _Atomic int pt_stop;
 static int pt_running;
 static int pt_kick_fd = -1;             /* eventfd: a call that left work for it, and stop, wake the thread */
+static int pt_waiter_fd = -1;           /* eventfd: the thread tells a wait asleep that its request completed */
+static weft_request_t pt_waiter;        /* that wait's request (under the lock; NULL: none) */
+static _Atomic int pt_stuck;            /* the thread cannot advance device work (no CUDA context to make current) */
 static int pt_cpu = -1;                 /* the spare CPU it is bound to (-1: none) */
 static int pt_spare;                    /* this rank's CPUs leave one spare (weft_progress_thread_resolve) */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
@@ -120,22 +125,29 @@ void weft_progress_thread_wake(void)
     }
 }
 
-/* Sleeps until a wake-up, news on efd (-1: none), or timeout_s (< 0: none). */
-static void pt_sleep(int efd, double timeout_s)
+/* Sleeps until fd0 or fd1 (-1: none) is readable, or timeout_s (< 0:
+ * none) passes; reads fd0 (an eventfd) when it woke the sleeper. */
+static void sleep_on(int fd0, int fd1, double timeout_s)
 {
-    struct pollfd fds[2] = {{.fd = pt_kick_fd, .events = POLLIN}, {.fd = efd, .events = POLLIN}};
+    struct pollfd fds[2] = {{.fd = fd0, .events = POLLIN}, {.fd = fd1, .events = POLLIN}};
     struct timespec ts, *tp = NULL;
     if (timeout_s >= 0) {
         ts.tv_sec = (time_t)timeout_s;
         ts.tv_nsec = (long)((timeout_s - (double)ts.tv_sec) * 1e9);
         tp = &ts;
     }
-    if (ppoll(fds, efd >= 0 ? 2 : 1, tp, NULL) > 0 && (fds[0].revents & POLLIN)) {
+    if (ppoll(fds, 2, tp, NULL) > 0 && fd0 >= 0 && (fds[0].revents & POLLIN)) {
         uint64_t v;
-        if (read(pt_kick_fd, &v, sizeof(v)) < 0) {
+        if (read(fd0, &v, sizeof(v)) < 0) {
             /* another reader took it: nothing to do */
         }
     }
+}
+
+/* Sleeps until a wake-up, news on efd (-1: none), or timeout_s (< 0: none). */
+static void pt_sleep(int efd, double timeout_s)
+{
+    sleep_on(pt_kick_fd, efd, timeout_s);
 }
 
 static unsigned nap_next(unsigned us, unsigned first, unsigned max)
@@ -178,6 +190,13 @@ static int pt_trylock(void)
 
 static void pt_unlock(void)
 {
+    if (pt_waiter && pt_waiter->complete) { /* the wait asleep on it (weft_wait_sleep) */
+        uint64_t one = 1;
+        pt_waiter = NULL;
+        if (write(pt_waiter_fd, &one, sizeof(one)) < 0) {
+            /* full: it is being woken already */
+        }
+    }
     atomic_store_explicit(&weft_api_owner, WEFT_OWNER_NONE, memory_order_relaxed);
     atomic_store_explicit(&weft_api_lock, 0, memory_order_release);
 }
@@ -211,7 +230,9 @@ static void *pt_main(void *arg)
         int events = 0, needs = WEFT_NEEDS_NOTHING;
         double wake_at = 0, now = 0;
         /* Driver calls on device buffers need the application's context current here (never one of its own). */
-        if (weft_cuda_thread_ready()) {
+        int ready = weft_cuda_thread_ready();
+        atomic_store_explicit(&pt_stuck, !ready, memory_order_relaxed);
+        if (ready) {
             events = weft_progress();
             if (!events && weft_request_pending > 0) {
                 now = weft_wtime();
@@ -282,6 +303,87 @@ static void *pt_main(void *arg)
     return NULL;
 }
 
+/* The application's call asleep in a wait, while the thread has work: it
+ * lets go of the lock (waking the thread as a call's return would) and
+ * sleeps on pt_waiter_fd, which the thread writes once a pass of its has
+ * completed req; the thread alone sleeps on the transport's events. */
+static void wait_handoff(weft_request_t req, double timeout_s)
+{
+    uint64_t stale;
+    if (read(pt_waiter_fd, &stale, sizeof(stale)) < 0) {
+        /* nothing left from an earlier wait */
+    }
+    pt_waiter = req;
+    weft_api_unlock();
+    sleep_on(pt_waiter_fd, -1, timeout_s);
+    if (atomic_exchange_explicit(&weft_api_lock, 1, memory_order_acquire)) weft_api_lock_slow();
+    atomic_store_explicit(&weft_api_owner, WEFT_OWNER_APP, memory_order_relaxed);
+    pt_waiter = NULL;
+}
+
+void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, double deadline)
+{
+    double until = now + WEFT_LIVENESS_POLL_S, wake_at = 0;
+    if (deadline > 0 && deadline < until) until = deadline;
+    if (until <= now) return;
+    /* A thread that has other work (it may be asleep on the same event fd)
+     * takes this request over too: the application's call sleeps until the
+     * thread completes it (the thread's own waits, inside its callbacks,
+     * cannot hand over). A thread asleep with nothing else to do stays
+     * asleep, and the call sleeps on the events itself. */
+    if (pt_running && weft_pt_state != WEFT_PT_IDLE && req && !weft_pt_self &&
+        !atomic_load_explicit(&pt_stuck, memory_order_relaxed) &&
+        atomic_load_explicit(&weft_api_owner, memory_order_relaxed) == WEFT_OWNER_APP) {
+        wait_handoff(req, until - now);
+        return;
+    }
+    int needs = weft_request_idle_needs(&wake_at);
+    if (wake_at > 0 && wake_at < until) until = wake_at > now ? wake_at : now;
+    int efd = needs < WEFT_NEEDS_POLL && weft_xport && weft_xport->event_fd ? weft_xport->event_fd() : -1;
+    if (efd >= 0 && ws->busy_arms < PT_BUSY_ARMS_MAX) {
+        int armed = weft_xport->arm();
+        if (armed == 0) { /* news came meanwhile: poll first */
+            ws->busy_arms++;
+            return;
+        }
+        if (armed > 0) {
+            ws->busy_arms = 0;
+            sleep_on(-1, efd, until - now);
+            return;
+        }
+    }
+    /* Shared-memory flags raise no events (or the transport cannot arm): a
+     * nap of an eighth of the time without news (a flag that comes during
+     * it is seen at most 1/8 late), from PT_NAP_FIRST_US to PT_NAP_MAX_US;
+     * short, so the caller's timer slack (50 us by default) would stretch
+     * it: 1 us for its length. */
+    double nap = (now - ws->quiet_since) / 8;
+    if (nap < PT_NAP_FIRST_US * 1e-6) nap = PT_NAP_FIRST_US * 1e-6;
+    if (nap > PT_NAP_MAX_US * 1e-6) nap = PT_NAP_MAX_US * 1e-6;
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (slack > 1000) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    sleep_on(-1, -1, nap < until - now ? nap : until - now);
+    if (slack > 1000) (void)prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+}
+
+WEFT_API int weft_progress_info(char *buf, size_t len)
+{
+    WEFT_API_ENTER();
+    WEFT_CHECK_INIT("weft_progress_info");
+    if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_progress_info: NULL or empty buffer");
+    int shared = weft_g.cpu_sharers > weft_g.cpus_shared;
+    const char *set = getenv("WEFT_WAIT_SPIN_US");
+    int n = snprintf(buf, len,
+                     "poll %d us without news, then sleep (WEFT_WAIT_SPIN_US=%s); %d rank%s on this rank's %d CPU%s%s; "
+                     "yield after %d empty polls; progress thread %s",
+                     weft_cfg.wait_spin_us, set ? set : "auto", weft_g.cpu_sharers, weft_g.cpu_sharers == 1 ? "" : "s",
+                     weft_g.cpus_shared, weft_g.cpus_shared == 1 ? "" : "s", shared ? " (oversubscribed)" : "",
+                     weft_cfg.spin_before_yield, pt_running ? "on" : "off");
+    if (n < 0 || (size_t)n >= len)
+        return weft_error(WEFT_ERR_TRUNCATE, "weft_progress_info: %d bytes do not fit in %zu", n, len);
+    return WEFT_SUCCESS;
+}
+
 /* A child forked while the thread runs has no thread, and the lock may
  * be held by the thread's copy, which does not exist there (unless the
  * fork came from inside a call, whose return unlocks it). */
@@ -297,7 +399,9 @@ static void pt_after_fork_child(void)
     weft_pt_kick = 0;
     pt_running = 0;
     if (pt_kick_fd >= 0) close(pt_kick_fd); /* the parent's: a thread started here makes its own */
-    pt_kick_fd = -1;
+    if (pt_waiter_fd >= 0) close(pt_waiter_fd);
+    pt_kick_fd = pt_waiter_fd = -1;
+    pt_waiter = NULL;
 }
 
 /* A process that exits without weft_finalize: the thread stops before
@@ -397,7 +501,8 @@ int weft_progress_thread_start(void)
         (void)atexit(pt_at_exit);
         handlers_set = 1;
     }
-    if (pt_kick_fd < 0 && (pt_kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+    if ((pt_kick_fd < 0 && (pt_kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) ||
+        (pt_waiter_fd < 0 && (pt_waiter_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0))
         return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%s: no eventfd for the progress thread: %s",
                           weft_cfg.progress_thread_text, strerror(errno));
     atomic_store(&pt_stop, 0);

@@ -219,16 +219,20 @@ static int describe_timeout(weft_request_t req, double timeout_s)
 
 /* Empty polls between clock readings: a wait that completes within a few
  * polls never reads the clock, and an idle one checks its deadline and
- * the liveness news every ~1 us instead of on every poll. */
+ * the liveness news every ~1 us instead of on every poll (after every
+ * yield: on a shared core one may last a time slice). */
 #define POLLS_PER_CLOCK 32
 #define HOOKS_EVERY     8
 
 /* deadline < 0: not fixed yet; the first clock reading sets it to now +
- * timeout_s (a wait that finishes quickly never pays for it). */
+ * timeout_s (a wait that finishes quickly never pays for it). Past
+ * WEFT_WAIT_SPIN_US without news the wait sleeps between polls
+ * (weft_wait_sleep), reading the clock after each sleep. */
 static int wait_loop(weft_request_t req, double deadline, double timeout_s)
 {
     unsigned idle = 0, polls = 0, spins = 0;
-    double since = 0;
+    double since = 0, spin_s = weft_cfg.wait_spin_us * 1e-6;
+    weft_wait_sleep_t ws = {0};
     /* A message completes in UCX's progress: poll it alone, the hooks after
      * any event and every HOOKS_EVERY idle polls (measured: see PERFORMANCE.md
      * section 2); anything else polls everything every time. */
@@ -243,18 +247,27 @@ static int wait_loop(weft_request_t req, double deadline, double timeout_s)
             events = weft_progress();
         }
         if (req->complete) break;
-        if (events == 0 && ++polls >= POLLS_PER_CLOCK) {
+        if (events) {
+            ws.quiet_since = 0;
+            ws.busy_arms = 0;
+        } else if (++polls >= POLLS_PER_CLOCK) {
             polls = 0;
             double now = weft_wtime();
             if (deadline < 0) deadline = weft_deadline_from(timeout_s, now);
             if (since == 0) since = now;
+            if (ws.quiet_since == 0) ws.quiet_since = now;
             int late = deadline > 0 && now >= deadline;
             weft_liveness_poll(now, since, late);
             if (req->ops->check) req->ops->check(req);
             if (req->complete) break;
             if (late) return WEFT_ERR_TIMEOUT;
+            if (now - ws.quiet_since >= spin_s) {
+                weft_wait_sleep(&ws, req, now, deadline);
+                polls = POLLS_PER_CLOCK - 1; /* the clock again after the next empty poll */
+                continue;
+            }
         }
-        weft_progress_idle(&idle, events);
+        if (weft_progress_idle(&idle, events)) polls = POLLS_PER_CLOCK - 1;
     }
     return WEFT_SUCCESS;
 }

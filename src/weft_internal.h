@@ -81,6 +81,10 @@ typedef struct weft_var {
 
 enum { WEFT_PT_AUTO = -1, WEFT_PT_OFF = 0, WEFT_PT_ON = 1 };
 #define WEFT_PROGRESS_POLL_US_DEFAULT 200
+/* WEFT_WAIT_SPIN_US=auto: a rank with CPUs of its own, and one whose
+ * machine's ranks share its CPUs (docs/PERFORMANCE.md section 5). */
+#define WEFT_WAIT_SPIN_US_DEDICATED 1000
+#define WEFT_WAIT_SPIN_US_SHARED    50
 typedef struct weft_config {
     char bootstrap[16];  /* auto | pmix | env | single */
     double timeout;      /* default wait deadline, seconds; 0 = none */
@@ -89,6 +93,7 @@ typedef struct weft_config {
     int peer_failure;    /* UCX peer failure detection on endpoints */
     int log_level;
     int spin_before_yield;         /* progress polls without news before sched_yield */
+    int wait_spin_us;              /* WEFT_WAIT_SPIN_US: microseconds a blocking wait polls without news, then sleeps */
     char progress_thread_text[16]; /* WEFT_PROGRESS_THREAD as given */
     int progress_thread;           /* WEFT_PT_AUTO (resolved at init to on or off), WEFT_PT_OFF or WEFT_PT_ON */
     int progress_poll_us;          /* the thread's longest sleep between polls of work that raises no events */
@@ -141,6 +146,8 @@ typedef struct weft_state {
     int local_rank;
     int local_size;
     int machine_ranks; /* ranks on this rank's machine (hostname and boot id), simulated nodes or not */
+    int cpu_sharers;   /* ranks of this machine that may run on this rank's CPUs (itself included) */
+    int cpus_shared;   /* the CPUs they may run on: fewer than them is oversubscribed */
     int node;          /* this rank's node index */
     int nnodes;
     int *node_of; /* world rank -> node index (nodes numbered by first rank) */
@@ -378,8 +385,23 @@ static inline const char *weft_memtype_name(weft_memtype_t m)
 typedef int (*weft_progress_fn)(void *arg);
 int weft_progress_register(weft_progress_fn fn, void *arg);
 void weft_progress_unregister(weft_progress_fn fn, void *arg);
-/* Yields the CPU after many empty polls, so oversubscribed ranks share cores. */
-void weft_progress_idle(unsigned *idle_polls, int events);
+/* Yields the CPU after many empty polls, so oversubscribed ranks share
+ * cores; returns 1 when it yielded (a yield may take a time slice). */
+int weft_progress_idle(unsigned *idle_polls, int events);
+/* A blocking wait past its spin budget (WEFT_WAIT_SPIN_US): what it knows
+ * between its sleeps (zeroed at the start and after news). */
+typedef struct weft_wait_sleep {
+    unsigned busy_arms; /* arms in a row that found news, without a poll finding any */
+    double quiet_since; /* the wait's last news */
+} weft_wait_sleep_t;
+/* Sleeps once: until the progress thread completes req, when the thread
+ * runs with other work and this is the application's call (req NULL, a
+ * probe's sleep, never hands over); else until UCX's event fd fires or,
+ * while something pending raises no events (shared-memory flags), for a
+ * nap that grows with the time without news; never past `deadline` (0:
+ * none) nor the next liveness check (WEFT_LIVENESS_POLL_S). The caller
+ * polls again after it and reads the clock. */
+void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, double deadline);
 /* The registered hooks alone (weft_progress: the transport, then these). */
 int weft_progress_hooks(void);
 
@@ -438,11 +460,12 @@ static inline int weft_api_enter(void)
     atomic_store_explicit(&weft_api_owner, WEFT_OWNER_APP, memory_order_relaxed);
     return 1;
 }
-static inline void weft_api_leave(const int *how)
+/* Lets go of the lock a call holds (its return, or a wait that hands its
+ * request to the thread), waking the thread when it sleeps with nothing
+ * pending and something is now, or armed on events that work this call
+ * posted may never raise. */
+static inline void weft_api_unlock(void)
 {
-    if (WEFT_LIKELY(*how != 1)) return;
-    /* Asleep with nothing pending, and the call left something; or armed
-     * on events that work this call posted may never raise. */
     int wake = WEFT_UNLIKELY(weft_pt_state != WEFT_PT_RUNNING) && weft_request_pending > 0 &&
                (weft_pt_state == WEFT_PT_IDLE || weft_pt_kick);
     if (wake) {
@@ -452,6 +475,11 @@ static inline void weft_api_leave(const int *how)
     atomic_store_explicit(&weft_api_owner, WEFT_OWNER_NONE, memory_order_relaxed);
     atomic_store_explicit(&weft_api_lock, 0, memory_order_release);
     if (wake) weft_progress_thread_wake();
+}
+static inline void weft_api_leave(const int *how)
+{
+    if (WEFT_LIKELY(*how != 1)) return;
+    weft_api_unlock();
 }
 /* The first statement of every API function but weft_wtime, weft_strerror
  * (pure) and weft_comm_abort (it must not wait for a blocked call). */

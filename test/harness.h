@@ -46,6 +46,10 @@ void th_board_post(th_board_t *b, int slot, const void *data, size_t len);
 int th_board_wait(th_board_t *b, int slot, void *data, size_t len, double timeout_s);
 /* th_run with a fresh board as every rank's arg (freed afterwards). */
 th_result_t th_run_with_board(int n, th_body_fn body, double timeout_s);
+/* Sleeps ms milliseconds (no weft call). */
+void th_nap_ms(int ms);
+/* CPU time of the whole process (every thread), seconds. */
+double th_cpu_seconds(void);
 
 /* A free TCP port on 127.0.0.1 (bound and released; the kernel does not
  * hand it out again at once). */

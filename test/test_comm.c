@@ -170,12 +170,15 @@ static int body_split_node(int rank, int size, void *arg)
     TH_OK(weft_node_info(&node, &nnodes));
     TH_CHECK(ls == m && expect[lr] == rank, "local rank %d of %d", lr, ls);
     TH_CHECK(nnodes == distinct, "%d nodes, expected %d", nnodes, distinct);
-    /* Simulated nodes share this machine's CPUs: every rank counts, and
-     * more ranks than CPUs means waiting ranks yield at once. */
+    /* Simulated nodes share this machine's CPUs: every rank counts (these
+     * ranks are not bound: each shares all of its CPUs with all of them),
+     * and more ranks than CPUs means waiting ranks yield at once. */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     TH_CHECK(weft_g.machine_ranks == size, "%d ranks on this machine, expected %d", weft_g.machine_ranks, size);
-    TH_CHECK(getenv("WEFT_SPIN_BEFORE_YIELD") || weft_cfg.spin_before_yield == (size > cpus ? 1 : 2000),
-             "spin before yield %d with %d ranks on %ld CPUs", weft_cfg.spin_before_yield, size, cpus);
+    TH_CHECK(weft_g.cpu_sharers == size && weft_g.cpus_shared >= 1 && weft_g.cpus_shared <= cpus,
+             "%d ranks share %d CPUs, expected %d ranks", weft_g.cpu_sharers, weft_g.cpus_shared, size);
+    TH_CHECK(getenv("WEFT_SPIN_BEFORE_YIELD") || weft_cfg.spin_before_yield == (size > weft_g.cpus_shared ? 1 : 2000),
+             "spin before yield %d with %d ranks on %d CPUs", weft_cfg.spin_before_yield, size, weft_g.cpus_shared);
     /* NUMA and socket splits lie within the node split. */
     weft_comm_t numa, sock;
     TH_OK(weft_comm_split_type(w, WEFT_SPLIT_NUMA, 0, WEFT_OPTIONS_NULL, &numa));

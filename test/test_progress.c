@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,20 +30,6 @@ static weft_comm_t start(void)
     TH_OK(weft_progress_thread_active(&on));
     TH_CHECK(on, "WEFT_PROGRESS_THREAD=on started no thread");
     return weft_comm_world();
-}
-
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* CPU time of the whole process (every thread), seconds. */
-static double cpu_seconds(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 }
 
 /* A completion callback's record: how often, with what, on which thread. */
@@ -116,7 +101,7 @@ static int body_sleeping(int rank, int size, void *arg)
     /* Sleep: no weft call until every callback ran (or 30 s). */
     double t0 = weft_wtime(), took = -1;
     if (!thread) {
-        nap_ms(500);
+        th_nap_ms(500);
         TH_CHECK(!atomic_load(&notes[0].fired) && !atomic_load(&notes[2].fired),
                  "rank %d: the big receive or allreduce completed without a thread or a call", rank);
         TH_OK(weft_waitall(NREQ, r, NULL));
@@ -131,7 +116,7 @@ static int body_sleeping(int rank, int size, void *arg)
             took = weft_wtime() - t0;
             break;
         }
-        nap_ms(2);
+        th_nap_ms(2);
     }
     for (int i = 0; i < NREQ; i++)
         TH_CHECK(atomic_load(&notes[i].fired) == 1, "rank %d: request %d: its callback ran %d times in 30 s of sleep",
@@ -188,10 +173,10 @@ typedef struct {
 
 static double idle_cpu_ms(double seconds)
 {
-    double c0 = cpu_seconds(), t0 = weft_wtime();
+    double c0 = th_cpu_seconds(), t0 = weft_wtime();
     while (weft_wtime() - t0 < seconds)
-        nap_ms(100);
-    return (cpu_seconds() - c0) * 1e3;
+        th_nap_ms(100);
+    return (th_cpu_seconds() - c0) * 1e3;
 }
 
 static int body_idle(int rank, int size, void *arg)
@@ -216,7 +201,7 @@ static int body_idle(int rank, int size, void *arg)
         sh->ms[2][0] = idle_cpu_ms(2.0);
         TH_OK(weft_wait(&b, NULL));
     } else {
-        nap_ms(2000);
+        th_nap_ms(2000);
         TH_OK(weft_barrier(w));
     }
     TH_OK(weft_finalize());
@@ -256,7 +241,7 @@ static int body_blocking(int rank, int size, void *arg)
     int64_t v = rank, sum = 0;
     char b[8] = {0};
     TH_OK(weft_barrier(w));
-    nap_ms(50); /* the thread finds nothing and goes to sleep */
+    th_nap_ms(50); /* the thread finds nothing and goes to sleep */
     unsigned long p0 = weft_progress_thread_passes();
     for (int i = 0; i < 20000; i++) {
         if (rank == 0) {
@@ -304,7 +289,7 @@ static int body_killed(int rank, int size, void *arg)
     float *buf = calloc(N, sizeof(float));
     TH_OK(weft_allreduce(WEFT_IN_PLACE, buf, N, WEFT_FLOAT32, WEFT_SUM, w)); /* everyone connected */
     if (rank == 2) {
-        nap_ms(100);
+        th_nap_ms(100);
         sh->killed_at = weft_wtime();
         kill(getpid(), SIGKILL);
     }
@@ -315,7 +300,7 @@ static int body_killed(int rank, int size, void *arg)
     TH_OK(weft_request_on_complete(r, note, &n));
     double t0 = weft_wtime();
     while (!atomic_load(&n.fired) && weft_wtime() - t0 < 15)
-        nap_ms(5);
+        th_nap_ms(5);
     TH_CHECK(atomic_load(&n.fired) == 1, "rank %d: no callback within 15 s of sleep after the kill", rank);
     sh->detected[rank] = weft_wtime() - sh->killed_at;
     TH_CHECK(atomic_load(&n.status) == WEFT_ERR_PEER_LOST, "rank %d: the callback heard %d (%s)", rank,
@@ -370,7 +355,7 @@ static int body_deadlines(int rank, int size, void *arg)
     TH_OK(weft_barrier(w));
     TH_OK(weft_comm_set_timeout(w, 1.0));
     if (rank == 1) {
-        nap_ms(2500);
+        th_nap_ms(2500);
     } else {
         int64_t v = rank, all[2];
         t0 = weft_wtime();
@@ -429,7 +414,7 @@ static int body_callback_rules(int rank, int size, void *arg)
     TH_OK(weft_request_free(&never));
     for (int i = 0; i < 100; i++)
         weft_progress();
-    nap_ms(50);
+    th_nap_ms(50);
     TH_CHECK(atomic_load(&c.fired) == 0, "a released request's callback ran");
     TH_OK(weft_finalize());
     return 0;

@@ -180,6 +180,7 @@ int main(int argc, char **argv)
         const char *tls = getenv("UCX_TLS");
         printf("  UCX_TLS:     %s\n", tls ? tls : "(unset: UCX chooses)");
         if (weft_host_topology(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  host:        %s\n", buf);
+        if (do_init && weft_progress_info(buf, sizeof(buf)) == WEFT_SUCCESS) printf("  waits:       %s\n", buf);
         print_vars();
         fflush(stdout);
     }

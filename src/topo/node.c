@@ -7,6 +7,7 @@
 #include "weft_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,7 +52,13 @@ typedef struct {
     uint64_t nonce;      /* random: world rank 0's is the world communicator's nonce */
     uint64_t cfg;        /* weft_config_agree_hash(): the settings every rank must share */
     int64_t bad_node_id; /* 1: this rank's WEFT_NODE_ID is malformed (every rank fails, naming it) */
+    int16_t cpu_lo;      /* this rank's CPUs (sched_getaffinity): the lowest, */
+    int16_t cpu_hi;      /* the highest */
+    int16_t cpus;        /* and how many (0: unknown) */
+    int16_t pad;
 } node_key_t;
+/* The UCX addresses stay the first exchange of init over 64 bytes (test_init garbles that one). */
+_Static_assert(sizeof(node_key_t) <= 64, "the node map's key outgrew 64 bytes");
 
 static void node_key(node_key_t *k)
 {
@@ -65,6 +72,16 @@ static void node_key(node_key_t *k)
     k->nonce = weft_random64();
     k->cfg = weft_config_agree_hash();
     k->bad_node_id = 0;
+    k->cpu_lo = k->cpu_hi = k->pad = 0;
+    k->cpus = 0; /* unknown */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && (k->cpus = (int16_t)CPU_COUNT(&set)) > 0) {
+        while (!CPU_ISSET(k->cpu_lo, &set))
+            k->cpu_lo++;
+        for (k->cpu_hi = CPU_SETSIZE - 1; !CPU_ISSET(k->cpu_hi, &set);)
+            k->cpu_hi--;
+    }
     if (weft_cfg.node_id[0]) {
         char *end;
         errno = 0;
@@ -112,6 +129,34 @@ void weft_topo_node_map_free(void)
 {
     free(weft_g.node_of);
     weft_g.node_of = NULL;
+}
+
+/* The ranks of this machine whose CPU ranges overlap this rank's, and the
+ * CPUs they may run on together: the span of their ranges, at most the sum
+ * of their CPUs (ranks bound to interleaved CPUs share none) and the
+ * machine's. Ranks bound one per core share with none; unbound ranks with
+ * every rank of the machine; ranks started under one taskset with each
+ * other. A rank whose CPUs are unknown counts as sharing every CPU. */
+static void cpu_sharing(const node_key_t *all, int n, const node_key_t *mine)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int lo = mine->cpu_lo, hi = mine->cpu_hi, sharers = 0;
+    long sum = 0;
+    for (int r = 0; r < n; r++) {
+        const node_key_t *k = &all[r];
+        if (k->machine != mine->machine) continue;
+        int any = k->cpus <= 0 || mine->cpus <= 0;
+        if (!any && (k->cpu_hi < mine->cpu_lo || k->cpu_lo > mine->cpu_hi)) continue;
+        sharers++;
+        sum += any ? online : k->cpus;
+        if (!any && k->cpu_lo < lo) lo = k->cpu_lo;
+        if (!any && k->cpu_hi > hi) hi = k->cpu_hi;
+    }
+    long cpus = mine->cpus > 0 ? hi - lo + 1 : online;
+    if (sum < cpus) cpus = sum;
+    if (online > 0 && online < cpus) cpus = online;
+    weft_g.cpu_sharers = sharers > 0 ? sharers : 1;
+    weft_g.cpus_shared = cpus > 0 ? (int)cpus : 1;
 }
 
 int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
@@ -178,6 +223,7 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
     weft_g.machine_ranks = 0;
     for (int r = 0; r < n; r++)
         weft_g.machine_ranks += all[r].machine == mine.machine;
+    cpu_sharing(all, n, &mine);
     rc = WEFT_SUCCESS;
 out:
     free(all);
