@@ -606,5 +606,10 @@ uint64_t weft_topo_host_id(void);
  * simulated nodes), else from the node map. */
 int weft_topo_node_map(struct weft_bootstrap *bs, double deadline);
 void weft_topo_node_map_free(void);
+/* The record a rank sends in the node-map exchange, as this process would
+ * send it but for a rank on node `node_id` of machine `machine`: what the
+ * scale harness's simulated ranks send (contrib/scale). Returns its size
+ * (0 when cap is too small). */
+size_t weft_topo_node_record(void *out, size_t cap, uint64_t machine, int64_t node_id);
 
 #endif

@@ -176,3 +176,11 @@ out:
     if (eb) weft_env_free(eb, 0, 0);
     return rc;
 }
+
+int weft_bootstrap_env_store_stats(weft_bootstrap_t *bs, weft_store_stats_t *out)
+{
+    env_boot_t *eb = bs && bs->name && !strcmp(bs->name, "env") ? bs->impl : NULL;
+    if (!eb || !eb->srv) return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "this rank serves no env store");
+    weft_env_server_stats(eb->srv, out);
+    return WEFT_SUCCESS;
+}

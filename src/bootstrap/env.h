@@ -29,6 +29,15 @@ int weft_env_vars_read(env_vars_t *v, const char *who);
 /* Rank 0's store (env_server.c); its fields are private to that file. */
 typedef struct server server_t;
 
+/* What the store has handled so far: the load on the busiest process of a
+ * job (contrib/scale measures it). */
+typedef struct weft_store_stats {
+    uint64_t accepted;   /* connections accepted (ranks, retries, strangers) */
+    uint64_t peak_conns; /* the most open at once */
+    uint64_t bytes_in;   /* received from every connection */
+    uint64_t bytes_out;  /* sent to every connection */
+} weft_store_stats_t;
+
 typedef struct env_boot {
     int fd;
     int rank, size;
@@ -64,6 +73,11 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
 /* Stops the thread and frees the store. Graceful: wait until every rank
  * said goodbye or `deadline` passed. */
 void weft_env_server_stop(server_t *s, pthread_t thread, int graceful, double deadline);
+/* Copies the store's counters (any thread, while it runs). */
+void weft_env_server_stats(server_t *s, weft_store_stats_t *out);
+/* The counters of the store this rank serves: WEFT_SUCCESS, or
+ * WEFT_ERR_UNSUPPORTED when bs is not the env bootstrap of rank 0. */
+int weft_bootstrap_env_store_stats(weft_bootstrap_t *bs, weft_store_stats_t *out);
 /* Fills ai's family, address and length with where this process's own
  * client connects (loopback when the store took the wildcard address). */
 void weft_env_server_self(server_t *s, struct addrinfo *ai);

@@ -131,12 +131,19 @@ struct server {
     reject_log_t rejects;
     struct sockaddr_storage self; /* where this process's own client connects */
     socklen_t self_len;
+    weft_store_stats_t stats; /* written by the store's thread, read by others (relaxed atomics) */
     pthread_mutex_t lock;
     int stop;       /* leave now (non-graceful) */
     int finalizing; /* leave once every rank said goodbye, or at fin_deadline */
     double fin_deadline;
     uint8_t scratch[1 << 16];
 };
+
+/* Counters other threads read while the store runs (weft_env_server_stats). */
+static void stat_add(uint64_t *counter, uint64_t n)
+{
+    __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
 
 static blob_t *blob_new(size_t len)
 {
@@ -720,6 +727,7 @@ static void conn_read(server_t *s, conn_t *c, double now)
             return;
         }
         budget -= (size_t)k;
+        stat_add(&s->stats.bytes_in, (uint64_t)k);
         if (c->rx == RX_HDR) {
             c->hgot += (size_t)k;
             if (c->hgot == STORE_HDR) on_header(s, c, now);
@@ -746,6 +754,7 @@ static void conn_write(server_t *s, conn_t *c)
             return;
         }
         m->off += (size_t)k;
+        stat_add(&s->stats.bytes_out, (uint64_t)k);
         if (m->off == m->blob->len) {
             c->out_head = m->next;
             if (!c->out_head) c->out_tail = NULL;
@@ -866,6 +875,9 @@ static void server_accept(server_t *s, int lfd, double now)
         c->rx = RX_HDR;
         memcpy(c->peer, peer, sizeof(c->peer));
         s->conns[s->nconns++] = c;
+        stat_add(&s->stats.accepted, 1);
+        if ((uint64_t)s->nconns > __atomic_load_n(&s->stats.peak_conns, __ATOMIC_RELAXED))
+            __atomic_store_n(&s->stats.peak_conns, (uint64_t)s->nconns, __ATOMIC_RELAXED);
     }
 }
 
@@ -1016,6 +1028,10 @@ static void *server_main(void *arg)
 
     server_notify_close(s, why);
     reject_flush(s, weft_wtime(), 1);
+    weft_debug("env store at %s: closing: %llu connections accepted (at most %llu open), %llu bytes received, %llu "
+               "sent",
+               s->where, (unsigned long long)s->stats.accepted, (unsigned long long)s->stats.peak_conns,
+               (unsigned long long)s->stats.bytes_in, (unsigned long long)s->stats.bytes_out);
     for (int i = 0; i < s->nconns; i++) {
         s->conns[i]->rank = -1; /* no round bookkeeping on the way out */
         conn_finish(s, s->conns[i]);
@@ -1383,6 +1399,14 @@ void weft_env_server_stop(server_t *s, pthread_t thread, int graceful, double de
     }
     pthread_join(thread, NULL);
     server_free(s);
+}
+
+void weft_env_server_stats(server_t *s, weft_store_stats_t *out)
+{
+    out->accepted = __atomic_load_n(&s->stats.accepted, __ATOMIC_RELAXED);
+    out->peak_conns = __atomic_load_n(&s->stats.peak_conns, __ATOMIC_RELAXED);
+    out->bytes_in = __atomic_load_n(&s->stats.bytes_in, __ATOMIC_RELAXED);
+    out->bytes_out = __atomic_load_n(&s->stats.bytes_out, __ATOMIC_RELAXED);
 }
 
 void weft_env_server_self(server_t *s, struct addrinfo *ai)

@@ -108,6 +108,19 @@ out:
     return rc;
 }
 
+size_t weft_topo_node_record(void *out, size_t cap, uint64_t machine, int64_t node_id)
+{
+    node_key_t k;
+    if (cap < sizeof(k)) return 0;
+    node_key(&k);
+    k.host = 0;
+    k.machine = machine;
+    k.sim = node_id;
+    k.bad_node_id = 0;
+    memcpy(out, &k, sizeof(k));
+    return sizeof(k);
+}
+
 void weft_topo_node_map_free(void)
 {
     free(weft_g.node_of);

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Scale harness: weft's bootstrap with N ranks on one machine.
+
+A few real ranks (contrib/scale/weft-scale-rank: world ranks 0 .. R-1,
+rank 0 serving the env store) and N - R simulated ranks
+(contrib/scale/weft-scale-sim, thousands per process, speaking the store's
+real protocol, job-secret handshake included). For each N it reports:
+
+  init_s      time from the start until every rank (real and simulated)
+              had finished weft_init
+  store_in/out, conns
+              bytes the store received / sent during init, and connections
+              it accepted: the busiest process of the job (rank 0)
+  rank0_mb    rank 0's peak resident memory (its rank and the store)
+  rank_heap   a real rank's heap growth over weft_init (what init keeps)
+  rank_mb     a real rank's (not rank 0's) peak resident memory
+  node_ms     the world's node communicator, built on a real rank (local,
+              from the node map of all N ranks)
+  color_ms    weft_comm_split by color of that communicator (R members)
+  coll1_ms / coll2_ms
+              the first allreduce on a communicator of the real ranks
+              (forced to the ring: UCX endpoints made on first use) and the
+              second; the difference is the connection set-up
+Then the exponent b of a fit t = a N^b over the sizes, for the init time
+and the store's bytes.
+
+Usage: contrib/scale/run_scale.py [--sizes 1024,4096,16384] [--real 2]
+       [--ppn 8] [--window 1024] [--json FILE] [--builddir DIR]
+A run needs about 2 KiB of the sims' memory and one descriptor of rank 0
+per rank (ulimit -n bounds N: the store holds one connection per rank).
+docs/PERFORMANCE.md section 11 has the results and how they were made.
+"""
+import argparse
+import json
+import math
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fd_limit():
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return hard if hard != resource.RLIM_INFINITY else 1 << 20
+
+
+def run_one(args, n):
+    port = free_port()
+    t0 = time.time()
+    env = dict(os.environ)
+    for v in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WEFT_BOOTSTRAP", "WEFT_RANKS_PER_NODE"):
+        env.pop(v, None)
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(n),
+        WEFT_JOB_SECRET=secrets.token_hex(16),
+        SCALE_T0="%.6f" % t0,
+        WEFT_INIT_TIMEOUT=str(args.timeout),
+        WEFT_TIMEOUT=str(args.timeout),
+        WEFT_NODE_ID="0",
+        WEFT_PROGRESS_THREAD="off",
+    )
+    bdir = args.builddir
+    procs = []
+    for r in range(args.real):
+        e = dict(env, RANK=str(r))
+        procs.append(
+            subprocess.Popen([os.path.join(bdir, "contrib/scale/weft-scale-rank")], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        if r == 0:
+            time.sleep(0.05)
+    nsim = n - args.real
+    per = max(1, min(fd_limit() - 200, 18000))
+    nproc = max(1, math.ceil(nsim / per)) if nsim > 0 else 0
+    first = args.real
+    for i in range(nproc):
+        count = nsim // nproc + (1 if i < nsim % nproc else 0)
+        cmd = [os.path.join(bdir, "contrib/scale/weft-scale-sim"), "--size", str(n), "--first", str(first),
+               "--count", str(count), "--ppn", str(args.ppn), "--real", str(args.real), "--window",
+               str(args.window), "--addr-len", str(args.addr_len), "--bind-base", str(2 + 4 * i)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        first += count
+    outs, failed = [], False
+    deadline = time.time() + args.timeout + 30
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+            failed = True
+        if p.returncode != 0:
+            failed = True
+            sys.stderr.write("N=%d: %s exited %s\n%s" % (n, p.args[0], p.returncode, e[-2000:]))
+        for line in o.splitlines():
+            if line.startswith("{"):
+                outs.append(json.loads(line))
+    ranks = [o for o in outs if "rank" in o]
+    sims = [o for o in outs if "sims" in o]
+    if failed or len(ranks) != args.real:
+        return None
+    r0 = next(o for o in ranks if o["rank"] == 0)
+    other = next((o for o in ranks if o["rank"] != 0), r0)
+    sync = 2 * 40 * n  # sync A's round (a header each way per rank) is in store_a
+    inits = [o["t_init"] for o in ranks] + [s["t_init"] for s in sims]
+    return {
+        "n": n,
+        "init_s": max(inits),
+        "store_in": r0["store_a"]["bytes_in"] - sync // 2,
+        "store_out": r0["store_a"]["bytes_out"] - sync // 2,
+        "store_in_b": r0["store_b"]["bytes_in"],
+        "store_out_b": r0["store_b"]["bytes_out"],
+        "conns": r0["store_a"]["accepted"],
+        "peak_conns": r0["store_a"]["peak_conns"],
+        "rank0_kb": r0["vmhwm_kb"],
+        "rank_kb": other["vmhwm_kb"],
+        "rank_heap": other["heap_init"],
+        "rank0_heap": r0["heap_init"],
+        "node_ms": 1e3 * max(o["node_comm_s"] for o in ranks),
+        "color_ms": 1e3 * max(o["split_color_s"] for o in ranks),
+        "coll1_ms": 1e3 * max(o["coll1_s"] for o in ranks),
+        "coll2_ms": 1e3 * max(o["coll2_s"] for o in ranks),
+        "eps": max(o["eps_after"] for o in ranks),
+        "sim_cpu_s": sum(s["cpu_s"] for s in sims),
+        "sim_kb": max([s["maxrss_kb"] for s in sims] or [0]),
+        "sim_bytes_in": sum(s["bytes_in"] for s in sims),
+        "t_done": max([s["t_done"] for s in sims] or [0]),
+    }
+
+
+def fit(rows, key):
+    """Least squares of log y = log a + b log N: returns b."""
+    pts = [(math.log(r["n"]), math.log(r[key])) for r in rows if r[key] > 0]
+    if len(pts) < 2:
+        return float("nan")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else float("nan")
+
+
+def mb(x):
+    return x / 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1024,4096,16384")
+    ap.add_argument("--real", type=int, default=2)
+    ap.add_argument("--ppn", type=int, default=8)
+    ap.add_argument("--window", type=int, default=1024)
+    ap.add_argument("--addr-len", type=int, default=0, help="simulated UCX address bytes (0: a real rank's)")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--json", help="append each size's result to this file")
+    ap.add_argument("--builddir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    args = ap.parse_args()
+    if args.real < 2:
+        ap.error("--real must be at least 2 (rank 0 and a rank that is not the store's)")
+    if not args.addr_len:
+        args.addr_len = 215
+    rows = []
+    print("%7s %8s %10s %10s %7s %9s %9s %9s %8s %8s %8s %8s" %
+          ("N", "init_s", "store_in", "store_out", "conns", "rank0_MB", "rank_MB", "heap_MB", "node_ms",
+           "color_ms", "coll1_ms", "coll2_ms"))
+    for n in (int(x) for x in args.sizes.split(",")):
+        r = run_one(args, n)
+        if r is None:
+            print("%7d failed" % n)
+            return 1
+        rows.append(r)
+        print("%7d %8.3f %10.1f %10.1f %7d %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f" %
+              (n, r["init_s"], mb(r["store_in"]), mb(r["store_out"]), r["conns"], r["rank0_kb"] / 1024,
+               r["rank_kb"] / 1024, mb(r["rank_heap"]), r["node_ms"], r["color_ms"], r["coll1_ms"], r["coll2_ms"]),
+              flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    if len(rows) >= 2:
+        for r in rows:
+            r["store_bytes"] = r["store_in"] + r["store_out"]
+        print("fitted exponent b (y = a N^b): init_s %.2f, store bytes %.2f, rank heap %.2f, node_ms %.2f" %
+              (fit(rows, "init_s"), fit(rows, "store_bytes"), fit(rows, "rank_heap"), fit(rows, "node_ms")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

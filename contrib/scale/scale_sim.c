@@ -1,0 +1,573 @@
+/* weft-scale-sim: many simulated ranks in one process, for the scale
+ * harness (contrib/scale/run_scale.py, docs/PERFORMANCE.md section 11).
+ *
+ * Each simulated rank is a few hundred bytes of state and one TCP
+ * connection to rank 0's real store, driven by one epoll loop. It speaks
+ * the env bootstrap's wire protocol with weft's own code for it
+ * (bootstrap/env_wire.h: headers, the handshake's proofs with the job
+ * key; pt2pt/ucx_addr.h: the sealed address; the node-map record from
+ * topo/node.c), and sends what a real rank's weft_init and weft_finalize
+ * send, in the same order, with the same lengths:
+ *   handshake (HELLO, CHALLENGE checked, PROOF, WELCOME)
+ *   init: the node-map round; the UCX address rounds (lengths, then the
+ *         sealed addresses, padded to the longest)
+ *   sync A (an empty round the real ranks of the harness also run)
+ *   sync B
+ *   finalize: the closing barrier (one byte each), BYE, the store closes.
+ * What it does not do is UCX: a simulated rank has no worker, so the real
+ * ranks never talk to one (they run their collectives among themselves).
+ *
+ * Usage: weft-scale-sim --size N --first A --count K [--ppn P] [--real R]
+ *        [--window W] [--addr-len B] [--bind-base X]
+ * Ranks A .. A+K-1 of N. Simulated nodes of P ranks (default 8) start
+ * after the R real ranks, which are node 0. At most W handshakes are in
+ * flight at once (0: no limit). MASTER_ADDR / MASTER_PORT / WEFT_JOB_SECRET
+ * as for a real rank; SCALE_T0 the run's start (CLOCK_REALTIME seconds).
+ * Prints one JSON line: counts, bytes and the times (since SCALE_T0) at
+ * which the last of its ranks finished each phase. */
+#include "bootstrap/env_wire.h"
+#include "bootstrap/jobkey.h"
+#include "pt2pt/ucx_addr.h"
+#include "weft_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { PH_IDLE, PH_CONNECTING, PH_HELLO, PH_PROOF, PH_MEMBER, PH_BYE, PH_DONE, PH_FAILED };
+
+/* The steps after the handshake: what a real rank sends, in order. */
+enum { ST_NODE, ST_ADDR_LEN, ST_ADDR, ST_SYNC_A, ST_SYNC_B, ST_BARRIER, ST_BYE, ST_END };
+enum { MARK_INIT, MARK_SYNC_A, MARK_SYNC_B, MARK_DONE, NMARKS };
+static const char *const mark_name[NMARKS] = {"init", "sync_a", "sync_b", "done"};
+
+typedef struct sim {
+    int fd;
+    int rank;
+    int phase;
+    int step;
+    uint64_t seq;
+    uint8_t nc[STORE_NONCE];
+    uint8_t hbuf[STORE_HDR];
+    size_t hgot;
+    store_hdr_t h;
+    int in_body;
+    uint64_t body_len, body_got;
+    uint8_t small[STORE_CHALLENGE];
+    uint64_t max_len; /* ST_ADDR_LEN's result: the longest sealed address */
+    uint8_t carry[8];
+    int ncarry;
+    uint8_t *out;
+    size_t out_len, out_off;
+    double retry_at;
+    struct sim *next_retry;
+} sim_t;
+
+static struct {
+    int size, first, count, ppn, real, window, addr_len, bind_base;
+    const char *host;
+    int port;
+    double t0;
+    weft_job_key_t key;
+    int ep;
+    int in_flight; /* handshakes under way */
+    int next_start;
+    sim_t *sims;
+    sim_t *retry_head, *retry_tail;
+    int remaining;
+    int failed;
+    uint64_t bytes_in, bytes_out, connects, refused;
+    double mark[NMARKS];
+    int marked[NMARKS];
+    uint8_t scratch[1 << 20];
+} g;
+
+static double now_real(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void mark(int m)
+{
+    double t = now_real() - g.t0;
+    if (t > g.mark[m]) g.mark[m] = t;
+    g.marked[m]++;
+}
+
+static void sim_fail(sim_t *s, const char *fmt, ...) WEFT_PRINTF(2, 3);
+static void sim_fail(sim_t *s, const char *fmt, ...)
+{
+    va_list ap;
+    if (g.failed < 5) {
+        fprintf(stderr, "weft-scale-sim: rank %d: ", s->rank);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+    }
+    g.failed++;
+    if (s->phase >= PH_CONNECTING && s->phase <= PH_PROOF) g.in_flight--;
+    s->phase = PH_FAILED;
+    if (s->fd >= 0) {
+        epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+        s->fd = -1;
+    }
+    g.remaining--;
+}
+
+static void want_out(sim_t *s, int on)
+{
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = s};
+    epoll_ctl(g.ep, EPOLL_CTL_MOD, s->fd, &ev);
+}
+
+static void flush_out(sim_t *s)
+{
+    while (s->out_off < s->out_len) {
+        ssize_t k = send(s->fd, s->out + s->out_off, s->out_len - s->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            want_out(s, 1);
+            return;
+        }
+        if (k < 0) {
+            sim_fail(s, "send: %s", strerror(errno));
+            return;
+        }
+        s->out_off += (size_t)k;
+        g.bytes_out += (uint64_t)k;
+    }
+    free(s->out);
+    s->out = NULL;
+    s->out_len = s->out_off = 0;
+}
+
+/* Queues header + payload (p1, p2) and sends what the socket takes. */
+static void sim_send(sim_t *s, unsigned kind, uint64_t seq, uint64_t arg, const void *p1, size_t n1, const void *p2,
+                     size_t n2)
+{
+    size_t len = STORE_HDR + n1 + n2, at = s->out_len;
+    uint8_t *b = realloc(s->out, s->out_len + len);
+    if (!b) {
+        sim_fail(s, "out of memory");
+        return;
+    }
+    s->out = b;
+    weft_env_hdr_pack(b + at, kind, (uint32_t)s->rank, (uint32_t)g.size, seq, arg, n1 + n2);
+    if (n1) memcpy(b + at + STORE_HDR, p1, n1);
+    if (n2) memcpy(b + at + STORE_HDR + n1, p2, n2);
+    s->out_len += len;
+    flush_out(s);
+}
+
+/* A round: the contribution a real rank makes at this step. */
+static void contrib(sim_t *s, const void *data, size_t len)
+{
+    sim_send(s, K_CONTRIB, s->seq++, 600000, data, len, NULL, 0);
+}
+
+static uint64_t machine_of_node(int64_t node)
+{
+    return UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(node + 1) ^ UINT64_C(0x5eed5eed);
+}
+
+static int64_t node_of_rank(int rank)
+{
+    return rank < g.real ? 0 : 1 + (rank - g.real) / g.ppn;
+}
+
+static void run_step(sim_t *s)
+{
+    uint8_t buf[512];
+    switch (s->step) {
+    case ST_NODE: {
+        int64_t node = node_of_rank(s->rank);
+        size_t n = weft_topo_node_record(buf, sizeof(buf), machine_of_node(node), node);
+        contrib(s, buf, n);
+        break;
+    }
+    case ST_ADDR_LEN: {
+        uint64_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
+        contrib(s, &sealed, sizeof(sealed));
+        s->max_len = 0;
+        s->ncarry = 0;
+        break;
+    }
+    case ST_ADDR: {
+        size_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
+        uint8_t addr[WEFT_UCX_ADDR_MAX], *blob = calloc(1, s->max_len > sealed ? s->max_len : sealed);
+        if (!blob) {
+            sim_fail(s, "out of memory");
+            return;
+        }
+        for (int i = 0; i < g.addr_len; i++)
+            addr[i] = (uint8_t)(s->rank * 31 + i);
+        weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
+        contrib(s, blob, s->max_len);
+        free(blob);
+        break;
+    }
+    case ST_SYNC_A:
+    case ST_SYNC_B: contrib(s, NULL, 0); break;
+    case ST_BARRIER:
+        buf[0] = 1;
+        contrib(s, buf, 1);
+        break;
+    case ST_BYE:
+        sim_send(s, K_BYE, s->seq, 0, NULL, 0, NULL, 0);
+        if (s->phase != PH_FAILED) {
+            shutdown(s->fd, SHUT_WR);
+            s->phase = PH_BYE;
+        }
+        break;
+    }
+}
+
+/* A RESULT is complete: the step is done. */
+static void step_done(sim_t *s)
+{
+    if (s->step == ST_ADDR) mark(MARK_INIT);
+    if (s->step == ST_SYNC_A) mark(MARK_SYNC_A);
+    if (s->step == ST_SYNC_B) mark(MARK_SYNC_B);
+    s->step++;
+    run_step(s);
+}
+
+static void start_handshake(sim_t *s)
+{
+    weft_random_bytes(s->nc, sizeof(s->nc));
+    s->phase = PH_HELLO;
+    sim_send(s, K_HELLO, 0, HELLO_WANTS_LOST | (g.key.keyed ? FLAG_KEYED : 0), s->nc, STORE_NONCE, NULL, 0);
+}
+
+static void retry_later(sim_t *s)
+{
+    g.refused++;
+    s->phase = PH_IDLE;
+    s->retry_at = now_real() + 0.05;
+    s->next_retry = NULL;
+    if (g.retry_tail)
+        g.retry_tail->next_retry = s;
+    else
+        g.retry_head = s;
+    g.retry_tail = s;
+}
+
+static void start_connect(sim_t *s)
+{
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
+    int idx = (int)(s - g.sims);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        sim_fail(s, "socket: %s", strerror(errno));
+        return;
+    }
+    /* 127.0.0.1 -> one port has ~28k source ports: spread over 127.0.0.x */
+    src.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)(g.bind_base + idx / 20000));
+    dst.sin_port = htons((uint16_t)g.port);
+    inet_pton(AF_INET, g.host, &dst.sin_addr);
+    if (bind(fd, (struct sockaddr *)&src, sizeof(src)) != 0) {
+        close(fd);
+        sim_fail(s, "bind: %s", strerror(errno));
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    s->fd = fd;
+    s->phase = PH_CONNECTING;
+    g.in_flight++;
+    g.connects++;
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = s};
+    epoll_ctl(g.ep, EPOLL_CTL_ADD, fd, &ev);
+    if (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) != 0 && errno != EINPROGRESS) {
+        int e = errno;
+        epoll_ctl(g.ep, EPOLL_CTL_DEL, fd, NULL);
+        close(fd);
+        s->fd = -1;
+        g.in_flight--;
+        if (e == ECONNREFUSED || e == EAGAIN)
+            retry_later(s);
+        else
+            sim_fail(s, "connect: %s", strerror(e));
+    }
+}
+
+static void on_connected(sim_t *s)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err) {
+        epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+        s->fd = -1;
+        g.in_flight--;
+        if (err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET)
+            retry_later(s);
+        else
+            sim_fail(s, "connect: %s", strerror(err));
+        return;
+    }
+    want_out(s, 0);
+    start_handshake(s);
+}
+
+/* A header arrived; decide what its body is. */
+static void on_header(sim_t *s)
+{
+    weft_env_hdr_unpack(s->hbuf, &s->h);
+    s->hgot = 0;
+    if (s->h.magic != STORE_MAGIC || s->h.version != STORE_VERSION) {
+        sim_fail(s, "bad header from the store (magic 0x%08x version %u)", s->h.magic, s->h.version);
+        return;
+    }
+    s->in_body = 1;
+    s->body_len = s->h.len;
+    s->body_got = 0;
+}
+
+static void body_bytes(sim_t *s, const uint8_t *p, size_t n)
+{
+    if (s->h.kind == K_CHALLENGE) {
+        if (s->body_got + n <= sizeof(s->small)) memcpy(s->small + s->body_got, p, n);
+    } else if (s->h.kind == K_RESULT && s->step == ST_ADDR_LEN) {
+        /* every rank's sealed length, host order: the longest sets the padding */
+        for (size_t i = 0; i < n; i++) {
+            s->carry[s->ncarry++] = p[i];
+            if (s->ncarry == 8) {
+                uint64_t v;
+                memcpy(&v, s->carry, 8);
+                if (v > s->max_len) s->max_len = v;
+                s->ncarry = 0;
+            }
+        }
+    } else if (s->h.kind == K_ERROR || s->h.kind == K_LOST) {
+        if (s->body_got + n < sizeof(g.scratch)) memcpy(g.scratch + s->body_got, p, n);
+    }
+}
+
+static void on_message(sim_t *s)
+{
+    uint8_t proof[STORE_PROOF];
+    s->in_body = 0;
+    switch (s->h.kind) {
+    case K_CHALLENGE:
+        if (s->phase != PH_HELLO || s->h.len != STORE_CHALLENGE) {
+            sim_fail(s, "unexpected CHALLENGE");
+            return;
+        }
+        weft_env_proof(g.key.key, PROOF_BY_STORE, s->nc, s->small, (uint32_t)s->rank, (uint32_t)g.size, proof);
+        if (!weft_ct_equal(proof, s->small + STORE_NONCE, STORE_PROOF)) {
+            sim_fail(s, "the store's proof is wrong (another job secret?)");
+            return;
+        }
+        weft_env_proof(g.key.key, PROOF_BY_RANK, s->nc, s->small, (uint32_t)s->rank, (uint32_t)g.size, proof);
+        s->phase = PH_PROOF;
+        sim_send(s, K_PROOF, 0, 0, proof, STORE_PROOF, NULL, 0);
+        break;
+    case K_WELCOME:
+        if (s->phase != PH_PROOF) {
+            sim_fail(s, "unexpected WELCOME");
+            return;
+        }
+        s->phase = PH_MEMBER;
+        g.in_flight--;
+        s->step = ST_NODE;
+        run_step(s);
+        break;
+    case K_RESULT:
+        if (s->phase != PH_MEMBER || s->h.seq != s->seq - 1) {
+            sim_fail(s, "unexpected RESULT (round %llu)", (unsigned long long)s->h.seq);
+            return;
+        }
+        step_done(s);
+        break;
+    case K_LOST: break;
+    case K_ERROR: {
+        size_t n = s->h.len < 300 ? (size_t)s->h.len : 300;
+        if (s->phase >= PH_CONNECTING && s->phase <= PH_PROOF && s->h.arg == (uint64_t)(int64_t)WEFT_ERR_ALREADY) {
+            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+            close(s->fd);
+            s->fd = -1;
+            g.in_flight--;
+            retry_later(s);
+            return;
+        }
+        sim_fail(s, "the store said: %.*s", (int)n, (const char *)g.scratch);
+        return;
+    }
+    default: sim_fail(s, "unexpected message kind %u", s->h.kind); return;
+    }
+}
+
+static void on_readable(sim_t *s)
+{
+    ssize_t k = recv(s->fd, g.scratch + 8192, sizeof(g.scratch) - 8192, 0);
+    if (k == 0) {
+        if (s->phase == PH_BYE) {
+            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+            close(s->fd);
+            s->fd = -1;
+            s->phase = PH_DONE;
+            mark(MARK_DONE);
+            g.remaining--;
+        } else if (s->phase >= PH_HELLO && s->phase <= PH_PROOF) {
+            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+            close(s->fd);
+            s->fd = -1;
+            g.in_flight--;
+            retry_later(s);
+        } else {
+            sim_fail(s, "the store closed the connection (step %d)", s->step);
+        }
+        return;
+    }
+    if (k < 0) {
+        if (errno == EAGAIN || errno == EINTR) return;
+        sim_fail(s, "recv: %s", strerror(errno));
+        return;
+    }
+    g.bytes_in += (uint64_t)k;
+    const uint8_t *p = g.scratch + 8192;
+    size_t n = (size_t)k;
+    while (n > 0 && s->phase != PH_FAILED) {
+        if (!s->in_body) {
+            size_t take = STORE_HDR - s->hgot < n ? STORE_HDR - s->hgot : n;
+            memcpy(s->hbuf + s->hgot, p, take);
+            s->hgot += take;
+            p += take;
+            n -= take;
+            if (s->hgot == STORE_HDR) on_header(s);
+            if (s->in_body && s->body_len == 0) on_message(s);
+        } else {
+            uint64_t left = s->body_len - s->body_got;
+            size_t take = left < n ? (size_t)left : n;
+            body_bytes(s, p, take);
+            s->body_got += take;
+            p += take;
+            n -= take;
+            if (s->body_got == s->body_len) on_message(s);
+        }
+    }
+}
+
+static int arg_int(const char *v, const char *name)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1 << 24) {
+        fprintf(stderr, "weft-scale-sim: %s '%s' is not a count\n", name, v);
+        exit(2);
+    }
+    return (int)x;
+}
+
+int main(int argc, char **argv)
+{
+    g.ppn = 8;
+    g.window = 1024;
+    g.addr_len = 215;
+    g.bind_base = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *o = argv[i], *v = argv[i + 1];
+        if (!strcmp(o, "--size"))
+            g.size = arg_int(v, o);
+        else if (!strcmp(o, "--first"))
+            g.first = arg_int(v, o);
+        else if (!strcmp(o, "--count"))
+            g.count = arg_int(v, o);
+        else if (!strcmp(o, "--ppn"))
+            g.ppn = arg_int(v, o);
+        else if (!strcmp(o, "--real"))
+            g.real = arg_int(v, o);
+        else if (!strcmp(o, "--window"))
+            g.window = arg_int(v, o);
+        else if (!strcmp(o, "--addr-len"))
+            g.addr_len = arg_int(v, o);
+        else if (!strcmp(o, "--bind-base"))
+            g.bind_base = arg_int(v, o);
+        else {
+            fprintf(stderr, "weft-scale-sim: unknown option %s\n", o);
+            return 2;
+        }
+    }
+    const char *port = getenv("MASTER_PORT"), *t0 = getenv("SCALE_T0");
+    g.host = getenv("MASTER_ADDR");
+    if (!g.size || !g.count || g.first + g.count > g.size || !g.host || !port || g.ppn < 1 ||
+        g.addr_len < WEFT_UCX_ADDR_MIN) {
+        fprintf(stderr, "usage: weft-scale-sim --size N --first A --count K [--ppn P] [--real R] [--window W] "
+                        "[--addr-len B]; MASTER_ADDR, MASTER_PORT set\n");
+        return 2;
+    }
+    g.port = atoi(port);
+    g.t0 = t0 ? atof(t0) : now_real();
+    (void)weft_var_count(); /* registers every component's variables, as weft_init does: the agreed hash covers them */
+    if (weft_config_load() != WEFT_SUCCESS || weft_job_key_load(&g.key, "weft-scale-sim") != WEFT_SUCCESS) {
+        fprintf(stderr, "weft-scale-sim: %s\n", weft_last_error());
+        return 1;
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    g.sims = calloc((size_t)g.count, sizeof(*g.sims));
+    g.ep = epoll_create1(EPOLL_CLOEXEC);
+    if (!g.sims || g.ep < 0) return 1;
+    for (int i = 0; i < g.count; i++) {
+        g.sims[i].fd = -1;
+        g.sims[i].rank = g.first + i;
+    }
+    g.remaining = g.count;
+    struct epoll_event evs[256];
+    while (g.remaining > 0) {
+        double now = now_real();
+        while (g.retry_head && g.retry_head->retry_at <= now && (!g.window || g.in_flight < g.window)) {
+            sim_t *s = g.retry_head;
+            g.retry_head = s->next_retry;
+            if (!g.retry_head) g.retry_tail = NULL;
+            start_connect(s);
+        }
+        while (g.next_start < g.count && (!g.window || g.in_flight < g.window))
+            start_connect(&g.sims[g.next_start++]);
+        int timeout = g.retry_head ? 10 : 1000;
+        int n = epoll_wait(g.ep, evs, 256, timeout);
+        for (int i = 0; i < n; i++) {
+            sim_t *s = evs[i].data.ptr;
+            if (s->fd < 0) continue;
+            if (s->phase == PH_CONNECTING) {
+                on_connected(s);
+                continue;
+            }
+            if (evs[i].events & EPOLLOUT) {
+                flush_out(s);
+                if (s->phase != PH_FAILED && !s->out) want_out(s, 0);
+            }
+            if (s->fd >= 0 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_readable(s);
+        }
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("{\"sims\": %d, \"first\": %d, \"failed\": %d, \"connects\": %llu, \"refused\": %llu, "
+           "\"bytes_in\": %llu, \"bytes_out\": %llu, \"maxrss_kb\": %ld, \"cpu_s\": %.3f",
+           g.count, g.first, g.failed, (unsigned long long)g.connects, (unsigned long long)g.refused,
+           (unsigned long long)g.bytes_in, (unsigned long long)g.bytes_out, ru.ru_maxrss,
+           (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec * 1e-6);
+    for (int m = 0; m < NMARKS; m++)
+        printf(", \"t_%s\": %.4f", mark_name[m], g.marked[m] == g.count ? g.mark[m] : -1.0);
+    printf("}\n");
+    return g.failed ? 1 : 0;
+}
