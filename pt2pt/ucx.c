@@ -39,18 +39,43 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (!g_finalizing) weft_rank_lost(rank, "UCX reports %s on its endpoint", ucs_status_string(status));
 }
 
+/* Fetches world_rank's sealed address through the bootstrap and checks it
+ * before UCX may see it (garbage in ucp_ep_create aborts the process): a
+ * rank whose address fails is named. *blob is malloc'd; the address
+ * starts WEFT_UCX_ADDR_HDR bytes in. */
+static int fetch_address(weft_pt2pt_t *p2p, int world_rank, uint8_t **blob)
+{
+    void *got = NULL;
+    size_t len = 0, addr_len;
+    char why[256];
+    int rc =
+        weft_bootstrap_get(p2p->bs, world_rank, &got, &len, weft_deadline_from(weft_cfg.init_timeout, weft_wtime()));
+    if (rc != WEFT_SUCCESS) return rc;
+    p2p->fetched++;
+    if (weft_ucx_addr_open(&p2p->key, (uint32_t)world_rank, (uint32_t)p2p->npeers, got, len, &addr_len, why,
+                           sizeof(why)) != 0) {
+        free(got);
+        return weft_error(WEFT_ERR_BOOTSTRAP,
+                          "rank %d's UCX worker address failed validation and was not given to UCX: %s (bootstrap %s)",
+                          world_rank, why, p2p->bs->name);
+    }
+    *blob = got;
+    return WEFT_SUCCESS;
+}
+
 int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
 {
     weft_peer_t *peer = &g_p2p->peers[world_rank];
+    uint8_t *blob = NULL;
     if (WEFT_LIKELY(peer->ep != NULL)) {
         *ep = peer->ep;
         return WEFT_SUCCESS;
     }
+    int rc = fetch_address(g_p2p, world_rank, &blob);
+    if (rc != WEFT_SUCCESS) return rc;
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-        /* Checked at init (check_addresses): past the frame's header. */
-        .address =
-            (const ucp_address_t *)((char *)g_p2p->addrs + (size_t)world_rank * g_p2p->stride + WEFT_UCX_ADDR_HDR),
+        .address = (const ucp_address_t *)(blob + WEFT_UCX_ADDR_HDR),
         .err_mode = weft_cfg.peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE,
     };
     if (weft_cfg.peer_failure) {
@@ -59,6 +84,7 @@ int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
         params.err_handler.arg = (void *)(intptr_t)world_rank;
     }
     ucs_status_t st = ucp_ep_create(g_p2p->worker, &params, &peer->ep);
+    free(blob); /* UCX unpacked what it needs */
     if (st != UCS_OK) {
         peer->ep = NULL;
         return weft_error(weft_p2p_status_to_weft(st), "cannot create a UCX endpoint to rank %d: %s", world_rank,
@@ -232,19 +258,18 @@ const weft_transport_ops_t weft_p2p_transport = {
     .arm = p2p_arm,
 };
 
-/* Gathers every rank's worker address, sealed (pt2pt/ucx_addr.h), and
- * checks each before UCX may see it: garbage in ucp_ep_create aborts the
- * process. A rank whose address fails is named, and init fails. */
-static int exchange_addresses(weft_pt2pt_t *p2p, weft_bootstrap_t *bs, const void *addr, size_t addr_len,
-                              double deadline)
+/* Publishes this rank's worker address, sealed (pt2pt/ucx_addr.h): the
+ * others fetch it when they first make an endpoint to this rank. Small
+ * worlds (WEFT_ADDRESSES_AT_INIT) hand every rank every address at once:
+ * under the env bootstrap the published ones live in rank 0's store, and a
+ * rank that outlives rank 0 can still reach every other survivor. */
+static int publish_address(weft_pt2pt_t *p2p, weft_bootstrap_t *bs, const void *addr, size_t addr_len, double deadline)
 {
-    weft_job_key_t key;
     uint8_t *mine = NULL;
     size_t sealed = weft_ucx_addr_sealed_len(addr_len);
-    char why[256];
     int rc;
 
-    WEFT_CHECK_GOTO(weft_job_key_load(&key, "weft_init"), rc, out);
+    WEFT_CHECK_GOTO(weft_job_key_load(&p2p->key, "weft_init"), rc, out);
     if (addr_len < WEFT_UCX_ADDR_MIN || addr_len > WEFT_UCX_ADDR_MAX) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "weft_init: this rank's UCX worker address is %zu bytes, outside [%d, %d]",
                         addr_len, WEFT_UCX_ADDR_MIN, WEFT_UCX_ADDR_MAX);
@@ -254,24 +279,9 @@ static int exchange_addresses(weft_pt2pt_t *p2p, weft_bootstrap_t *bs, const voi
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
         goto out;
     }
-    weft_ucx_addr_seal(&key, (uint32_t)bs->rank, (uint32_t)bs->size, addr, addr_len, mine);
-    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, mine, sealed, &p2p->addrs, &p2p->addr_lens, &p2p->stride, deadline),
-                    rc, out);
-    for (int r = 0; r < bs->size; r++) {
-        size_t len;
-        const uint8_t *blob = (const uint8_t *)p2p->addrs + (size_t)r * p2p->stride;
-        if (weft_ucx_addr_open(&key, (uint32_t)r, (uint32_t)bs->size, blob, p2p->addr_lens[r], &len, why,
-                               sizeof(why)) != 0) {
-            rc = weft_error(WEFT_ERR_BOOTSTRAP,
-                            "weft_init: rank %d's UCX worker address failed validation and was not given to UCX: %s "
-                            "(bootstrap %s)",
-                            r, why, bs->name);
-            goto out;
-        }
-        p2p->addr_lens[r] = len;
-    }
+    weft_ucx_addr_seal(&p2p->key, (uint32_t)bs->rank, (uint32_t)bs->size, addr, addr_len, mine);
+    rc = weft_bootstrap_put(bs, mine, sealed, bs->size <= weft_cfg.addresses_at_init, deadline);
 out:
-    memset(&key, 0, sizeof(key));
     free(mine);
     return rc;
 }
@@ -346,8 +356,9 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_get_address failed: %s", ucs_status_string(st));
         goto out;
     }
-    WEFT_CHECK_GOTO(exchange_addresses(p2p, bs, addr, addr_len, deadline), rc, out);
+    p2p->bs = bs;
     p2p->npeers = bs->size;
+    WEFT_CHECK_GOTO(publish_address(p2p, bs, addr, addr_len, deadline), rc, out);
     p2p->peers = calloc((size_t)bs->size, sizeof(*p2p->peers));
     if (!p2p->peers) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for %d peers", bs->size);
@@ -414,8 +425,7 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
     weft_cuda_finalize();
     if (p2p->context) ucp_cleanup(p2p->context);
     free(p2p->peers);
-    free(p2p->addrs);
-    free(p2p->addr_lens);
+    memset(&p2p->key, 0, sizeof(p2p->key));
     free(p2p);
     if (g_p2p == p2p) {
         g_p2p = NULL;

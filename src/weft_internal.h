@@ -82,11 +82,12 @@ typedef struct weft_var {
 enum { WEFT_PT_AUTO = -1, WEFT_PT_OFF = 0, WEFT_PT_ON = 1 };
 #define WEFT_PROGRESS_POLL_US_DEFAULT 200
 typedef struct weft_config {
-    char bootstrap[16];  /* auto | pmix | env | single */
-    double timeout;      /* default wait deadline, seconds; 0 = none */
-    double init_timeout; /* bootstrap deadline, seconds */
-    int eager_connect;   /* create every endpoint at init */
-    int peer_failure;    /* UCX peer failure detection on endpoints */
+    char bootstrap[16];    /* auto | pmix | env | single */
+    double timeout;        /* default wait deadline, seconds; 0 = none */
+    double init_timeout;   /* bootstrap deadline, seconds */
+    int eager_connect;     /* create every endpoint at init */
+    int addresses_at_init; /* worlds of at most this many ranks get every UCX address at init */
+    int peer_failure;      /* UCX peer failure detection on endpoints */
     int log_level;
     int spin_before_yield;         /* progress polls without news before sched_yield */
     char progress_thread_text[16]; /* WEFT_PROGRESS_THREAD as given */
@@ -123,11 +124,13 @@ int weft_config_var_get(int index, const char **name, const char **type, const c
 /* A hash of the names and values of the variables every rank must set
  * alike (WEFT_VAR_AGREE), exchanged at init. */
 uint64_t weft_config_agree_hash(void);
-/* hashes[r]: rank r's weft_config_agree_hash(). When they differ, one more
- * bootstrap exchange finds which variables and which ranks, and every rank
- * fails with WEFT_ERR_ARG naming them. */
+/* Called by every rank when init's exchange found ranks whose
+ * weft_config_agree_hash() differs from rank 0's: one more bootstrap
+ * exchange (a gather at rank 0, a broadcast of its verdict) finds which
+ * variables and which ranks, and every rank fails with WEFT_ERR_ARG
+ * naming them. */
 struct weft_bootstrap;
-int weft_config_agree_check(struct weft_bootstrap *bs, const uint64_t *hashes, double deadline);
+int weft_config_agree_fail(struct weft_bootstrap *bs, double deadline);
 /* "rank 3", "ranks 0, 2-5, 7" (at most cap bytes; "... (N more)" when cut) */
 void weft_format_ranks(char *buf, size_t cap, const int *ranks, int n);
 
@@ -574,6 +577,8 @@ void weft_request_fail_comm(weft_comm_t comm, int err);
 typedef struct weft_coll_services {
     /* Gathers `bytes` from every member of comm into recv (rank order). */
     int (*allgather)(weft_comm_t comm, const void *send, void *recv, size_t bytes);
+    /* recv = send reduced with op over every member (count elements). */
+    int (*allreduce)(weft_comm_t comm, const void *send, void *recv, size_t count, weft_dtype_t dtype, weft_op_t op);
     /* For a "<collective>_algorithm" hint: makes the algorithm comm's
      * first candidate for that collective; returns 1, or 0 with a reason
      * when the collective is unknown (-1), has no such algorithm (-2), or

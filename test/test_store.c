@@ -37,7 +37,7 @@
  * craft messages a real client would never send. Keep in step with env_wire.h.
  * (The proofs come from env_wire.c: writing HMAC again here would test nothing.) */
 #define WIRE_MAGIC   0x57465453u
-#define WIRE_VERSION 2u
+#define WIRE_VERSION 3u
 #define WIRE_HDR     40
 enum { W_HELLO = 1, W_WELCOME = 2, W_CONTRIB = 3, W_RESULT = 4, W_ERROR = 5, W_BYE = 6, W_CHALLENGE = 8, W_PROOF = 9 };
 
@@ -658,7 +658,7 @@ static int stranger_claims_rank_1(void)
     TH_CHECK((fd = connect_store(weft_wtime() + 10)) >= 0, "stranger: cannot connect to the store");
     wire_pack_v(b, 1, W_HELLO, 1, REAL_RANKS, 0, 0, 0);
     (void)send(fd, b, WIRE_HDR, MSG_NOSIGNAL);
-    expect_refusal(fd, WEFT_ERR_BOOTSTRAP, "protocol version 1, but the store speaks version 2");
+    expect_refusal(fd, WEFT_ERR_BOOTSTRAP, "protocol version 1, but the store speaks version 3");
     close(fd);
     /* No secret, saying so. */
     TH_CHECK((fd = connect_store(weft_wtime() + 10)) >= 0, "connect");

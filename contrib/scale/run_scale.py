@@ -21,6 +21,12 @@ real protocol, job-secret handshake included). For each N it reports:
               the first allreduce on a communicator of the real ranks
               (forced to the ring: UCX endpoints made on first use) and the
               second; the difference is the connection set-up
+  fetch_s, fetch_MB
+              the first collective's address fetches at scale: every
+              simulated rank fetches the addresses of its log2 N
+              recursive-doubling peers, one at a time, from the store; the
+              time from the last rank's sync A to the last fetch, and the
+              bytes the store moved meanwhile
 Then the exponent b of a fit t = a N^b over the sizes, for the init time
 and the store's bytes.
 
@@ -75,6 +81,8 @@ def run_one(args, n):
     procs = []
     for r in range(args.real):
         e = dict(env, RANK=str(r))
+        if args.log and r == 0:
+            e["WEFT_LOG_LEVEL"] = args.log
         procs.append(
             subprocess.Popen([os.path.join(bdir, "contrib/scale/weft-scale-rank")], env=e,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -83,12 +91,15 @@ def run_one(args, n):
     nsim = n - args.real
     per = max(1, min(fd_limit() - 200, 18000))
     nproc = max(1, math.ceil(nsim / per)) if nsim > 0 else 0
+    # Source addresses 127.x.y.z, fresh for each run: the last run's
+    # connections may still hold ports in TIME_WAIT on the addresses it used.
+    base = secrets.randbelow((1 << 24) - (1 << 16)) + (1 << 8)
     first = args.real
     for i in range(nproc):
         count = nsim // nproc + (1 if i < nsim % nproc else 0)
         cmd = [os.path.join(bdir, "contrib/scale/weft-scale-sim"), "--size", str(n), "--first", str(first),
                "--count", str(count), "--ppn", str(args.ppn), "--real", str(args.real), "--window",
-               str(args.window), "--addr-len", str(args.addr_len), "--bind-base", str(2 + 4 * i)]
+               str(args.window), "--addr-len", str(args.addr_len), "--bind-base", str(base + 64 * i)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         first += count
     outs, failed = [], False
@@ -103,6 +114,8 @@ def run_one(args, n):
         if p.returncode != 0:
             failed = True
             sys.stderr.write("N=%d: %s exited %s\n%s" % (n, p.args[0], p.returncode, e[-2000:]))
+        if args.log and p is procs[0]:
+            sys.stderr.write(e)
         for line in o.splitlines():
             if line.startswith("{"):
                 outs.append(json.loads(line))
@@ -114,6 +127,8 @@ def run_one(args, n):
     other = next((o for o in ranks if o["rank"] != 0), r0)
     sync = 2 * 40 * n  # sync A's round (a header each way per rank) is in store_a
     inits = [o["t_init"] for o in ranks] + [s["t_init"] for s in sims]
+    sync_a = max([s.get("t_sync_a", 0) for s in sims] or [0])
+    fetch_end = max([s.get("t_lookup", 0) for s in sims] or [0])
     return {
         "n": n,
         "init_s": max(inits),
@@ -136,6 +151,10 @@ def run_one(args, n):
         "sim_kb": max([s["maxrss_kb"] for s in sims] or [0]),
         "sim_bytes_in": sum(s["bytes_in"] for s in sims),
         "t_done": max([s["t_done"] for s in sims] or [0]),
+        "fetches": sum(s.get("fetched", 0) for s in sims),
+        "fetch_s": max(0.0, fetch_end - sync_a),
+        "fetch_bytes": (r0["store_b"]["bytes_in"] + r0["store_b"]["bytes_out"] - r0["store_a"]["bytes_in"] -
+                        r0["store_a"]["bytes_out"] - sync),
     }
 
 
@@ -163,6 +182,7 @@ def main():
     ap.add_argument("--addr-len", type=int, default=0, help="simulated UCX address bytes (0: a real rank's)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--json", help="append each size's result to this file")
+    ap.add_argument("--log", help="rank 0's WEFT_LOG_LEVEL (its log goes to stderr)")
     ap.add_argument("--builddir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     args = ap.parse_args()
     if args.real < 2:
@@ -170,18 +190,19 @@ def main():
     if not args.addr_len:
         args.addr_len = 215
     rows = []
-    print("%7s %8s %10s %10s %7s %9s %9s %9s %8s %8s %8s %8s" %
+    print("%7s %8s %10s %10s %7s %9s %9s %9s %8s %8s %8s %8s %8s %9s" %
           ("N", "init_s", "store_in", "store_out", "conns", "rank0_MB", "rank_MB", "heap_MB", "node_ms",
-           "color_ms", "coll1_ms", "coll2_ms"))
+           "color_ms", "coll1_ms", "coll2_ms", "fetch_s", "fetch_MB"))
     for n in (int(x) for x in args.sizes.split(",")):
         r = run_one(args, n)
         if r is None:
             print("%7d failed" % n)
             return 1
         rows.append(r)
-        print("%7d %8.3f %10.1f %10.1f %7d %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f" %
+        print("%7d %8.3f %10.1f %10.1f %7d %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %8.3f %9.1f" %
               (n, r["init_s"], mb(r["store_in"]), mb(r["store_out"]), r["conns"], r["rank0_kb"] / 1024,
-               r["rank_kb"] / 1024, mb(r["rank_heap"]), r["node_ms"], r["color_ms"], r["coll1_ms"], r["coll2_ms"]),
+               r["rank_kb"] / 1024, mb(r["rank_heap"]), r["node_ms"], r["color_ms"], r["coll1_ms"], r["coll2_ms"],
+               r["fetch_s"], mb(r["fetch_bytes"])),
               flush=True)
         if args.json:
             with open(args.json, "a") as f:

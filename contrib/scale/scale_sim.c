@@ -9,16 +9,22 @@
  * topo/node.c), and sends what a real rank's weft_init and weft_finalize
  * send, in the same order, with the same lengths:
  *   handshake (HELLO, CHALLENGE checked, PROOF, WELCOME)
- *   init: the node-map round; the UCX address rounds (lengths, then the
- *         sealed addresses, padded to the longest)
+ *   init: the node-map record gathered at rank 0, rank 0's map broadcast
+ *         back; the sealed UCX address published (PUT), or, in worlds of
+ *         at most WEFT_ADDRESSES_AT_INIT ranks, allgathered (lengths,
+ *         then the addresses padded to the longest)
  *   sync A (an empty round the real ranks of the harness also run)
+ *   first collective: the addresses of the peers a recursive-doubling
+ *         exchange over the world meets (rank ^ 1, ^ 2, ^ 4, ...: log2 N
+ *         of them, --lookups sets how many), fetched one at a time as a
+ *         real rank fetches them when it first makes an endpoint
  *   sync B
- *   finalize: the closing barrier (one byte each), BYE, the store closes.
+ *   finalize: the closing barrier (an empty round), BYE, the store closes.
  * What it does not do is UCX: a simulated rank has no worker, so the real
  * ranks never talk to one (they run their collectives among themselves).
  *
  * Usage: weft-scale-sim --size N --first A --count K [--ppn P] [--real R]
- *        [--window W] [--addr-len B] [--bind-base X]
+ *        [--window W] [--addr-len B] [--bind-base X] [--lookups L]
  * Ranks A .. A+K-1 of N. Simulated nodes of P ranks (default 8) start
  * after the R real ranks, which are node 0. At most W handshakes are in
  * flight at once (0: no limit). MASTER_ADDR / MASTER_PORT / WEFT_JOB_SECRET
@@ -46,9 +52,9 @@
 enum { PH_IDLE, PH_CONNECTING, PH_HELLO, PH_PROOF, PH_MEMBER, PH_BYE, PH_DONE, PH_FAILED };
 
 /* The steps after the handshake: what a real rank sends, in order. */
-enum { ST_NODE, ST_ADDR_LEN, ST_ADDR, ST_SYNC_A, ST_SYNC_B, ST_BARRIER, ST_BYE, ST_END };
-enum { MARK_INIT, MARK_SYNC_A, MARK_SYNC_B, MARK_DONE, NMARKS };
-static const char *const mark_name[NMARKS] = {"init", "sync_a", "sync_b", "done"};
+enum { ST_GATHER, ST_BCAST, ST_ADDR_LEN, ST_ADDR, ST_PUT, ST_SYNC_A, ST_LOOKUP, ST_SYNC_B, ST_BARRIER, ST_BYE, ST_END };
+enum { MARK_WELCOME, MARK_GATHER, MARK_INIT, MARK_SYNC_A, MARK_LOOKUP, MARK_SYNC_B, MARK_DONE, NMARKS };
+static const char *const mark_name[NMARKS] = {"welcome", "gather", "init", "sync_a", "lookup", "sync_b", "done"};
 
 typedef struct sim {
     int fd;
@@ -63,6 +69,7 @@ typedef struct sim {
     int in_body;
     uint64_t body_len, body_got;
     uint8_t small[STORE_CHALLENGE];
+    int lookups;      /* ST_LOOKUP: fetches done */
     uint64_t max_len; /* ST_ADDR_LEN's result: the longest sealed address */
     uint8_t carry[8];
     int ncarry;
@@ -73,7 +80,8 @@ typedef struct sim {
 } sim_t;
 
 static struct {
-    int size, first, count, ppn, real, window, addr_len, bind_base;
+    int size, first, count, ppn, real, window, addr_len, bind_base, lookups;
+    int eager; /* WEFT_ADDRESSES_AT_INIT: every address allgathered at init, nothing fetched */
     const char *host;
     int port;
     double t0;
@@ -85,7 +93,7 @@ static struct {
     sim_t *retry_head, *retry_tail;
     int remaining;
     int failed;
-    uint64_t bytes_in, bytes_out, connects, refused;
+    uint64_t bytes_in, bytes_out, connects, refused, fetched;
     double mark[NMARKS];
     int marked[NMARKS];
     uint8_t scratch[1 << 20];
@@ -173,9 +181,27 @@ static void sim_send(sim_t *s, unsigned kind, uint64_t seq, uint64_t arg, const 
 }
 
 /* A round: the contribution a real rank makes at this step. */
-static void contrib(sim_t *s, const void *data, size_t len)
+static void contrib(sim_t *s, unsigned kind, const void *data, size_t len)
 {
-    sim_send(s, K_CONTRIB, s->seq++, 600000, data, len, NULL, 0);
+    sim_send(s, kind, s->seq++, 600000, data, len, NULL, 0);
+}
+
+static void step_done(sim_t *s);
+
+/* Fetches the next peer's address the first collective needs (rank ^ 2^i,
+ * i < --lookups, within the world), or ends the step. */
+static void next_lookup(sim_t *s)
+{
+    while (s->lookups < g.lookups && s->lookups < 30 && (s->rank ^ (1 << s->lookups)) >= g.size)
+        s->lookups++;
+    if (s->lookups >= g.lookups || s->lookups >= 30) {
+        mark(MARK_LOOKUP);
+        step_done(s);
+        return;
+    }
+    uint32_t be = htonl((uint32_t)(s->rank ^ (1 << s->lookups)));
+    s->lookups++;
+    sim_send(s, K_GET, 0, 600000, &be, sizeof(be), NULL, 0);
 }
 
 static uint64_t machine_of_node(int64_t node)
@@ -192,15 +218,21 @@ static void run_step(sim_t *s)
 {
     uint8_t buf[512];
     switch (s->step) {
-    case ST_NODE: {
+    case ST_GATHER: {
         int64_t node = node_of_rank(s->rank);
         size_t n = weft_topo_node_record(buf, sizeof(buf), machine_of_node(node), node);
-        contrib(s, buf, n);
+        contrib(s, K_GATHER, buf, n);
         break;
     }
+    case ST_BCAST: contrib(s, K_BCAST, NULL, 0); break;
     case ST_ADDR_LEN: {
+        if (!g.eager) {
+            s->step = ST_PUT;
+            run_step(s);
+            break;
+        }
         uint64_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
-        contrib(s, &sealed, sizeof(sealed));
+        contrib(s, K_CONTRIB, &sealed, sizeof(sealed));
         s->max_len = 0;
         s->ncarry = 0;
         break;
@@ -215,15 +247,29 @@ static void run_step(sim_t *s)
         for (int i = 0; i < g.addr_len; i++)
             addr[i] = (uint8_t)(s->rank * 31 + i);
         weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
-        contrib(s, blob, s->max_len);
+        contrib(s, K_CONTRIB, blob, s->max_len);
         free(blob);
         break;
     }
+    case ST_PUT: {
+        size_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
+        uint8_t addr[WEFT_UCX_ADDR_MAX], blob[WEFT_UCX_ADDR_MAX + 64];
+        for (int i = 0; i < g.addr_len; i++)
+            addr[i] = (uint8_t)(s->rank * 31 + i);
+        weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
+        sim_send(s, K_PUT, 0, 0, blob, sealed, NULL, 0);
+        if (s->phase == PH_FAILED) return;
+        mark(MARK_INIT); /* no answer: init is done */
+        s->step++;
+        run_step(s);
+        break;
+    }
     case ST_SYNC_A:
-    case ST_SYNC_B: contrib(s, NULL, 0); break;
-    case ST_BARRIER:
-        buf[0] = 1;
-        contrib(s, buf, 1);
+    case ST_SYNC_B:
+    case ST_BARRIER: contrib(s, K_CONTRIB, NULL, 0); break;
+    case ST_LOOKUP:
+        s->lookups = g.eager ? g.lookups : 0; /* every address is here already */
+        next_lookup(s);
         break;
     case ST_BYE:
         sim_send(s, K_BYE, s->seq, 0, NULL, 0, NULL, 0);
@@ -235,10 +281,16 @@ static void run_step(sim_t *s)
     }
 }
 
-/* A RESULT is complete: the step is done. */
+/* A step is done: the next one. */
 static void step_done(sim_t *s)
 {
-    if (s->step == ST_ADDR) mark(MARK_INIT);
+    if (s->step == ST_GATHER) mark(MARK_GATHER);
+    if (s->step == ST_ADDR) { /* the addresses came with init: nothing to publish */
+        mark(MARK_INIT);
+        s->step = ST_SYNC_A;
+        run_step(s);
+        return;
+    }
     if (s->step == ST_SYNC_A) mark(MARK_SYNC_A);
     if (s->step == ST_SYNC_B) mark(MARK_SYNC_B);
     s->step++;
@@ -274,8 +326,12 @@ static void start_connect(sim_t *s)
         sim_fail(s, "socket: %s", strerror(errno));
         return;
     }
-    /* 127.0.0.1 -> one port has ~28k source ports: spread over 127.0.0.x */
-    src.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)(g.bind_base + idx / 20000));
+    /* ~28k source ports per source address towards one port, and connect() looks for a free one
+     * in them: 2000 connections per address keep that short */
+    src.sin_addr.s_addr = htonl(0x7f000000u | ((uint32_t)(g.bind_base + idx / 2000) & 0xffffffu));
+    int one = 1;
+    /* the port is picked at connect, per destination: binding one per socket costs O(sockets) each */
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
     dst.sin_port = htons((uint16_t)g.port);
     inet_pton(AF_INET, g.host, &dst.sin_addr);
     if (bind(fd, (struct sockaddr *)&src, sizeof(src)) != 0) {
@@ -283,7 +339,6 @@ static void start_connect(sim_t *s)
         sim_fail(s, "bind: %s", strerror(errno));
         return;
     }
-    int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     s->fd = fd;
     s->phase = PH_CONNECTING;
@@ -353,7 +408,7 @@ static void body_bytes(sim_t *s, const uint8_t *p, size_t n)
                 s->ncarry = 0;
             }
         }
-    } else if (s->h.kind == K_ERROR || s->h.kind == K_LOST) {
+    } else if (s->h.kind == K_ERROR || s->h.kind == K_LOST || (s->h.kind == K_VALUE && s->h.arg)) {
         if (s->body_got + n < sizeof(g.scratch)) memcpy(g.scratch + s->body_got, p, n);
     }
 }
@@ -384,8 +439,18 @@ static void on_message(sim_t *s)
         }
         s->phase = PH_MEMBER;
         g.in_flight--;
-        s->step = ST_NODE;
+        mark(MARK_WELCOME);
+        s->step = ST_GATHER;
         run_step(s);
+        break;
+    case K_VALUE:
+        if (s->phase != PH_MEMBER || s->step != ST_LOOKUP || s->h.arg) {
+            size_t n = s->h.len < 300 ? (size_t)s->h.len : 300;
+            sim_fail(s, "unexpected VALUE for rank %u: %.*s", s->h.rank, (int)n, (const char *)g.scratch);
+            return;
+        }
+        g.fetched++;
+        next_lookup(s);
         break;
     case K_RESULT:
         if (s->phase != PH_MEMBER || s->h.seq != s->seq - 1) {
@@ -436,6 +501,14 @@ static void on_readable(sim_t *s)
     }
     if (k < 0) {
         if (errno == EAGAIN || errno == EINTR) return;
+        if (s->phase >= PH_HELLO && s->phase <= PH_PROOF) { /* as a real rank: retry the handshake */
+            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+            close(s->fd);
+            s->fd = -1;
+            g.in_flight--;
+            retry_later(s);
+            return;
+        }
         sim_fail(s, "recv: %s", strerror(errno));
         return;
     }
@@ -480,6 +553,7 @@ int main(int argc, char **argv)
     g.window = 1024;
     g.addr_len = 215;
     g.bind_base = 2;
+    g.lookups = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (!strcmp(o, "--size"))
@@ -498,6 +572,8 @@ int main(int argc, char **argv)
             g.addr_len = arg_int(v, o);
         else if (!strcmp(o, "--bind-base"))
             g.bind_base = arg_int(v, o);
+        else if (!strcmp(o, "--lookups"))
+            g.lookups = arg_int(v, o);
         else {
             fprintf(stderr, "weft-scale-sim: unknown option %s\n", o);
             return 2;
@@ -512,12 +588,16 @@ int main(int argc, char **argv)
         return 2;
     }
     g.port = atoi(port);
+    if (g.lookups < 0) /* log2 N: a recursive-doubling exchange's peers */
+        for (g.lookups = 0; (1 << g.lookups) < g.size; g.lookups++) {
+        }
     g.t0 = t0 ? atof(t0) : now_real();
     (void)weft_var_count(); /* registers every component's variables, as weft_init does: the agreed hash covers them */
     if (weft_config_load() != WEFT_SUCCESS || weft_job_key_load(&g.key, "weft-scale-sim") != WEFT_SUCCESS) {
         fprintf(stderr, "weft-scale-sim: %s\n", weft_last_error());
         return 1;
     }
+    g.eager = g.size <= weft_cfg.addresses_at_init;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
@@ -561,9 +641,9 @@ int main(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"sims\": %d, \"first\": %d, \"failed\": %d, \"connects\": %llu, \"refused\": %llu, "
-           "\"bytes_in\": %llu, \"bytes_out\": %llu, \"maxrss_kb\": %ld, \"cpu_s\": %.3f",
+           "\"fetched\": %llu, \"bytes_in\": %llu, \"bytes_out\": %llu, \"maxrss_kb\": %ld, \"cpu_s\": %.3f",
            g.count, g.first, g.failed, (unsigned long long)g.connects, (unsigned long long)g.refused,
-           (unsigned long long)g.bytes_in, (unsigned long long)g.bytes_out, ru.ru_maxrss,
+           (unsigned long long)g.fetched, (unsigned long long)g.bytes_in, (unsigned long long)g.bytes_out, ru.ru_maxrss,
            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
                ru.ru_stime.tv_usec * 1e-6);
     for (int m = 0; m < NMARKS; m++)

@@ -1,7 +1,9 @@
 /* The env bootstrap (torchrun / Kubernetes style). RANK, WORLD_SIZE,
  * MASTER_ADDR and MASTER_PORT name this rank and rank 0's TCP store; rank 0
  * serves the store from a thread and every rank, rank 0 included, is a
- * client of it. The store does one thing: fixed-length allgather rounds.
+ * client of it. The store runs rounds (allgather; gather to rank 0;
+ * broadcast from rank 0) and keeps each rank's published blob (its UCX
+ * address) for the ranks that fetch it on demand.
  *
  * The pieces: env_wire.h / env_wire.c the protocol (header, kinds, limits),
  * env_server.c the store, env_client.c the rank's side of it, env.h what
@@ -168,6 +170,11 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
     bs->local_rank = v.local_rank;
     bs->local_size = v.local_size;
     bs->allgather = weft_env_allgather;
+    bs->gather = weft_env_gather;
+    bs->bcast = weft_env_bcast;
+    bs->barrier = weft_env_barrier;
+    bs->put = weft_env_put;
+    bs->get = weft_env_get;
     bs->finalize = weft_env_finalize;
     bs->poll_lost = weft_env_poll_lost;
     bs->impl = eb;

@@ -86,8 +86,13 @@ void weft_env_server_self(server_t *s, struct addrinfo *ai);
 
 /* Connects eb to the store and says HELLO, retrying until `deadline`. */
 int weft_env_client_connect(env_boot_t *eb, double deadline);
-/* The vtable's allgather, poll_lost and finalize. */
+/* The vtable's allgather, gather, bcast, barrier, put, get, poll_lost and finalize. */
 int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+int weft_env_gather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+int weft_env_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline);
+int weft_env_barrier(weft_bootstrap_t *bs, double deadline);
+int weft_env_put(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline);
+int weft_env_get(weft_bootstrap_t *bs, int rank, void **blob, size_t *len, double deadline);
 void weft_env_poll_lost(weft_bootstrap_t *bs, double blocked_s);
 void weft_env_finalize(weft_bootstrap_t *bs, int graceful, double deadline);
 /* Stops rank 0's store (if this rank serves it), closes and frees eb. */
