@@ -39,40 +39,19 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (!g_finalizing) weft_rank_lost(rank, "UCX reports %s on its endpoint", ucs_status_string(status));
 }
 
-/* Fetches world_rank's sealed address through the bootstrap and checks it
- * before UCX may see it (garbage in ucp_ep_create aborts the process): a
- * rank whose address fails is named. *blob is malloc'd; the address
- * starts WEFT_UCX_ADDR_HDR bytes in. */
-static int fetch_address(weft_pt2pt_t *p2p, int world_rank, uint8_t **blob)
+/* Creates the endpoint to world_rank from its sealed address (blob, len),
+ * checked first: garbage in ucp_ep_create aborts the process, so a rank
+ * whose address fails is named and never given to UCX. */
+static int ep_from_blob(weft_pt2pt_t *p2p, int world_rank, const uint8_t *blob, size_t len)
 {
-    void *got = NULL;
-    size_t len = 0, addr_len;
+    weft_peer_t *peer = &p2p->peers[world_rank];
+    size_t addr_len;
     char why[256];
-    int rc =
-        weft_bootstrap_get(p2p->bs, world_rank, &got, &len, weft_deadline_from(weft_cfg.init_timeout, weft_wtime()));
-    if (rc != WEFT_SUCCESS) return rc;
-    p2p->fetched++;
-    if (weft_ucx_addr_open(&p2p->key, (uint32_t)world_rank, (uint32_t)p2p->npeers, got, len, &addr_len, why,
-                           sizeof(why)) != 0) {
-        free(got);
+    if (weft_ucx_addr_open(&p2p->key, (uint32_t)world_rank, (uint32_t)p2p->npeers, blob, len, &addr_len, why,
+                           sizeof(why)) != 0)
         return weft_error(WEFT_ERR_BOOTSTRAP,
                           "rank %d's UCX worker address failed validation and was not given to UCX: %s (bootstrap %s)",
                           world_rank, why, p2p->bs->name);
-    }
-    *blob = got;
-    return WEFT_SUCCESS;
-}
-
-int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
-{
-    weft_peer_t *peer = &g_p2p->peers[world_rank];
-    uint8_t *blob = NULL;
-    if (WEFT_LIKELY(peer->ep != NULL)) {
-        *ep = peer->ep;
-        return WEFT_SUCCESS;
-    }
-    int rc = fetch_address(g_p2p, world_rank, &blob);
-    if (rc != WEFT_SUCCESS) return rc;
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
         .address = (const ucp_address_t *)(blob + WEFT_UCX_ADDR_HDR),
@@ -83,15 +62,66 @@ int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
         params.err_handler.cb = ep_error_cb;
         params.err_handler.arg = (void *)(intptr_t)world_rank;
     }
-    ucs_status_t st = ucp_ep_create(g_p2p->worker, &params, &peer->ep);
-    free(blob); /* UCX unpacked what it needs */
+    ucs_status_t st = ucp_ep_create(p2p->worker, &params, &peer->ep);
     if (st != UCS_OK) {
         peer->ep = NULL;
         return weft_error(weft_p2p_status_to_weft(st), "cannot create a UCX endpoint to rank %d: %s", world_rank,
                           ucs_status_string(st));
     }
+    return WEFT_SUCCESS;
+}
+
+/* Makes the endpoints to ranks[0..n-1] that do not exist yet, fetching
+ * their addresses through the bootstrap a batch at a time (one request to
+ * the store for up to WEFT_BOOTSTRAP_GET_MAX ranks). The first failure is
+ * returned; the others still get their endpoints. */
+static int connect_ranks(weft_pt2pt_t *p2p, const int *ranks, int n)
+{
+    int batch[WEFT_BOOTSTRAP_GET_MAX], rc = WEFT_SUCCESS;
+    void *blobs[WEFT_BOOTSTRAP_GET_MAX];
+    size_t lens[WEFT_BOOTSTRAP_GET_MAX];
+    double deadline = weft_deadline_from(weft_cfg.init_timeout, weft_wtime());
+    for (int i = 0; i < n;) {
+        int k = 0;
+        for (; i < n && k < WEFT_BOOTSTRAP_GET_MAX; i++) {
+            int r = ranks[i], dup = 0;
+            if (r < 0 || r >= p2p->npeers || p2p->peers[r].ep) continue;
+            for (int j = 0; j < k && !dup; j++)
+                dup = batch[j] == r;
+            if (!dup) batch[k++] = r;
+        }
+        if (!k) continue;
+        int frc = weft_bootstrap_get(p2p->bs, batch, k, blobs, lens, deadline);
+        if (frc != WEFT_SUCCESS) {
+            if (rc == WEFT_SUCCESS) rc = frc;
+            continue;
+        }
+        p2p->fetched += (uint64_t)k;
+        for (int j = 0; j < k; j++) {
+            int erc = ep_from_blob(p2p, batch[j], blobs[j], lens[j]);
+            if (erc != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = erc;
+            free(blobs[j]); /* UCX unpacked what it needs */
+        }
+    }
+    return rc;
+}
+
+int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
+{
+    weft_peer_t *peer = &g_p2p->peers[world_rank];
+    if (WEFT_LIKELY(peer->ep != NULL)) {
+        *ep = peer->ep;
+        return WEFT_SUCCESS;
+    }
+    int rc = connect_ranks(g_p2p, &world_rank, 1);
+    if (rc != WEFT_SUCCESS) return rc;
     *ep = peer->ep;
     return WEFT_SUCCESS;
+}
+
+static int p2p_connect(const int *world_ranks, int n)
+{
+    return connect_ranks(g_p2p, world_ranks, n);
 }
 
 int weft_p2p_progress(void)
@@ -256,6 +286,7 @@ const weft_transport_ops_t weft_p2p_transport = {
     .discard = p2p_discard,
     .event_fd = p2p_event_fd,
     .arm = p2p_arm,
+    .connect = p2p_connect,
 };
 
 /* Publishes this rank's worker address, sealed (pt2pt/ucx_addr.h): the
@@ -368,9 +399,11 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     g_finalizing = 0;
     weft_xport = &weft_p2p_transport;
     if (weft_cfg.eager_connect)
-        for (int r = 0; r < bs->size; r++) {
-            ucp_ep_h ep;
-            WEFT_CHECK_GOTO(weft_p2p_ep(r, &ep), rc, out);
+        for (int r = 0; r < bs->size; r += WEFT_BOOTSTRAP_GET_MAX) {
+            int batch[WEFT_BOOTSTRAP_GET_MAX], k = 0;
+            for (int q = r; q < bs->size && k < WEFT_BOOTSTRAP_GET_MAX; q++)
+                batch[k++] = q;
+            WEFT_CHECK_GOTO(connect_ranks(p2p, batch, k), rc, out);
         }
 out:
     if (addr) ucp_worker_release_address(p2p->worker, addr);

@@ -536,6 +536,11 @@ typedef struct weft_transport_ops {
      * (progress first), < 0 an error (the thread polls). */
     int (*event_fd)(void);
     int (*arm)(void);
+    /* Makes the endpoints to these world ranks that do not exist yet, at
+     * once: a schedule names the ranks it will send to when it starts, so
+     * their addresses come in one fetch rather than one per round (NULL:
+     * endpoints come with the first send). Failures are left to the sends. */
+    int (*connect)(const int *world_ranks, int n);
 } weft_transport_ops_t;
 extern const weft_transport_ops_t *weft_xport;
 /* The transport's life cycle, called by the composition root (init.c);

@@ -15,9 +15,9 @@
  *         then the addresses padded to the longest)
  *   sync A (an empty round the real ranks of the harness also run)
  *   first collective: the addresses of the peers a recursive-doubling
- *         exchange over the world meets (rank ^ 1, ^ 2, ^ 4, ...: log2 N
- *         of them, --lookups sets how many), fetched one at a time as a
- *         real rank fetches them when it first makes an endpoint
+ *         exchange over the world sends to (rank ^ 1, ^ 2, ^ 4, ...: log2 N
+ *         of them, --lookups sets how many), fetched in one GET of up to 16
+ *         as a real rank's schedule fetches them when it starts
  *   sync B
  *   finalize: the closing barrier (an empty round), BYE, the store closes.
  * What it does not do is UCX: a simulated rank has no worker, so the real
@@ -69,7 +69,8 @@ typedef struct sim {
     int in_body;
     uint64_t body_len, body_got;
     uint8_t small[STORE_CHALLENGE];
-    int lookups;      /* ST_LOOKUP: fetches done */
+    int lookups;      /* ST_LOOKUP: peers asked for so far */
+    int pending;      /* ST_LOOKUP: answers still due */
     uint64_t max_len; /* ST_ADDR_LEN's result: the longest sealed address */
     uint8_t carry[8];
     int ncarry;
@@ -188,20 +189,22 @@ static void contrib(sim_t *s, unsigned kind, const void *data, size_t len)
 
 static void step_done(sim_t *s);
 
-/* Fetches the next peer's address the first collective needs (rank ^ 2^i,
- * i < --lookups, within the world), or ends the step. */
+/* Fetches the addresses of the next peers the first collective sends to
+ * (rank ^ 2^i, i < --lookups, within the world), up to 16 in one GET as a
+ * real rank's schedule does when it starts, or ends the step. */
 static void next_lookup(sim_t *s)
 {
-    while (s->lookups < g.lookups && s->lookups < 30 && (s->rank ^ (1 << s->lookups)) >= g.size)
-        s->lookups++;
-    if (s->lookups >= g.lookups || s->lookups >= 30) {
+    uint32_t be[STORE_GET_MAX];
+    int k = 0;
+    for (; s->lookups < g.lookups && s->lookups < 30 && k < STORE_GET_MAX; s->lookups++)
+        if ((s->rank ^ (1 << s->lookups)) < g.size) be[k++] = htonl((uint32_t)(s->rank ^ (1 << s->lookups)));
+    if (!k) {
         mark(MARK_LOOKUP);
         step_done(s);
         return;
     }
-    uint32_t be = htonl((uint32_t)(s->rank ^ (1 << s->lookups)));
-    s->lookups++;
-    sim_send(s, K_GET, 0, 600000, &be, sizeof(be), NULL, 0);
+    s->pending = k;
+    sim_send(s, K_GET, 0, 600000, be, 4 * (size_t)k, NULL, 0);
 }
 
 static uint64_t machine_of_node(int64_t node)
@@ -450,7 +453,7 @@ static void on_message(sim_t *s)
             return;
         }
         g.fetched++;
-        next_lookup(s);
+        if (--s->pending == 0) next_lookup(s);
         break;
     case K_RESULT:
         if (s->phase != PH_MEMBER || s->h.seq != s->seq - 1) {

@@ -170,17 +170,31 @@ int weft_bootstrap_put(weft_bootstrap_t *bs, const void *blob, size_t len, int e
                                      deadline);
 }
 
-int weft_bootstrap_get(weft_bootstrap_t *bs, int rank, void **blob, size_t *len, double deadline)
+int weft_bootstrap_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline)
 {
-    *blob = NULL;
-    *len = 0;
-    if (rank < 0 || rank >= bs->size) return weft_error(WEFT_ERR_ARG, "bootstrap: no rank %d among %d", rank, bs->size);
-    if (!bs->published && bs->get) return bs->get(bs, rank, blob, len, deadline);
-    if (!bs->published) return weft_error(WEFT_ERR_ARG, "bootstrap: rank %d's blob was never published", rank);
-    size_t n = bs->published_lens[rank];
-    if (!(*blob = malloc(n ? n : 1))) return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
-    memcpy(*blob, (const char *)bs->published + (size_t)rank * bs->published_stride, n);
-    *len = n;
+    for (int i = 0; i < n; i++) {
+        blobs[i] = NULL;
+        lens[i] = 0;
+        if (ranks[i] < 0 || ranks[i] >= bs->size)
+            return weft_error(WEFT_ERR_ARG, "bootstrap: no rank %d among %d", ranks[i], bs->size);
+    }
+    if (n < 1 || n > WEFT_BOOTSTRAP_GET_MAX)
+        return weft_error(WEFT_ERR_ARG, "bootstrap: a fetch of %d blobs (1 to %d at a time)", n,
+                          WEFT_BOOTSTRAP_GET_MAX);
+    if (!bs->published && bs->get) return bs->get(bs, ranks, n, blobs, lens, deadline);
+    if (!bs->published) return weft_error(WEFT_ERR_ARG, "bootstrap: rank %d's blob was never published", ranks[0]);
+    for (int i = 0; i < n; i++) {
+        size_t len = bs->published_lens[ranks[i]];
+        if (!(blobs[i] = malloc(len ? len : 1))) {
+            for (int j = 0; j < i; j++) {
+                free(blobs[j]);
+                blobs[j] = NULL;
+            }
+            return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+        }
+        memcpy(blobs[i], (const char *)bs->published + (size_t)ranks[i] * bs->published_stride, len);
+        lens[i] = len;
+    }
     return WEFT_SUCCESS;
 }
 

@@ -49,10 +49,12 @@ struct weft_bootstrap {
     /* bcast: rank 0's `len` bytes (send) to every rank: the others get a
      * malloc'd copy in *out and its length in *out_len (len unused there). */
     int (*bcast)(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline);
-    /* put: publishes this rank's blob (once per rank, at init). get: rank
-     * r's published blob, malloc'd; waits for it until the deadline. */
+    /* put: publishes this rank's blob (once per rank, at init). get: the
+     * published blobs of ranks[0..n-1] (distinct, n <= WEFT_BOOTSTRAP_GET_MAX),
+     * each malloc'd into blobs[i]; waits for them until the deadline. On
+     * failure every blobs[i] is NULL. */
     int (*put)(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline);
-    int (*get)(weft_bootstrap_t *bs, int rank, void **blob, size_t *len, double deadline);
+    int (*get)(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline);
     /* What the wrappers' allgather-based put keeps (every rank's blob). */
     void *published;
     size_t *published_lens, published_stride;
@@ -98,7 +100,8 @@ int weft_bootstrap_gather(weft_bootstrap_t *bs, const void *send, void *recv, si
 int weft_bootstrap_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len,
                          double deadline);
 int weft_bootstrap_put(weft_bootstrap_t *bs, const void *blob, size_t len, int everywhere, double deadline);
-int weft_bootstrap_get(weft_bootstrap_t *bs, int rank, void **blob, size_t *len, double deadline);
+#define WEFT_BOOTSTRAP_GET_MAX 16
+int weft_bootstrap_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline);
 void weft_bootstrap_release(weft_bootstrap_t *bs);
 
 #endif

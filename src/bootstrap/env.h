@@ -92,7 +92,7 @@ int weft_env_gather(weft_bootstrap_t *bs, const void *send, void *recv, size_t l
 int weft_env_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline);
 int weft_env_barrier(weft_bootstrap_t *bs, double deadline);
 int weft_env_put(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline);
-int weft_env_get(weft_bootstrap_t *bs, int rank, void **blob, size_t *len, double deadline);
+int weft_env_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline);
 void weft_env_poll_lost(weft_bootstrap_t *bs, double blocked_s);
 void weft_env_finalize(weft_bootstrap_t *bs, int graceful, double deadline);
 /* Stops rank 0's store (if this rank serves it), closes and frees eb. */

@@ -379,52 +379,78 @@ int weft_env_put(weft_bootstrap_t *bs, const void *blob, size_t len, double dead
     return WEFT_SUCCESS;
 }
 
-int weft_env_get(weft_bootstrap_t *bs, int rank, void **blob, size_t *len, double deadline)
+/* Frees what a failed fetch had read. */
+static void drop_blobs(void **blobs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(blobs[i]);
+        blobs[i] = NULL;
+    }
+}
+
+int weft_env_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline)
 {
     env_boot_t *eb = bs ? bs->impl : NULL;
-    uint8_t b[STORE_HDR + STORE_GET_LEN];
+    uint8_t b[STORE_HDR + 4 * STORE_GET_MAX], done[STORE_GET_MAX] = {0};
     char text[STORE_MAX_TEXT + 1];
     store_hdr_t h;
-    int err = 0, io, rc;
-    if ((rc = client_usable(eb, "fetching an address")) != WEFT_SUCCESS) return rc;
+    int err = 0, io, rc, got = 0, failed = WEFT_SUCCESS;
+    if ((rc = client_usable(eb, "fetching addresses")) != WEFT_SUCCESS) return rc;
+    if (n < 1 || n > STORE_GET_MAX) return weft_error(WEFT_ERR_ARG, "env bootstrap: a fetch of %d addresses", n);
     double io_dl = io_deadline_of(deadline);
-    uint32_t be = htobe32((uint32_t)rank);
-    weft_env_hdr_pack(b, K_GET, (uint32_t)eb->rank, (uint32_t)eb->size, 0, ms_left(deadline), STORE_GET_LEN);
-    memcpy(b + STORE_HDR, &be, sizeof(be));
-    io = weft_io_send(eb->fd, b, sizeof(b), 0, io_dl, &err);
-    if (io == IO_OK) io = client_recv_hdr(eb, b, &h, io_dl, &err);
-    if (io != IO_OK) return client_io_failure(eb, io, err, eb->seq);
-    if (h.magic == STORE_MAGIC && h.kind == K_ERROR && h.seq == STORE_NOTICE_SEQ) {
-        eb->broken = 1;
-        if (read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK)
-            weft_env_textf(text, sizeof(text), "rank 0 closed its store at %s", eb->where);
-        return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: fetching rank %d's address: %s", rank, text);
+    weft_env_hdr_pack(b, K_GET, (uint32_t)eb->rank, (uint32_t)eb->size, 0, ms_left(deadline), 4 * (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        uint32_t be = htobe32((uint32_t)ranks[i]);
+        memcpy(b + STORE_HDR + 4 * i, &be, sizeof(be));
     }
-    if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.kind != K_VALUE || h.rank != (uint32_t)rank ||
-        h.len > (h.arg ? STORE_MAX_TEXT : STORE_MAX_BLOB)) {
-        eb->broken = 1;
-        return weft_error(WEFT_ERR_BOOTSTRAP,
-                          "env bootstrap: rank 0's store at %s answered a fetch of rank %d's address with a bad "
-                          "message (magic 0x%08x, kind %u, rank %u, %llu bytes)",
-                          eb->where, rank, h.magic, h.kind, h.rank, (unsigned long long)h.len);
+    io = weft_io_send(eb->fd, b, STORE_HDR + 4 * (size_t)n, 0, io_dl, &err);
+    /* One VALUE per rank asked for, in the order the store has them (each
+     * comes by the deadline at the latest): all are read, failed or not,
+     * so the stream stays in step. */
+    while (io == IO_OK && got < n) {
+        if ((io = client_recv_hdr(eb, b, &h, io_dl, &err)) != IO_OK) break;
+        if (h.magic == STORE_MAGIC && h.kind == K_ERROR && h.seq == STORE_NOTICE_SEQ) {
+            eb->broken = 1;
+            drop_blobs(blobs, n);
+            if (read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK)
+                weft_env_textf(text, sizeof(text), "rank 0 closed its store at %s", eb->where);
+            return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: fetching rank %d's address: %s", ranks[0], text);
+        }
+        int at = -1;
+        for (int i = 0; i < n && h.kind == K_VALUE; i++)
+            if ((uint32_t)ranks[i] == h.rank && !done[i]) at = i;
+        if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.kind != K_VALUE || at < 0 ||
+            h.len > (h.arg ? STORE_MAX_TEXT : STORE_MAX_BLOB)) {
+            eb->broken = 1;
+            drop_blobs(blobs, n);
+            return weft_error(WEFT_ERR_BOOTSTRAP,
+                              "env bootstrap: rank 0's store at %s answered a fetch of addresses with a bad message "
+                              "(magic 0x%08x, kind %u, rank %u, %llu bytes)",
+                              eb->where, h.magic, h.kind, h.rank, (unsigned long long)h.len);
+        }
+        done[at] = 1;
+        got++;
+        if (h.arg) {
+            io = read_error_text(eb->fd, &h, text, sizeof(text), io_dl, &err);
+            if (io == IO_OK && failed == WEFT_SUCCESS)
+                failed = weft_error(status_from_wire(h.arg), "env bootstrap: fetching rank %u's address: %s", h.rank,
+                                    text);
+            continue;
+        }
+        if (!(blobs[at] = malloc(h.len ? (size_t)h.len : 1))) {
+            eb->broken = 1;
+            drop_blobs(blobs, n);
+            return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory");
+        }
+        lens[at] = (size_t)h.len;
+        if (h.len) io = weft_io_recv(eb->fd, blobs[at], (size_t)h.len, io_dl, &err);
     }
-    if (h.arg) {
-        io = read_error_text(eb->fd, &h, text, sizeof(text), io_dl, &err);
-        if (io != IO_OK) return client_io_failure(eb, io, err, eb->seq);
-        return weft_error(status_from_wire(h.arg), "env bootstrap: fetching rank %d's address: %s", rank, text);
-    }
-    if (!(*blob = malloc(h.len ? (size_t)h.len : 1))) {
-        eb->broken = 1;
-        return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory");
-    }
-    if (h.len > 0) io = weft_io_recv(eb->fd, *blob, (size_t)h.len, io_dl, &err);
     if (io != IO_OK) {
-        free(*blob);
-        *blob = NULL;
+        drop_blobs(blobs, n);
         return client_io_failure(eb, io, err, eb->seq);
     }
-    *len = (size_t)h.len;
-    return WEFT_SUCCESS;
+    if (failed != WEFT_SUCCESS) drop_blobs(blobs, n);
+    return failed;
 }
 
 /* Between rounds: takes the LOST notices the store has sent, without

@@ -550,35 +550,38 @@ static void on_put(server_t *s, conn_t *c)
     c->rx = RX_BODY;
 }
 
-/* A GET's payload (the rank wanted) is in. */
+/* A GET's payload (the ranks wanted) is in: each is answered now, or
+ * when its rank publishes, leaves or the deadline passes. */
 static void on_get(server_t *s, conn_t *c, double now)
 {
-    uint32_t be;
     char text[256];
-    memcpy(&be, c->small, sizeof(be));
-    uint32_t want = be32toh(be);
     c->rx = RX_HDR;
     c->hgot = 0;
-    if (want >= (uint32_t)s->size) {
-        weft_env_textf(text, sizeof(text), "no rank %u in a world of %d", want, s->size);
-        value_error(c, s->size, (int)want, WEFT_ERR_ARG, text);
-    } else if (s->value[want]) {
-        conn_queue(c, s->value[want]);
-    } else if (s->rank_state[want] == RANK_LOST || s->rank_state[want] == RANK_BYE) {
-        weft_env_textf(text, sizeof(text), "rank %u left before it published its address (at the store %s)", want,
-                       s->where);
-        value_error(c, s->size, (int)want, WEFT_ERR_PEER_LOST, text);
-    } else {
-        waiter_t *w = calloc(1, sizeof(*w));
-        if (!w) {
-            conn_kill(c, "was dropped: the store ran out of memory");
-            return;
+    for (size_t i = 0; i + 4 <= c->hdr.len && !c->dead; i += 4) {
+        uint32_t be, want;
+        memcpy(&be, c->small + i, sizeof(be));
+        want = be32toh(be);
+        if (want >= (uint32_t)s->size) {
+            weft_env_textf(text, sizeof(text), "no rank %u in a world of %d", want, s->size);
+            value_error(c, s->size, (int)want, WEFT_ERR_ARG, text);
+        } else if (s->value[want]) {
+            conn_queue(c, s->value[want]);
+        } else if (s->rank_state[want] == RANK_LOST || s->rank_state[want] == RANK_BYE) {
+            weft_env_textf(text, sizeof(text), "rank %u left before it published its address (at the store %s)",
+                           want, s->where);
+            value_error(c, s->size, (int)want, WEFT_ERR_PEER_LOST, text);
+        } else {
+            waiter_t *w = calloc(1, sizeof(*w));
+            if (!w) {
+                conn_kill(c, "was dropped: the store ran out of memory");
+                return;
+            }
+            w->c = c;
+            w->rank = (int)want;
+            w->deadline = c->hdr.arg ? now + (double)c->hdr.arg * 1e-3 : 0;
+            w->next = s->waiters;
+            s->waiters = w;
         }
-        w->c = c;
-        w->rank = (int)want;
-        w->deadline = c->hdr.arg ? now + (double)c->hdr.arg * 1e-3 : 0;
-        w->next = s->waiters;
-        s->waiters = w;
     }
 }
 

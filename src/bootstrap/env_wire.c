@@ -124,7 +124,7 @@ void weft_env_judge_header(const uint8_t *b, int phase, uint32_t world, uint32_t
         else if (h->kind == K_PUT && h->len > STORE_MAX_BLOB)
             judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "published a %llu-byte blob (limit %llu)",
                   (unsigned long long)h->len, (unsigned long long)STORE_MAX_BLOB);
-        else if (h->kind == K_GET && h->len != STORE_GET_LEN)
+        else if (h->kind == K_GET && (h->len < 4 || h->len > 4 * STORE_GET_MAX || h->len % 4))
             judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "sent a %llu-byte GET", (unsigned long long)h->len);
         else if (!weft_env_is_round(h->kind) && h->kind != K_PUT && h->kind != K_GET &&
                  !(h->kind == K_BYE && h->len == 0))

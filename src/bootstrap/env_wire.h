@@ -38,11 +38,12 @@
  *                            bytes, rank-major, or as GATHER / BCAST say
  *   PUT     client -> store  this rank's blob (its UCX address, <= 64 KiB),
  *                            kept for the job; no answer
- *   GET     client -> store  arg = remaining time in ms; payload: the u32
- *                            rank whose blob is wanted. Answered by VALUE
- *                            when that rank has PUT (at once, or when it
- *                            does), or by a failing VALUE at the deadline
- *                            or when the rank left without one
+ *   GET     client -> store  arg = remaining time in ms; payload: 1 to 16
+ *                            u32 ranks whose blobs are wanted. Each is
+ *                            answered by a VALUE when that rank has PUT
+ *                            (at once, or when it does: the answers may
+ *                            come in any order), or by a failing VALUE at
+ *                            the deadline or when the rank left without one
  *   VALUE   store -> client  rank = whose blob, arg = the weft status: 0
  *                            and the blob, or the status and why (text)
  *   ERROR   store -> client  round `seq` (or the handshake) failed: arg = the
@@ -86,7 +87,7 @@
 #define STORE_HDR         40
 #define STORE_MAX_CONTRIB ((uint64_t)64 << 20)
 #define STORE_MAX_BLOB    ((uint64_t)64 << 10) /* a PUT */
-#define STORE_GET_LEN     4                    /* a GET's payload: the rank wanted */
+#define STORE_GET_MAX     16                   /* ranks one GET may name (u32 each) */
 #define STORE_MAX_ROUND   ((uint64_t)2 << 30)
 #define STORE_MAX_TEXT    4096
 #define STORE_PRINT_TEXT  1024 /* of a received text, escaped, at most this much is printed */
@@ -95,7 +96,8 @@
 #define STORE_NONCE       32
 #define STORE_PROOF       WEFT_SHA256_LEN
 #define STORE_CHALLENGE   (STORE_NONCE + STORE_PROOF) /* a CHALLENGE's payload */
-#define STORE_SMALL_MAX   STORE_CHALLENGE             /* the most a connection sends before it is a member */
+#define STORE_SMALL_MAX   STORE_CHALLENGE             /* the most a connection sends before it is a member, and a GET */
+_Static_assert(4 * STORE_GET_MAX <= STORE_SMALL_MAX, "a GET's ranks fit the store's small buffer");
 
 enum {
     K_HELLO = 1,
