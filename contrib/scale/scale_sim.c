@@ -13,12 +13,13 @@
  *         back; the sealed UCX address published (PUT), or, in worlds of
  *         at most WEFT_ADDRESSES_AT_INIT ranks, allgathered (lengths,
  *         then the addresses padded to the longest)
- *   sync A (an empty round the real ranks of the harness also run)
+ *   sync A (an empty round the real ranks of the harness also run), then
+ *   sync B (meanwhile the real ranks build communicators among themselves)
  *   first collective: the addresses of the peers a recursive-doubling
  *         exchange over the world sends to (rank ^ 1, ^ 2, ^ 4, ...: log2 N
  *         of them, --lookups sets how many), fetched in one GET of up to 16
  *         as a real rank's schedule fetches them when it starts
- *   sync B
+ *   sync C
  *   finalize: the closing barrier (an empty round), BYE, the store closes.
  * What it does not do is UCX: a simulated rank has no worker, so the real
  * ranks never talk to one (they run their collectives among themselves).
@@ -52,9 +53,23 @@
 enum { PH_IDLE, PH_CONNECTING, PH_HELLO, PH_PROOF, PH_MEMBER, PH_BYE, PH_DONE, PH_FAILED };
 
 /* The steps after the handshake: what a real rank sends, in order. */
-enum { ST_GATHER, ST_BCAST, ST_ADDR_LEN, ST_ADDR, ST_PUT, ST_SYNC_A, ST_LOOKUP, ST_SYNC_B, ST_BARRIER, ST_BYE, ST_END };
-enum { MARK_WELCOME, MARK_GATHER, MARK_INIT, MARK_SYNC_A, MARK_LOOKUP, MARK_SYNC_B, MARK_DONE, NMARKS };
-static const char *const mark_name[NMARKS] = {"welcome", "gather", "init", "sync_a", "lookup", "sync_b", "done"};
+enum {
+    ST_GATHER,
+    ST_BCAST,
+    ST_ADDR_LEN,
+    ST_ADDR,
+    ST_PUT,
+    ST_SYNC_A,
+    ST_SYNC_B,
+    ST_LOOKUP,
+    ST_SYNC_C,
+    ST_BARRIER,
+    ST_BYE,
+    ST_END
+};
+enum { MARK_WELCOME, MARK_GATHER, MARK_INIT, MARK_SYNC_A, MARK_SYNC_B, MARK_LOOKUP, MARK_SYNC_C, MARK_DONE, NMARKS };
+static const char *const mark_name[NMARKS] = {"welcome", "gather", "init",   "sync_a",
+                                              "sync_b",  "lookup", "sync_c", "done"};
 
 typedef struct sim {
     int fd;
@@ -269,6 +284,7 @@ static void run_step(sim_t *s)
     }
     case ST_SYNC_A:
     case ST_SYNC_B:
+    case ST_SYNC_C:
     case ST_BARRIER: contrib(s, K_CONTRIB, NULL, 0); break;
     case ST_LOOKUP:
         s->lookups = g.eager ? g.lookups : 0; /* every address is here already */
@@ -296,6 +312,7 @@ static void step_done(sim_t *s)
     }
     if (s->step == ST_SYNC_A) mark(MARK_SYNC_A);
     if (s->step == ST_SYNC_B) mark(MARK_SYNC_B);
+    if (s->step == ST_SYNC_C) mark(MARK_SYNC_C);
     s->step++;
     run_step(s);
 }
