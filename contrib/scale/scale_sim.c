@@ -574,30 +574,21 @@ int main(int argc, char **argv)
     g.addr_len = 215;
     g.bind_base = 2;
     g.lookups = -1;
+    const struct {
+        const char *name;
+        int *value;
+    } opts[] = {{"--size", &g.size},         {"--first", &g.first},         {"--count", &g.count},
+                {"--ppn", &g.ppn},           {"--real", &g.real},           {"--window", &g.window},
+                {"--addr-len", &g.addr_len}, {"--bind-base", &g.bind_base}, {"--lookups", &g.lookups}};
     for (int i = 1; i + 1 < argc; i += 2) {
-        const char *o = argv[i], *v = argv[i + 1];
-        if (!strcmp(o, "--size"))
-            g.size = arg_int(v, o);
-        else if (!strcmp(o, "--first"))
-            g.first = arg_int(v, o);
-        else if (!strcmp(o, "--count"))
-            g.count = arg_int(v, o);
-        else if (!strcmp(o, "--ppn"))
-            g.ppn = arg_int(v, o);
-        else if (!strcmp(o, "--real"))
-            g.real = arg_int(v, o);
-        else if (!strcmp(o, "--window"))
-            g.window = arg_int(v, o);
-        else if (!strcmp(o, "--addr-len"))
-            g.addr_len = arg_int(v, o);
-        else if (!strcmp(o, "--bind-base"))
-            g.bind_base = arg_int(v, o);
-        else if (!strcmp(o, "--lookups"))
-            g.lookups = arg_int(v, o);
-        else {
-            fprintf(stderr, "weft-scale-sim: unknown option %s\n", o);
+        size_t k = 0;
+        while (k < sizeof(opts) / sizeof(opts[0]) && strcmp(argv[i], opts[k].name))
+            k++;
+        if (k == sizeof(opts) / sizeof(opts[0])) {
+            fprintf(stderr, "weft-scale-sim: unknown option %s\n", argv[i]);
             return 2;
         }
+        *opts[k].value = arg_int(argv[i + 1], argv[i]);
     }
     const char *port = getenv("MASTER_PORT"), *t0 = getenv("SCALE_T0");
     g.host = getenv("MASTER_ADDR");

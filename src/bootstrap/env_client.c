@@ -316,31 +316,33 @@ static int env_round(env_boot_t *eb, unsigned kind, const void *send, size_t len
     return weft_error(status_from_wire(h.arg), "env bootstrap: %s", text);
 }
 
-int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+/* An allgather (K_CONTRIB) or a gather at rank 0 (K_GATHER) of len bytes
+ * per rank: within the store's limits, then the round. */
+static int gathering_round(weft_bootstrap_t *bs, unsigned kind, const void *send, void *recv, size_t len,
+                           double deadline)
 {
     env_boot_t *eb = bs ? bs->impl : NULL;
     uint64_t total = (uint64_t)len * (uint64_t)(eb ? eb->size : 0);
+    int all = kind == K_CONTRIB, gets = eb && (all || eb->rank == 0);
     if (eb && ((uint64_t)len > STORE_MAX_CONTRIB || total > STORE_MAX_ROUND))
         return weft_error(WEFT_ERR_ARG,
-                          "env bootstrap: allgather of %zu bytes per rank x %d ranks is over the store's limits "
-                          "(%llu per rank, %llu per round)",
-                          len, eb->size, (unsigned long long)STORE_MAX_CONTRIB, (unsigned long long)STORE_MAX_ROUND);
-    if (len > 0 && (!send || !recv)) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather with a NULL buffer");
-    return env_round(eb, K_CONTRIB, send, len, recv, total, NULL, NULL, deadline);
+                          "env bootstrap: %s of %zu bytes per rank x %d ranks is over the store's limits (%llu per "
+                          "rank, %llu per round)",
+                          round_name(kind), len, eb->size, (unsigned long long)STORE_MAX_CONTRIB,
+                          (unsigned long long)STORE_MAX_ROUND);
+    if (len > 0 && (!send || (gets && !recv)))
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s with a NULL buffer", round_name(kind));
+    return env_round(eb, kind, send, len, recv, gets ? total : 0, NULL, NULL, deadline);
+}
+
+int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+{
+    return gathering_round(bs, K_CONTRIB, send, recv, len, deadline);
 }
 
 int weft_env_gather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
 {
-    env_boot_t *eb = bs ? bs->impl : NULL;
-    uint64_t total = (uint64_t)len * (uint64_t)(eb ? eb->size : 0);
-    if (eb && ((uint64_t)len > STORE_MAX_CONTRIB || total > STORE_MAX_ROUND))
-        return weft_error(WEFT_ERR_ARG,
-                          "env bootstrap: gather of %zu bytes per rank x %d ranks is over the store's limits (%llu "
-                          "per rank, %llu per round)",
-                          len, eb->size, (unsigned long long)STORE_MAX_CONTRIB, (unsigned long long)STORE_MAX_ROUND);
-    if (len > 0 && (!send || (eb && eb->rank == 0 && !recv)))
-        return weft_error(WEFT_ERR_ARG, "env bootstrap: gather with a NULL buffer");
-    return env_round(eb, K_GATHER, send, len, recv, eb && eb->rank == 0 ? total : 0, NULL, NULL, deadline);
+    return gathering_round(bs, K_GATHER, send, recv, len, deadline);
 }
 
 int weft_env_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline)

@@ -302,21 +302,29 @@ static int fence(pmix_bs_t *p, int size, int collect, const char *key, double de
     return WEFT_SUCCESS;
 }
 
+/* Puts len bytes under key for every rank (PMIX_GLOBAL) and commits them. */
+static int put_commit(const char *key, const void *data, size_t len)
+{
+    pmix_status_t st;
+    pmix_value_t val;
+    PMIX_VALUE_CONSTRUCT(&val);
+    val.type = PMIX_BYTE_OBJECT;
+    val.data.bo.bytes = (char *)(len ? data : "");
+    val.data.bo.size = len;
+    if ((st = PMIx_Put(PMIX_GLOBAL, key, &val)) != PMIX_SUCCESS || (st = PMIx_Commit()) != PMIX_SUCCESS)
+        return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx put/commit of %s failed: %s", key, PMIx_Error_string(st));
+    return WEFT_SUCCESS;
+}
+
 static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
 {
     pmix_bs_t *p = bs->impl;
     pmix_status_t st;
     pmix_key_t key;
-    pmix_value_t val;
     int rc;
 
     snprintf(key, sizeof(key), "weft.ag.%u", p->seq++);
-    PMIX_VALUE_CONSTRUCT(&val);
-    val.type = PMIX_BYTE_OBJECT;
-    val.data.bo.bytes = (char *)(len ? send : "");
-    val.data.bo.size = len;
-    if ((st = PMIx_Put(PMIX_GLOBAL, key, &val)) != PMIX_SUCCESS || (st = PMIx_Commit()) != PMIX_SUCCESS)
-        return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx put/commit of %s failed: %s", key, PMIx_Error_string(st));
+    if ((rc = put_commit(key, send, len))) return rc;
     if ((rc = fence(p, bs->size, 1, key, deadline))) return rc;
 
     for (int r = 0; r < bs->size; r++) {
@@ -354,17 +362,9 @@ static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, si
 
 static int pmix_put(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline)
 {
-    pmix_status_t st;
-    pmix_value_t val;
     (void)bs;
     (void)deadline;
-    PMIX_VALUE_CONSTRUCT(&val);
-    val.type = PMIX_BYTE_OBJECT;
-    val.data.bo.bytes = (char *)(len ? blob : "");
-    val.data.bo.size = len;
-    if ((st = PMIx_Put(PMIX_GLOBAL, PMIX_ADDR_KEY, &val)) != PMIX_SUCCESS || (st = PMIx_Commit()) != PMIX_SUCCESS)
-        return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx put/commit of %s failed: %s", PMIX_ADDR_KEY, PMIx_Error_string(st));
-    return WEFT_SUCCESS;
+    return put_commit(PMIX_ADDR_KEY, blob, len);
 }
 
 static int pmix_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline)
