@@ -48,6 +48,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -64,12 +65,76 @@ def fd_limit():
     return hard if hard != resource.RLIM_INFINITY else 1 << 20
 
 
+# torch's TCPStore names each client by reverse DNS (getnameinfo) in its event
+# loop; this sandbox's resolver drops some queries, stalling the store 5 s
+# every ~50 connections. The store's process gets numeric names instead.
+NUMERIC_NAMES = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <netdb.h>
+typedef int (*gni_t)(const struct sockaddr *, socklen_t, char *, socklen_t, char *, socklen_t, int);
+int getnameinfo(const struct sockaddr *sa, socklen_t salen, char *host, socklen_t hostlen, char *serv,
+                socklen_t servlen, int flags)
+{
+    gni_t real = (gni_t)dlsym(RTLD_NEXT, "getnameinfo");
+    return real(sa, salen, host, hostlen, serv, servlen, flags | NI_NUMERICHOST | NI_NUMERICSERV);
+}
+"""
+
+
+def numeric_names_lib():
+    """The getnameinfo shim, built once per run of this script (None: no compiler)."""
+    d = tempfile.mkdtemp(prefix="weft-scale-")
+    src, lib = os.path.join(d, "numeric.c"), os.path.join(d, "numeric.so")
+    with open(src, "w") as f:
+        f.write(NUMERIC_NAMES)
+    cc = os.environ.get("CC", "cc")
+    ok = subprocess.call([cc, "-shared", "-fPIC", "-O2", "-o", lib, src, "-ldl"]) == 0
+    return lib if ok else None
+
+
+TORCH_STORE = """
+import sys, datetime, torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, True, datetime.timedelta(seconds=900),
+                      wait_for_workers=False)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def proc_sample(pid):
+    """(bytes read + written, CPU seconds) of a process, from /proc."""
+    io = dict(line.split(": ") for line in open("/proc/%d/io" % pid).read().splitlines())
+    stat = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return int(io["rchar"]) + int(io["wchar"]), (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_kb(pid, field):
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith(field):
+            return int(line.split()[1])
+    return 0
+
+
 def run_one(args, n):
     port = free_port()
-    t0 = time.time()
     env = dict(os.environ)
-    for v in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WEFT_BOOTSTRAP", "WEFT_RANKS_PER_NODE"):
+    for v in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WEFT_BOOTSTRAP", "WEFT_RANKS_PER_NODE",
+              "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
         env.pop(v, None)
+    torch_store = None
+    if args.torch:
+        # torchrun's agent store: torch's TCPStore in a process of its own
+        senv = dict(os.environ, LD_PRELOAD=args.numeric_names) if args.numeric_names else None
+        torch_store = subprocess.Popen([args.torch_python, "-c", TORCH_STORE, str(port)], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True, env=senv)
+        if torch_store.stdout.readline().strip() != "ready":
+            sys.stderr.write("N=%d: torch's TCPStore did not start\n" % n)
+            return None
+        env.update(TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="scale-" + secrets.token_hex(4))
+        store_pid = torch_store.pid
+        base_sample, base_kb = proc_sample(store_pid), status_kb(store_pid, "VmRSS:")
+    t0 = time.time()
     env.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -82,14 +147,18 @@ def run_one(args, n):
         WEFT_PROGRESS_THREAD="off",
     )
     bdir = args.builddir
-    procs = []
+    procs, logs = [], []
+
+    def start(cmd, e):
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        procs.append(subprocess.Popen(cmd, env=e, stdout=out, stderr=err, text=True))
+        logs.append((out, err))
+
     for r in range(args.real):
         e = dict(env, RANK=str(r))
         if args.log and r == 0:
             e["WEFT_LOG_LEVEL"] = args.log
-        procs.append(
-            subprocess.Popen([os.path.join(bdir, "contrib/scale/weft-scale-rank")], env=e,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        start([os.path.join(bdir, "contrib/scale/weft-scale-rank")], e)
         if r == 0:
             time.sleep(0.05)
     nsim = n - args.real
@@ -101,28 +170,44 @@ def run_one(args, n):
     first = args.real
     for i in range(nproc):
         count = nsim // nproc + (1 if i < nsim % nproc else 0)
-        cmd = [os.path.join(bdir, "contrib/scale/weft-scale-sim"), "--size", str(n), "--first", str(first),
+        start([os.path.join(bdir, "contrib/scale/weft-scale-sim"), "--size", str(n), "--first", str(first),
                "--count", str(count), "--ppn", str(args.ppn), "--real", str(args.real), "--window",
-               str(args.window), "--addr-len", str(args.addr_len), "--bind-base", str(base + 64 * i)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+               str(args.window), "--addr-len", str(args.addr_len), "--bind-base", str(base + 64 * i),
+               "--torch", "1" if args.torch else "0"], env)
         first += count
-    outs, failed = [], False
+    # Wait, sampling torch's store (its bytes and CPU over time) meanwhile.
+    samples, failed = [], False
     deadline = time.time() + args.timeout + 30
-    for p in procs:
-        try:
-            o, e = p.communicate(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
+    while any(p.poll() is None for p in procs) and time.time() < deadline:
+        if torch_store:
+            try:
+                b_, c_ = proc_sample(store_pid)
+                samples.append((time.time() - t0, b_ - base_sample[0], c_ - base_sample[1]))
+            except OSError:
+                pass
+        time.sleep(0.02)
+    outs = []
+    for p, (out, err) in zip(procs, logs):
+        if p.poll() is None:
             p.kill()
-            o, e = p.communicate()
+            p.wait()
             failed = True
+        out.seek(0)
+        err.seek(0)
+        e = err.read()
         if p.returncode != 0:
             failed = True
             sys.stderr.write("N=%d: %s exited %s\n%s" % (n, p.args[0], p.returncode, e[-2000:]))
         if args.log and p is procs[0]:
             sys.stderr.write(e)
-        for line in o.splitlines():
+        for line in out.read().splitlines():
             if line.startswith("{"):
                 outs.append(json.loads(line))
+    torch_kb = 0
+    if torch_store:
+        torch_kb = status_kb(store_pid, "VmHWM:") - base_kb
+        torch_store.stdin.close()
+        torch_store.wait()
     ranks = [o for o in outs if "rank" in o]
     sims = [o for o in outs if "sims" in o]
     if failed or len(ranks) != args.real:
@@ -133,18 +218,9 @@ def run_one(args, n):
     inits = [o["t_init"] for o in ranks] + [s["t_init"] for s in sims]
     sync_b = max([s.get("t_sync_b", 0) for s in sims] or [0])
     fetch_end = max([s.get("t_lookup", 0) for s in sims] or [0])
-    return {
+    row = {
         "n": n,
         "init_s": max(inits),
-        "store_in": r0["store_a"]["bytes_in"] - sync // 2,
-        "store_out": r0["store_a"]["bytes_out"] - sync // 2,
-        "store_in_b": r0["store_b"]["bytes_in"],
-        "store_out_b": r0["store_b"]["bytes_out"],
-        "conns": r0["store_a"]["accepted"],
-        "store_cpu_s": r0["store_cpu_a"],
-        "fetch_cpu_s": r0["store_cpu_c"] - r0["store_cpu_b"],
-        "peak_conns": r0["store_a"]["peak_conns"],
-        "rank0_kb": r0["vmhwm_kb"],
         "rank_kb": other["vmhwm_kb"],
         "rank_heap": other["heap_init"],
         "rank0_heap": r0["heap_init"],
@@ -160,12 +236,30 @@ def run_one(args, n):
         "t_done": max([s["t_done"] for s in sims] or [0]),
         "fetches": sum(s.get("fetched", 0) for s in sims),
         "fetch_s": max(0.0, fetch_end - sync_b),
+    }
+    if torch_store:
+        def at(t):  # the first sample at or after t
+            return next((x for x in samples if x[0] >= t), samples[-1] if samples else (0, 0, 0))
+        init_at, b_at, c_at = at(row["init_s"]), at(sync_b), at(fetch_end)
+        row.update(store_in=init_at[1], store_out=0, conns=n, peak_conns=n, store_cpu_s=init_at[2],
+                   rank0_kb=torch_kb + other["vmhwm_kb"], fetch_bytes=c_at[1] - b_at[1],
+                   fetch_cpu_s=c_at[2] - b_at[2])
+        return row
+    row.update(
+        store_in=r0["store_a"]["bytes_in"] - sync // 2,
+        store_out=r0["store_a"]["bytes_out"] - sync // 2,
+        conns=r0["store_a"]["accepted"],
+        peak_conns=r0["store_a"]["peak_conns"],
+        store_cpu_s=r0["store_cpu_a"],
+        fetch_cpu_s=r0["store_cpu_c"] - r0["store_cpu_b"],
+        rank0_kb=r0["vmhwm_kb"],
         # from sync A: rank 0 may read the counters at sync B late (the store
         # thread and the simulated ranks keep the cores busy); the real
         # ranks' few fetches in between are counted too
-        "fetch_bytes": (r0["store_c"]["bytes_in"] + r0["store_c"]["bytes_out"] - r0["store_a"]["bytes_in"] -
-                        r0["store_a"]["bytes_out"] - 2 * sync),
-    }
+        fetch_bytes=(r0["store_c"]["bytes_in"] + r0["store_c"]["bytes_out"] - r0["store_a"]["bytes_in"] -
+                     r0["store_a"]["bytes_out"] - 2 * sync),
+    )
+    return row
 
 
 def fit(rows, key):
@@ -192,6 +286,10 @@ def main():
     ap.add_argument("--addr-len", type=int, default=0, help="simulated UCX address bytes (0: a real rank's)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--repeat", type=int, default=1, help="runs per size; each number is their median")
+    ap.add_argument("--torch", action="store_true",
+                    help="torchrun's path: torch's TCPStore serves, every rank uses the torchstore bootstrap")
+    ap.add_argument("--torch-python", default=os.environ.get("WEFT_TORCH_PYTHON", "python3"),
+                    help="an interpreter that imports torch (WEFT_TORCH_PYTHON)")
     ap.add_argument("--json", help="append each size's result to this file")
     ap.add_argument("--log", help="rank 0's WEFT_LOG_LEVEL (its log goes to stderr)")
     ap.add_argument("--builddir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -200,6 +298,7 @@ def main():
         ap.error("--real must be at least 2 (rank 0 and a rank that is not the store's)")
     if not args.addr_len:
         args.addr_len = 215
+    args.numeric_names = numeric_names_lib() if args.torch else None
     rows = []
     print("%7s %8s %8s %10s %10s %7s %9s %9s %9s %8s %8s %9s %8s %8s %8s %9s" %
           ("N", "init_s", "cpu_s", "store_in", "store_out", "conns", "rank0_MB", "rank_MB", "heap_MB", "node_ms",

@@ -24,8 +24,12 @@
  * What it does not do is UCX: a simulated rank has no worker, so the real
  * ranks never talk to one (they run their collectives among themselves).
  *
+ * With --torch 1 the same steps go through torch's TCPStore, as the
+ * torchstore bootstrap of a torchrun worker sends them (worlds above
+ * WEFT_ADDRESSES_AT_INIT).
+ *
  * Usage: weft-scale-sim --size N --first A --count K [--ppn P] [--real R]
- *        [--window W] [--addr-len B] [--bind-base X] [--lookups L]
+ *        [--window W] [--addr-len B] [--bind-base X] [--lookups L] [--torch 1]
  * Ranks A .. A+K-1 of N. Simulated nodes of P ranks (default 8) start
  * after the R real ranks, which are node 0. At most W handshakes are in
  * flight at once (0: no limit). MASTER_ADDR / MASTER_PORT / WEFT_JOB_SECRET
@@ -38,6 +42,7 @@
 #include "weft_internal.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -93,11 +98,20 @@ typedef struct sim {
     size_t out_len, out_off;
     double retry_at;
     struct sim *next_retry;
+    /* --torch: the replies asked for, in order, and the one being read */
+    uint8_t expect[2 + STORE_GET_MAX];
+    int nexp, head, rph;
+    uint64_t rgot, val_len;
+    uint8_t rb[8], val[16];
+    int64_t ival;
+    int sub;
 } sim_t;
 
 static struct {
     int size, first, count, ppn, real, window, addr_len, bind_base, lookups;
     int eager; /* WEFT_ADDRESSES_AT_INIT: every address allgathered at init, nothing fetched */
+    int torch; /* --torch 1: torchrun's agent store (torch's TCPStore) instead of rank 0's */
+    char prefix[320];
     const char *host;
     int port;
     double t0;
@@ -178,21 +192,28 @@ static void flush_out(sim_t *s)
     s->out_len = s->out_off = 0;
 }
 
+/* Appends len bytes to what goes out next (the caller flushes). */
+static uint8_t *out_room(sim_t *s, size_t len)
+{
+    uint8_t *b = realloc(s->out, s->out_len + len);
+    if (!b) {
+        sim_fail(s, "out of memory");
+        return NULL;
+    }
+    s->out = b;
+    s->out_len += len;
+    return b + s->out_len - len;
+}
+
 /* Queues header + payload (p1, p2) and sends what the socket takes. */
 static void sim_send(sim_t *s, unsigned kind, uint64_t seq, uint64_t arg, const void *p1, size_t n1, const void *p2,
                      size_t n2)
 {
-    size_t len = STORE_HDR + n1 + n2, at = s->out_len;
-    uint8_t *b = realloc(s->out, s->out_len + len);
-    if (!b) {
-        sim_fail(s, "out of memory");
-        return;
-    }
-    s->out = b;
-    weft_env_hdr_pack(b + at, kind, (uint32_t)s->rank, (uint32_t)g.size, seq, arg, n1 + n2);
-    if (n1) memcpy(b + at + STORE_HDR, p1, n1);
-    if (n2) memcpy(b + at + STORE_HDR + n1, p2, n2);
-    s->out_len += len;
+    uint8_t *b = out_room(s, STORE_HDR + n1 + n2);
+    if (!b) return;
+    weft_env_hdr_pack(b, kind, (uint32_t)s->rank, (uint32_t)g.size, seq, arg, n1 + n2);
+    if (n1) memcpy(b + STORE_HDR, p1, n1);
+    if (n2) memcpy(b + STORE_HDR + n1, p2, n2);
     flush_out(s);
 }
 
@@ -203,6 +224,8 @@ static void contrib(sim_t *s, unsigned kind, const void *data, size_t len)
 }
 
 static void step_done(sim_t *s);
+static void t_start(sim_t *s);
+static void t_bytes_in(sim_t *s, const uint8_t *p, size_t n);
 
 /* Fetches the addresses of the next peers the first collective sends to
  * (rank ^ 2^i, i < --lookups, within the world), up to 16 in one GET as a
@@ -232,9 +255,15 @@ static int64_t node_of_rank(int rank)
     return rank < g.real ? 0 : 1 + (rank - g.real) / g.ppn;
 }
 
+static void t_step(sim_t *s);
+
 static void run_step(sim_t *s)
 {
     uint8_t buf[512];
+    if (g.torch) {
+        t_step(s);
+        return;
+    }
     switch (s->step) {
     case ST_GATHER: {
         int64_t node = node_of_rank(s->rank);
@@ -396,7 +425,10 @@ static void on_connected(sim_t *s)
         return;
     }
     want_out(s, 0);
-    start_handshake(s);
+    if (g.torch)
+        t_start(s);
+    else
+        start_handshake(s);
 }
 
 /* A header arrived; decide what its body is. */
@@ -535,6 +567,10 @@ static void on_readable(sim_t *s)
     g.bytes_in += (uint64_t)k;
     const uint8_t *p = g.scratch + 8192;
     size_t n = (size_t)k;
+    if (g.torch) {
+        t_bytes_in(s, p, n);
+        return;
+    }
     while (n > 0 && s->phase != PH_FAILED) {
         if (!s->in_body) {
             size_t take = STORE_HDR - s->hgot < n ? STORE_HDR - s->hgot : n;
@@ -552,6 +588,258 @@ static void on_readable(sim_t *s)
             p += take;
             n -= take;
             if (s->body_got == s->body_len) on_message(s);
+        }
+    }
+}
+
+/* ---- --torch: the same steps through torch's TCPStore -------------------------
+ * What a real rank's torchstore bootstrap sends (src/bootstrap/torchstore.c):
+ * VALIDATE and PING; a gather round: SET its block, WAIT for rank 0's
+ * header, GET it, ADD to the readers' count (the last reader deletes the
+ * result); a broadcast: the same without the SET; an allgather of nothing
+ * (sync rounds, the closing barrier): as a gather; its address: SET
+ * P/0/addr<rank>; fetches: WAIT for up to 16 address keys, MULTI_GET them;
+ * at finalize: DELETE its address key. Integers little-endian. */
+enum { Q_VALIDATE = 0, Q_SET = 1, Q_GET = 3, Q_ADD = 4, Q_WAIT = 6, Q_DELETE = 8, Q_MULTI_GET = 10, Q_PING = 13 };
+enum { R_BYTE, R_U32, R_I64, R_VALUE };
+
+static void t_u8(sim_t *s, uint8_t v)
+{
+    uint8_t *b = out_room(s, 1);
+    if (b) *b = v;
+}
+
+static void t_u64(sim_t *s, uint64_t v)
+{
+    uint8_t *b = out_room(s, 8);
+    v = htole64(v);
+    if (b) memcpy(b, &v, 8);
+}
+
+static void t_bytes(sim_t *s, const void *p, size_t n)
+{
+    uint8_t *b = n ? out_room(s, n) : NULL;
+    if (b) memcpy(b, p, n);
+}
+
+/* P/seq/<what><idx> (idx < 0: none), as tb_key writes it. */
+static void t_key(sim_t *s, uint64_t seq, const char *what, long idx)
+{
+    char k[sizeof(g.prefix) + 64];
+    int n = idx >= 0 ? snprintf(k, sizeof(k), "%s/%llu/%s%ld", g.prefix, (unsigned long long)seq, what, idx)
+                     : snprintf(k, sizeof(k), "%s/%llu/%s", g.prefix, (unsigned long long)seq, what);
+    t_u64(s, (uint64_t)n);
+    t_bytes(s, k, (size_t)n);
+}
+
+static void t_expect(sim_t *s, int kind)
+{
+    s->expect[s->nexp++] = (uint8_t)kind;
+}
+
+static void t_set(sim_t *s, uint64_t seq, const char *what, long idx, const void *v, size_t n)
+{
+    t_u8(s, Q_SET);
+    t_key(s, seq, what, idx);
+    t_u64(s, n);
+    t_bytes(s, v, n);
+}
+
+static void t_simple(sim_t *s, int q, uint64_t seq, const char *what, long idx, int reply)
+{
+    t_u8(s, (uint8_t)q);
+    t_key(s, seq, what, idx);
+    if (q == Q_ADD) t_u64(s, 1);
+    t_expect(s, reply);
+}
+
+/* A round's reading part: WAIT for rank 0's header, GET it, count the read. */
+static void t_fetch(sim_t *s)
+{
+    uint64_t seq = s->seq;
+    switch (s->sub++) {
+    case 0:
+        t_u8(s, Q_WAIT);
+        t_u64(s, 1);
+        t_key(s, seq, "all", 0);
+        t_expect(s, R_BYTE);
+        break;
+    case 1: t_simple(s, Q_GET, seq, "all", 0, R_VALUE); break;
+    case 2:
+        if (s->val_len < 16 || s->val[4] | s->val[5] | s->val[6] | s->val[7]) {
+            sim_fail(s, "rank 0 published a failed round %llu", (unsigned long long)seq);
+            return;
+        }
+        t_simple(s, Q_ADD, seq, "done", -1, R_I64);
+        break;
+    case 3:
+        if (s->ival == g.size - 1) { /* the last reader cleans up */
+            t_simple(s, Q_DELETE, seq, "all", 0, R_I64);
+            t_simple(s, Q_DELETE, seq, "done", -1, R_I64);
+            break;
+        }
+        /* fall through */
+    default:
+        s->seq++;
+        s->sub = 0;
+        step_done(s);
+        return;
+    }
+    flush_out(s);
+}
+
+static void t_lookup(sim_t *s)
+{
+    long peers[STORE_GET_MAX];
+    int k = 0;
+    if (s->sub == 1) { /* the WAIT is over: read them */
+        s->sub = 0;
+        t_u8(s, Q_MULTI_GET);
+        t_u64(s, (uint64_t)s->pending);
+        for (int i = s->lookups - 1, j = 0; j < s->pending; i--)
+            if ((s->rank ^ (1 << i)) < g.size) {
+                t_key(s, 0, "addr", s->rank ^ (1 << i));
+                t_expect(s, R_VALUE);
+                j++;
+            }
+        g.fetched += (uint64_t)s->pending;
+        flush_out(s);
+        return;
+    }
+    for (; s->lookups < g.lookups && s->lookups < 30 && k < STORE_GET_MAX; s->lookups++)
+        if ((s->rank ^ (1 << s->lookups)) < g.size) peers[k++] = s->rank ^ (1 << s->lookups);
+    if (!k) {
+        mark(MARK_LOOKUP);
+        step_done(s);
+        return;
+    }
+    s->pending = k;
+    s->sub = 1;
+    t_u8(s, Q_WAIT);
+    t_u64(s, (uint64_t)k);
+    for (int i = 0; i < k; i++)
+        t_key(s, 0, "addr", peers[i]);
+    t_expect(s, R_BYTE);
+    flush_out(s);
+}
+
+static void t_step(sim_t *s)
+{
+    uint8_t buf[512];
+    if (s->phase == PH_FAILED) return;
+    switch (s->step) {
+    case ST_GATHER:
+        if (s->sub == 0) {
+            int64_t node = node_of_rank(s->rank);
+            size_t n = weft_topo_node_record(buf, sizeof(buf), machine_of_node(node), node);
+            t_set(s, s->seq, "r", s->rank, buf, n);
+        }
+        t_fetch(s);
+        break;
+    case ST_SYNC_A:
+    case ST_SYNC_B:
+    case ST_SYNC_C:
+    case ST_BARRIER:
+        if (s->sub == 0) t_set(s, s->seq, "r", s->rank, NULL, 0);
+        t_fetch(s);
+        break;
+    case ST_BCAST: t_fetch(s); break;
+    case ST_ADDR_LEN:
+    case ST_ADDR: /* --torch runs worlds above WEFT_ADDRESSES_AT_INIT: the address is published */
+        s->step = ST_PUT;
+        /* fall through */
+    case ST_PUT: {
+        size_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
+        uint8_t addr[WEFT_UCX_ADDR_MAX], blob[WEFT_UCX_ADDR_MAX + 64];
+        for (int i = 0; i < g.addr_len; i++)
+            addr[i] = (uint8_t)(s->rank * 31 + i);
+        weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
+        t_set(s, 0, "addr", s->rank, blob, sealed);
+        flush_out(s);
+        mark(MARK_INIT);
+        step_done(s);
+        break;
+    }
+    case ST_LOOKUP: t_lookup(s); break;
+    case ST_BYE:
+        if (s->sub++ == 0) {
+            t_simple(s, Q_DELETE, 0, "addr", s->rank, R_I64);
+            flush_out(s);
+            break;
+        }
+        epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+        s->fd = -1;
+        s->phase = PH_DONE;
+        mark(MARK_DONE);
+        g.remaining--;
+        break;
+    }
+}
+
+/* Connected: VALIDATE, and a PING whose echo says a TCPStore listens. */
+static void t_start(sim_t *s)
+{
+    uint32_t magic = htole32(0x3C85F7CEu), nonce = htole32((uint32_t)s->rank);
+    s->phase = PH_PROOF; /* a handshake under way, as far as the window goes */
+    t_u8(s, Q_VALIDATE);
+    t_bytes(s, &magic, 4);
+    t_u8(s, Q_PING);
+    t_bytes(s, &nonce, 4);
+    t_expect(s, R_U32);
+    flush_out(s);
+}
+
+/* A reply is complete: when the last one asked for is in, the next move. */
+static void t_reply(sim_t *s)
+{
+    s->rph = 0;
+    s->rgot = 0;
+    if (++s->head < s->nexp) return;
+    s->head = s->nexp = 0;
+    if (s->phase == PH_PROOF) { /* the ping's echo */
+        s->phase = PH_MEMBER;
+        g.in_flight--;
+        mark(MARK_WELCOME);
+        s->step = ST_GATHER;
+        s->sub = 0;
+    }
+    t_step(s);
+}
+
+static void t_bytes_in(sim_t *s, const uint8_t *p, size_t n)
+{
+    while (n > 0 && s->phase != PH_FAILED) {
+        if (s->head >= s->nexp) {
+            sim_fail(s, "torch's store sent %zu bytes nobody asked for", n);
+            return;
+        }
+        int kind = s->expect[s->head];
+        if (s->rph == 0) {
+            size_t need = kind == R_BYTE ? 1 : kind == R_U32 ? 4 : 8;
+            size_t take = need - s->rgot < n ? need - s->rgot : n;
+            memcpy(s->rb + s->rgot, p, take);
+            s->rgot += take, p += take, n -= take;
+            if (s->rgot < need) continue;
+            uint64_t v = 0;
+            memcpy(&v, s->rb, need);
+            v = le64toh(v);
+            if (kind != R_VALUE) {
+                s->ival = (int64_t)v;
+                t_reply(s);
+                continue;
+            }
+            s->val_len = v;
+            s->rph = 1;
+            s->rgot = 0;
+            if (v == 0) t_reply(s);
+        } else {
+            uint64_t left = s->val_len - s->rgot;
+            size_t take = left < n ? (size_t)left : n;
+            if (s->rgot < sizeof(s->val))
+                memcpy(s->val + s->rgot, p, s->rgot + take > sizeof(s->val) ? sizeof(s->val) - s->rgot : take);
+            s->rgot += take, p += take, n -= take;
+            if (s->rgot == s->val_len) t_reply(s);
         }
     }
 }
@@ -579,7 +867,8 @@ int main(int argc, char **argv)
         int *value;
     } opts[] = {{"--size", &g.size},         {"--first", &g.first},         {"--count", &g.count},
                 {"--ppn", &g.ppn},           {"--real", &g.real},           {"--window", &g.window},
-                {"--addr-len", &g.addr_len}, {"--bind-base", &g.bind_base}, {"--lookups", &g.lookups}};
+                {"--addr-len", &g.addr_len}, {"--bind-base", &g.bind_base}, {"--lookups", &g.lookups},
+                {"--torch", &g.torch}};
     for (int i = 1; i + 1 < argc; i += 2) {
         size_t k = 0;
         while (k < sizeof(opts) / sizeof(opts[0]) && strcmp(argv[i], opts[k].name))
@@ -608,7 +897,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "weft-scale-sim: %s\n", weft_last_error());
         return 1;
     }
-    g.eager = g.size <= weft_cfg.addresses_at_init;
+    g.eager = g.size <= weft_cfg.addresses_at_init && !g.torch;
+    const char *run = getenv("TORCHELASTIC_RUN_ID"), *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    snprintf(g.prefix, sizeof(g.prefix), "/weft/%s/%s/0", run && *run ? run : "none",
+             restart && *restart ? restart : "0");
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;

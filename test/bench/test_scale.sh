@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The scale harness at a small size (contrib/scale/run_scale.py): two and
-# three real ranks among 128 and 512 ranks, the rest simulated ranks that
-# speak the env store's protocol (job secret included). Every rank must
-# finish init, the real ranks their communicators and collectives, and
-# every rank finalize.
+# three real ranks among 128, 300 and 512 ranks (every address at init, and
+# fetched on demand), the rest simulated ranks that speak the env store's
+# protocol (job secret included); and 300 through torch's TCPStore when
+# torch is there. Every rank must finish init, the real ranks their
+# communicators and collectives, and every rank finalize.
 #
 # An automake TESTS script: exit 0 pass, 1 fail. make sets top_builddir;
 # by hand, from an in-tree build: test/bench/test_scale.sh
@@ -33,4 +34,17 @@ require_built "$SIM"
 require_built "$top_builddir/contrib/scale/weft-scale-rank"
 run_case "scale harness, 2 real ranks of 128 and 512" --sizes 128,512 --real 2
 run_case "scale harness, 3 real ranks of 300, no handshake window" --sizes 300 --real 3 --window 0
+# torchrun's path: torch's TCPStore serves (an interpreter that imports torch:
+# WEFT_TORCH_PYTHON, the checkout's .venv, python3)
+torch_python=
+for p in "${WEFT_TORCH_PYTHON:-}" "$srcdir/.venv/bin/python" python3; do
+    [ -n "$p" ] && "$p" -c "import torch.distributed" >/dev/null 2>&1 && torch_python=$p && break
+done
+if [ -n "$torch_python" ]; then
+    run_case "scale harness, torch's TCPStore, 2 real ranks of 300" --sizes 300 --real 2 --torch \
+        --torch-python "$torch_python"
+else
+    skipped=$((skipped + 1))
+    echo "SKIP scale harness, torch's TCPStore (no python that imports torch: WEFT_TORCH_PYTHON)"
+fi
 summary
