@@ -28,18 +28,23 @@ real protocol, job-secret handshake included). For each N it reports:
   fetch_s, fetch_MB
               the first collective's address fetches at scale: every
               simulated rank fetches the addresses of its log2 N
-              recursive-doubling peers, one at a time, from the store; the
-              time from the last rank's sync B to the last fetch, and the
-              bytes the store moved meanwhile (the real ranks wait)
-Then the exponent b of a fit t = a N^b over the sizes, for the init time
-and the store's bytes.
+              recursive-doubling peers (up to 16 in one request) from the
+              store; the time from the last rank's sync B to the last
+              fetch, and the bytes the store moved meanwhile (the real
+              ranks wait)
+Then the exponent b of a fit y = a N^b over the sizes, for the init time,
+the store's CPU and bytes, a rank's heap and the node communicator.
 
 Usage: contrib/scale/run_scale.py [--sizes 1024,4096,16384] [--real 2]
        [--ppn 8] [--window 1024] [--repeat 3] [--json FILE] [--builddir DIR]
+       [--torch [--torch-python PY]]
+--torch runs torchrun's path: torch's TCPStore serves, every rank is its
+client through the torchstore bootstrap (docs/SCALING.md).
 A run needs about 2 KiB of the sims' memory and one descriptor of rank 0
 per rank (ulimit -n bounds N: the store holds one connection per rank).
-docs/PERFORMANCE.md section 11 has the results and how they were made.
+docs/SCALING.md has the results, how they were made and a model of 10^5 ranks.
 """
+
 import argparse
 import json
 import math
@@ -72,9 +77,10 @@ NUMERIC_NAMES = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <netdb.h>
-typedef int (*gni_t)(const struct sockaddr *, socklen_t, char *, socklen_t, char *, socklen_t, int);
-int getnameinfo(const struct sockaddr *sa, socklen_t salen, char *host, socklen_t hostlen, char *serv,
-                socklen_t servlen, int flags)
+typedef int (*gni_t)(const struct sockaddr *, socklen_t, char *, socklen_t, char *, socklen_t,
+                     int);
+int getnameinfo(const struct sockaddr *sa, socklen_t salen, char *host, socklen_t hostlen,
+                char *serv, socklen_t servlen, int flags)
 {
     gni_t real = (gni_t)dlsym(RTLD_NEXT, "getnameinfo");
     return real(sa, salen, host, hostlen, serv, servlen, flags | NI_NUMERICHOST | NI_NUMERICSERV);
@@ -106,7 +112,9 @@ def proc_sample(pid):
     """(bytes read + written, CPU seconds) of a process, from /proc."""
     io = dict(line.split(": ") for line in open("/proc/%d/io" % pid).read().splitlines())
     stat = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
-    return int(io["rchar"]) + int(io["wchar"]), (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return int(io["rchar"]) + int(io["wchar"]), (int(stat[11]) + int(stat[12])) / os.sysconf(
+        "SC_CLK_TCK"
+    )
 
 
 def status_kb(pid, field):
@@ -119,19 +127,34 @@ def status_kb(pid, field):
 def run_one(args, n):
     port = free_port()
     env = dict(os.environ)
-    for v in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WEFT_BOOTSTRAP", "WEFT_RANKS_PER_NODE",
-              "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
+    for v in (
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "WEFT_BOOTSTRAP",
+        "WEFT_RANKS_PER_NODE",
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_RESTART_COUNT",
+    ):
         env.pop(v, None)
     torch_store = None
     if args.torch:
         # torchrun's agent store: torch's TCPStore in a process of its own
         senv = dict(os.environ, LD_PRELOAD=args.numeric_names) if args.numeric_names else None
-        torch_store = subprocess.Popen([args.torch_python, "-c", TORCH_STORE, str(port)], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True, env=senv)
+        torch_store = subprocess.Popen(
+            [args.torch_python, "-c", TORCH_STORE, str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=senv,
+        )
         if torch_store.stdout.readline().strip() != "ready":
             sys.stderr.write("N=%d: torch's TCPStore did not start\n" % n)
             return None
-        env.update(TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="scale-" + secrets.token_hex(4))
+        env.update(
+            TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="scale-" + secrets.token_hex(4)
+        )
         store_pid = torch_store.pid
         base_sample, base_kb = proc_sample(store_pid), status_kb(store_pid, "VmRSS:")
     t0 = time.time()
@@ -170,10 +193,30 @@ def run_one(args, n):
     first = args.real
     for i in range(nproc):
         count = nsim // nproc + (1 if i < nsim % nproc else 0)
-        start([os.path.join(bdir, "contrib/scale/weft-scale-sim"), "--size", str(n), "--first", str(first),
-               "--count", str(count), "--ppn", str(args.ppn), "--real", str(args.real), "--window",
-               str(args.window), "--addr-len", str(args.addr_len), "--bind-base", str(base + 64 * i),
-               "--torch", "1" if args.torch else "0"], env)
+        start(
+            [
+                os.path.join(bdir, "contrib/scale/weft-scale-sim"),
+                "--size",
+                str(n),
+                "--first",
+                str(first),
+                "--count",
+                str(count),
+                "--ppn",
+                str(args.ppn),
+                "--real",
+                str(args.real),
+                "--window",
+                str(args.window),
+                "--addr-len",
+                str(args.addr_len),
+                "--bind-base",
+                str(base + 64 * i),
+                "--torch",
+                "1" if args.torch else "0",
+            ],
+            env,
+        )
         first += count
     # Wait, sampling torch's store (its bytes and CPU over time) meanwhile.
     samples, failed = [], False
@@ -238,12 +281,21 @@ def run_one(args, n):
         "fetch_s": max(0.0, fetch_end - sync_b),
     }
     if torch_store:
+
         def at(t):  # the first sample at or after t
             return next((x for x in samples if x[0] >= t), samples[-1] if samples else (0, 0, 0))
+
         init_at, b_at, c_at = at(row["init_s"]), at(sync_b), at(fetch_end)
-        row.update(store_in=init_at[1], store_out=0, conns=n, peak_conns=n, store_cpu_s=init_at[2],
-                   rank0_kb=torch_kb + other["vmhwm_kb"], fetch_bytes=c_at[1] - b_at[1],
-                   fetch_cpu_s=c_at[2] - b_at[2])
+        row.update(
+            store_in=init_at[1],
+            store_out=0,
+            conns=n,
+            peak_conns=n,
+            store_cpu_s=init_at[2],
+            rank0_kb=torch_kb + other["vmhwm_kb"],
+            fetch_bytes=c_at[1] - b_at[1],
+            fetch_cpu_s=c_at[2] - b_at[2],
+        )
         return row
     row.update(
         store_in=r0["store_a"]["bytes_in"] - sync // 2,
@@ -256,8 +308,13 @@ def run_one(args, n):
         # from sync A: rank 0 may read the counters at sync B late (the store
         # thread and the simulated ranks keep the cores busy); the real
         # ranks' few fetches in between are counted too
-        fetch_bytes=(r0["store_c"]["bytes_in"] + r0["store_c"]["bytes_out"] - r0["store_a"]["bytes_in"] -
-                     r0["store_a"]["bytes_out"] - 2 * sync),
+        fetch_bytes=(
+            r0["store_c"]["bytes_in"]
+            + r0["store_c"]["bytes_out"]
+            - r0["store_a"]["bytes_in"]
+            - r0["store_a"]["bytes_out"]
+            - 2 * sync
+        ),
     )
     return row
 
@@ -277,22 +334,57 @@ def mb(x):
     return x / 1e6
 
 
+# The table's columns: name, width, format, value.
+COLUMNS = [
+    ("N", 7, "d", lambda r: r["n"]),
+    ("init_s", 8, ".3f", lambda r: r["init_s"]),
+    ("cpu_s", 8, ".3f", lambda r: r["store_cpu_s"]),
+    ("store_in", 10, ".1f", lambda r: mb(r["store_in"])),
+    ("store_out", 10, ".1f", lambda r: mb(r["store_out"])),
+    ("conns", 7, "d", lambda r: r["conns"]),
+    ("rank0_MB", 9, ".1f", lambda r: r["rank0_kb"] / 1024),
+    ("rank_MB", 9, ".1f", lambda r: r["rank_kb"] / 1024),
+    ("heap_MB", 9, ".2f", lambda r: mb(r["rank_heap"])),
+    ("node_ms", 8, ".2f", lambda r: r["node_ms"]),
+    ("color_ms", 8, ".2f", lambda r: r["color_ms"]),
+    ("color2_ms", 9, ".2f", lambda r: r["color2_ms"]),
+    ("coll1_ms", 8, ".2f", lambda r: r["coll1_ms"]),
+    ("coll2_ms", 8, ".2f", lambda r: r["coll2_ms"]),
+    ("fetch_s", 8, ".3f", lambda r: r["fetch_s"]),
+    ("fetch_MB", 9, ".1f", lambda r: mb(r["fetch_bytes"])),
+]
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="1024,4096,16384")
     ap.add_argument("--real", type=int, default=2)
     ap.add_argument("--ppn", type=int, default=8)
     ap.add_argument("--window", type=int, default=1024)
-    ap.add_argument("--addr-len", type=int, default=0, help="simulated UCX address bytes (0: a real rank's)")
+    ap.add_argument(
+        "--addr-len", type=int, default=0, help="simulated UCX address bytes (0: a real rank's)"
+    )
     ap.add_argument("--timeout", type=int, default=600)
-    ap.add_argument("--repeat", type=int, default=1, help="runs per size; each number is their median")
-    ap.add_argument("--torch", action="store_true",
-                    help="torchrun's path: torch's TCPStore serves, every rank uses the torchstore bootstrap")
-    ap.add_argument("--torch-python", default=os.environ.get("WEFT_TORCH_PYTHON", "python3"),
-                    help="an interpreter that imports torch (WEFT_TORCH_PYTHON)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs per size; each number is their median"
+    )
+    ap.add_argument(
+        "--torch",
+        action="store_true",
+        help="torchrun's path: torch's TCPStore serves, every rank uses the torchstore bootstrap",
+    )
+    ap.add_argument(
+        "--torch-python",
+        default=os.environ.get("WEFT_TORCH_PYTHON", "python3"),
+        help="an interpreter that imports torch (WEFT_TORCH_PYTHON)",
+    )
     ap.add_argument("--json", help="append each size's result to this file")
     ap.add_argument("--log", help="rank 0's WEFT_LOG_LEVEL (its log goes to stderr)")
-    ap.add_argument("--builddir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    ap.add_argument(
+        "--builddir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    )
     args = ap.parse_args()
     if args.real < 2:
         ap.error("--real must be at least 2 (rank 0 and a rank that is not the store's)")
@@ -300,9 +392,7 @@ def main():
         args.addr_len = 215
     args.numeric_names = numeric_names_lib() if args.torch else None
     rows = []
-    print("%7s %8s %8s %10s %10s %7s %9s %9s %9s %8s %8s %9s %8s %8s %8s %9s" %
-          ("N", "init_s", "cpu_s", "store_in", "store_out", "conns", "rank0_MB", "rank_MB", "heap_MB", "node_ms",
-           "color_ms", "color2_ms", "coll1_ms", "coll2_ms", "fetch_s", "fetch_MB"))
+    print(" ".join("%*s" % (w, name) for name, w, _, _ in COLUMNS))
     for n in (int(x) for x in args.sizes.split(",")):
         runs = [run_one(args, n) for _ in range(args.repeat)]
         if any(r is None for r in runs):
@@ -311,21 +401,24 @@ def main():
         # the machine is shared: each number is the median of the runs
         r = {k: sorted(x[k] for x in runs)[len(runs) // 2] for k in runs[0]}
         rows.append(r)
-        print("%7d %8.3f %8.3f %10.1f %10.1f %7d %9.1f %9.1f %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f %8.3f %9.1f" %
-              (n, r["init_s"], r["store_cpu_s"], mb(r["store_in"]), mb(r["store_out"]), r["conns"], r["rank0_kb"] / 1024,
-               r["rank_kb"] / 1024, mb(r["rank_heap"]), r["node_ms"], r["color_ms"], r["color2_ms"], r["coll1_ms"],
-               r["coll2_ms"],
-               r["fetch_s"], mb(r["fetch_bytes"])),
-              flush=True)
+        print(" ".join(format(get(r), "%d%s" % (w, f)) for _, w, f, get in COLUMNS), flush=True)
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps(r) + "\n")
     if len(rows) >= 2:
         for r in rows:
             r["store_bytes"] = r["store_in"] + r["store_out"]
-        print("fitted exponent b (y = a N^b): init_s %.2f, store cpu %.2f, store bytes %.2f, rank heap %.2f, "
-              "node_ms %.2f" % (fit(rows, "init_s"), fit(rows, "store_cpu_s"), fit(rows, "store_bytes"),
-                                fit(rows, "rank_heap"), fit(rows, "node_ms")))
+        print(
+            "fitted exponent b (y = a N^b): init_s %.2f, store cpu %.2f, store bytes %.2f, "
+            "rank heap %.2f, node_ms %.2f"
+            % (
+                fit(rows, "init_s"),
+                fit(rows, "store_cpu_s"),
+                fit(rows, "store_bytes"),
+                fit(rows, "rank_heap"),
+                fit(rows, "node_ms"),
+            )
+        )
     return 0
 
 
