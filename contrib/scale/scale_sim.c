@@ -143,6 +143,14 @@ static void mark(int m)
     g.marked[m]++;
 }
 
+/* Closes rank s's connection. */
+static void sim_close(sim_t *s)
+{
+    epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
+    close(s->fd);
+    s->fd = -1;
+}
+
 static void sim_fail(sim_t *s, const char *fmt, ...) WEFT_PRINTF(2, 3);
 static void sim_fail(sim_t *s, const char *fmt, ...)
 {
@@ -157,11 +165,7 @@ static void sim_fail(sim_t *s, const char *fmt, ...)
     g.failed++;
     if (s->phase >= PH_CONNECTING && s->phase <= PH_PROOF) g.in_flight--;
     s->phase = PH_FAILED;
-    if (s->fd >= 0) {
-        epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
-        close(s->fd);
-        s->fd = -1;
-    }
+    if (s->fd >= 0) sim_close(s);
     g.remaining--;
 }
 
@@ -255,6 +259,24 @@ static int64_t node_of_rank(int rank)
     return rank < g.real ? 0 : 1 + (rank - g.real) / g.ppn;
 }
 
+/* The node-map record rank s sends (its simulated node's), into buf. */
+static size_t node_record(const sim_t *s, uint8_t *buf, size_t cap)
+{
+    int64_t node = node_of_rank(s->rank);
+    return weft_topo_node_record(buf, cap, machine_of_node(node), node);
+}
+
+/* A fake worker address of --addr-len bytes, sealed for rank s as a real
+ * rank seals its own, into blob (at least weft_ucx_addr_sealed_len bytes). */
+static size_t sealed_address(const sim_t *s, uint8_t *blob)
+{
+    uint8_t addr[WEFT_UCX_ADDR_MAX];
+    for (int i = 0; i < g.addr_len; i++)
+        addr[i] = (uint8_t)(s->rank * 31 + i);
+    weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
+    return weft_ucx_addr_sealed_len((size_t)g.addr_len);
+}
+
 static void t_step(sim_t *s);
 
 static void run_step(sim_t *s)
@@ -265,12 +287,7 @@ static void run_step(sim_t *s)
         return;
     }
     switch (s->step) {
-    case ST_GATHER: {
-        int64_t node = node_of_rank(s->rank);
-        size_t n = weft_topo_node_record(buf, sizeof(buf), machine_of_node(node), node);
-        contrib(s, K_GATHER, buf, n);
-        break;
-    }
+    case ST_GATHER: contrib(s, K_GATHER, buf, node_record(s, buf, sizeof(buf))); break;
     case ST_BCAST: contrib(s, K_BCAST, NULL, 0); break;
     case ST_ADDR_LEN: {
         if (!g.eager) {
@@ -286,24 +303,19 @@ static void run_step(sim_t *s)
     }
     case ST_ADDR: {
         size_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
-        uint8_t addr[WEFT_UCX_ADDR_MAX], *blob = calloc(1, s->max_len > sealed ? s->max_len : sealed);
+        uint8_t *blob = calloc(1, s->max_len > sealed ? s->max_len : sealed);
         if (!blob) {
             sim_fail(s, "out of memory");
             return;
         }
-        for (int i = 0; i < g.addr_len; i++)
-            addr[i] = (uint8_t)(s->rank * 31 + i);
-        weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
+        sealed_address(s, blob);
         contrib(s, K_CONTRIB, blob, s->max_len);
         free(blob);
         break;
     }
     case ST_PUT: {
-        size_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
-        uint8_t addr[WEFT_UCX_ADDR_MAX], blob[WEFT_UCX_ADDR_MAX + 64];
-        for (int i = 0; i < g.addr_len; i++)
-            addr[i] = (uint8_t)(s->rank * 31 + i);
-        weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
+        uint8_t blob[WEFT_UCX_ADDR_MAX + 64];
+        size_t sealed = sealed_address(s, blob);
         sim_send(s, K_PUT, 0, 0, blob, sealed, NULL, 0);
         if (s->phase == PH_FAILED) return;
         mark(MARK_INIT); /* no answer: init is done */
@@ -366,6 +378,15 @@ static void retry_later(sim_t *s)
     g.retry_tail = s;
 }
 
+/* The handshake failed as a busy or restarting store makes it fail: close
+ * and connect again later, as a real rank does. */
+static void handshake_retry(sim_t *s)
+{
+    sim_close(s);
+    g.in_flight--;
+    retry_later(s);
+}
+
 static void start_connect(sim_t *s)
 {
     struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
@@ -414,9 +435,7 @@ static void on_connected(sim_t *s)
     socklen_t len = sizeof(err);
     getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err) {
-        epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
-        close(s->fd);
-        s->fd = -1;
+        sim_close(s);
         g.in_flight--;
         if (err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET)
             retry_later(s);
@@ -515,11 +534,7 @@ static void on_message(sim_t *s)
     case K_ERROR: {
         size_t n = s->h.len < 300 ? (size_t)s->h.len : 300;
         if (s->phase >= PH_CONNECTING && s->phase <= PH_PROOF && s->h.arg == (uint64_t)(int64_t)WEFT_ERR_ALREADY) {
-            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
-            close(s->fd);
-            s->fd = -1;
-            g.in_flight--;
-            retry_later(s);
+            handshake_retry(s);
             return;
         }
         sim_fail(s, "the store said: %.*s", (int)n, (const char *)g.scratch);
@@ -534,18 +549,12 @@ static void on_readable(sim_t *s)
     ssize_t k = recv(s->fd, g.scratch + 8192, sizeof(g.scratch) - 8192, 0);
     if (k == 0) {
         if (s->phase == PH_BYE) {
-            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
-            close(s->fd);
-            s->fd = -1;
+            sim_close(s);
             s->phase = PH_DONE;
             mark(MARK_DONE);
             g.remaining--;
         } else if (s->phase >= PH_HELLO && s->phase <= PH_PROOF) {
-            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
-            close(s->fd);
-            s->fd = -1;
-            g.in_flight--;
-            retry_later(s);
+            handshake_retry(s);
         } else {
             sim_fail(s, "the store closed the connection (step %d)", s->step);
         }
@@ -554,11 +563,7 @@ static void on_readable(sim_t *s)
     if (k < 0) {
         if (errno == EAGAIN || errno == EINTR) return;
         if (s->phase >= PH_HELLO && s->phase <= PH_PROOF) { /* as a real rank: retry the handshake */
-            epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
-            close(s->fd);
-            s->fd = -1;
-            g.in_flight--;
-            retry_later(s);
+            handshake_retry(s);
             return;
         }
         sim_fail(s, "recv: %s", strerror(errno));
@@ -729,11 +734,7 @@ static void t_step(sim_t *s)
     if (s->phase == PH_FAILED) return;
     switch (s->step) {
     case ST_GATHER:
-        if (s->sub == 0) {
-            int64_t node = node_of_rank(s->rank);
-            size_t n = weft_topo_node_record(buf, sizeof(buf), machine_of_node(node), node);
-            t_set(s, s->seq, "r", s->rank, buf, n);
-        }
+        if (s->sub == 0) t_set(s, s->seq, "r", s->rank, buf, node_record(s, buf, sizeof(buf)));
         t_fetch(s);
         break;
     case ST_SYNC_A:
@@ -749,11 +750,8 @@ static void t_step(sim_t *s)
         s->step = ST_PUT;
         /* fall through */
     case ST_PUT: {
-        size_t sealed = weft_ucx_addr_sealed_len((size_t)g.addr_len);
-        uint8_t addr[WEFT_UCX_ADDR_MAX], blob[WEFT_UCX_ADDR_MAX + 64];
-        for (int i = 0; i < g.addr_len; i++)
-            addr[i] = (uint8_t)(s->rank * 31 + i);
-        weft_ucx_addr_seal(&g.key, (uint32_t)s->rank, (uint32_t)g.size, addr, (size_t)g.addr_len, blob);
+        uint8_t blob[WEFT_UCX_ADDR_MAX + 64];
+        size_t sealed = sealed_address(s, blob);
         t_set(s, 0, "addr", s->rank, blob, sealed);
         flush_out(s);
         mark(MARK_INIT);
@@ -767,9 +765,7 @@ static void t_step(sim_t *s)
             flush_out(s);
             break;
         }
-        epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
-        close(s->fd);
-        s->fd = -1;
+        sim_close(s);
         s->phase = PH_DONE;
         mark(MARK_DONE);
         g.remaining--;
