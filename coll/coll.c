@@ -888,6 +888,29 @@ static int internal_allgather(weft_comm_t comm, const void *send, void *recv, si
     return weft_sched_run(s);
 }
 
+static int internal_allreduce(weft_comm_t comm, const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                              weft_op_t op)
+{
+    const weft_coll_alg_t *alg = weft_coll_find(WEFT_COLL_ALLREDUCE, "recursive_doubling");
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE,
+                          .comm = comm,
+                          .sendbuf = send,
+                          .recvbuf = recv,
+                          .count = count,
+                          .dtype = dtype,
+                          .esize = weft_dtype_size(dtype),
+                          .op = op,
+                          .bytes = count * weft_dtype_size(dtype)};
+    weft_sched_t *s = alg ? weft_sched_create(comm, "allreduce_recursive_doubling") : NULL;
+    if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "allreduce: out of memory for a schedule");
+    int rc = alg->build(s, &a);
+    if (rc) {
+        weft_sched_discard(s);
+        return rc;
+    }
+    return weft_sched_run(s);
+}
+
 static int force_algorithm(weft_comm_t comm, const char *coll, size_t len, const char *name, char *why, size_t why_len)
 {
     for (int k = 0; k < WEFT_COLL_KINDS; k++) {
@@ -914,8 +937,10 @@ static int force_algorithm(weft_comm_t comm, const char *coll, size_t len, const
     return -1;
 }
 
-static const weft_coll_services_t services = {
-    .allgather = internal_allgather, .force_algorithm = force_algorithm, .comm_release = comm_release};
+static const weft_coll_services_t services = {.allgather = internal_allgather,
+                                              .allreduce = internal_allreduce,
+                                              .force_algorithm = force_algorithm,
+                                              .comm_release = comm_release};
 
 int weft_coll_init(void)
 {

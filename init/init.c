@@ -61,6 +61,7 @@ fail:
     if (weft_g.p2p) weft_p2p_finalize(weft_g.p2p, 0);
     weft_g.p2p = NULL;
     g_bs.finalize(&g_bs, 0, 0);
+    weft_bootstrap_release(&g_bs);
     weft_g.bs = NULL;
     weft_topo_node_map_free();
     weft_liveness_finalize();
@@ -323,6 +324,7 @@ WEFT_API int weft_finalize(void)
     weft_p2p_finalize(weft_g.p2p, deadline);
     weft_g.p2p = NULL;
     g_bs.finalize(&g_bs, barrier_rc == WEFT_SUCCESS, deadline);
+    weft_bootstrap_release(&g_bs);
     weft_g.bs = NULL;
     weft_request_cleanup();
     weft_liveness_finalize();

@@ -14,6 +14,7 @@
 #ifndef WEFT_PT2PT_H
 #define WEFT_PT2PT_H
 
+#include "bootstrap/jobkey.h"
 #include "src/request.h"
 #include "src/weft_internal.h"
 
@@ -57,9 +58,12 @@ typedef struct weft_peer {
 typedef struct weft_pt2pt {
     ucp_context_h context;
     ucp_worker_h worker;
-    void *addrs;       /* every rank's sealed worker address (pt2pt/ucx_addr.h), `stride` bytes apart */
-    size_t *addr_lens; /* per rank: the address's length (it starts WEFT_UCX_ADDR_HDR bytes in) */
-    size_t stride;
+    /* Worker addresses are published through the bootstrap at init and a
+     * peer's is fetched when the first endpoint to it is made: no rank
+     * holds every address (docs/SCALING.md). */
+    struct weft_bootstrap *bs;
+    weft_job_key_t key; /* what a fetched address's seal is checked with */
+    uint64_t fetched;   /* addresses fetched so far */
     weft_peer_t *peers; /* by world rank */
     int npeers;
     int lost_count;

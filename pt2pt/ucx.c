@@ -39,18 +39,22 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (!g_finalizing) weft_rank_lost(rank, "UCX reports %s on its endpoint", ucs_status_string(status));
 }
 
-int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
+/* Creates the endpoint to world_rank from its sealed address (blob, len),
+ * checked first: garbage in ucp_ep_create aborts the process, so a rank
+ * whose address fails is named and never given to UCX. */
+static int ep_from_blob(weft_pt2pt_t *p2p, int world_rank, const uint8_t *blob, size_t len)
 {
-    weft_peer_t *peer = &g_p2p->peers[world_rank];
-    if (WEFT_LIKELY(peer->ep != NULL)) {
-        *ep = peer->ep;
-        return WEFT_SUCCESS;
-    }
+    weft_peer_t *peer = &p2p->peers[world_rank];
+    size_t addr_len;
+    char why[256];
+    if (weft_ucx_addr_open(&p2p->key, (uint32_t)world_rank, (uint32_t)p2p->npeers, blob, len, &addr_len, why,
+                           sizeof(why)) != 0)
+        return weft_error(WEFT_ERR_BOOTSTRAP,
+                          "rank %d's UCX worker address failed validation and was not given to UCX: %s (bootstrap %s)",
+                          world_rank, why, p2p->bs->name);
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-        /* Checked at init (check_addresses): past the frame's header. */
-        .address =
-            (const ucp_address_t *)((char *)g_p2p->addrs + (size_t)world_rank * g_p2p->stride + WEFT_UCX_ADDR_HDR),
+        .address = (const ucp_address_t *)(blob + WEFT_UCX_ADDR_HDR),
         .err_mode = weft_cfg.peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE,
     };
     if (weft_cfg.peer_failure) {
@@ -58,14 +62,66 @@ int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
         params.err_handler.cb = ep_error_cb;
         params.err_handler.arg = (void *)(intptr_t)world_rank;
     }
-    ucs_status_t st = ucp_ep_create(g_p2p->worker, &params, &peer->ep);
+    ucs_status_t st = ucp_ep_create(p2p->worker, &params, &peer->ep);
     if (st != UCS_OK) {
         peer->ep = NULL;
         return weft_error(weft_p2p_status_to_weft(st), "cannot create a UCX endpoint to rank %d: %s", world_rank,
                           ucs_status_string(st));
     }
+    return WEFT_SUCCESS;
+}
+
+/* Makes the endpoints to ranks[0..n-1] that do not exist yet, fetching
+ * their addresses through the bootstrap a batch at a time (one request to
+ * the store for up to WEFT_BOOTSTRAP_GET_MAX ranks). The first failure is
+ * returned; the others still get their endpoints. */
+static int connect_ranks(weft_pt2pt_t *p2p, const int *ranks, int n)
+{
+    int batch[WEFT_BOOTSTRAP_GET_MAX], rc = WEFT_SUCCESS;
+    void *blobs[WEFT_BOOTSTRAP_GET_MAX];
+    size_t lens[WEFT_BOOTSTRAP_GET_MAX];
+    double deadline = weft_deadline_from(weft_cfg.init_timeout, weft_wtime());
+    for (int i = 0; i < n;) {
+        int k = 0;
+        for (; i < n && k < WEFT_BOOTSTRAP_GET_MAX; i++) {
+            int r = ranks[i], dup = 0;
+            if (r < 0 || r >= p2p->npeers || p2p->peers[r].ep) continue;
+            for (int j = 0; j < k && !dup; j++)
+                dup = batch[j] == r;
+            if (!dup) batch[k++] = r;
+        }
+        if (!k) continue;
+        int frc = weft_bootstrap_get(p2p->bs, batch, k, blobs, lens, deadline);
+        if (frc != WEFT_SUCCESS) {
+            if (rc == WEFT_SUCCESS) rc = frc;
+            continue;
+        }
+        p2p->fetched += (uint64_t)k;
+        for (int j = 0; j < k; j++) {
+            int erc = ep_from_blob(p2p, batch[j], blobs[j], lens[j]);
+            if (erc != WEFT_SUCCESS && rc == WEFT_SUCCESS) rc = erc;
+            free(blobs[j]); /* UCX unpacked what it needs */
+        }
+    }
+    return rc;
+}
+
+int weft_p2p_ep(int world_rank, ucp_ep_h *ep)
+{
+    weft_peer_t *peer = &g_p2p->peers[world_rank];
+    if (WEFT_LIKELY(peer->ep != NULL)) {
+        *ep = peer->ep;
+        return WEFT_SUCCESS;
+    }
+    int rc = connect_ranks(g_p2p, &world_rank, 1);
+    if (rc != WEFT_SUCCESS) return rc;
     *ep = peer->ep;
     return WEFT_SUCCESS;
+}
+
+static int p2p_connect(const int *world_ranks, int n)
+{
+    return connect_ranks(g_p2p, world_ranks, n);
 }
 
 int weft_p2p_progress(void)
@@ -230,21 +286,21 @@ const weft_transport_ops_t weft_p2p_transport = {
     .discard = p2p_discard,
     .event_fd = p2p_event_fd,
     .arm = p2p_arm,
+    .connect = p2p_connect,
 };
 
-/* Gathers every rank's worker address, sealed (pt2pt/ucx_addr.h), and
- * checks each before UCX may see it: garbage in ucp_ep_create aborts the
- * process. A rank whose address fails is named, and init fails. */
-static int exchange_addresses(weft_pt2pt_t *p2p, weft_bootstrap_t *bs, const void *addr, size_t addr_len,
-                              double deadline)
+/* Publishes this rank's worker address, sealed (pt2pt/ucx_addr.h): the
+ * others fetch it when they first make an endpoint to this rank. Small
+ * worlds (WEFT_ADDRESSES_AT_INIT) hand every rank every address at once:
+ * under the env bootstrap the published ones live in rank 0's store, and a
+ * rank that outlives rank 0 can still reach every other survivor. */
+static int publish_address(weft_pt2pt_t *p2p, weft_bootstrap_t *bs, const void *addr, size_t addr_len, double deadline)
 {
-    weft_job_key_t key;
     uint8_t *mine = NULL;
     size_t sealed = weft_ucx_addr_sealed_len(addr_len);
-    char why[256];
     int rc;
 
-    WEFT_CHECK_GOTO(weft_job_key_load(&key, "weft_init"), rc, out);
+    WEFT_CHECK_GOTO(weft_job_key_load(&p2p->key, "weft_init"), rc, out);
     if (addr_len < WEFT_UCX_ADDR_MIN || addr_len > WEFT_UCX_ADDR_MAX) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "weft_init: this rank's UCX worker address is %zu bytes, outside [%d, %d]",
                         addr_len, WEFT_UCX_ADDR_MIN, WEFT_UCX_ADDR_MAX);
@@ -254,24 +310,9 @@ static int exchange_addresses(weft_pt2pt_t *p2p, weft_bootstrap_t *bs, const voi
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
         goto out;
     }
-    weft_ucx_addr_seal(&key, (uint32_t)bs->rank, (uint32_t)bs->size, addr, addr_len, mine);
-    WEFT_CHECK_GOTO(weft_bootstrap_allgatherv(bs, mine, sealed, &p2p->addrs, &p2p->addr_lens, &p2p->stride, deadline),
-                    rc, out);
-    for (int r = 0; r < bs->size; r++) {
-        size_t len;
-        const uint8_t *blob = (const uint8_t *)p2p->addrs + (size_t)r * p2p->stride;
-        if (weft_ucx_addr_open(&key, (uint32_t)r, (uint32_t)bs->size, blob, p2p->addr_lens[r], &len, why,
-                               sizeof(why)) != 0) {
-            rc = weft_error(WEFT_ERR_BOOTSTRAP,
-                            "weft_init: rank %d's UCX worker address failed validation and was not given to UCX: %s "
-                            "(bootstrap %s)",
-                            r, why, bs->name);
-            goto out;
-        }
-        p2p->addr_lens[r] = len;
-    }
+    weft_ucx_addr_seal(&p2p->key, (uint32_t)bs->rank, (uint32_t)bs->size, addr, addr_len, mine);
+    rc = weft_bootstrap_put(bs, mine, sealed, bs->size <= weft_cfg.addresses_at_init, deadline);
 out:
-    memset(&key, 0, sizeof(key));
     free(mine);
     return rc;
 }
@@ -345,8 +386,9 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_get_address failed: %s", ucs_status_string(st));
         goto out;
     }
-    WEFT_CHECK_GOTO(exchange_addresses(p2p, bs, addr, addr_len, deadline), rc, out);
+    p2p->bs = bs;
     p2p->npeers = bs->size;
+    WEFT_CHECK_GOTO(publish_address(p2p, bs, addr, addr_len, deadline), rc, out);
     p2p->peers = calloc((size_t)bs->size, sizeof(*p2p->peers));
     if (!p2p->peers) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for %d peers", bs->size);
@@ -356,9 +398,11 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     g_finalizing = 0;
     weft_xport = &weft_p2p_transport;
     if (weft_cfg.eager_connect)
-        for (int r = 0; r < bs->size; r++) {
-            ucp_ep_h ep;
-            WEFT_CHECK_GOTO(weft_p2p_ep(r, &ep), rc, out);
+        for (int r = 0; r < bs->size; r += WEFT_BOOTSTRAP_GET_MAX) {
+            int batch[WEFT_BOOTSTRAP_GET_MAX], k = 0;
+            for (int q = r; q < bs->size && k < WEFT_BOOTSTRAP_GET_MAX; q++)
+                batch[k++] = q;
+            WEFT_CHECK_GOTO(connect_ranks(p2p, batch, k), rc, out);
         }
 out:
     if (addr) ucp_worker_release_address(p2p->worker, addr);
@@ -413,8 +457,7 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
     weft_cuda_finalize();
     if (p2p->context) ucp_cleanup(p2p->context);
     free(p2p->peers);
-    free(p2p->addrs);
-    free(p2p->addr_lens);
+    memset(&p2p->key, 0, sizeof(p2p->key));
     free(p2p);
     if (g_p2p == p2p) {
         g_p2p = NULL;

@@ -2,13 +2,14 @@
  * member list per group, torchcomms style), split_type (node, NUMA,
  * socket), free, abort, warm-up, and per-peer transport reports.
  *
- * Creation is one allgather over the parent: each member contributes its
- * color and key (or its list's hash), its node / NUMA / socket, its mask
- * of free context slots and its creation epoch. Every member then computes
- * the same answer locally: the groups, the ranks in each, the lowest slot
- * free on every member of the parent (disjoint groups may share it: their
- * traffic never meets) and the generation (the highest epoch; every member
- * moves its own past it). The communicator's derived node, leader and rail
+ * Creation is an allreduce and an allgather over the parent: the AND of
+ * the members' masks of free context slots, and from each member its
+ * color and key (or its list's hash), its creation epoch and a nonce (32
+ * bytes: at 10^5 members 3.2 MB per rank). Every member then computes the
+ * same answer locally, in O(n log n): the groups, the ranks in each, the
+ * lowest slot free on every member of the parent (disjoint groups may
+ * share it: their traffic never meets) and the generation (the highest
+ * epoch; every member moves its own past it). The communicator's derived node, leader and rail
  * sub-communicators share its slot and generation under their own kind
  * (weft_internal.h has the layout); they are built later, locally, from
  * the node map (weft_comm_derived): no member needs to talk to another to
@@ -269,8 +270,19 @@ typedef struct {
     uint32_t epoch;  /* weft_comm_epoch() */
     uint64_t list_hash;
     uint64_t nonce; /* this member's random contribution: the lowest parent rank's becomes the comm's */
-    uint64_t free_ctx[CTX_WORDS];
 } create_info_t;
+
+/* A member of a split group: ordered by key, then parent rank. */
+typedef struct {
+    int32_t key, rank;
+} split_member_t;
+
+static int member_cmp(const void *a, const void *b)
+{
+    const split_member_t *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
 
 static uint64_t hash_ranks(const int *ranks, int n)
 {
@@ -283,21 +295,13 @@ static uint64_t hash_ranks(const int *ranks, int n)
     return h;
 }
 
-/* The lowest context slot free on all n contributors and the highest
- * epoch among them (so the generation is new to each), or WEFT_ERR_NO_MEMORY
- * naming fn when no slot is free on all. */
-static int agree_slot(const create_info_t *all, int n, const char *fn, int *slot, uint32_t *epoch)
+/* The lowest context slot set in free_and (the slots free on every member,
+ * and-ed), or WEFT_ERR_NO_MEMORY naming fn when there is none. */
+static int first_free_slot(const uint64_t *free_and, const char *fn, int *slot)
 {
     *slot = -1;
-    *epoch = 0;
-    for (int w = 0; w < CTX_WORDS && *slot < 0; w++) {
-        uint64_t m = ~UINT64_C(0);
-        for (int r = 0; r < n; r++)
-            m &= all[r].free_ctx[w];
-        if (m) *slot = w * 64 + __builtin_ctzll(m);
-    }
-    for (int r = 0; r < n; r++)
-        if (all[r].epoch > *epoch) *epoch = all[r].epoch;
+    for (int w = 0; w < CTX_WORDS && *slot < 0; w++)
+        if (free_and[w]) *slot = w * 64 + __builtin_ctzll(free_and[w]);
     if (*slot < 0)
         return weft_error(WEFT_ERR_NO_MEMORY,
                           "%s: no context slot is free on every member (at most %d live communicators per process, "
@@ -337,6 +341,8 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     int n = parent->size, me = parent->rank, rc;
     create_info_t mine, *all = NULL;
     int *members = NULL, nmembers = 0;
+    split_member_t *group = NULL;
+    uint64_t free_mine[CTX_WORDS], free_all[CTX_WORDS];
     weft_comm_t c = NULL;
 
     memset(&mine, 0, sizeof(mine));
@@ -349,7 +355,7 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
         mine.list_hash = a->invalid ? (uint64_t)me ^ UINT64_C(0xdeadbeef) : hash_ranks(a->ranks, a->nranks);
     }
     for (int w = 0; w < CTX_WORDS; w++)
-        mine.free_ctx[w] = ~ctx_used[w];
+        free_mine[w] = ~ctx_used[w];
     mine.epoch = ctx_epoch;
     mine.nonce = weft_random64();
 
@@ -359,6 +365,7 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
         rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d members", a->fn, n);
         goto out;
     }
+    WEFT_CHECK_GOTO(weft_coll_svc->allreduce(parent, free_mine, free_all, CTX_WORDS, WEFT_UINT64, WEFT_BAND), rc, out);
     WEFT_CHECK_GOTO(weft_coll_svc->allgather(parent, &mine, all, sizeof(mine)), rc, out);
     if (a->invalid) {
         rc = weft_error(WEFT_ERR_ARG, "%s: %s", a->fn, a->why);
@@ -371,15 +378,15 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
             goto out;
         }
         /* Members: equal color, ordered by (key, parent rank). */
+        if (!(group = malloc(sizeof(*group) * (size_t)n))) {
+            rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d members", a->fn, n);
+            goto out;
+        }
         for (int r = 0; r < n; r++)
-            if (!all[r].invalid && all[r].color == a->color) {
-                int i = nmembers++;
-                while (i > 0 && (all[members[i - 1]].key > all[r].key)) {
-                    members[i] = members[i - 1];
-                    i--;
-                }
-                members[i] = r;
-            }
+            if (!all[r].invalid && all[r].color == a->color) group[nmembers++] = (split_member_t){all[r].key, r};
+        qsort(group, (size_t)nmembers, sizeof(*group), member_cmp);
+        for (int i = 0; i < nmembers; i++)
+            members[i] = group[i].rank;
     } else {
         if (a->nranks == 0) {
             rc = WEFT_SUCCESS;
@@ -402,8 +409,10 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
     /* The lowest slot free on every member of the parent, and the highest
      * epoch among them (so the generation is new to every member). */
     int slot;
-    uint32_t epoch;
-    WEFT_CHECK_GOTO(agree_slot(all, n, a->fn, &slot, &epoch), rc, out);
+    uint32_t epoch = 0;
+    WEFT_CHECK_GOTO(first_free_slot(free_all, a->fn, &slot), rc, out);
+    for (int r = 0; r < n; r++)
+        if (all[r].epoch > epoch) epoch = all[r].epoch;
     int lowest = me; /* a member itself; every member finds the same lowest */
     for (int i = 0; i < nmembers; i++)
         if (members[i] < lowest) lowest = members[i];
@@ -411,6 +420,7 @@ static int comm_create(weft_comm_t parent, create_args_t *a, weft_options_t opts
 out:
     free(all);
     free(members);
+    free(group);
     *out = c;
     return rc;
 }
@@ -436,12 +446,17 @@ static int comm_build(weft_comm_t parent, const int *members, int nmembers, uint
         c->world_ranks[i] = weft_comm_world_rank_of(parent, members[i]);
         if (members[i] == parent->rank) c->rank = i;
     }
+    uint8_t *seen = calloc((size_t)weft_g.nnodes + 1, 1); /* world nodes met among the members */
     for (int i = 0; i < nmembers; i++) {
-        int first = 1;
-        for (int j = 0; j < i && first; j++)
-            first = weft_g.node_of[c->world_ranks[j]] != weft_g.node_of[c->world_ranks[i]];
-        c->nnodes += first;
+        int wn = weft_g.node_of[c->world_ranks[i]];
+        if (!seen) { /* out of memory: the count only steers algorithm choice */
+            c->nnodes = 2;
+            break;
+        }
+        c->nnodes += !seen[wn];
+        seen[wn] = 1;
     }
+    free(seen);
     uint32_t gen = epoch % WEFT_CTX_GENS;
     c->magic = WEFT_COMM_MAGIC;
     c->context_id = weft_ctx_make(slot, 0, gen);
@@ -550,20 +565,28 @@ WEFT_API int weft_comm_split_ranks(weft_comm_t comm, const int *ranks, int nrank
         a.invalid = 1;
         snprintf(a.why, sizeof(a.why), "name longer than %zu characters", sizeof(comm->name) - 1);
     } else {
-        int self = 0;
+        int self = 0, *at = malloc(sizeof(int) * (size_t)comm->size); /* where each rank was listed first */
+        if (!at) {
+            a.invalid = 1;
+            snprintf(a.why, sizeof(a.why), "out of memory checking a list of %d ranks", nranks);
+        }
+        for (int r = 0; at && r < comm->size; r++)
+            at[r] = -1;
         for (int i = 0; i < nranks && !a.invalid; i++) {
             if (ranks[i] < 0 || ranks[i] >= comm->size) {
                 a.invalid = 1;
                 snprintf(a.why, sizeof(a.why), "ranks[%d] = %d is out of range 0..%d of comm %s", i, ranks[i],
                          comm->size - 1, comm->name);
+            } else if (at[ranks[i]] >= 0) {
+                a.invalid = 1;
+                snprintf(a.why, sizeof(a.why), "rank %d is listed twice (positions %d and %d)", ranks[i], at[ranks[i]],
+                         i);
+            } else {
+                at[ranks[i]] = i;
             }
-            for (int j = 0; j < i && !a.invalid; j++)
-                if (ranks[j] == ranks[i]) {
-                    a.invalid = 1;
-                    snprintf(a.why, sizeof(a.why), "rank %d is listed twice (positions %d and %d)", ranks[i], j, i);
-                }
             if (ranks[i] == comm->rank) self = 1;
         }
+        free(at);
         if (!a.invalid && nranks > 0 && !self) {
             a.invalid = 1;
             snprintf(a.why, sizeof(a.why), "the list of %d ranks does not contain the caller (rank %d)", nranks,
@@ -615,11 +638,19 @@ WEFT_API int weft_comm_split_type(weft_comm_t comm, int type, int key, weft_opti
  * comm's context, so nothing else on comm can match them. On failure a
  * send may still be pending: its buffer (*sendbuf, malloc'd) is then left
  * to it rather than freed under it. */
-static int group_exchange(weft_comm_t comm, const int *m, int n, int me, int tag, create_info_t *all, void **sendbuf)
+/* A member's entry in weft_comm_create_group's table: what a split's
+ * members allgather, and its free context slots (a split and-s those in an
+ * allreduce instead). */
+typedef struct {
+    create_info_t info;
+    uint64_t free_ctx[CTX_WORDS];
+} group_info_t;
+
+static int group_exchange(weft_comm_t comm, const int *m, int n, int me, int tag, group_info_t *all, void **sendbuf)
 {
     weft_request_t *reqs = calloc((size_t)n, sizeof(*reqs));
     int nreq = 0, rc = WEFT_SUCCESS, pending_send = 0;
-    size_t one = sizeof(create_info_t), table = one * (size_t)n;
+    size_t one = sizeof(group_info_t), table = one * (size_t)n;
     if (!reqs) return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_create_group: out of memory for %d members", n);
     if (me == 0) {
         for (int i = 1; i < n && !rc; i++)
@@ -686,7 +717,7 @@ WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nran
         return weft_error(WEFT_ERR_ARG, "%s: the list of %d ranks does not contain the caller (rank %d of comm %s)", fn,
                           nranks, comm->rank, comm->name);
 
-    create_info_t *all = calloc((size_t)nranks, sizeof(*all));
+    group_info_t *all = calloc((size_t)nranks, sizeof(*all));
     void *sendbuf = malloc(sizeof(*all) * (size_t)nranks);
     weft_comm_t c = WEFT_COMM_NULL;
     if (!all || !sendbuf) {
@@ -694,7 +725,7 @@ WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nran
         free(sendbuf);
         return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %d members", fn, nranks);
     }
-    create_info_t *mine = &all[me]; /* color: the list's length; key: the tag */
+    create_info_t *mine = &all[me].info; /* color: the list's length; key: the tag */
     mine->invalid = newcomm == NULL;
     mine->color = nranks;
     mine->key = tag;
@@ -702,29 +733,36 @@ WEFT_API int weft_comm_create_group(weft_comm_t comm, const int *ranks, int nran
     mine->list_hash = hash_ranks(ranks, nranks);
     mine->nonce = weft_random64();
     for (int w = 0; w < CTX_WORDS; w++)
-        mine->free_ctx[w] = ~ctx_used[w];
+        all[me].free_ctx[w] = ~ctx_used[w];
     create_info_t keep = *mine;
     WEFT_CHECK_GOTO(group_exchange(comm, ranks, nranks, me, tag, all, &sendbuf), rc, out);
 
     /* Every member checks the same table, so all fail or none. */
+    uint64_t free_and[CTX_WORDS];
+    uint32_t epoch = 0;
+    for (int w = 0; w < CTX_WORDS; w++)
+        free_and[w] = ~UINT64_C(0);
     for (int i = 0; i < nranks; i++) {
-        if (all[i].color != keep.color || all[i].list_hash != keep.list_hash || all[i].key != keep.key) {
+        const create_info_t *e = &all[i].info;
+        for (int w = 0; w < CTX_WORDS; w++)
+            free_and[w] &= all[i].free_ctx[w];
+        if (e->epoch > epoch) epoch = e->epoch;
+        if (e->color != keep.color || e->list_hash != keep.list_hash || e->key != keep.key) {
             rc = weft_error(WEFT_ERR_ARG,
                             "%s: rank %d of comm %s passed another list or tag (%d ranks, tag %d) than rank %d (%d "
                             "ranks, tag %d); every member must pass the same",
-                            fn, ranks[i], comm->name, all[i].color, all[i].key, ranks[0], keep.color, keep.key);
+                            fn, ranks[i], comm->name, e->color, e->key, ranks[0], keep.color, keep.key);
             goto out;
         }
-        if (all[i].invalid) {
+        if (e->invalid) {
             rc = weft_error(WEFT_ERR_ARG, "%s: rank %d of comm %s passed a NULL output pointer", fn, ranks[i],
                             comm->name);
             goto out;
         }
     }
     int slot;
-    uint32_t epoch;
-    WEFT_CHECK_GOTO(agree_slot(all, nranks, fn, &slot, &epoch), rc, out);
-    rc = comm_build(comm, ranks, nranks, (uint32_t)slot, epoch, all[0].nonce, opts, NULL, fn, &c);
+    WEFT_CHECK_GOTO(first_free_slot(free_and, fn, &slot), rc, out);
+    rc = comm_build(comm, ranks, nranks, (uint32_t)slot, epoch, all[0].info.nonce, opts, NULL, fn, &c);
     if (!rc) *newcomm = c;
 out:
     free(all);
@@ -809,18 +847,26 @@ const weft_comm_topo_t *weft_comm_topo(weft_comm_t comm)
         weft_error(WEFT_ERR_NO_MEMORY, "comm %s: out of memory for its node map", comm->name);
         return NULL;
     }
-    /* Nodes numbered by first member: a quadratic scan, done once per comm. */
+    /* Nodes numbered by first member, through the world's node of each. */
+    int *node_of_world = malloc(sizeof(int) * ((size_t)weft_g.nnodes + 1));
+    if (!node_of_world) {
+        comm->topo = t;
+        topo_free(comm);
+        weft_error(WEFT_ERR_NO_MEMORY, "comm %s: out of memory for its node map", comm->name);
+        return NULL;
+    }
+    for (int k = 0; k < weft_g.nnodes; k++)
+        node_of_world[k] = -1;
     for (int r = 0; r < n; r++) {
-        int wn = weft_g.node_of[weft_comm_world_rank_of(comm, r)], node = -1;
-        for (int q = 0; q < r && node < 0; q++)
-            if (weft_g.node_of[weft_comm_world_rank_of(comm, q)] == wn) node = t->node_of[q];
+        int wn = weft_g.node_of[weft_comm_world_rank_of(comm, r)], node = node_of_world[wn];
         if (node < 0) {
-            node = t->nnodes++;
+            node = node_of_world[wn] = t->nnodes++;
             t->leader_of[node] = r;
         }
         t->node_of[r] = node;
         t->local_of[r] = t->node_size[node]++;
     }
+    free(node_of_world);
     t->equal = 1;
     for (int k = 1; k < t->nnodes; k++)
         t->equal &= t->node_size[k] == t->node_size[0];

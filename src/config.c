@@ -31,6 +31,11 @@ static const weft_var_t vars[] = {
      FIELD(init_timeout), 0},
     {"WEFT_EAGER_CONNECT", WEFT_VAR_BOOL, "0", "create every UCX endpoint at init instead of on first use",
      FIELD(eager_connect), 0},
+    {"WEFT_ADDRESSES_AT_INIT", WEFT_VAR_INT | WEFT_VAR_AGREE, "256",
+     "worlds of at most this many ranks give every rank every UCX worker address at init (an allgather); larger "
+     "ones publish them and a rank fetches a peer's when it first makes an endpoint to it (docs/SCALING.md: under "
+     "the env bootstrap, a rank that outlives rank 0 then reaches only peers it had talked to)",
+     FIELD(addresses_at_init), 0},
     {"WEFT_PEER_FAILURE", WEFT_VAR_BOOL, "0",
      "ask UCX to detect failed peers (endpoint error handling) so waits on a dead rank fail before their deadline; "
      "off by default because UCX 1.13's shared-memory transports cannot detect failures and UCX then moves "
@@ -331,60 +336,103 @@ uint64_t weft_config_agree_hash(void)
     return h;
 }
 
-int weft_config_agree_check(weft_bootstrap_t *bs, const uint64_t *hashes, double deadline)
+/* What each rank sends when the settings differ: how many of its variables
+ * must agree, then their hashes (a fixed size: every rank sends the same
+ * length, whatever its build). */
+#define AGREE_MAX 120
+typedef struct {
+    uint64_t n;
+    uint64_t h[AGREE_MAX];
+} agree_rec_t;
+
+/* Rank 0's verdict, broadcast: per variable of rank 0's list that some
+ * rank sets otherwise, "k<TAB>ranks<NL>"; the other ranks compose the same
+ * sentence with their own value. */
+static char *agree_verdict(const agree_rec_t *all, int n, size_t *len)
+{
+    int *differ = malloc(sizeof(int) * (size_t)n);
+    size_t cap = 4096, used = 0;
+    char *text = malloc(cap);
+    if (!differ || !text) {
+        free(differ);
+        free(text);
+        return NULL;
+    }
+    text[0] = '\0';
+    for (uint64_t k = 0; k < all[0].n && k < AGREE_MAX; k++) {
+        int nd = 0;
+        for (int r = 1; r < n; r++) {
+            int in0 = 1, inr = k < all[r].n; /* rank r's list is shorter than rank 0's: another build */
+            if (in0 != inr || all[0].h[k] != all[r].h[k]) differ[nd++] = r;
+        }
+        if (!nd) continue;
+        char ranks[160];
+        weft_format_ranks(ranks, sizeof(ranks), differ, nd);
+        if (used + 200 < cap)
+            used += (size_t)snprintf(text + used, cap - used, "%llu\t%d\t%s\n", (unsigned long long)k, nd, ranks);
+    }
+    free(differ);
+    *len = used;
+    return text;
+}
+
+int weft_config_agree_fail(weft_bootstrap_t *bs, double deadline)
 {
     int n = bs->size, rc = WEFT_SUCCESS, nvars = 0;
-    for (int r = 1; r < n; r++)
-        if (hashes[r] != hashes[0]) rc = WEFT_ERR_ARG;
-    if (rc == WEFT_SUCCESS) return WEFT_SUCCESS;
-    /* Which ones: every rank sends each of its variables' hash (name and
-     * value) and compares them with rank 0's, so all ranks name the same
-     * variables and ranks. */
-    uint64_t *mine = NULL;
-    void *all = NULL;
-    size_t *lens = NULL, stride = 0;
-    int *differ = malloc(sizeof(int) * (size_t)n);
-    char *msg = malloc(4096);
-    for (int i = 0; i < var_count(); i++)
-        nvars += !!(var_at(i)->kind & WEFT_VAR_AGREE);
-    mine = malloc(sizeof(uint64_t) * (size_t)(nvars ? nvars : 1));
-    if (!differ || !msg || !mine) {
+    agree_rec_t mine = {0}, *all = NULL;
+    char *verdict = NULL, *msg = malloc(4096);
+    void *got = NULL;
+    size_t vlen = 0, got_len = 0;
+
+    for (int i = 0; i < var_count() && nvars < AGREE_MAX; i++)
+        if ((var_at(i)->kind & WEFT_VAR_AGREE)) mine.h[nvars++] = var_hash(var_at(i));
+    mine.n = (uint64_t)nvars;
+    if (bs->rank == 0 && !(all = malloc(sizeof(*all) * (size_t)n))) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory comparing settings");
         goto out;
     }
-    for (int i = 0, k = 0; i < var_count(); i++)
-        if ((var_at(i)->kind & WEFT_VAR_AGREE)) mine[k++] = var_hash(var_at(i));
-    WEFT_CHECK_GOTO(
-        weft_bootstrap_allgatherv(bs, mine, sizeof(uint64_t) * (size_t)nvars, &all, &lens, &stride, deadline), rc, out);
+    if (!msg) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory comparing settings");
+        goto out;
+    }
+    WEFT_CHECK_GOTO(weft_bootstrap_gather(bs, &mine, all, sizeof(mine), deadline), rc, out);
+    if (bs->rank == 0 && !(verdict = agree_verdict(all, n, &vlen))) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory comparing settings");
+        goto out;
+    }
+    WEFT_CHECK_GOTO(weft_bootstrap_bcast(bs, verdict, vlen, &got, &got_len, deadline), rc, out);
+    const char *v = bs->rank == 0 ? verdict : got;
+    size_t v_len = bs->rank == 0 ? vlen : got_len;
     size_t len = (size_t)snprintf(msg, 4096, "settings that must be the same on every rank differ:");
     int named = 0;
-    for (int i = 0, k = 0; i < var_count(); i++) {
-        if (!(var_at(i)->kind & WEFT_VAR_AGREE)) continue;
-        /* rank r's list is shorter than rank 0's: it runs another build */
-        const uint64_t *h0 = all;
-        int nd = 0;
-        for (int r = 1; r < n; r++) {
-            const uint64_t *hr = (const uint64_t *)((const char *)all + stride * (size_t)r);
-            int in0 = (size_t)k < lens[0] / 8, inr = (size_t)k < lens[r] / 8;
-            if (in0 != inr || (in0 && h0[k] != hr[k])) differ[nd++] = r;
+    for (size_t at = 0; at < v_len;) {
+        const char *line = v + at, *nl = memchr(line, '\n', v_len - at);
+        size_t ll = nl ? (size_t)(nl - line) : v_len - at;
+        unsigned long long k = 0;
+        int nd = 0, off = 0;
+        char ranks[160];
+        at += ll + 1;
+        if (ll >= 200 || sscanf(line, "%llu\t%d\t%n", &k, &nd, &off) != 2 || (size_t)off > ll) continue;
+        snprintf(ranks, sizeof(ranks), "%.*s", (int)(ll - (size_t)off), line + off);
+        /* rank 0's k-th variable that must agree: the same build names the same one here */
+        int seen = 0;
+        for (int i = 0; i < var_count(); i++) {
+            if (!(var_at(i)->kind & WEFT_VAR_AGREE) || (uint64_t)seen++ != k) continue;
+            char val[160];
+            var_text(var_at(i), val, sizeof(val));
+            if (len < 4096)
+                len += (size_t)snprintf(msg + len, 4096 - len, "%s %s (%s set%s it unlike rank 0; rank %d has '%s')",
+                                        named++ ? ";" : "", var_at(i)->name, ranks, nd > 1 ? "" : "s", bs->rank, val);
+            break;
         }
-        k++;
-        if (!nd) continue;
-        char ranks[160], val[160];
-        weft_format_ranks(ranks, sizeof(ranks), differ, nd);
-        var_text(var_at(i), val, sizeof(val));
-        if (len < 4096)
-            len += (size_t)snprintf(msg + len, 4096 - len, "%s %s (%s set%s it unlike rank 0; rank %d has '%s')",
-                                    named++ ? ";" : "", var_at(i)->name, ranks, nd > 1 ? "" : "s", bs->rank, val);
     }
     if (!named) /* the hashes differ, the variables do not: the ranks run different builds */
         snprintf(msg + len, 4096 - len, " the ranks run weft builds with different variables (weft_info --vars)");
     rc = weft_error(WEFT_ERR_ARG, "%s", msg);
 out:
-    free(mine);
     free(all);
-    free(lens);
-    free(differ);
+    free(verdict);
+    free(got);
     free(msg);
     return rc;
 }

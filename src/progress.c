@@ -555,10 +555,12 @@ WEFT_API int weft_progress_thread_active(int *flag)
 /* Per world rank: order = 1 for the first rank recorded lost, 2 for the
  * next, ...; 0 while alive. A dead rank's neighbours fail and leave after
  * it, and their departures are reported too: naming the earliest loss
- * names the cause. */
+ * names the cause. The reason is allocated when a rank is lost: 16 bytes
+ * per rank of the world otherwise. */
+#define LOST_WHY_MAX 256
 typedef struct {
     unsigned order;
-    char why[256];
+    char *why;
 } lost_rank_t;
 
 unsigned weft_lost_count;
@@ -577,6 +579,8 @@ int weft_liveness_init(int size)
 
 void weft_liveness_finalize(void)
 {
+    for (int r = 0; r < lost_size; r++)
+        free(lost[r].why);
     free(lost);
     lost = NULL;
     lost_size = 0;
@@ -588,20 +592,22 @@ void weft_rank_lost(int world_rank, const char *fmt, ...)
 {
     if (!lost || world_rank < 0 || world_rank >= lost_size || lost[world_rank].order) return;
     lost_rank_t *l = &lost[world_rank];
+    char why[LOST_WHY_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(l->why, sizeof(l->why), fmt, ap);
+    vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    if (!l->why[0]) snprintf(l->why, sizeof(l->why), "no reason given");
+    if (!why[0]) snprintf(why, sizeof(why), "no reason given");
+    l->why = strdup(why);
     l->order = ++weft_lost_count;
     /* The first loss is news; more are usually the job coming apart. */
-    weft_log(l->order == 1 ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, "rank %d lost: %s", world_rank, l->why);
+    weft_log(l->order == 1 ? WEFT_LOG_WARN : WEFT_LOG_DEBUG, "rank %d lost: %s", world_rank, why);
 }
 
 const char *weft_rank_lost_why(int world_rank)
 {
     if (!weft_lost_count || world_rank < 0 || world_rank >= lost_size || !lost[world_rank].order) return NULL;
-    return lost[world_rank].why;
+    return lost[world_rank].why ? lost[world_rank].why : "lost (its reason did not fit in memory)";
 }
 
 int weft_comm_lost_member(weft_comm_t comm)

@@ -812,6 +812,17 @@ static const weft_request_ops_t sched_ops = {.kind = "collective",
                                              .waiting_for = sched_waiting_for,
                                              .idle_needs = sched_idle_needs};
 
+/* The ranks this schedule sends to get their endpoints in one go: at scale
+ * their addresses are fetched from the bootstrap, one request for many. */
+static void connect_peers(weft_sched_t *s)
+{
+    int peers[64], n = 0;
+    for (int i = 0; i < s->nops && n < 64; i++)
+        if (s->ops[i].kind == OP_SEND && s->ops[i].peer >= 0)
+            peers[n++] = weft_comm_world_rank_of(s->comm, s->ops[i].peer);
+    if (n > 1) (void)weft_xport->connect(peers, n);
+}
+
 int weft_sched_start(weft_sched_t *s, weft_request_t *out)
 {
     int rc = weft_sched_end_round(s);
@@ -845,6 +856,7 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
      * start in the user's call order, the same on every rank. */
     for (int i = 0; s->nchildren && i < s->nops && !rc; i++)
         if (s->ops[i].kind == OP_CHILD && s->ops[i].fn) rc = s->ops[i].fn(s, s->ops[i].arg);
+    if (weft_xport && weft_xport->connect && s->nrounds > 1) connect_peers(s);
     if (rc || (rc = post_round(s))) {
         finish(s, rc);
         return WEFT_SUCCESS; /* the request carries the error */

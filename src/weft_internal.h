@@ -86,11 +86,12 @@ enum { WEFT_PT_AUTO = -1, WEFT_PT_OFF = 0, WEFT_PT_ON = 1 };
 #define WEFT_WAIT_SPIN_US_DEDICATED 1000
 #define WEFT_WAIT_SPIN_US_SHARED    50
 typedef struct weft_config {
-    char bootstrap[16];  /* auto | pmix | env | single */
-    double timeout;      /* default wait deadline, seconds; 0 = none */
-    double init_timeout; /* bootstrap deadline, seconds */
-    int eager_connect;   /* create every endpoint at init */
-    int peer_failure;    /* UCX peer failure detection on endpoints */
+    char bootstrap[16];    /* auto | pmix | env | single */
+    double timeout;        /* default wait deadline, seconds; 0 = none */
+    double init_timeout;   /* bootstrap deadline, seconds */
+    int eager_connect;     /* create every endpoint at init */
+    int addresses_at_init; /* worlds of at most this many ranks get every UCX address at init */
+    int peer_failure;      /* UCX peer failure detection on endpoints */
     int log_level;
     int spin_before_yield;         /* progress polls without news before sched_yield */
     int wait_spin_us;              /* WEFT_WAIT_SPIN_US: microseconds a blocking wait polls without news, then sleeps */
@@ -128,11 +129,13 @@ int weft_config_var_get(int index, const char **name, const char **type, const c
 /* A hash of the names and values of the variables every rank must set
  * alike (WEFT_VAR_AGREE), exchanged at init. */
 uint64_t weft_config_agree_hash(void);
-/* hashes[r]: rank r's weft_config_agree_hash(). When they differ, one more
- * bootstrap exchange finds which variables and which ranks, and every rank
- * fails with WEFT_ERR_ARG naming them. */
+/* Called by every rank when init's exchange found ranks whose
+ * weft_config_agree_hash() differs from rank 0's: one more bootstrap
+ * exchange (a gather at rank 0, a broadcast of its verdict) finds which
+ * variables and which ranks, and every rank fails with WEFT_ERR_ARG
+ * naming them. */
 struct weft_bootstrap;
-int weft_config_agree_check(struct weft_bootstrap *bs, const uint64_t *hashes, double deadline);
+int weft_config_agree_fail(struct weft_bootstrap *bs, double deadline);
 /* "rank 3", "ranks 0, 2-5, 7" (at most cap bytes; "... (N more)" when cut) */
 void weft_format_ranks(char *buf, size_t cap, const int *ranks, int n);
 
@@ -561,6 +564,11 @@ typedef struct weft_transport_ops {
      * (progress first), < 0 an error (the thread polls). */
     int (*event_fd)(void);
     int (*arm)(void);
+    /* Makes the endpoints to these world ranks that do not exist yet, at
+     * once: a schedule names the ranks it will send to when it starts, so
+     * their addresses come in one fetch rather than one per round (NULL:
+     * endpoints come with the first send). Failures are left to the sends. */
+    int (*connect)(const int *world_ranks, int n);
 } weft_transport_ops_t;
 extern const weft_transport_ops_t *weft_xport;
 /* The transport's life cycle, called by the composition root (init.c);
@@ -602,6 +610,8 @@ void weft_request_fail_comm(weft_comm_t comm, int err);
 typedef struct weft_coll_services {
     /* Gathers `bytes` from every member of comm into recv (rank order). */
     int (*allgather)(weft_comm_t comm, const void *send, void *recv, size_t bytes);
+    /* recv = send reduced with op over every member (count elements). */
+    int (*allreduce)(weft_comm_t comm, const void *send, void *recv, size_t count, weft_dtype_t dtype, weft_op_t op);
     /* For a "<collective>_algorithm" hint: makes the algorithm comm's
      * first candidate for that collective; returns 1, or 0 with a reason
      * when the collective is unknown (-1), has no such algorithm (-2), or
@@ -634,5 +644,10 @@ uint64_t weft_topo_host_id(void);
  * simulated nodes), else from the node map. */
 int weft_topo_node_map(struct weft_bootstrap *bs, double deadline);
 void weft_topo_node_map_free(void);
+/* The record a rank sends in the node-map exchange, as this process would
+ * send it but for a rank on node `node_id` of machine `machine`: what the
+ * scale harness's simulated ranks send (contrib/scale). Returns its size
+ * (0 when cap is too small). */
+size_t weft_topo_node_record(void *out, size_t cap, uint64_t machine, int64_t node_id);
 
 #endif

@@ -211,6 +211,8 @@ Test(comm, split_type_node_simulated_layouts, .timeout = 180)
     run_layout(4, (int[]){7, 7, 7, 7});          /* 1x4 */
     run_layout(5, (int[]){3, 1, 3, 3, 1});       /* uneven, interleaved */
     run_layout(7, (int[]){0, 0, 0, 0, 0, 1, 2}); /* uneven */
+    /* dealt round-robin: rank 0's broadcast map is four runs of 0, 1, 2 */
+    run_layout(12, (int[]){5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6, 7});
 }
 
 static int body_ranks_per_node(int rank, int size, void *arg)

@@ -145,14 +145,16 @@ Test(init, oob_allgather_callback, .timeout = 60)
 /* Issue 21: a peer's garbage UCX address never reaches UCX (in UCX 1.13,
  * ucp_ep_create asserts in ucp_address_unpack and the process dies with
  * SIGABRT). Rank 1's host code hands the others random bytes in place of
- * its worker address (the first exchange longer than 64 bytes): every
- * rank's init fails naming rank 1, and nobody aborts. */
+ * its worker address (the first exchange longer than 200 bytes: the
+ * addresses, which init publishes; the node map's are shorter). Addresses
+ * are fetched when a rank first makes an endpoint: init succeeds, and the
+ * first send of every other rank to rank 1 fails naming it; nobody aborts. */
 static int garbage_address_allgather(const void *send, void *recv, size_t len, void *ctxp)
 {
     oob_ctx_t *ctx = ctxp;
     static int done;
     uint8_t junk[OOB_MAX_BYTES];
-    if (ctx->rank == 1 && len > 64 && len <= sizeof(junk) && !done++) {
+    if (ctx->rank == 1 && len > 200 && len <= sizeof(junk) && !done++) {
         srand(21);
         for (size_t i = 0; i < len; i++)
             junk[i] = (uint8_t)rand();
@@ -164,15 +166,14 @@ static int garbage_address_allgather(const void *send, void *recv, size_t len, v
 static int body_garbage_address(int rank, int size, void *argp)
 {
     oob_ctx_t ctx = {.shm = argp, .rank = rank, .calls = 0};
-    int rc = weft_init_oob(rank, size, garbage_address_allgather, &ctx);
-    if (rc == WEFT_SUCCESS && rank == 0) { /* what used to happen: the first message to rank 1 aborts */
-        int v = 0;
-        weft_send(&v, 1, WEFT_INT32, 1, 0, weft_comm_world());
+    TH_OK(weft_init_oob(rank, size, garbage_address_allgather, &ctx));
+    if (rank != 1) { /* what used to happen: the first message to rank 1 aborts */
+        int v = 0, rc = weft_send(&v, 1, WEFT_INT32, 1, 0, weft_comm_world());
+        TH_CHECK(rc == WEFT_ERR_BOOTSTRAP, "rank %d: send returned %d: %s", rank, rc, weft_last_error());
+        TH_CHECK(strstr(weft_last_error(), "rank 1's UCX worker address failed validation and was not given to UCX"),
+                 "rank %d: %s", rank, weft_last_error());
     }
-    TH_CHECK(rc == WEFT_ERR_BOOTSTRAP, "rank %d: init returned %d: %s", rank, rc, weft_last_error());
-    TH_CHECK(strstr(weft_last_error(), "rank 1's UCX worker address failed validation and was not given to UCX"),
-             "rank %d: %s", rank, weft_last_error());
-    TH_CHECK(weft_comm_world() == WEFT_COMM_NULL, "rank %d: a world after a failed init", rank);
+    TH_OK(weft_finalize());
     return 0;
 }
 

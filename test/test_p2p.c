@@ -1,7 +1,9 @@
 /* Multi-rank point-to-point behaviour, ranks forked by the harness with
  * the env bootstrap on 127.0.0.1. */
 #include "harness.h"
+#include "pt2pt/pt2pt.h"
 #include "weft.h"
+#include "weft_internal.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -127,6 +129,53 @@ Test(p2p, any_source_with_eager_connect, .timeout = 60)
 {
     const char *env[] = {"WEFT_EAGER_CONNECT=1", NULL};
     RUN(5, body_any, NULL, 50, env);
+}
+
+/* ---- addresses fetched on demand (WEFT_ADDRESSES_AT_INIT=0) ------------- */
+/* Every rank publishes its address at init and a rank fetches a peer's when
+ * it first makes an endpoint to it: a ring exchange fetches one address (the
+ * right neighbour's), an allreduce by recursive doubling a few more in one
+ * request when its schedule starts, and never all of them. */
+static int body_on_demand(int rank, int size, void *arg)
+{
+    (void)arg;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    TH_CHECK(weft_g.p2p->fetched == 0, "rank %d fetched %llu addresses at init", rank,
+             (unsigned long long)weft_g.p2p->fetched);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size, in = -1;
+    TH_OK(weft_sendrecv(&rank, 1, WEFT_INT32, right, 0, &in, 1, WEFT_INT32, left, 0, w, NULL));
+    TH_CHECK(in == left, "in %d", in);
+    TH_CHECK(weft_g.p2p->fetched == (right == rank ? 0u : 1u), "rank %d fetched %llu addresses for one neighbour",
+             rank, (unsigned long long)weft_g.p2p->fetched);
+    weft_comm_t rd = th_forced(w, "allreduce", "recursive_doubling");
+    int64_t x = rank + 1, sum = 0;
+    TH_OK(weft_allreduce(&x, &sum, 1, WEFT_INT64, WEFT_SUM, rd));
+    TH_CHECK(sum == (int64_t)size * (size + 1) / 2, "sum %lld", (long long)sum);
+    /* the right neighbour, and log2(size) peers for each of the dup's exchanges and the allreduce */
+    TH_CHECK(weft_g.p2p->fetched <= 9 && weft_g.p2p->fetched < (uint64_t)size - 1,
+             "rank %d fetched %llu of %d addresses", rank, (unsigned long long)weft_g.p2p->fetched, size - 1);
+    weft_comm_t half;
+    TH_OK(weft_comm_split(w, rank % 2, -rank, WEFT_OPTIONS_NULL, &half));
+    TH_OK(weft_allreduce(&x, &sum, 1, WEFT_INT64, WEFT_SUM, half));
+    TH_OK(weft_comm_free(&half));
+    TH_OK(weft_comm_free(&rd));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(p2p, addresses_on_demand, .timeout = 60)
+{
+    const char *env[] = {"WEFT_ADDRESSES_AT_INIT=0", NULL};
+    RUN(16, body_on_demand, NULL, 50, env);
+}
+
+/* Each rank fetches every address right after publishing its own: most
+ * are not in rank 0's store yet, and the store answers when they come. */
+Test(p2p, addresses_on_demand_with_eager_connect, .timeout = 60)
+{
+    const char *env[] = {"WEFT_ADDRESSES_AT_INIT=0", "WEFT_EAGER_CONNECT=1", NULL};
+    RUN(6, body_any, NULL, 50, env);
 }
 
 /* ---- ordering: same pair, same tag, eager and rendezvous mixed --------- */

@@ -128,3 +128,81 @@ int weft_bootstrap_barrier(weft_bootstrap_t *bs, double deadline)
     free(all);
     return rc;
 }
+
+int weft_bootstrap_gather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+{
+    if (bs->gather) return bs->gather(bs, send, recv, len, deadline);
+    if (bs->rank == 0) return bs->allgather(bs, send, recv, len, deadline);
+    void *all = malloc(len * (size_t)bs->size + 1);
+    if (!all)
+        return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap gather: out of memory for %d x %zu bytes", bs->size, len);
+    int rc = bs->allgather(bs, send, all, len, deadline);
+    free(all);
+    return rc;
+}
+
+int weft_bootstrap_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len,
+                         double deadline)
+{
+    void *all = NULL;
+    size_t *lens = NULL, stride = 0;
+    int rc;
+    *out = NULL;
+    *out_len = 0;
+    if (bs->bcast) return bs->bcast(bs, send, len, out, out_len, deadline);
+    /* Rank 0's block is the only one that is not empty: it comes first. */
+    rc = weft_bootstrap_allgatherv(bs, send, bs->rank == 0 ? len : 0, &all, &lens, &stride, deadline);
+    if (rc == WEFT_SUCCESS && bs->rank != 0) {
+        *out_len = lens[0];
+        *out = all; /* rank 0's block starts it */
+        all = NULL;
+    }
+    free(all);
+    free(lens);
+    return rc;
+}
+
+int weft_bootstrap_put(weft_bootstrap_t *bs, const void *blob, size_t len, int everywhere, double deadline)
+{
+    if (bs->put && !everywhere) return bs->put(bs, blob, len, deadline);
+    weft_bootstrap_release(bs);
+    return weft_bootstrap_allgatherv(bs, blob, len, &bs->published, &bs->published_lens, &bs->published_stride,
+                                     deadline);
+}
+
+int weft_bootstrap_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline)
+{
+    for (int i = 0; i < n; i++) {
+        blobs[i] = NULL;
+        lens[i] = 0;
+        if (ranks[i] < 0 || ranks[i] >= bs->size)
+            return weft_error(WEFT_ERR_ARG, "bootstrap: no rank %d among %d", ranks[i], bs->size);
+    }
+    if (n < 1 || n > WEFT_BOOTSTRAP_GET_MAX)
+        return weft_error(WEFT_ERR_ARG, "bootstrap: a fetch of %d blobs (1 to %d at a time)", n,
+                          WEFT_BOOTSTRAP_GET_MAX);
+    if (!bs->published && bs->get) return bs->get(bs, ranks, n, blobs, lens, deadline);
+    if (!bs->published) return weft_error(WEFT_ERR_ARG, "bootstrap: rank %d's blob was never published", ranks[0]);
+    for (int i = 0; i < n; i++) {
+        size_t len = bs->published_lens[ranks[i]];
+        if (!(blobs[i] = malloc(len ? len : 1))) {
+            for (int j = 0; j < i; j++) {
+                free(blobs[j]);
+                blobs[j] = NULL;
+            }
+            return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+        }
+        memcpy(blobs[i], (const char *)bs->published + (size_t)ranks[i] * bs->published_stride, len);
+        lens[i] = len;
+    }
+    return WEFT_SUCCESS;
+}
+
+void weft_bootstrap_release(weft_bootstrap_t *bs)
+{
+    free(bs->published);
+    free(bs->published_lens);
+    bs->published = NULL;
+    bs->published_lens = NULL;
+    bs->published_stride = 0;
+}

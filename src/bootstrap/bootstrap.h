@@ -40,6 +40,27 @@ struct weft_bootstrap {
     /* Optional: a barrier cheaper than an allgather of one byte (NULL: the
      * allgather is used). */
     int (*barrier)(weft_bootstrap_t *bs, double deadline);
+    /* The scalable exchanges (each optional: NULL means the wrapper below
+     * builds it on the allgather, at O(size) bytes per rank). What they are
+     * for: init's node map is gathered at rank 0, which computes it, and
+     * broadcast compressed; each rank publishes its UCX address, and a rank
+     * fetches a peer's when it first makes an endpoint to it. So no rank,
+     * and not rank 0's store, handles more than O(size) bytes.
+     * gather: `len` bytes from every rank into rank 0's recv (size * len,
+     * rank-major; recv unused elsewhere); every rank passes the same len. */
+    int (*gather)(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+    /* bcast: rank 0's `len` bytes (send) to every rank: the others get a
+     * malloc'd copy in *out and its length in *out_len (len unused there). */
+    int (*bcast)(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline);
+    /* put: publishes this rank's blob (once per rank, at init). get: the
+     * published blobs of ranks[0..n-1] (distinct, n <= WEFT_BOOTSTRAP_GET_MAX),
+     * each malloc'd into blobs[i]; waits for them until the deadline. On
+     * failure every blobs[i] is NULL. */
+    int (*put)(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline);
+    int (*get)(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline);
+    /* What the wrappers' allgather-based put keeps (every rank's blob). */
+    void *published;
+    size_t *published_lens, published_stride;
     void *impl;
 };
 
@@ -94,5 +115,19 @@ int weft_bootstrap_allgatherv(weft_bootstrap_t *bs, const void *send, size_t len
 
 /* A barrier over the bootstrap (an allgather of one byte). */
 int weft_bootstrap_barrier(weft_bootstrap_t *bs, double deadline);
+
+/* The scalable exchanges: the bootstrap's own when it has them, else built
+ * on its allgather (see the vtable). weft_bootstrap_put is collective when
+ * built on the allgather, which it is when the bootstrap has no put or
+ * `everywhere` asks every rank to keep every blob (every rank calls it
+ * once, at init); weft_bootstrap_get then reads the kept table, and
+ * weft_bootstrap_release frees it (at finalize). */
+int weft_bootstrap_gather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+int weft_bootstrap_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len,
+                         double deadline);
+int weft_bootstrap_put(weft_bootstrap_t *bs, const void *blob, size_t len, int everywhere, double deadline);
+#define WEFT_BOOTSTRAP_GET_MAX 16
+int weft_bootstrap_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline);
+void weft_bootstrap_release(weft_bootstrap_t *bs);
 
 #endif

@@ -1,7 +1,9 @@
 /* The env bootstrap (torchrun / Kubernetes style). RANK, WORLD_SIZE,
  * MASTER_ADDR and MASTER_PORT name this rank and rank 0's TCP store; rank 0
  * serves the store from a thread and every rank, rank 0 included, is a
- * client of it. The store does one thing: fixed-length allgather rounds.
+ * client of it. The store runs rounds (allgather; gather to rank 0;
+ * broadcast from rank 0) and keeps each rank's published blob (its UCX
+ * address) for the ranks that fetch it on demand.
  *
  * The pieces: env_wire.h / env_wire.c the protocol (header, kinds, limits),
  * env_server.c the store, env_client.c the rank's side of it, env.h what
@@ -160,6 +162,11 @@ static int boot_start(weft_bootstrap_t *bs, env_boot_t *eb, const env_serve_t *s
     bs->local_rank = local_rank;
     bs->local_size = local_size;
     bs->allgather = weft_env_allgather;
+    bs->gather = weft_env_gather;
+    bs->bcast = weft_env_bcast;
+    bs->barrier = weft_env_barrier;
+    bs->put = weft_env_put;
+    bs->get = weft_env_get;
     bs->finalize = weft_env_finalize;
     bs->poll_lost = weft_env_poll_lost;
     bs->impl = eb;
@@ -220,4 +227,12 @@ int weft_bootstrap_rendezvous_init(weft_bootstrap_t *bs, const weft_rdv_info_t *
                      .deadline = deadline,
                      .listen_fd = listen_fd};
     return boot_start(bs, eb, listen_fd >= 0 ? &o : NULL, "rendezvous", -1, -1, deadline);
+}
+
+int weft_bootstrap_env_store_stats(weft_bootstrap_t *bs, weft_store_stats_t *out)
+{
+    env_boot_t *eb = bs && bs->name && !strcmp(bs->name, "env") ? bs->impl : NULL;
+    if (!eb || !eb->srv) return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "this rank serves no env store");
+    weft_env_server_stats(eb->srv, out);
+    return WEFT_SUCCESS;
 }

@@ -29,6 +29,15 @@ int weft_env_vars_read(env_vars_t *v, const char *who);
 /* Rank 0's store (env_server.c); its fields are private to that file. */
 typedef struct server server_t;
 
+/* What the store has handled so far: the load on the busiest process of a
+ * job (contrib/scale measures it). */
+typedef struct weft_store_stats {
+    uint64_t accepted;   /* connections accepted (ranks, retries, strangers) */
+    uint64_t peak_conns; /* the most open at once */
+    uint64_t bytes_in;   /* received from every connection */
+    uint64_t bytes_out;  /* sent to every connection */
+} weft_store_stats_t;
+
 typedef struct env_boot {
     int fd;
     int rank, size;
@@ -67,6 +76,11 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
 /* Stops the thread and frees the store. Graceful: wait until every rank
  * said goodbye or `deadline` passed. */
 void weft_env_server_stop(server_t *s, pthread_t thread, int graceful, double deadline);
+/* Copies the store's counters (any thread, while it runs). */
+void weft_env_server_stats(server_t *s, weft_store_stats_t *out);
+/* The counters of the store this rank serves: WEFT_SUCCESS, or
+ * WEFT_ERR_UNSUPPORTED when bs is not the env bootstrap of rank 0. */
+int weft_bootstrap_env_store_stats(weft_bootstrap_t *bs, weft_store_stats_t *out);
 /* Fills ai's family, address and length with where this process's own
  * client connects (loopback when the store took the wildcard address). */
 void weft_env_server_self(server_t *s, struct addrinfo *ai);
@@ -75,8 +89,13 @@ void weft_env_server_self(server_t *s, struct addrinfo *ai);
 
 /* Connects eb to the store and says HELLO, retrying until `deadline`. */
 int weft_env_client_connect(env_boot_t *eb, double deadline);
-/* The vtable's allgather, poll_lost and finalize. */
+/* The vtable's allgather, gather, bcast, barrier, put, get, poll_lost and finalize. */
 int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+int weft_env_gather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline);
+int weft_env_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline);
+int weft_env_barrier(weft_bootstrap_t *bs, double deadline);
+int weft_env_put(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline);
+int weft_env_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline);
 void weft_env_poll_lost(weft_bootstrap_t *bs, double blocked_s);
 void weft_env_finalize(weft_bootstrap_t *bs, int graceful, double deadline);
 /* Stops rank 0's store (if this rank serves it), closes and frees eb. */

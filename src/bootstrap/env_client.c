@@ -5,6 +5,7 @@
 #include "bootstrap/env.h"
 #include "bootstrap/sock.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
@@ -227,34 +228,44 @@ static int client_io_failure(env_boot_t *eb, int io, int err, uint64_t seq)
                       (unsigned long long)seq, eb->where, strerror(err));
 }
 
-int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+static const char *round_name(unsigned kind)
 {
-    env_boot_t *eb = bs ? bs->impl : NULL;
-    uint8_t b[STORE_HDR];
-    store_hdr_t h;
-    char text[STORE_MAX_TEXT + 1];
-    uint64_t seq, total;
-    int err = 0, io;
+    return kind == K_GATHER ? "gather" : kind == K_BCAST ? "broadcast" : "allgather";
+}
 
-    if (!eb || eb->fd < 0) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather on a closed bootstrap");
+/* Checks the connection can carry another request. */
+static int client_usable(env_boot_t *eb, const char *what)
+{
+    if (!eb || eb->fd < 0) return weft_error(WEFT_ERR_ARG, "env bootstrap: %s on a closed bootstrap", what);
     if (eb->broken && eb->broken_why[0]) return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: %s", eb->broken_why);
     if (eb->broken)
         return weft_error(WEFT_ERR_PEER_LOST,
                           "env bootstrap: the connection to rank 0's store at %s broke in an earlier round", eb->where);
-    total = (uint64_t)len * (uint64_t)eb->size;
-    if ((uint64_t)len > STORE_MAX_CONTRIB || total > STORE_MAX_ROUND)
-        return weft_error(WEFT_ERR_ARG,
-                          "env bootstrap: allgather of %zu bytes per rank x %d ranks is over the store's limits "
-                          "(%llu per rank, %llu per round)",
-                          len, eb->size, (unsigned long long)STORE_MAX_CONTRIB, (unsigned long long)STORE_MAX_ROUND);
-    if (len > 0 && (!send || !recv)) return weft_error(WEFT_ERR_ARG, "env bootstrap: allgather with a NULL buffer");
+    return WEFT_SUCCESS;
+}
 
-    seq = eb->seq++;
-    double now = weft_wtime(), io_dl = io_deadline_of(deadline);
-    uint64_t left_ms = 0;
-    if (deadline > 0) /* already past: 1 ms still makes the store say who is missing */
-        left_ms = deadline - now > 0.001 ? (uint64_t)((deadline - now) * 1000.0) : 1;
-    weft_env_hdr_pack(b, K_CONTRIB, (uint32_t)eb->rank, (uint32_t)eb->size, seq, left_ms, len);
+static uint64_t ms_left(double deadline)
+{
+    if (deadline <= 0) return 0; /* already past: 1 ms still makes the store say who is missing */
+    double now = weft_wtime();
+    return deadline - now > 0.001 ? (uint64_t)((deadline - now) * 1000.0) : 1;
+}
+
+/* One round of `kind` (CONTRIB, GATHER, BCAST): sends len bytes, then reads
+ * the RESULT: `want` bytes into recv, or (out != NULL) whatever length the
+ * store sends into a malloc'd *out. */
+static int env_round(env_boot_t *eb, unsigned kind, const void *send, size_t len, void *recv, uint64_t want, void **out,
+                     size_t *out_len, double deadline)
+{
+    uint8_t b[STORE_HDR];
+    store_hdr_t h;
+    char text[STORE_MAX_TEXT + 1];
+    int err = 0, io, rc;
+
+    if ((rc = client_usable(eb, round_name(kind))) != WEFT_SUCCESS) return rc;
+    uint64_t seq = eb->seq++;
+    double io_dl = io_deadline_of(deadline);
+    weft_env_hdr_pack(b, kind, (uint32_t)eb->rank, (uint32_t)eb->size, seq, ms_left(deadline), len);
     io = weft_io_send(eb->fd, b, sizeof(b), len > 0, io_dl, &err);
     if (io == IO_OK && len > 0) io = weft_io_send(eb->fd, send, len, 0, io_dl, &err);
     if (io == IO_OK || io == IO_CLOSED) {
@@ -267,25 +278,181 @@ int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_
         eb->broken = 1;
         if (read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK)
             weft_env_textf(text, sizeof(text), "rank 0 closed its store at %s", eb->where);
-        return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: allgather round %llu: %s", (unsigned long long)seq, text);
+        return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: %s round %llu: %s", round_name(kind),
+                          (unsigned long long)seq, text);
     }
     if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.seq != seq ||
-        (h.kind == K_RESULT && h.len != total) || (h.kind != K_RESULT && h.kind != K_ERROR)) {
+        (h.kind == K_RESULT && !out && h.len != want) || (h.kind == K_RESULT && out && h.len > STORE_MAX_CONTRIB) ||
+        (h.kind != K_RESULT && h.kind != K_ERROR)) {
         eb->broken = 1;
         return weft_error(WEFT_ERR_BOOTSTRAP,
-                          "env bootstrap: rank 0's store at %s answered allgather round %llu with a bad message "
+                          "env bootstrap: rank 0's store at %s answered %s round %llu with a bad message "
                           "(magic 0x%08x, kind %u, round %llu, %llu bytes; expected %llu)",
-                          eb->where, (unsigned long long)seq, h.magic, h.kind, (unsigned long long)h.seq,
-                          (unsigned long long)h.len, (unsigned long long)total);
+                          eb->where, round_name(kind), (unsigned long long)seq, h.magic, h.kind,
+                          (unsigned long long)h.seq, (unsigned long long)h.len, (unsigned long long)want);
     }
     if (h.kind == K_RESULT) {
-        if (total > 0) io = weft_io_recv(eb->fd, recv, (size_t)total, io_dl, &err);
-        if (io != IO_OK) return client_io_failure(eb, io, err, seq);
+        if (out) {
+            if (!(*out = malloc(h.len ? (size_t)h.len : 1))) {
+                eb->broken = 1;
+                return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for %llu bytes",
+                                  (unsigned long long)h.len);
+            }
+            *out_len = (size_t)h.len;
+            recv = *out;
+        }
+        if (h.len > 0) io = weft_io_recv(eb->fd, recv, (size_t)h.len, io_dl, &err);
+        if (io != IO_OK) {
+            if (out) {
+                free(*out);
+                *out = NULL;
+            }
+            return client_io_failure(eb, io, err, seq);
+        }
         return WEFT_SUCCESS;
     }
     io = read_error_text(eb->fd, &h, text, sizeof(text), io_dl, &err);
     if (io != IO_OK) return client_io_failure(eb, io, err, seq);
     return weft_error(status_from_wire(h.arg), "env bootstrap: %s", text);
+}
+
+/* An allgather (K_CONTRIB) or a gather at rank 0 (K_GATHER) of len bytes
+ * per rank: within the store's limits, then the round. */
+static int gathering_round(weft_bootstrap_t *bs, unsigned kind, const void *send, void *recv, size_t len,
+                           double deadline)
+{
+    env_boot_t *eb = bs ? bs->impl : NULL;
+    uint64_t total = (uint64_t)len * (uint64_t)(eb ? eb->size : 0);
+    int all = kind == K_CONTRIB, gets = eb && (all || eb->rank == 0);
+    if (eb && ((uint64_t)len > STORE_MAX_CONTRIB || total > STORE_MAX_ROUND))
+        return weft_error(WEFT_ERR_ARG,
+                          "env bootstrap: %s of %zu bytes per rank x %d ranks is over the store's limits (%llu per "
+                          "rank, %llu per round)",
+                          round_name(kind), len, eb->size, (unsigned long long)STORE_MAX_CONTRIB,
+                          (unsigned long long)STORE_MAX_ROUND);
+    if (len > 0 && (!send || (gets && !recv)))
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: %s with a NULL buffer", round_name(kind));
+    return env_round(eb, kind, send, len, recv, gets ? total : 0, NULL, NULL, deadline);
+}
+
+int weft_env_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+{
+    return gathering_round(bs, K_CONTRIB, send, recv, len, deadline);
+}
+
+int weft_env_gather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+{
+    return gathering_round(bs, K_GATHER, send, recv, len, deadline);
+}
+
+int weft_env_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline)
+{
+    env_boot_t *eb = bs ? bs->impl : NULL;
+    *out = NULL;
+    *out_len = 0;
+    if (!eb) return weft_error(WEFT_ERR_ARG, "env bootstrap: broadcast on a closed bootstrap");
+    if (eb->rank != 0) return env_round(eb, K_BCAST, NULL, 0, NULL, 0, out, out_len, deadline);
+    if ((uint64_t)len > STORE_MAX_CONTRIB)
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: a broadcast of %zu bytes is over the store's limit (%llu)", len,
+                          (unsigned long long)STORE_MAX_CONTRIB);
+    if (len > 0 && !send) return weft_error(WEFT_ERR_ARG, "env bootstrap: broadcast with a NULL buffer");
+    return env_round(eb, K_BCAST, send, len, NULL, 0, NULL, NULL, deadline);
+}
+
+int weft_env_barrier(weft_bootstrap_t *bs, double deadline)
+{
+    return weft_env_allgather(bs, NULL, NULL, 0, deadline);
+}
+
+int weft_env_put(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline)
+{
+    env_boot_t *eb = bs ? bs->impl : NULL;
+    uint8_t b[STORE_HDR];
+    int err = 0, io, rc;
+    if ((rc = client_usable(eb, "publishing")) != WEFT_SUCCESS) return rc;
+    if ((uint64_t)len > STORE_MAX_BLOB || (len && !blob))
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: a blob of %zu bytes cannot be published (at most %llu)", len,
+                          (unsigned long long)STORE_MAX_BLOB);
+    double io_dl = io_deadline_of(deadline);
+    weft_env_hdr_pack(b, K_PUT, (uint32_t)eb->rank, (uint32_t)eb->size, 0, 0, len);
+    io = weft_io_send(eb->fd, b, sizeof(b), len > 0, io_dl, &err);
+    if (io == IO_OK && len > 0) io = weft_io_send(eb->fd, blob, len, 0, io_dl, &err);
+    if (io != IO_OK) return client_io_failure(eb, io, err, eb->seq);
+    return WEFT_SUCCESS;
+}
+
+/* Frees what a failed fetch had read. */
+static void drop_blobs(void **blobs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(blobs[i]);
+        blobs[i] = NULL;
+    }
+}
+
+int weft_env_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline)
+{
+    env_boot_t *eb = bs ? bs->impl : NULL;
+    uint8_t b[STORE_HDR + 4 * STORE_GET_MAX], done[STORE_GET_MAX] = {0};
+    char text[STORE_MAX_TEXT + 1];
+    store_hdr_t h;
+    int err = 0, io, rc, got = 0, failed = WEFT_SUCCESS;
+    if ((rc = client_usable(eb, "fetching addresses")) != WEFT_SUCCESS) return rc;
+    if (n < 1 || n > STORE_GET_MAX) return weft_error(WEFT_ERR_ARG, "env bootstrap: a fetch of %d addresses", n);
+    double io_dl = io_deadline_of(deadline);
+    weft_env_hdr_pack(b, K_GET, (uint32_t)eb->rank, (uint32_t)eb->size, 0, ms_left(deadline), 4 * (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        uint32_t be = htobe32((uint32_t)ranks[i]);
+        memcpy(b + STORE_HDR + 4 * i, &be, sizeof(be));
+    }
+    io = weft_io_send(eb->fd, b, STORE_HDR + 4 * (size_t)n, 0, io_dl, &err);
+    /* One VALUE per rank asked for, in the order the store has them (each
+     * comes by the deadline at the latest): all are read, failed or not,
+     * so the stream stays in step. */
+    while (io == IO_OK && got < n) {
+        if ((io = client_recv_hdr(eb, b, &h, io_dl, &err)) != IO_OK) break;
+        if (h.magic == STORE_MAGIC && h.kind == K_ERROR && h.seq == STORE_NOTICE_SEQ) {
+            eb->broken = 1;
+            drop_blobs(blobs, n);
+            if (read_error_text(eb->fd, &h, text, sizeof(text), weft_wtime() + 1.0, &err) != IO_OK)
+                weft_env_textf(text, sizeof(text), "rank 0 closed its store at %s", eb->where);
+            return weft_error(WEFT_ERR_PEER_LOST, "env bootstrap: fetching rank %d's address: %s", ranks[0], text);
+        }
+        int at = -1;
+        for (int i = 0; i < n && h.kind == K_VALUE; i++)
+            if ((uint32_t)ranks[i] == h.rank && !done[i]) at = i;
+        if (h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.kind != K_VALUE || at < 0 ||
+            h.len > (h.arg ? STORE_MAX_TEXT : STORE_MAX_BLOB)) {
+            eb->broken = 1;
+            drop_blobs(blobs, n);
+            return weft_error(WEFT_ERR_BOOTSTRAP,
+                              "env bootstrap: rank 0's store at %s answered a fetch of addresses with a bad message "
+                              "(magic 0x%08x, kind %u, rank %u, %llu bytes)",
+                              eb->where, h.magic, h.kind, h.rank, (unsigned long long)h.len);
+        }
+        done[at] = 1;
+        got++;
+        if (h.arg) {
+            io = read_error_text(eb->fd, &h, text, sizeof(text), io_dl, &err);
+            if (io == IO_OK && failed == WEFT_SUCCESS)
+                failed = weft_error(status_from_wire(h.arg), "env bootstrap: fetching rank %u's address: %s", h.rank,
+                                    text);
+            continue;
+        }
+        if (!(blobs[at] = malloc(h.len ? (size_t)h.len : 1))) {
+            eb->broken = 1;
+            drop_blobs(blobs, n);
+            return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory");
+        }
+        lens[at] = (size_t)h.len;
+        if (h.len) io = weft_io_recv(eb->fd, blobs[at], (size_t)h.len, io_dl, &err);
+    }
+    if (io != IO_OK) {
+        drop_blobs(blobs, n);
+        return client_io_failure(eb, io, err, eb->seq);
+    }
+    if (failed != WEFT_SUCCESS) drop_blobs(blobs, n);
+    return failed;
 }
 
 /* Between rounds: takes the LOST notices the store has sent, without

@@ -1,23 +1,28 @@
 /* Rank 0's store for the env bootstrap: a thread that accepts connections
  * on MASTER_ADDR:MASTER_PORT (only there: see server_listen), makes each
  * prove it belongs to the job (the handshake in env_wire.h), runs the
- * allgather rounds (arrivals, deadlines, failures that name the missing
- * ranks), tells the ranks about lost peers and closes when every rank said
- * goodbye. What it refuses is logged at a bounded rate. */
+ * rounds (arrivals, deadlines, failures that name the missing ranks),
+ * keeps the blobs ranks publish and answers fetches of them, tells the
+ * ranks about lost peers and closes when every rank said goodbye. What it
+ * refuses is logged at a bounded rate. It holds a connection per rank: an
+ * epoll loop whose work per wake-up follows the connections that are
+ * ready, not the number open (a sweep of the handshake deadlines runs a
+ * few times a second). */
 #include "bootstrap/env.h"
 #include "bootstrap/sock.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -28,6 +33,7 @@
 #define STORE_CLOSING_TIMEOUT 5.0               /* time to flush a refusal before closing */
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
 #define STORE_MAX_LISTEN      4                 /* addresses of MASTER_ADDR (and of the pod's name) served */
+#define STORE_SWEEP_PERIOD    0.25              /* how often handshake and closing deadlines are looked at */
 /* Rejections are logged at a bounded rate: a flood of bad connections must
  * not flood rank 0's stderr. A burst, then one line a second that also
  * says how many were not logged. */
@@ -48,11 +54,17 @@ typedef struct outmsg {
 } outmsg_t;
 
 typedef struct round round_t;
+typedef struct server server_t;
 
 enum { RX_HDR, RX_SMALL, RX_BODY, RX_DISCARD };
 
 typedef struct conn {
+    server_t *srv;
+    int idx; /* in srv->conns */
     int fd;
+    unsigned events; /* what epoll watches for it */
+    int dirty;       /* on srv->dirty: output queued, or its events may change */
+    struct conn *next_dead, *next_dirty;
     int phase;   /* PHASE_HELLO, PHASE_PROOF, then PHASE_MEMBER once WELCOMEd */
     int rank;    /* -1 until its proof and its claim are accepted */
     int dead;    /* closed by server_reap */
@@ -70,9 +82,10 @@ typedef struct conn {
     uint8_t nc[STORE_NONCE];        /* the client's nonce */
     uint8_t ns[STORE_NONCE];        /* ours */
     uint8_t small[STORE_SMALL_MAX]; /* RX_SMALL: a handshake payload */
-    uint8_t *dst;                   /* RX_BODY: where the payload goes (inside a round's blob) */
+    uint8_t *dst;                   /* RX_BODY: where the payload goes (inside a round's blob, or a PUT's) */
     size_t want, got;
     round_t *round; /* RX_BODY: the round that payload belongs to */
+    blob_t *put;    /* RX_BODY: the VALUE message a PUT's payload completes */
     outmsg_t *out_head, *out_tail;
 } conn_t;
 
@@ -81,14 +94,24 @@ enum { ARR_NONE = 0, ARR_ARRIVING = 1, ARR_DONE = 2 };
 struct round {
     round_t *next;
     uint64_t seq;
-    size_t len;   /* every rank's contribution length */
-    int len_rank; /* the rank that set it */
+    unsigned kind; /* K_CONTRIB, K_GATHER or K_BCAST: every rank's must agree */
+    int kind_rank; /* the rank that set it */
+    size_t len;    /* every rank's contribution length (BCAST: rank 0's, once it came) */
+    int len_rank;  /* the rank that set it */
     double start;
     double deadline; /* earliest client deadline seen; 0 = none */
     int done;
     uint8_t *arrival; /* per rank: ARR_* */
-    blob_t *blob;     /* header + size * len: becomes the RESULT as is */
+    blob_t *blob;     /* header + size * len (BCAST: + len): becomes the RESULT as is */
 };
+
+/* A GET waiting for a rank's PUT. */
+typedef struct waiter {
+    struct waiter *next;
+    conn_t *c;
+    int rank; /* whose blob */
+    double deadline;
+} waiter_t;
 
 /* A failed round is remembered so that late ranks get the same verdict. */
 typedef struct failed {
@@ -112,11 +135,14 @@ struct server {
     int listen_fd[STORE_MAX_LISTEN];
     int nlisten;
     int wake_rd, wake_wr;
+    int ep;               /* epoll: the wake pipe, the listening sockets, the connections */
+    conn_t *dead, *dirty; /* connections to close; connections to write to */
+    int listen_paused;    /* the listening sockets are out of the epoll set (descriptors ran out) */
+    double next_sweep;
     int size;
     char where[300];
     conn_t **conns;
     int nconns, max_conns;
-    struct pollfd *pfds;
     conn_t **by_rank;
     uint8_t *rank_state;
     uint64_t *next_seq;
@@ -125,18 +151,27 @@ struct server {
     char gone_why[192];
     round_t *rounds;
     failed_t *failed;
+    blob_t **value; /* per rank: its PUT as the VALUE message that answers a GET */
+    waiter_t *waiters;
     double accept_pause_until;
     int warned_fd_limit;
     weft_job_key_t key;
     reject_log_t rejects;
     struct sockaddr_storage self; /* where this process's own client connects */
     socklen_t self_len;
+    weft_store_stats_t stats; /* written by the store's thread, read by others (relaxed atomics) */
     pthread_mutex_t lock;
     int stop;       /* leave now (non-graceful) */
     int finalizing; /* leave once every rank said goodbye, or at fin_deadline */
     double fin_deadline;
     uint8_t scratch[1 << 16];
 };
+
+/* Counters other threads read while the store runs (weft_env_server_stats). */
+static void stat_add(uint64_t *counter, uint64_t n)
+{
+    __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
 
 static blob_t *blob_new(size_t len)
 {
@@ -170,9 +205,20 @@ static void conn_kill(conn_t *c, const char *fmt, ...)
     va_list ap;
     if (c->dead) return;
     c->dead = 1;
+    c->next_dead = c->srv->dead;
+    c->srv->dead = c;
     va_start(ap, fmt);
     vsnprintf(c->why, sizeof(c->why), fmt, ap);
     va_end(ap);
+}
+
+/* Its output goes out (or its events change) at the end of this pass. */
+static void conn_dirty(conn_t *c)
+{
+    if (c->dirty || c->dead) return;
+    c->dirty = 1;
+    c->next_dirty = c->srv->dirty;
+    c->srv->dirty = c;
 }
 
 static void conn_queue(conn_t *c, blob_t *b)
@@ -192,6 +238,7 @@ static void conn_queue(conn_t *c, blob_t *b)
     else
         c->out_head = m;
     c->out_tail = m;
+    conn_dirty(c);
 }
 
 static void conn_queue_error(conn_t *c, uint64_t seq, int status, const char *text)
@@ -269,6 +316,7 @@ static void conn_refuse(server_t *s, conn_t *c, int status, const char *text)
     conn_queue_error(c, 0, status, text);
     c->closing = 1;
     c->closing_since = weft_wtime();
+    conn_dirty(c);
 }
 
 static round_t *round_find(server_t *s, uint64_t seq)
@@ -333,13 +381,35 @@ static void round_fail(server_t *s, round_t *r, int status, const char *text)
     round_unlink_free(s, r);
 }
 
+static const char *kind_name(unsigned kind)
+{
+    return kind == K_GATHER ? "gather" : kind == K_BCAST ? "broadcast" : "allgather";
+}
+
+/* Every rank contributed: an allgather's result goes to every rank; a
+ * gather's to rank 0 and a broadcast's to every other rank, the rest get
+ * an empty RESULT (they only learn the round is complete). */
 static void round_complete(server_t *s, round_t *r)
 {
-    weft_env_hdr_pack(r->blob->data, K_RESULT, 0, (uint32_t)s->size, r->seq, 0, (uint64_t)r->len * (uint64_t)s->size);
-    for (int rk = 0; rk < s->size; rk++)
-        if (s->by_rank[rk]) conn_queue(s->by_rank[rk], r->blob);
-    weft_debug("env store at %s: allgather round %llu complete (%d x %zu bytes)", s->where, (unsigned long long)r->seq,
-               s->size, r->len);
+    uint64_t total = r->kind == K_BCAST ? (uint64_t)r->len : (uint64_t)r->len * (uint64_t)s->size;
+    blob_t *empty = NULL;
+    weft_env_hdr_pack(r->blob->data, K_RESULT, 0, (uint32_t)s->size, r->seq, 0, total);
+    if (r->kind != K_CONTRIB && (empty = blob_new(STORE_HDR)) != NULL)
+        weft_env_hdr_pack(empty->data, K_RESULT, 0, (uint32_t)s->size, r->seq, 0, 0);
+    for (int rk = 0; rk < s->size; rk++) {
+        conn_t *c = s->by_rank[rk];
+        if (!c) continue;
+        int full = r->kind == K_CONTRIB || (r->kind == K_GATHER) == (rk == 0);
+        if (full)
+            conn_queue(c, r->blob);
+        else if (empty)
+            conn_queue(c, empty);
+        else
+            conn_kill(c, "was dropped: the store ran out of memory");
+    }
+    blob_put(empty);
+    weft_debug("env store at %s: %s round %llu complete (%d x %zu bytes)", s->where, kind_name(r->kind),
+               (unsigned long long)r->seq, s->size, r->len);
     round_unlink_free(s, r);
 }
 
@@ -385,8 +455,8 @@ static void round_timeout(server_t *s, round_t *r, double now)
     }
     used = strlen(text);
     weft_env_textf(text + used, sizeof(text) - used,
-                   "%s(%d of %d missing) at the store %s (allgather round %llu, waited %.1f s)",
-                   used ? " " : "allgather round timed out ", s->size - r->done, s->size, s->where,
+                   "%s(%d of %d missing) at the store %s (%s round %llu, waited %.1f s)",
+                   used ? " " : "bootstrap round timed out ", s->size - r->done, s->size, s->where, kind_name(r->kind),
                    (unsigned long long)r->seq, now - r->start);
     weft_warn("env store: %s", text);
     round_fail(s, r, WEFT_ERR_TIMEOUT, text);
@@ -399,8 +469,8 @@ static void fail_rounds_gone(server_t *s, int rank, const char *why)
         round_t *r = s->rounds;
         char text[512];
         weft_env_textf(text, sizeof(text),
-                       "rank %d %s during allgather round %llu (%d of %d ranks had contributed) at the store %s", rank,
-                       why, (unsigned long long)r->seq, r->done, s->size, s->where);
+                       "rank %d %s during %s round %llu (%d of %d ranks had contributed) at the store %s", rank, why,
+                       kind_name(r->kind), (unsigned long long)r->seq, r->done, s->size, s->where);
         round_fail(s, r, WEFT_ERR_PEER_LOST, text);
     }
 }
@@ -424,6 +494,130 @@ static void notify_lost(server_t *s, int rank, const char *why)
     blob_put(b);
 }
 
+/* ---- the blobs ranks publish (PUT) and fetch (GET) --------------------------- */
+
+/* A VALUE that fails a GET for `rank`'s blob. */
+static void value_error(conn_t *c, int size, int rank, int status, const char *text)
+{
+    size_t n = strnlen(text, STORE_MAX_TEXT);
+    blob_t *b = blob_new(STORE_HDR + n);
+    if (!b) {
+        conn_kill(c, "was dropped: the store ran out of memory");
+        return;
+    }
+    weft_env_hdr_pack(b->data, K_VALUE, (uint32_t)rank, (uint32_t)size, 0, (uint64_t)(int64_t)status, n);
+    memcpy(b->data + STORE_HDR, text, n);
+    conn_queue(c, b);
+    blob_put(b);
+}
+
+/* Answers the GETs waiting for `rank`'s blob: with it, or (status != 0)
+ * with why there will be none. */
+static void waiters_answer(server_t *s, int rank, int status, const char *text)
+{
+    for (waiter_t **p = &s->waiters; *p;) {
+        waiter_t *w = *p;
+        if (w->rank != rank) {
+            p = &w->next;
+            continue;
+        }
+        if (status == WEFT_SUCCESS)
+            conn_queue(w->c, s->value[rank]);
+        else
+            value_error(w->c, s->size, rank, status, text);
+        *p = w->next;
+        free(w);
+    }
+}
+
+/* A PUT's header: its payload becomes the VALUE that answers GETs. */
+static void on_put(server_t *s, conn_t *c)
+{
+    blob_t *b;
+    if (s->value[c->rank]) {
+        conn_kill(c, "published its blob twice");
+        return;
+    }
+    if (!(b = blob_new(STORE_HDR + (size_t)c->hdr.len))) {
+        conn_kill(c, "was dropped: the store ran out of memory for its blob");
+        return;
+    }
+    weft_env_hdr_pack(b->data, K_VALUE, (uint32_t)c->rank, (uint32_t)s->size, 0, 0, c->hdr.len);
+    c->put = b;
+    c->dst = b->data + STORE_HDR;
+    c->want = (size_t)c->hdr.len;
+    c->got = 0;
+    c->rx = RX_BODY;
+}
+
+/* A GET's payload (the ranks wanted) is in: each is answered now, or
+ * when its rank publishes, leaves or the deadline passes. */
+static void on_get(server_t *s, conn_t *c, double now)
+{
+    char text[256];
+    c->rx = RX_HDR;
+    c->hgot = 0;
+    for (size_t i = 0; i + 4 <= c->hdr.len && !c->dead; i += 4) {
+        uint32_t be, want;
+        memcpy(&be, c->small + i, sizeof(be));
+        want = be32toh(be);
+        if (want >= (uint32_t)s->size) {
+            weft_env_textf(text, sizeof(text), "no rank %u in a world of %d", want, s->size);
+            value_error(c, s->size, (int)want, WEFT_ERR_ARG, text);
+        } else if (s->value[want]) {
+            conn_queue(c, s->value[want]);
+        } else if (s->rank_state[want] == RANK_LOST || s->rank_state[want] == RANK_BYE) {
+            weft_env_textf(text, sizeof(text), "rank %u left before it published its address (at the store %s)",
+                           want, s->where);
+            value_error(c, s->size, (int)want, WEFT_ERR_PEER_LOST, text);
+        } else {
+            waiter_t *w = calloc(1, sizeof(*w));
+            if (!w) {
+                conn_kill(c, "was dropped: the store ran out of memory");
+                return;
+            }
+            w->c = c;
+            w->rank = (int)want;
+            w->deadline = c->hdr.arg ? now + (double)c->hdr.arg * 1e-3 : 0;
+            w->next = s->waiters;
+            s->waiters = w;
+        }
+    }
+}
+
+/* GETs whose deadline passed (returns the next deadline, or `next`). */
+static double waiters_expire(server_t *s, double now, double next)
+{
+    for (waiter_t **p = &s->waiters; *p;) {
+        waiter_t *w = *p;
+        if (w->deadline <= 0 || now < w->deadline) {
+            if (w->deadline > 0 && w->deadline < next) next = w->deadline;
+            p = &w->next;
+            continue;
+        }
+        char text[320];
+        weft_env_textf(text, sizeof(text), "rank %d %s by the deadline (at the store %s)", w->rank,
+                       s->rank_state[w->rank] == RANK_NONE ? "never arrived" : "did not publish its address", s->where);
+        value_error(w->c, s->size, w->rank, WEFT_ERR_TIMEOUT, text);
+        *p = w->next;
+        free(w);
+    }
+    return next;
+}
+
+static void waiters_drop_conn(server_t *s, conn_t *c)
+{
+    for (waiter_t **p = &s->waiters; *p;) {
+        waiter_t *w = *p;
+        if (w->c == c) {
+            *p = w->next;
+            free(w);
+        } else {
+            p = &w->next;
+        }
+    }
+}
+
 static void rank_gone(server_t *s, int rank, int state, const char *why)
 {
     s->rank_state[rank] = (uint8_t)state;
@@ -437,6 +631,12 @@ static void rank_gone(server_t *s, int rank, int state, const char *why)
     }
     if (state == RANK_LOST) notify_lost(s, rank, why);
     fail_rounds_gone(s, rank, why);
+    if (!s->value[rank]) {
+        char text[320];
+        weft_env_textf(text, sizeof(text), "rank %d %s before it published its address (at the store %s)", rank, why,
+                       s->where);
+        waiters_answer(s, rank, WEFT_ERR_PEER_LOST, text);
+    }
 }
 
 /* A HELLO's nonce is in: answer with ours and our proof. */
@@ -544,8 +744,10 @@ static void on_small(server_t *s, conn_t *c)
     c->hgot = 0;
     if (c->phase == PHASE_HELLO)
         on_hello(s, c);
-    else
+    else if (c->phase == PHASE_PROOF)
         on_proof(s, c);
+    else
+        on_get(s, c, weft_wtime());
 }
 
 static void on_contrib(server_t *s, conn_t *c, double now)
@@ -572,7 +774,8 @@ static void on_contrib(server_t *s, conn_t *c, double now)
         r = calloc(1, sizeof(*r));
         if (r) {
             r->arrival = calloc((size_t)s->size, 1);
-            r->blob = blob_new(STORE_HDR + (size_t)h->len * (size_t)s->size);
+            /* a broadcast's blob is rank 0's contribution: made when it comes */
+            r->blob = h->kind == K_BCAST ? blob_new(0) : blob_new(STORE_HDR + (size_t)h->len * (size_t)s->size);
         }
         if (!r || !r->arrival || !r->blob) {
             if (r) {
@@ -585,8 +788,10 @@ static void on_contrib(server_t *s, conn_t *c, double now)
             return;
         }
         r->seq = h->seq;
-        r->len = (size_t)h->len;
-        r->len_rank = rk;
+        r->kind = h->kind;
+        r->kind_rank = rk;
+        r->len = h->kind == K_BCAST ? 0 : (size_t)h->len;
+        r->len_rank = h->kind == K_BCAST ? -1 : rk;
         r->start = now;
         r->next = s->rounds;
         s->rounds = r;
@@ -595,25 +800,47 @@ static void on_contrib(server_t *s, conn_t *c, double now)
         double d = now + (double)h->arg * 1e-3;
         if (r->deadline <= 0 || d < r->deadline) r->deadline = d;
     }
-    if (h->len != r->len) {
-        char text[384];
-        weft_env_textf(
-            text, sizeof(text),
-            "rank %d passed %llu bytes to allgather round %llu but rank %d passed %zu bytes (every rank must "
-            "pass the same length)",
-            rk, (unsigned long long)h->len, (unsigned long long)h->seq, r->len_rank, r->len);
+    char text[384] = "";
+    if (h->kind != r->kind)
+        weft_env_textf(text, sizeof(text),
+                       "rank %d sent %s round %llu but rank %d sent it as %s (every rank must run the same "
+                       "program and weft version)",
+                       rk, kind_name(h->kind), (unsigned long long)h->seq, r->kind_rank, kind_name(r->kind));
+    else if (r->kind == K_BCAST && rk != 0 && h->len != 0)
+        weft_env_textf(text, sizeof(text), "rank %d passed %llu bytes to broadcast round %llu, which only rank 0 fills",
+                       rk, (unsigned long long)h->len, (unsigned long long)h->seq);
+    else if (r->kind != K_BCAST && h->len != r->len)
+        weft_env_textf(text, sizeof(text),
+                       "rank %d passed %llu bytes to %s round %llu but rank %d passed %zu bytes (every rank must "
+                       "pass the same length)",
+                       rk, (unsigned long long)h->len, kind_name(r->kind), (unsigned long long)h->seq, r->len_rank,
+                       r->len);
+    if (text[0]) {
         weft_warn("env store: %s", text);
         round_fail(s, r, WEFT_ERR_ARG, text);
         return;
     }
+    if (r->kind == K_BCAST && rk == 0) {
+        blob_t *b = blob_new(STORE_HDR + (size_t)h->len);
+        if (!b) {
+            conn_kill(c, "was dropped: the store ran out of memory for broadcast round %llu",
+                      (unsigned long long)h->seq);
+            return;
+        }
+        blob_put(r->blob);
+        r->blob = b;
+        r->len = (size_t)h->len;
+        r->len_rank = 0;
+    }
     r->arrival[rk] = ARR_ARRIVING;
     c->round = r;
-    c->dst = r->blob->data + STORE_HDR + (size_t)rk * r->len;
+    if (h->len > 0)
+        c->dst = r->kind == K_BCAST ? r->blob->data + STORE_HDR : r->blob->data + STORE_HDR + (size_t)rk * r->len;
     c->rx = RX_BODY;
     if (s->gone_rank >= 0) {
         char text[512];
-        weft_env_textf(text, sizeof(text), "rank %d %s before allgather round %llu at the store %s", s->gone_rank,
-                       s->gone_why, (unsigned long long)r->seq, s->where);
+        weft_env_textf(text, sizeof(text), "rank %d %s before %s round %llu at the store %s", s->gone_rank, s->gone_why,
+                       kind_name(r->kind), (unsigned long long)r->seq, s->where);
         round_fail(s, r, WEFT_ERR_PEER_LOST, text);
     }
 }
@@ -621,7 +848,11 @@ static void on_contrib(server_t *s, conn_t *c, double now)
 /* A payload (possibly empty) is complete. */
 static void on_body(server_t *s, conn_t *c)
 {
-    if (c->rx == RX_BODY && c->round) {
+    if (c->put) {
+        s->value[c->rank] = c->put;
+        c->put = NULL;
+        waiters_answer(s, c->rank, WEFT_SUCCESS, NULL);
+    } else if (c->rx == RX_BODY && c->round) {
         round_t *r = c->round;
         r->arrival[c->rank] = ARR_DONE;
         r->done++;
@@ -653,12 +884,15 @@ static void on_header(server_t *s, conn_t *c, double now)
         conn_kill(c, "dropped");
     } else if (j.action == JUDGE_REFUSE) {
         conn_refuse(s, c, j.status, j.why);
-    } else if (c->phase != PHASE_MEMBER) { /* a handshake payload (the judge bounded it) */
+    } else if (c->phase != PHASE_MEMBER || h->kind == K_GET) { /* a handshake payload or a GET (bounded) */
         c->rx = RX_SMALL;
         c->want = (size_t)h->len;
         c->got = 0;
-    } else if (h->kind == K_CONTRIB) {
+    } else if (weft_env_is_round(h->kind)) {
         on_contrib(s, c, now);
+        if (!c->dead && c->want == 0) on_body(s, c);
+    } else if (h->kind == K_PUT) {
+        on_put(s, c);
         if (!c->dead && c->want == 0) on_body(s, c);
     } else { /* BYE */
         if (h->seq != s->next_seq[c->rank])
@@ -720,6 +954,7 @@ static void conn_read(server_t *s, conn_t *c, double now)
             return;
         }
         budget -= (size_t)k;
+        stat_add(&s->stats.bytes_in, (uint64_t)k);
         if (c->rx == RX_HDR) {
             c->hgot += (size_t)k;
             if (c->hgot == STORE_HDR) on_header(s, c, now);
@@ -746,6 +981,7 @@ static void conn_write(server_t *s, conn_t *c)
             return;
         }
         m->off += (size_t)k;
+        stat_add(&s->stats.bytes_out, (uint64_t)k);
         if (m->off == m->blob->len) {
             c->out_head = m->next;
             if (!c->out_head) c->out_tail = NULL;
@@ -763,6 +999,9 @@ static void conn_write(server_t *s, conn_t *c)
 static void conn_finish(server_t *s, conn_t *c)
 {
     c->round = NULL;
+    waiters_drop_conn(s, c);
+    blob_put(c->put);
+    c->put = NULL;
     if (c->rank >= 0 && s->by_rank[c->rank] == c) {
         s->by_rank[c->rank] = NULL;
         if (s->rank_state[c->rank] == RANK_LIVE) {
@@ -784,20 +1023,32 @@ static void conn_finish(server_t *s, conn_t *c)
     free(c);
 }
 
+static void conns_remove(server_t *s, conn_t *c)
+{
+    s->conns[c->idx] = s->conns[--s->nconns];
+    s->conns[c->idx]->idx = c->idx;
+}
+
 static void server_reap(server_t *s)
 {
     /* Finishing one connection can kill another (out of memory on a queue). */
-    for (int again = 1; again;) {
-        again = 0;
-        for (int i = 0; i < s->nconns;) {
-            if (s->conns[i]->dead) {
-                conn_t *c = s->conns[i];
-                s->conns[i] = s->conns[--s->nconns];
-                conn_finish(s, c);
-                again = 1;
+    while (s->dead) {
+        /* a dead connection leaves the dirty list before it is freed */
+        for (conn_t **p = &s->dirty; *p;) {
+            if ((*p)->dead) {
+                (*p)->dirty = 0;
+                *p = (*p)->next_dirty;
             } else {
-                i++;
+                p = &(*p)->next_dirty;
             }
+        }
+        conn_t *dead = s->dead;
+        s->dead = NULL;
+        while (dead) {
+            conn_t *c = dead;
+            dead = c->next_dead;
+            conns_remove(s, c);
+            conn_finish(s, c);
         }
     }
 }
@@ -817,8 +1068,8 @@ static int evict_oldest_stranger(server_t *s, const char *newcomer)
     reject(s, WEFT_LOG_WARN,
            "dropped the connection from %s (unauthenticated for %.1f s) to make room for %s: %d connections", c->peer,
            weft_wtime() - c->opened, newcomer, s->nconns);
-    s->conns[oldest] = s->conns[--s->nconns];
-    conn_finish(s, c);
+    conn_kill(c, "evicted");
+    server_reap(s);
     return 1;
 }
 
@@ -859,13 +1110,26 @@ static void server_accept(server_t *s, int lfd, double now)
             continue;
         }
         weft_sock_nodelay(fd);
+        c->srv = s;
         c->fd = fd;
+        c->events = EPOLLIN;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            reject(s, WEFT_LOG_WARN, "dropped a connection from %s: epoll: %s", peer, strerror(errno));
+            close(fd);
+            free(c);
+            continue;
+        }
         c->phase = PHASE_HELLO;
         c->rank = -1;
         c->opened = now;
         c->rx = RX_HDR;
         memcpy(c->peer, peer, sizeof(c->peer));
+        c->idx = s->nconns;
         s->conns[s->nconns++] = c;
+        stat_add(&s->stats.accepted, 1);
+        if ((uint64_t)s->nconns > __atomic_load_n(&s->stats.peak_conns, __ATOMIC_RELAXED))
+            __atomic_store_n(&s->stats.peak_conns, (uint64_t)s->nconns, __ATOMIC_RELAXED);
     }
 }
 
@@ -930,19 +1194,67 @@ static void server_notify_close(server_t *s, const char *why)
     blob_put(b);
 }
 
+/* Handshakes and refusals that overstayed (every STORE_SWEEP_PERIOD). */
+static void sweep_deadlines(server_t *s, double now)
+{
+    for (int i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        double limit = c->closing    ? c->closing_since + STORE_CLOSING_TIMEOUT
+                       : c->rank < 0 ? c->opened + STORE_HELLO_TIMEOUT
+                                     : 0;
+        if (limit <= 0 || now < limit) continue;
+        if (!c->closing)
+            reject(s, WEFT_LOG_WARN, "dropped the connection from %s: no %s within %.0f s", c->peer,
+                   c->phase == PHASE_HELLO ? "HELLO" : "PROOF", STORE_HELLO_TIMEOUT);
+        conn_kill(c, "timed out");
+    }
+}
+
+/* Sends what this pass queued, and watches for writability only where
+ * output is left (and for reads only where no refusal is being flushed). */
+static void flush_dirty(server_t *s)
+{
+    while (s->dirty) {
+        conn_t *c = s->dirty;
+        s->dirty = c->next_dirty;
+        c->dirty = 0;
+        if (c->dead) continue;
+        if (c->out_head) conn_write(s, c);
+        if (c->dead) continue;
+        unsigned want = (c->closing ? 0u : (unsigned)EPOLLIN) | (c->out_head ? (unsigned)EPOLLOUT : 0u);
+        if (want == c->events) continue;
+        struct epoll_event ev = {.events = want, .data.ptr = c};
+        if (epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+            c->events = want;
+        else
+            conn_kill(c, "disconnected (epoll: %s)", strerror(errno));
+    }
+}
+
+/* The listening sockets in the epoll set, or out of it (descriptors ran out). */
+static void listen_watch(server_t *s, int on)
+{
+    if (on == !s->listen_paused) return;
+    for (int l = 0; l < s->nlisten; l++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_fd[l]};
+        (void)epoll_ctl(s->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->listen_fd[l], &ev);
+    }
+    s->listen_paused = !on;
+}
+
 static void *server_main(void *arg)
 {
     server_t *s = arg;
     const char *why;
+    struct epoll_event evs[256];
 
     for (;;) {
         double now = weft_wtime();
-        double next = now + 1.0;          /* wake at least once a second */
-        int npoll, base = 1 + s->nlisten; /* pfds: the wake pipe, the listening sockets, the connections */
+        double next = now + 1.0; /* wake at least once a second */
 
         if ((why = server_should_stop(s, now))) break;
         reject_flush(s, now, 0);
-        /* Deadlines: rounds, silent strangers, refusals that cannot be flushed. */
+        /* Deadlines: rounds, fetches, silent strangers, refusals that cannot be flushed. */
         for (round_t *r = s->rounds, *rn; r; r = rn) {
             rn = r->next;
             if (r->deadline > 0 && now >= r->deadline)
@@ -950,72 +1262,62 @@ static void *server_main(void *arg)
             else if (r->deadline > 0 && r->deadline < next)
                 next = r->deadline;
         }
-        for (int i = 0; i < s->nconns; i++) {
-            conn_t *c = s->conns[i];
-            double limit = c->closing    ? c->closing_since + STORE_CLOSING_TIMEOUT
-                           : c->rank < 0 ? c->opened + STORE_HELLO_TIMEOUT
-                                         : 0;
-            if (limit <= 0) continue;
-            if (now >= limit) {
-                if (!c->closing)
-                    reject(s, WEFT_LOG_WARN, "dropped the connection from %s: no %s within %.0f s", c->peer,
-                           c->phase == PHASE_HELLO ? "HELLO" : "PROOF", STORE_HELLO_TIMEOUT);
-                conn_kill(c, "timed out");
-            } else if (limit < next) {
-                next = limit;
-            }
+        if (now >= s->next_sweep) {
+            sweep_deadlines(s, now);
+            s->next_sweep = now + STORE_SWEEP_PERIOD;
         }
+        next = waiters_expire(s, now, next);
+        if (s->next_sweep < next) next = s->next_sweep;
+        flush_dirty(s);
         server_reap(s);
 
-        s->pfds[0] = (struct pollfd){.fd = s->wake_rd, .events = POLLIN};
-        for (int l = 0; l < s->nlisten; l++)
-            s->pfds[1 + l] =
-                (struct pollfd){.fd = s->listen_fd[l], .events = now >= s->accept_pause_until ? POLLIN : 0};
+        listen_watch(s, now >= s->accept_pause_until);
         if (s->accept_pause_until > now && s->accept_pause_until < next) next = s->accept_pause_until;
-        for (int i = 0; i < s->nconns; i++) {
-            conn_t *c = s->conns[i];
-            s->pfds[base + i] = (struct pollfd){
-                .fd = c->fd, .events = (short)((c->closing ? 0 : POLLIN) | (c->out_head ? POLLOUT : 0))};
-        }
-        npoll = s->nconns;
         int ms = (int)((next - now) * 1000.0) + 1;
-        int n = poll(s->pfds, (nfds_t)(base + npoll), ms < 0 ? 0 : ms);
+        int n = epoll_wait(s->ep, evs, (int)(sizeof(evs) / sizeof(evs[0])), ms < 0 ? 0 : ms);
         if (n < 0) {
             if (errno == EINTR) continue;
-            weft_warn("env store at %s: poll failed: %s; the store stops", s->where, strerror(errno));
-            why = "its poll() failed";
+            weft_warn("env store at %s: epoll_wait failed: %s; the store stops", s->where, strerror(errno));
+            why = "its epoll_wait() failed";
             break;
         }
         now = weft_wtime();
-        if (s->pfds[0].revents) {
-            char junk[64];
-            while (read(s->wake_rd, junk, sizeof(junk)) > 0) {
-            }
-        }
-        /* Connections first: accept appends past the npoll that were polled. */
-        for (int i = 0; i < npoll; i++) {
-            conn_t *c = s->conns[i];
-            short re = s->pfds[base + i].revents;
-            if (!re || c->dead) continue;
-            if (re & POLLOUT) conn_write(s, c);
-            if (re & (POLLIN | POLLHUP | POLLERR)) {
-                if (c->closing)
-                    conn_kill(c, "closed");
-                else
-                    conn_read(s, c, now);
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            unsigned re = evs[i].events;
+            if (p == &s->wake_rd) {
+                char junk[64];
+                while (read(s->wake_rd, junk, sizeof(junk)) > 0) {
+                }
+            } else if (p >= (void *)&s->listen_fd[0] && p < (void *)&s->listen_fd[STORE_MAX_LISTEN]) {
+                if (now >= s->accept_pause_until) server_accept(s, *(int *)p, now);
+            } else {
+                conn_t *c = p;
+                if (c->dead) continue;
+                if (re & EPOLLOUT) {
+                    conn_write(s, c);
+                    conn_dirty(c); /* its events may change */
+                }
+                if (re & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                    if (c->closing)
+                        conn_kill(c, "closed");
+                    else
+                        conn_read(s, c, now);
+                }
             }
         }
         /* Answers produced by these reads (a WELCOME, a round's RESULT to every
-         * rank) go out now rather than after another poll. */
-        for (int i = 0; i < s->nconns; i++)
-            if (s->conns[i]->out_head && !s->conns[i]->dead) conn_write(s, s->conns[i]);
-        for (int l = 0; l < s->nlisten; l++)
-            if (s->pfds[1 + l].revents & POLLIN) server_accept(s, s->listen_fd[l], now);
+         * rank) go out now rather than after another wait. */
+        flush_dirty(s);
         server_reap(s);
     }
 
     server_notify_close(s, why);
     reject_flush(s, weft_wtime(), 1);
+    weft_debug("env store at %s: closing: %llu connections accepted (at most %llu open), %llu bytes received, %llu "
+               "sent",
+               s->where, (unsigned long long)s->stats.accepted, (unsigned long long)s->stats.peak_conns,
+               (unsigned long long)s->stats.bytes_in, (unsigned long long)s->stats.bytes_out);
     for (int i = 0; i < s->nconns; i++) {
         s->conns[i]->rank = -1; /* no round bookkeeping on the way out */
         conn_finish(s, s->conns[i]);
@@ -1035,6 +1337,14 @@ static void server_free(server_t *s)
         blob_put(f->err);
         free(f);
     }
+    while (s->waiters) {
+        waiter_t *w = s->waiters;
+        s->waiters = w->next;
+        free(w);
+    }
+    for (int r = 0; s->value && r < s->size; r++)
+        blob_put(s->value[r]);
+    free(s->value);
     for (int i = 0; i < s->nconns; i++) {
         close(s->conns[i]->fd);
         free(s->conns[i]);
@@ -1046,7 +1356,7 @@ static void server_free(server_t *s)
     pthread_mutex_destroy(&s->lock);
     memset(&s->key, 0, sizeof(s->key));
     free(s->conns);
-    free(s->pfds);
+    if (s->ep >= 0) close(s->ep);
     free(s->by_rank);
     free(s->rank_state);
     free(s->next_seq);
@@ -1324,7 +1634,8 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
     sigset_t all, old;
 
     if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for the store");
-    s->wake_rd = s->wake_wr = -1;
+    s->wake_rd = s->wake_wr = s->ep = -1;
+    s->listen_paused = 1; /* the loop adds the listening sockets */
     s->size = size;
     s->gone_rank = -1;
     s->max_conns = size + STORE_EXTRA_CONNS;
@@ -1334,11 +1645,11 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
     snprintf(s->where, sizeof(s->where), "%s", o->where);
     pthread_mutex_init(&s->lock, NULL);
     s->conns = calloc((size_t)s->max_conns, sizeof(*s->conns));
-    s->pfds = calloc((size_t)s->max_conns + 1 + STORE_MAX_LISTEN, sizeof(*s->pfds));
     s->by_rank = calloc((size_t)size, sizeof(*s->by_rank));
     s->rank_state = calloc((size_t)size, 1);
     s->next_seq = calloc((size_t)size, sizeof(*s->next_seq));
-    if (!s->conns || !s->pfds || !s->by_rank || !s->rank_state || !s->next_seq) {
+    s->value = calloc((size_t)size, sizeof(*s->value));
+    if (!s->conns || !s->by_rank || !s->rank_state || !s->next_seq || !s->value) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for a store of %d ranks", size);
         goto out;
     }
@@ -1348,6 +1659,11 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
     }
     s->wake_rd = wake[0];
     s->wake_wr = wake[1];
+    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &s->wake_rd};
+    if ((s->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 || epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake_rd, &wev) != 0) {
+        rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: epoll: %s", strerror(errno));
+        goto out;
+    }
     raise_fd_limit(s->max_conns + 64);
     WEFT_CHECK_GOTO(server_listen(s, o), rc, out);
     /* Signals belong to the application's threads, not the store's. */
@@ -1385,6 +1701,14 @@ void weft_env_server_stop(server_t *s, pthread_t thread, int graceful, double de
     }
     pthread_join(thread, NULL);
     server_free(s);
+}
+
+void weft_env_server_stats(server_t *s, weft_store_stats_t *out)
+{
+    out->accepted = __atomic_load_n(&s->stats.accepted, __ATOMIC_RELAXED);
+    out->peak_conns = __atomic_load_n(&s->stats.peak_conns, __ATOMIC_RELAXED);
+    out->bytes_in = __atomic_load_n(&s->stats.bytes_in, __ATOMIC_RELAXED);
+    out->bytes_out = __atomic_load_n(&s->stats.bytes_out, __ATOMIC_RELAXED);
 }
 
 void weft_env_server_self(server_t *s, struct addrinfo *ai)

@@ -111,15 +111,23 @@ void weft_env_judge_header(const uint8_t *b, int phase, uint32_t world, uint32_t
         if (h->magic != STORE_MAGIC || h->version != STORE_VERSION)
             judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "sent a corrupt message (magic 0x%08x, version %u)", h->magic,
                   h->version);
-        else if (h->kind == K_CONTRIB && (h->rank != member_rank || h->size != world))
+        else if ((weft_env_is_round(h->kind) || h->kind == K_PUT || h->kind == K_GET) &&
+                 (h->rank != member_rank || h->size != world))
             judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP,
                   "sent a malformed message (rank %u, size %u on rank %u's connection)", h->rank, h->size, member_rank);
-        else if (h->kind == K_CONTRIB && (h->len > STORE_MAX_CONTRIB || h->len * (uint64_t)world > STORE_MAX_ROUND))
+        else if (weft_env_is_round(h->kind) &&
+                 (h->len > STORE_MAX_CONTRIB || (h->kind != K_BCAST && h->len * (uint64_t)world > STORE_MAX_ROUND)))
             judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP,
                   "announced a %llu-byte contribution (limits: %llu per rank, %llu per round)",
                   (unsigned long long)h->len, (unsigned long long)STORE_MAX_CONTRIB,
                   (unsigned long long)STORE_MAX_ROUND);
-        else if (h->kind != K_CONTRIB && !(h->kind == K_BYE && h->len == 0))
+        else if (h->kind == K_PUT && h->len > STORE_MAX_BLOB)
+            judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "published a %llu-byte blob (limit %llu)",
+                  (unsigned long long)h->len, (unsigned long long)STORE_MAX_BLOB);
+        else if (h->kind == K_GET && (h->len < 4 || h->len > 4 * STORE_GET_MAX || h->len % 4))
+            judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "sent a %llu-byte GET", (unsigned long long)h->len);
+        else if (!weft_env_is_round(h->kind) && h->kind != K_PUT && h->kind != K_GET &&
+                 !(h->kind == K_BYE && h->len == 0))
             judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "sent an unexpected message (kind %u, %llu bytes)", h->kind,
                   (unsigned long long)h->len);
         return;

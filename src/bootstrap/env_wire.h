@@ -4,7 +4,7 @@
  * checks of what a connection sends (pure functions: test/fuzz drives
  * them with arbitrary bytes), and small helpers both sides use.
  *
- * Wire protocol (version 2): every message is a 40-byte header, then `len`
+ * Wire protocol (version 3): every message is a 40-byte header, then `len`
  * payload bytes; integers are big-endian.
  *   u32 magic "WFTS" | u16 version | u16 kind | u32 rank | u32 size |
  *   u64 seq | u64 arg | u64 len
@@ -24,10 +24,28 @@
  *                              "weft store v2 rank" || Ns || Nc || rank || size)
  *   WELCOME   store -> client  the proof was right and the rank is free, len 0.
  * A rank is a member once WELCOMEd; only then does it hold its slot.
- *   CONTRIB client -> store  round `seq` (0, 1, 2, ... on every client),
- *                            arg = the client's remaining time in ms
- *                            (0: no deadline), len bytes of data
- *   RESULT  store -> client  round `seq` complete: size * len bytes, rank-major
+ *   CONTRIB client -> store  allgather round `seq` (0, 1, 2, ... on every
+ *                            client, whatever the round's kind), arg = the
+ *                            client's remaining time in ms (0: no
+ *                            deadline), len bytes of data
+ *   GATHER  client -> store  a round like CONTRIB whose result only rank 0
+ *                            gets (size * len bytes); the others get an
+ *                            empty RESULT once every rank contributed
+ *   BCAST   client -> store  a round in which rank 0 contributes len bytes
+ *                            and every other rank none: the others get
+ *                            rank 0's bytes, rank 0 an empty RESULT
+ *   RESULT  store -> client  round `seq` complete: CONTRIB's size * len
+ *                            bytes, rank-major, or as GATHER / BCAST say
+ *   PUT     client -> store  this rank's blob (its UCX address, <= 64 KiB),
+ *                            kept for the job; no answer
+ *   GET     client -> store  arg = remaining time in ms; payload: 1 to 16
+ *                            u32 ranks whose blobs are wanted. Each is
+ *                            answered by a VALUE when that rank has PUT
+ *                            (at once, or when it does: the answers may
+ *                            come in any order), or by a failing VALUE at
+ *                            the deadline or when the rank left without one
+ *   VALUE   store -> client  rank = whose blob, arg = the weft status: 0
+ *                            and the blob, or the status and why (text)
  *   ERROR   store -> client  round `seq` (or the handshake) failed: arg = the
  *                            weft status, payload = the message text (<= 4 KiB).
  *                            WEFT_ERR_ALREADY refusing a PROOF means "a previous
@@ -46,7 +64,8 @@
  * connection's state, a right proof before anything else, rank < size,
  * size == WORLD_SIZE, one connection per rank, seq == that rank's next
  * round, a contribution <= 64 MiB, a round (size * len) <= 2 GiB, the same
- * len from every rank, WORLD_SIZE <= 2^22, at most WORLD_SIZE + 256
+ * len from every rank (a BCAST: none but rank 0's), the same kind from
+ * every rank, one PUT per rank, WORLD_SIZE <= 2^22, at most WORLD_SIZE + 256
  * connections (the oldest unauthenticated one makes room for a new one),
  * the handshake within 10 s of connecting. A connection that breaks a rule
  * is closed, logged at a bounded rate; a stranger's does not disturb the
@@ -64,9 +83,11 @@
 #include <stdint.h>
 
 #define STORE_MAGIC       0x57465453u /* "WFTS" */
-#define STORE_VERSION     2u
+#define STORE_VERSION     3u
 #define STORE_HDR         40
 #define STORE_MAX_CONTRIB ((uint64_t)64 << 20)
+#define STORE_MAX_BLOB    ((uint64_t)64 << 10) /* a PUT */
+#define STORE_GET_MAX     16                   /* ranks one GET may name (u32 each) */
 #define STORE_MAX_ROUND   ((uint64_t)2 << 30)
 #define STORE_MAX_TEXT    4096
 #define STORE_PRINT_TEXT  1024 /* of a received text, escaped, at most this much is printed */
@@ -75,7 +96,8 @@
 #define STORE_NONCE       32
 #define STORE_PROOF       WEFT_SHA256_LEN
 #define STORE_CHALLENGE   (STORE_NONCE + STORE_PROOF) /* a CHALLENGE's payload */
-#define STORE_SMALL_MAX   STORE_CHALLENGE             /* the most a connection sends before it is a member */
+#define STORE_SMALL_MAX   STORE_CHALLENGE             /* the most a connection sends before it is a member, and a GET */
+_Static_assert(4 * STORE_GET_MAX <= STORE_SMALL_MAX, "a GET's ranks fit the store's small buffer");
 
 enum {
     K_HELLO = 1,
@@ -86,8 +108,19 @@ enum {
     K_BYE = 6,
     K_LOST = 7,
     K_CHALLENGE = 8,
-    K_PROOF = 9
+    K_PROOF = 9,
+    K_GATHER = 10,
+    K_BCAST = 11,
+    K_PUT = 12,
+    K_GET = 13,
+    K_VALUE = 14
 };
+
+/* A round's contribution: CONTRIB, GATHER or BCAST. */
+static inline int weft_env_is_round(unsigned kind)
+{
+    return kind == K_CONTRIB || kind == K_GATHER || kind == K_BCAST;
+}
 
 #define HELLO_WANTS_LOST 1u /* HELLO arg bit: send LOST notices */
 #define FLAG_KEYED       2u /* HELLO / CHALLENGE arg bit: this side has a job secret */

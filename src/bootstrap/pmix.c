@@ -1,6 +1,9 @@
 /* PMIx bootstrap: mpirun / prterun / srun --mpi=pmix. Each allgather is a
  * Put + Commit, a data-collecting fence, and a Get per rank. The fence is
  * nonblocking so weft's own deadline holds even if the server has none.
+ * UCX addresses are put without a fence and fetched on demand (direct
+ * modex: pmix_put, pmix_get); init's gather and broadcast are allgathers
+ * (each node's server then holds every rank's node-map record: O(size)).
  *
  * Liveness, two sources, because launchers differ:
  *   - an event handler for the process-termination events (PRRTE, Open MPI
@@ -299,21 +302,29 @@ static int fence(pmix_bs_t *p, int size, int collect, const char *key, double de
     return WEFT_SUCCESS;
 }
 
+/* Puts len bytes under key for every rank (PMIX_GLOBAL) and commits them. */
+static int put_commit(const char *key, const void *data, size_t len)
+{
+    pmix_status_t st;
+    pmix_value_t val;
+    PMIX_VALUE_CONSTRUCT(&val);
+    val.type = PMIX_BYTE_OBJECT;
+    val.data.bo.bytes = (char *)(len ? data : "");
+    val.data.bo.size = len;
+    if ((st = PMIx_Put(PMIX_GLOBAL, key, &val)) != PMIX_SUCCESS || (st = PMIx_Commit()) != PMIX_SUCCESS)
+        return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx put/commit of %s failed: %s", key, PMIx_Error_string(st));
+    return WEFT_SUCCESS;
+}
+
 static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
 {
     pmix_bs_t *p = bs->impl;
     pmix_status_t st;
     pmix_key_t key;
-    pmix_value_t val;
     int rc;
 
     snprintf(key, sizeof(key), "weft.ag.%u", p->seq++);
-    PMIX_VALUE_CONSTRUCT(&val);
-    val.type = PMIX_BYTE_OBJECT;
-    val.data.bo.bytes = (char *)(len ? send : "");
-    val.data.bo.size = len;
-    if ((st = PMIx_Put(PMIX_GLOBAL, key, &val)) != PMIX_SUCCESS || (st = PMIx_Commit()) != PMIX_SUCCESS)
-        return weft_error(WEFT_ERR_BOOTSTRAP, "PMIx put/commit of %s failed: %s", key, PMIx_Error_string(st));
+    if ((rc = put_commit(key, send, len))) return rc;
     if ((rc = fence(p, bs->size, 1, key, deadline))) return rc;
 
     for (int r = 0; r < bs->size; r++) {
@@ -341,6 +352,51 @@ static int pmix_allgather(weft_bootstrap_t *bs, const void *send, void *recv, si
         PMIX_VALUE_RELEASE(v);
     }
     return WEFT_SUCCESS;
+}
+
+/* A rank's blob (its sealed UCX address), committed without a fence: PMIx
+ * serves a peer's Get of it on demand (direct modex), so no server holds
+ * every rank's address unless its ranks ask for them. Init's later fences
+ * collect no data, so they do not carry it everywhere either. */
+#define PMIX_ADDR_KEY "weft.addr"
+
+static int pmix_put(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline)
+{
+    (void)bs;
+    (void)deadline;
+    return put_commit(PMIX_ADDR_KEY, blob, len);
+}
+
+static int pmix_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline)
+{
+    pmix_bs_t *p = bs->impl;
+    int rc = WEFT_SUCCESS;
+    for (int i = 0; i < n && rc == WEFT_SUCCESS; i++) {
+        pmix_proc_t proc;
+        pmix_value_t *v = NULL;
+        pmix_info_t tinfo;
+        int secs = deadline > 0 ? (int)(deadline - weft_wtime()) + 1 : 0;
+        if (secs > 0) PMIX_INFO_LOAD(&tinfo, PMIX_TIMEOUT, &secs, PMIX_INT);
+        PMIX_LOAD_PROCID(&proc, p->me.nspace, (pmix_rank_t)ranks[i]);
+        pmix_status_t st = PMIx_Get(&proc, PMIX_ADDR_KEY, secs > 0 ? &tinfo : NULL, secs > 0 ? 1 : 0, &v);
+        if (st != PMIX_SUCCESS || !v || v->type != PMIX_BYTE_OBJECT)
+            rc = weft_error(st == PMIX_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT : WEFT_ERR_BOOTSTRAP,
+                            "PMIx get of rank %d's address failed: %s%s", ranks[i], PMIx_Error_string(st),
+                            st == PMIX_SUCCESS ? " (wrong type)" : "");
+        else if (!(blobs[i] = malloc(v->data.bo.size ? v->data.bo.size : 1)))
+            rc = weft_error(WEFT_ERR_NO_MEMORY, "PMIx: out of memory");
+        else {
+            if (v->data.bo.size) memcpy(blobs[i], v->data.bo.bytes, v->data.bo.size);
+            lens[i] = v->data.bo.size;
+        }
+        if (v) PMIX_VALUE_RELEASE(v);
+    }
+    if (rc != WEFT_SUCCESS)
+        for (int i = 0; i < n; i++) {
+            free(blobs[i]);
+            blobs[i] = NULL;
+        }
+    return rc;
 }
 
 /* No data to exchange: a fence alone (no put, no get of every rank's key). */
@@ -424,6 +480,8 @@ int weft_bootstrap_pmix_init(weft_bootstrap_t *bs, double deadline)
     bs->abort = pmix_abort;
     bs->poll_lost = pmix_poll_lost;
     bs->barrier = pmix_barrier;
+    bs->put = pmix_put;
+    bs->get = pmix_get;
     bs->impl = &g_pmix;
     lost_queued = 0;
     free(lost_noted);

@@ -32,7 +32,16 @@
  * for chunk 0 and read the rest. Rank 0 then deletes the rank keys and
  * the last reader the chunks, so a finished round leaves nothing behind
  * and nothing stale to read. Each rank needs one connection and the store
- * holds one waiter per rank per round, not size^2.
+ * holds one waiter per rank per round, not size^2. A gather at rank 0 is
+ * the same round with only the header published (the others learn it is
+ * complete, or who never came); a broadcast is rank 0's publication alone.
+ * So init's node map costs the store O(size) bytes, not size^2 (its
+ * allgathers carry size * len to every rank).
+ *
+ * A rank's published blob (its sealed UCX address) is P/0/addr<rank>;
+ * another rank WAITs for it and reads it when it first makes an endpoint
+ * to that rank (up to 16 in one WAIT and one MULTI_GET). Each rank deletes
+ * its own at finalize, after the closing barrier.
  *
  * P = /weft/<TORCHELASTIC_RUN_ID>/<TORCHELASTIC_RESTART_COUNT>/<n>, n
  * counting this process's inits: a restarted worker group (torchrun
@@ -94,7 +103,8 @@ enum { WAIT_STOP_WAITING = 0, WAIT_CANCELED = 1 };
 typedef struct ts_boot {
     int fd;
     int rank, size;
-    int broken; /* the stream is out of step (an I/O failure mid-request): no more rounds */
+    int broken;    /* the stream is out of step (an I/O failure mid-request): no more rounds */
+    int published; /* this rank's blob is at P/0/addr<rank> (deleted at finalize) */
     uint64_t seq;
     char addr[256];
     int port;
@@ -241,7 +251,8 @@ static int ts_set(ts_boot_t *t, uint64_t seq, const char *what, long idx, const 
 
 /* WAIT until keys P/seq/<what>[lo, hi) exist or `until` passes (then the
  * wait is canceled). IO_OK, IO_TIMEOUT, or an error status (< 0). */
-static int ts_wait(ts_boot_t *t, uint64_t seq, const char *what, long lo, long hi, double until)
+static int ts_wait_keys(ts_boot_t *t, uint64_t seq, const char *what, const long *list, long lo, long hi,
+                        double until)
 {
     tsbuf_t b = {0};
     uint8_t r = 0;
@@ -251,7 +262,7 @@ static int ts_wait(ts_boot_t *t, uint64_t seq, const char *what, long lo, long h
     tb_u8(&b, Q_WAIT);
     tb_u64(&b, (uint64_t)(hi - lo));
     for (long i = lo; i < hi; i++)
-        tb_key(&b, t, seq, what, i);
+        tb_key(&b, t, seq, what, list ? list[i] : i);
     io = tb_send(t, &b, 0, io_dl, &err);
     if (io == IO_OK) io = weft_io_recv(t->fd, &r, 1, until, &err);
     if (io == IO_OK) {
@@ -270,6 +281,11 @@ static int ts_wait(ts_boot_t *t, uint64_t seq, const char *what, long lo, long h
         if (io == IO_OK && r == WAIT_CANCELED) return IO_OK;
     }
     return ts_broken(t, io == IO_OK ? IO_ERROR : io, io == IO_OK ? EPROTO : err, "canceling a wait");
+}
+
+static int ts_wait(ts_boot_t *t, uint64_t seq, const char *what, long lo, long hi, double until)
+{
+    return ts_wait_keys(t, seq, what, NULL, lo, hi, until);
 }
 
 /* WAIT in batches (one request may name at most TS_BATCH keys). */
@@ -393,8 +409,9 @@ static int ts_fail_round(ts_boot_t *t, uint64_t seq, int status, const char *tex
 }
 
 /* Rank 0: gathers every rank's block (its own already in recv), then
- * publishes the result. */
-static int ts_gather(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double deadline)
+ * publishes the result: every block (an allgather), or only that the
+ * round is complete (`share` 0: a gather at rank 0). */
+static int ts_gather(ts_boot_t *t, uint64_t seq, void *recv, size_t len, int share, double deadline)
 {
     char text[TS_MAX_TEXT], who[TS_MAX_TEXT - 256];
     double io_dl = ts_io_deadline(deadline);
@@ -447,18 +464,23 @@ static int ts_gather(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double 
             (unsigned long long)seq, bad_rank, (unsigned long long)bad_len, len);
         return ts_fail_round(t, seq, WEFT_ERR_BOOTSTRAP, text);
     }
-    WEFT_CHECK_GOTO(ts_publish(t, seq, WEFT_SUCCESS, recv, (uint64_t)len * (uint64_t)t->size, io_dl), rc, out);
+    WEFT_CHECK_GOTO(ts_publish(t, seq, WEFT_SUCCESS, share ? recv : NULL, share ? (uint64_t)len * (uint64_t)t->size : 0,
+                               io_dl),
+                    rc, out);
     rc = ts_delete(t, seq, "r", 0, t->size, io_dl);
 out:
     return rc;
 }
 
-/* Ranks other than 0: waits for rank 0's result (or verdict) and reads it. */
-static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double deadline)
+/* Ranks other than 0: waits for rank 0's result (or verdict) and reads
+ * it: `total` bytes into recv, or (out != NULL, a broadcast) whatever
+ * rank 0 published into a malloc'd *out. */
+static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, uint64_t total, void **out, size_t *out_len,
+                    double deadline)
 {
     char text[TS_MAX_TEXT + 1], who[TS_MAX_TEXT - 256];
     uint8_t hdr[TS_RESULT_HDR];
-    uint64_t vlen = 0, plen, total = (uint64_t)len * (uint64_t)t->size, done = 0;
+    uint64_t vlen = 0, plen, done = 0;
     uint32_t magic, status;
     double io_dl;
     int err = 0, io, rc = WEFT_SUCCESS;
@@ -466,7 +488,7 @@ static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double d
     io = ts_wait(t, seq, "all", 0, 1, deadline > 0 ? deadline + TS_GRACE : 0.0);
     if (io < 0) return io;
     if (io == IO_TIMEOUT) {
-        int missing = ts_missing(t, seq, who, sizeof(who));
+        int missing = out ? 0 : ts_missing(t, seq, who, sizeof(who)); /* a broadcast waits for rank 0 alone */
         if (missing > 0)
             return weft_error(WEFT_ERR_TIMEOUT,
                               "torchstore bootstrap: %s at torchrun's agent store %s (bootstrap "
@@ -497,7 +519,8 @@ static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double d
     status = le32toh(status);
     plen = le64toh(plen);
     vlen -= TS_RESULT_HDR;
-    if (magic != TS_RESULT_MAGIC ||
+    if (out && magic == TS_RESULT_MAGIC && status == 0) total = plen; /* a broadcast: rank 0 says how much */
+    if (magic != TS_RESULT_MAGIC || plen > TS_MAX_ROUND ||
         (status == 0 && (plen != total || vlen != (plen > TS_CHUNK - TS_RESULT_HDR ? TS_CHUNK - TS_RESULT_HDR : plen))))
         return weft_error(WEFT_ERR_BOOTSTRAP,
                           "torchstore bootstrap: rank %d: bootstrap round %llu's result at %s is not what rank 0 "
@@ -516,6 +539,15 @@ static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double d
         int st = (int)(int32_t)status;
         if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_BOOTSTRAP && st != WEFT_ERR_ARG) st = WEFT_ERR_BOOTSTRAP;
         return weft_error(st, "torchstore bootstrap: %s", text);
+    }
+    if (out) {
+        if (!(*out = malloc(plen ? (size_t)plen : 1))) {
+            t->broken = 1; /* the value is still in the stream */
+            return weft_error(WEFT_ERR_NO_MEMORY, "torchstore bootstrap: out of memory for %llu bytes",
+                              (unsigned long long)plen);
+        }
+        *out_len = (size_t)plen;
+        recv = *out;
     }
     /* The first chunk's payload, then the others in one request. */
     if (vlen) io = weft_io_recv(t->fd, recv, (size_t)vlen, io_dl, &err);
@@ -545,7 +577,13 @@ static int ts_fetch(ts_boot_t *t, uint64_t seq, void *recv, size_t len, double d
         io = tb_send(t, &q, 0, io_dl, &err);
         if (io == IO_OK) io = recv_u64(t, &done, io_dl, &err);
     }
-    if (io != IO_OK) return ts_broken(t, io, err, "reading rank 0's result");
+    if (io != IO_OK) {
+        if (out) {
+            free(*out);
+            *out = NULL;
+        }
+        return ts_broken(t, io, err, "reading rank 0's result");
+    }
     if (done == (uint64_t)t->size - 1) {
         WEFT_CHECK_GOTO(ts_delete(t, seq, "all", 0, nchunks, io_dl), rc, out);
         WEFT_CHECK_GOTO(ts_delete(t, seq, "done", -1, 0, io_dl), rc, out);
@@ -580,17 +618,137 @@ static int ts_allgather(weft_bootstrap_t *bs, const void *send, void *recv, size
     seq = t->seq++;
     int rc = ts_set(t, seq, "r", t->rank, send, len, NULL, 0, ts_io_deadline(deadline));
     if (rc != WEFT_SUCCESS) return rc;
-    if (t->rank != 0) return ts_fetch(t, seq, recv, len, deadline);
+    if (t->rank != 0) return ts_fetch(t, seq, recv, (uint64_t)len * (uint64_t)t->size, NULL, NULL, deadline);
     if (len) memcpy(recv, send, len);
-    return ts_gather(t, seq, recv, len, deadline);
+    return ts_gather(t, seq, recv, len, 1, deadline);
+}
+
+/* Checks a request can go out on t. */
+static int ts_usable(ts_boot_t *t, const char *what)
+{
+    if (!t || t->fd < 0) return weft_error(WEFT_ERR_ARG, "torchstore bootstrap: %s on a closed bootstrap", what);
+    if (t->broken)
+        return weft_error(WEFT_ERR_PEER_LOST,
+                          "torchstore bootstrap: the connection to torchrun's agent store at %s broke in an earlier "
+                          "round",
+                          t->where);
+    return WEFT_SUCCESS;
+}
+
+/* A gather at rank 0: every rank SETs its block, rank 0 reads them all and
+ * publishes only that the round is complete (or who never came). */
+static int ts_gather_root(weft_bootstrap_t *bs, const void *send, void *recv, size_t len, double deadline)
+{
+    ts_boot_t *t = bs ? bs->impl : NULL;
+    int rc = ts_usable(t, "gather");
+    if (rc) return rc;
+    if ((uint64_t)len > TS_MAX_VALUE || (uint64_t)len * (uint64_t)t->size > TS_MAX_ROUND)
+        return weft_error(WEFT_ERR_ARG, "torchstore bootstrap: a gather of %zu bytes per rank x %d ranks is over the "
+                          "limits", len, t->size);
+    if (len > 0 && (!send || (t->rank == 0 && !recv)))
+        return weft_error(WEFT_ERR_ARG, "torchstore bootstrap: gather with a NULL buffer");
+    if (t->size == 1) {
+        if (len) memcpy(recv, send, len);
+        return WEFT_SUCCESS;
+    }
+    uint64_t seq = t->seq++;
+    if ((rc = ts_set(t, seq, "r", t->rank, send, len, NULL, 0, ts_io_deadline(deadline))) != WEFT_SUCCESS) return rc;
+    if (t->rank != 0) return ts_fetch(t, seq, NULL, 0, NULL, NULL, deadline);
+    if (len) memcpy(recv, send, len);
+    return ts_gather(t, seq, recv, len, 0, deadline);
+}
+
+/* A broadcast from rank 0: it publishes, the others read. */
+static int ts_bcast(weft_bootstrap_t *bs, const void *send, size_t len, void **out, size_t *out_len, double deadline)
+{
+    ts_boot_t *t = bs ? bs->impl : NULL;
+    int rc = ts_usable(t, "broadcast");
+    *out = NULL;
+    *out_len = 0;
+    if (rc) return rc;
+    if (t->rank == 0 && (uint64_t)len > TS_MAX_ROUND)
+        return weft_error(WEFT_ERR_ARG, "torchstore bootstrap: a broadcast of %zu bytes is over the limit", len);
+    if (t->size == 1) return WEFT_SUCCESS;
+    uint64_t seq = t->seq++;
+    if (t->rank != 0) return ts_fetch(t, seq, NULL, 0, out, out_len, deadline);
+    return ts_publish(t, seq, WEFT_SUCCESS, send, len, ts_io_deadline(deadline));
+}
+
+static int ts_barrier(weft_bootstrap_t *bs, double deadline)
+{
+    return ts_allgather(bs, NULL, NULL, 0, deadline);
+}
+
+/* A rank's blob: P/0/addr<rank>, kept until that rank finalizes. */
+static int ts_put(weft_bootstrap_t *bs, const void *blob, size_t len, double deadline)
+{
+    ts_boot_t *t = bs ? bs->impl : NULL;
+    int rc = ts_usable(t, "publishing");
+    if (rc) return rc;
+    if ((uint64_t)len > TS_MAX_VALUE)
+        return weft_error(WEFT_ERR_ARG, "torchstore bootstrap: a blob of %zu bytes cannot be published", len);
+    if ((rc = ts_set(t, 0, "addr", t->rank, blob, len, NULL, 0, ts_io_deadline(deadline))) == WEFT_SUCCESS)
+        t->published = 1;
+    return rc;
+}
+
+/* WAITs for the ranks' blobs, then reads them in one MULTI_GET. */
+static int ts_get(weft_bootstrap_t *bs, const int *ranks, int n, void **blobs, size_t *lens, double deadline)
+{
+    ts_boot_t *t = bs ? bs->impl : NULL;
+    long idx[WEFT_BOOTSTRAP_GET_MAX];
+    int rc = ts_usable(t, "fetching addresses"), err = 0, io;
+    if (rc) return rc;
+    for (int i = 0; i < n; i++)
+        idx[i] = ranks[i];
+    io = ts_wait_keys(t, 0, "addr", idx, 0, n, deadline);
+    if (io < 0) return io;
+    if (io == IO_TIMEOUT)
+        return weft_error(WEFT_ERR_TIMEOUT,
+                          "torchstore bootstrap: rank %d%s had not published its address at torchrun's agent store %s "
+                          "by the deadline",
+                          ranks[0], n > 1 ? " (or another of those fetched with it)" : "", t->where);
+    double io_dl = ts_io_deadline(deadline);
+    tsbuf_t q = {0};
+    tb_u8(&q, Q_MULTI_GET);
+    tb_u64(&q, (uint64_t)n);
+    for (int i = 0; i < n; i++)
+        tb_key(&q, t, 0, "addr", idx[i]);
+    io = tb_send(t, &q, 0, io_dl, &err);
+    for (int i = 0; i < n && io == IO_OK; i++) {
+        uint64_t vlen = 0;
+        if ((io = recv_u64(t, &vlen, io_dl, &err)) != IO_OK) break;
+        if (vlen > TS_MAX_VALUE) {
+            io = IO_ERROR;
+            err = EPROTO;
+            break;
+        }
+        if (!(blobs[i] = malloc(vlen ? (size_t)vlen : 1))) {
+            io = IO_ERROR;
+            err = ENOMEM;
+            break;
+        }
+        lens[i] = (size_t)vlen;
+        if (vlen) io = weft_io_recv(t->fd, blobs[i], (size_t)vlen, io_dl, &err);
+    }
+    if (io != IO_OK) {
+        for (int i = 0; i < n; i++) {
+            free(blobs[i]);
+            blobs[i] = NULL;
+        }
+        return ts_broken(t, io, err, "reading addresses");
+    }
+    return WEFT_SUCCESS;
 }
 
 static void ts_finalize(weft_bootstrap_t *bs, int graceful, double deadline)
 {
     ts_boot_t *t = bs ? bs->impl : NULL;
-    (void)graceful;
     (void)deadline;
     if (!t) return;
+    /* After the closing barrier nobody fetches this rank's address any more. */
+    if (graceful && t->published && !t->broken && t->fd >= 0)
+        (void)ts_delete(t, 0, "addr", t->rank, t->rank + 1, weft_wtime() + TS_GRACE);
     if (t->fd >= 0) close(t->fd);
     free(t);
     bs->impl = NULL;
@@ -697,6 +855,11 @@ int weft_bootstrap_torchstore_init(weft_bootstrap_t *bs, double deadline)
     bs->local_rank = v.local_rank;
     bs->local_size = v.local_size;
     bs->allgather = ts_allgather;
+    bs->gather = ts_gather_root;
+    bs->bcast = ts_bcast;
+    bs->barrier = ts_barrier;
+    bs->put = ts_put;
+    bs->get = ts_get;
     bs->finalize = ts_finalize;
     bs->impl = t;
     return WEFT_SUCCESS;

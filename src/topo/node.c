@@ -95,34 +95,214 @@ static void node_key(node_key_t *k)
     }
 }
 
-/* What the exchange shows wrong on some rank: every rank sees the same and
- * fails alike, at once. */
-static int check_keys(weft_bootstrap_t *bs, const node_key_t *all, double deadline)
+/* ---- rank 0's computation ----------------------------------------------------
+ * Every rank sends its record to rank 0 (a gather); rank 0 computes the
+ * node of every rank and the machine of every rank, and broadcasts them
+ * compressed with its verdict. Each rank then derives its local rank and
+ * size, and the count of ranks on its machine. Nothing here is quadratic,
+ * and no rank but rank 0 receives more than the compressed maps. */
+
+/* A small open-addressing map from up to three 64-bit words to an int. */
+typedef struct {
+    uint64_t k[3];
+    int value, used;
+} slot_t;
+
+typedef struct {
+    slot_t *slots;
+    size_t mask;
+} idmap_t;
+
+static int idmap_init(idmap_t *m, int n)
 {
-    int n = bs->size, nbad = 0, rc = WEFT_SUCCESS;
-    int *bad = malloc(sizeof(int) * (size_t)n);
-    uint64_t *cfg = malloc(sizeof(uint64_t) * (size_t)n);
-    if (!bad || !cfg) {
+    size_t cap = 16;
+    while (cap < 2 * (size_t)n)
+        cap *= 2;
+    m->slots = calloc(cap, sizeof(*m->slots));
+    m->mask = cap - 1;
+    return m->slots ? 0 : -1;
+}
+
+/* The value stored under k, or stores `fresh` there and returns it. */
+static int idmap_get(idmap_t *m, uint64_t a, uint64_t b, uint64_t c, int fresh, int *is_new)
+{
+    uint64_t h = fnv1a(fnv1a(fnv1a(UINT64_C(0xcbf29ce484222325), (const char *)&a, 8), (const char *)&b, 8),
+                       (const char *)&c, 8);
+    for (size_t i = (size_t)h & m->mask;; i = (i + 1) & m->mask) {
+        slot_t *s = &m->slots[i];
+        if (!s->used) {
+            s->used = 1;
+            s->k[0] = a, s->k[1] = b, s->k[2] = c;
+            s->value = fresh;
+            *is_new = 1;
+            return fresh;
+        }
+        if (s->k[0] == a && s->k[1] == b && s->k[2] == c) {
+            *is_new = 0;
+            return s->value;
+        }
+    }
+}
+
+/* node_of (nodes numbered by first rank; with WEFT_RANKS_PER_NODE a
+ * rank's position among its host's ranks splits the host) and machine_of. */
+static int compute_maps(const node_key_t *all, int n, int k, int *node_of, int *machine_of, int *nnodes)
+{
+    idmap_t hosts = {0}, nodes = {0}, machines = {0};
+    int *host_count = malloc(sizeof(int) * (size_t)n), nh = 0, nn = 0, nm = 0, fresh;
+    int rc = idmap_init(&hosts, n) || idmap_init(&nodes, n) || idmap_init(&machines, n) || !host_count ? -1 : 0;
+    for (int r = 0; r < n && rc == 0; r++) {
+        int h = idmap_get(&hosts, all[r].host, (uint64_t)all[r].sim, 0, nh, &fresh);
+        if (fresh) host_count[nh++] = 0;
+        int sub = k > 0 ? host_count[h] / k : 0;
+        host_count[h]++;
+        node_of[r] = idmap_get(&nodes, (uint64_t)h, (uint64_t)sub, 1, nn, &fresh);
+        nn += fresh;
+        machine_of[r] = idmap_get(&machines, all[r].machine, 0, 2, nm, &fresh);
+        nm += fresh;
+    }
+    *nnodes = nn;
+    free(hosts.slots);
+    free(nodes.slots);
+    free(machines.slots);
+    free(host_count);
+    return rc;
+}
+
+/* A map v[0..n-1] of small ids, compressed: "runs" (first id, run length,
+ * count): `count` runs of `run length` equal ids, first, first + 1, ... So
+ * ranks placed in blocks of equal nodes take one triple, ranks dealt
+ * round-robin over M nodes one per round, and anything else at most the
+ * plain list (form 0). Returns the words written (out: 1 + n words). */
+enum { MAP_PLAIN = 0, MAP_RUNS = 1 };
+
+static size_t map_encode(const int *v, int n, uint32_t *out)
+{
+    size_t w = 1;
+    out[0] = MAP_RUNS;
+    for (int i = 0; i < n;) {
+        int len = 1;
+        while (i + len < n && v[i + len] == v[i])
+            len++;
+        /* extend the previous triple when this run continues its progression */
+        if (w > 1 && out[w - 2] == (uint32_t)len && out[w - 3] + out[w - 1] == (uint32_t)v[i]) {
+            out[w - 1]++;
+        } else if (w + 3 > 1 + (size_t)n) {
+            w = SIZE_MAX; /* longer than the plain list */
+            break;
+        } else {
+            out[w++] = (uint32_t)v[i];
+            out[w++] = (uint32_t)len;
+            out[w++] = 1;
+        }
+        i += len;
+    }
+    if (w != SIZE_MAX) return w;
+    out[0] = MAP_PLAIN;
+    for (int i = 0; i < n; i++)
+        out[1 + i] = (uint32_t)v[i];
+    return 1 + (size_t)n;
+}
+
+/* The inverse, checked: every id < limit, exactly n entries. 0 or -1. */
+static int map_decode(const uint32_t *w, size_t nw, int n, int limit, int *v)
+{
+    if (nw < 1) return -1;
+    if (w[0] == MAP_PLAIN) {
+        if (nw != 1 + (size_t)n) return -1;
+        for (int i = 0; i < n; i++) {
+            if (w[1 + i] >= (uint32_t)limit) return -1;
+            v[i] = (int)w[1 + i];
+        }
+        return 0;
+    }
+    if (w[0] != MAP_RUNS || (nw - 1) % 3) return -1;
+    size_t at = 0;
+    for (size_t t = 1; t < nw; t += 3) {
+        uint64_t first = w[t], len = w[t + 1], count = w[t + 2];
+        if (!len || !count || first + count > (uint64_t)limit || at + len * count > (size_t)n) return -1;
+        for (uint64_t c = 0; c < count; c++)
+            for (uint64_t j = 0; j < len; j++)
+                v[at++] = (int)(first + c);
+    }
+    return at == (size_t)n ? 0 : -1;
+}
+
+enum { VERDICT_OK = 0, VERDICT_BAD_NODE_ID = 1, VERDICT_SETTINGS = 2 };
+#define NODEMAP_MAGIC 0x57464e4du /* "WFNM" */
+
+/* What rank 0 broadcasts: this header, then the node map's words, then
+ * the machine map's, then (a bad WEFT_NODE_ID) the ranks as text. */
+typedef struct {
+    uint32_t magic, verdict;
+    uint64_t job, nonce;
+    uint32_t size, nnodes, nmachines;
+    uint32_t node_words, machine_words, text_len;
+} map_hdr_t;
+
+/* Rank 0: the verdict and the maps, as the broadcast's bytes (malloc'd). */
+static int rank0_compute(const node_key_t *all, int n, void **out, size_t *out_len)
+{
+    int *node_of = malloc(sizeof(int) * (size_t)n), *machine_of = malloc(sizeof(int) * (size_t)n);
+    int *bad = malloc(sizeof(int) * (size_t)n), nbad = 0, nnodes = 0, nmachines = 0, rc = WEFT_SUCCESS;
+    uint32_t *words = malloc(sizeof(uint32_t) * (2 * (size_t)n + 2)); /* both maps, each at most 1 + n words */
+    char text[160] = "";
+    map_hdr_t h = {.magic = NODEMAP_MAGIC, .job = all[0].job, .nonce = all[0].nonce, .size = (uint32_t)n};
+    uint8_t *blob = NULL;
+
+    if (!node_of || !machine_of || !bad || !words) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
     for (int r = 0; r < n; r++) {
         if (all[r].bad_node_id) bad[nbad++] = r;
-        cfg[r] = all[r].cfg;
+        if (all[r].cfg != all[0].cfg) h.verdict = VERDICT_SETTINGS;
     }
     if (nbad) {
-        char ranks[160], here[80] = "";
-        weft_format_ranks(ranks, sizeof(ranks), bad, nbad);
-        if (all[bs->rank].bad_node_id) weft_escape(here, sizeof(here), weft_cfg.node_id, strlen(weft_cfg.node_id));
-        rc = weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID is not a non-negative integer on %s%s%s%s", ranks,
-                        here[0] ? " (here: '" : "", here, here[0] ? "')" : "");
+        h.verdict = VERDICT_BAD_NODE_ID;
+        weft_format_ranks(text, sizeof(text), bad, nbad);
+        h.text_len = (uint32_t)strlen(text);
+    } else if (h.verdict == VERDICT_OK) {
+        if (compute_maps(all, n, weft_cfg.ranks_per_node, node_of, machine_of, &nnodes)) {
+            rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
+            goto out;
+        }
+        for (int r = 0; r < n; r++)
+            if (machine_of[r] >= nmachines) nmachines = machine_of[r] + 1;
+        h.nnodes = (uint32_t)nnodes;
+        h.nmachines = (uint32_t)nmachines;
+        h.node_words = (uint32_t)map_encode(node_of, n, words);
+        h.machine_words = (uint32_t)map_encode(machine_of, n, words + h.node_words);
+    }
+    size_t len = sizeof(h) + 4 * ((size_t)h.node_words + h.machine_words) + h.text_len;
+    if (!(blob = malloc(len))) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
-    rc = weft_config_agree_check(bs, cfg, deadline);
+    memcpy(blob, &h, sizeof(h));
+    memcpy(blob + sizeof(h), words, 4 * ((size_t)h.node_words + h.machine_words));
+    memcpy(blob + len - h.text_len, text, h.text_len);
+    *out = blob;
+    *out_len = len;
 out:
+    free(node_of);
+    free(machine_of);
     free(bad);
-    free(cfg);
+    free(words);
     return rc;
+}
+
+size_t weft_topo_node_record(void *out, size_t cap, uint64_t machine, int64_t node_id)
+{
+    node_key_t k;
+    if (cap < sizeof(k)) return 0;
+    node_key(&k);
+    k.host = 0;
+    k.machine = machine;
+    k.sim = node_id;
+    k.bad_node_id = 0;
+    memcpy(out, &k, sizeof(k));
+    return sizeof(k);
 }
 
 void weft_topo_node_map_free(void)
@@ -159,53 +339,69 @@ static void cpu_sharing(const node_key_t *all, int n, const node_key_t *mine)
     weft_g.cpus_shared = cpus > 0 ? (int)cpus : 1;
 }
 
-int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
+/* Without the other ranks' CPUs (worlds above WEFT_ADDRESSES_AT_INIT ranks
+ * exchange no per-rank data at init): an unbound rank shares the machine's
+ * CPUs with every rank of the machine; a bound one is taken to have its
+ * CPUs to itself (launchers bind ranks apart). */
+static void cpu_sharing_alone(const node_key_t *mine, int machine_ranks)
 {
-    int rc, n = bs->size;
-    node_key_t mine, *all = NULL;
-    int *host_rank = NULL;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int bound = mine->cpus > 0 && online > 0 && mine->cpus < online;
+    weft_g.cpu_sharers = bound || machine_ranks < 1 ? 1 : machine_ranks;
+    weft_g.cpus_shared = bound ? mine->cpus : (online > 0 ? (int)online : 1);
+}
 
-    node_key(&mine);
-    all = malloc(sizeof(*all) * (size_t)n);
-    host_rank = malloc(sizeof(int) * (size_t)n);
+/* Every rank: applies rank 0's broadcast (verdict, maps). */
+static int apply_map(weft_bootstrap_t *bs, const node_key_t *mine, const uint8_t *blob, size_t len, double deadline)
+{
+    map_hdr_t h;
+    int n = bs->size, *machine_of = NULL, rc = WEFT_SUCCESS;
+
+    if (len < sizeof(h)) goto bad;
+    memcpy(&h, blob, sizeof(h));
+    if (h.magic != NODEMAP_MAGIC || h.size != (uint32_t)n ||
+        len != sizeof(h) + 4 * ((size_t)h.node_words + h.machine_words) + h.text_len)
+        goto bad;
+    if (h.verdict == VERDICT_SETTINGS) return weft_config_agree_fail(bs, deadline);
+    if (h.verdict == VERDICT_BAD_NODE_ID) {
+        char here[80] = "";
+        if (mine->bad_node_id) weft_escape(here, sizeof(here), weft_cfg.node_id, strlen(weft_cfg.node_id));
+        return weft_error(WEFT_ERR_ARG, "WEFT_NODE_ID is not a non-negative integer on %.*s%s%s%s",
+                          (int)(h.text_len < 160 ? h.text_len : 160), (const char *)blob + len - h.text_len,
+                          here[0] ? " (here: '" : "", here, here[0] ? "')" : "");
+    }
+    if (h.verdict != VERDICT_OK || !h.nnodes || h.nnodes > (uint32_t)n || !h.nmachines || h.nmachines > (uint32_t)n)
+        goto bad;
     weft_g.node_of = malloc(sizeof(int) * (size_t)n);
-    if (!all || !host_rank || !weft_g.node_of) {
+    machine_of = malloc(sizeof(int) * (size_t)n);
+    if (!weft_g.node_of || !machine_of) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
-    WEFT_CHECK_GOTO(bs->allgather(bs, &mine, all, sizeof(mine), deadline), rc, out);
-    WEFT_CHECK_GOTO(check_keys(bs, all, deadline), rc, out);
-    /* With simulated nodes, a rank's position among its host's ranks decides its node. */
-    for (int r = 0; r < n; r++) {
-        host_rank[r] = 0;
-        for (int q = 0; q < r; q++)
-            if (all[q].host == all[r].host && all[q].sim == all[r].sim) host_rank[r]++;
+    const uint32_t *w = (const uint32_t *)(const void *)(blob + sizeof(h));
+    uint32_t *words = malloc(4 * ((size_t)h.node_words + h.machine_words) + 4);
+    if (!words) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
+        goto out;
     }
-    int k = weft_cfg.ranks_per_node;
-    int nnodes = 0;
-    for (int r = 0; r < n; r++) {
-        weft_g.node_of[r] = -1;
-        for (int q = 0; q < r; q++) {
-            int same = all[q].host == all[r].host && all[q].sim == all[r].sim &&
-                       (k <= 0 || host_rank[q] / k == host_rank[r] / k);
-            if (same) {
-                weft_g.node_of[r] = weft_g.node_of[q];
-                break;
-            }
-        }
-        if (weft_g.node_of[r] < 0) weft_g.node_of[r] = nnodes++;
-    }
-    weft_g.nnodes = nnodes;
-    weft_g.job_id = all[0].job;
-    weft_g.world_nonce = all[0].nonce;
+    memcpy(words, w, 4 * ((size_t)h.node_words + h.machine_words)); /* aligned */
+    int ok = !map_decode(words, h.node_words, n, (int)h.nnodes, weft_g.node_of) &&
+             !map_decode(words + h.node_words, h.machine_words, n, (int)h.nmachines, machine_of);
+    free(words);
+    if (!ok) goto bad;
+    weft_g.nnodes = (int)h.nnodes;
+    weft_g.job_id = h.job;
+    weft_g.world_nonce = h.nonce;
     weft_g.node = weft_g.node_of[bs->rank];
-    int lr = 0, ls = 0;
-    for (int r = 0; r < n; r++)
+    int lr = 0, ls = 0, mr = 0, my_machine = machine_of[bs->rank];
+    for (int r = 0; r < n; r++) {
         if (weft_g.node_of[r] == weft_g.node) {
             if (r < bs->rank) lr++;
             ls++;
         }
-    int simulated = k > 0 || weft_cfg.node_id[0];
+        mr += machine_of[r] == my_machine;
+    }
+    int simulated = weft_cfg.ranks_per_node > 0 || weft_cfg.node_id[0];
     if (!simulated && bs->local_rank >= 0 && bs->local_size > 0) {
         if (bs->local_rank >= bs->local_size) {
             rc = weft_error(WEFT_ERR_ARG, "local rank %d is not below local size %d (LOCAL_RANK/LOCAL_WORLD_SIZE?)",
@@ -220,14 +416,54 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
     }
     weft_g.local_rank = lr;
     weft_g.local_size = ls;
-    weft_g.machine_ranks = 0;
-    for (int r = 0; r < n; r++)
-        weft_g.machine_ranks += all[r].machine == mine.machine;
-    cpu_sharing(all, n, &mine);
-    rc = WEFT_SUCCESS;
+    weft_g.machine_ranks = mr;
+    cpu_sharing_alone(mine, mr); /* weft_topo_node_map refines it where every rank has every key */
+    goto out;
+bad:
+    rc = weft_error(WEFT_ERR_BOOTSTRAP,
+                    "weft_init: rank 0's node map (%zu bytes) is not what this weft writes: do all ranks run the "
+                    "same weft?",
+                    len);
+out:
+    free(machine_of);
+    return rc;
+}
+
+int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
+{
+    int rc, n = bs->size;
+    node_key_t mine, *all = NULL;
+    void *blob = NULL;
+    size_t len = 0;
+
+    node_key(&mine);
+    /* Small worlds allgather the keys (every rank then knows which ranks
+     * share its CPUs); larger ones gather them to rank 0 only. */
+    int everyone = n <= weft_cfg.addresses_at_init;
+    if ((bs->rank == 0 || everyone) && !(all = malloc(sizeof(*all) * (size_t)n))) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
+        goto out;
+    }
+    if (everyone)
+        WEFT_CHECK_GOTO(bs->allgather(bs, &mine, all, sizeof(mine), deadline), rc, out);
+    else
+        WEFT_CHECK_GOTO(weft_bootstrap_gather(bs, &mine, all, sizeof(mine), deadline), rc, out);
+    if (bs->rank == 0) WEFT_CHECK_GOTO(rank0_compute(all, n, &blob, &len), rc, send);
+send:
+    /* rank 0 broadcasts even when it failed (an empty map): the others must not wait for it */
+    {
+        void *got = NULL;
+        size_t got_len = 0;
+        int brc = weft_bootstrap_bcast(bs, blob, len, &got, &got_len, deadline);
+        if (rc == WEFT_SUCCESS) rc = brc;
+        if (rc == WEFT_SUCCESS)
+            rc = apply_map(bs, &mine, bs->rank == 0 ? blob : got, bs->rank == 0 ? len : got_len, deadline);
+        if (rc == WEFT_SUCCESS && everyone) cpu_sharing(all, n, &mine);
+        free(got);
+    }
 out:
     free(all);
-    free(host_rank);
+    free(blob);
     if (rc) weft_topo_node_map_free();
     return rc;
 }

@@ -53,9 +53,16 @@ static void fuzz_stream(const uint8_t *d, size_t n, uint32_t world, int phase, u
             REQUIRE(h.kind == K_HELLO && h.len == STORE_NONCE && h.magic == STORE_MAGIC);
         else if (phase == PHASE_PROOF)
             REQUIRE(h.kind == K_PROOF && h.len == STORE_PROOF && h.version == STORE_VERSION);
-        else if (h.kind == K_CONTRIB)
+        else if (h.kind == K_CONTRIB || h.kind == K_GATHER)
             REQUIRE(h.rank == member && h.size == world && h.len <= STORE_MAX_CONTRIB &&
                     h.len * (uint64_t)world <= STORE_MAX_ROUND);
+        else if (h.kind == K_BCAST)
+            REQUIRE(h.rank == member && h.size == world && h.len <= STORE_MAX_CONTRIB);
+        else if (h.kind == K_PUT)
+            REQUIRE(h.rank == member && h.size == world && h.len <= STORE_MAX_BLOB);
+        else if (h.kind == K_GET)
+            REQUIRE(h.rank == member && h.size == world && h.len >= 4 && h.len <= 4 * STORE_GET_MAX &&
+                    h.len % 4 == 0 && h.len <= STORE_SMALL_MAX);
         else
             REQUIRE(h.kind == K_BYE && h.len == 0);
         if (h.len > n) return; /* the store would wait for the rest */

@@ -62,13 +62,15 @@ python3 - "$work/corpus" <<'PY'
 import hmac, hashlib, struct, sys, os
 out = sys.argv[1]
 def hdr(kind, rank, size, seq=0, arg=0, length=0):
-    return struct.pack(">IHHIIQQQ", 0x57465453, 2, kind, rank, size, seq, arg, length)
-HELLO, CONTRIB, BYE, PROOF = 1, 3, 6, 9
+    return struct.pack(">IHHIIQQQ", 0x57465453, 3, kind, rank, size, seq, arg, length)
+HELLO, CONTRIB, BYE, PROOF, GATHER, BCAST, PUT, GET = 1, 3, 6, 9, 10, 11, 12, 13
 seeds = {
     "handshake": bytes([0, 3]) + hdr(HELLO, 1, 4, 0, 3, 32) + b"n" * 32 + hdr(PROOF, 1, 4, 0, 0, 32) + b"p" * 32,
     "trusted": bytes([4, 3]) + hdr(HELLO, 1, 4, 0, 3, 32) + b"n" * 32 + hdr(PROOF, 1, 4, 0, 0, 32) + b"p" * 32
     + hdr(CONTRIB, 1, 4, 0, 1000, 8) + b"12345678" + hdr(BYE, 1, 4, 1),
     "member": bytes([1, 3]) + hdr(CONTRIB, 3, 4, 0, 0, 16) + b"x" * 16 + hdr(CONTRIB, 3, 4, 1, 0, 0) + hdr(BYE, 3, 4, 2),
+    "member_v3": bytes([1, 3]) + hdr(GATHER, 3, 4, 0, 0, 8) + b"g" * 8 + hdr(BCAST, 3, 4, 1, 0, 0)
+    + hdr(PUT, 3, 4, 0, 0, 12) + b"a" * 12 + hdr(GET, 3, 4, 0, 500, 4) + struct.pack(">I", 1) + hdr(BYE, 3, 4, 2),
     "old_client": bytes([0, 1]) + struct.pack(">IHHIIQQQ", 0x57465453, 1, HELLO, 0, 2, 0, 0, 0),
 }
 addr = bytes(range(40))
