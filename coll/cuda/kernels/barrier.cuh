@@ -81,17 +81,29 @@ __device__ __forceinline__ int barrier_block(const weft_ck_barrier_args_t &a)
 
 /* The fused call's stage: every piece into this rank's next slot, then a
  * system-scope fence per thread, so the barrier's release covers the
- * writes of every thread of the block. */
+ * writes of every thread of the block. The pieces in a loop, each picked
+ * with constant indices (as in weft_ck_copy): one copy loop in the code,
+ * not one per piece. */
 __device__ __forceinline__ void stage_block(const weft_ck_fused_args_t &a)
 {
     const unsigned long long c = *a.bar.ctl.counter;
     unsigned long long parity = (c + 1) & 1;
     char *slot = a.scratch + WEFT_CK_HDR + (size_t)parity * a.slot_bytes;
+    /* poisoned: as weft_ck_stage; the barrier ends the kernel */
+    const int n = (c & WEFT_CK_POISON) ? 0 : a.nstage < MAXR ? a.nstage : MAXR;
+#pragma unroll 1
+    for (int y = 0; y < n; y++) {
+        const void *in = nullptr;
+        size_t off = 0, bytes = 0;
 #pragma unroll
-    for (int j = 0; j < MAXR; j++)
-        if (j < a.nstage && !(c & WEFT_CK_POISON)) /* poisoned: as weft_ck_stage; the barrier ends the kernel */
-            copy_any(slot + a.stage[j].off, static_cast<const char *>(a.stage[j].in), a.stage[j].bytes, threadIdx.x,
-                     blockDim.x);
+        for (int j = 0; j < MAXR; j++)
+            if (j == y) {
+                in = a.stage[j].in;
+                off = a.stage[j].off;
+                bytes = a.stage[j].bytes;
+            }
+        copy_any(slot + off, static_cast<const char *>(in), bytes, threadIdx.x, blockDim.x);
+    }
     __threadfence_system();
     __syncthreads();
 }

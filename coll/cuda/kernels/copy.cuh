@@ -69,7 +69,11 @@ __device__ __forceinline__ void copy_shifted(char *dst, const char *src, size_t 
         wd[i] = __funnelshift_r(ws[i], ws[i + 1], 8 * k); /* little-endian: bytes k..k+3 of ws[i]:ws[i+1] */
 }
 
-__device__ __forceinline__ void copy_any(char *dst, const char *src, size_t n, size_t tid, size_t nth)
+/* Not inlined: every kernel of a protocol calls it, often at several places,
+ * and one compiled copy per .cu instead of one per call site is most of
+ * the build time it would take; a call per piece is nothing next to the
+ * bytes it moves. */
+__device__ __noinline__ void copy_any(char *dst, const char *src, size_t n, size_t tid, size_t nth)
 {
     uintptr_t mis = (uintptr_t)dst ^ (uintptr_t)src;
     if ((mis & 15) == 0)

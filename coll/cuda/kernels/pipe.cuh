@@ -168,20 +168,16 @@ __device__ __forceinline__ long long pipe_loop(const weft_ck_pipe_args_t &a, int
     if (tid == 0)
         ok[0] = ok[1] = 1;
     __syncthreads();
-    if (sp && sp < nth) {
-        const bool producing = tid < sp;
-        const pipe_grp_t g = producing ? pipe_grp_t{tid, sp, 1, &ok[0]} : pipe_grp_t{tid - sp, nth - sp, 2, &ok[1]};
-        for (size_t j = 0; j < J; j++)
-            if (!(producing ? produce(j, g) : consume(j, g)))
-                return -1;
-        return (long long)J;
-    }
-    const pipe_grp_t g{tid, nth, 0, &ok[0]};
-    const size_t L = a.ahead <= 0 ? 0 : a.ahead < depth ? (size_t)a.ahead : (size_t)depth - 1;
+    /* one call site of each side for both forms: produce and consume are each inlined once */
+    const bool split_on = sp && sp < nth, producing = !split_on || tid < sp, consuming = !split_on || tid >= sp;
+    const pipe_grp_t g = !split_on  ? pipe_grp_t{tid, nth, 0, &ok[0]}
+                         : tid < sp ? pipe_grp_t{tid, sp, 1, &ok[0]}
+                                    : pipe_grp_t{tid - sp, nth - sp, 2, &ok[1]};
+    const size_t L = split_on || a.ahead <= 0 ? 0 : a.ahead < depth ? (size_t)a.ahead : (size_t)depth - 1;
     for (size_t s = 0; s < J + L; s++) {
-        if (s < J && !produce(s, g))
+        if (producing && s < J && !produce(s, g))
             return -1;
-        if (s >= L && !consume(s - L, g))
+        if (consuming && s >= L && !consume(s - L, g))
             return -1;
     }
     return (long long)J;

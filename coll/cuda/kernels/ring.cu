@@ -75,17 +75,21 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_ring(const we
 #pragma unroll
                     for (int p = 0; p < MAXR; p++)
                         base[p] = p == 1 ? a.in + (size_t)blk * a.in_stride + e0 * es : from;
+                    /* the last step: this rank's own block, every rank folded in */
+                    const bool last = s == n - 1;
+                    char *o = last ? out + (MODE == 8 ? (size_t)me * a.in_stride : 0) + e0 * es : to;
                     if (s == 0) {
                         copy_any(to, base[1], ne * es, tid, nth);
-                    } else if (s < n - 1) { /* the previous ranks' partial, then this rank's input */
-                        reduce_range_n<Part, 2, 4>(base, to, ne, tid, nth);
-                    } else { /* the last: this rank's own block, every rank folded in */
-                        char *o = out + (MODE == 8 ? (size_t)me * a.in_stride : 0) + e0 * es;
+                    } else if (std::is_same<Part, Op>::value) { /* one fold in the code: fin_n matters to avg only */
                         reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth, n);
-                        if (send) {
-                            __syncthreads();
-                            copy_any(to, o, ne * es, tid, nth);
-                        }
+                    } else if (!last) { /* the previous ranks' partial, then this rank's input */
+                        reduce_range_n<Part, 2, 4>(base, to, ne, tid, nth);
+                    } else {
+                        reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth, n);
+                    }
+                    if (s > 0 && last && send) {
+                        __syncthreads();
+                        copy_any(to, o, ne * es, tid, nth);
                     }
                 } else { /* allreduce's last n - 1 steps: the reduced part of rank me - t goes round */
                     const int o = (me - (s - n + 1) + n) % n;

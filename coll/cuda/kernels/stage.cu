@@ -85,8 +85,7 @@ extern "C" __global__ void weft_ck_fused_copy(weft_ck_fused_args_t a)
     stage_block(a);
     if (!barrier_block(a.bar) || a.mode != 2)
         return;
-#pragma unroll
-    for (int y = 0; y < MAXR; y++)
-        if (y < a.cp.n)
-            copy_desc(a.cp, y, threadIdx.x, blockDim.x);
+#pragma unroll 1
+    for (int y = 0; y < a.cp.n && y < MAXR; y++) /* one copy loop in the code (copy_desc picks y's) */
+        copy_desc(a.cp, y, threadIdx.x, blockDim.x);
 }
