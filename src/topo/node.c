@@ -231,26 +231,97 @@ static int map_decode(const uint32_t *w, size_t nw, int n, int limit, int *v)
 enum { VERDICT_OK = 0, VERDICT_BAD_NODE_ID = 1, VERDICT_SETTINGS = 2 };
 #define NODEMAP_MAGIC 0x57464e4du /* "WFNM" */
 
-/* What rank 0 broadcasts: this header, then the node map's words, then
- * the machine map's, then (a bad WEFT_NODE_ID) the ranks as text. */
+/* What rank 0 broadcasts: this header, then the node map's words, the
+ * machine map's, the CPU sharers' and the shared CPUs' (cpu_sharing), then
+ * (a bad WEFT_NODE_ID) the ranks as text. */
 typedef struct {
     uint32_t magic, verdict;
     uint64_t job, nonce;
     uint32_t size, nnodes, nmachines;
-    uint32_t node_words, machine_words, text_len;
+    uint32_t node_words, machine_words, sharers_words, cpus_words, text_len;
 } map_hdr_t;
+
+/* Which ranks share a rank's CPUs, and how many CPUs they may run on
+ * together: the ranks of its machine whose CPU ranges overlap its own; the
+ * span of their ranges, at most the sum of their CPUs (ranks bound to
+ * interleaved CPUs share none) and the machine's. Ranks bound one per core
+ * share with none; unbound ranks with every rank of the machine; ranks
+ * started under one taskset with each other. A rank whose CPUs are unknown
+ * counts as sharing every CPU. Rank 0 works it out per distinct CPU range
+ * of each machine (ranks sorted by machine and range), so a machine of m
+ * ranks over d ranges costs m log m + d^2. */
+static const node_key_t *sort_keys;
+static int range_cmp(const void *a, const void *b)
+{
+    const node_key_t *x = &sort_keys[*(const int *)a], *y = &sort_keys[*(const int *)b];
+    if (x->machine != y->machine) return x->machine < y->machine ? -1 : 1;
+    if (x->cpus != y->cpus) return x->cpus < y->cpus ? -1 : 1;
+    if (x->cpu_lo != y->cpu_lo) return x->cpu_lo < y->cpu_lo ? -1 : 1;
+    return (x->cpu_hi > y->cpu_hi) - (x->cpu_hi < y->cpu_hi);
+}
+
+static int same_range(const node_key_t *x, const node_key_t *y)
+{
+    return x->machine == y->machine && x->cpus == y->cpus && x->cpu_lo == y->cpu_lo && x->cpu_hi == y->cpu_hi;
+}
+
+static int cpu_sharing(const node_key_t *all, int n, int *sharers_of, int *cpus_of)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int *order = malloc(sizeof(int) * (size_t)n), *first = malloc(sizeof(int) * ((size_t)n + 1)), ng = 0;
+    if (!order || !first) {
+        free(order);
+        free(first);
+        return -1;
+    }
+    for (int r = 0; r < n; r++)
+        order[r] = r;
+    sort_keys = all;
+    qsort(order, (size_t)n, sizeof(int), range_cmp);
+    for (int i = 0; i < n; i++) /* groups of equal (machine, range): order[first[g] .. first[g + 1]) */
+        if (i == 0 || !same_range(&all[order[i]], &all[order[i - 1]])) first[ng++] = i;
+    first[ng] = n;
+    for (int g = 0, m0 = 0; g < ng; g++) {
+        const node_key_t *mine = &all[order[first[g]]];
+        if (g > 0 && all[order[first[g]]].machine != all[order[first[g - 1]]].machine) m0 = g;
+        int lo = mine->cpu_lo, hi = mine->cpu_hi, sharers = 0;
+        long sum = 0;
+        for (int h = m0; h < ng && all[order[first[h]]].machine == mine->machine; h++) {
+            const node_key_t *k = &all[order[first[h]]];
+            int count = first[h + 1] - first[h], any = k->cpus <= 0 || mine->cpus <= 0;
+            if (!any && (k->cpu_hi < mine->cpu_lo || k->cpu_lo > mine->cpu_hi)) continue;
+            sharers += count;
+            sum += (long)count * (any ? online : k->cpus);
+            if (!any && k->cpu_lo < lo) lo = k->cpu_lo;
+            if (!any && k->cpu_hi > hi) hi = k->cpu_hi;
+        }
+        long cpus = mine->cpus > 0 ? hi - lo + 1 : online;
+        if (sum < cpus) cpus = sum;
+        if (online > 0 && online < cpus) cpus = online;
+        if (cpus < 1) cpus = 1;
+        if (cpus > 65535) cpus = 65535;
+        for (int i = first[g]; i < first[g + 1]; i++) {
+            sharers_of[order[i]] = sharers > 0 ? sharers : 1;
+            cpus_of[order[i]] = (int)cpus;
+        }
+    }
+    free(order);
+    free(first);
+    return 0;
+}
 
 /* Rank 0: the verdict and the maps, as the broadcast's bytes (malloc'd). */
 static int rank0_compute(const node_key_t *all, int n, void **out, size_t *out_len)
 {
     int *node_of = malloc(sizeof(int) * (size_t)n), *machine_of = malloc(sizeof(int) * (size_t)n);
     int *bad = malloc(sizeof(int) * (size_t)n), nbad = 0, nnodes = 0, nmachines = 0, rc = WEFT_SUCCESS;
-    uint32_t *words = malloc(sizeof(uint32_t) * (2 * (size_t)n + 2)); /* both maps, each at most 1 + n words */
+    int *sharers_of = malloc(sizeof(int) * (size_t)n), *cpus_of = malloc(sizeof(int) * (size_t)n);
+    uint32_t *words = malloc(sizeof(uint32_t) * (4 * (size_t)n + 4)); /* four maps, each at most 1 + n words */
     char text[160] = "";
     map_hdr_t h = {.magic = NODEMAP_MAGIC, .job = all[0].job, .nonce = all[0].nonce, .size = (uint32_t)n};
     uint8_t *blob = NULL;
 
-    if (!node_of || !machine_of || !bad || !words) {
+    if (!node_of || !machine_of || !bad || !words || !sharers_of || !cpus_of) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
@@ -263,7 +334,8 @@ static int rank0_compute(const node_key_t *all, int n, void **out, size_t *out_l
         weft_format_ranks(text, sizeof(text), bad, nbad);
         h.text_len = (uint32_t)strlen(text);
     } else if (h.verdict == VERDICT_OK) {
-        if (compute_maps(all, n, weft_cfg.ranks_per_node, node_of, machine_of, &nnodes)) {
+        if (compute_maps(all, n, weft_cfg.ranks_per_node, node_of, machine_of, &nnodes) ||
+            cpu_sharing(all, n, sharers_of, cpus_of)) {
             rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
             goto out;
         }
@@ -273,20 +345,25 @@ static int rank0_compute(const node_key_t *all, int n, void **out, size_t *out_l
         h.nmachines = (uint32_t)nmachines;
         h.node_words = (uint32_t)map_encode(node_of, n, words);
         h.machine_words = (uint32_t)map_encode(machine_of, n, words + h.node_words);
+        h.sharers_words = (uint32_t)map_encode(sharers_of, n, words + h.node_words + h.machine_words);
+        h.cpus_words = (uint32_t)map_encode(cpus_of, n, words + h.node_words + h.machine_words + h.sharers_words);
     }
-    size_t len = sizeof(h) + 4 * ((size_t)h.node_words + h.machine_words) + h.text_len;
+    size_t nwords = (size_t)h.node_words + h.machine_words + h.sharers_words + h.cpus_words;
+    size_t len = sizeof(h) + 4 * nwords + h.text_len;
     if (!(blob = malloc(len))) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
     memcpy(blob, &h, sizeof(h));
-    memcpy(blob + sizeof(h), words, 4 * ((size_t)h.node_words + h.machine_words));
+    memcpy(blob + sizeof(h), words, 4 * nwords);
     memcpy(blob + len - h.text_len, text, h.text_len);
     *out = blob;
     *out_len = len;
 out:
     free(node_of);
     free(machine_of);
+    free(sharers_of);
+    free(cpus_of);
     free(bad);
     free(words);
     return rc;
@@ -311,56 +388,16 @@ void weft_topo_node_map_free(void)
     weft_g.node_of = NULL;
 }
 
-/* The ranks of this machine whose CPU ranges overlap this rank's, and the
- * CPUs they may run on together: the span of their ranges, at most the sum
- * of their CPUs (ranks bound to interleaved CPUs share none) and the
- * machine's. Ranks bound one per core share with none; unbound ranks with
- * every rank of the machine; ranks started under one taskset with each
- * other. A rank whose CPUs are unknown counts as sharing every CPU. */
-static void cpu_sharing(const node_key_t *all, int n, const node_key_t *mine)
-{
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int lo = mine->cpu_lo, hi = mine->cpu_hi, sharers = 0;
-    long sum = 0;
-    for (int r = 0; r < n; r++) {
-        const node_key_t *k = &all[r];
-        if (k->machine != mine->machine) continue;
-        int any = k->cpus <= 0 || mine->cpus <= 0;
-        if (!any && (k->cpu_hi < mine->cpu_lo || k->cpu_lo > mine->cpu_hi)) continue;
-        sharers++;
-        sum += any ? online : k->cpus;
-        if (!any && k->cpu_lo < lo) lo = k->cpu_lo;
-        if (!any && k->cpu_hi > hi) hi = k->cpu_hi;
-    }
-    long cpus = mine->cpus > 0 ? hi - lo + 1 : online;
-    if (sum < cpus) cpus = sum;
-    if (online > 0 && online < cpus) cpus = online;
-    weft_g.cpu_sharers = sharers > 0 ? sharers : 1;
-    weft_g.cpus_shared = cpus > 0 ? (int)cpus : 1;
-}
-
-/* Without the other ranks' CPUs (worlds above WEFT_ADDRESSES_AT_INIT ranks
- * exchange no per-rank data at init): an unbound rank shares the machine's
- * CPUs with every rank of the machine; a bound one is taken to have its
- * CPUs to itself (launchers bind ranks apart). */
-static void cpu_sharing_alone(const node_key_t *mine, int machine_ranks)
-{
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int bound = mine->cpus > 0 && online > 0 && mine->cpus < online;
-    weft_g.cpu_sharers = bound || machine_ranks < 1 ? 1 : machine_ranks;
-    weft_g.cpus_shared = bound ? mine->cpus : (online > 0 ? (int)online : 1);
-}
-
 /* Every rank: applies rank 0's broadcast (verdict, maps). */
 static int apply_map(weft_bootstrap_t *bs, const node_key_t *mine, const uint8_t *blob, size_t len, double deadline)
 {
     map_hdr_t h;
-    int n = bs->size, *machine_of = NULL, rc = WEFT_SUCCESS;
+    int n = bs->size, *machine_of = NULL, *sharers_of = NULL, *cpus_of = NULL, rc = WEFT_SUCCESS;
 
     if (len < sizeof(h)) goto bad;
     memcpy(&h, blob, sizeof(h));
     if (h.magic != NODEMAP_MAGIC || h.size != (uint32_t)n ||
-        len != sizeof(h) + 4 * ((size_t)h.node_words + h.machine_words) + h.text_len)
+        len != sizeof(h) + 4 * ((size_t)h.node_words + h.machine_words + h.sharers_words + h.cpus_words) + h.text_len)
         goto bad;
     if (h.verdict == VERDICT_SETTINGS) return weft_config_agree_fail(bs, deadline);
     if (h.verdict == VERDICT_BAD_NODE_ID) {
@@ -374,19 +411,25 @@ static int apply_map(weft_bootstrap_t *bs, const node_key_t *mine, const uint8_t
         goto bad;
     weft_g.node_of = malloc(sizeof(int) * (size_t)n);
     machine_of = malloc(sizeof(int) * (size_t)n);
-    if (!weft_g.node_of || !machine_of) {
+    sharers_of = malloc(sizeof(int) * (size_t)n);
+    cpus_of = malloc(sizeof(int) * (size_t)n);
+    if (!weft_g.node_of || !machine_of || !sharers_of || !cpus_of) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
     const uint32_t *w = (const uint32_t *)(const void *)(blob + sizeof(h));
-    uint32_t *words = malloc(4 * ((size_t)h.node_words + h.machine_words) + 4);
+    size_t nwords = (size_t)h.node_words + h.machine_words + h.sharers_words + h.cpus_words;
+    uint32_t *words = malloc(4 * nwords + 4);
     if (!words) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
-    memcpy(words, w, 4 * ((size_t)h.node_words + h.machine_words)); /* aligned */
+    memcpy(words, w, 4 * nwords); /* aligned */
+    const uint32_t *ws = words + h.node_words + h.machine_words;
     int ok = !map_decode(words, h.node_words, n, (int)h.nnodes, weft_g.node_of) &&
-             !map_decode(words + h.node_words, h.machine_words, n, (int)h.nmachines, machine_of);
+             !map_decode(words + h.node_words, h.machine_words, n, (int)h.nmachines, machine_of) &&
+             !map_decode(ws, h.sharers_words, n, n + 1, sharers_of) &&
+             !map_decode(ws + h.sharers_words, h.cpus_words, n, 65536, cpus_of);
     free(words);
     if (!ok) goto bad;
     weft_g.nnodes = (int)h.nnodes;
@@ -417,7 +460,8 @@ static int apply_map(weft_bootstrap_t *bs, const node_key_t *mine, const uint8_t
     weft_g.local_rank = lr;
     weft_g.local_size = ls;
     weft_g.machine_ranks = mr;
-    cpu_sharing_alone(mine, mr); /* weft_topo_node_map refines it where every rank has every key */
+    weft_g.cpu_sharers = sharers_of[bs->rank] > 0 ? sharers_of[bs->rank] : 1;
+    weft_g.cpus_shared = cpus_of[bs->rank] > 0 ? cpus_of[bs->rank] : 1;
     goto out;
 bad:
     rc = weft_error(WEFT_ERR_BOOTSTRAP,
@@ -426,6 +470,8 @@ bad:
                     len);
 out:
     free(machine_of);
+    free(sharers_of);
+    free(cpus_of);
     return rc;
 }
 
@@ -437,17 +483,11 @@ int weft_topo_node_map(weft_bootstrap_t *bs, double deadline)
     size_t len = 0;
 
     node_key(&mine);
-    /* Small worlds allgather the keys (every rank then knows which ranks
-     * share its CPUs); larger ones gather them to rank 0 only. */
-    int everyone = n <= weft_cfg.addresses_at_init;
-    if ((bs->rank == 0 || everyone) && !(all = malloc(sizeof(*all) * (size_t)n))) {
+    if (bs->rank == 0 && !(all = malloc(sizeof(*all) * (size_t)n))) {
         rc = weft_error(WEFT_ERR_NO_MEMORY, "weft_init: out of memory for the node map of %d ranks", n);
         goto out;
     }
-    if (everyone)
-        WEFT_CHECK_GOTO(bs->allgather(bs, &mine, all, sizeof(mine), deadline), rc, out);
-    else
-        WEFT_CHECK_GOTO(weft_bootstrap_gather(bs, &mine, all, sizeof(mine), deadline), rc, out);
+    WEFT_CHECK_GOTO(weft_bootstrap_gather(bs, &mine, all, sizeof(mine), deadline), rc, out);
     if (bs->rank == 0) WEFT_CHECK_GOTO(rank0_compute(all, n, &blob, &len), rc, send);
 send:
     /* rank 0 broadcasts even when it failed (an empty map): the others must not wait for it */
@@ -458,7 +498,6 @@ send:
         if (rc == WEFT_SUCCESS) rc = brc;
         if (rc == WEFT_SUCCESS)
             rc = apply_map(bs, &mine, bs->rank == 0 ? blob : got, bs->rank == 0 ? len : got_len, deadline);
-        if (rc == WEFT_SUCCESS && everyone) cpu_sharing(all, n, &mine);
         free(got);
     }
 out:
