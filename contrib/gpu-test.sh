@@ -27,6 +27,9 @@
 # Ranks take GPU LOCAL_RANK modulo the GPUs visible: one GPU shared, or one
 # each (CUDA_VISIBLE_DEVICES=0 shares the first of several);
 # and prints one summary line: "gpu tests: N passed, M failed, K skipped".
+# WEFT_TEST_GPU_PARTS picks parts (default all): suites (test_cuda,
+# test_cuda_coll), algs, python, wheel, nccl; e.g. "suites algs" on a host
+# whose commands must end within a time limit, then "python wheel nccl".
 #
 #   contrib/gpu-test.sh [BUILD_DIR]     (default: this checkout)
 # UCX with CUDA transports: put its libraries first on LD_LIBRARY_PATH (and
@@ -35,7 +38,17 @@
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$src}" && pwd)
-if [ ! -x "$build/test/test_cuda" ] || [ ! -x "$build/test/test_cuda_coll" ]; then
+parts=" ${WEFT_TEST_GPU_PARTS:-suites algs python wheel nccl} "
+for p in $parts; do
+    case $p in suites | algs | python | wheel | nccl) ;; *)
+        echo "gpu-test: WEFT_TEST_GPU_PARTS: unknown part '$p' (suites algs python wheel nccl)" >&2
+        exit 2
+        ;;
+    esac
+done
+part() { [[ $parts == *" $1 "* ]]; }
+# The build, when this checkout is not built yet (the suites need it).
+if part suites && { [ ! -x "$build/test/test_cuda" ] || [ ! -x "$build/test/test_cuda_coll" ]; }; then
     (cd "$build" && { [ -x configure ] || ./autogen.sh; } && { [ -f Makefile ] || ./configure --with-cuda; } &&
         make -j"$(nproc)" && make -j"$(nproc)" test/test_cuda test/test_cuda_coll) ||
         { echo "gpu-test: build failed" >&2; exit 1; }
@@ -59,7 +72,7 @@ else
 fi
 passed=0 failed=0 skipped=0 status=0
 
-for t in test_cuda test_cuda_coll; do
+part suites && for t in test_cuda test_cuda_coll; do
     echo "== test/$t"
     st=0
     timeout 1800 "$build/test/$t" -j1 --verbose >"$log/$t.log" 2>&1 || st=1
@@ -71,8 +84,10 @@ for t in test_cuda test_cuda_coll; do
     [ "$st" -eq 0 ] || { status=1; tail -40 "$log/$t.log"; }
 done
 
-echo "== every GPU algorithm by name (WEFT_COLL_TUNE), validated by weft-osu -c on 2 and 3 ranks"
-if [ ! -x "$build/contrib/bench/weft-osu" ] || [ ! -x "$build/tools/weft_info" ]; then
+if ! part algs; then
+    :
+elif echo "== every GPU algorithm by name (WEFT_COLL_TUNE), validated by weft-osu -c on 2 and 3 ranks" &&
+    [ ! -x "$build/contrib/bench/weft-osu" ] || [ ! -x "$build/tools/weft_info" ]; then
     echo "skipped: contrib/bench/weft-osu or tools/weft_info not built"
     skipped=$((skipped + 1))
 else
@@ -135,7 +150,9 @@ python_cases() { # PY WEFTRUN TAG INSTALLED
         *) failed=$((failed + 1)) ;;
     esac
 }
-if [ -z "$py" ]; then
+if ! part python; then
+    :
+elif [ -z "$py" ]; then
     echo "== Python: skipped: no python with numpy and pytest (set PYTHON=...)"
     skipped=$((skipped + 1))
 else
@@ -144,7 +161,7 @@ fi
 # WEFT_TEST_WHEELS=DIR: a folder with weft's wheel (contrib/build-wheel.sh) and
 # libucx-cu13's, installed offline into a venv over this host's python and its
 # torch; the same Python cases run from it.
-if [ -n "${WEFT_TEST_WHEELS:-}" ] && [ -n "$py" ]; then
+if part wheel && [ -n "${WEFT_TEST_WHEELS:-}" ] && [ -n "$py" ]; then
     venv=$log/wheel-venv
     if "$py" -m venv --system-site-packages "$venv" &&
         "$venv/bin/python" -m pip install -q --no-index --find-links "$WEFT_TEST_WHEELS" weft >"$log/wheel-install.log" 2>&1; then
@@ -157,16 +174,18 @@ if [ -n "${WEFT_TEST_WHEELS:-}" ] && [ -n "$py" ]; then
         failed=$((failed + 1))
     fi
 fi
-echo "== PyTorch's \"nccl\" backend on weft's libnccl.so.2 (1, 2, 4 ranks; NVIDIA's alongside where it runs)"
-st=0
-"$src/test/nccl/torch_nccl_gpu.sh" "$build" >"$log/torch-nccl.log" 2>&1 || st=$?
-grep -E "^(PASS|FAIL|skip) |^torch nccl on weft" "$log/torch-nccl.log"
-[ "$st" -eq 0 ] || [ "$st" -eq 77 ] || tail -n 40 "$log/torch-nccl.log"
-case $st in
-    0) passed=$((passed + 1)) ;;
-    77) skipped=$((skipped + 1)) ;;
-    *) failed=$((failed + 1)) ;;
-esac
+if part nccl; then
+    echo "== PyTorch's \"nccl\" backend on weft's libnccl.so.2 (1, 2, 4 ranks; NVIDIA's alongside where it runs)"
+    st=0
+    "$src/test/nccl/torch_nccl_gpu.sh" "$build" >"$log/torch-nccl.log" 2>&1 || st=$?
+    grep -E "^(PASS|FAIL|skip) |^torch nccl on weft" "$log/torch-nccl.log"
+    [ "$st" -eq 0 ] || [ "$st" -eq 77 ] || tail -n 40 "$log/torch-nccl.log"
+    case $st in
+        0) passed=$((passed + 1)) ;;
+        77) skipped=$((skipped + 1)) ;;
+        *) failed=$((failed + 1)) ;;
+    esac
+fi
 [ "$failed" -eq 0 ] || status=1
 echo "gpu tests: $passed passed, $failed failed, $skipped skipped"
 exit "$status"
