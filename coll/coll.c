@@ -315,7 +315,9 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
                 return rc;
             }
             weft_sched_on_end(s, gate_release, gate);
-            sc->block = 1;
+            /* The progress thread drives the schedule while the caller goes on: the stream waits
+             * for its end instead of the call (src/cuda/runtime.h's gate). */
+            sc->block = !(weft_api_locking && weft_cuda_gate_hold(gate, a->stream));
         }
         if (rc == WEFT_SUCCESS) {
             /* Stream-ordered on device memory: the call returns before the work is done, and
@@ -969,8 +971,9 @@ void weft_coll_finalize(void)
  * otherwise the request is released as it completes. Host buffers with no
  * request: the call waits (nothing else would tell the caller when its
  * buffers are free). A call on device buffers that runs on the host
- * (block; src/cuda/runtime.h's gate says why): the call waits, and
- * *req is WEFT_REQUEST_NULL. */
+ * returns at once where the progress thread runs (the stream held until
+ * its end), else (block; src/cuda/runtime.h's gate says why) the call
+ * waits, and *req is WEFT_REQUEST_NULL. */
 #define ON_STREAM(stream_, req_, call)                                                                                 \
     do {                                                                                                               \
         weft_request_t tmp = WEFT_REQUEST_NULL;                                                                        \

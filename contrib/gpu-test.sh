@@ -163,7 +163,12 @@ fi
 # torch; the same Python cases run from it.
 if part wheel && [ -n "${WEFT_TEST_WHEELS:-}" ] && [ -n "$py" ]; then
     venv=$log/wheel-venv
+    # A venv over $py's packages: where $py is itself a venv's (the torch
+    # image's), --system-site-packages reaches only its base, so a .pth file
+    # adds $py's own site-packages.
     if "$py" -m venv --system-site-packages "$venv" &&
+        "$py" -c 'import site, sys; sys.prefix != sys.base_prefix and print("\n".join(site.getsitepackages()))' \
+            >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/weft-test-parent.pth" &&
         "$venv/bin/python" -m pip install -q --no-index --find-links "$WEFT_TEST_WHEELS" weft >"$log/wheel-install.log" 2>&1; then
         echo "== the wheel: $(cd "$WEFT_TEST_WHEELS" && ls weft-*.whl) in $venv"
         "$venv/bin/weft_info" | head -n 3

@@ -37,6 +37,11 @@ static struct {
     CUresult (*graph_exec_destroy)(void *);
     CUresult (*graph_destroy)(void *);
     CUresult (*memset_d32_async)(CUdeviceptr, unsigned, size_t, void *);
+    CUresult (*mem_host_alloc)(void **, size_t, unsigned);
+    CUresult (*mem_host_get_device_pointer)(CUdeviceptr *, void *, unsigned);
+    CUresult (*mem_free_host)(void *);
+    CUresult (*stream_wait_value32)(void *, CUdeviceptr, unsigned, unsigned);
+    CUresult (*stream_query)(void *);
 } cu;
 
 static const char *load(void)
@@ -69,6 +74,11 @@ static const char *load(void)
         {"cuGraphExecDestroy", (void **)&cu.graph_exec_destroy},
         {"cuGraphDestroy", (void **)&cu.graph_destroy},
         {"cuMemsetD32Async", (void **)&cu.memset_d32_async},
+        {"cuMemHostAlloc", (void **)&cu.mem_host_alloc},
+        {"cuMemHostGetDevicePointer_v2", (void **)&cu.mem_host_get_device_pointer},
+        {"cuMemFreeHost", (void **)&cu.mem_free_host},
+        {"cuStreamWaitValue32_v2", (void **)&cu.stream_wait_value32},
+        {"cuStreamQuery", (void **)&cu.stream_query},
     };
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
         if (!(*syms[i].fn = dlsym(h, syms[i].name))) return "libcuda.so.1 lacks a driver entry point";
@@ -158,6 +168,35 @@ void *gpu_stream(void)
 int gpu_memset32_async(void *dev, unsigned v, size_t n, void *stream)
 {
     return n && cu.memset_d32_async((CUdeviceptr)(uintptr_t)dev, v, n, stream) ? -1 : 0;
+}
+
+volatile unsigned *gpu_hold(void *stream)
+{
+    void *p = NULL;
+    CUdeviceptr d = 0;
+    if (cu.mem_host_alloc(&p, 64, 0x01 | 0x02 /* PORTABLE | DEVICEMAP */)) return NULL;
+    *(volatile unsigned *)p = 0;
+    if (cu.mem_host_get_device_pointer(&d, p, 0) || cu.stream_wait_value32(stream, d, 1, 0 /* GEQ */)) {
+        cu.mem_free_host(p);
+        return NULL;
+    }
+    return p;
+}
+
+void gpu_hold_release(volatile unsigned *word)
+{
+    __atomic_store_n(word, 1u, __ATOMIC_RELEASE);
+}
+
+void gpu_hold_free(volatile unsigned *word)
+{
+    cu.mem_free_host((void *)word);
+}
+
+int gpu_stream_busy(void *stream)
+{
+    CUresult r = cu.stream_query(stream);
+    return r == 600 /* CUDA_ERROR_NOT_READY */ ? 1 : r ? -1 : 0;
 }
 
 int gpu_stream_sync(void *stream)

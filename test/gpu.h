@@ -37,6 +37,13 @@ int gpu_stream_sync(void *stream);
 /* n 32-bit words of value v, queued on stream (not waited for). */
 int gpu_memset32_async(void *dev, unsigned v, size_t n, void *stream);
 void gpu_stream_free(void *stream);
+/* Holds a stream: it waits until gpu_hold_release sets the returned word
+ * (pinned host memory; NULL on failure); gpu_hold_free once it passed. */
+volatile unsigned *gpu_hold(void *stream);
+void gpu_hold_release(volatile unsigned *word);
+void gpu_hold_free(volatile unsigned *word);
+/* 1 while work queued on the stream is not done, 0 when it is all done, -1 on error. */
+int gpu_stream_busy(void *stream);
 int gpu_capture_begin(void *stream);
 void *gpu_capture_end(void *stream); /* the instantiated graph */
 int gpu_graph_launch(void *exec, void *stream);

@@ -1452,6 +1452,82 @@ Test(cuda_coll, across_two_simulated_nodes_of_1, .timeout = 600)
     run(2, body_across_nodes, "WEFT_RANKS_PER_NODE=1");
 }
 
+/* Stream-ordered calls run on the host (two simulated nodes of one rank),
+ * with the progress thread on: each call returns while the stream is still
+ * held by the test (so before the collective could start), the stream then
+ * gets the right bits while the rank sits in the driver's stream
+ * synchronisation without calling weft, and a work handle completes. Then a
+ * call the other rank skips (on a duplicate, WEFT_TIMEOUT=5): it also
+ * returns at once, its deadline ends it with WEFT_ERR_TIMEOUT, and the
+ * stream goes on instead of hanging. */
+static int body_held_stream(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start(), late;
+    TH_OK(weft_comm_dup(w, NULL, &late));
+    const size_t n = 65536;
+    int32_t *din = gpu_alloc(n * 4), *dout = gpu_alloc(n * 4 * (size_t)size);
+    void *st = gpu_stream();
+    TH_CHECK(din && dout && st, "buffers and a stream");
+    for (int k = 0; k < 3; k++) {
+        volatile unsigned *hold = gpu_hold(st);
+        TH_CHECK(hold != NULL, "holding the stream on a host word");
+        TH_CHECK(!gpu_memset32_async(din, (unsigned)(rank + 1 + k), n, st), "memset on the stream");
+        weft_request_t req = WEFT_REQUEST_NULL;
+        int rc = k == 2 ? weft_allgather_on_stream(din, dout, (int64_t)n, WEFT_INT32, w, st, NULL)
+                        : weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st,
+                                                   k == 1 ? &req : NULL);
+        TH_CHECK(rc == 0, "call %d: %s", k, weft_last_error());
+        TH_CHECK(gpu_stream_busy(st) == 1, "call %d returned and the stream is no longer held", k);
+        if (k == 1) {
+            int flag = 1;
+            TH_CHECK(req != WEFT_REQUEST_NULL, "call 1 gave no work handle");
+            TH_OK(weft_test(&req, &flag, NULL));
+            TH_CHECK(!flag, "call 1's work handle completed before the stream's earlier work ran");
+        }
+        gpu_hold_release(hold);
+        TH_CHECK(!gpu_stream_sync(st), "stream sync"); /* no weft call meanwhile: the thread finishes it */
+        TH_OK(weft_wait(&req, NULL));
+        gpu_hold_free(hold);
+        size_t m = k == 2 ? n * (size_t)size : n;
+        int32_t *got = host_of(dout, m * 4), sum = 0;
+        for (int r = 0; r < size; r++)
+            sum += r + 1 + k;
+        size_t bad = 0;
+        for (size_t i = 0; i < m && !bad; i++)
+            if (got[i] != (k == 2 ? (int32_t)(i / n) + 1 + k : sum)) bad = i + 1;
+        TH_CHECK(!bad, "call %d: element %zu is %d", k, bad - 1, bad ? got[bad - 1] : 0);
+        free(got);
+    }
+    if (rank == 0) {
+        weft_request_t req = WEFT_REQUEST_NULL;
+        int rc = weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, late, st, &req);
+        TH_CHECK(rc == 0, "the call rank 1 skips: %s", weft_last_error());
+        TH_CHECK(!gpu_stream_sync(st), "the stream of a call that timed out went on");
+        rc = weft_wait(&req, NULL);
+        TH_CHECK(rc == WEFT_ERR_TIMEOUT, "the call rank 1 skipped ended with %d (%s): %s", rc, weft_strerror(rc),
+                 weft_last_error());
+    } else {
+        sleep(7); /* past rank 0's deadline */
+    }
+    TH_OK(weft_barrier(w));
+    gpu_stream_free(st);
+    gpu_free(din);
+    gpu_free(dout);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, held_stream_across_two_simulated_nodes, .timeout = 300)
+{
+    GPU_NEED();
+    const char *env[] = {gpu_log_level_env(), "WEFT_TIMEOUT=5", "WEFT_RANKS_PER_NODE=1", "WEFT_PROGRESS_THREAD=on",
+                         NULL};
+    th_result_t res = th_run(2, body_held_stream, NULL, 120, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0, "%d of 2 ranks failed", res.failed);
+}
+
 /* Mismatched counts (one chunk on rank 0, three on rank 1) under
  * WEFT_COLL_CHECK=1: every rank fails with the mismatch named, none hangs
  * (the rank whose kernels wait at a second barrier is stopped through the

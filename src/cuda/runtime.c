@@ -129,6 +129,8 @@ static int driver_load(void)
         {"cuMemGetAddressRange_v2", (void **)&weft_cu.mem_get_address_range},
         {"cuStreamGetCtx", (void **)&weft_cu.stream_get_ctx},
         {"cuDriverGetVersion", (void **)&weft_cu.driver_get_version},
+        {"cuStreamWaitValue32_v2", (void **)&weft_cu.stream_wait_value32},
+        {"cuStreamWriteValue32_v2", (void **)&weft_cu.stream_write_value32},
 #if CUDA_VERSION >= 12000
         {"cuLaunchKernelEx", (void **)&weft_cu.launch_kernel_ex},
 #endif
@@ -381,10 +383,86 @@ int weft_cuda_gate_ready(weft_cuda_gate_t *g)
                       weft_cu_text(r));
 }
 
+/* The words held streams wait on: pinned host memory, mapped for every
+ * context (portable), one page of them. A word is HELD while its call runs,
+ * RELEASED at the call's end (the stream goes on), and PASSED once the
+ * stream, past its wait, wrote so: free for another call. */
+enum { HOLD_HELD = 0, HOLD_RELEASED = 1, HOLD_PASSED = 2, HOLD_WORDS = 1024 };
+static _Atomic uint32_t *hold_words;
+static CUdeviceptr hold_dev;
+static unsigned hold_next;
+static int hold_unusable;
+
+static int hold_pool(void)
+{
+    if (hold_words) return 1;
+    if (hold_unusable) return 0;
+    void *p = NULL;
+    CUresult r = weft_cu.mem_host_alloc(&p, HOLD_WORDS * sizeof(uint32_t),
+                                        CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (r == CUDA_SUCCESS && (r = weft_cu.mem_host_get_device_pointer(&hold_dev, p, 0)) != CUDA_SUCCESS)
+        weft_cu.mem_free_host(p);
+    if (r != CUDA_SUCCESS) {
+        hold_unusable = 1;
+        weft_debug("cuda: no pinned words for held streams (%s): host-driven stream-ordered calls return at "
+                   "their end",
+                   weft_cu_text(r));
+        return 0;
+    }
+    hold_words = p;
+    for (unsigned i = 0; i < HOLD_WORDS; i++)
+        atomic_store_explicit(&hold_words[i], HOLD_PASSED, memory_order_relaxed);
+    return 1;
+}
+
+int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream)
+{
+    if (!g->event || !weft_cu.stream_wait_value32 || !weft_cu.stream_write_value32 ||
+        !weft_cu.mem_host_get_device_pointer)
+        return 0;
+    if (weft_cu.ctx_push((CUcontext)g->ctx) != CUDA_SUCCESS) return 0;
+    int held = 0;
+    unsigned k = HOLD_WORDS;
+    if (hold_pool())
+        for (unsigned i = 0; i < HOLD_WORDS && k == HOLD_WORDS; i++) {
+            unsigned j = (hold_next + i) % HOLD_WORDS;
+            if (atomic_load_explicit(&hold_words[j], memory_order_acquire) == HOLD_PASSED) k = j;
+        }
+    if (k < HOLD_WORDS) {
+        hold_next = k + 1;
+        atomic_store_explicit(&hold_words[k], HOLD_HELD, memory_order_relaxed);
+        CUdeviceptr d = hold_dev + k * sizeof(uint32_t);
+        CUresult r = weft_cu.stream_wait_value32((CUstream)stream, d, HOLD_RELEASED, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r == CUDA_SUCCESS) {
+            held = 1;
+            g->word = (void *)&hold_words[k];
+            /* The stream frees the word once past it; should that fail to queue, the word stays taken. */
+            if ((r = weft_cu.stream_write_value32((CUstream)stream, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)))
+                weft_debug("cuda: queueing a held stream's word release failed (%s): one word fewer",
+                           weft_cu_text(r));
+        } else {
+            atomic_store_explicit(&hold_words[k], HOLD_PASSED, memory_order_relaxed);
+            weft_debug("cuda: a stream cannot wait on host memory here (%s): host-driven stream-ordered calls "
+                       "return at their end",
+                       weft_cu_text(r));
+            weft_cu.stream_wait_value32 = NULL; /* not again */
+        }
+    } else if (hold_words) {
+        weft_debug("cuda: every one of the %d held-stream words is in use: this call returns at its end",
+                   HOLD_WORDS);
+    }
+    CUcontext popped;
+    weft_cu.ctx_pop(&popped);
+    return held;
+}
+
 void weft_cuda_gate_release(weft_cuda_gate_t *g)
 {
     if (g->event) weft_cu.event_destroy((CUevent)g->event);
     g->event = NULL;
+    /* The schedule's writes into the call's buffers are complete: the stream may read them. */
+    if (g->word) atomic_store_explicit((_Atomic uint32_t *)g->word, HOLD_RELEASED, memory_order_release);
+    g->word = NULL;
 }
 
 #else /* no CUDA in this build */
@@ -448,6 +526,13 @@ int weft_cuda_gate_ready(weft_cuda_gate_t *g)
 {
     (void)g;
     return 1;
+}
+
+int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream)
+{
+    (void)g;
+    (void)stream;
+    return 0;
 }
 
 void weft_cuda_gate_release(weft_cuda_gate_t *g)

@@ -58,6 +58,8 @@ typedef struct weft_cu_driver {
     CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
     CUresult (*stream_get_ctx)(CUstream, CUcontext *);
     CUresult (*driver_get_version)(int *);
+    CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);  /* _v2: CUDA 12 drivers */
+    CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned); /* _v2 */
 #if CUDA_VERSION >= 12000
     CUresult (*launch_kernel_ex)(const CUlaunchConfig *, CUfunction, void **, void **); /* CUDA 12 drivers */
 #endif
@@ -115,19 +117,29 @@ int weft_cuda_stream_sync(void *stream, const char *what);
  * buffers on a communicator that spans nodes, or that no GPU kernel takes):
  * the gate, opened once its schedule is built, records an event on the
  * stream; the schedule's first step polls it (the stream's work before the
- * call is done), and the call returns when the schedule ended, so the
- * stream's later work follows it. (A stream made to wait on host memory
- * would return at once, but then whoever blocks on the stream without
- * calling weft, as torch.cuda.synchronize() does, would wait forever: weft
- * has no progress thread to drive the schedule meanwhile.) A stream being
- * captured into a CUDA graph is refused: nothing on the host is replayed. */
+ * call is done). With the progress thread running, the gate also holds the
+ * stream (weft_cuda_gate_hold): the stream waits on a word of pinned host
+ * memory that the gate's release sets at the schedule's end, and the call
+ * returns at once; whoever then blocks on the stream (torch.cuda.synchronize)
+ * waits for the thread to finish the schedule, and a deadline or a lost peer
+ * ends it with an error and releases the stream all the same. Without the
+ * thread nobody would drive the schedule meanwhile, so the call returns at
+ * its end. A stream being captured into a CUDA graph is refused: nothing on
+ * the host is replayed. */
 typedef struct weft_cuda_gate {
     void *ctx, *event;
+    void *word; /* weft_cuda_gate_hold's, else NULL */
 } weft_cuda_gate_t;
 int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what);
 /* 1 when the stream's work before the call is done, 0 not yet, or an error. */
 int weft_cuda_gate_ready(weft_cuda_gate_t *g);
-/* Frees the gate's event (a gate never opened: nothing to do). */
+/* After weft_cuda_gate_open: makes the stream wait until the gate's release
+ * (its later work follows the call's end). 1 held; 0 where it cannot (no
+ * stream memory operations in the driver, no pinned word free), and the
+ * caller waits for the schedule's end instead. */
+int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream);
+/* Frees the gate's event and lets a held stream go on (a gate never
+ * opened: nothing to do). */
 void weft_cuda_gate_release(weft_cuda_gate_t *g);
 
 #endif

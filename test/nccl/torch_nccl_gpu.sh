@@ -17,7 +17,9 @@
 # libnccl.so.2 through its RPATH (nvidia/nccl/lib), which the loader searches
 # before LD_LIBRARY_PATH, so LD_LIBRARY_PATH alone leaves NVIDIA's in place;
 # a preloaded library whose SONAME is libnccl.so.2 satisfies torch's NEEDED
-# entry, and NVIDIA's is never mapped (the worker checks /proc/self/maps).
+# entry and comes first in the global scope, so torch's calls bind to it even
+# where torch's __init__ maps NVIDIA's by its path (the worker checks where
+# the symbols bind, and that weft ran the collectives).
 #
 #   test/nccl/torch_nccl_gpu.sh [BUILD_DIR]
 #   WEFT_TORCH_PYTHON  interpreter with torch (default: the checkout's .venv, python3)
@@ -59,7 +61,7 @@ run_case() {
     local env=(WEFT_NCCL_LIB="$lib")
     [ "$which" = weft ] && env+=(LD_PRELOAD="$lib")
     if [ "$which" = nvidia ]; then
-        env+=(WEFT_NCCL_LIB="$nvidia_lib")
+        env+=(WEFT_NCCL_LIB="$nvidia_lib" WEFT_TEST_NCCL_UNDER=nvidia)
         if [ "$np" -gt "$ngpu" ]; then
             echo "skip $name: NVIDIA's library needs a GPU per rank ($np ranks, $ngpu GPUs)"
             skipped=$((skipped + 1))

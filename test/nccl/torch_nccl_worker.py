@@ -4,7 +4,8 @@ Run by test/nccl/torch_nccl_gpu.sh under torchrun, with LD_PRELOAD naming
 weft's library (torch's libtorch_cuda.so finds NVIDIA's through its RPATH
 otherwise). Every rank checks, on CUDA tensors:
 
-- that the libnccl.so.2 mapped is weft's and torch reads version 2.28.9;
+- that torch's NCCL calls bind to the library under test (dladdr; torch may
+  map NVIDIA's alongside by path) and torch reads version 2.28.9;
 - every collective of torch.distributed's API against the same call on a
   gloo group of the same job (CPU copies of the inputs), bit-exact: inputs
   are small integers, so every reduction order gives the same bits in every
@@ -25,12 +26,18 @@ Prints "ok NAME" / "FAIL NAME: why" per check and exits 1 on any failure.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import traceback
 
 import torch
 import torch.distributed as dist
+
+
+class DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
@@ -98,16 +105,21 @@ def main() -> int:
     gloo = dist.new_group(backend="gloo")
 
     def library():
-        want = os.environ.get("WEFT_NCCL_LIB", "")
-        maps = sorted(
-            {line.split()[-1] for line in open("/proc/self/maps") if "libnccl.so" in line}
-        )
-        assert maps and all(
-            os.path.realpath(m) == os.path.realpath(want) for m in maps
-        ), f"mapped {maps}, want {want}"
+        # torch's own __init__ may dlopen NVIDIA's libnccl.so.2 by its path, so
+        # both can be mapped; what counts is where the NCCL calls that torch
+        # makes bind: the global scope (the preloaded library first), read
+        # back with dladdr.
+        want = os.path.realpath(os.environ.get("WEFT_NCCL_LIB", ""))
+        libc = ctypes.CDLL(None)
+        for name in ("ncclGetVersion", "ncclCommInitRankConfig", "ncclAllReduce", "ncclGroupEnd"):
+            addr = ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+            info = DlInfo()
+            assert libc.dladdr(ctypes.c_void_p(addr), ctypes.byref(info)), f"dladdr({name}) failed"
+            got = os.path.realpath(info.dli_fname.decode())
+            assert got == want, f"{name} binds to {got}, want {want}"
         assert torch.cuda.nccl.version() == (2, 28, 9), torch.cuda.nccl.version()
 
-    check("library is weft's, version 2.28.9", library)
+    check("NCCL's calls bind to the library under test, version 2.28.9", library)
 
     n = 1000
 
@@ -373,6 +385,18 @@ def main() -> int:
             assert d < 1e-4, f"{k}: FSDP2 on weft's nccl and one process differ by {d}"
 
     check("FSDP2 (fully_shard), 3 steps, against one process", fsdp2)
+
+    def ran_on_weft():
+        # weft's library did the work: libweft is mapped and initialised
+        # (its NCCL communicators are weft communicators); on NVIDIA's, it is not mapped.
+        weft = [m for m in {line.split()[-1] for line in open("/proc/self/maps")} if "libweft.so" in m]
+        if os.environ.get("WEFT_TEST_NCCL_UNDER") == "nvidia":
+            assert not weft, f"libweft mapped under NVIDIA's library: {weft}"
+            return
+        assert weft, "libweft.so is not mapped: the calls did not reach weft"
+        flag = ctypes.c_int(0)
+        assert ctypes.CDLL(weft[0]).weft_initialized(ctypes.byref(flag)) == 0 and flag.value == 1
+    check("the collectives ran on the library under test", ran_on_weft)
 
     dist.barrier()
     dist.destroy_process_group()
