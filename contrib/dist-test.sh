@@ -17,7 +17,7 @@
 # Makefile this configures it as test.sh does). With the GPU kernels on, the
 # tarball's build takes the checkout's own nvcc outputs where make says they
 # are up to date there (the same sources: the tarball is made from them):
-# nvcc runs 20-40 minutes per architecture on 2 cores. Every other step,
+# nvcc is most of a build's time. Every other step,
 # kernels_fatbin.inc from the fatbin included, runs in the tarball's build.
 #
 # Settings:

@@ -25,17 +25,24 @@
 #define WEFT_CK_MAX_RANKS 8
 
 /* The element types (in weft_dtype_t order, WEFT_INT8 .. WEFT_FLOAT64) and
- * ops (in weft_op_t order, WEFT_SUM .. WEFT_AVG) of the reduce kernels: one
- * kernel per protocol, type and op, weft_ck_<protocol>_reduce_<type>_<op>
- * (weft_ck_reduce_f32_sum, weft_ck_ll_reduce_bf16_max, ...), so that the
- * host, not the kernel, picks the type and op of a call. X(name, ...) for
- * each, with the arguments after X. */
+ * ops (in weft_op_t order, WEFT_SUM .. WEFT_AVG) of the reduce kernels.
+ * Each protocol has a kernel per type, weft_ck_<protocol>_reduce_<type>
+ * (weft_ck_reduce_i32, weft_ck_ll_reduce_bf16, ...), which reads the op
+ * from its arguments (op) and calls that op's reduction loop; and for the
+ * hot pairs (WEFT_CK_HOT) a kernel per type and op,
+ * weft_ck_<protocol>_reduce_<type>_<op> (weft_ck_reduce_f32_sum, ...), the
+ * same loop inlined. The host takes a pair's own kernel where the fatbins
+ * have one, else its type's: twelve kernels a protocol instead of sixty
+ * keep the build in minutes. X(name, ...) for each, with the arguments
+ * after X. */
 #define WEFT_CK_DTYPES(X, ...)                                                                                         \
     X(i8, __VA_ARGS__) X(u8, __VA_ARGS__) X(i16, __VA_ARGS__) X(u16, __VA_ARGS__) X(i32, __VA_ARGS__)                  \
     X(u32, __VA_ARGS__) X(i64, __VA_ARGS__) X(u64, __VA_ARGS__) X(f16, __VA_ARGS__) X(bf16, __VA_ARGS__)               \
     X(f32, __VA_ARGS__) X(f64, __VA_ARGS__)
 #define WEFT_CK_OPS(X, ...)                                                                                            \
     X(sum, __VA_ARGS__) X(prod, __VA_ARGS__) X(min, __VA_ARGS__) X(max, __VA_ARGS__) X(avg, __VA_ARGS__)
+/* The hot pairs, X(type, op): gradients' sums and averages. */
+#define WEFT_CK_HOT(X) X(f16, sum) X(bf16, sum) X(f32, sum) X(f16, avg) X(bf16, avg) X(f32, avg)
 /* Bytes before the slots: the flags (128 KiB), then the LL area
  * (WEFT_CK_LL_OFF: 2 parities x n senders x weft_ck_ll_slot(n) bytes of
  * 16-byte lines on n ranks; see weft_ck_ll_args). */
@@ -121,15 +128,15 @@ typedef struct weft_ck_barrier_args {
     unsigned long long winlen[WEFT_CK_MAX_RANKS];        /* check, in a window: each rank's window bytes */
 } weft_ck_barrier_args_t;
 
-/* weft_ck_reduce_<type>_<op> (WEFT_CK_DTYPES x WEFT_CK_OPS): with parity =
+/* weft_ck_reduce_<type> and weft_ck_reduce_<type>_<op> (above): with parity =
  * *counter & 1 (poisoned: nothing) and src[p] = scratch[p] + HDR + parity *
  * slot_bytes + src_off (reg: win[p] + the offset in desc[parity][p] of this
  * rank's header + src_off),
  * out[i] = src[0][i] op src[1][i] op ... op src[nsrc - 1][i] for i < count,
  * always in this order (every rank computes the same bits). op: weft_op_t
  * values (0 sum, 1 prod, 2 min, 3 max, 4 avg: the sum divided by nsrc,
- * integers truncating toward zero), the <op> of the kernel cuda.c launches
- * for the call (the kernels do not read the op field). float16 / bfloat16 accumulate in
+ * integers truncating toward zero): the call's, which the kernel of a
+ * type reads and that of a pair has compiled in. float16 / bfloat16 accumulate in
  * float32 and round once (to nearest even); min / max propagate NaN;
  * integers wrap. out may be any device address (element-aligned); with
  * out_slot, the result goes to this rank's other slot (the parity of the
@@ -140,7 +147,7 @@ typedef struct weft_ck_reduce_args {
     size_t slot_bytes;
     size_t src_off; /* bytes into the slot */
     int nsrc;
-    int op; /* weft_op_t: the <op> of the kernel launched (above) */
+    int op; /* weft_op_t (above) */
     void *out;
     size_t count; /* elements */
     int reg;          /* the inputs are in the ranks' window win[] (WEFT_CK_DESC) */
@@ -170,7 +177,7 @@ typedef struct weft_ck_copy_args {
     const char *win[WEFT_CK_MAX_RANKS];
 } weft_ck_copy_args_t;
 
-/* weft_ck_fused_copy and weft_ck_fused_reduce_<type>_<op>: a whole small call
+/* weft_ck_fused_copy and weft_ck_fused_reduce_<type>[_<op>]: a whole small call
  * in one launch of ONE block (a single block needs no grid-wide sync):
  * the stage pieces (each: `bytes` from `in` to this rank's slot at `off`,
  * the slot of *counter + 1 as weft_ck_stage), the barrier (bar, as
@@ -189,8 +196,8 @@ typedef struct weft_ck_fused_args {
     weft_ck_copy_args_t cp;
 } weft_ck_fused_args_t;
 
-/* weft_ck_pipe_copy and weft_ck_pipe_reduce_<type>_<op> (modes 1-4),
- * weft_ck_ring_copy and weft_ck_ring_reduce_<type>_<op> (modes 5-8): a
+/* weft_ck_pipe_copy and weft_ck_pipe_reduce_<type>[_<op>] (modes 1-4),
+ * weft_ck_ring_copy and weft_ck_ring_reduce_<type>[_<op>] (modes 5-8): a
  * large call in one launch of many blocks, pipelined, after a weft_ck_barrier (which makes
  * the slots free and sets the counter: seq = *counter, read only). The
  * call is cut into `units`; a unit is npieces pieces of unit_elems
@@ -294,7 +301,7 @@ typedef struct weft_ck_pipe_args {
     int push, pos_pieces;
     size_t total; /* mode 3 / 4: the vector's elements (pieces may be short or empty); else 0 */
     int root;     /* modes 4, 6 */
-    int op; /* weft_op_t: the <op> of the kernel launched (as weft_ck_reduce_args') */
+    int op; /* weft_op_t: the call's (as weft_ck_reduce_args') */
     unsigned read_mask, cons_mask; /* bit p: rank p */
     int stage_on, consume_on, copy_self;
     int npieces, depth, ahead, red_piece, copy_piece;
@@ -306,7 +313,7 @@ typedef struct weft_ck_pipe_args {
     char *dst[WEFT_CK_MAX_RANKS]; /* copy: where producer p's pieces go */
 } weft_ck_pipe_args_t;
 
-/* weft_ck_ll_reduce_<type>_<op> and weft_ck_ll_copy: a small collective in one
+/* weft_ck_ll_reduce_<type>[_<op>] and weft_ck_ll_copy: a small collective in one
  * launch of a few blocks, NCCL's LL idea: no barrier, no staging. seq =
  * *counter + 1 (poisoned: the kernel ends at once), parity = seq & 1. Every
  * piece is count x esize <= weft_ck_ll_max(nranks) bytes, sent in lines of
@@ -334,7 +341,7 @@ typedef struct weft_ck_ll_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
     char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
-    int op; /* weft_op_t: the <op> of the kernel launched (as weft_ck_reduce_args') */
+    int op; /* weft_op_t: the call's (as weft_ck_reduce_args') */
     unsigned send_mask, recv_mask;
     const void *src[WEFT_CK_MAX_RANKS]; /* the piece for rank p; own entry: this rank's own piece */
     void *dst[WEFT_CK_MAX_RANKS];       /* reduce: dst[0] = the result (NULL: none here); copy: p's piece */

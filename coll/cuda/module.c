@@ -23,7 +23,8 @@ int weft_gpu_kernels_built(void)
 
 #ifdef WEFT_HAVE_CUDA
 
-/* The element types and ops of the reduce kernels, which the host picks: weft_ck_<protocol>_reduce_<type>_<op> */
+/* The element types and ops of the reduce kernels: weft_ck_<protocol>_reduce_<type>_<op> for the hot pairs, else
+ * weft_ck_<protocol>_reduce_<type>, which reads the op from its arguments (kernels.h) */
 #define CK_NAME(name, ...) #name,
 static const char *const dtype_names[] = {WEFT_CK_DTYPES(CK_NAME, 0)};
 static const char *const op_names[] = {WEFT_CK_OPS(CK_NAME, 0)};
@@ -119,6 +120,10 @@ static int get_functions(weft_gpu_module_t *m)
             for (int o = 0; o < WEFT_GPU_NOPS && r == CUDA_SUCCESS; o++) {
                 snprintf(name, sizeof(name), "%s_%s_%s", kernel_names[k], dtype_names[t], op_names[o]);
                 r = get_function(m, &m->each[k - WEFT_GPU_K_REDUCE][t][o], name);
+                if (r == CUDA_ERROR_NOT_FOUND) { /* not a hot pair: its type's kernel */
+                    snprintf(name, sizeof(name), "%s_%s", kernel_names[k], dtype_names[t]);
+                    r = get_function(m, &m->each[k - WEFT_GPU_K_REDUCE][t][o], name);
+                }
             }
     return r == CUDA_SUCCESS ? WEFT_SUCCESS
                              : weft_error(WEFT_ERR_INTERNAL, "coll/cuda: kernel %s missing from the fatbins: %s", name,

@@ -1,5 +1,6 @@
-/* The LL kernels (kernels.h: weft_ck_ll_args): weft_ck_ll_copy and
- * weft_ck_ll_reduce_<type>_<op>, a small collective in one launch. */
+/* The LL kernels (kernels.h: weft_ck_ll_args): weft_ck_ll_copy,
+ * weft_ck_ll_reduce_<type> and weft_ck_ll_reduce_<type>_<op> (hot pairs), a
+ * small collective in one launch. */
 #include "coll/cuda/kernels/types.cuh"
 
 namespace {
@@ -72,7 +73,8 @@ __device__ __forceinline__ bool ll_wait(const weft_ck_ll_args_t &a, const uint4 
     return true;
 }
 
-template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const weft_ck_ll_args_t &a)
+/* One line's fold: op over the n ranks' lines w[0..n) in rank order, element by element. */
+template <class Op> __device__ __forceinline__ uint2 ll_fold(const uint2 (&w)[MAXR], int n)
 {
     typedef typename Op::S S;
     const int E = 8 / (int)sizeof(S);
@@ -80,6 +82,46 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
         uint2 u;
         S e[8 / sizeof(S)];
     };
+    Line v[MAXR], r;
+#pragma unroll
+    for (int p = 0; p < MAXR; p++)
+        if (p < n)
+            v[p].u = w[p];
+#pragma unroll
+    for (int j = 0; j < E; j++) {
+        typename Op::A acc = Op::init(v[0].e[j]);
+#pragma unroll
+        for (int p = 1; p < MAXR; p++)
+            if (p < n)
+                acc = Op::step(acc, v[p].e[j]);
+        r.e[j] = Op::fin(acc, n);
+    }
+    return r.u;
+}
+
+/* ll_fold with Op inlined (a pair's kernel), or with the call's op, through that op's own compiled copy (a
+ * type's kernel: types.cuh, ck_each_op). */
+template <class Op> struct LLFold {
+    __device__ __forceinline__ uint2 operator()(const uint2 (&w)[MAXR], int n) const { return ll_fold<Op>(w, n); }
+};
+
+template <class Op> __device__ __noinline__ uint2 ll_fold_call(const uint2 (&w)[MAXR], int n)
+{
+    return ll_fold<Op>(w, n);
+}
+
+template <class N> struct LLFoldOp {
+    int op;
+    __device__ __forceinline__ uint2 operator()(const uint2 (&w)[MAXR], int n) const
+    {
+        uint2 r = make_uint2(0, 0);
+        ck_each_op<N>(op, [&](auto t) { r = ll_fold_call<typename decltype(t)::type>(w, n); });
+        return r;
+    }
+};
+
+template <bool REDUCE, class F> __device__ __forceinline__ void ll_run(const weft_ck_ll_args_t &a, F fold)
+{
     __shared__ volatile int abort_s; /* volatile: re-read in the polls */
     const int n = a.nranks < 1 ? 1 : a.nranks > MAXR ? MAXR : a.nranks, me = a.rank;
     const unsigned others = ((1u << n) - 1) & ~(1u << me), send = a.send_mask & others, recv = a.recv_mask & others;
@@ -148,14 +190,14 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
         for (int p = 0; p < MAXR; p++)
             if (recv >> p & 1)
                 x[p] = ld_ll(reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * slot) + l);
-        Line w[MAXR];
+        uint2 w[MAXR];
 #pragma unroll
         for (int p = 0; p < MAXR; p++) {
             if (p >= n)
                 continue;
             if (p == me) {
                 if (REDUCE)
-                    w[p].u = ll_load8(own, l, bytes);
+                    w[p] = ll_load8(own, l, bytes);
                 else if (self_copy)
                     ll_store8(own_dst, l, bytes, ll_load8(own, l, bytes));
                 continue;
@@ -165,23 +207,12 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void ll_run(const we
             if (!ll_wait(a, reinterpret_cast<const uint4 *>(mine + WEFT_CK_LL_OFF + (lane + p) * slot) + l,
                          f, p, abort_s, &x[p]))
                 goto done;
-            w[p].u = make_uint2(x[p].x, x[p].z);
+            w[p] = make_uint2(x[p].x, x[p].z);
             if (!REDUCE)
-                ll_store8(static_cast<char *>(a.dst[p]), l, bytes, w[p].u);
+                ll_store8(static_cast<char *>(a.dst[p]), l, bytes, w[p]);
         }
-        if (REDUCE) {
-            Line r;
-#pragma unroll
-            for (int j = 0; j < E; j++) {
-                typename Op::A acc = Op::init(w[0].e[j]);
-#pragma unroll
-                for (int p = 1; p < MAXR; p++)
-                    if (p < n)
-                        acc = Op::step(acc, w[p].e[j]);
-                r.e[j] = Op::fin(acc, n);
-            }
-            ll_store8(static_cast<char *>(a.dst[0]), l, bytes, r.u);
-        }
+        if (REDUCE)
+            ll_store8(static_cast<char *>(a.dst[0]), l, bytes, fold(w, n));
     }
     /* the tokens of the peers that send this rank no piece */
     if (gid == 0)
@@ -218,13 +249,21 @@ done:
 extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_copy(weft_ck_ll_args_t a)
 {
     stream_order();
-    ll_run<OpSum<IntType<uint8_t>>, false>(a);
+    ll_run<false>(a, LLFold<OpSum<IntType<uint8_t>>>());
 }
+
+#define WEFT_CK_LL_REDUCE_TYPE(t, ...)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_reduce_##t(weft_ck_ll_args_t a)                      \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        ll_run<true>(a, LLFoldOp<ck_type_##t>{a.op});                                                                  \
+    }
+WEFT_CK_INSTANTIATE_TYPES(WEFT_CK_LL_REDUCE_TYPE)
 
 #define WEFT_CK_LL_REDUCE(t, o)                                                                                        \
     extern "C" __global__ void __launch_bounds__(512) weft_ck_ll_reduce_##t##_##o(weft_ck_ll_args_t a)                \
     {                                                                                                                  \
         stream_order();                                                                                                \
-        ll_run<ck_op_##o<ck_type_##t>, true>(a);                                                                       \
+        ll_run<true>(a, LLFold<ck_op_##o<ck_type_##t>>());                                                             \
     }
 WEFT_CK_INSTANTIATE(WEFT_CK_LL_REDUCE)

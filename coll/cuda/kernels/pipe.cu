@@ -1,10 +1,11 @@
 /* The pipelined kernels, staged (kernels.h: weft_ck_pipe_args, modes 1
- * and 2 without push): weft_ck_pipe_copy and weft_ck_pipe_reduce_<type>_<op>. */
+ * and 2 without push): weft_ck_pipe_copy, weft_ck_pipe_reduce_<type> and
+ * weft_ck_pipe_reduce_<type>_<op> (hot pairs). */
 #include "coll/cuda/kernels/pipe.cuh"
 
 namespace {
 
-template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const weft_ck_pipe_args_t &a)
+template <bool REDUCE, class F> __device__ __forceinline__ void pipe_run(const weft_ck_pipe_args_t &a, F fold)
 {
     __shared__ int ok_s[2];
     /* the barrier before ended by the abort word (it poisoned the counter):
@@ -51,7 +52,7 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
             for (int p = 0; p < MAXR; p++)
                 base[p] = pick_region(a, p < nranks ? p : 0) + WEFT_CK_HDR + (size_t)t.pos * posbytes +
                           (size_t)a.red_piece * piece;
-            pipe_reduce<Op>(base, nranks, static_cast<char *>(a.out) + t.e0 * a.esize, ne, g.tid, g.nth);
+            fold(base, nranks, static_cast<char *>(a.out) + t.e0 * a.esize, ne, g.tid, g.nth);
         } else {
 #pragma unroll
             for (int p = 0; p < MAXR; p++) {
@@ -78,13 +79,21 @@ template <class Op, bool REDUCE> __device__ __forceinline__ void pipe_run(const 
 extern "C" __global__ void weft_ck_pipe_copy(weft_ck_pipe_args_t a)
 {
     stream_order();
-    pipe_run<OpSum<IntType<uint8_t>>, false>(a);
+    pipe_run<false>(a, PipeFold<OpSum<IntType<uint8_t>>>());
 }
+
+#define WEFT_CK_PIPE_REDUCE_TYPE(t, ...)                                                                               \
+    extern "C" __global__ void weft_ck_pipe_reduce_##t(weft_ck_pipe_args_t a)                                         \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        pipe_run<true>(a, PipeFoldOp<ck_type_##t>{a.op});                                                              \
+    }
+WEFT_CK_INSTANTIATE_TYPES(WEFT_CK_PIPE_REDUCE_TYPE)
 
 #define WEFT_CK_PIPE_REDUCE(t, o)                                                                                      \
     extern "C" __global__ void weft_ck_pipe_reduce_##t##_##o(weft_ck_pipe_args_t a)                                   \
     {                                                                                                                  \
         stream_order();                                                                                                \
-        pipe_run<ck_op_##o<ck_type_##t>, true>(a);                                                                     \
+        pipe_run<true>(a, PipeFold<ck_op_##o<ck_type_##t>>());                                                         \
     }
 WEFT_CK_INSTANTIATE(WEFT_CK_PIPE_REDUCE)

@@ -102,6 +102,32 @@ __device__ __forceinline__ void pipe_reduce(const char *const (&base)[MAXR], int
         reduce_range<Op>(base, nranks, o, ne, tid, nth);
 }
 
+/* The fold of the pipelined kernels (pipe.cu, push.cu): pipe_reduce with Op inlined (a pair's kernel), or with
+ * the call's op, through that op's own compiled copy (a type's kernel: types.cuh, ck_each_op). */
+template <class Op> struct PipeFold {
+    __device__ __forceinline__ void operator()(const char *const (&base)[MAXR], int nranks, void *o, size_t ne,
+                                               size_t tid, size_t nth) const
+    {
+        pipe_reduce<Op>(base, nranks, o, ne, tid, nth);
+    }
+};
+
+template <class Op>
+__device__ __noinline__ void pipe_reduce_call(const char *const (&base)[MAXR], int nranks, void *o, size_t ne,
+                                              size_t tid, size_t nth)
+{
+    pipe_reduce<Op>(base, nranks, o, ne, tid, nth);
+}
+
+template <class N> struct PipeFoldOp {
+    int op;
+    __device__ __forceinline__ void operator()(const char *const (&base)[MAXR], int nranks, void *o, size_t ne,
+                                               size_t tid, size_t nth) const
+    {
+        ck_each_op<N>(op, [&](auto t) { pipe_reduce_call<typename decltype(t)::type>(base, nranks, o, ne, tid, nth); });
+    }
+};
+
 /* Unit j of this block: its number, first element, position and flag value. */
 struct pipe_unit_t {
     size_t u, e0;

@@ -1,14 +1,14 @@
 /* The pipelined kernels, pushed (kernels.h: weft_ck_pipe_args, push,
  * modes 1-4): weft_ck_push_copy (mode 2), weft_ck_push_bcast (mode 4),
- * weft_ck_push_reduce_<type>_<op> (mode 1) and
- * weft_ck_push_allreduce_<type>_<op> (mode 3). */
+ * weft_ck_push_reduce_<type>[_<op>] (mode 1) and
+ * weft_ck_push_allreduce_<type>[_<op>] (mode 3). */
 #include "coll/cuda/kernels/pipe.cuh"
 
 namespace {
 
 /* The pushed form (kernels.h: weft_ck_pipe_args, push; MODE 1 reduce, 2 copy, 3 allreduce). Same
  * positions, flags and waits as pipe_run; only where the bytes go differs. */
-template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const weft_ck_pipe_args_t &a)
+template <int MODE, class F> __device__ __forceinline__ void pipe_push(const weft_ck_pipe_args_t &a, F fold)
 {
     __shared__ int ok_s[2];
     /* split: the units this block's producers have pushed; its consumers never pass them (in place, an
@@ -71,7 +71,7 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_push(const we
                 base[p] = p == a.rank ? a.in + (size_t)a.red_piece * a.in_stride + e0 * es
                                       : here + (size_t)((p < nranks ? p : 0) % places) * piece;
             char *o = static_cast<char *>(a.out) + at;
-            pipe_reduce<Op>(base, nranks, o, ne, g.tid, g.nth);
+            fold(base, nranks, o, ne, g.tid, g.nth);
             if (MODE == 3) {
                 /* the block's result (visible to the block after the barrier) into every peer's position; split,
                  * once the position is free there (unsplit, this block's produce of unit j waited for it) */
@@ -213,7 +213,7 @@ __device__ __forceinline__ void pipe_bcast_push(const weft_ck_pipe_args_t &a)
 extern "C" __global__ void weft_ck_push_copy(weft_ck_pipe_args_t a)
 {
     stream_order();
-    pipe_push<OpSum<IntType<uint8_t>>, 2>(a);
+    pipe_push<2>(a, PipeFold<OpSum<IntType<uint8_t>>>());
 }
 
 extern "C" __global__ void weft_ck_push_bcast(weft_ck_pipe_args_t a)
@@ -222,15 +222,28 @@ extern "C" __global__ void weft_ck_push_bcast(weft_ck_pipe_args_t a)
     pipe_bcast_push(a);
 }
 
+#define WEFT_CK_PUSH_REDUCE_TYPE(t, ...)                                                                               \
+    extern "C" __global__ void weft_ck_push_reduce_##t(weft_ck_pipe_args_t a)                                         \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        pipe_push<1>(a, PipeFoldOp<ck_type_##t>{a.op});                                                                \
+    }                                                                                                                  \
+    extern "C" __global__ void weft_ck_push_allreduce_##t(weft_ck_pipe_args_t a)                                      \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        pipe_push<3>(a, PipeFoldOp<ck_type_##t>{a.op});                                                                \
+    }
+WEFT_CK_INSTANTIATE_TYPES(WEFT_CK_PUSH_REDUCE_TYPE)
+
 #define WEFT_CK_PUSH_REDUCE(t, o)                                                                                      \
     extern "C" __global__ void weft_ck_push_reduce_##t##_##o(weft_ck_pipe_args_t a)                                   \
     {                                                                                                                  \
         stream_order();                                                                                                \
-        pipe_push<ck_op_##o<ck_type_##t>, 1>(a);                                                                       \
+        pipe_push<1>(a, PipeFold<ck_op_##o<ck_type_##t>>());                                                           \
     }                                                                                                                  \
     extern "C" __global__ void weft_ck_push_allreduce_##t##_##o(weft_ck_pipe_args_t a)                                \
     {                                                                                                                  \
         stream_order();                                                                                                \
-        pipe_push<ck_op_##o<ck_type_##t>, 3>(a);                                                                       \
+        pipe_push<3>(a, PipeFold<ck_op_##o<ck_type_##t>>());                                                           \
     }
 WEFT_CK_INSTANTIATE(WEFT_CK_PUSH_REDUCE)

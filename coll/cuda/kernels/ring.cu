@@ -1,7 +1,7 @@
 /* The ring (kernels.h: weft_ck_pipe_args, modes 5-8), the pipelined
  * kernels' form for the largest calls: weft_ck_ring_allgather (mode 5),
- * weft_ck_ring_bcast (6), weft_ck_ring_reduce_scatter_<type>_<op> (7) and
- * weft_ck_ring_allreduce_<type>_<op> (8). */
+ * weft_ck_ring_bcast (6), weft_ck_ring_reduce_scatter_<type>[_<op>] (7) and
+ * weft_ck_ring_allreduce_<type>[_<op>] (8). */
 #include "coll/cuda/kernels/pipe.cuh"
 
 namespace {
@@ -14,18 +14,58 @@ template <class N> struct RingPart<OpAvg<N>> {
     typedef OpSum<N> T;
 };
 
+/* A reduce step's fold (modes 7 and 8): the partial of the previous ranks and this rank's input into o; the
+ * last step folds with Op (an average divides by n), the others with its partial's op. */
+template <class Op>
+__device__ __forceinline__ void ring_fold(bool last, const char *const (&base)[MAXR], void *o, size_t ne,
+                                          size_t tid, size_t nth, int n)
+{
+    typedef typename RingPart<Op>::T Part;
+    if constexpr (std::is_same<Part, Op>::value) /* one fold in the code: fin_n matters to avg only */
+        reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth, n);
+    else if (last)
+        reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth, n);
+    else
+        reduce_range_n<Part, 2, 4>(base, o, ne, tid, nth);
+}
+
+/* ring_fold with Op inlined (a pair's kernel), or with the call's op, through that op's own compiled copy (a
+ * type's kernel: types.cuh, ck_each_op). */
+template <class Op> struct RingFold {
+    __device__ __forceinline__ void operator()(bool last, const char *const (&base)[MAXR], void *o, size_t ne,
+                                               size_t tid, size_t nth, int n) const
+    {
+        ring_fold<Op>(last, base, o, ne, tid, nth, n);
+    }
+};
+
+template <class Op>
+__device__ __noinline__ void ring_fold_call(bool last, const char *const (&base)[MAXR], void *o, size_t ne,
+                                            size_t tid, size_t nth, int n)
+{
+    ring_fold<Op>(last, base, o, ne, tid, nth, n);
+}
+
+template <class N> struct RingFoldOp {
+    int op;
+    __device__ __forceinline__ void operator()(bool last, const char *const (&base)[MAXR], void *o, size_t ne,
+                                               size_t tid, size_t nth, int n) const
+    {
+        ck_each_op<N>(op, [&](auto t) { ring_fold_call<typename decltype(t)::type>(last, base, o, ne, tid, nth, n); });
+    }
+};
+
 /* The ring (kernels.h: weft_ck_pipe_args, modes 5-8): a block's units go round the ranks in steps, each step
  * of each unit one item: take the previous rank's piece out of this rank's position (rdy), use it, store what
  * goes on into the next rank's position (once free there: dn), announce. So every store crosses one link, to
  * the next rank. A block runs its units `ahead` at a time, step by step (a step's item waits for what the
  * previous rank stored one step earlier, `ahead` items before). */
-template <class Op, int MODE> __device__ __forceinline__ void pipe_ring(const weft_ck_pipe_args_t &a)
+template <int MODE, class F> __device__ __forceinline__ void pipe_ring(const weft_ck_pipe_args_t &a, F fold)
 {
     __shared__ int ok_s;
     const unsigned long long seq = *a.ctl.counter;
     if (seq & WEFT_CK_POISON)
         return;
-    typedef typename RingPart<Op>::T Part;
     const size_t G = gridDim.x, b = blockIdx.x;
     const unsigned tid = threadIdx.x, nth = blockDim.x;
     const int n = a.nranks < MAXR ? a.nranks : MAXR, me = a.rank, depth = a.depth < 1 ? 1 : a.depth;
@@ -78,15 +118,10 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_ring(const we
                     /* the last step: this rank's own block, every rank folded in */
                     const bool last = s == n - 1;
                     char *o = last ? out + (MODE == 8 ? (size_t)me * a.in_stride : 0) + e0 * es : to;
-                    if (s == 0) {
+                    if (s == 0)
                         copy_any(to, base[1], ne * es, tid, nth);
-                    } else if (std::is_same<Part, Op>::value) { /* one fold in the code: fin_n matters to avg only */
-                        reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth, n);
-                    } else if (!last) { /* the previous ranks' partial, then this rank's input */
-                        reduce_range_n<Part, 2, 4>(base, to, ne, tid, nth);
-                    } else {
-                        reduce_range_n<Op, 2, 4>(base, o, ne, tid, nth, n);
-                    }
+                    else /* the previous ranks' partial, then this rank's input */
+                        fold(last, base, o, ne, tid, nth, n);
                     if (s > 0 && last && send) {
                         __syncthreads();
                         copy_any(to, o, ne * es, tid, nth);
@@ -125,24 +160,37 @@ template <class Op, int MODE> __device__ __forceinline__ void pipe_ring(const we
 extern "C" __global__ void weft_ck_ring_allgather(weft_ck_pipe_args_t a)
 {
     stream_order();
-    pipe_ring<OpSum<IntType<uint8_t>>, 5>(a);
+    pipe_ring<5>(a, RingFold<OpSum<IntType<uint8_t>>>());
 }
 
 extern "C" __global__ void weft_ck_ring_bcast(weft_ck_pipe_args_t a)
 {
     stream_order();
-    pipe_ring<OpSum<IntType<uint8_t>>, 6>(a);
+    pipe_ring<6>(a, RingFold<OpSum<IntType<uint8_t>>>());
 }
+
+#define WEFT_CK_RING_REDUCE_TYPE(t, ...)                                                                               \
+    extern "C" __global__ void weft_ck_ring_reduce_scatter_##t(weft_ck_pipe_args_t a)                                 \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        pipe_ring<7>(a, RingFoldOp<ck_type_##t>{a.op});                                                                \
+    }                                                                                                                  \
+    extern "C" __global__ void weft_ck_ring_allreduce_##t(weft_ck_pipe_args_t a)                                      \
+    {                                                                                                                  \
+        stream_order();                                                                                                \
+        pipe_ring<8>(a, RingFoldOp<ck_type_##t>{a.op});                                                                \
+    }
+WEFT_CK_INSTANTIATE_TYPES(WEFT_CK_RING_REDUCE_TYPE)
 
 #define WEFT_CK_RING_REDUCE(t, o)                                                                                      \
     extern "C" __global__ void weft_ck_ring_reduce_scatter_##t##_##o(weft_ck_pipe_args_t a)                           \
     {                                                                                                                  \
         stream_order();                                                                                                \
-        pipe_ring<ck_op_##o<ck_type_##t>, 7>(a);                                                                       \
+        pipe_ring<7>(a, RingFold<ck_op_##o<ck_type_##t>>());                                                           \
     }                                                                                                                  \
     extern "C" __global__ void weft_ck_ring_allreduce_##t##_##o(weft_ck_pipe_args_t a)                                \
     {                                                                                                                  \
         stream_order();                                                                                                \
-        pipe_ring<ck_op_##o<ck_type_##t>, 8>(a);                                                                       \
+        pipe_ring<8>(a, RingFold<ck_op_##o<ck_type_##t>>());                                                           \
     }
 WEFT_CK_INSTANTIATE(WEFT_CK_RING_REDUCE)

@@ -1,5 +1,6 @@
-/* Element types and reduction ops, and the (type, op) pairs every reduce
- * kernel is instantiated for (kernels.h: WEFT_CK_DTYPES, WEFT_CK_OPS).
+/* Element types and reduction ops (kernels.h: WEFT_CK_DTYPES, WEFT_CK_OPS),
+ * and the reduce kernels each protocol has: one per type (the op at run
+ * time) and one per hot pair (WEFT_CK_HOT).
  *
  * Reductions are strictly left to right over the sources (p = 0 .. nsrc - 1)
  * on every rank, so every rank computes the same bits. Semantics follow
@@ -209,15 +210,41 @@ template <class N> using ck_op_prod = OpProd<N>;
 template <class N> using ck_op_min = OpMin<N>;
 template <class N> using ck_op_max = OpMax<N>;
 template <class N> using ck_op_avg = OpAvg<N>;
+/* The ops' places in kernels.h's list: weft_op_t values */
+#define WEFT_CK_ENUM(name, ...) ck_o_##name,
+enum { WEFT_CK_OPS(WEFT_CK_ENUM, 0) ck_nops };
+#undef WEFT_CK_ENUM
+
+/* ------------------------------------------------------------------ */
+/* The kernels of a type: the op at run time (kernels.h)                */
+/* ------------------------------------------------------------------ */
+template <class Op> struct ck_tag {
+    typedef Op type;
+};
+
+/* f(ck_tag<Op>()) with the Op of type N and a call's op (weft_op_t; others: nothing). f calls the op's
+ * reduction through a function of its own, not inlined: a type's kernel is its protocol's body plus five
+ * calls, each loop compiled once (inlined in a switch, ptxas takes many times longer). */
+template <class N, class F> __device__ __forceinline__ void ck_each_op(int op, F &&f)
+{
+    switch (op) {
+#define WEFT_CK_OP_CASE(o, ...)                                                                                        \
+    case ck_o_##o:                                                                                                     \
+        f(ck_tag<ck_op_##o<N>>());                                                                                     \
+        break;
+        WEFT_CK_OPS(WEFT_CK_OP_CASE, 0)
+#undef WEFT_CK_OP_CASE
+    default:
+        break;
+    }
+}
 
 } // namespace
 
-/* K(t, o) once for every (type, op) pair, in kernels.h's order: a protocol's
- * reduce kernels, one __global__ each, from one template body; K names its
- * kernel weft_ck_<protocol>_reduce_##t##_##o and folds with
- * ck_op_##o<ck_type_##t>. */
-#define WEFT_CK_EACH_OP(o, t, K) K(t, o)
-#define WEFT_CK_EACH_TYPE(t, K) WEFT_CK_OPS(WEFT_CK_EACH_OP, t, K)
-#define WEFT_CK_INSTANTIATE(K) WEFT_CK_DTYPES(WEFT_CK_EACH_TYPE, K)
+/* K(t, o) once for every hot pair (kernels.h: WEFT_CK_HOT), K(t) once for every type: a protocol's reduce
+ * kernels, one __global__ each; K names its kernel weft_ck_<protocol>_reduce_##t##_##o and folds with
+ * ck_op_##o<ck_type_##t>, or weft_ck_<protocol>_reduce_##t and folds with ck_each_op<ck_type_##t>. */
+#define WEFT_CK_INSTANTIATE(K) WEFT_CK_HOT(K)
+#define WEFT_CK_INSTANTIATE_TYPES(K) WEFT_CK_DTYPES(K, 0)
 
 #endif
