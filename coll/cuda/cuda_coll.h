@@ -79,7 +79,7 @@ struct weft_window {
 typedef struct weft_window weft_gpu_window_t;
 
 /* The kernels, by kernels.h's names: weft_ck_<name>, and from WEFT_GPU_K_REDUCE on one per element type and
- * op, weft_ck_<name>_<type>_<op>. */
+ * op: weft_ck_<name>_<type>_<op> for the hot pairs, else the type's weft_ck_<name>_<type> (module.c). */
 typedef enum weft_gpu_kernel {
     WEFT_GPU_K_STAGE,
     WEFT_GPU_K_BARRIER,
