@@ -123,14 +123,15 @@ done
 # finds itself, else this checkout's package and build.
 python_cases() { # PY WEFTRUN TAG INSTALLED
     local py=$1 weftrun=$2 tag=$3 installed=$4 st sum
+    local ftag=${tag// /} # in file names
     local env=(env PYTHONPATH="$src/contrib/python/src${PYTHONPATH:+:$PYTHONPATH}" WEFT_LIBRARY="$build/.libs/libweft.so.0")
     [ "$installed" = 1 ] && env=(env -u PYTHONPATH -u WEFT_LIBRARY)
     echo "== Python device arrays (2 ranks$tag)"
     (cd "$src/contrib/python" && "${env[@]}" WEFT_TEST_TIMEOUT=60 timeout 900 "$weftrun" -n 2 --timeout 600 bash -c \
-        "exec $py -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_device_arrays.py >$log/py$tag\$RANK.log 2>&1") ||
+        "exec $py -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_device_arrays.py >$log/py$ftag\$RANK.log 2>&1") ||
         status=1
-    tail -n 15 "$log/py${tag}0.log"
-    sum=$(grep -E "[0-9]+ (passed|failed)" "$log/py${tag}0.log" | tail -1)
+    tail -n 15 "$log/py${ftag}0.log"
+    sum=$(grep -E "[0-9]+ (passed|failed)" "$log/py${ftag}0.log" | tail -1)
     passed=$((passed + $(grep -oE "[0-9]+ passed" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
     failed=$((failed + $(grep -oE "[0-9]+ failed" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
     skipped=$((skipped + $(grep -oE "[0-9]+ skipped" <<<"$sum" | grep -oE "[0-9]+" || echo 0)))
@@ -138,12 +139,12 @@ python_cases() { # PY WEFTRUN TAG INSTALLED
     st=0
     if [ "$installed" = 1 ]; then
         WEFT_TEST_INSTALLED=1 WEFT_TORCH_PYTHON=$py WEFT_TEST_TIMEOUT=${WEFT_TEST_TIMEOUT:-300} \
-            "$src/contrib/python/tests/run-torch-cuda.sh" "$build" >"$log/torch$tag.log" 2>&1 || st=$?
+            "$src/contrib/python/tests/run-torch-cuda.sh" "$build" >"$log/torch$ftag.log" 2>&1 || st=$?
     else
         WEFT_TEST_TIMEOUT=${WEFT_TEST_TIMEOUT:-300} "$src/contrib/python/tests/run-torch-cuda.sh" "$build" \
-            >"$log/torch$tag.log" 2>&1 || st=$?
+            >"$log/torch$ftag.log" 2>&1 || st=$?
     fi
-    tail -n 40 "$log/torch$tag.log"
+    tail -n 40 "$log/torch$ftag.log"
     case $st in
         0) passed=$((passed + 1)) ;;
         77) skipped=$((skipped + 1)) ;;

