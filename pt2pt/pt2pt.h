@@ -53,6 +53,7 @@ typedef struct weft_peer {
     ucp_ep_h ep;
     int lost;         /* UCX reported this peer's endpoint failed */
     ucs_status_t why; /* the UCX status that failed it */
+    int undelivered;  /* finalize's flush to it did not finish: its endpoint is closed by force */
 } weft_peer_t;
 
 typedef struct weft_pt2pt {

@@ -442,12 +442,17 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
     if (!p2p) return;
     g_finalizing = 1;
     if (p2p->peers) {
-        ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                     .flags = weft_cfg.peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0};
         for (int r = 0; r < p2p->npeers; r++) {
             /* A dead rank's endpoint would flush what it still holds for
-             * that rank until the deadline: ucp_worker_destroy drops it. */
+             * that rank until the deadline: ucp_worker_destroy drops it. An
+             * endpoint whose sends were not delivered (a message nobody
+             * received) is closed by force: its requests end canceled and
+             * release what they hold (UCX asserts at cleanup on a memory
+             * registration still in use). */
             if (!p2p->peers[r].ep || peer_gone(p2p, r)) continue;
+            ucp_request_param_t param = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                .flags = weft_cfg.peer_failure || p2p->peers[r].undelivered ? UCP_EP_CLOSE_FLAG_FORCE : 0};
             ucs_status_t st = wait_ucx(p2p->worker, ucp_ep_close_nbx(p2p->peers[r].ep, &param), deadline);
             if (st != UCS_OK && st != UCS_INPROGRESS && !p2p->peers[r].lost)
                 weft_debug("closing the endpoint to rank %d: %s", r, ucs_status_string(st));
@@ -519,6 +524,7 @@ int weft_p2p_flush(double deadline)
         size_t used = 0;
         for (int r = 0; r < p2p->npeers; r++)
             if (reqs[r]) {
+                p2p->peers[r].undelivered = 1;
                 int n = snprintf(who + used, sizeof(who) - used, "%s%d", used ? ", " : "", r);
                 if (n > 0 && used + (size_t)n < sizeof(who)) used += (size_t)n;
                 ucp_request_free(reqs[r]);

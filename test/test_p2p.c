@@ -301,6 +301,40 @@ Test(p2p, wait_deadline_then_success, .timeout = 60)
     RUN(2, body_deadline, NULL, 50, NULL);
 }
 
+/* A rendezvous send that nobody ever receives, released by its sender:
+ * the sender's finalize fails at the deadline naming the rank, the
+ * receiver's finalize ends, and neither crashes (the endpoint is closed by
+ * force, so UCX's cleanup finds no registration still in use). */
+static int body_undelivered(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int me, n;
+    weft_comm_t w = start(&me, &n);
+    size_t len = (size_t)4 << 20;
+    char *b = calloc(len, 1);
+    TH_CHECK(b != NULL, "4 MiB");
+    if (rank == 0) {
+        weft_request_t r;
+        TH_OK(weft_isend(b, (int64_t)len, WEFT_BYTE, 1, 5, w, &r));
+        TH_OK(weft_request_free(&r));
+        int rc = weft_finalize();
+        TH_CHECK(rc == WEFT_ERR_TIMEOUT, "finalize with a send nobody received: %d (%s)", rc, weft_last_error());
+        TH_CHECK(strstr(weft_last_error(), "rank 1"), "%s", weft_last_error());
+    } else {
+        int rc = weft_finalize();
+        TH_CHECK(rc == WEFT_SUCCESS || rc == WEFT_ERR_TIMEOUT, "finalize beside it: %d (%s)", rc, weft_last_error());
+    }
+    free(b); /* only now: UCX may read it until the sender's endpoint is closed */
+    return 0;
+}
+
+Test(p2p, undelivered_send_at_finalize, .timeout = 60)
+{
+    const char *env[] = {"WEFT_TIMEOUT=3", "WEFT_LOG_LEVEL=error", NULL};
+    RUN(2, body_undelivered, NULL, 50, env);
+}
+
 /* ---- probe / iprobe --------------------------------------------------- */
 static int body_probe(int rank, int size, void *arg)
 {
