@@ -1474,9 +1474,9 @@ static int body_held_stream(int rank, int size, void *arg)
         TH_CHECK(hold != NULL, "holding the stream on a host word");
         TH_CHECK(!gpu_memset32_async(din, (unsigned)(rank + 1 + k), n, st), "memset on the stream");
         weft_request_t req = WEFT_REQUEST_NULL;
-        int rc = k == 2 ? weft_allgather_on_stream(din, dout, (int64_t)n, WEFT_INT32, w, st, NULL)
-                        : weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st,
-                                                   k == 1 ? &req : NULL);
+        int rc =
+            k == 2 ? weft_allgather_on_stream(din, dout, (int64_t)n, WEFT_INT32, w, st, NULL)
+                   : weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st, k == 1 ? &req : NULL);
         TH_CHECK(rc == 0, "call %d: %s", k, weft_last_error());
         TH_CHECK(gpu_stream_busy(st) == 1, "call %d returned and the stream is no longer held", k);
         if (k == 1) {

@@ -398,8 +398,8 @@ static int hold_pool(void)
     if (hold_words) return 1;
     if (hold_unusable) return 0;
     void *p = NULL;
-    CUresult r = weft_cu.mem_host_alloc(&p, HOLD_WORDS * sizeof(uint32_t),
-                                        CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    CUresult r =
+        weft_cu.mem_host_alloc(&p, HOLD_WORDS * sizeof(uint32_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
     if (r == CUDA_SUCCESS && (r = weft_cu.mem_host_get_device_pointer(&hold_dev, p, 0)) != CUDA_SUCCESS)
         weft_cu.mem_free_host(p);
     if (r != CUDA_SUCCESS) {
@@ -438,8 +438,7 @@ int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream)
             g->word = (void *)&hold_words[k];
             /* The stream frees the word once past it; should that fail to queue, the word stays taken. */
             if ((r = weft_cu.stream_write_value32((CUstream)stream, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)))
-                weft_debug("cuda: queueing a held stream's word release failed (%s): one word fewer",
-                           weft_cu_text(r));
+                weft_debug("cuda: queueing a held stream's word release failed (%s): one word fewer", weft_cu_text(r));
         } else {
             atomic_store_explicit(&hold_words[k], HOLD_PASSED, memory_order_relaxed);
             weft_debug("cuda: a stream cannot wait on host memory here (%s): host-driven stream-ordered calls "
@@ -448,8 +447,7 @@ int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream)
             weft_cu.stream_wait_value32 = NULL; /* not again */
         }
     } else if (hold_words) {
-        weft_debug("cuda: every one of the %d held-stream words is in use: this call returns at its end",
-                   HOLD_WORDS);
+        weft_debug("cuda: every one of the %d held-stream words is in use: this call returns at its end", HOLD_WORDS);
     }
     CUcontext popped;
     weft_cu.ctx_pop(&popped);
