@@ -20,6 +20,9 @@
 #   - with WEFT_TEST_WHEELS=DIR (weft's wheel and libucx-cu13's): the two
 #     Python cases again from the wheel installed offline in a venv over this
 #     host's python and torch;
+#   - contrib/torch-dist-tests.sh with TORCH_DIST_DEVICE=cuda: PyTorch's own
+#     distributed tests (CUDA, backend "nccl") on weft's libnccl.so.2 against
+#     NVIDIA's, at the rank counts that have a GPU each (part torchdist);
 #   - test/nccl/torch_nccl_gpu.sh: PyTorch's own "nccl" backend on weft's
 #     libnccl.so.2 (LD_PRELOAD), 1, 2 and 4 ranks, eager and lazy, against
 #     gloo, NVIDIA's library alongside where it runs, and weft-nccl-tests
@@ -28,7 +31,7 @@
 # each (CUDA_VISIBLE_DEVICES=0 shares the first of several);
 # and prints one summary line: "gpu tests: N passed, M failed, K skipped".
 # WEFT_TEST_GPU_PARTS picks parts (default all): suites (test_cuda,
-# test_cuda_coll), algs, python, wheel, nccl; e.g. "suites algs" on a host
+# test_cuda_coll), algs, python, wheel, nccl, torchdist; e.g. "suites algs" on a host
 # whose commands must end within a time limit, then "python wheel nccl".
 #
 #   contrib/gpu-test.sh [BUILD_DIR]     (default: this checkout)
@@ -38,10 +41,10 @@
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$src}" && pwd)
-parts=" ${WEFT_TEST_GPU_PARTS:-suites algs python wheel nccl} "
+parts=" ${WEFT_TEST_GPU_PARTS:-suites algs python wheel nccl torchdist} "
 for p in $parts; do
-    case $p in suites | algs | python | wheel | nccl) ;; *)
-        echo "gpu-test: WEFT_TEST_GPU_PARTS: unknown part '$p' (suites algs python wheel nccl)" >&2
+    case $p in suites | algs | python | wheel | nccl | torchdist) ;; *)
+        echo "gpu-test: WEFT_TEST_GPU_PARTS: unknown part '$p' (suites algs python wheel nccl torchdist)" >&2
         exit 2
         ;;
     esac
@@ -186,6 +189,18 @@ if part nccl; then
     "$src/test/nccl/torch_nccl_gpu.sh" "$build" >"$log/torch-nccl.log" 2>&1 || st=$?
     grep -E "^(PASS|FAIL|skip) |^torch nccl on weft" "$log/torch-nccl.log"
     [ "$st" -eq 0 ] || [ "$st" -eq 77 ] || tail -n 40 "$log/torch-nccl.log"
+    case $st in
+        0) passed=$((passed + 1)) ;;
+        77) skipped=$((skipped + 1)) ;;
+        *) failed=$((failed + 1)) ;;
+    esac
+fi
+if part torchdist; then
+    echo "== PyTorch's distributed tests, CUDA: weft's libnccl.so.2 against NVIDIA's"
+    st=0
+    TORCH_DIST_DEVICE=cuda TORCH_DIST_SIZES=${TORCH_DIST_SIZES:-2 4} "$src/contrib/torch-dist-tests.sh" "$build" \
+        >"$log/torch-dist-cuda.log" 2>&1 || st=$?
+    grep -E "^(nccl|weft-nccl)-[0-9]+:|ranks: |passed, [0-9]+ failed" "$log/torch-dist-cuda.log" | tail -n 20
     case $st in
         0) passed=$((passed + 1)) ;;
         77) skipped=$((skipped + 1)) ;;

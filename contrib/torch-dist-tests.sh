@@ -24,6 +24,12 @@
 #   WEFT_TORCH_PYTHON    interpreter with torch (default: the checkout's .venv, python3;
 #                        contrib/install-torch.sh makes .venv); expecttest, which torch's
 #                        test helpers import, is pip-installed into it when missing
+#   TORCH_DIST_DEVICE=cuda  the class's CUDA tests on torch's own "nccl" backend instead:
+#                        NVIDIA's libnccl.so.2 (the reference, in gloo's place) against
+#                        weft's (BUILD_DIR/.libs/libnccl.so.2, put first by LD_PRELOAD),
+#                        ranks spawned; they want a GPU per rank (one GPU: torch skips
+#                        them, and this says so); exit 77 where the reference runs none;
+#                        expecttest must be importable (an offline GPU host: its wheel)
 #   TORCH_DIST_SIZES     the rank counts (default "2 4")
 #   TORCH_DIST_TESTS     only these tests (names, space separated; default: all)
 #   TORCH_DIST_SPAWN=1   spawn the ranks (torch's own way) instead of forking them
@@ -50,6 +56,25 @@ excluded=(
     "test_monitored_barrier_gloo_subgroup|as test_monitored_barrier_gloo"
 )
 
+# The reference and the library under test: gloo and weft on CPU; NVIDIA's
+# NCCL and weft's libnccl.so.2 on CUDA (spawned: a rank forked from a parent
+# that initialised CUDA cannot use it).
+ref=gloo cand=weft
+if [ "${TORCH_DIST_DEVICE:-cpu}" = cuda ]; then
+    ref=nccl cand=weft-nccl excluded=()
+    nccl_lib="$build/.libs/libnccl.so.2"
+    [ -e "$nccl_lib" ] || { echo "torch-dist-tests: $nccl_lib was not built"; echo "0 passed, 1 failed"; exit 1; }
+    export LD_LIBRARY_PATH="$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+    ngpu=$("$py" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+    fits=0
+    for n in ${TORCH_DIST_SIZES:-2 4}; do [ "$n" -le "$ngpu" ] && fits=1; done
+    if [ "$fits" = 0 ]; then
+        echo "torch-dist-tests: skipped: torch's nccl tests want a GPU per rank (sizes ${TORCH_DIST_SIZES:-2 4}, $ngpu GPUs)"
+        echo "0 passed, 0 failed, 1 skipped"
+        exit 77
+    fi
+fi
 if ! "$py" -c 'import expecttest' 2>/dev/null; then
     echo "torch-dist-tests: installing expecttest (torch's test helpers import it) into $py's environment"
     "$py" -m pip install --disable-pip-version-check -q expecttest >/dev/null 2>&1 ||
@@ -64,21 +89,28 @@ else
 fi
 export DISTRIBUTED_TESTS_DEFAULT_TIMEOUT=${DISTRIBUTED_TESTS_DEFAULT_TIMEOUT:-120}
 fork=--fork
-[ "${TORCH_DIST_SPAWN:-0}" = 1 ] && fork=
+[ "${TORCH_DIST_SPAWN:-0}" = 1 ] || [ "$ref" = nccl ] && fork=
 limit=${TORCH_DIST_RUN_LIMIT:-900}
 echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($py), library $WEFT_LIBRARY"
 echo "logs: $logs"
 runs=()
 t_all=$SECONDS
 for n in ${TORCH_DIST_SIZES:-2 4}; do
-    for backend in gloo weft; do
+    if [ "$ref" = nccl ] && [ "$n" -gt "$ngpu" ]; then
+        echo "nccl-$n: skipped: torch's nccl tests want a GPU per rank ($n ranks, $ngpu GPUs)"
+        runs+=("skip:$n:0")
+        continue
+    fi
+    for backend in $ref $cand; do
         name="$backend-$n"
         tmp=$(mktemp -d "${TMPDIR:-/tmp}/weft-torch-dist-tmp.XXXXXX")
         rm -f "$logs/$name.jsonl"
         t0=$SECONDS
+        preload=() suite=$backend
+        [ "$backend" = weft-nccl ] && preload=(LD_PRELOAD="$nccl_lib") suite=nccl
         # shellcheck disable=SC2086 # TORCH_DIST_TESTS: names
-        (cd "$here" && TEMP_DIR="$tmp" WORLD_SIZE=$n timeout -k 10 "$limit" "$py" torch_dist_suite.py \
-            --backend "$backend" $fork --results "$logs/$name.jsonl" ${TORCH_DIST_TESTS:-}) \
+        (cd "$here" && env "${preload[@]}" TEMP_DIR="$tmp" WORLD_SIZE=$n timeout -k 10 "$limit" "$py" \
+            torch_dist_suite.py --backend "$suite" $fork --results "$logs/$name.jsonl" ${TORCH_DIST_TESTS:-}) \
             >"$logs/$name.log" 2>&1
         rc=$?
         rm -rf "$tmp"
@@ -88,11 +120,12 @@ for n in ${TORCH_DIST_SIZES:-2 4}; do
 done
 echo "wall time: $((SECONDS - t_all)) s"
 
-"$py" - "$logs" "${runs[@]}" -- "${excluded[@]}" <<'EOF'
+"$py" - "$logs" "$ref" "$cand" "${runs[@]}" -- "${excluded[@]}" <<'EOF'
 import json, os, sys
 
 args = sys.argv[1:]
-logs = args[0]
+logs, REF, CAND = args[0], args[1], args[2]
+args = [logs] + args[3:]
 sep = args.index("--")
 runs, excluded = args[1:sep], dict(e.split("|", 1) for e in args[sep + 1 :])
 
@@ -111,12 +144,22 @@ def load(name):
 
 bad = 0
 passed = failed = skipped = 0
-sizes = sorted({int(r.split(":")[1]) for r in runs})
+sizes = sorted({int(r.split(":")[1]) for r in runs if not r.startswith("skip:")})
 status = {r.split(":")[0]: int(r.split(":")[2]) for r in runs}
+if not sizes:
+    print(f"torch distributed tests ({CAND} against {REF}): no size runs on this host")
+    print("0 passed, 0 failed, 0 skipped")
+    sys.exit(77)
+ran_none = 0
 for n in sizes:
-    gloo, weft = load(f"gloo-{n}"), load(f"weft-{n}")
+    gloo, weft = load(f"{REF}-{n}"), load(f"{CAND}-{n}")
+    if REF == "nccl" and gloo and all(r["outcome"] == "skipped" for r in gloo.values()):
+        print(f"{n} ranks: NVIDIA's NCCL ran none of the {len(gloo)} tests (torch skips them: a GPU per rank)")
+        ran_none += 1
+        skipped += len(gloo)
+        continue
     if not gloo or not any(r["outcome"] == "passed" for r in gloo.values()):
-        print(f"{n} ranks: gloo passed nothing (exit status {status.get(f'gloo-{n}')}): the harness is broken")
+        print(f"{n} ranks: {REF} passed nothing (exit status {status.get(f'{REF}-{n}')}): the harness is broken")
         failed += 1
         continue
     regress, still_fail, newly = [], [], []
@@ -138,15 +181,17 @@ for n in sizes:
         detail = (w or {}).get("detail", "")
         last = [l for l in detail.strip().splitlines() if l.strip()][-1:] if detail else []
         why = last[0].strip()[:300] if last else "not run (the run died or timed out)"
-        print(f"{n} ranks: FAILED on weft, passes on gloo: {test}: {why}")
+        print(f"{n} ranks: FAILED on {CAND}, passes on {REF}: {test}: {why}")
     for test in still_fail:
-        print(f"{n} ranks: excluded, fails on weft as expected: {test} ({excluded[test]})")
+        print(f"{n} ranks: excluded, fails on {CAND} as expected: {test} ({excluded[test]})")
     for test in newly:
-        print(f"{n} ranks: excluded but passes on weft now (take it off the list): {test}")
+        print(f"{n} ranks: excluded but passes on {CAND} now (take it off the list): {test}")
     only_weft = sorted(t for t, w in weft.items() if w["outcome"] == "failed" and gloo.get(t, {}).get("outcome") != "passed")
     for test in only_weft:
-        print(f"{n} ranks: fails on weft, and gloo does not pass it either (not counted): {test}")
-print("torch distributed tests (weft against gloo):")
+        print(f"{n} ranks: fails on {CAND}, and {REF} does not pass it either (not counted): {test}")
+print(f"torch distributed tests ({CAND} against {REF}):")
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
+if ran_none == len(sizes) and not failed:
+    sys.exit(77)
 sys.exit(1 if failed or not passed else 0)
 EOF

@@ -1,5 +1,10 @@
 """PyTorch's own distributed test class on weft or gloo (driven by contrib/torch-dist-tests.sh).
 
+``--backend nccl`` runs the class as torch's driver does for its "nccl"
+backend (CUDA tensors, a GPU per rank), on whichever libnccl.so.2 the ranks
+load: NVIDIA's, or weft's put first by LD_PRELOAD (contrib/torch-dist-tests.sh
+with TORCH_DIST_DEVICE=cuda runs both).
+
 torch's test/distributed/test_distributed_spawn.py in a file of our own (the
 wheel ships torch.testing._internal.distributed.distributed_test, the tests,
 but not that driver): every test starts WORLD_SIZE processes that join a
@@ -37,7 +42,7 @@ import unittest
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=("weft", "gloo", "weft-named"), required=True)
+    parser.add_argument("--backend", choices=("weft", "gloo", "weft-named", "nccl"), required=True)
     parser.add_argument("--results", required=True)
     parser.add_argument("--fork", action="store_true")
     parser.add_argument("-k", dest="keywords", action="append", default=[])
@@ -50,7 +55,7 @@ if __name__ == "__main__":
     # The ranks (spawned ones import this module anew) read these.
     os.environ["TORCH_DIST_SUITE_FORK"] = "1" if ARGS.fork else "0"
     os.environ["TORCH_DIST_SUITE_BACKEND"] = ARGS.backend
-    os.environ["BACKEND"] = "weft" if ARGS.backend == "weft-named" else "gloo"
+    os.environ["BACKEND"] = {"weft-named": "weft", "nccl": "nccl"}.get(ARGS.backend, "gloo")
 
 SUITE_BACKEND = os.environ.get("TORCH_DIST_SUITE_BACKEND", "gloo")
 
@@ -58,7 +63,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed import distributed_c10d  # noqa: E402
 
-if SUITE_BACKEND != "gloo":
+if SUITE_BACKEND not in ("gloo", "nccl"):
     import weft.torch  # noqa: E402,F401  (registers "weft"; spawned ranks import it with this module)
 
 from torch.testing._internal import common_distributed  # noqa: E402
