@@ -143,7 +143,7 @@ check_version() { # WHAT FOUND WANTED
     [ "$2" = "$3" ] || fail "version: $1 says '$2', configure.ac says '$3'"
 }
 make -s -j"$JOBS" tools/weft_info weft.pc >/dev/null
-info=$(WEFT_BOOTSTRAP=single ./tools/weft_info --no-init 2>&1 | head -n 1)
+info=$(WEFT_BOOTSTRAP=single ./tools/weft_info --no-init 2>&1 | sed -n 1p) # sed reads it all: head could end the pipe early (SIGPIPE under pipefail)
 check_version "weft_info (first line)" "$info" "weft $v"
 for n in MAJOR:$vmaj MINOR:$vmin PATCH:$vpat; do
     check_version "config.h WEFT_BUILD_VERSION_${n%%:*} (weft_get_version)" \
