@@ -50,6 +50,14 @@ for p in $parts; do
     esac
 done
 part() { [[ $parts == *" $1 "* ]]; }
+# A script's exit status counted: 0 passed, 77 skipped, else failed.
+tally() {
+    case $1 in
+        0) passed=$((passed + 1)) ;;
+        77) skipped=$((skipped + 1)) ;;
+        *) failed=$((failed + 1)) ;;
+    esac
+}
 # The build, when this checkout is not built yet (the suites need it).
 if part suites && { [ ! -x "$build/test/test_cuda" ] || [ ! -x "$build/test/test_cuda_coll" ]; }; then
     (cd "$build" && { [ -x configure ] || ./autogen.sh; } && { [ -f Makefile ] || ./configure --with-cuda; } &&
@@ -87,10 +95,10 @@ part suites && for t in test_cuda test_cuda_coll; do
     [ "$st" -eq 0 ] || { status=1; tail -40 "$log/$t.log"; }
 done
 
+part algs && echo "== every GPU algorithm by name (WEFT_COLL_TUNE), validated by weft-osu -c on 2 and 3 ranks"
 if ! part algs; then
     :
-elif echo "== every GPU algorithm by name (WEFT_COLL_TUNE), validated by weft-osu -c on 2 and 3 ranks" &&
-    [ ! -x "$build/contrib/bench/weft-osu" ] || [ ! -x "$build/tools/weft_info" ]; then
+elif [ ! -x "$build/contrib/bench/weft-osu" ] || [ ! -x "$build/tools/weft_info" ]; then
     echo "skipped: contrib/bench/weft-osu or tools/weft_info not built"
     skipped=$((skipped + 1))
 else
@@ -148,11 +156,7 @@ python_cases() { # PY WEFTRUN TAG INSTALLED
             >"$log/torch$ftag.log" 2>&1 || st=$?
     fi
     tail -n 40 "$log/torch$ftag.log"
-    case $st in
-        0) passed=$((passed + 1)) ;;
-        77) skipped=$((skipped + 1)) ;;
-        *) failed=$((failed + 1)) ;;
-    esac
+    tally "$st"
 }
 if ! part python; then
     :
@@ -189,11 +193,7 @@ if part nccl; then
     "$src/test/nccl/torch_nccl_gpu.sh" "$build" >"$log/torch-nccl.log" 2>&1 || st=$?
     grep -E "^(PASS|FAIL|skip) |^torch nccl on weft" "$log/torch-nccl.log"
     [ "$st" -eq 0 ] || [ "$st" -eq 77 ] || tail -n 40 "$log/torch-nccl.log"
-    case $st in
-        0) passed=$((passed + 1)) ;;
-        77) skipped=$((skipped + 1)) ;;
-        *) failed=$((failed + 1)) ;;
-    esac
+    tally "$st"
 fi
 if part torchdist; then
     echo "== PyTorch's distributed tests, CUDA: weft's libnccl.so.2 against NVIDIA's"
@@ -201,11 +201,7 @@ if part torchdist; then
     TORCH_DIST_DEVICE=cuda TORCH_DIST_SIZES=${TORCH_DIST_SIZES:-2 4} "$src/contrib/torch-dist-tests.sh" "$build" \
         >"$log/torch-dist-cuda.log" 2>&1 || st=$?
     grep -E "^(nccl|weft-nccl)-[0-9]+:|ranks: |passed, [0-9]+ failed" "$log/torch-dist-cuda.log" | tail -n 20
-    case $st in
-        0) passed=$((passed + 1)) ;;
-        77) skipped=$((skipped + 1)) ;;
-        *) failed=$((failed + 1)) ;;
-    esac
+    tally "$st"
 fi
 [ "$failed" -eq 0 ] || status=1
 echo "gpu tests: $passed passed, $failed failed, $skipped skipped"
