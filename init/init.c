@@ -60,6 +60,7 @@ fail:
     weft_coll_finalize();
     if (weft_g.p2p) weft_p2p_finalize(weft_g.p2p, 0);
     weft_g.p2p = NULL;
+    weft_sched_cleanup();
     g_bs.finalize(&g_bs, 0, 0);
     weft_bootstrap_release(&g_bs);
     weft_g.bs = NULL;
@@ -323,6 +324,7 @@ WEFT_API int weft_finalize(void)
     weft_coll_finalize(); /* after the communicators released their collective state */
     weft_p2p_finalize(weft_g.p2p, deadline);
     weft_g.p2p = NULL;
+    weft_sched_cleanup(); /* no transport writes into memory any more */
     g_bs.finalize(&g_bs, barrier_rc == WEFT_SUCCESS, deadline);
     weft_bootstrap_release(&g_bs);
     weft_g.bs = NULL;

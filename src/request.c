@@ -56,6 +56,11 @@ void weft_request_release(weft_request_t req)
     if (req->live_next) req->live_next->live_prev = req->live_prev;
     live_count--;
     req->magic = 0;
+    if (WEFT_UNLIKELY(req->on_release != NULL)) {
+        void (*fn)(void *) = req->on_release;
+        req->on_release = NULL;
+        fn(req->on_release_arg);
+    }
     req->next_free = free_list;
     free_list = req;
 }

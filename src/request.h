@@ -58,6 +58,10 @@ struct weft_request_s {
     weft_request_callback_t on_complete;          /* weft_request_on_complete's, called once at completion */
     void *on_complete_arg;
     int on_complete_given; /* one was given (it may have run already) */
+    /* The owner's hook, run once when the request is released (a failed
+     * collective's message still in flight: its scratch is kept till then). */
+    void (*on_release)(void *arg);
+    void *on_release_arg;
 };
 
 weft_request_t weft_request_alloc(const weft_request_ops_t *ops, weft_comm_t comm);

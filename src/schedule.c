@@ -473,14 +473,74 @@ static int run_locals(weft_sched_t *s)
     return WEFT_SUCCESS;
 }
 
+/* The scratch of failed schedules whose messages were still in flight
+ * when they ended: a rendezvous send is read, and a matched receive
+ * written, by the transport until it completes, which may be long after
+ * (the peer posts late, or never). The buffers are kept until every such
+ * message of every failed schedule is over (a child's message may land in
+ * its parent's scratch), then freed together; finalize frees what is left
+ * once the transport is gone. */
+static struct {
+    void **bufs;
+    int n, cap;
+    int inflight; /* released messages of failed schedules not yet over */
+} parked;
+
+static void parked_free(void)
+{
+    for (int i = 0; i < parked.n; i++)
+        free(parked.bufs[i]);
+    parked.n = 0;
+}
+
+static void parked_message_over(void *arg)
+{
+    (void)arg;
+    if (--parked.inflight == 0) parked_free();
+}
+
+static void park(void *p)
+{
+    if (!p) return;
+    if (parked.n == parked.cap && grow((void **)&parked.bufs, &parked.cap, parked.n + 1, sizeof(void *))) {
+        weft_debug("schedule: no memory to list a failed collective's scratch: it is never freed");
+        return;
+    }
+    parked.bufs[parked.n++] = p;
+}
+
+/* A failed schedule's scratch, while messages of failed schedules are in
+ * flight: kept (parked) instead of freed or reused. */
+static void park_scratch(weft_sched_t *s)
+{
+    if (!parked.inflight) return;
+    weft_debug("collective %s (comm %s): its scratch is kept until %d message%s in flight end%s", s->name,
+               s->comm->name, parked.inflight, parked.inflight == 1 ? "" : "s", parked.inflight == 1 ? "s" : "");
+    for (int i = 0; i < s->nscratch; i++)
+        park(s->scratch[i]);
+    s->nscratch = 0;
+    if (s->spare_used) {
+        park(s->spare);
+        s->spare = NULL;
+        s->spare_used = 0;
+    }
+}
+
 /* Cancels what the current round still has posted (after a failure);
- * sends cannot be canceled and finish in the background. Asking anyway
- * would overwrite the failure's message with a cancel error. */
+ * sends cannot be canceled and finish in the background (as do receives
+ * the transport had matched). Asking anyway would overwrite the failure's
+ * message with a cancel error. What is still in flight is counted until
+ * the transport releases it (park_scratch). */
 static void abandon_round(weft_sched_t *s)
 {
     for (int i = 0; i < s->nreqs; i++)
         if (s->reqs[i]) {
-            if (!s->reqs[i]->complete && s->reqs[i]->ops->cancel) weft_request_cancel(&s->reqs[i]);
+            weft_request_t r = s->reqs[i];
+            if (!r->complete && r->ops->cancel) weft_request_cancel(&s->reqs[i]);
+            if (!r->complete) {
+                r->on_release = parked_message_over;
+                parked.inflight++;
+            }
             weft_request_free(&s->reqs[i]);
         }
     s->nreqs = 0;
@@ -508,6 +568,7 @@ static void finish(weft_sched_t *s, int rc)
     unlink_active(s);
     abandon_round(s);
     abandon_children(s);
+    if (WEFT_UNLIKELY(rc != WEFT_SUCCESS)) park_scratch(s);
     log_end(s, rc);
     watch_end(s, rc);
     req->owner_data = NULL;
@@ -988,4 +1049,16 @@ void weft_sched_finalize(void)
     sched_cached = 0;
     if (hook_registered) weft_progress_unregister(sched_progress, NULL);
     hook_registered = 0;
+}
+
+void weft_sched_cleanup(void)
+{
+    if (parked.inflight)
+        weft_debug("weft_finalize: %d message%s of failed collectives never ended: their scratch is freed now",
+                   parked.inflight, parked.inflight == 1 ? "" : "s");
+    parked.inflight = 0;
+    parked_free();
+    free(parked.bufs);
+    parked.bufs = NULL;
+    parked.cap = 0;
 }

@@ -119,5 +119,8 @@ int weft_sched_wait(weft_request_t *req);
 
 int weft_sched_init(void);
 void weft_sched_finalize(void);
+/* After the transport is closed: frees the scratch that failed collectives
+ * kept for their messages in flight. */
+void weft_sched_cleanup(void);
 
 #endif

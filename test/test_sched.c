@@ -198,3 +198,76 @@ Test(sched, own_deadline_without_a_wait, .timeout = 60)
     th_result_t res = th_run(2, body_own_deadline, NULL, 40, NULL);
     cr_assert_eq(res.failed, 0);
 }
+
+/* A collective that fails while its send of scratch memory is still in
+ * flight (rendezvous: the peer reads the buffer when it matches, later):
+ * the scratch outlives the failure until the send is done, so the peer
+ * gets the bytes that were sent, not what the heap put there since. */
+#define LATE_BYTES (1u << 20)
+#define LATE_SEED 77u
+
+static int body_late_reader(int rank, int size, void *arg)
+{
+    (void)size;
+    th_board_t *board = arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    char go = 1, ack = 0;
+    if (rank == 0) {
+        int heard_rc = 0;
+        weft_request_t req;
+        int how = weft_api_enter();
+        weft_sched_t *s = weft_sched_create(w, "late");
+        TH_CHECK(s, "schedule");
+        weft_sched_watch(s, &hearing, &heard_rc);
+        char *scratch = weft_sched_scratch(s, LATE_BYTES);
+        TH_CHECK(scratch, "scratch");
+        th_fill(scratch, LATE_BYTES, LATE_SEED);
+        TH_OK(weft_sched_send(s, scratch, LATE_BYTES, 1));
+        TH_OK(weft_sched_poll(s, never, NULL));
+        weft_sched_deadline(s, 0.3);
+        TH_OK(weft_sched_start(s, &req));
+        weft_api_leave(&how);
+        int rc = weft_wait(&req, NULL);
+        TH_CHECK(rc == WEFT_ERR_TIMEOUT, "rc %d", rc);
+        /* the heap hands the freed scratch out again, and it is written */
+        for (int i = 0; i < 8; i++) {
+            char *p = malloc(LATE_BYTES);
+            TH_CHECK(p, "malloc");
+            memset(p, 0xee, LATE_BYTES);
+            free(p);
+        }
+        char *again = malloc(LATE_BYTES);
+        memset(again, 0xee, LATE_BYTES);
+        th_board_post(board, 0, &go, 1);
+        TH_OK(weft_recv(&ack, 1, WEFT_BYTE, 1, 5, w, NULL)); /* progress while rank 1 reads */
+        free(again);
+        TH_CHECK(ack == 1, "rank 1 got other bytes than were sent");
+    } else {
+        TH_CHECK(th_board_wait(board, 0, &go, 1, 20) == 0, "rank 0 never failed its collective");
+        char *buf = malloc(LATE_BYTES);
+        weft_request_t req;
+        int how = weft_api_enter();
+        weft_sched_t *s = weft_sched_create(w, "late");
+        TH_CHECK(s, "schedule");
+        TH_OK(weft_sched_recv(s, buf, LATE_BYTES, 0));
+        TH_OK(weft_sched_start(s, &req));
+        weft_api_leave(&how);
+        int rc = weft_wait(&req, NULL);
+        size_t bad = 0;
+        ack = rc == WEFT_SUCCESS && th_verify(buf, LATE_BYTES, LATE_SEED, &bad);
+        if (!ack) fprintf(stderr, "rank 1: rc %d, byte %zu differs\n", rc, bad);
+        TH_OK(weft_send(&ack, 1, WEFT_BYTE, 0, 5, w));
+        free(buf);
+        TH_CHECK(ack, "received other bytes than were sent");
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(sched, failed_schedule_keeps_scratch_for_sends_in_flight, .timeout = 60)
+{
+    th_result_t res = th_run_with_board(2, body_late_reader, 40);
+    cr_assert_eq(res.timed_out, 0);
+    cr_assert_eq(res.failed, 0);
+}
