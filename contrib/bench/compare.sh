@@ -9,7 +9,11 @@
 #     -r ROUNDS        alternating rounds (default 5)
 #     -p PEERS         comma list of peers: openmpi (its default pml), openmpi-ucx (pml ucx
 #                      forced onto every UCX transport), mpich (default: openmpi,openmpi-ucx and
-#                      mpich when installed)
+#                      mpich when installed), mpich-abi and mpich-abi-async (MPICH's
+#                      libmpi_abi.so.1 under -m PREFIX running contrib/bench/mpi-abi-osu, the
+#                      second with MPIR_CVAR_ASYNC_PROGRESS=1: its progress thread)
+#     -m PREFIX        MPICH for the mpich-abi peers: lib/libmpi_abi.so.1 and bin/mpiexec (the
+#                      `mpich` package from PyPI)
 #     -b BUILDDIR      weft build tree with contrib/bench/weft-osu (default: .)
 #     -o OUTDIR        where the raw runs and CSVs go (default: ${TMPDIR:-/tmp}/weft-bench,
 #                      outside the repository; a directory under docs/ is refused: raw runs
@@ -32,10 +36,13 @@
 # Output: OUTDIR/PROGRAM-npNP-LIB-rK.csv and .out per run, OUTDIR/PROGRAM-npNP.csv
 # with the medians, and the table on stdout (with a column for ucx_perftest
 # when contrib/bench/ucx-floor.sh wrote its rows into OUTDIR). Ratio: weft / peer of the
-# program's main metric (time: below 1 is weft faster; bandwidth: above 1).
+# program's main metric (time: below 1 is weft faster; bandwidth: above 1). For the
+# nonblocking programs (i*) the main metric is the overall time of post + compute + wait,
+# and a second table gives each library's overlap (OSU's: 100% when the compute hid the
+# whole communication).
 set -euo pipefail
 
-np=2 rounds=5 peers="" builddir=. outdir=${TMPDIR:-/tmp}/weft-bench bind=core netns=0
+np=2 rounds=5 peers="" builddir=. outdir=${TMPDIR:-/tmp}/weft-bench bind=core netns=0 mpich_prefix=""
 weft_env=() variants=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -44,6 +51,7 @@ while [ $# -gt 0 ]; do
         -p) peers=$2; shift 2 ;;
         -b) builddir=$2; shift 2 ;;
         -o) outdir=$2; shift 2 ;;
+        -m) mpich_prefix=$2; shift 2 ;;
         --bind) bind=$2; shift 2 ;;
         -e) weft_env+=("$2"); shift 2 ;;
         -v) variants+=("$2"); shift 2 ;;
@@ -89,6 +97,13 @@ if [[ ",$peers," == *,mpich,* ]] && { [ ! -x "$mpich_bin" ] || [ -n "$(find "$os
 fi
 [[ ",$peers," != *,openmpi* ]] || [ -x "$bench/mpi-osu" ] ||
     { echo "compare.sh: $bench/mpi-osu not built (configure found no mpicc)" >&2; exit 2; }
+abi_bin=$bench/.libs/mpi-abi-osu
+if [[ ",$peers," == *,mpich-abi* ]]; then
+    [ -x "$abi_bin" ] || { echo "compare.sh: $abi_bin not built (make contrib/bench/mpi-abi-osu)" >&2; exit 2; }
+    [ -n "$mpich_prefix" ] && [ -f "$mpich_prefix/lib/libmpi_abi.so.1" ] && [ -x "$mpich_prefix/bin/mpiexec" ] ||
+        { echo "compare.sh: the mpich-abi peers need -m PREFIX with lib/libmpi_abi.so.1 and bin/mpiexec" >&2; exit 2; }
+    mpich_prefix=$(cd "$mpich_prefix" && pwd)
+fi
 
 case $bind in
     core) ompi_bind=(--bind-to core --map-by core) hydra_bind=(-bind-to core) ;;
@@ -127,6 +142,12 @@ run_one() { # lib round
             mpirun -np "$np" "${ompi_bind[@]}" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
                 "$bench/mpi-osu" "$prog" --csv "$csv" --label openmpi-ucx "$@" ;;
         mpich) mpiexec.mpich -n "$np" "${hydra_bind[@]}" "$mpich_bin" "$prog" --csv "$csv" "$@" ;;
+        mpich-abi | mpich-abi-async)
+            local async=0
+            [ "$lib" = mpich-abi-async ] && async=1
+            env PATH="$mpich_prefix/bin:$PATH" LD_LIBRARY_PATH="$mpich_prefix/lib" MPIR_CVAR_ASYNC_PROGRESS=$async \
+                "$mpich_prefix/bin/mpiexec" -n "$np" "${hydra_bind[@]}" "$abi_bin" "$prog" --csv "$csv" \
+                --label "$lib" "$@" ;;
         *) # a weft variant (-v LABEL:VAR=VALUE;VAR=VALUE)
             local spec words
             for spec in "${variants[@]}"; do
@@ -194,5 +215,17 @@ with open(summary, "w") as f:
         for lib in libs:
             if (lib, s) in med:
                 f.write(f"{prog},{np},{s},{lib},{med[(lib, s)]:.4f},{len(values[(lib, s)])},{metric}\n")
+if prog.startswith("i"):
+    ov = {}
+    for lib in libs:
+        for path in sorted(glob.glob(os.path.join(outdir, f"{prog}-np{np}-{lib}-r*.csv"))):
+            for row in csv.DictReader(open(path)):
+                if row.get("overlap_pct"):
+                    ov.setdefault((lib, int(row["size"])), []).append(float(row["overlap_pct"]))
+    print("# overlap (%), median over rounds: the share of the communication the compute hid")
+    print(f"{'size':>10}" + "".join(f" {lib:>16}" for lib in libs))
+    for s in sizes:
+        print(f"{s:>10}" + "".join(f" {statistics.median(ov[(lib, s)]):>16.1f}" if (lib, s) in ov
+                                   else f" {'-':>16}" for lib in libs))
 print(f"# medians: {summary}")
 EOF
