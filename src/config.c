@@ -114,6 +114,11 @@ static const weft_var_t vars[] = {
      "let rank 0's env store listen on every interface when MASTER_ADDR is 0.0.0.0 / :: or not an address of rank "
      "0's host (a Kubernetes ClusterIP service in front of it); otherwise it listens only on MASTER_ADDR's address",
      FIELD(store_bind_any), 0},
+    {"WEFT_STORE_FD", WEFT_VAR_STRING, "",
+     "set by weftrun for rank 0 only: a socket it bound to MASTER_ADDR:MASTER_PORT and listens on, inherited, on "
+     "which rank 0 serves the env store (so no other process can take the port between weftrun's choice and rank "
+     "0's start); it must be a listening socket on MASTER_PORT",
+     FIELD(store_fd), sizeof(weft_cfg.store_fd)},
 };
 
 /* The runtime's table first, then the tables the layers above register

@@ -1589,3 +1589,90 @@ Test(store, detection, .timeout = 60)
     set_job_env("0", "2", "", "29500");
     cr_expect_eq(weft_bootstrap_env_detected(), 0);
 }
+
+/* weftrun binds and listens on the store's port before any rank starts and
+ * hands the socket to rank 0 (WEFT_STORE_FD): nobody can take the port in
+ * between. Here the test holds the port (as weftrun would); rank 0 serves
+ * on the inherited socket, and without it could not bind the port at all. */
+static int held_listener(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    cr_assert(fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof(sa)) && !listen(fd, 64) &&
+              !getsockname(fd, (struct sockaddr *)&sa, &len));
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+static int body_inherited(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    (void)size;
+    (void)arg;
+    boot(&bs, 20);
+    TH_CHECK(bs.rank == rank, "rank %d", bs.rank);
+    check_round(&bs, 0, 4096, weft_wtime() + 20);
+    check_round(&bs, 1, 100, weft_wtime() + 20);
+    bs.finalize(&bs, 1, weft_wtime() + 10);
+    return 0;
+}
+
+static int body_port_taken(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    (void)size;
+    (void)arg;
+    if (rank != 0) return 0;
+    memset(&bs, 0, sizeof(bs));
+    TH_OK(weft_config_load());
+    int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 3);
+    TH_CHECK(rc != WEFT_SUCCESS && strstr(weft_last_error(), "in use"), "rc %d: %s", rc, weft_last_error());
+    return 0;
+}
+
+Test(store, rank_0_serves_on_the_listening_socket_it_inherited, .timeout = 60)
+{
+    int port, fd = held_listener(&port);
+    char p[32], f[32];
+    snprintf(p, sizeof(p), "MASTER_PORT=%d", port);
+    snprintf(f, sizeof(f), "WEFT_STORE_FD=%d", fd);
+    const char *with[] = {p, f, NULL}, *without[] = {p, NULL};
+    th_result_t res = th_run(3, body_inherited, NULL, 40, with);
+    cr_expect_eq(res.failed, 0, "with the socket: %d ranks failed", res.failed);
+    res = th_run(1, body_port_taken, NULL, 20, without);
+    cr_expect_eq(res.failed, 0, "without it, rank 0 must find the port taken");
+    close(fd);
+}
+
+Test(store, a_store_fd_that_is_no_listening_socket_is_refused, .timeout = 30)
+{
+    weft_bootstrap_t bs = {0};
+    int port, lfd = held_listener(&port), other;
+    close(lfd); /* the port is free again: only WEFT_STORE_FD is wrong */
+    use_secret(TEST_SECRET);
+    set_job_env_port("0", "1", "127.0.0.1", port);
+    struct {
+        const char *value;
+        const char *needle;
+    } cases[] = {{"abc", "is not a file descriptor"}, {"-3", "is not a file descriptor"}, {"0", "not listening"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv("WEFT_STORE_FD", cases[i].value, 1);
+        cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+        int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 3);
+        cr_expect_eq(rc, WEFT_ERR_ARG, "WEFT_STORE_FD=%s: %d %s", cases[i].value, rc, weft_last_error());
+        cr_expect(strstr(weft_last_error(), cases[i].needle), "WEFT_STORE_FD=%s: %s", cases[i].value,
+                  weft_last_error());
+    }
+    /* a listening socket on another port */
+    other = held_listener(&lfd);
+    char v[16];
+    snprintf(v, sizeof(v), "%d", other);
+    setenv("WEFT_STORE_FD", v, 1);
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    int rc = weft_bootstrap_env_init(&bs, weft_wtime() + 3);
+    cr_expect(rc == WEFT_ERR_ARG && strstr(weft_last_error(), "not MASTER_PORT"), "%d %s", rc, weft_last_error());
+    close(other);
+    unsetenv("WEFT_STORE_FD");
+    weft_config_load();
+}

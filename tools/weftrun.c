@@ -4,9 +4,16 @@
  * is set already) with which the ranks prove to rank 0's store that they
  * belong to this job. If a rank fails, the others get a grace period, then
  * SIGTERM, then SIGKILL; the exit status is the first failure's. Does not
- * link libweft: it only sets variables and forks. */
+ * link libweft: it only sets variables and forks.
+ *
+ * The store's port is bound and listened on here, before any rank starts,
+ * and the socket handed to rank 0 (WEFT_STORE_FD): a port chosen, closed
+ * and bound again later could be taken in between by anyone on the host,
+ * and the job would fail (or talk to the squatter). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,16 +40,42 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int free_port(void)
+/* A socket bound to addr:port (port 0: one the kernel picks) and
+ * listening, close-on-exec (only rank 0 keeps it); its port in *bound.
+ * -1 with errno and *what set on failure. */
+static int store_listener(const char *addr, int port, int *bound, const char **what)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    if (fd < 0) return -1;
-    if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa)) && !getsockname(fd, (struct sockaddr *)&sa, &len))
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res;
+    char service[16];
+    snprintf(service, sizeof(service), "%d", port);
+    int gai = getaddrinfo(addr, service, &hints, &res), fd = -1;
+    if (gai) {
+        *what = gai_strerror(gai);
+        errno = EINVAL;
+        return -1;
+    }
+    *what = NULL;
+    for (const struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof(sa);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4096) ||
+            getsockname(fd, (struct sockaddr *)&sa, &len)) {
+            int e = errno;
+            close(fd);
+            fd = -1;
+            errno = e;
+            continue;
+        }
+        *bound = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
+                                               : ((struct sockaddr_in6 *)&sa)->sin6_port);
+    }
+    freeaddrinfo(res);
+    return fd;
 }
 
 /* 256 random bits as 64 hex digits: what the ranks prove membership with.
@@ -76,7 +109,7 @@ static void usage(FILE *f)
             "usage: weftrun -n N [--addr A] [--port P] [--timeout S] [--grace S] program [args...]\n"
             "  -n N         ranks to start on this host (1..%d)\n"
             "  --addr A     MASTER_ADDR (default 127.0.0.1)\n"
-            "  --port P     MASTER_PORT (default: a free port)\n"
+            "  --port P     MASTER_PORT (default: a free port; weftrun listens on it and hands the socket to rank 0)\n"
             "  --timeout S  kill the job after S seconds (default: none)\n"
             "  --grace S    after a rank fails, seconds before the others are terminated (default 10)\n"
             "  -h, --help   this text\n"
@@ -128,8 +161,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (i >= argc) return bad_usage("no program to start", NULL);
-    if (port <= 0 && (port = free_port()) <= 0) {
-        fprintf(stderr, "weftrun: no free TCP port: %s\n", strerror(errno));
+    const char *why = NULL;
+    int want = port > 0 ? port : 0, store_fd = store_listener(addr, want, &port, &why);
+    if (store_fd < 0) {
+        fprintf(stderr, "weftrun: cannot listen on %s port %d%s for rank 0's store: %s\n", addr, want,
+                want ? "" : " (any free one)", why ? why : strerror(errno));
         return 1;
     }
     /* A secret the user gave (the same on several hosts, from a file) is theirs to keep. */
@@ -161,12 +197,20 @@ int main(int argc, char **argv)
             snprintf(buf, sizeof(buf), "%d", port);
             setenv("MASTER_PORT", buf, 1);
             if (secret[0]) setenv("WEFT_JOB_SECRET", secret, 1);
+            if (r == 0) { /* rank 0 serves the store on weftrun's socket; the others do not get it */
+                snprintf(buf, sizeof(buf), "%d", store_fd);
+                setenv("WEFT_STORE_FD", buf, 1);
+                (void)fcntl(store_fd, F_SETFD, 0);
+            } else {
+                unsetenv("WEFT_STORE_FD");
+            }
             execvp(argv[i], &argv[i]);
             fprintf(stderr, "weftrun: cannot run %s: %s\n", argv[i], strerror(errno));
             _exit(127);
         }
         pids[r] = pid;
     }
+    close(store_fd); /* rank 0 has it */
     int remaining = n, first_fail = 0, failed_rank = -1, term_sent = 0;
     double start = now(), fail_time = 0;
     while (remaining > 0) {

@@ -33,10 +33,13 @@
  */
 #include "bootstrap/env.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* "host:port", with brackets around an IPv6 literal. */
@@ -176,6 +179,36 @@ out:
     return rc;
 }
 
+/* WEFT_STORE_FD (weftrun's, for rank 0): a socket listening on MASTER_PORT
+ * that this process inherited; the store serves on it (and no child of
+ * this process inherits it in turn). */
+static int inherited_listener(const char *text, int port, int *out)
+{
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || v < 0 || v > 1 << 20)
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: WEFT_STORE_FD='%s' is not a file descriptor", text);
+    int fd = (int)v, listening = 0;
+    socklen_t ol = sizeof(listening);
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof(sa);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0 || !listening ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0 || (sa.ss_family != AF_INET && sa.ss_family != AF_INET6))
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: WEFT_STORE_FD=%d is not a TCP socket listening for the store "
+                          "(%s): it is weftrun's to set, for rank 0 only", fd, listening ? "not TCP" : "not listening");
+    int bound = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
+                                              : ((struct sockaddr_in6 *)&sa)->sin6_port);
+    if (bound != port)
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: WEFT_STORE_FD=%d listens on port %d, not MASTER_PORT=%d", fd,
+                          bound, port);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return weft_error(WEFT_ERR_ARG, "env bootstrap: WEFT_STORE_FD=%d: %s", fd, strerror(errno));
+    weft_debug("env store: serving on the inherited socket WEFT_STORE_FD=%d (port %d)", fd, port);
+    *out = fd;
+    return WEFT_SUCCESS;
+}
+
 int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
 {
     env_boot_t *eb;
@@ -191,6 +224,11 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
         return rc;
     }
     log_protection(eb);
+    int listen_fd = -1;
+    if (eb->rank == 0 && weft_cfg.store_fd[0] && (rc = inherited_listener(weft_cfg.store_fd, eb->port, &listen_fd))) {
+        weft_env_free(eb, 0, 0);
+        return rc;
+    }
     env_serve_t o = {.size = eb->size,
                      .local_size = v.local_size,
                      .addr = eb->addr,
@@ -199,7 +237,7 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
                      .key = &eb->key,
                      .bind_any = weft_cfg.store_bind_any,
                      .deadline = deadline,
-                     .listen_fd = -1};
+                     .listen_fd = listen_fd};
     return boot_start(bs, eb, eb->rank == 0 ? &o : NULL, "env", v.local_rank, v.local_size, deadline);
 }
 

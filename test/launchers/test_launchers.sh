@@ -289,6 +289,18 @@ fi
 if need_prog "weftrun ring" "$WEFTRUN" && need_prog "weftrun ring" "$EX/ring"; then
     run_case "weftrun ring" check_ring -- "$WEFTRUN" -n "$NP" "$EX/ring"
 fi
+# weftrun listens on the store's port itself and hands that socket to rank 0
+# only (WEFT_STORE_FD): nobody can take the port between its choice and rank 0.
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+show_store_fd='if [ -n "${WEFT_STORE_FD:-}" ] && [ -S "/proc/$$/fd/$WEFT_STORE_FD" ]; then echo "store fd $RANK socket"; else echo "store fd $RANK none"; fi'
+check_store_fd() {
+    local out=$1 r
+    check_line "$out" "store fd 0 socket" || return 1
+    for ((r = 1; r < NP; r++)); do check_line "$out" "store fd $r none" || return 1; done
+}
+if need_prog "weftrun store socket" "$WEFTRUN"; then
+    run_case "weftrun hands its listening socket to rank 0 only" check_store_fd -- "$WEFTRUN" -n "$NP" sh -c "$show_store_fd"
+fi
 # The job secret (issue 21): fresh per job, the same on every rank, and used.
 # shellcheck disable=SC2016 # expanded by the ranks' shell
 show_secret='echo "secret $RANK ${#WEFT_JOB_SECRET} $(printf %s "$WEFT_JOB_SECRET" | sha256sum | cut -c1-16)"'
