@@ -317,11 +317,57 @@ out:
     return rc;
 }
 
+/* UCX_TLS, when the user set none. UCX's TCP transport listens on every
+ * interface and takes a connection and tagged messages from anyone who can
+ * reach it (a local user injected messages into a job's receives): where
+ * every rank of the job runs on this machine, shared memory carries
+ * everything and tcp is left out. A second try (attempt 1), after UCX could
+ * not open its transports, leaves System V shared memory out too: its
+ * segment ids are a host-wide pool any user can exhaust, and POSIX shared
+ * memory does the same work. NULL: UCX's own default. */
+static const char *default_tls(int single_machine, int attempt)
+{
+    const char *user = getenv("UCX_TLS");
+    if (user && *user) return NULL;
+    if (attempt == 0) return single_machine ? "^tcp" : NULL;
+    return single_machine ? "^tcp,sysv" : "^sysv";
+}
+
+/* The UCX context and worker, with UCX_TLS = tls (NULL: as configured).
+ * On failure nothing is left open and *what says which step failed. */
+static ucs_status_t ucx_open(weft_pt2pt_t *p2p, const ucp_params_t *params, const ucp_worker_params_t *wparams,
+                             const char *tls, const char **what)
+{
+    ucp_config_t *config = NULL;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    *what = "reading UCX's configuration";
+    if (st != UCS_OK) return st;
+    if (tls && (st = ucp_config_modify(config, "TLS", tls)) != UCS_OK) {
+        ucp_config_release(config);
+        *what = "setting UCX_TLS";
+        return st;
+    }
+    st = ucp_init(params, config, &p2p->context);
+    ucp_config_release(config);
+    *what = "ucp_init";
+    if (st != UCS_OK) {
+        p2p->context = NULL;
+        return st;
+    }
+    st = ucp_worker_create(p2p->context, wparams, &p2p->worker);
+    *what = "ucp_worker_create";
+    if (st != UCS_OK) {
+        p2p->worker = NULL;
+        ucp_cleanup(p2p->context);
+        p2p->context = NULL;
+    }
+    return st;
+}
+
 int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
 {
     int rc = WEFT_SUCCESS;
     ucs_status_t st;
-    ucp_config_t *config = NULL;
     ucp_address_t *addr = NULL;
     size_t addr_len = 0;
     weft_pt2pt_t *p2p = calloc(1, sizeof(*p2p));
@@ -330,11 +376,6 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     if (bs->size > WEFT_TAG_MAX_RANKS) {
         rc = weft_error(WEFT_ERR_UNSUPPORTED, "weft_init: %d ranks exceed the tag layout's %d", bs->size,
                         WEFT_TAG_MAX_RANKS);
-        goto out;
-    }
-    st = ucp_config_read(NULL, NULL, &config);
-    if (st != UCS_OK) {
-        rc = weft_error(WEFT_ERR_TRANSPORT, "UCX configuration is invalid: %s", ucs_status_string(st));
         goto out;
     }
     ucp_params_t params = {
@@ -350,11 +391,29 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
      * changes neither the transports UCX picks nor their latency between
      * ranks (docs/PERFORMANCE.md section 2), so it is always asked for. */
     params.features |= UCP_FEATURE_WAKEUP;
-    st = ucp_init(&params, config, &p2p->context);
+    /* With a progress thread (WEFT_PROGRESS_THREAD) two threads use the
+     * worker, one at a time (weft_api_lock): UCX's serialized mode. */
+    ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                   .thread_mode = weft_cfg.progress_thread == WEFT_PT_ON ? UCS_THREAD_MODE_SERIALIZED
+                                                                                         : UCS_THREAD_MODE_SINGLE};
+    int single = weft_g.machine_ranks >= bs->size;
+    const char *tls = default_tls(single, 0), *what = "";
+    st = ucx_open(p2p, &params, &wparams, tls, &what);
+    if (st != UCS_OK && default_tls(single, 1) && (!strcmp(what, "ucp_init") || !strcmp(what, "ucp_worker_create"))) {
+        weft_warn("UCX could not open its transports (%s: %s); trying again with UCX_TLS=%s (System V shared memory "
+                  "ids may be exhausted on this host; set UCX_TLS to choose the transports yourself)",
+                  what, ucs_status_string(st), default_tls(single, 1));
+        st = ucx_open(p2p, &params, &wparams, tls = default_tls(single, 1), &what);
+    }
     if (st != UCS_OK) {
-        rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_init failed: %s", ucs_status_string(st));
+        rc = weft_error(WEFT_ERR_TRANSPORT, "%s failed: %s", what, ucs_status_string(st));
         goto out;
     }
+    if (tls)
+        weft_info_log("UCX_TLS=%s: %s", tls,
+                      single ? "every rank runs on this machine, so UCX's tcp (open to anyone who can reach it) is left "
+                               "out; set UCX_TLS to choose"
+                             : "System V shared memory left out");
     /* A receive of an already-arrived message completes inline; UCX fills
      * its recv_info (sender, length) then only from 1.16 (openucx/ucx
      * df0798c005). Checked at run time: the library loaded may be older
@@ -363,16 +422,6 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     ucp_get_version(&major, &minor, &release);
     p2p->recv_inline = major > 1 || (major == 1 && minor >= 16);
     WEFT_CHECK_GOTO(weft_cuda_init(p2p->context), rc, out);
-    /* With a progress thread (WEFT_PROGRESS_THREAD) two threads use the
-     * worker, one at a time (weft_api_lock): UCX's serialized mode. */
-    ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                                   .thread_mode = weft_cfg.progress_thread == WEFT_PT_ON ? UCS_THREAD_MODE_SERIALIZED
-                                                                                         : UCS_THREAD_MODE_SINGLE};
-    st = ucp_worker_create(p2p->context, &wparams, &p2p->worker);
-    if (st != UCS_OK) {
-        rc = weft_error(WEFT_ERR_TRANSPORT, "ucp_worker_create failed: %s", ucs_status_string(st));
-        goto out;
-    }
     ucp_am_handler_param_t am = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
                                  .id = AM_CTRL_ID,
                                  .cb = am_ctrl_cb};
@@ -406,7 +455,6 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         }
 out:
     if (addr) ucp_worker_release_address(p2p->worker, addr);
-    if (config) ucp_config_release(config);
     if (rc != WEFT_SUCCESS) {
         weft_p2p_finalize(p2p, 0);
         p2p = NULL;

@@ -7,6 +7,7 @@
 #include "weft.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -145,8 +146,8 @@ Test(init, oob_allgather_callback, .timeout = 60)
 /* Issue 21: a peer's garbage UCX address never reaches UCX (in UCX 1.13,
  * ucp_ep_create asserts in ucp_address_unpack and the process dies with
  * SIGABRT). Rank 1's host code hands the others random bytes in place of
- * its worker address (the first exchange longer than 200 bytes: the
- * addresses, which init publishes; the node map's are shorter). Addresses
+ * its worker address (the exchange of sealed addresses, whose frames begin
+ * with "WUCA"). Addresses
  * are fetched when a rank first makes an endpoint: init succeeds, and the
  * first send of every other rank to rank 1 fails naming it; nobody aborts. */
 static int garbage_address_allgather(const void *send, void *recv, size_t len, void *ctxp)
@@ -154,7 +155,7 @@ static int garbage_address_allgather(const void *send, void *recv, size_t len, v
     oob_ctx_t *ctx = ctxp;
     static int done;
     uint8_t junk[OOB_MAX_BYTES];
-    if (ctx->rank == 1 && len > 200 && len <= sizeof(junk) && !done++) {
+    if (ctx->rank == 1 && len >= 4 && !memcmp(send, "WUCA", 4) && len <= sizeof(junk) && !done++) {
         srand(21);
         for (size_t i = 0; i < len; i++)
             junk[i] = (uint8_t)rand();
@@ -669,4 +670,79 @@ Test(init, torchstore_refuses_a_service_that_is_not_torchs_store, .timeout = 60)
     unsetenv("MASTER_PORT");
     cr_assert_eq(weft_init(NULL, NULL), WEFT_ERR_ARG);
     cr_expect(strstr(weft_last_error(), "torchstore bootstrap: MASTER_PORT is not set"), "%s", weft_last_error());
+}
+
+/* ---- what other users on the host can reach -------------------------- */
+/* TCP sockets of this process in the LISTEN state (from /proc/net/tcp{,6}). */
+static int tcp_listeners_of_this_process(void)
+{
+    unsigned long inodes[256];
+    int ninodes = 0, n = 0;
+    const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        char line[512];
+        if (!f) continue;
+        while (fgets(line, sizeof(line), f) && ninodes < 256) {
+            unsigned st;
+            unsigned long inode;
+            /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+            if (sscanf(line, " %*d: %*s %*s %x %*s %*s %*s %*d %*d %lu", &st, &inode) == 2 && st == 0x0A)
+                inodes[ninodes++] = inode;
+        }
+        fclose(f);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300], target[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        unsigned long inode;
+        if (k <= 0) continue;
+        target[k] = '\0';
+        if (sscanf(target, "socket:[%lu]", &inode) != 1) continue;
+        for (int i = 0; i < ninodes; i++)
+            n += inodes[i] == inode;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* arg: the TCP listeners rank 1 (which serves no store) must have: 0 when
+ * weft chose the transports, some when the user asked for UCX's tcp. */
+static int body_listeners(int rank, int size, void *arg)
+{
+    int want_some = *(int *)arg;
+    TH_OK(weft_init(NULL, NULL));
+    int64_t v = rank + 1, sum = 0;
+    TH_OK(weft_allreduce(&v, &sum, 1, WEFT_INT64, WEFT_SUM, weft_comm_world()));
+    TH_CHECK(sum == (int64_t)size * (size + 1) / 2, "sum %lld", (long long)sum);
+    if (rank == 1) {
+        int n = tcp_listeners_of_this_process();
+        TH_CHECK(want_some ? n > 0 : n == 0, "rank 1 listens on %d TCP sockets (expected %s)", n,
+                 want_some ? "some: UCX_TLS asks for tcp" : "none");
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(init, a_job_on_one_machine_listens_on_no_tcp_port_but_the_store, .timeout = 60)
+{
+    int none = 0, some = 1;
+    th_result_t res = th_run(2, body_listeners, &none, 40, NULL);
+    cr_expect_eq(res.failed, 0, "UCX_TLS unset: a rank listened on TCP");
+    const char *tcp[] = {"UCX_TLS=tcp,self", NULL};
+    res = th_run(2, body_listeners, &some, 40, tcp);
+    cr_expect_eq(res.failed, 0, "UCX_TLS=tcp,self: the user's choice was not kept");
+}
+
+/* A host whose System V shared-memory ids are used up (any user can take
+ * them all) must not stop weft_init: UCX is opened again without sysv. The
+ * sysv transport is made to fail here by demanding huge pages for it. */
+Test(init, init_survives_a_failing_sysv_transport, .timeout = 60)
+{
+    int none = 0;
+    const char *env[] = {"UCX_SYSV_HUGETLB_MODE=y", NULL};
+    th_result_t res = th_run(2, body_listeners, &none, 40, env);
+    cr_expect_eq(res.failed, 0, "weft_init failed with sysv unusable");
 }

@@ -9,6 +9,7 @@
  * sweep at the next init). */
 #include "coll/shm/segment.h"
 #include "harness.h"
+#include "topo/topo.h"
 #include "weft.h"
 
 #include <criterion/criterion.h>
@@ -1278,9 +1279,11 @@ static void make_as(uid_t uid, const char *path, int kind)
 Test(shm, sweep_never_blocks_on_what_others_put_in_dev_shm, .timeout = 90)
 {
     uid_t other = geteuid() == 0 ? 65534 : geteuid();
-    char paths[6][96];
-    for (int k = 0; k < 6; k++) {
-        snprintf(paths[k], sizeof(paths[k]), "/dev/shm/weft-sweep-test-%d-%d", (int)getpid(), k);
+    char paths[6][128];
+    cr_assert_eq(weft_config_load(), WEFT_SUCCESS);
+    for (int k = 0; k < 6; k++) { /* names of this host's segments: the sweep looks at nothing else */
+        snprintf(paths[k], sizeof(paths[k]), "/dev/shm/weft-%016llx-%016llx-0-00000000-%016x",
+                 (unsigned long long)getpid(), (unsigned long long)weft_topo_host_id(), k);
         make_as(k == 5 ? geteuid() : other, paths[k], k);
     }
     static const char *const single[] = {"WEFT_LOG_LEVEL=error", "WEFT_BOOTSTRAP=single", NULL};
@@ -1295,6 +1298,40 @@ Test(shm, sweep_never_blocks_on_what_others_put_in_dev_shm, .timeout = 90)
         else
             unlink(paths[k]);
     }
+}
+
+/* Any user can fill /dev/shm with weft- names: the sweep stops within its
+ * budget (and one rank per node sweeps), so init is not held up by them. */
+static void init_once(void *arg)
+{
+    (void)arg;
+    th_result_t *res = arg;
+    static const char *const env[] = {"WEFT_LOG_LEVEL=debug", "WEFT_BOOTSTRAP=single", NULL};
+    *res = th_run(1, body_sweep, NULL, 30, env);
+}
+
+Test(shm, a_flood_of_junk_names_in_dev_shm_is_swept_within_a_budget, .timeout = 120)
+{
+    enum { JUNK = 25000 };
+    char dir[] = "/dev/shm", path[96];
+    int made = 0;
+    for (int i = 0; i < JUNK; i++) {
+        snprintf(path, sizeof(path), "%s/weft-junk-%d-%08d", dir, (int)getpid(), i);
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0) break;
+        close(fd);
+        made++;
+    }
+    th_result_t res = {0};
+    char *err = made == JUNK ? th_stderr_of(init_once, &res) : NULL;
+    for (int i = 0; i < made; i++) {
+        snprintf(path, sizeof(path), "%s/weft-junk-%d-%08d", dir, (int)getpid(), i);
+        unlink(path);
+    }
+    cr_assert_eq(made, JUNK, "could not make %d files in /dev/shm", JUNK);
+    cr_expect_eq(res.failed, 0);
+    cr_expect(strstr(err, "its budget is spent"), "the sweep did not stop at its budget:\n%.2000s", err);
+    free(err);
 }
 
 /* ---- segments nobody else can take -------------------------------------------- */

@@ -329,8 +329,14 @@ static int create(weft_shm_t *sh)
                           strerror(err));
     }
     int err = 0;
-    /* exactly 0600 whatever the umask: the other members check it */
-    if (fchmod(fd, SHM_MODE) || ftruncate(fd, (off_t)sh->len)) err = errno;
+    /* exactly 0600 whatever the umask: the other members check it. The
+     * pages are allocated now: a sparse segment on a full /dev/shm (any
+     * user can fill it) would raise SIGBUS at the first touch of a page
+     * with no space behind it, in any member; a full one fails here. */
+    if (fchmod(fd, SHM_MODE) || ftruncate(fd, (off_t)sh->len))
+        err = errno;
+    else
+        err = posix_fallocate(fd, 0, (off_t)sh->len);
     void *p = err ? MAP_FAILED : mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (!err && p == MAP_FAILED) err = errno;
     if (err) {
@@ -750,21 +756,53 @@ static int stale_segment(int fd, const struct stat *st, uint64_t host, time_t no
     return stale;
 }
 
-/* Any local user can put anything under a weft- name in /dev/shm: each is
- * opened without blocking (a FIFO) and without following a link, and only
- * this user's regular files are looked into; the rest are skipped. */
+/* The sweep's budget: stale segments are rare (a name is unlinked once every
+ * member mapped it), while any user can fill /dev/shm with junk names. */
+#define SWEEP_MAX_S       0.1
+#define SWEEP_MAX_ENTRIES 20000
+
+/* 1 when name is one of this host's segment names: weft-<job>-<host>-...,
+ * <host> this host's id (16 hex digits each). */
+static int our_segment_name(const char *name, const char *host_hex)
+{
+    if (strncmp(name, "weft-", 5)) return 0;
+    const char *job = name + 5;
+    for (int i = 0; i < 16; i++)
+        if (!strchr("0123456789abcdef", job[i]) || !job[i]) return 0;
+    return job[16] == '-' && !strncmp(job + 17, host_hex, 16) && job[33] == '-';
+}
+
+/* Any local user can put anything under a weft- name in /dev/shm: only
+ * names of this host's segments are looked at, only this user's regular
+ * files (by fstatat, before any open) are opened, without blocking (a
+ * FIFO put in place since) and without following a link; the rest are
+ * skipped. One rank per node sweeps, within a budget of time and entries. */
 int weft_shm_sweep(void)
 {
     DIR *d = opendir("/dev/shm");
     if (!d) return 0;
     uint64_t host = weft_topo_host_id();
-    int removed = 0, dfd = dirfd(d);
+    char host_hex[17];
+    snprintf(host_hex, sizeof(host_hex), "%016llx", (unsigned long long)host);
+    int removed = 0, dfd = dirfd(d), seen = 0;
     time_t now = time(NULL);
+    double t0 = weft_wtime();
     uid_t me = geteuid();
     for (struct dirent *e; (e = readdir(d));) {
         if (strncmp(e->d_name, "weft-", 5)) continue;
+        if (++seen > SWEEP_MAX_ENTRIES || (seen % 256 == 0 && weft_wtime() - t0 > SWEEP_MAX_S)) {
+            weft_debug("coll/shm: sweep: stopped after %d weft- entries in /dev/shm (%.2f s): its budget is spent", seen,
+                       weft_wtime() - t0);
+            break;
+        }
+        if (!our_segment_name(e->d_name, host_hex)) continue;
         if (e->d_type != DT_UNKNOWN && e->d_type != DT_REG) {
             weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file", e->d_name);
+            continue;
+        }
+        struct stat st, now_st;
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) || st.st_uid != me) {
+            weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file of uid %u", e->d_name, (unsigned)me);
             continue;
         }
         int fd = openat(dfd, e->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
@@ -772,7 +810,6 @@ int weft_shm_sweep(void)
             weft_debug("coll/shm: sweep: skipping /dev/shm/%s: %s", e->d_name, strerror(errno));
             continue;
         }
-        struct stat st, now_st;
         int stale = 0;
         if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != me)
             weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file of uid %u", e->d_name, (unsigned)me);

@@ -89,10 +89,10 @@ static const weft_coll_param_t params[] = {
 };
 
 /* Segments of jobs killed before all their ranks attached (rare: the name
- * is unlinked once every rank mapped it). */
+ * is unlinked once every rank mapped it); one rank per node looks. */
 static int shm_init(void)
 {
-    weft_shm_sweep();
+    if (weft_g.local_rank == 0) weft_shm_sweep();
     return WEFT_SUCCESS;
 }
 
