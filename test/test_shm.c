@@ -696,7 +696,8 @@ static void run_mismatch(const mismatch_t *m)
                                        "WEFT_SHM_FLAT_PIECES=16", NULL};
     th_result_t res = th_run(4, body_mismatch, (void *)m, 30, m->flat_pieces ? flat : tree);
     cr_assert_eq(res.timed_out, 0, "%s: hung", m->coll);
-    cr_assert_eq(res.failed, 0, "%s count %lld", m->coll, (long long)m->count);
+    cr_assert_eq(res.failed, 0, "%s %s count %lld, rank 2 %+lld, %s", m->coll, m->alg, (long long)m->count,
+                 (long long)m->extra, m->flat_pieces ? "flat pieces" : "pieces down the tree");
 }
 
 Test(shm, mismatched_counts, .timeout = 120)
@@ -707,6 +708,8 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1, 0},      /* rank 3 as rank 2: rank 2's bad mark fails it */
         {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1, 0},     /* ranks 2 and 3 alike: the root sees rank 2 differ */
         {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0, 0}, /* 2 pieces against 3 */
+        {"bcast", "shm", 20000, -19990, {0, 0, 1, 1}, 0, 0}, /* the root's 2 pieces against 1: it waited for rank 2 */
+        {"bcast", "shm", 20000, -19990, {0, 0, 1, 0}, 0, 1}, /* the same, read from the root's slot */
         {"bcast", "shm", 20000, 20000, {0, 0, 1, 0}, 0, 1}, /* the same, every piece read from the root's slot */
         {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 1, 1}, /* rank 3 as rank 2: it reads the root's length, fails */
         {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0, 0},     /* up the tree to rank 0, which marks its result bad */

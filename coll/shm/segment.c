@@ -298,6 +298,12 @@ static void watch_failed(void *arg, int rc)
      * never ran, as when WEFT_COLL_CHECK failed the call), so no member can
      * complete that one either */
     if (sh->base) poison(sh, op->phase == 0 ? op->k0 : op->k0 + 1, rc);
+    /* A rank that found the members' calls differ (a signature: coll/shm's
+     * only WEFT_ERR_ARG once begun) reads no more of them: it is done with
+     * every piece the others' ops may have (a root's bcast of more pieces
+     * than this rank's waited for its done flag of a piece it never had). */
+    if (sh->base && rc == WEFT_ERR_ARG && op->phase != 0)
+        atomic_store_explicit(&sh->ctrl[sh->me].done, UINT64_MAX / 2, memory_order_release);
 }
 
 /* The op takes its sequence numbers when its schedule starts: in the
@@ -642,7 +648,9 @@ int weft_shm_tree_down(weft_sched_t *s, weft_shm_op_t *op, int root, void *dst, 
     if (!weft_shm_head_wait(s, op, from, WEFT_SHM_RESULT, flag)) return 0;
     int bad = sig ? weft_shm_sig_mismatch(op, from, root, sig, alg) : 0;
     const char *src = weft_shm_buf(op, from, bytes);
-    if (!flat && weft_shm_has_children(v, sh->radix, sh->n)) {
+    /* A mismatch read flat may be a tree for the others (a piece's form
+     * follows its length, which differs): the children get the bad mark. */
+    if ((!flat || bad) && weft_shm_has_children(v, sh->radix, sh->n)) {
         if (!weft_shm_claim(s, op, WEFT_SHM_READ_CHILDREN, root)) return 0;
         /* after a mismatch no data, and a bad mark: its children fail too */
         if (!bad) memcpy(weft_shm_buf(op, sh->me, bytes), src, bytes);
