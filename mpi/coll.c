@@ -55,6 +55,20 @@ static char *elem_at(const void *buf, MPI_Count i, MPI_Count count, const struct
     return (char *)buf + (MPI_Aint)(i * count) * t->extent;
 }
 
+/* MPI allows negative displacements (the memory before the buffer is the
+ * program's too); weft's are offsets into its buffer and not negative:
+ * weft's buffer starts at the lowest block with data, the displacements
+ * count from there (an empty block's, below it, from the start). */
+static void *rebase(const void *base, int n, const int64_t *counts, int64_t *displs)
+{
+    int64_t lo = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] && displs[i] < lo) lo = displs[i];
+    for (int i = 0; i < n; i++)
+        displs[i] = displs[i] - lo < 0 ? 0 : displs[i] - lo;
+    return (char *)base + lo;
+}
+
 /* Packed send data of (buf, count, t): the data itself when contiguous,
  * else a packed copy in *tmp. */
 static const void *send_view(const void *buf, MPI_Count count, const struct MPI_ABI_Datatype *t, void **tmp)
@@ -169,7 +183,7 @@ static int coll_post(mpi_req_t *r)
                 off += c->wc1[i];
             }
             if (rt->contig) {
-                rdata = mpi_dtype_data(c->rbuf, rt);
+                rdata = rebase(mpi_dtype_data(c->rbuf, rt), n, c->wc1, c->wd1);
             } else {
                 if (!(rdata = c->tr = mpi_malloc((size_t)off))) NOMEM();
             }
@@ -226,7 +240,7 @@ static int coll_post(mpi_req_t *r)
                 off += c->wc1[i];
             }
             if (st->contig) {
-                sdata = mpi_dtype_data(c->sbuf, st);
+                sdata = rebase(mpi_dtype_data(c->sbuf, st), n, c->wc1, c->wd1);
             } else {
                 if (!(c->ts = mpi_malloc((size_t)off))) NOMEM();
                 for (int i = 0; i < n; i++)
@@ -309,12 +323,12 @@ static int coll_post(mpi_req_t *r)
             }
             sdata = c->ts;
         } else {
-            sdata = mpi_dtype_data(c->sbuf, st);
+            sdata = rebase(mpi_dtype_data(c->sbuf, st), n, c->wc1, c->wd1);
         }
         if (rpacked) {
             if (!(rdata = c->tr = mpi_malloc((size_t)roff))) NOMEM();
         } else {
-            rdata = mpi_dtype_data(c->rbuf, rt);
+            rdata = rebase(mpi_dtype_data(c->rbuf, rt), n, c->wc2, c->wd2);
         }
         wrc = weft_ialltoallv(sdata, c->wc1, c->wd1, rdata, c->wc2, c->wd2, WEFT_BYTE, wc, w);
         break;
@@ -584,8 +598,17 @@ static int check_op(struct MPI_ABI_Comm *c, MPI_Op h, struct MPI_ABI_Datatype *t
 {
     *op = mpi_op_get(h);
     if (!*op) return mpi_err(c, MPI_ERR_OP, fn, "%s", h == MPI_OP_NULL ? "MPI_OP_NULL" : "invalid op handle");
-    if (mpi_op_check(*op, t)) return mpi_err(c, MPI_ERR_OP, fn, "op not defined for datatype %s", t->name);
-    return MPI_SUCCESS;
+    return mpi_op_check(c, *op, t, fn);
+}
+
+/* MPI forbids one buffer as both the send and the receive buffer of a
+ * collective (MPI_IN_PLACE is how to say that): moves says whether data
+ * moves both ways here. */
+static int check_alias(struct MPI_ABI_Comm *c, const void *sbuf, const void *rbuf, int moves, const char *fn)
+{
+    if (!moves || !sbuf || sbuf != rbuf || sbuf == MPI_IN_PLACE) return MPI_SUCCESS;
+    return mpi_err(c, MPI_ERR_BUFFER, fn,
+                   "sendbuf and recvbuf are the same buffer %p (aliased; MPI_IN_PLACE is for that)", (void *)sbuf);
 }
 
 /* Copies count arrays (int or MPI_Count) to MPI_Count. */
@@ -660,8 +683,9 @@ MPI_DEF(int, Ibarrier, (MPI_Comm comm, MPI_Request *request))
 
 MPI_DEF(int, Barrier_init, (MPI_Comm comm, MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return barrier(comm, PERSIST, request, "MPI_Barrier_init");
+    const char *fn = "MPI_Barrier_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : barrier(comm, PERSIST, request, fn);
 }
 
 /* bcast */
@@ -701,15 +725,17 @@ MPI_DEF(int, Ibcast_c,
 MPI_DEF(int, Bcast_init,
         (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return bcast(buffer, count, datatype, root, comm, PERSIST, request, "MPI_Bcast_init");
+    const char *fn = "MPI_Bcast_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : bcast(buffer, count, datatype, root, comm, PERSIST, request, fn);
 }
 MPI_DEF(int, Bcast_init_c,
         (void *buffer, MPI_Count count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Info info,
          MPI_Request *request))
 {
-    (void)info;
-    return bcast(buffer, count, datatype, root, comm, PERSIST, request, "MPI_Bcast_init_c");
+    const char *fn = "MPI_Bcast_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : bcast(buffer, count, datatype, root, comm, PERSIST, request, fn);
 }
 
 /* gather / allgather / scatter / alltoall: one count per rank */
@@ -732,6 +758,7 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
         return mpi_err(c, MPI_ERR_BUFFER, fn, "MPI_IN_PLACE as the receive buffer is not allowed here");
     if (send_sig && (rc = check_typebuf(c, stype, scount, fn, &st))) return rc;
     if (recv_sig && (rc = check_typebuf(c, rtype, rcount, fn, &rt))) return rc;
+    if ((rc = check_alias(c, sbuf, rbuf, send_sig && recv_sig && scount > 0 && rcount > 0, fn))) return rc;
     if (kind == C_SCATTER && rbuf == MPI_IN_PLACE) rt = st, rcount = scount;
     if ((kind == C_GATHER && !is_root) || (kind == C_SCATTER && !is_root && rbuf == MPI_IN_PLACE)) rt = st;
     if (kind == C_SCATTER && !is_root) st = rt;
@@ -789,17 +816,21 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
              MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Info info, MPI_Request *request))                     \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, PERSIST,         \
-                        request, "MPI_" #Name "_init");                                                                \
+        const char *fn = "MPI_" #Name "_init";                                                                         \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc                                                                                                 \
+                  : per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, PERSIST,    \
+                             request, fn);                                                                             \
     }                                                                                                                  \
     MPI_DEF(int, Name##_init_c,                                                                                        \
             (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount,      \
              MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Info info, MPI_Request *request))                     \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, PERSIST,         \
-                        request, "MPI_" #Name "_init_c");                                                              \
+        const char *fn = "MPI_" #Name "_init_c";                                                                       \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc                                                                                                 \
+                  : per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, PERSIST,    \
+                             request, fn);                                                                             \
     }
 
 #define PER_RANK_ALL(Name, IName, kind)                                                                                \
@@ -835,17 +866,21 @@ static int per_rank(int kind, const void *sbuf, MPI_Count scount, MPI_Datatype s
             (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,                  \
              MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info, MPI_Request *request))                               \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm, PERSIST, request,   \
-                        "MPI_" #Name "_init");                                                                         \
+        const char *fn = "MPI_" #Name "_init";                                                                         \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc                                                                                                 \
+                  : per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm, PERSIST,       \
+                             request, fn);                                                                             \
     }                                                                                                                  \
     MPI_DEF(int, Name##_init_c,                                                                                        \
             (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount,      \
              MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info, MPI_Request *request))                               \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm, PERSIST, request,   \
-                        "MPI_" #Name "_init_c");                                                                       \
+        const char *fn = "MPI_" #Name "_init_c";                                                                       \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc                                                                                                 \
+                  : per_rank(kind, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm, PERSIST,       \
+                             request, fn);                                                                             \
     }
 
 PER_RANK_ROOTED(Gather, Igather, C_GATHER)
@@ -877,6 +912,7 @@ static int vector_coll(int kind, const void *sbuf, MPI_Count scount, const void 
             if (bad || (rc = check_counts(c, d.scounts, n, fn))) goto fail;
         }
         if (rbuf != MPI_IN_PLACE && (rc = check_typebuf(c, rtype, rcount, fn, &rt))) goto fail;
+        if ((rc = check_alias(c, sbuf, rbuf, is_root && rcount > 0, fn))) goto fail;
         if (!rt) rt = st;
         if (!st) st = rt;
     } else {
@@ -889,6 +925,7 @@ static int vector_coll(int kind, const void *sbuf, MPI_Count scount, const void 
             d.rdispls = copy_displs(rdispls, large, n, &bad);
             if (bad || (rc = check_counts(c, d.rcounts, n, fn))) goto fail;
         }
+        if ((rc = check_alias(c, sbuf, rbuf, is_root && scount > 0, fn))) goto fail;
         if (!st) st = rt;
         if (!rt) rt = st;
     }
@@ -925,13 +962,15 @@ MPI_DEF(int, Igatherv_c, GATHERV_ARGS(MPI_Count, MPI_Aint, , MPI_Request *reques
 }
 MPI_DEF(int, Gatherv_init, GATHERV_ARGS(int, int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return GATHERV_CALL, 0, PERSIST, request, "MPI_Gatherv_init");
+    const char *fn = "MPI_Gatherv_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : GATHERV_CALL, 0, PERSIST, request, fn);
 }
 MPI_DEF(int, Gatherv_init_c, GATHERV_ARGS(MPI_Count, MPI_Aint, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return GATHERV_CALL, 1, PERSIST, request, "MPI_Gatherv_init_c");
+    const char *fn = "MPI_Gatherv_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : GATHERV_CALL, 1, PERSIST, request, fn);
 }
 
 /* allgatherv */
@@ -959,13 +998,15 @@ MPI_DEF(int, Iallgatherv_c, ALLGATHERV_ARGS(MPI_Count, MPI_Aint, , MPI_Request *
 }
 MPI_DEF(int, Allgatherv_init, ALLGATHERV_ARGS(int, int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return ALLGATHERV_CALL, 0, PERSIST, request, "MPI_Allgatherv_init");
+    const char *fn = "MPI_Allgatherv_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : ALLGATHERV_CALL, 0, PERSIST, request, fn);
 }
 MPI_DEF(int, Allgatherv_init_c, ALLGATHERV_ARGS(MPI_Count, MPI_Aint, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return ALLGATHERV_CALL, 1, PERSIST, request, "MPI_Allgatherv_init_c");
+    const char *fn = "MPI_Allgatherv_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : ALLGATHERV_CALL, 1, PERSIST, request, fn);
 }
 
 /* scatterv */
@@ -993,13 +1034,15 @@ MPI_DEF(int, Iscatterv_c, SCATTERV_ARGS(MPI_Count, MPI_Aint, , MPI_Request *requ
 }
 MPI_DEF(int, Scatterv_init, SCATTERV_ARGS(int, int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return SCATTERV_CALL, 0, PERSIST, request, "MPI_Scatterv_init");
+    const char *fn = "MPI_Scatterv_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : SCATTERV_CALL, 0, PERSIST, request, fn);
 }
 MPI_DEF(int, Scatterv_init_c, SCATTERV_ARGS(MPI_Count, MPI_Aint, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return SCATTERV_CALL, 1, PERSIST, request, "MPI_Scatterv_init_c");
+    const char *fn = "MPI_Scatterv_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : SCATTERV_CALL, 1, PERSIST, request, fn);
 }
 
 /* alltoallv / alltoallw */
@@ -1021,6 +1064,12 @@ static int alltoallvw(int w, const void *sbuf, const void *scounts, const void *
     d.rdispls = copy_displs(rdispls, large, n, &bad);
     if (bad) goto fail;
     if ((!inplace && (rc = check_counts(c, d.scounts, n, fn))) || (rc = check_counts(c, d.rcounts, n, fn))) goto fail;
+    if (!inplace) {
+        MPI_Count sent = 0, received = 0;
+        for (int i = 0; i < n; i++)
+            sent += d.scounts[i], received += d.rcounts[i];
+        if ((rc = check_alias(c, sbuf, rbuf, sent > 0 && received > 0, fn))) goto fail;
+    }
     if (w) {
         if ((!inplace && !stypes) || !rtypes) {
             bad = 1;
@@ -1078,13 +1127,15 @@ MPI_DEF(int, Ialltoallv_c, ALLTOALLV_ARGS(MPI_Count, MPI_Aint, , MPI_Request *re
 }
 MPI_DEF(int, Alltoallv_init, ALLTOALLV_ARGS(int, int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return ALLTOALLV_CALL, 0, PERSIST, request, "MPI_Alltoallv_init");
+    const char *fn = "MPI_Alltoallv_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : ALLTOALLV_CALL, 0, PERSIST, request, fn);
 }
 MPI_DEF(int, Alltoallv_init_c, ALLTOALLV_ARGS(MPI_Count, MPI_Aint, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return ALLTOALLV_CALL, 1, PERSIST, request, "MPI_Alltoallv_init_c");
+    const char *fn = "MPI_Alltoallv_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : ALLTOALLV_CALL, 1, PERSIST, request, fn);
 }
 
 #define ALLTOALLW_ARGS(CT, DT, ...)                                                                                    \
@@ -1110,13 +1161,15 @@ MPI_DEF(int, Ialltoallw_c, ALLTOALLW_ARGS(MPI_Count, MPI_Aint, , MPI_Request *re
 }
 MPI_DEF(int, Alltoallw_init, ALLTOALLW_ARGS(int, int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return ALLTOALLW_CALL, 0, PERSIST, request, "MPI_Alltoallw_init");
+    const char *fn = "MPI_Alltoallw_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : ALLTOALLW_CALL, 0, PERSIST, request, fn);
 }
 MPI_DEF(int, Alltoallw_init_c, ALLTOALLW_ARGS(MPI_Count, MPI_Aint, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return ALLTOALLW_CALL, 1, PERSIST, request, "MPI_Alltoallw_init_c");
+    const char *fn = "MPI_Alltoallw_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : ALLTOALLW_CALL, 1, PERSIST, request, fn);
 }
 
 /* reductions */
@@ -1133,6 +1186,8 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
     if (rbuf == MPI_IN_PLACE) return mpi_err(c, MPI_ERR_BUFFER, fn, "MPI_IN_PLACE is not a receive buffer");
     if (sbuf == MPI_IN_PLACE && kind == C_REDUCE && c->rank != root)
         return mpi_err(c, MPI_ERR_BUFFER, fn, "MPI_IN_PLACE is only for the root");
+    if (kind != C_RS && (rc = check_alias(c, sbuf, rbuf, count > 0 && (kind != C_REDUCE || c->rank == root), fn)))
+        return rc;
     weft_op_t wop;
     if (form == BLOCK && kind != C_RS && t->contig && mpi_op_native(o, t, &wop) &&
         !(sbuf == MPI_IN_PLACE && kind == C_RSB)) {
@@ -1155,7 +1210,10 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
         int bad = 0;
         d.rcounts = copy_counts(rcounts, large, c->size, &bad);
         if (bad) return array_error(c, bad, fn);
-        if ((rc = check_counts(c, d.rcounts, c->size, fn))) {
+        MPI_Count total = 0;
+        for (int i = 0; i < c->size; i++)
+            total += d.rcounts[i];
+        if ((rc = check_counts(c, d.rcounts, c->size, fn)) || (rc = check_alias(c, sbuf, rbuf, total > 0, fn))) {
             free(d.rcounts);
             return rc;
         }
@@ -1187,15 +1245,17 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
     }                                                                                                                  \
     MPI_DEF(int, Name##_init, RED_ARGS(int, , MPI_Info info, MPI_Request *request))                                    \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return reduction(kind, sendbuf, recvbuf, count, NULL, 0, datatype, op, 0, comm, PERSIST, request,              \
-                         "MPI_" #Name "_init");                                                                        \
+        const char *fn = "MPI_" #Name "_init";                                                                         \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc                                                                                                 \
+                  : reduction(kind, sendbuf, recvbuf, count, NULL, 0, datatype, op, 0, comm, PERSIST, request, fn);    \
     }                                                                                                                  \
     MPI_DEF(int, Name##_init_c, RED_ARGS(MPI_Count, , MPI_Info info, MPI_Request *request))                            \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return reduction(kind, sendbuf, recvbuf, count, NULL, 1, datatype, op, 0, comm, PERSIST, request,              \
-                         "MPI_" #Name "_init_c");                                                                      \
+        const char *fn = "MPI_" #Name "_init_c";                                                                       \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc                                                                                                 \
+                  : reduction(kind, sendbuf, recvbuf, count, NULL, 1, datatype, op, 0, comm, PERSIST, request, fn);    \
     }
 
 REDUCTION_FORMS(Allreduce, Iallreduce, C_ALLREDUCE)
@@ -1225,15 +1285,17 @@ MPI_DEF(int, Ireduce_c, REDUCE_ARGS(MPI_Count, , MPI_Request *request))
 }
 MPI_DEF(int, Reduce_init, REDUCE_ARGS(int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return reduction(C_REDUCE, sendbuf, recvbuf, count, NULL, 0, datatype, op, root, comm, PERSIST, request,
-                     "MPI_Reduce_init");
+    const char *fn = "MPI_Reduce_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc
+              : reduction(C_REDUCE, sendbuf, recvbuf, count, NULL, 0, datatype, op, root, comm, PERSIST, request, fn);
 }
 MPI_DEF(int, Reduce_init_c, REDUCE_ARGS(MPI_Count, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return reduction(C_REDUCE, sendbuf, recvbuf, count, NULL, 1, datatype, op, root, comm, PERSIST, request,
-                     "MPI_Reduce_init_c");
+    const char *fn = "MPI_Reduce_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc
+              : reduction(C_REDUCE, sendbuf, recvbuf, count, NULL, 1, datatype, op, root, comm, PERSIST, request, fn);
 }
 
 #define RSB_ARGS(CT, ...)                                                                                              \
@@ -1260,15 +1322,17 @@ MPI_DEF(int, Ireduce_scatter_block_c, RSB_ARGS(MPI_Count, , MPI_Request *request
 }
 MPI_DEF(int, Reduce_scatter_block_init, RSB_ARGS(int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return reduction(C_RSB, sendbuf, recvbuf, recvcount, NULL, 0, datatype, op, 0, comm, PERSIST, request,
-                     "MPI_Reduce_scatter_block_init");
+    const char *fn = "MPI_Reduce_scatter_block_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc
+              : reduction(C_RSB, sendbuf, recvbuf, recvcount, NULL, 0, datatype, op, 0, comm, PERSIST, request, fn);
 }
 MPI_DEF(int, Reduce_scatter_block_init_c, RSB_ARGS(MPI_Count, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return reduction(C_RSB, sendbuf, recvbuf, recvcount, NULL, 1, datatype, op, 0, comm, PERSIST, request,
-                     "MPI_Reduce_scatter_block_init_c");
+    const char *fn = "MPI_Reduce_scatter_block_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc
+              : reduction(C_RSB, sendbuf, recvbuf, recvcount, NULL, 1, datatype, op, 0, comm, PERSIST, request, fn);
 }
 
 #define RS_ARGS(CT, ...)                                                                                               \
@@ -1296,13 +1360,13 @@ MPI_DEF(int, Ireduce_scatter_c, RS_ARGS(MPI_Count, , MPI_Request *request))
 }
 MPI_DEF(int, Reduce_scatter_init, RS_ARGS(int, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return reduction(C_RS, sendbuf, recvbuf, 0, recvcounts, 0, datatype, op, 0, comm, PERSIST, request,
-                     "MPI_Reduce_scatter_init");
+    const char *fn = "MPI_Reduce_scatter_init";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : reduction(C_RS, sendbuf, recvbuf, 0, recvcounts, 0, datatype, op, 0, comm, PERSIST, request, fn);
 }
 MPI_DEF(int, Reduce_scatter_init_c, RS_ARGS(MPI_Count, , MPI_Info info, MPI_Request *request))
 {
-    (void)info;
-    return reduction(C_RS, sendbuf, recvbuf, 0, recvcounts, 1, datatype, op, 0, comm, PERSIST, request,
-                     "MPI_Reduce_scatter_init_c");
+    const char *fn = "MPI_Reduce_scatter_init_c";
+    int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);
+    return rc ? rc : reduction(C_RS, sendbuf, recvbuf, 0, recvcounts, 1, datatype, op, 0, comm, PERSIST, request, fn);
 }

@@ -180,6 +180,7 @@ static int dup_common(MPI_Comm comm, struct MPI_ABI_Info *info, MPI_Comm *newcom
     int rc = mpi_check_comm(comm, fn, &c);
     if (rc) return rc;
     if (!newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL newcomm");
+    *newcomm = MPI_COMM_NULL; /* on any error */
     weft_comm_t wc;
     if ((rc = weft_comm_dup(c->wc, WEFT_OPTIONS_NULL, &wc))) return mpi_err_weft(c, rc, fn);
     if ((rc = mpi_comm_wrap(c, wc, newcomm, fn))) return rc;
@@ -193,11 +194,11 @@ MPI_DEF(int, Comm_dup, (MPI_Comm comm, MPI_Comm *newcomm))
 
 MPI_DEF(int, Comm_dup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm))
 {
-    struct MPI_ABI_Info *i = NULL;
-    if (info != MPI_INFO_NULL && !(i = mpi_info_get(info)))
-        return mpi_err(mpi_comm_get(comm), MPI_ERR_INFO, "MPI_Comm_dup_with_info", "invalid info");
+    struct MPI_ABI_Info *i;
+    int rc = mpi_check_info(mpi_comm_get(comm), info, "MPI_Comm_dup_with_info", &i);
+    if (rc) return rc;
     if (!i) i = mpi_info_new();
-    int rc = dup_common(comm, i, newcomm, "MPI_Comm_dup_with_info");
+    rc = dup_common(comm, i, newcomm, "MPI_Comm_dup_with_info");
     if (info == MPI_INFO_NULL) mpi_info_unref(i);
     return rc;
 }
@@ -235,6 +236,7 @@ MPI_DEF(int, Comm_split, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm))
     int rc = mpi_check_comm(comm, "MPI_Comm_split", &c);
     if (rc) return rc;
     if (!newcomm) return mpi_err(c, MPI_ERR_ARG, "MPI_Comm_split", "NULL newcomm");
+    *newcomm = MPI_COMM_NULL; /* on any error */
     if (color < 0 && color != MPI_UNDEFINED)
         return mpi_err(c, MPI_ERR_ARG, "MPI_Comm_split", "color %d is negative (and not MPI_UNDEFINED)", color);
     weft_comm_t wc;
@@ -259,8 +261,9 @@ MPI_DEF(int, Comm_split_type, (MPI_Comm comm, int split_type, int key, MPI_Info 
     int rc = mpi_check_comm(comm, fn, &c);
     if (rc) return rc;
     if (!newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL newcomm");
-    struct MPI_ABI_Info *i = NULL;
-    if (info != MPI_INFO_NULL && !(i = mpi_info_get(info))) return mpi_err(c, MPI_ERR_INFO, fn, "invalid info");
+    *newcomm = MPI_COMM_NULL; /* on any error */
+    struct MPI_ABI_Info *i;
+    if ((rc = mpi_check_info(c, info, fn, &i))) return rc;
     int node = 0, nnodes = 1, color = MPI_UNDEFINED;
     weft_node_info(&node, &nnodes);
     switch (split_type) {
@@ -282,9 +285,10 @@ MPI_DEF(int, Comm_create, (MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm))
     const char *fn = "MPI_Comm_create";
     int rc = mpi_check_comm(comm, fn, &c);
     if (rc) return rc;
+    if (!newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL newcomm");
+    *newcomm = MPI_COMM_NULL; /* on any error */
     struct MPI_ABI_Group *g = mpi_group_get(group);
     if (!g) return mpi_err(c, MPI_ERR_GROUP, fn, "invalid group");
-    if (!newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL newcomm");
     /* every member of the group must be in comm */
     for (int i = 0; i < g->size; i++) {
         int found = 0;
@@ -308,9 +312,10 @@ MPI_DEF(int, Comm_create_group, (MPI_Comm comm, MPI_Group group, int tag, MPI_Co
     int rc = mpi_check_comm(comm, fn, &c);
     if (rc) return rc;
     (void)tag;
+    if (!newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL newcomm");
+    *newcomm = MPI_COMM_NULL; /* on any error */
     struct MPI_ABI_Group *g = mpi_group_get(group);
     if (!g) return mpi_err(c, MPI_ERR_GROUP, fn, "invalid group");
-    if (!newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL newcomm");
     if (g->rank == MPI_UNDEFINED) {
         *newcomm = MPI_COMM_NULL;
         return MPI_SUCCESS;

@@ -1249,6 +1249,29 @@ MPI_DEF(int, Type_get_true_extent_x, (MPI_Datatype datatype, MPI_Count *true_lb,
     return PMPI_Type_get_true_extent_c(datatype, true_lb, true_extent);
 }
 
+const char *mpi_dtype_name(const struct MPI_ABI_Datatype *t)
+{
+    if (t->name[0]) return t->name;
+    switch (t->combiner) {
+    case MPI_COMBINER_DUP: return "a derived dup type";
+    case MPI_COMBINER_CONTIGUOUS: return "a derived contiguous type";
+    case MPI_COMBINER_VECTOR: return "a derived vector type";
+    case MPI_COMBINER_HVECTOR: return "a derived hvector type";
+    case MPI_COMBINER_INDEXED: return "a derived indexed type";
+    case MPI_COMBINER_HINDEXED: return "a derived hindexed type";
+    case MPI_COMBINER_INDEXED_BLOCK: return "a derived indexed_block type";
+    case MPI_COMBINER_HINDEXED_BLOCK: return "a derived hindexed_block type";
+    case MPI_COMBINER_STRUCT: return "a derived struct type";
+    case MPI_COMBINER_SUBARRAY: return "a derived subarray type";
+    case MPI_COMBINER_DARRAY: return "a derived darray type";
+    case MPI_COMBINER_RESIZED: return "a derived resized type";
+    case MPI_COMBINER_F90_REAL:
+    case MPI_COMBINER_F90_COMPLEX:
+    case MPI_COMBINER_F90_INTEGER: return "a Fortran parameterized type";
+    default: return "a derived type";
+    }
+}
+
 MPI_DEF(int, Type_set_name, (MPI_Datatype datatype, const char *name))
 {
     struct MPI_ABI_Datatype *t;
@@ -1491,7 +1514,7 @@ int mpi_check_buf(struct MPI_ABI_Comm *c, const void *buf, MPI_Count n, struct M
 {
     if (MPI_UNLIKELY(n < 0)) return mpi_err(c, MPI_ERR_COUNT, fn, "negative count %lld", (long long)n);
     if (MPI_UNLIKELY(mpi_dtype_bytes(t, n) < 0))
-        return mpi_err(c, MPI_ERR_COUNT, fn, "count %lld of %s overflows", (long long)n, t->name);
+        return mpi_err(c, MPI_ERR_COUNT, fn, "count %lld of %s overflows", (long long)n, mpi_dtype_name(t));
     (void)buf; /* NULL is MPI_BOTTOM: absolute addresses in the datatype */
     return MPI_SUCCESS;
 }

@@ -474,7 +474,7 @@ MPI_DEF(int, Comm_set_errhandler, (MPI_Comm comm, MPI_Errhandler errhandler))
     if (rc) return rc;
     struct MPI_ABI_Errhandler *e = mpi_errh_get(errhandler);
     if (!e || (!e->predefined && e->kind != MPI_K_COMM))
-        return mpi_err(c, MPI_ERR_ARG, "MPI_Comm_set_errhandler", "invalid error handler for a communicator");
+        return mpi_err(c, MPI_ERR_ERRHANDLER, "MPI_Comm_set_errhandler", "invalid error handler for a communicator");
     mpi_errh_ref(e);
     mpi_errh_unref(c->errh);
     c->errh = e;
@@ -508,7 +508,7 @@ MPI_DEF(int, File_set_errhandler, (MPI_File file, MPI_Errhandler errhandler))
     if (file != MPI_FILE_NULL) return mpi_err(NULL, MPI_ERR_FILE, "MPI_File_set_errhandler", "invalid file");
     struct MPI_ABI_Errhandler *e = mpi_errh_get(errhandler);
     if (!e || (!e->predefined && e->kind != 'f'))
-        return mpi_err(NULL, MPI_ERR_ARG, "MPI_File_set_errhandler", "invalid error handler for a file");
+        return mpi_err(NULL, MPI_ERR_ERRHANDLER, "MPI_File_set_errhandler", "invalid error handler for a file");
     mpi_errh_ref(e);
     mpi_errh_unref(file_null_errh);
     file_null_errh = e;

@@ -263,16 +263,21 @@ static int expand_ranges(struct MPI_ABI_Group *g, int n, int ranges[][3], int **
     if (!list) return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
     for (int i = 0; i < n; i++) {
         int first = ranges[i][0], last = ranges[i][1], stride = ranges[i][2];
-        if (stride == 0 || first < 0 || first >= g->size || last < 0 || last >= g->size) {
+        if (stride == 0) {
+            free(list);
+            return mpi_err(NULL, MPI_ERR_ARG, fn, "range %d (%d, %d, 0) has stride 0", i, first, last);
+        }
+        if (first < 0 || first >= g->size || last < 0 || last >= g->size) {
             free(list);
             return mpi_err(NULL, MPI_ERR_RANK, fn, "invalid range (%d, %d, %d)", first, last, stride);
         }
-        for (int r = first; stride > 0 ? r <= last : r >= last; r += stride) {
+        /* 64 bits: a large stride steps past INT_MAX */
+        for (int64_t r = first; stride > 0 ? r <= last : r >= last; r += stride) {
             if (m >= g->size) {
                 free(list);
                 return mpi_err(NULL, MPI_ERR_RANK, fn, "ranges name a rank twice");
             }
-            list[m++] = r;
+            list[m++] = (int)r;
         }
     }
     *out = list;

@@ -41,6 +41,14 @@ struct MPI_ABI_Info *mpi_info_get(MPI_Info h)
     return mpi_obj_check(MPI_K_INFO, h);
 }
 
+int mpi_check_info(struct MPI_ABI_Comm *c, MPI_Info h, const char *fn, struct MPI_ABI_Info **out)
+{
+    struct MPI_ABI_Info *i = h == MPI_INFO_NULL ? NULL : mpi_info_get(h);
+    if (h != MPI_INFO_NULL && !i) return mpi_err(c, MPI_ERR_INFO, fn, "invalid info");
+    if (out) *out = i;
+    return MPI_SUCCESS;
+}
+
 struct MPI_ABI_Info *mpi_info_new(void)
 {
     return mpi_obj_alloc(MPI_K_INFO);

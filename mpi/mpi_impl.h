@@ -251,6 +251,7 @@ struct MPI_ABI_Request {
     void *gstate;
     MPI_Status gstatus;
     const char *fn; /* the call that created it, for messages */
+    int listed;     /* 1 + its index in the array a call is checking, else 0 */
 };
 
 int mpi_req_new(int kind, struct MPI_ABI_Comm *comm, const char *fn, mpi_req_t **out);
@@ -336,6 +337,8 @@ int mpi_check_comm(MPI_Comm h, const char *fn, struct MPI_ABI_Comm **out);
 int mpi_check_dtype(struct MPI_ABI_Comm *c, MPI_Datatype h, const char *fn, struct MPI_ABI_Datatype **out);
 int mpi_check_count(struct MPI_ABI_Comm *c, MPI_Count n, const char *fn);
 int mpi_check_buf(struct MPI_ABI_Comm *c, const void *buf, MPI_Count n, struct MPI_ABI_Datatype *t, const char *fn);
+/* An info argument: MPI_INFO_NULL (*out = NULL) or a valid info. */
+int mpi_check_info(struct MPI_ABI_Comm *c, MPI_Info h, const char *fn, struct MPI_ABI_Info **out);
 
 /* ------------------------------------------------------------------ */
 /* Communicators (comm.c), groups (group.c), attributes (attr.c)       */
@@ -362,6 +365,8 @@ mpi_topo_t *mpi_topo_dup(const mpi_topo_t *t);
 /* Datatypes (datatype.c) and reductions (op.c)                         */
 /* ------------------------------------------------------------------ */
 void mpi_dtype_init(void);
+/* For messages: the type's name, or what kind of derived type it is. */
+const char *mpi_dtype_name(const struct MPI_ABI_Datatype *t);
 void mpi_dtype_ref(struct MPI_ABI_Datatype *t);
 void mpi_dtype_unref(struct MPI_ABI_Datatype *t);
 /* Bytes of packed data for count elements; -1 on overflow. */
@@ -403,7 +408,9 @@ int mpi_dtype_unit(const struct MPI_ABI_Datatype *t, MPI_Count *units);
 int mpi_reduce_local(const void *in, void *inout, MPI_Count count, struct MPI_ABI_Datatype *t, struct MPI_ABI_Op *op);
 /* Whether op on t can be done by weft itself; *wop receives weft's op. */
 int mpi_op_native(const struct MPI_ABI_Op *op, const struct MPI_ABI_Datatype *t, weft_op_t *wop);
-int mpi_op_check(struct MPI_ABI_Op *op, struct MPI_ABI_Datatype *t);
+/* Whether op reduces t in a collective or MPI_Reduce_local: 0, or the
+ * error raised on c naming fn. */
+int mpi_op_check(struct MPI_ABI_Comm *c, struct MPI_ABI_Op *op, struct MPI_ABI_Datatype *t, const char *fn);
 
 /* ------------------------------------------------------------------ */
 /* Point to point and collectives                                      */

@@ -318,13 +318,15 @@ fail:
     }                                                                                                                  \
     MPI_DEF(int, Name##_init, P(int, int, , MPI_Info info, MPI_Request *request))                                      \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return CALL, 0, PERSIST, request, "MPI_" #Name "_init");                                                       \
+        const char *fn = "MPI_" #Name "_init";                                                                         \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc : CALL, 0, PERSIST, request, fn);                                                               \
     }                                                                                                                  \
     MPI_DEF(int, Name##_init_c, P(MPI_Count, MPI_Aint, , MPI_Info info, MPI_Request *request))                         \
     {                                                                                                                  \
-        (void)info;                                                                                                    \
-        return CALL, 1, PERSIST, request, "MPI_" #Name "_init_c");                                                     \
+        const char *fn = "MPI_" #Name "_init_c";                                                                       \
+        int rc = mpi_check_info(mpi_comm_get(comm), info, fn, NULL);                                                   \
+        return rc ? rc : CALL, 1, PERSIST, request, fn);                                                               \
     }
 
 #define ALLGATHER_P(CT, DT, ...)                                                                                       \

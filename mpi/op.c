@@ -267,10 +267,11 @@ static int is_pair(int unit)
     return (unit >= 0x228 && unit <= 0x22d) || (unit >= 0x230 && unit <= 0x232);
 }
 
-/* Whether a predefined op applies to a unit type (without running it). */
+/* Whether a predefined op applies to a unit type (without running it).
+ * MPI_REPLACE and MPI_NO_OP apply to none: they are one-sided
+ * communication's, which weft's library does not have. */
 static int applies(int op, int unit)
 {
-    if (op == 0x3c || op == 0x3d) return 1; /* MPI_REPLACE, MPI_NO_OP */
     if (!unit) return 0;
     if (is_pair(unit)) return op == 0x38 || op == 0x39;
     if (op == 0x38 || op == 0x39) return 0;
@@ -280,10 +281,14 @@ static int applies(int op, int unit)
     return k(op, a, b, 0) == 0; /* n = 0: answers whether the op is there */
 }
 
-int mpi_op_check(struct MPI_ABI_Op *op, struct MPI_ABI_Datatype *t)
+int mpi_op_check(struct MPI_ABI_Comm *c, struct MPI_ABI_Op *op, struct MPI_ABI_Datatype *t, const char *fn)
 {
-    if (!op->predefined) return MPI_SUCCESS;
-    return applies(op->predefined, mpi_dtype_unit(t, NULL)) ? MPI_SUCCESS : MPI_ERR_OP;
+    if (!op->predefined || applies(op->predefined, mpi_dtype_unit(t, NULL))) return MPI_SUCCESS;
+    MPI_Op h = (MPI_Op)(uintptr_t)op->predefined;
+    if (h == MPI_REPLACE || h == MPI_NO_OP)
+        return mpi_err(c, MPI_ERR_OP, fn, "%s is only for one-sided accumulates, not reductions",
+                       h == MPI_REPLACE ? "MPI_REPLACE" : "MPI_NO_OP");
+    return mpi_err(c, MPI_ERR_OP, fn, "op not defined for datatype %s", mpi_dtype_name(t));
 }
 
 int mpi_op_native(const struct MPI_ABI_Op *op, const struct MPI_ABI_Datatype *t, weft_op_t *wop)
@@ -308,12 +313,6 @@ int mpi_op_native(const struct MPI_ABI_Op *op, const struct MPI_ABI_Datatype *t,
 /* Predefined op on packed units. */
 static int reduce_units(int op, int unit, const void *in, void *inout, MPI_Count n)
 {
-    size_t usize = (size_t)mpi_dtype_get((MPI_Datatype)(uintptr_t)unit)->size;
-    if (op == 0x3d) return 0;
-    if (op == 0x3c) {
-        memcpy(inout, in, usize * (size_t)n);
-        return 0;
-    }
     if (is_pair(unit)) return pair_kernel(unit, op, in, inout, n);
     kernel_fn k = kernel_for(unit);
     return k ? k(op, in, inout, n) : -1;
@@ -342,7 +341,6 @@ int mpi_reduce_local(const void *in, void *inout, MPI_Count count, struct MPI_AB
     MPI_Count units;
     int unit = mpi_dtype_unit(t, &units);
     if (!applies(op->predefined, unit)) return MPI_ERR_OP;
-    if (op->predefined == 0x3d) return MPI_SUCCESS;
     /* pairs are reduced packed (their C layout may have padding) */
     if (t->contig && !(is_pair(unit) && t->size != t->extent)) {
         if (reduce_units(op->predefined, unit, mpi_dtype_data(in, t), mpi_dtype_data(inout, t), units * count))
@@ -415,11 +413,12 @@ static int reduce_local(const void *inbuf, void *inoutbuf, MPI_Count count, MPI_
     int rc = mpi_check_dtype(NULL, datatype, fn, &t);
     if (rc) return rc;
     if (!o) return mpi_err(NULL, MPI_ERR_OP, fn, "invalid op");
+    if ((rc = mpi_op_check(NULL, o, t, fn))) return rc;
     if ((rc = mpi_check_count(NULL, count, fn))) return rc;
     if (count > 0 && (!inbuf || !inoutbuf)) return mpi_err(NULL, MPI_ERR_BUFFER, fn, "NULL buffer");
     if ((rc = mpi_reduce_local(inbuf, inoutbuf, count, t, o)))
         return mpi_err(NULL, rc, fn, rc == MPI_ERR_OP ? "op not defined for datatype %s" : "out of memory (%s)",
-                       t->name);
+                       mpi_dtype_name(t));
     return MPI_SUCCESS;
 }
 

@@ -210,7 +210,7 @@ static int external(const char *datarep, const void *native, MPI_Count count, MP
     if (rc || (rc = mpi_check_dtype(NULL, datatype, fn, &t)) || (rc = mpi_check_count(NULL, count, fn))) return rc;
     if (!position) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL position");
     MPI_Count es = ext_elem_size(t);
-    if (es < 0) return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "%s has no external32 form here", t->name);
+    if (es < 0) return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "%s has no external32 form here", mpi_dtype_name(t));
     if (*position < 0 || *position + es * count > extsize)
         return mpi_err(NULL, MPI_ERR_TRUNCATE, fn, "%lld bytes at position %lld do not fit %lld",
                        (long long)(es * count), (long long)*position, (long long)extsize);
@@ -222,7 +222,7 @@ static int external(const char *datarep, const void *native, MPI_Count count, MP
             for (MPI_Count k = 0; k < t->runs[r].n; k++) {
                 char *n = base + t->runs[r].disp + k * nsz;
                 if ((pack ? convert(n, nsz, e, esz, kind, 1) : convert(e, nsz, n, esz, kind, 0)))
-                    return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "cannot convert %s", t->name);
+                    return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "cannot convert %s", mpi_dtype_name(t));
                 e += esz;
             }
         }
@@ -274,7 +274,7 @@ static int external_size(const char *datarep, MPI_Count incount, MPI_Datatype da
     if (rc || (rc = mpi_check_dtype(NULL, datatype, fn, &t)) || (rc = mpi_check_count(NULL, incount, fn))) return rc;
     if (!size) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL size");
     MPI_Count es = ext_elem_size(t);
-    if (es < 0) return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "%s has no external32 form here", t->name);
+    if (es < 0) return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "%s has no external32 form here", mpi_dtype_name(t));
     *size = es * incount;
     return MPI_SUCCESS;
 }

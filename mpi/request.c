@@ -142,9 +142,12 @@ void mpi_req_fill_status(const mpi_req_t *r, MPI_Status *status)
     status_set(status, r->source, r->tag, r->bytes, r->cancelled);
 }
 
+/* MPI's empty status: what a null or inactive request completes with. */
 static void empty_status(MPI_Status *status)
 {
-    if (status) status_set(status, MPI_ANY_SOURCE, MPI_ANY_TAG, 0, 0);
+    if (!status) return;
+    status_set(status, MPI_ANY_SOURCE, MPI_ANY_TAG, 0, 0);
+    status->MPI_ERROR = MPI_SUCCESS;
 }
 
 static int is_persistent(const mpi_req_t *r)
@@ -338,15 +341,29 @@ MPI_DEF(int, Cancel, (MPI_Request * request))
 
 /* ---- many requests ------------------------------------------------------------ */
 
+/* Every handle null or a request, and none twice: completing the first
+ * copy would free the request under the second (MPI calls a repeated
+ * handle erroneous). */
 static int check_array(int count, MPI_Request reqs[], const char *fn)
 {
     if (count < 0) return mpi_err(NULL, MPI_ERR_COUNT, fn, "negative count");
     if (count > 0 && !reqs) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL request array");
-    for (int i = 0; i < count; i++) {
-        if (reqs[i] != MPI_REQUEST_NULL && !mpi_req_get(reqs[i]))
-            return mpi_err(NULL, MPI_ERR_REQUEST, fn, "request %d is invalid (freed or not a request)", i);
+    int i, first = -1;
+    for (i = 0; i < count; i++) {
+        if (reqs[i] == MPI_REQUEST_NULL) continue;
+        mpi_req_t *r = mpi_req_get(reqs[i]);
+        if (!r) break;
+        if (r->listed) {
+            first = r->listed - 1;
+            break;
+        }
+        r->listed = i + 1;
     }
-    return MPI_SUCCESS;
+    for (int k = 0; k < i; k++)
+        if (reqs[k] != MPI_REQUEST_NULL) mpi_req_get(reqs[k])->listed = 0;
+    if (i == count) return MPI_SUCCESS;
+    if (first >= 0) return mpi_err(NULL, MPI_ERR_REQUEST, fn, "requests %d and %d are the same request", first, i);
+    return mpi_err(NULL, MPI_ERR_REQUEST, fn, "request %d is invalid (freed or not a request)", i);
 }
 
 /* Whether request i takes part (not null, not an inactive persistent one). */
@@ -450,10 +467,7 @@ MPI_DEF(int, Waitall, (int count, MPI_Request reqs[], MPI_Status statuses[]))
     struct MPI_ABI_Comm *ec = NULL;
     for (int i = 0; i < count; i++) {
         if (!active_req(reqs[i])) {
-            if (statuses) {
-                empty_status(&statuses[i]);
-                statuses[i].MPI_ERROR = MPI_SUCCESS;
-            }
+            if (statuses) empty_status(&statuses[i]);
             continue;
         }
         if (complete_one(reqs, i, statuses, &set, &ec)) any_err = 1;
@@ -483,10 +497,7 @@ MPI_DEF(int, Testall, (int count, MPI_Request reqs[], int *flag, MPI_Status stat
     struct MPI_ABI_Comm *ec = NULL;
     for (int i = 0; i < count; i++) {
         if (!active_req(reqs[i])) {
-            if (statuses) {
-                empty_status(&statuses[i]);
-                statuses[i].MPI_ERROR = MPI_SUCCESS;
-            }
+            if (statuses) empty_status(&statuses[i]);
             continue;
         }
         if (complete_one(reqs, i, statuses, &set, &ec)) any_err = 1;
@@ -617,11 +628,12 @@ MPI_DEF(int, Request_get_status_all, (int count, const MPI_Request reqs[], int *
     if (all && statuses)
         for (int i = 0; i < count; i++) {
             mpi_req_t *r = active_req(reqs[i]);
-            if (r)
+            if (r) {
                 mpi_req_fill_status(r, &statuses[i]);
-            else
+                statuses[i].MPI_ERROR = r->error;
+            } else {
                 empty_status(&statuses[i]);
-            statuses[i].MPI_ERROR = r ? r->error : MPI_SUCCESS;
+            }
         }
     return MPI_SUCCESS;
 }
@@ -649,10 +661,7 @@ MPI_DEF(int, Request_get_status_any, (int count, const MPI_Request reqs[], int *
     }
     *index = MPI_UNDEFINED;
     *flag = !active;
-    if (!active && status) {
-        empty_status(status);
-        status->MPI_ERROR = MPI_SUCCESS;
-    }
+    if (!active) empty_status(status);
     return MPI_SUCCESS;
 }
 

@@ -17,24 +17,31 @@ static struct MPI_ABI_Session *session_get(MPI_Session h)
     return mpi_obj_check(MPI_K_SESSION, h);
 }
 
-/* Errors of a session go to its handler. */
-static int session_err(struct MPI_ABI_Session *s, int cls, const char *fn, const char *what)
+/* Raises an error of session h through handler e (the code carries the
+ * message whichever handler runs). */
+static int errh_raise(struct MPI_ABI_Errhandler *e, MPI_Session h, int cls, const char *fn, const char *what)
 {
-    if (!s || !s->errh || s->errh == &mpi_errh_return) {
-        if (!s) return mpi_err(NULL, cls, fn, "%s", what);
-        /* the code carries the message; the handler returns it */
-        struct MPI_ABI_Comm fake = {.errh = &mpi_errh_return};
-        return mpi_err(&fake, cls, fn, "%s", what);
-    }
-    if (s->errh->predefined) {
-        struct MPI_ABI_Comm fake = {.errh = s->errh};
+    if (e->predefined) {
+        struct MPI_ABI_Comm fake = {.errh = e};
         return mpi_err(&fake, cls, fn, "%s", what);
     }
     struct MPI_ABI_Comm quiet = {.errh = &mpi_errh_return};
     int code = mpi_err(&quiet, cls, fn, "%s", what);
-    MPI_Session h = s;
-    ((MPI_Session_errhandler_function *)(void *)s->errh->fn)(&h, &code, fn);
+    ((MPI_Session_errhandler_function *)(void *)e->fn)(&h, &code, fn);
     return code;
+}
+
+/* Errors of a session go to its handler. */
+static int session_err(struct MPI_ABI_Session *s, int cls, const char *fn, const char *what)
+{
+    return errh_raise(s->errh, s, cls, fn, what);
+}
+
+/* A handler for sessions: a predefined one or one made for sessions. */
+static struct MPI_ABI_Errhandler *session_errh(MPI_Errhandler h)
+{
+    struct MPI_ABI_Errhandler *e = mpi_errh_get(h);
+    return e && (e->predefined || e->kind == 's') ? e : NULL;
 }
 
 static int check_session(MPI_Session h, const char *fn, struct MPI_ABI_Session **s)
@@ -47,22 +54,24 @@ static int check_session(MPI_Session h, const char *fn, struct MPI_ABI_Session *
 MPI_DEF(int, Session_init, (MPI_Info info, MPI_Errhandler errhandler, MPI_Session *session))
 {
     const char *fn = "MPI_Session_init";
-    struct MPI_ABI_Info *i = NULL;
-    struct MPI_ABI_Errhandler *e = mpi_errh_get(errhandler);
-    if (info != MPI_INFO_NULL && !(i = mpi_info_get(info))) return mpi_err(NULL, MPI_ERR_INFO, fn, "invalid info");
-    if (errhandler != MPI_ERRHANDLER_NULL && !e) return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid error handler");
-    if (!session) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL session");
+    /* errors here go to the handler given (there is no session yet); with
+     * none valid, to the one for errors tied to no object */
+    struct MPI_ABI_Errhandler *e = errhandler == MPI_ERRHANDLER_NULL ? &mpi_errh_return : session_errh(errhandler);
+    if (!e) return mpi_err(NULL, MPI_ERR_ERRHANDLER, fn, "invalid error handler for a session");
+    struct MPI_ABI_Info *i = info == MPI_INFO_NULL ? NULL : mpi_info_get(info);
+    if (info != MPI_INFO_NULL && !i) return errh_raise(e, MPI_SESSION_NULL, MPI_ERR_INFO, fn, "invalid info");
+    if (!session) return errh_raise(e, MPI_SESSION_NULL, MPI_ERR_ARG, fn, "NULL session");
     int rc = mpi_runtime_up(NULL, NULL, fn);
     if (rc) return rc;
     struct MPI_ABI_Session *s = mpi_obj_alloc(MPI_K_SESSION);
-    if (!s) return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of handles");
+    if (!s) return errh_raise(e, MPI_SESSION_NULL, MPI_ERR_NO_MEM, fn, "out of handles");
     s->info = i ? mpi_info_dup(i) : mpi_info_new();
     if (!s->info) {
         mpi_obj_release(MPI_K_SESSION, s);
-        return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
+        return errh_raise(e, MPI_SESSION_NULL, MPI_ERR_NO_MEM, fn, "out of memory");
     }
     mpi_info_set(s->info, "thread_level", "MPI_THREAD_SERIALIZED");
-    s->errh = e ? e : &mpi_errh_return;
+    s->errh = e;
     mpi_errh_ref(s->errh);
     mpi_sessions++;
     *session = s;
@@ -170,8 +179,10 @@ MPI_DEF(int, Comm_create_from_group,
     struct MPI_ABI_Group *g = mpi_group_get(group);
     if (!g) return mpi_err(NULL, MPI_ERR_GROUP, fn, "invalid group");
     if (!stringtag || !newcomm) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL stringtag or output");
+    *newcomm = MPI_COMM_NULL; /* on any error */
     struct MPI_ABI_Errhandler *e = mpi_errh_get(errhandler);
-    if (errhandler != MPI_ERRHANDLER_NULL && !e) return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid error handler");
+    if (errhandler != MPI_ERRHANDLER_NULL && (!e || (!e->predefined && e->kind != MPI_K_COMM)))
+        return mpi_err(NULL, MPI_ERR_ERRHANDLER, fn, "invalid error handler for a communicator");
     if (g->rank == MPI_UNDEFINED) {
         *newcomm = MPI_COMM_NULL;
         return MPI_SUCCESS;
@@ -210,9 +221,9 @@ MPI_DEF(int, Session_set_errhandler, (MPI_Session session, MPI_Errhandler errhan
     struct MPI_ABI_Session *s;
     int rc = check_session(session, "MPI_Session_set_errhandler", &s);
     if (rc) return rc;
-    struct MPI_ABI_Errhandler *e = mpi_errh_get(errhandler);
-    if (!e || (!e->predefined && e->kind != 's'))
-        return session_err(s, MPI_ERR_ARG, "MPI_Session_set_errhandler", "invalid error handler for a session");
+    struct MPI_ABI_Errhandler *e = session_errh(errhandler);
+    if (!e)
+        return session_err(s, MPI_ERR_ERRHANDLER, "MPI_Session_set_errhandler", "invalid error handler for a session");
     mpi_errh_ref(e);
     mpi_errh_unref(s->errh);
     s->errh = e;

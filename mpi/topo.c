@@ -94,8 +94,10 @@ MPI_DEF(int, Cart_create,
     int rc = mpi_check_comm(comm_old, fn, &c);
     if (rc) return rc;
     (void)reorder;
-    if (ndims < 0 || (ndims > 0 && (!dims || !periods)) || !comm_cart)
-        return mpi_err(c, MPI_ERR_ARG, fn, "invalid ndims, dims, periods or output");
+    if (!comm_cart) return mpi_err(c, MPI_ERR_ARG, fn, "NULL comm_cart");
+    *comm_cart = MPI_COMM_NULL; /* on any error */
+    if (ndims < 0 || (ndims > 0 && (!dims || !periods)))
+        return mpi_err(c, MPI_ERR_ARG, fn, "invalid ndims %d, or NULL dims or periods", ndims);
     long long nnodes = 1;
     for (int i = 0; i < ndims; i++) {
         if (dims[i] <= 0) return mpi_err(c, MPI_ERR_DIMS, fn, "dims[%d] = %d is not positive", i, dims[i]);
@@ -231,7 +233,9 @@ MPI_DEF(int, Cart_sub, (MPI_Comm comm, const int remain_dims[], MPI_Comm *newcom
     int rc = check_topo(comm, MPI_CART, fn, &c);
     if (rc) return rc;
     mpi_topo_t *t = c->topo;
-    if ((t->ndims > 0 && !remain_dims) || !newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL argument");
+    if (!newcomm) return mpi_err(c, MPI_ERR_ARG, fn, "NULL newcomm");
+    *newcomm = MPI_COMM_NULL; /* on any error */
+    if (t->ndims > 0 && !remain_dims) return mpi_err(c, MPI_ERR_ARG, fn, "NULL remain_dims");
     int coords[64];
     if (t->ndims > 64) return mpi_err(c, MPI_ERR_DIMS, fn, "more than 64 dimensions");
     coords_of(t, c->rank, coords);
@@ -351,8 +355,17 @@ MPI_DEF(int, Graph_create,
     int rc = mpi_check_comm(comm_old, fn, &c);
     if (rc) return rc;
     (void)reorder;
-    if (nnodes < 0 || nnodes > c->size || (nnodes > 0 && (!index || !edges)) || !comm_graph)
-        return mpi_err(c, MPI_ERR_ARG, fn, "invalid nnodes, index, edges or output");
+    if (!comm_graph) return mpi_err(c, MPI_ERR_ARG, fn, "NULL comm_graph");
+    *comm_graph = MPI_COMM_NULL; /* on any error */
+    if (nnodes < 0 || nnodes > c->size || (nnodes > 0 && (!index || !edges)))
+        return mpi_err(c, MPI_ERR_ARG, fn, "invalid nnodes %d (communicator of %d), or NULL index or edges", nnodes,
+                       c->size);
+    /* index[i] is where node i's edges end in edges[]: the neighbour
+     * queries read edges[] from index[i - 1] to index[i] */
+    for (int i = 0, prev = 0; i < nnodes; prev = index[i++])
+        if (index[i] < prev)
+            return mpi_err(c, MPI_ERR_ARG, fn, "index[%d] = %d is below %d (edge counts: not negative, not decreasing)",
+                           i, index[i], prev);
     int nedges = nnodes > 0 ? index[nnodes - 1] : 0;
     for (int i = 0; i < nedges; i++)
         if (edges[i] < 0 || edges[i] >= nnodes)
@@ -477,9 +490,10 @@ MPI_DEF(int, Dist_graph_create_adjacent,
     int rc = mpi_check_comm(comm_old, fn, &c);
     if (rc) return rc;
     (void)info, (void)reorder;
-    if (indegree < 0 || outdegree < 0 || (indegree > 0 && !sources) || (outdegree > 0 && !destinations) ||
-        !comm_dist_graph)
-        return mpi_err(c, MPI_ERR_ARG, fn, "invalid degree, neighbour array or output");
+    if (!comm_dist_graph) return mpi_err(c, MPI_ERR_ARG, fn, "NULL comm_dist_graph");
+    *comm_dist_graph = MPI_COMM_NULL; /* on any error */
+    if (indegree < 0 || outdegree < 0 || (indegree > 0 && !sources) || (outdegree > 0 && !destinations))
+        return mpi_err(c, MPI_ERR_ARG, fn, "invalid degree, or NULL neighbour array");
     for (int i = 0; i < indegree; i++)
         if (sources[i] < 0 || sources[i] >= c->size)
             return mpi_err(c, MPI_ERR_RANK, fn, "source %d out of range", sources[i]);
@@ -501,8 +515,10 @@ MPI_DEF(int, Dist_graph_create,
     int rc = mpi_check_comm(comm_old, fn, &c);
     if (rc) return rc;
     (void)info, (void)reorder;
-    if (n < 0 || (n > 0 && (!sources || !degrees)) || !comm_dist_graph)
-        return mpi_err(c, MPI_ERR_ARG, fn, "invalid n, sources, degrees or output");
+    if (!comm_dist_graph) return mpi_err(c, MPI_ERR_ARG, fn, "NULL comm_dist_graph");
+    *comm_dist_graph = MPI_COMM_NULL; /* on any error */
+    if (n < 0 || (n > 0 && (!sources || !degrees)))
+        return mpi_err(c, MPI_ERR_ARG, fn, "invalid n, or NULL sources or degrees");
     int weighted = weights != MPI_UNWEIGHTED;
     int64_t mine = 0;
     for (int i = 0; i < n; i++) {

@@ -182,7 +182,7 @@ static int body_bad_handles(int rank, int size, void *arg)
     M_FAILS(MPI_Group_size(MPI_GROUP_NULL, &n), MPI_ERR_GROUP);
     M_FAILS(MPI_Info_set((MPI_Info)(uintptr_t)0x7f0000006660, "a", "b"), MPI_ERR_INFO);
     M_FAILS(MPI_Info_set(MPI_INFO_NULL, "a", "b"), MPI_ERR_INFO);
-    M_FAILS(MPI_Comm_set_errhandler(MPI_COMM_WORLD, (MPI_Errhandler)(uintptr_t)0x7f0000007770), MPI_ERR_ARG);
+    M_FAILS(MPI_Comm_set_errhandler(MPI_COMM_WORLD, (MPI_Errhandler)(uintptr_t)0x7f0000007770), MPI_ERR_ERRHANDLER);
     void *v;
     M_FAILS(MPI_Comm_get_attr(MPI_COMM_WORLD, 123456, &v, &n), MPI_ERR_KEYVAL);
     free(heap);
@@ -304,6 +304,266 @@ static int body_user_handler(int rank, int size, void *arg)
 Test(mpi, user_error_handlers_and_codes)
 {
     run(2, body_user_handler);
+}
+
+/* The message of an error code (for checks on what it says). */
+static const char *message_of(int code)
+{
+    static char s[MPI_MAX_ERROR_STRING];
+    int len;
+    if (MPI_Error_string(code, s, &len) != MPI_SUCCESS) s[0] = '\0';
+    return s;
+}
+
+/* A request twice in an array: completing the first copy would free the
+ * request under the second (MPI calls it erroneous); an error naming both. */
+static int body_duplicate_requests(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int x = 7, y = -1, flag, outcount, idx[2];
+    MPI_Request rs[2];
+    M_OK(MPI_Irecv(&y, 1, MPI_INT, rank, 0, MPI_COMM_WORLD, &rs[0]));
+    rs[1] = rs[0];
+    M_OK(MPI_Send(&x, 1, MPI_INT, rank, 0, MPI_COMM_WORLD));
+    M_FAILS(MPI_Waitall(2, rs, MPI_STATUSES_IGNORE), MPI_ERR_REQUEST);
+    M_FAILS(MPI_Testall(2, rs, &flag, MPI_STATUSES_IGNORE), MPI_ERR_REQUEST);
+    M_FAILS(MPI_Waitsome(2, rs, &outcount, idx, MPI_STATUSES_IGNORE), MPI_ERR_REQUEST);
+    const char *s = message_of(MPI_Waitany(2, rs, &idx[0], MPI_STATUS_IGNORE));
+    TH_CHECK(strstr(s, "MPI_Waitany") && strstr(s, "0 and 1"), "message \"%s\"", s);
+    /* the request itself is untouched */
+    M_OK(MPI_Wait(&rs[0], MPI_STATUS_IGNORE));
+    TH_CHECK(y == 7, "received %d", y);
+    return done();
+}
+
+Test(mpi, a_request_twice_in_an_array_is_an_error)
+{
+    run(1, body_duplicate_requests);
+}
+
+/* A null or inactive request completes with MPI's empty status, whose
+ * error field is MPI_SUCCESS. */
+static int body_empty_status(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Request r = MPI_REQUEST_NULL, p;
+    MPI_Status st;
+    int flag, idx, x;
+#define EMPTY(call)                                                                                                    \
+    do {                                                                                                               \
+        memset(&st, 0x41, sizeof(st));                                                                                 \
+        M_OK(call);                                                                                                    \
+        TH_CHECK(st.MPI_ERROR == MPI_SUCCESS && st.MPI_SOURCE == MPI_ANY_SOURCE && st.MPI_TAG == MPI_ANY_TAG,          \
+                 "%s: error %d source %d tag %d", #call, st.MPI_ERROR, st.MPI_SOURCE, st.MPI_TAG);                     \
+    } while (0)
+    EMPTY(MPI_Wait(&r, &st));
+    EMPTY(MPI_Test(&r, &flag, &st));
+    EMPTY(MPI_Waitany(1, &r, &idx, &st));
+    M_OK(MPI_Recv_init(&x, 1, MPI_INT, rank, 0, MPI_COMM_WORLD, &p));
+    EMPTY(MPI_Wait(&p, &st));
+    EMPTY(MPI_Request_get_status(p, &flag, &st));
+#undef EMPTY
+    M_OK(MPI_Request_free(&p));
+    return done();
+}
+
+Test(mpi, null_and_inactive_requests_give_the_empty_status)
+{
+    run(1, body_empty_status);
+}
+
+/* MPI_REPLACE and MPI_NO_OP are one-sided communication's ops, not
+ * reductions'. */
+static int body_rma_ops(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int x = 1, y = -1;
+    MPI_Request r;
+    M_FAILS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_REPLACE, MPI_COMM_WORLD), MPI_ERR_OP);
+    M_FAILS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_NO_OP, MPI_COMM_WORLD), MPI_ERR_OP);
+    M_FAILS(MPI_Ireduce(&x, &y, 1, MPI_INT, MPI_REPLACE, 0, MPI_COMM_WORLD, &r), MPI_ERR_OP);
+    M_FAILS(MPI_Reduce_local(&x, &y, 1, MPI_INT, MPI_REPLACE), MPI_ERR_OP);
+    M_FAILS(MPI_Reduce_local(&x, &y, 1, MPI_INT, MPI_NO_OP), MPI_ERR_OP);
+    TH_CHECK(y == -1, "the result buffer was written (%d)", y);
+    TH_CHECK(strstr(message_of(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_REPLACE, MPI_COMM_WORLD)), "MPI_REPLACE"),
+             "the message does not name the op");
+    return done();
+}
+
+Test(mpi, replace_and_no_op_are_not_reductions)
+{
+    run(1, body_rma_ops);
+}
+
+/* One buffer as both the send and the receive buffer of a collective:
+ * MPI_ERR_BUFFER (MPI_IN_PLACE is how to say that), unless nothing moves. */
+static int body_aliased_buffers(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int buf[4] = {1, 2, 3, 4}, one[1] = {1};
+    M_FAILS(MPI_Allreduce(buf, buf, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    M_FAILS(MPI_Reduce(buf, buf, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    M_FAILS(MPI_Reduce_scatter(buf, buf, one, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    M_FAILS(MPI_Allgather(buf, 1, MPI_INT, buf, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    M_FAILS(MPI_Gather(buf, 1, MPI_INT, buf, 1, MPI_INT, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    M_FAILS(MPI_Scatter(buf, 1, MPI_INT, buf, 1, MPI_INT, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    int zero[1] = {0};
+    M_FAILS(MPI_Gatherv(buf, 1, MPI_INT, buf, one, zero, MPI_INT, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    M_FAILS(MPI_Alltoallv(buf, one, zero, MPI_INT, buf, one, zero, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    TH_CHECK(buf[0] == 1, "the buffer was written (%d)", buf[0]);
+    M_OK(MPI_Allreduce(buf, buf, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    M_OK(MPI_Allreduce(MPI_IN_PLACE, buf, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    return done();
+}
+
+Test(mpi, aliased_collective_buffers_are_an_error)
+{
+    run(1, body_aliased_buffers);
+}
+
+/* A derived type without a name is named by its kind in messages. */
+static int body_unnamed_type(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Datatype t;
+    int bl[2] = {1, 1};
+    MPI_Aint d[2] = {0, 8};
+    MPI_Datatype ts[2] = {MPI_INT, MPI_DOUBLE};
+    char x[16] = {0}, y[16];
+    M_OK(MPI_Type_create_struct(2, bl, d, ts, &t));
+    M_OK(MPI_Type_commit(&t));
+    int rc = MPI_Allreduce(x, y, 1, t, MPI_SUM, MPI_COMM_WORLD), cls = -1;
+    MPI_Error_class(rc, &cls);
+    const char *s = message_of(rc);
+    TH_CHECK(cls == MPI_ERR_OP && strstr(s, "struct"), "class %d, \"%s\"", cls, s);
+    s = message_of(MPI_Reduce_local(x, y, 1, t, MPI_MAX));
+    TH_CHECK(strstr(s, "struct"), "\"%s\"", s);
+    M_OK(MPI_Type_free(&t));
+    return done();
+}
+
+Test(mpi, unnamed_derived_types_are_named_by_kind)
+{
+    run(1, body_unnamed_type);
+}
+
+static int body_group_stride(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Group g, n;
+    int zero_stride[1][3] = {{0, 0, 0}};
+    M_OK(MPI_Comm_group(MPI_COMM_WORLD, &g));
+    M_FAILS(MPI_Group_range_incl(g, 1, zero_stride, &n), MPI_ERR_ARG);
+    M_FAILS(MPI_Group_range_excl(g, 1, zero_stride, &n), MPI_ERR_ARG);
+    M_OK(MPI_Group_free(&g));
+    return done();
+}
+
+Test(mpi, a_group_range_of_stride_zero_is_an_argument_error)
+{
+    run(1, body_group_stride);
+}
+
+/* A communicator constructor that fails leaves MPI_COMM_NULL. */
+static int body_failed_constructors(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Comm c = MPI_COMM_WORLD;
+    M_FAILS(MPI_Comm_split_type(MPI_COMM_WORLD, 12345, 0, MPI_INFO_NULL, &c), MPI_ERR_ARG);
+    TH_CHECK(c == MPI_COMM_NULL, "split_type left %p", (void *)c);
+    c = MPI_COMM_WORLD;
+    M_FAILS(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, (MPI_Info)(uintptr_t)0x7f0000006660, &c),
+            MPI_ERR_INFO);
+    TH_CHECK(c == MPI_COMM_NULL, "split_type with a bad info left %p", (void *)c);
+    c = MPI_COMM_WORLD;
+    int dims[2] = {size + 1, 1}, periods[2] = {0, 0};
+    M_FAILS(MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &c), MPI_ERR_DIMS);
+    TH_CHECK(c == MPI_COMM_NULL, "cart_create left %p", (void *)c);
+    c = MPI_COMM_WORLD;
+    M_FAILS(MPI_Cart_create(MPI_COMM_WORLD, -1, dims, periods, 0, &c), MPI_ERR_ARG);
+    TH_CHECK(c == MPI_COMM_NULL, "cart_create (ndims -1) left %p", (void *)c);
+    c = MPI_COMM_WORLD;
+    M_FAILS(MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, -1, NULL, MPI_UNWEIGHTED, 0, NULL, MPI_UNWEIGHTED,
+                                           MPI_INFO_NULL, 0, &c),
+            MPI_ERR_ARG);
+    TH_CHECK(c == MPI_COMM_NULL, "dist_graph_create_adjacent left %p", (void *)c);
+    return done();
+}
+
+Test(mpi, failed_communicator_constructors_leave_comm_null)
+{
+    run(1, body_failed_constructors);
+}
+
+/* Persistent collectives check their info as other calls do. */
+static int body_persistent_info(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Info bad = (MPI_Info)(uintptr_t)0x7f0000006660, info, freed;
+    MPI_Request r;
+    int x = 1, y;
+    M_OK(MPI_Info_create(&info));
+    freed = info;
+    M_OK(MPI_Info_free(&info));
+    M_FAILS(MPI_Barrier_init(MPI_COMM_WORLD, bad, &r), MPI_ERR_INFO);
+    M_FAILS(MPI_Bcast_init(&x, 1, MPI_INT, 0, MPI_COMM_WORLD, bad, &r), MPI_ERR_INFO);
+    M_FAILS(MPI_Allreduce_init(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, bad, &r), MPI_ERR_INFO);
+    M_FAILS(MPI_Alltoallv_init_c(&x, NULL, NULL, MPI_INT, &y, NULL, NULL, MPI_INT, MPI_COMM_WORLD, freed, &r),
+            MPI_ERR_INFO);
+    M_FAILS(MPI_Neighbor_allgather_init(&x, 1, MPI_INT, &y, 1, MPI_INT, MPI_COMM_WORLD, bad, &r), MPI_ERR_INFO);
+    MPI_Info ok;
+    M_OK(MPI_Info_create(&ok));
+    M_OK(MPI_Bcast_init(&x, 1, MPI_INT, 0, MPI_COMM_WORLD, ok, &r));
+    M_OK(MPI_Request_free(&r));
+    M_OK(MPI_Info_free(&ok));
+    return done();
+}
+
+Test(mpi, persistent_collectives_check_their_info)
+{
+    run(1, body_persistent_info);
+}
+
+/* MPI_Session_init's errors go to the handler it is given (there is no
+ * session yet): before MPI_Init, MPI_ERRORS_RETURN returns them. */
+static int session_handler_calls;
+static void session_handler(MPI_Session *s, int *code, ...)
+{
+    (void)s, (void)code;
+    session_handler_calls++;
+}
+
+static int body_session_init_errors(int rank, int size, void *arg)
+{
+    (void)arg, (void)rank, (void)size;
+    MPI_Session s;
+    MPI_Errhandler eh, ceh;
+    M_FAILS(MPI_Session_init((MPI_Info)(uintptr_t)0x7f0000006660, MPI_ERRORS_RETURN, &s), MPI_ERR_INFO);
+    M_FAILS(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, NULL), MPI_ERR_ARG);
+    M_OK(MPI_Session_create_errhandler(session_handler, &eh));
+    M_FAILS(MPI_Session_init(MPI_INFO_NULL, eh, NULL), MPI_ERR_ARG);
+    TH_CHECK(session_handler_calls == 1, "the session's handler ran %d times", session_handler_calls);
+    M_OK(MPI_Session_init(MPI_INFO_NULL, eh, &s));
+    M_OK(MPI_Comm_create_errhandler(my_handler, &ceh));
+    M_FAILS(MPI_Session_set_errhandler(s, ceh), MPI_ERR_ERRHANDLER);
+    TH_CHECK(session_handler_calls == 2, "the session's handler ran %d times", session_handler_calls);
+    M_OK(MPI_Errhandler_free(&ceh));
+    M_OK(MPI_Errhandler_free(&eh));
+    M_OK(MPI_Session_finalize(&s));
+    return 0;
+}
+
+Test(mpi, session_init_errors_go_to_the_handler_given)
+{
+    run(1, body_session_init_errors);
 }
 
 /* ---- point to point --------------------------------------------------------------- */
@@ -651,6 +911,52 @@ Test(mpi, collectives)
     run(4, body_collectives);
 }
 
+/* Negative displacements are MPI's (the memory before the buffer is the
+ * program's too): every block at buf + displacement. */
+static int body_negative_displacements(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int in[2 * 64], out[2 * 64], counts[64], sd[64], rd[64];
+    for (int i = 0; i < size; i++) {
+        counts[i] = 1;
+        sd[i] = i - size; /* from in + size: in[i] */
+        rd[i] = -1 - i;   /* from out + size: out[size - 1 - i] */
+        in[i] = rank * 100 + i;
+    }
+    for (int i = 0; i < 2 * size; i++)
+        out[i] = -1;
+    M_OK(MPI_Alltoallv(in + size, counts, sd, MPI_INT, out + size, counts, rd, MPI_INT, MPI_COMM_WORLD));
+    for (int i = 0; i < size; i++)
+        TH_CHECK(out[size - 1 - i] == i * 100 + rank, "alltoallv: out[%d] = %d", size - 1 - i, out[size - 1 - i]);
+    for (int i = 0; i < 2 * size; i++)
+        out[i] = -1;
+    M_OK(MPI_Allgatherv(&rank, 1, MPI_INT, out + size, counts, rd, MPI_INT, MPI_COMM_WORLD));
+    for (int i = 0; i < size; i++)
+        TH_CHECK(out[size - 1 - i] == i, "allgatherv: out[%d] = %d", size - 1 - i, out[size - 1 - i]);
+    for (int i = 0; i < 2 * size; i++)
+        out[i] = -1;
+    M_OK(MPI_Gatherv(&rank, 1, MPI_INT, out + size, counts, rd, MPI_INT, 0, MPI_COMM_WORLD));
+    for (int i = 0; rank == 0 && i < size; i++)
+        TH_CHECK(out[size - 1 - i] == i, "gatherv: out[%d] = %d", size - 1 - i, out[size - 1 - i]);
+    int mine = -1;
+    M_OK(MPI_Scatterv(in + size, counts, sd, MPI_INT, &mine, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    TH_CHECK(mine == rank, "scatterv: %d", mine);
+    MPI_Request r;
+    for (int i = 0; i < 2 * size; i++)
+        out[i] = -1;
+    M_OK(MPI_Ialltoallv(in + size, counts, sd, MPI_INT, out + size, counts, rd, MPI_INT, MPI_COMM_WORLD, &r));
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    TH_CHECK(out[size - 1] == rank, "ialltoallv: %d", out[size - 1]);
+    return done();
+}
+
+Test(mpi, negative_displacements)
+{
+    run(1, body_negative_displacements);
+    run(3, body_negative_displacements);
+}
+
 /* ---- datatypes --------------------------------------------------------------------- */
 
 static int body_datatypes(int rank, int size, void *arg)
@@ -823,6 +1129,31 @@ Test(mpi, communicators_groups_attributes_topologies)
 {
     run(1, body_comms);
     run(4, body_comms);
+}
+
+/* A graph's index[] must be where each node's edges end: not negative,
+ * not decreasing (the neighbour queries index edges[] with it). */
+static int body_graph_index(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int edges[2] = {1, 0}, decreasing[2] = {1, 0}, negative[2] = {-3, -1}, good[2] = {1, 2};
+    MPI_Comm g = MPI_COMM_WORLD;
+    M_FAILS(MPI_Graph_create(MPI_COMM_WORLD, 2, decreasing, edges, 0, &g), MPI_ERR_ARG);
+    TH_CHECK(g == MPI_COMM_NULL, "graph_create left %p", (void *)g);
+    M_FAILS(MPI_Graph_create(MPI_COMM_WORLD, 2, negative, edges, 0, &g), MPI_ERR_ARG);
+    M_OK(MPI_Graph_create(MPI_COMM_WORLD, 2, good, edges, 0, &g));
+    int nb[2] = {-1, -1}, n;
+    M_OK(MPI_Graph_neighbors_count(g, rank, &n));
+    M_OK(MPI_Graph_neighbors(g, rank, 2, nb));
+    TH_CHECK(n == 1 && nb[0] == 1 - rank, "neighbours %d: %d", n, nb[0]);
+    M_OK(MPI_Comm_free(&g));
+    return done();
+}
+
+Test(mpi, graph_create_checks_its_index)
+{
+    run(2, body_graph_index);
 }
 
 /* ---- neighbourhood collectives and sessions ------------------------------------------- */
