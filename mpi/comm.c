@@ -74,6 +74,16 @@ void mpi_comm_destroy(struct MPI_ABI_Comm *c)
     mpi_obj_release(MPI_K_COMM, c);
 }
 
+void mpi_comm_ref(struct MPI_ABI_Comm *c)
+{
+    if (c && !c->predefined) c->h.refs++;
+}
+
+void mpi_comm_unref(struct MPI_ABI_Comm *c)
+{
+    if (c && !c->predefined && --c->h.refs == 0) mpi_comm_destroy(c);
+}
+
 MPI_DEF(int, Comm_rank, (MPI_Comm comm, int *rank))
 {
     struct MPI_ABI_Comm *c;
@@ -339,9 +349,12 @@ MPI_DEF(int, Comm_free, (MPI_Comm * comm))
     if (c->predefined) return mpi_err(c, MPI_ERR_COMM, fn, "%s cannot be freed", c->name);
     if ((rc = mpi_attr_delete_all(MPI_K_COMM, c, &c->attrs)))
         return mpi_err(c, rc, fn, "an attribute delete callback failed");
-    if (c->wc && (rc = weft_comm_free(&c->wc))) return mpi_err_weft(c, rc, fn);
-    mpi_comm_destroy(c);
+    /* MPI only marks it for deallocation: operations pending on it, its
+     * persistent requests and matched messages still complete normally
+     * (and raise errors through its handler). */
+    mpi_obj_retire(c);
     *comm = MPI_COMM_NULL;
+    mpi_comm_unref(c);
     return MPI_SUCCESS;
 }
 

@@ -95,6 +95,11 @@ void mpi_obj_release(enum mpi_kind kind, void *obj)
     s->free_list = o;
 }
 
+void mpi_obj_retire(void *obj)
+{
+    ((mpi_obj_t *)obj)->magic = MPI_MAGIC_RETIRED;
+}
+
 /* The chunk holding p at a slot boundary, and the slot's index in it. */
 static const chunk_t *find(const slab_t *s, const void *p, size_t *slot)
 {

@@ -54,11 +54,16 @@ typedef struct mpi_obj {
     int32_t refs;
 } mpi_obj_t;
 
-#define MPI_MAGIC_BASE  0x57465400u /* "WFT\0" + kind */
-#define MPI_MAGIC_FREED 0xdeadf4eeu
+#define MPI_MAGIC_BASE    0x57465400u /* "WFT\0" + kind */
+#define MPI_MAGIC_FREED   0xdeadf4eeu
+#define MPI_MAGIC_RETIRED 0xdeadf4e1u
 
 void *mpi_obj_alloc(enum mpi_kind kind);
 void mpi_obj_release(enum mpi_kind kind, void *obj);
+/* The program freed its handle while others still hold the object: the
+ * handle is invalid from now on (as a freed one), the slot stays taken
+ * (no new object gets the same handle) until mpi_obj_release. */
+void mpi_obj_retire(void *obj);
 /* The live object at p of this kind, or NULL (p outside the kind's slab,
  * not at a slot, or freed). */
 void *mpi_obj_check(enum mpi_kind kind, const void *p);
@@ -348,6 +353,13 @@ int mpi_check_info(struct MPI_ABI_Comm *c, MPI_Info h, const char *fn, struct MP
 int mpi_comm_wrap(struct MPI_ABI_Comm *parent, weft_comm_t wc, MPI_Comm *out, const char *fn);
 int mpi_comm_fill_world(struct MPI_ABI_Comm *c);
 void mpi_comm_destroy(struct MPI_ABI_Comm *c);
+/* A communicator lives while the program's handle or an operation on it
+ * holds it: requests (pending or persistent), matched messages and
+ * buffered sends take a reference (NULL and predefined ones are ignored).
+ * MPI_Comm_free drops the program's; the last release frees the weft
+ * communicator, once nothing is pending on it. */
+void mpi_comm_ref(struct MPI_ABI_Comm *c);
+void mpi_comm_unref(struct MPI_ABI_Comm *c);
 struct MPI_ABI_Group *mpi_group_new(int size);
 void mpi_group_unref(struct MPI_ABI_Group *g);
 int mpi_attr_copy_all(int kind, void *oldobj, mpi_attr_t *from, void *newobj, mpi_attr_t **to, int *err);

@@ -54,6 +54,7 @@ typedef struct bsend {
     void *copy;
     MPI_Count charge;
     mpi_bbuf_t *acct;
+    struct MPI_ABI_Comm *comm; /* held: the send is pending on it */
 } bsend_t;
 
 static mpi_bbuf_t proc_bbuf;
@@ -64,9 +65,11 @@ static struct {
 
 static void bsend_release(int i)
 {
-    free(bsb.pending[i].copy);
-    bsb.pending[i].acct->used -= bsb.pending[i].charge;
+    bsend_t b = bsb.pending[i];
     bsb.pending[i] = bsb.pending[--bsb.n];
+    free(b.copy);
+    b.acct->used -= b.charge;
+    mpi_comm_unref(b.comm); /* last: it may free the communicator and its buffer */
 }
 
 void mpi_bsend_reap(void)
@@ -134,7 +137,8 @@ static int bsend(struct MPI_ABI_Comm *c, const void *buf, MPI_Count count, struc
         free(copy);
         return mpi_err_weft(c, rc, fn);
     }
-    bsb.pending[bsb.n++] = (bsend_t){wr, copy, charge, acct};
+    bsb.pending[bsb.n++] = (bsend_t){wr, copy, charge, acct, c};
+    mpi_comm_ref(c);
     acct->used += charge;
     return MPI_SUCCESS;
 }
@@ -842,6 +846,7 @@ static int mprobe_common(int source, int tag, MPI_Comm comm, int *flag, MPI_Mess
         return mpi_err_weft(c, rc, fn);
     }
     m->comm = c;
+    mpi_comm_ref(c);
     m->bytes = got.bytes;
     m->source = got.source;
     m->tag = got.tag;
@@ -861,7 +866,9 @@ MPI_DEF(int, Improbe, (int source, int tag, MPI_Comm comm, int *flag, MPI_Messag
     return mprobe_common(source, tag, comm, flag, message, status, 0, "MPI_Improbe");
 }
 
-/* Delivers a matched message into the receive buffer. */
+/* Delivers a matched message into the receive buffer. The message holds
+ * its communicator (the program may have freed it since the probe) until
+ * the error, if any, is raised and the request made. */
 static int mrecv_common(void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Message *message, MPI_Status *status,
                         MPI_Request *request, const char *fn)
 {
@@ -873,15 +880,12 @@ static int mrecv_common(void *buf, MPI_Count count, MPI_Datatype datatype, MPI_M
     int rc = mpi_check_dtype(c, datatype, fn, &t);
     if (rc || (rc = mpi_check_buf(c, buf, count, t, fn))) return rc;
     int src = MPI_PROC_NULL, tag = MPI_ANY_TAG, err = MPI_SUCCESS;
-    MPI_Count bytes = 0;
+    MPI_Count bytes = 0, cap = 0;
     if (m != &mpi_message_no_proc) {
-        MPI_Count cap = mpi_dtype_bytes(t, count);
+        cap = mpi_dtype_bytes(t, count);
         bytes = (MPI_Count)m->bytes;
-        if (bytes > cap) {
-            err = MPI_ERR_TRUNCATE;
-            bytes = cap;
-        }
-        mpi_unpack(m->data, bytes, buf, count, t);
+        if (bytes > cap) err = MPI_ERR_TRUNCATE;
+        mpi_unpack(m->data, err ? cap : bytes, buf, count, t);
         src = m->source;
         tag = m->tag;
         free(m->data);
@@ -890,14 +894,18 @@ static int mrecv_common(void *buf, MPI_Count count, MPI_Datatype datatype, MPI_M
     *message = MPI_MESSAGE_NULL;
     if (request) {
         mpi_req_t *r = NULL;
-        if ((rc = mpi_req_new(MPI_REQ_DONE, c, fn, &r))) return rc;
-        mpi_req_done(r, err, src, tag, bytes);
-        *request = r;
-        return MPI_SUCCESS;
+        if (!(rc = mpi_req_new(MPI_REQ_DONE, c, fn, &r))) {
+            mpi_req_done(r, err, src, tag, err ? cap : bytes);
+            *request = r;
+        }
+    } else {
+        fill_status(status, src, tag, err ? cap : bytes);
+        if (err)
+            rc = mpi_err(c, err, fn, "the message (%lld bytes) does not fit the receive buffer (%lld bytes)",
+                         (long long)bytes, (long long)cap);
     }
-    fill_status(status, src, tag, bytes);
-    if (err) return mpi_err(c, err, fn, "the message (%lld bytes) does not fit the receive buffer", (long long)bytes);
-    return MPI_SUCCESS;
+    mpi_comm_unref(c);
+    return rc;
 }
 
 MPI_DEF(int, Mrecv, (void *buf, int count, MPI_Datatype datatype, MPI_Message *message, MPI_Status *status))

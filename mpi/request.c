@@ -24,7 +24,9 @@ static void req_release(mpi_req_t *r)
     if (r->utype) mpi_dtype_unref(r->utype);
     if (r->ptype) mpi_dtype_unref(r->ptype);
     if (r->kind == MPI_REQ_GREQ && r->gfree) r->gfree(r->gstate);
+    struct MPI_ABI_Comm *c = r->comm;
     mpi_obj_release(MPI_K_REQUEST, r);
+    mpi_comm_unref(c);
 }
 
 int mpi_req_new(int kind, struct MPI_ABI_Comm *comm, const char *fn, mpi_req_t **out)
@@ -33,6 +35,7 @@ int mpi_req_new(int kind, struct MPI_ABI_Comm *comm, const char *fn, mpi_req_t *
     if (MPI_UNLIKELY(!r)) return mpi_err(comm, MPI_ERR_NO_MEM, fn, "out of request handles");
     r->kind = kind;
     r->comm = comm;
+    mpi_comm_ref(comm);
     r->fn = fn;
     r->source = MPI_ANY_SOURCE;
     r->tag = MPI_ANY_TAG;
@@ -218,13 +221,13 @@ static int greq_outcome(mpi_req_t *r, MPI_Request *h, MPI_Status *status, const 
 static int outcome(mpi_req_t *r, MPI_Request *h, MPI_Status *status, const char *fn)
 {
     if (r->kind == MPI_REQ_GREQ) return greq_outcome(r, h, status, fn);
-    int err = r->error;
-    struct MPI_ABI_Comm *c = r->comm;
-    const char *origin = r->fn;
+    int rc = MPI_SUCCESS;
     mpi_req_fill_status(r, status);
+    /* raised while the request (and so its communicator) is still held */
+    if (MPI_UNLIKELY(r->error))
+        rc = mpi_err(r->comm, r->error, fn, "the request of %s failed: %s", r->fn, weft_last_error());
     mpi_req_finish(r, h);
-    if (MPI_UNLIKELY(err)) return mpi_err(c, err, fn, "the request of %s failed: %s", origin, weft_last_error());
-    return MPI_SUCCESS;
+    return rc;
 }
 
 MPI_DEF(int, Wait, (MPI_Request * request, MPI_Status *status))
@@ -388,9 +391,19 @@ static int complete_one(MPI_Request reqs[], int i, MPI_Status *statuses, int *fi
     if (err && !*first_err_comm_set) {
         *first_err_comm_set = 1;
         *err_comm = r->comm;
+        mpi_comm_ref(r->comm); /* the request may be its last holder */
     }
     mpi_req_finish(r, &reqs[i]);
     return err;
+}
+
+/* MPI_ERR_IN_STATUS on the communicator of the first failed request, held
+ * since that request was released. */
+static int in_status_error(struct MPI_ABI_Comm *err_comm, const char *fn)
+{
+    int rc = mpi_err(err_comm, MPI_ERR_IN_STATUS, fn, "one or more requests failed (see the statuses)");
+    mpi_comm_unref(err_comm);
+    return rc;
 }
 
 static void idle(unsigned *spins)
@@ -472,7 +485,7 @@ MPI_DEF(int, Waitall, (int count, MPI_Request reqs[], MPI_Status statuses[]))
         }
         if (complete_one(reqs, i, statuses, &set, &ec)) any_err = 1;
     }
-    if (any_err) return mpi_err(ec, MPI_ERR_IN_STATUS, fn, "one or more requests failed (see the statuses)");
+    if (any_err) return in_status_error(ec, fn);
     return MPI_SUCCESS;
 }
 
@@ -502,7 +515,7 @@ MPI_DEF(int, Testall, (int count, MPI_Request reqs[], int *flag, MPI_Status stat
         }
         if (complete_one(reqs, i, statuses, &set, &ec)) any_err = 1;
     }
-    if (any_err) return mpi_err(ec, MPI_ERR_IN_STATUS, fn, "one or more requests failed (see the statuses)");
+    if (any_err) return in_status_error(ec, fn);
     return MPI_SUCCESS;
 }
 
@@ -588,12 +601,13 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
                 if (err && !set) {
                     set = 1;
                     ec = r->comm;
+                    mpi_comm_ref(ec);
                     any_err = 1;
                 }
                 mpi_req_finish(r, &reqs[i]);
             }
             *outcount = n;
-            if (any_err) return mpi_err(ec, MPI_ERR_IN_STATUS, fn, "one or more requests failed (see the statuses)");
+            if (any_err) return in_status_error(ec, fn);
             return MPI_SUCCESS;
         }
         idle(&spins);

@@ -425,6 +425,32 @@ Test(mpi, aliased_collective_buffers_are_an_error)
     run(1, body_aliased_buffers);
 }
 
+/* A truncated matched receive says how large the message was. */
+static int body_mrecv_truncation(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int v[4] = {5, 6, 7, 8}, got[4] = {0}, count;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Request r;
+    M_OK(MPI_Isend(v, 4, MPI_INT, rank, 3, MPI_COMM_WORLD, &r));
+    M_OK(MPI_Mprobe(rank, 3, MPI_COMM_WORLD, &m, &st));
+    int rc = MPI_Mrecv(got, 2, MPI_INT, &m, &st), cls = -1;
+    MPI_Error_class(rc, &cls);
+    const char *s = message_of(rc);
+    TH_CHECK(cls == MPI_ERR_TRUNCATE && strstr(s, "16 bytes") && strstr(s, "8 bytes"), "class %d, \"%s\"", cls, s);
+    M_OK(MPI_Get_count(&st, MPI_INT, &count));
+    TH_CHECK(count == 2 && got[1] == 6 && got[2] == 0, "count %d, got %d %d", count, got[1], got[2]);
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    return done();
+}
+
+Test(mpi, mrecv_truncation_names_the_message_size)
+{
+    run(1, body_mrecv_truncation);
+}
+
 /* A derived type without a name is named by its kind in messages. */
 static int body_unnamed_type(int rank, int size, void *arg)
 {
@@ -1129,6 +1155,113 @@ Test(mpi, communicators_groups_attributes_topologies)
 {
     run(1, body_comms);
     run(4, body_comms);
+}
+
+/* MPI_Comm_free only marks a communicator for deallocation: operations
+ * pending on it, its persistent requests and its matched messages go on
+ * (on it, not on a communicator made later), their errors go to its
+ * handler, and its attributes are deleted at the free. */
+static int lifetime_deletes;
+static int count_delete(MPI_Comm c, int k, void *val, void *extra)
+{
+    (void)c, (void)k, (void)val, (void)extra;
+    lifetime_deletes++;
+    return MPI_SUCCESS;
+}
+
+static int body_freed_comm_lives_on(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int n;
+    MPI_Comm c, stale, later;
+    MPI_Request r;
+    /* a persistent collective, started after the free and after a
+     * one-rank communicator was made */
+    int in = rank + 1, out = -1;
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    M_OK(MPI_Allreduce_init(&in, &out, 1, MPI_INT, MPI_SUM, c, MPI_INFO_NULL, &r));
+    M_OK(MPI_Comm_free(&c));
+    M_OK(MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &later));
+    M_OK(MPI_Start(&r));
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    TH_CHECK(out == 3, "persistent allreduce after the free: %d", out);
+    M_OK(MPI_Request_free(&r));
+    M_OK(MPI_Comm_free(&later));
+    /* persistent point to point, with the ranks of the later one reversed */
+    int v = -1, x = 100 + rank;
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    if (rank == 0)
+        M_OK(MPI_Send_init(&x, 1, MPI_INT, 1, 0, c, &r));
+    else
+        M_OK(MPI_Recv_init(&v, 1, MPI_INT, 0, 0, c, &r));
+    M_OK(MPI_Comm_free(&c));
+    M_OK(MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &later));
+    M_OK(MPI_Start(&r));
+    M_OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    TH_CHECK(rank == 0 || v == 100, "persistent receive after the free: %d", v);
+    M_OK(MPI_Request_free(&r));
+    M_OK(MPI_Comm_free(&later));
+    /* pending operations: a receive whose message is sent after the free,
+     * a large send, a nonblocking allreduce */
+    enum { BIG = 1 << 18 };
+    int *big = calloc(BIG, sizeof(int)), key, got = -1, sum = -1;
+    MPI_Request q[3];
+    M_OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, count_delete, &key, NULL));
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    M_OK(MPI_Comm_set_attr(c, key, NULL));
+    if (rank == 0) {
+        M_OK(MPI_Irecv(&got, 1, MPI_INT, 1, 1, c, &q[0]));
+        M_OK(MPI_Isend(big, BIG, MPI_INT, 1, 2, c, &q[1]));
+    } else {
+        q[0] = q[1] = MPI_REQUEST_NULL;
+    }
+    M_OK(MPI_Iallreduce(&in, &sum, 1, MPI_INT, MPI_SUM, c, &q[2]));
+    stale = c;
+    if (rank == 0) {
+        M_OK(MPI_Comm_free(&c));
+        TH_CHECK(c == MPI_COMM_NULL && lifetime_deletes == 1, "free: handle %p, %d deletes", (void *)c,
+                 lifetime_deletes);
+        M_FAILS(MPI_Comm_rank(stale, &n), MPI_ERR_COMM);
+        M_OK(MPI_Barrier(MPI_COMM_WORLD));
+    } else {
+        M_OK(MPI_Barrier(MPI_COMM_WORLD));
+        M_OK(MPI_Send(&x, 1, MPI_INT, 0, 1, c));
+        M_OK(MPI_Recv(big, BIG, MPI_INT, 0, 2, c, MPI_STATUS_IGNORE));
+        M_OK(MPI_Comm_free(&c));
+    }
+    M_OK(MPI_Waitall(3, q, MPI_STATUSES_IGNORE));
+    TH_CHECK(sum == 3 && (rank == 1 || got == 101), "after the free: sum %d, received %d", sum, got);
+    M_OK(MPI_Comm_free_keyval(&key));
+    free(big);
+    /* a matched message: its receive's error goes to the freed
+     * communicator's handler (MPI_ERRORS_RETURN), not to one made later */
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    if (rank == 1) {
+        int four[4] = {1, 2, 3, 4};
+        M_OK(MPI_Send(four, 4, MPI_INT, 0, 3, c));
+        M_OK(MPI_Comm_free(&c));
+    } else {
+        MPI_Message m;
+        MPI_Status st;
+        int two[2];
+        M_OK(MPI_Mprobe(1, 3, c, &m, &st));
+        M_OK(MPI_Comm_free(&c));
+        M_OK(MPI_Comm_dup(MPI_COMM_SELF, &later));
+        M_OK(MPI_Comm_set_errhandler(later, MPI_ERRORS_ARE_FATAL));
+        M_FAILS(MPI_Mrecv(two, 2, MPI_INT, &m, &st), MPI_ERR_TRUNCATE);
+        TH_CHECK(two[1] == 2, "matched receive after the free: %d", two[1]);
+        M_OK(MPI_Comm_free(&later));
+    }
+    return done();
+}
+
+Test(mpi, a_freed_communicator_lives_while_operations_hold_it)
+{
+    /* a bound on waits: a receive on the wrong communicator would hang */
+    static const char *const env[] = {"WEFT_TIMEOUT=20", NULL};
+    th_result_t r = th_run(2, body_freed_comm_lives_on, NULL, TIMEOUT, env);
+    cr_assert_eq(r.failed, 0, "%d of 2 ranks failed%s", r.failed, r.timed_out ? " (timed out)" : "");
 }
 
 /* A graph's index[] must be where each node's edges end: not negative,
