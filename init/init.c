@@ -282,7 +282,9 @@ out:
 static int closing_barrier(double deadline)
 {
     if (weft_lost_count == 0) {
+        weft_bootstrap_set_idle_hook(weft_p2p_drop_unreceived); /* a late peer's flush may wait on this rank */
         int rc = weft_bootstrap_barrier(&g_bs, deadline);
+        weft_bootstrap_set_idle_hook(NULL);
         if (rc == WEFT_SUCCESS) return rc;
         weft_liveness_poll(weft_wtime(), 0, 1);
         if (weft_lost_count == 0) return rc;
@@ -310,6 +312,7 @@ WEFT_API int weft_finalize(void)
     char flush_msg[1024] = "";
     if (flush_rc != WEFT_SUCCESS) snprintf(flush_msg, sizeof(flush_msg), "%s", weft_last_error());
     int barrier_rc = closing_barrier(deadline);
+    weft_p2p_settle(deadline);
     if (flush_rc != WEFT_SUCCESS) {
         /* The flush's status is returned: the barrier's failure goes no further than this warning. */
         if (barrier_rc != WEFT_SUCCESS)

@@ -73,6 +73,8 @@ typedef struct weft_pt2pt {
 
 /* ucx.c */
 int weft_p2p_progress(void);
+/* Tagged sends UCX has not completed yet (finalize waits a moment for them). */
+extern int weft_p2p_sends_inflight;
 /* The endpoint to a world rank, created on first use. */
 int weft_p2p_ep(int world_rank, ucp_ep_h *ep);
 int weft_p2p_status_to_weft(ucs_status_t status);

@@ -53,6 +53,7 @@ static void send_done(void *ucx_req, ucs_status_t st, void *user_data)
     weft_request_t req = user_data;
     ucp_request_free(ucx_req);
     req->owner_data = NULL;
+    weft_p2p_sends_inflight--;
     int err = stage_end(req, weft_p2p_status_to_weft(st), "send of a device buffer");
     /* Completed because the receiver discarded it (the comm was revoked). */
     if (WEFT_UNLIKELY(req->comm && req->comm->revoked) && !err) err = WEFT_ERR_REVOKED;
@@ -172,6 +173,7 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
                           ucs_status_string(st));
     } else {
         req->owner_data = sp;
+        weft_p2p_sends_inflight++;
     }
     *out = req;
     return WEFT_SUCCESS;

@@ -129,6 +129,15 @@ int weft_p2p_progress(void)
     return (int)ucp_worker_progress(g_p2p->worker);
 }
 
+int weft_p2p_sends_inflight;
+
+/* Messages dropped at finalize (weft_p2p_drop_unreceived). */
+static struct {
+    int inflight; /* dropping receives not completed */
+    int count;
+    char who[320];
+} unreceived;
+
 /* ---- control messages: UCX active messages, outside tag matching ----------
  * Revoke notices and agreements (src/ft.c) must reach a rank whatever it
  * is waiting on, and must cost nothing per tagged message: an active
@@ -445,6 +454,8 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     }
     g_p2p = p2p;
     g_finalizing = 0;
+    memset(&unreceived, 0, sizeof(unreceived));
+    weft_p2p_sends_inflight = 0;
     weft_xport = &weft_p2p_transport;
     if (weft_cfg.eager_connect)
         for (int r = 0; r < bs->size; r += WEFT_BOOTSTRAP_GET_MAX) {
@@ -522,6 +533,83 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
  * barrier), one endpoint at a time: a send to a dead rank never completes,
  * and a flush of the whole worker would wait for it until the deadline.
  * A rank found dead while this waits is given up at once. */
+/* ---- finalize: messages nobody will receive ------------------------------
+ * A rank in weft_finalize posts no more receives, so what waits in its
+ * unexpected queue never will be received: it is received into scratch
+ * and dropped, and named in a warning. A rendezvous message then completes
+ * at its sender too, whose flush would otherwise wait for it until the
+ * deadline (WEFT_TIMEOUT: 600 s by default). Done while this rank flushes
+ * and while it waits in the closing barrier (weft_p2p_drop_unreceived as
+ * the bootstrap's idle hook); the state is unreceived (top of the file). */
+
+static void unreceived_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user_data)
+{
+    (void)status, (void)info;
+    free(user_data);
+    ucp_request_free(request);
+    unreceived.inflight--;
+}
+
+static void drop_unreceived(weft_pt2pt_t *p2p)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    while ((msg = ucp_tag_probe_nb(p2p->worker, 0, 0, 1, &info)) != NULL) {
+        static char sink[64];
+        void *buf = info.length > sizeof(sink) ? malloc(info.length) : NULL;
+        ucp_request_param_t param = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.recv = unreceived_done,
+            .user_data = buf,
+        };
+        ucs_status_ptr_t sp =
+            ucp_tag_msg_recv_nbx(p2p->worker, buf ? buf : sink, buf ? info.length : sizeof(sink), msg, &param);
+        if (UCS_PTR_IS_PTR(sp))
+            unreceived.inflight++;
+        else
+            free(buf);
+        size_t used = strlen(unreceived.who);
+        if (unreceived.count++ < 4 && used + 64 < sizeof(unreceived.who))
+            snprintf(unreceived.who + used, sizeof(unreceived.who) - used, "%s%zu bytes from rank %d tag %d",
+                     used ? ", " : "", info.length, weft_tag_source(info.sender_tag), weft_tag_tag(info.sender_tag));
+    }
+}
+
+void weft_p2p_drop_unreceived(void)
+{
+    if (!g_p2p) return;
+    /* what has arrived is seen (a rendezvous message's header) before the queue is looked at */
+    for (int i = 0; i < 1000 && ucp_worker_progress(g_p2p->worker); i++)
+        ;
+    drop_unreceived(g_p2p);
+}
+
+/* After the closing barrier every rank has flushed: what it sent has
+ * arrived, so a last look finds every message nobody received. Its
+ * dropping receives end, and so do this rank's sends that another rank
+ * drops, before the endpoints close (a moment at most). */
+#define SETTLE_S 1.0
+void weft_p2p_settle(double deadline)
+{
+    if (!g_p2p) return;
+    weft_p2p_drop_unreceived();
+    double until = weft_wtime() + SETTLE_S;
+    if (deadline > 0 && deadline < until) until = deadline;
+    while ((unreceived.inflight > 0 || weft_p2p_sends_inflight > 0) && weft_wtime() < until)
+        if (!ucp_worker_progress(g_p2p->worker)) drop_unreceived(g_p2p);
+    weft_p2p_report_unreceived();
+}
+
+void weft_p2p_report_unreceived(void)
+{
+    if (unreceived.count)
+        weft_warn("weft_finalize: %d message%s sent to this rank %s never received (%s%s): dropped", unreceived.count,
+                  unreceived.count == 1 ? "" : "s", unreceived.count == 1 ? "was" : "were", unreceived.who,
+                  unreceived.count > 4 ? ", ..." : "");
+    unreceived.count = 0;
+    unreceived.who[0] = '\0';
+}
+
 int weft_p2p_flush(double deadline)
 {
     weft_pt2pt_t *p2p = g_p2p;
@@ -543,8 +631,10 @@ int weft_p2p_flush(double deadline)
     }
     double start = weft_wtime(), next_check = start;
     unsigned idle = 0;
-    while (pending > 0) {
+    weft_p2p_drop_unreceived();
+    while (pending > 0 || unreceived.inflight > 0) {
         int ev = (int)ucp_worker_progress(p2p->worker);
+        if (ev == 0) drop_unreceived(p2p);
         for (int r = 0; r < p2p->npeers && ev == 0; r++) {
             if (!reqs[r]) continue;
             ucs_status_t st = ucp_request_check_status(reqs[r]);

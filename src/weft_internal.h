@@ -581,6 +581,13 @@ void weft_p2p_finalize(struct weft_pt2pt *p2p, double deadline);
  * Asked at init before weft_p2p_init, to decide what to hand UCX. */
 int weft_p2p_ucx_has_verbs(void);
 int weft_p2p_flush(double deadline);
+/* At finalize: receives and drops what waits unreceived (a sender's flush
+ * waits for it), and says so once (weft_p2p_report_unreceived). */
+void weft_p2p_drop_unreceived(void);
+void weft_p2p_report_unreceived(void);
+/* After the closing barrier: the last unreceived messages dropped, and a
+ * moment (at most 1 s) for the sends another rank drops; then the report. */
+void weft_p2p_settle(double deadline);
 
 /* ---- fault tolerance (ft.c) --------------------------------------------- */
 /* A control message from world rank `from` (called by the transport from

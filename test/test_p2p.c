@@ -301,10 +301,13 @@ Test(p2p, wait_deadline_then_success, .timeout = 60)
     RUN(2, body_deadline, NULL, 50, NULL);
 }
 
-/* A rendezvous send that nobody ever receives, released by its sender:
- * the sender's finalize fails at the deadline naming the rank, the
- * receiver's finalize ends, and neither crashes (the endpoint is closed by
- * force, so UCX's cleanup finds no registration still in use). */
+/* Sends that nobody ever receives (an erroneous program, as MPI's
+ * finalize with pending sends): the receiver's finalize drops them with a
+ * warning, so they complete and both finalizes end at once, not at the
+ * deadline (WEFT_TIMEOUT is long here: a finalize that waited for them
+ * would be killed by the harness); nobody crashes. A rendezvous one from
+ * a first message (its endpoint's wire-up not done when the receiver
+ * arrives at finalize) and eager ones. */
 static int body_undelivered(int rank, int size, void *arg)
 {
     (void)arg;
@@ -318,12 +321,15 @@ static int body_undelivered(int rank, int size, void *arg)
         weft_request_t r;
         TH_OK(weft_isend(b, (int64_t)len, WEFT_BYTE, 1, 5, w, &r));
         TH_OK(weft_request_free(&r));
+        for (int i = 0; i < 3; i++) {
+            TH_OK(weft_isend(b, 8, WEFT_BYTE, 1, 6, w, &r));
+            TH_OK(weft_request_free(&r));
+        }
         int rc = weft_finalize();
-        TH_CHECK(rc == WEFT_ERR_TIMEOUT, "finalize with a send nobody received: %d (%s)", rc, weft_last_error());
-        TH_CHECK(strstr(weft_last_error(), "rank 1"), "%s", weft_last_error());
+        TH_CHECK(rc == WEFT_SUCCESS, "finalize with sends nobody received: %d (%s)", rc, weft_last_error());
     } else {
         int rc = weft_finalize();
-        TH_CHECK(rc == WEFT_SUCCESS || rc == WEFT_ERR_TIMEOUT, "finalize beside it: %d (%s)", rc, weft_last_error());
+        TH_CHECK(rc == WEFT_SUCCESS, "finalize beside them: %d (%s)", rc, weft_last_error());
     }
     free(b); /* only now: UCX may read it until the sender's endpoint is closed */
     return 0;
@@ -331,8 +337,8 @@ static int body_undelivered(int rank, int size, void *arg)
 
 Test(p2p, undelivered_send_at_finalize, .timeout = 60)
 {
-    const char *env[] = {"WEFT_TIMEOUT=3", "WEFT_LOG_LEVEL=error", NULL};
-    RUN(2, body_undelivered, NULL, 50, env);
+    const char *env[] = {"WEFT_TIMEOUT=300", "WEFT_LOG_LEVEL=error", NULL};
+    RUN(2, body_undelivered, NULL, 30, env);
 }
 
 /* ---- probe / iprobe --------------------------------------------------- */

@@ -22,6 +22,16 @@
 #define DIAL_BACKOFF_MIN 0.01
 #define DIAL_BACKOFF_MAX 0.5
 
+/* This thread's (the caller's of weft_finalize, never the store's). */
+static __thread void (*idle_hook)(void);
+
+void weft_bootstrap_set_idle_hook(void (*fn)(void))
+{
+    idle_hook = fn;
+}
+
+#define IDLE_HOOK_MS 2
+
 int weft_io_wait(int fd, short events, double io_deadline, int *err)
 {
     for (;;) {
@@ -30,6 +40,10 @@ int weft_io_wait(int fd, short events, double io_deadline, int *err)
             double left = io_deadline - weft_wtime();
             if (left <= 0) return IO_TIMEOUT;
             ms = left > 3600.0 ? 3600000 : (int)(left * 1000.0) + 1;
+        }
+        if (idle_hook) {
+            idle_hook();
+            if (ms < 0 || ms > IDLE_HOOK_MS) ms = IDLE_HOOK_MS;
         }
         struct pollfd p = {.fd = fd, .events = events};
         int n = poll(&p, 1, ms);
