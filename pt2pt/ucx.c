@@ -534,9 +534,9 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
  * and a flush of the whole worker would wait for it until the deadline.
  * A rank found dead while this waits is given up at once. */
 /* ---- finalize: messages nobody will receive ------------------------------
- * A rank in weft_finalize posts no more receives, so what waits in its
- * unexpected queue never will be received: it is received into scratch
- * and dropped, and named in a warning. A rendezvous message then completes
+ * A rank in weft_finalize posts no more receives, so what users sent it
+ * that waits in its unexpected queue never will be received: it is
+ * received into scratch and dropped, and named in a warning. A rendezvous message then completes
  * at its sender too, whose flush would otherwise wait for it until the
  * deadline (WEFT_TIMEOUT: 600 s by default). Done while this rank flushes
  * and while it waits in the closing barrier (weft_p2p_drop_unreceived as
@@ -554,7 +554,11 @@ static void drop_unreceived(weft_pt2pt_t *p2p)
 {
     ucp_tag_recv_info_t info;
     ucp_tag_message_h msg;
-    while ((msg = ucp_tag_probe_nb(p2p->worker, 0, 0, 1, &info)) != NULL) {
+    /* Users' messages only: a failed collective's message may come from a
+     * buffer its caller freed after the error (receiving it would read
+     * that memory, and UCX aborts when a read of another process fails). */
+    ucp_tag_t user = weft_tag_make(WEFT_TAG_CLASS_USER, 0, 0, 0);
+    while ((msg = ucp_tag_probe_nb(p2p->worker, user, WEFT_TAG_MASK_CLASS, 1, &info)) != NULL) {
         static char sink[64];
         void *buf = info.length > sizeof(sink) ? malloc(info.length) : NULL;
         ucp_request_param_t param = {
