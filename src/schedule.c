@@ -45,6 +45,7 @@ struct weft_sched {
     int waiting_flag;         /* waiting_what is a flag of rank waiting_peer in shared memory */
     int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
     int polling;              /* the last pass stopped at a polling step (raises no transport events) */
+    int progressed;           /* a polling step got further in this pass (weft_sched_progressed) */
     int child_next;           /* op index of the current round's next child to post (-1: all posted) */
     int nchildren;            /* child steps in the schedule (most have none: no child pass at all) */
     unsigned lost_seen;       /* weft_lost_count when the members were last checked */
@@ -254,6 +255,11 @@ static void watch_end(weft_sched_t *s, int rc)
     s->watch = NULL;
 }
 
+void weft_sched_progressed(weft_sched_t *s)
+{
+    s->progressed = 1;
+}
+
 void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
 {
     s->waiting_peer = peer;
@@ -345,7 +351,7 @@ static void sched_free(weft_sched_t *s)
         free(s->scratch[i]);
     s->spare_used = 0;
     s->nscratch = 0;
-    s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = s->nchildren = s->polling = 0;
+    s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = s->nchildren = s->polling = s->progressed = 0;
     s->child_err = 0;
     s->req = NULL;
     s->next_active = sched_cache;
@@ -767,7 +773,11 @@ static int advance(weft_sched_t *s)
             }
         }
         int rc = run_locals(s);
-        if (rc == SCHED_PENDING) return moved;
+        if (rc == SCHED_PENDING) {
+            moved |= s->progressed;
+            s->progressed = 0;
+            return moved;
+        }
         s->local_pos = 0;
         if (!rc && ++s->cur < s->nrounds)
             rc = post_round(s);

@@ -43,6 +43,10 @@ int weft_sched_poll(weft_sched_t *s, weft_sched_poll_fn fn, void *arg);
 /* For messages about a pending poll: the comm rank it waits on (-1: none
  * in particular) and what, e.g. "rank 3's arrival flag" (a static string). */
 void weft_sched_waiting(weft_sched_t *s, int peer, const char *what);
+/* A polling step that is not done got further (a piece of a pipeline): its
+ * pass counts as news for the waits, which then keep polling rather than
+ * nap as after a pass without any. */
+void weft_sched_progressed(weft_sched_t *s);
 /* The same for a flag of comm rank peer in shared memory (flag: a static
  * string such as "arrival flag"); the message is formatted only when a
  * timeout needs it, so a poll that waits costs no formatting. */

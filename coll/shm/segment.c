@@ -727,6 +727,7 @@ void *weft_shm_op_alloc(weft_sched_t *s, weft_shm_t *sh, size_t size, size_t ext
     }
     memset(op, 0, size);
     op->sh = sh;
+    op->sched = s;
     op->k = UINT64_MAX;
     op->nk = 1;
     weft_sched_watch(s, &shm_watch, op);

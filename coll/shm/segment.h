@@ -209,6 +209,7 @@ typedef struct weft_shm {
 /* One collective's state (schedule scratch). */
 typedef struct weft_shm_op {
     weft_shm_t *sh;
+    weft_sched_t *sched; /* its schedule */
     uint64_t k;  /* the collective's sequence number (of its current piece) */
     uint64_t k0; /* its first one */
     uint64_t nk; /* sequence numbers it takes: a message over a slot goes as nk pieces, one number each */
@@ -566,6 +567,7 @@ static inline void weft_shm_op_end(weft_shm_op_t *op)
 {
     weft_shm_publish(op, offsetof(weft_shm_ctrl_t, done));
     op->sh->completed = op->k + 1;
+    if (op->nk > 1) weft_sched_progressed(op->sched); /* a piece: the wait keeps polling */
 }
 /* A new op's state in schedule scratch with `extra` bytes after it
  * (aligned to 64: weft_shm_op_extra); NULL and an error when out of
