@@ -202,24 +202,33 @@ static void discard_done(void *request, ucs_status_t status, const ucp_tag_recv_
     ucp_request_free(request);
 }
 
+/* A message probed with remove must be received: into a buffer of its
+ * size, so a rendezvous one completes at its sender too; then dropped.
+ * 1: the receive is still in flight (done, which frees the buffer, runs
+ * at its end). */
+static int receive_to_drop(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info, ucp_tag_recv_nbx_callback_t done)
+{
+    static char sink[64];
+    void *buf = info->length > sizeof(sink) ? malloc(info->length) : NULL;
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.recv = done,
+        .user_data = buf,
+    };
+    ucs_status_ptr_t sp =
+        ucp_tag_msg_recv_nbx(g_p2p->worker, buf ? buf : sink, buf ? info->length : sizeof(sink), msg, &param);
+    if (UCS_PTR_IS_PTR(sp)) return 1;
+    free(buf);
+    return 0;
+}
+
 static int p2p_discard(uint32_t ctx, uint32_t ctx_mask)
 {
     ucp_tag_recv_info_t info;
     ucp_tag_message_h msg;
     int n = 0;
     while ((msg = ucp_tag_probe_nb(g_p2p->worker, (ucp_tag_t)ctx, (ucp_tag_t)ctx_mask, 1, &info)) != NULL) {
-        /* A message probed with remove must be received: into a buffer of
-         * its size, so a rendezvous one completes at its sender too. */
-        static char sink[64];
-        void *buf = info.length > sizeof(sink) ? malloc(info.length) : NULL;
-        ucp_request_param_t param = {
-            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-            .cb.recv = discard_done,
-            .user_data = buf,
-        };
-        ucs_status_ptr_t sp =
-            ucp_tag_msg_recv_nbx(g_p2p->worker, buf ? buf : sink, buf ? info.length : sizeof(sink), msg, &param);
-        if (!UCS_PTR_IS_PTR(sp)) free(buf);
+        receive_to_drop(msg, &info, discard_done);
         n++;
     }
     if (n) weft_debug("discarded %d message%s of context %#x (mask %#x)", n, n == 1 ? "" : "s", ctx, ctx_mask);
@@ -559,19 +568,7 @@ static void drop_unreceived(weft_pt2pt_t *p2p)
      * that memory, and UCX aborts when a read of another process fails). */
     ucp_tag_t user = weft_tag_make(WEFT_TAG_CLASS_USER, 0, 0, 0);
     while ((msg = ucp_tag_probe_nb(p2p->worker, user, WEFT_TAG_MASK_CLASS, 1, &info)) != NULL) {
-        static char sink[64];
-        void *buf = info.length > sizeof(sink) ? malloc(info.length) : NULL;
-        ucp_request_param_t param = {
-            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-            .cb.recv = unreceived_done,
-            .user_data = buf,
-        };
-        ucs_status_ptr_t sp =
-            ucp_tag_msg_recv_nbx(p2p->worker, buf ? buf : sink, buf ? info.length : sizeof(sink), msg, &param);
-        if (UCS_PTR_IS_PTR(sp))
-            unreceived.inflight++;
-        else
-            free(buf);
+        unreceived.inflight += receive_to_drop(msg, &info, unreceived_done);
         size_t used = strlen(unreceived.who);
         if (unreceived.count++ < 4 && used + 64 < sizeof(unreceived.who))
             snprintf(unreceived.who + used, sizeof(unreceived.who) - used, "%s%zu bytes from rank %d tag %d",
