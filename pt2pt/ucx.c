@@ -339,7 +339,7 @@ out:
  * interface and takes a connection and tagged messages from anyone who can
  * reach it (a local user injected messages into a job's receives): where
  * every rank of the job runs on this machine, shared memory carries
- * everything and tcp is left out. A second try (attempt 1), after UCX could
+ * everything and tcp is left out (unless WEFT_PEER_FAILURE asks for it). A second try (attempt 1), after UCX could
  * not open its transports, leaves System V shared memory out too: its
  * segment ids are a host-wide pool any user can exhaust, and POSIX shared
  * memory does the same work. NULL: UCX's own default. */
@@ -347,6 +347,9 @@ static const char *default_tls(int single_machine, int attempt)
 {
     const char *user = getenv("UCX_TLS");
     if (user && *user) return NULL;
+    /* WEFT_PEER_FAILURE=1: UCX detects failed peers only over tcp (not
+     * over shared memory), so the user who asks for it keeps tcp */
+    if (weft_cfg.peer_failure) single_machine = 0;
     if (attempt == 0) return single_machine ? "^tcp" : NULL;
     return single_machine ? "^tcp,sysv" : "^sysv";
 }
@@ -414,7 +417,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                    .thread_mode = weft_cfg.progress_thread == WEFT_PT_ON ? UCS_THREAD_MODE_SERIALIZED
                                                                                          : UCS_THREAD_MODE_SINGLE};
-    int single = weft_g.machine_ranks >= bs->size;
+    int single = weft_g.machine_ranks >= bs->size && !weft_cfg.peer_failure;
     const char *tls = default_tls(single, 0), *what = "";
     st = ucx_open(p2p, &params, &wparams, tls, &what);
     if (st != UCS_OK && default_tls(single, 1) && (!strcmp(what, "ucp_init") || !strcmp(what, "ucp_worker_create"))) {

@@ -39,7 +39,7 @@ static const weft_var_t vars[] = {
     {"WEFT_PEER_FAILURE", WEFT_VAR_BOOL, "0",
      "ask UCX to detect failed peers (endpoint error handling) so waits on a dead rank fail before their deadline; "
      "off by default because UCX 1.13's shared-memory transports cannot detect failures and UCX then moves "
-     "traffic to TCP",
+     "traffic to TCP (kept then also in a job on one machine, where weft otherwise leaves tcp out)",
      FIELD(peer_failure), 0},
     {"WEFT_LOG_LEVEL", WEFT_VAR_LOGLEVEL, "warn", "error, warn, info, debug or trace", FIELD(log_level), 0},
     {"WEFT_SPIN_BEFORE_YIELD", WEFT_VAR_INT_AUTO, "auto",
