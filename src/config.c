@@ -117,7 +117,8 @@ static const weft_var_t vars[] = {
     {"WEFT_STORE_FD", WEFT_VAR_STRING, "",
      "set by weftrun for rank 0 only: a socket it bound to MASTER_ADDR:MASTER_PORT and listens on, inherited, on "
      "which rank 0 serves the env store (so no other process can take the port between weftrun's choice and rank "
-     "0's start); it must be a listening socket on MASTER_PORT",
+     "0's start); anything but a socket listening on MASTER_PORT under the number (a job started from inside a "
+     "rank, with a copy of its environment) is ignored with a warning",
      FIELD(store_fd), sizeof(weft_cfg.store_fd)},
 };
 

@@ -179,10 +179,8 @@ out:
     return rc;
 }
 
-/* WEFT_STORE_FD (weftrun's, for rank 0): a socket listening on MASTER_PORT
- * that this process inherited; the store serves on it (and no child of
- * this process inherits it in turn). */
-static int inherited_listener(const char *text, int port, int *out)
+/* The socket under WEFT_STORE_FD: a TCP one listening on port. */
+static int inherited_listener_check(const char *text, int port, int *out)
 {
     char *end = NULL;
     long v = strtol(text, &end, 10);
@@ -209,6 +207,20 @@ static int inherited_listener(const char *text, int port, int *out)
     return WEFT_SUCCESS;
 }
 
+/* WEFT_STORE_FD (weftrun's, for rank 0): a socket listening on MASTER_PORT
+ * that this process inherited; the store serves on it (and no child of
+ * this process inherits it in turn). The variable may also reach a process
+ * that did not inherit the socket (a job started from inside a rank, with
+ * a copy of its environment): anything else under the number is ignored
+ * with a warning, and rank 0 listens on MASTER_PORT itself. */
+static void inherited_listener(const char *text, int port, int *out)
+{
+    if (inherited_listener_check(text, port, out) == WEFT_SUCCESS) return;
+    weft_warn("%s; ignored: rank 0 listens on MASTER_PORT=%d itself", weft_last_error(), port);
+    weft_error_clear();
+    *out = -1;
+}
+
 int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
 {
     env_boot_t *eb;
@@ -225,10 +237,8 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
     }
     log_protection(eb);
     int listen_fd = -1;
-    if (eb->rank == 0 && weft_cfg.store_fd[0] && (rc = inherited_listener(weft_cfg.store_fd, eb->port, &listen_fd))) {
-        weft_env_free(eb, 0, 0);
-        return rc;
-    }
+    if (eb->rank == 0 && weft_cfg.store_fd[0]) inherited_listener(weft_cfg.store_fd, eb->port, &listen_fd);
+    unsetenv("WEFT_STORE_FD"); /* taken (or not weftrun's): a child of this process gets no stale number */
     env_serve_t o = {.size = eb->size,
                      .local_size = v.local_size,
                      .addr = eb->addr,

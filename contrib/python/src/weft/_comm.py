@@ -6,6 +6,7 @@ import ctypes
 import datetime
 import enum
 import atexit
+import os
 import re
 import sys
 import threading
@@ -1480,6 +1481,8 @@ def init(
                 rc = lib.weft_init(None, None)
             if rc != ERR_ALREADY:
                 _lib.check(rc)
+            # weftrun's socket for rank 0's store is taken: a job this process starts gets no stale number
+            os.environ.pop("WEFT_STORE_FD", None)
         _rt.world = Comm(c_void_p(lib.weft_comm_world()), is_world=True)
         _install_exit_hooks()
         return _rt.world
