@@ -115,11 +115,13 @@ int weft_bootstrap_allgatherv(weft_bootstrap_t *bs, const void *send, size_t len
 
 /* A barrier over the bootstrap (an allgather of one byte). */
 int weft_bootstrap_barrier(weft_bootstrap_t *bs, double deadline);
-/* While fn is set (for the calling thread), the store bootstraps' waits
- * call it every few milliseconds: weft_finalize's closing barrier keeps
- * the transport moving (a peer's flush may need this rank to receive).
- * PMIx's fence blocks inside PMIx and calls nothing. NULL: unset. */
+/* While fn is set (for the calling thread), the bootstraps' waits (the
+ * stores' sockets, PMIx's nonblocking fence) call it every few
+ * milliseconds, through weft_bootstrap_idle: weft_finalize's closing
+ * barrier keeps the transport moving (a peer's flush may need this rank to
+ * receive). NULL: unset. */
 void weft_bootstrap_set_idle_hook(void (*fn)(void));
+void weft_bootstrap_idle(void);
 
 /* The scalable exchanges: the bootstrap's own when it has them, else built
  * on its allgather (see the vtable). weft_bootstrap_put is collective when

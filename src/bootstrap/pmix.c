@@ -294,6 +294,7 @@ static int fence(pmix_bs_t *p, int size, int collect, const char *key, double de
                               "PMIx fence (%s) did not complete within the deadline: ranks that did not arrive: %s",
                               key, missing);
         }
+        weft_bootstrap_idle();
         sched_yield();
     }
     if (fence_status != PMIX_SUCCESS)

@@ -30,6 +30,11 @@ void weft_bootstrap_set_idle_hook(void (*fn)(void))
     idle_hook = fn;
 }
 
+void weft_bootstrap_idle(void)
+{
+    if (idle_hook) idle_hook();
+}
+
 #define IDLE_HOOK_MS 2
 
 int weft_io_wait(int fd, short events, double io_deadline, int *err)
