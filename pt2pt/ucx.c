@@ -338,20 +338,17 @@ out:
 /* UCX_TLS, when the user set none. UCX's TCP transport listens on every
  * interface and takes a connection and tagged messages from anyone who can
  * reach it (a local user injected messages into a job's receives): where
- * every rank of the job runs on this machine, shared memory carries
- * everything and tcp is left out (unless WEFT_PEER_FAILURE asks for it). A second try (attempt 1), after UCX could
- * not open its transports, leaves System V shared memory out too: its
- * segment ids are a host-wide pool any user can exhaust, and POSIX shared
- * memory does the same work. NULL: UCX's own default. */
-static const char *default_tls(int single_machine, int attempt)
+ * every rank of the job runs on this machine (no_tcp), shared memory
+ * carries everything and tcp is left out. A second try (attempt 1), after
+ * UCX could not open its transports, leaves System V shared memory out
+ * too: its segment ids are a host-wide pool any user can exhaust, and
+ * POSIX shared memory does the same work. NULL: UCX's own default. */
+static const char *default_tls(int no_tcp, int attempt)
 {
     const char *user = getenv("UCX_TLS");
     if (user && *user) return NULL;
-    /* WEFT_PEER_FAILURE=1: UCX detects failed peers only over tcp (not
-     * over shared memory), so the user who asks for it keeps tcp */
-    if (weft_cfg.peer_failure) single_machine = 0;
-    if (attempt == 0) return single_machine ? "^tcp" : NULL;
-    return single_machine ? "^tcp,sysv" : "^sysv";
+    if (attempt == 0) return no_tcp ? "^tcp" : NULL;
+    return no_tcp ? "^tcp,sysv" : "^sysv";
 }
 
 /* The UCX context and worker, with UCX_TLS = tls (NULL: as configured).
@@ -417,6 +414,8 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                    .thread_mode = weft_cfg.progress_thread == WEFT_PT_ON ? UCS_THREAD_MODE_SERIALIZED
                                                                                          : UCS_THREAD_MODE_SINGLE};
+    /* WEFT_PEER_FAILURE=1: UCX 1.13 detects failed peers only over tcp, so
+     * the user who asks for it keeps tcp also on one machine */
     int single = weft_g.machine_ranks >= bs->size && !weft_cfg.peer_failure;
     const char *tls = default_tls(single, 0), *what = "";
     st = ucx_open(p2p, &params, &wparams, tls, &what);
@@ -541,18 +540,15 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
     }
 }
 
-/* Flushes what this rank sent to every live rank (before the final
- * barrier), one endpoint at a time: a send to a dead rank never completes,
- * and a flush of the whole worker would wait for it until the deadline.
- * A rank found dead while this waits is given up at once. */
 /* ---- finalize: messages nobody will receive ------------------------------
  * A rank in weft_finalize posts no more receives, so what users sent it
  * that waits in its unexpected queue never will be received: it is
- * received into scratch and dropped, and named in a warning. A rendezvous message then completes
- * at its sender too, whose flush would otherwise wait for it until the
- * deadline (WEFT_TIMEOUT: 600 s by default). Done while this rank flushes
- * and while it waits in the closing barrier (weft_p2p_drop_unreceived as
- * the bootstrap's idle hook); the state is unreceived (top of the file). */
+ * received into scratch and dropped, and named in a warning. A rendezvous
+ * message then completes at its sender too, whose flush would otherwise
+ * wait for it until the deadline (WEFT_TIMEOUT: 600 s by default). Done
+ * while this rank flushes and while it waits in the closing barrier
+ * (weft_p2p_drop_unreceived as the bootstrap's idle hook); the state is
+ * `unreceived` (top of the file). */
 
 static void unreceived_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user_data)
 {
@@ -614,6 +610,10 @@ void weft_p2p_report_unreceived(void)
     unreceived.who[0] = '\0';
 }
 
+/* Flushes what this rank sent to every live rank (before the final
+ * barrier), one endpoint at a time: a send to a dead rank never completes,
+ * and a flush of the whole worker would wait for it until the deadline.
+ * A rank found dead while this waits is given up at once. */
 int weft_p2p_flush(double deadline)
 {
     weft_pt2pt_t *p2p = g_p2p;

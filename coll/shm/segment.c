@@ -770,12 +770,10 @@ static int stale_segment(int fd, const struct stat *st, uint64_t host, time_t no
 #define SWEEP_MAX_S       0.1
 #define SWEEP_MAX_ENTRIES 20000
 
-/* 1 when name is one of this host's segment names: weft-<job>-<host>-...,
- * <host> this host's id (16 hex digits each). */
-static int our_segment_name(const char *name, const char *host_hex)
+/* 1 when the name after "weft-" is one of this host's segments':
+ * <job>-<host>-..., <host> this host's id (16 hex digits each). */
+static int our_segment_name(const char *job, const char *host_hex)
 {
-    if (strncmp(name, "weft-", 5)) return 0;
-    const char *job = name + 5;
     for (int i = 0; i < 16; i++)
         if (!strchr("0123456789abcdef", job[i]) || !job[i]) return 0;
     return job[16] == '-' && !strncmp(job + 17, host_hex, 16) && job[33] == '-';
@@ -804,7 +802,7 @@ int weft_shm_sweep(void)
                        weft_wtime() - t0);
             break;
         }
-        if (!our_segment_name(e->d_name, host_hex)) continue;
+        if (!our_segment_name(e->d_name + 5, host_hex)) continue;
         if (e->d_type != DT_UNKNOWN && e->d_type != DT_REG) {
             weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file", e->d_name);
             continue;
