@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <uct/api/uct.h>
 
 static weft_pt2pt_t *g_p2p; /* the one per process, for the hot paths */
@@ -339,16 +340,31 @@ out:
  * interface and takes a connection and tagged messages from anyone who can
  * reach it (a local user injected messages into a job's receives): where
  * every rank of the job runs on this machine (no_tcp), shared memory
- * carries everything and tcp is left out. A second try (attempt 1), after
- * UCX could not open its transports, leaves System V shared memory out
- * too: its segment ids are a host-wide pool any user can exhaust, and
- * POSIX shared memory does the same work. NULL: UCX's own default. */
-static const char *default_tls(int no_tcp, int attempt)
+ * carries everything and tcp is left out. When UCX cannot open its
+ * transports, the later tries leave out one shared-memory transport at a
+ * time: POSIX shared memory first where /dev/shm is short of space (a
+ * container's 64 MB, or filled by any user), else System V's (its segment
+ * ids are a host-wide pool any user can exhaust), then the other one.
+ * NULL: UCX's own default (also for a try that does not exist). */
+static const char *default_tls(int no_tcp, int attempt, int shm_short)
 {
+    static const char *const tls[2][3] = {{NULL, "^sysv", "^posix"}, {"^tcp", "^tcp,sysv", "^tcp,posix"}};
     const char *user = getenv("UCX_TLS");
-    if (user && *user) return NULL;
-    if (attempt == 0) return no_tcp ? "^tcp" : NULL;
-    return no_tcp ? "^tcp,sysv" : "^sysv";
+    if ((user && *user) || attempt < 0 || attempt > 2) return NULL;
+    return tls[no_tcp != 0][attempt == 0 ? 0 : shm_short ? 3 - attempt : attempt];
+}
+
+/* UCX's shared memory per process (its receive descriptors, about 4 MB,
+ * and FIFOs); below this much free space in /dev/shm its POSIX transport
+ * is the likely failure. */
+#define WEFT_DEV_SHM_NEEDED ((uint64_t)8 << 20)
+
+/* Bytes free in /dev/shm, UINT64_MAX where it cannot be told. */
+static uint64_t dev_shm_free(void)
+{
+    struct statvfs v;
+    if (statvfs("/dev/shm", &v)) return UINT64_MAX;
+    return (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
 }
 
 /* The UCX context and worker, with UCX_TLS = tls (NULL: as configured).
@@ -417,13 +433,37 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     /* WEFT_PEER_FAILURE=1: UCX 1.13 detects failed peers only over tcp, so
      * the user who asks for it keeps tcp also on one machine */
     int single = weft_g.machine_ranks >= bs->size && !weft_cfg.peer_failure;
-    const char *tls = default_tls(single, 0), *what = "";
+    const char *tls = default_tls(single, 0, 0), *what = "";
     st = ucx_open(p2p, &params, &wparams, tls, &what);
-    if (st != UCS_OK && default_tls(single, 1) && (!strcmp(what, "ucp_init") || !strcmp(what, "ucp_worker_create"))) {
-        weft_warn("UCX could not open its transports (%s: %s); trying again with UCX_TLS=%s (System V shared memory "
-                  "ids may be exhausted on this host; set UCX_TLS to choose the transports yourself)",
-                  what, ucs_status_string(st), default_tls(single, 1));
-        st = ucx_open(p2p, &params, &wparams, tls = default_tls(single, 1), &what);
+    uint64_t shm_free = UINT64_MAX;
+    int shm_short = 0;
+    if (st != UCS_OK) {
+        shm_free = dev_shm_free();
+        shm_short = shm_free < WEFT_DEV_SHM_NEEDED;
+    }
+    for (int attempt = 1; attempt <= 2 && st != UCS_OK && default_tls(single, attempt, shm_short) &&
+                          (!strcmp(what, "ucp_init") || !strcmp(what, "ucp_worker_create"));
+         attempt++) {
+        const char *next = default_tls(single, attempt, shm_short);
+        int posix_out = strstr(next, "posix") != NULL;
+        char why[112];
+        if (posix_out)
+            snprintf(why, sizeof(why), "%s/dev/shm has %.1f MiB free", shm_short ? "" : "POSIX shared memory may be what failed; ",
+                     (double)shm_free / (1 << 20));
+        else
+            snprintf(why, sizeof(why), "System V shared memory ids may be exhausted on this host");
+        weft_warn("UCX could not open its transports (%s: %s); trying again with UCX_TLS=%s (%s; set UCX_TLS to "
+                  "choose the transports yourself)",
+                  what, ucs_status_string(st), next, why);
+        st = ucx_open(p2p, &params, &wparams, tls = next, &what);
+    }
+    if (st != UCS_OK && shm_free != UINT64_MAX && shm_short) {
+        rc = weft_error(WEFT_ERR_TRANSPORT,
+                        "%s failed: %s; /dev/shm has %.1f MiB free, UCX's shared memory needs about %d MiB per rank "
+                        "on a host (a container's /dev/shm: docker run --shm-size, Kubernetes: an emptyDir of medium "
+                        "Memory at /dev/shm)",
+                        what, ucs_status_string(st), (double)shm_free / (1 << 20), (int)(WEFT_DEV_SHM_NEEDED >> 20));
+        goto out;
     }
     if (st != UCS_OK) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "%s failed: %s", what, ucs_status_string(st));
@@ -431,9 +471,10 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     }
     if (tls)
         weft_info_log("UCX_TLS=%s: %s", tls,
-                      single ? "every rank runs on this machine, so UCX's tcp (open to anyone who can reach it) is left "
-                               "out; set UCX_TLS to choose"
-                             : "System V shared memory left out");
+                      single && !strcmp(tls, "^tcp")
+                          ? "every rank runs on this machine, so UCX's tcp (open to anyone who can reach it) is left "
+                            "out; set UCX_TLS to choose"
+                          : "the transports UCX could open");
     /* A receive of an already-arrived message completes inline; UCX fills
      * its recv_info (sender, length) then only from 1.16 (openucx/ucx
      * df0798c005). Checked at run time: the library loaded may be older

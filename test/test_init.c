@@ -746,3 +746,16 @@ Test(init, init_survives_a_failing_sysv_transport, .timeout = 60)
     th_result_t res = th_run(2, body_listeners, &none, 40, env);
     cr_expect_eq(res.failed, 0, "weft_init failed with sysv unusable");
 }
+
+/* A full /dev/shm (a container's 64 MB, or filled by any user) makes
+ * UCX's POSIX shared memory fail: weft_init tries without sysv, then
+ * without posix, where System V's segments carry the job. POSIX shared
+ * memory is made to fail here by pointing it at a directory where no file
+ * can be made (/proc/self); /dev/shm itself has room, so both tries run. */
+Test(init, init_survives_a_failing_posix_transport, .timeout = 60)
+{
+    int none = 0;
+    const char *env[] = {"UCX_POSIX_DIR=/proc/self", NULL};
+    th_result_t res = th_run(2, body_listeners, &none, 40, env);
+    cr_expect_eq(res.failed, 0, "weft_init failed with UCX's posix transport unusable");
+}

@@ -350,6 +350,12 @@ static int create(weft_shm_t *sh)
          * fail at once instead of waiting for it (the sweep removes it). */
         if (ftruncate(fd, 0) || fchmod(fd, SHM_FAILED_MODE)) shm_unlink(sh->name);
         close(fd);
+        if (err == ENOSPC)
+            return weft_error(WEFT_ERR_NO_MEMORY,
+                              "coll/shm: /dev/shm is full: no room for segment %s (%zu bytes; a container's "
+                              "/dev/shm is enlarged by docker run --shm-size or, on Kubernetes, an emptyDir of medium "
+                              "Memory at /dev/shm)",
+                              sh->name, sh->len);
         return weft_error(WEFT_ERR_NO_MEMORY, "coll/shm: cannot size or map segment %s (%zu bytes): %s", sh->name,
                           sh->len, strerror(err));
     }
@@ -402,7 +408,7 @@ static int open_existing(weft_shm_t *sh)
     } else if ((mode = (unsigned)st.st_mode & 07777) == SHM_FAILED_MODE) {
         rc = weft_error(WEFT_ERR_INTERNAL,
                         "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up and marked it "
-                        "failed",
+                        "failed (rank 0's log says why; often a full /dev/shm)",
                         sh->name);
     } else if (mode != SHM_MODE && !((mode & ~(unsigned)SHM_MODE) == 0 && st.st_size == 0)) {
         /* (a smaller mode on an empty file: the creator's umask, before its fchmod) */
