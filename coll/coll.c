@@ -273,6 +273,46 @@ int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a)
                       weft_coll_kind_name(a->kind), weft_memtype_name(a->mem), n);
 }
 
+/* The component whose shared state on comm is not settled yet (coll/coll.h's
+ * `unsettled`), or NULL: on every call, so no search of the registry. */
+static const weft_coll_component_t *unsettled(weft_comm_t comm)
+{
+    for (int c = 0; weft_coll_components[c]; c++)
+        if (weft_coll_components[c]->unsettled && weft_coll_components[c]->unsettled(comm))
+            return weft_coll_components[c];
+    return NULL;
+}
+
+/* Behind candidate i of cands (built into s, its component's shared state
+ * on the communicator not settled yet), the candidate every member picks
+ * once that state is known unusable: the first later one of another
+ * component that builds. None (or one with child steps, which reserve
+ * their turns when the schedule starts, used or not): no fallback, and the
+ * call fails if the state turns out unusable, as it would without one. */
+static int build_fallback(weft_sched_t *s, const weft_coll_args_t *a, const weft_coll_alg_t *const *cands, int n,
+                          int i)
+{
+    const weft_coll_component_t *comp = weft_coll_component_of(cands[i]);
+    int rc = weft_sched_fallback_begin(s), before = weft_sched_nops(s), children = weft_sched_nchildren(s);
+    for (int j = i + 1; j < n && !rc; j++) {
+        if (weft_coll_component_of(cands[j]) == comp) continue;
+        rc = cands[j]->build(s, a);
+        if (rc == WEFT_SUCCESS) {
+            if (weft_sched_nchildren(s) != children) return WEFT_ERR_UNSUPPORTED; /* (the caller rebuilds without) */
+            weft_debug("%s: %s on comm %s, with %s behind it in case %s's shared memory cannot be set up",
+                       weft_coll_kind_name(a->kind), cands[i]->name, a->comm->name, cands[j]->name, comp->name);
+            return WEFT_SUCCESS;
+        }
+        if (rc != WEFT_ERR_UNSUPPORTED) return rc;
+        if (weft_sched_nops(s) != before)
+            return weft_error(WEFT_ERR_INTERNAL, "%s: algorithm %s declined after adding steps",
+                              weft_coll_kind_name(a->kind), cands[j]->name);
+        rc = WEFT_SUCCESS;
+    }
+    weft_sched_fallback_drop(s);
+    return rc;
+}
+
 /* sc: NULL, or the stream-ordered call this one is. */
 static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *sc)
 {
@@ -290,7 +330,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
     }
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */
-    int n = weft_coll_select(a, cands, 2);
+    int n = weft_coll_select(a, cands, 2), fallback = 1;
     for (int i = 0; i < n; i++) {
         if (i == 1 && n == 2) n = weft_coll_select(a, cands, 32);
         weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
@@ -307,6 +347,16 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
                 rc = weft_sched_end_round(s);
         }
         if (rc == WEFT_SUCCESS) rc = cands[i]->build(s, a);
+        const weft_coll_component_t *comp = rc == WEFT_SUCCESS && fallback && !gate ? unsettled(a->comm) : NULL;
+        if (WEFT_UNLIKELY(comp) && weft_coll_component_of(cands[i]) == comp) {
+            if (n == 2) n = weft_coll_select(a, cands, 32);
+            if ((rc = build_fallback(s, a, cands, n, i)) == WEFT_ERR_UNSUPPORTED) {
+                weft_sched_discard(s); /* a fallback with child steps: this candidate again, without one */
+                fallback = 0;
+                i--;
+                continue;
+            }
+        }
         if (rc == WEFT_SUCCESS && gate) {
             /* A refusal here (a graph capture) is final: every candidate would be refused alike. */
             if ((rc = weft_cuda_gate_open(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf,

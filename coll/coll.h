@@ -108,6 +108,14 @@ typedef struct weft_coll_component {
      * component's state on a->comm, a collective step: every member selects
      * for the same call alike. NULL: unknown. */
     int (*gpu_shared)(const weft_coll_args_t *a);
+    /* 1 while the shared state its algorithms need on comm is not set up
+     * yet and may turn out unusable on every member alike (coll/shm: a
+     * segment its creator cannot make, /dev/shm full): a call it takes
+     * then gets a fallback behind it (weft_sched_fallback_begin), the
+     * algorithm the selection would pick with this component declining,
+     * which is what every member's later calls pick once the state is
+     * known unusable. NULL: never. */
+    int (*unsettled)(weft_comm_t comm);
     /* Frees the component's state on a communicator that goes (its own,
      * a dup's, or a derived node / leader / rail one); NULL: it keeps none. */
     void (*comm_release)(weft_comm_t comm, void *state);

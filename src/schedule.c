@@ -46,6 +46,7 @@ struct weft_sched {
     int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
     int polling;              /* the last pass stopped at a polling step (raises no transport events) */
     int progressed;           /* a polling step got further in this pass (weft_sched_progressed) */
+    int fallback_round;       /* weft_sched_fallback_begin's first round (0: none): the rounds run end there */
     int child_next;           /* op index of the current round's next child to post (-1: all posted) */
     int nchildren;            /* child steps in the schedule (most have none: no child pass at all) */
     unsigned lost_seen;       /* weft_lost_count when the members were last checked */
@@ -116,6 +117,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->local_pos = 0;
     s->child_next = -1;
     s->nchildren = 0;
+    s->fallback_round = 0;
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     s->watch = NULL;
     s->child_err = 0;
@@ -301,6 +303,34 @@ int weft_sched_end_round(weft_sched_t *s)
     return WEFT_SUCCESS;
 }
 
+int weft_sched_fallback_begin(weft_sched_t *s)
+{
+    int rc = weft_sched_end_round(s);
+    if (!rc) s->fallback_round = s->nrounds;
+    return rc;
+}
+
+void weft_sched_fallback_drop(weft_sched_t *s)
+{
+    s->fallback_round = 0;
+}
+
+int weft_sched_has_fallback(const weft_sched_t *s)
+{
+    return s->fallback_round > 0;
+}
+
+int weft_sched_nchildren(const weft_sched_t *s)
+{
+    return s->nchildren;
+}
+
+/* The rounds that run: all, or those before an unused fallback. */
+static inline int rounds_run(const weft_sched_t *s)
+{
+    return s->fallback_round ? s->fallback_round : s->nrounds;
+}
+
 void weft_sched_comm(const weft_sched_t *s, weft_comm_t *comm)
 {
     *comm = s->comm;
@@ -442,6 +472,7 @@ static int post_round(weft_sched_t *s)
  * SCHED_PENDING when a polling step is not done yet (the round resumes at
  * that step on the next pass; the steps before it are not repeated). */
 #define SCHED_PENDING 1
+#define SCHED_JUMP    2 /* a polling step asked for the fallback (weft_sched_fallback_begin) */
 static int run_locals(weft_sched_t *s)
 {
     int start = s->local_pos ? s->local_pos : s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur];
@@ -456,6 +487,13 @@ static int run_locals(weft_sched_t *s)
                     (rc = s->watch->check(s->watch_arg)) < 0)
                     return rc;
                 return SCHED_PENDING;
+            }
+            if (WEFT_UNLIKELY(rc == WEFT_SCHED_FALLBACK)) {
+                if (!s->fallback_round)
+                    return weft_error(WEFT_ERR_INTERNAL, "collective %s: a step asked for a fallback it has none of",
+                                      s->name);
+                s->local_pos = 0;
+                return SCHED_JUMP;
             }
             if (rc < 0) return rc;
             s->local_pos = 0;
@@ -710,7 +748,7 @@ static int advance(weft_sched_t *s)
         return 1;
     }
     if (WEFT_UNLIKELY(s->child_err)) return child_cause_wait(s);
-    while (s->cur < s->nrounds) {
+    while (s->cur < rounds_run(s)) {
         if (s->child_next >= 0) { /* children that could not post yet */
             int rc = post_children(s);
             if (rc) {
@@ -779,7 +817,15 @@ static int advance(weft_sched_t *s)
             return moved;
         }
         s->local_pos = 0;
-        if (!rc && ++s->cur < s->nrounds)
+        if (WEFT_UNLIKELY(rc == SCHED_JUMP)) {
+            /* Every member takes the fallback alike: the component's shared state is unusable for all. */
+            weft_debug("collective %s (comm %s): shared state unusable, its fallback runs (from round %d of %d)",
+                       s->name, s->comm->name, s->fallback_round + 1, s->nrounds);
+            s->watch = NULL;
+            s->cur = s->fallback_round;
+            s->fallback_round = 0;
+            rc = post_round(s);
+        } else if (!rc && ++s->cur < rounds_run(s))
             rc = post_round(s);
         else
             s->nreqs = 0;

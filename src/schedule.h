@@ -51,6 +51,21 @@ void weft_sched_progressed(weft_sched_t *s);
  * string such as "arrival flag"); the message is formatted only when a
  * timeout needs it, so a poll that waits costs no formatting. */
 void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
+/* A fallback behind the steps added so far: the steps added after this
+ * call (from a new round on) run only if a polling step before them
+ * returns WEFT_SCHED_FALLBACK, which a component does where its shared
+ * state turned out unusable on every member alike (coll/shm: a segment its
+ * creator could not make, /dev/shm full); the watch is then dropped and the
+ * schedule goes on at the fallback's first round, with the same sequence
+ * number (so the same tags) as a schedule of the fallback alone. Otherwise
+ * the schedule ends where the fallback begins. weft_sched_fallback_drop
+ * forgets the mark (no fallback was built after it). */
+#define WEFT_SCHED_FALLBACK (-1000)
+int weft_sched_fallback_begin(weft_sched_t *s);
+void weft_sched_fallback_drop(weft_sched_t *s);
+int weft_sched_has_fallback(const weft_sched_t *s);
+/* The child steps added so far. */
+int weft_sched_nchildren(const weft_sched_t *s);
 /* A watch over a schedule of polling steps, for the component whose
  * shared state they poll (coll/shm: its segment). start(arg) runs once
  * when the schedule starts (weft_sched_start, or weft_sched_run before

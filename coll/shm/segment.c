@@ -117,12 +117,20 @@ static weft_shm_t *comm_shm(weft_comm_t comm)
 
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes)
 {
-    return bytes > WEFT_SHM_SLOT ? NULL : comm_shm(comm);
+    weft_shm_t *sh = bytes > WEFT_SHM_SLOT ? NULL : comm_shm(comm);
+    return sh && WEFT_UNLIKELY(sh->unusable) ? NULL : sh;
 }
 
 weft_shm_t *weft_shm_get_cma(weft_comm_t comm)
 {
-    return weft_shm_cma_usable() ? comm_shm(comm) : NULL;
+    weft_shm_t *sh = weft_shm_cma_usable() ? comm_shm(comm) : NULL;
+    return sh && WEFT_UNLIKELY(sh->unusable) ? NULL : sh;
+}
+
+int weft_shm_unsettled(weft_comm_t comm)
+{
+    const weft_shm_t *sh = weft_coll_state(comm, WEFT_COLL_COMP_SHM);
+    return sh && !sh->mapped && !sh->unusable && !sh->broken;
 }
 
 int weft_shm_cma_usable(void)
@@ -347,8 +355,12 @@ static int create(weft_shm_t *sh)
     if (!err && p == MAP_FAILED) err = errno;
     if (err) {
         /* The name stays, emptied and marked failed, so the other members
-         * fail at once instead of waiting for it (the sweep removes it). */
-        if (ftruncate(fd, 0) || fchmod(fd, SHM_FAILED_MODE)) shm_unlink(sh->name);
+         * learn of it at once instead of waiting for it (the sweep removes
+         * it): then every member knows the segment unusable alike. */
+        if (ftruncate(fd, 0) || fchmod(fd, SHM_FAILED_MODE))
+            shm_unlink(sh->name);
+        else
+            sh->unusable = 1;
         close(fd);
         if (err == ENOSPC)
             return weft_error(WEFT_ERR_NO_MEMORY,
@@ -406,6 +418,7 @@ static int open_existing(weft_shm_t *sh)
                         "refusing it (its owner could read and write the members' data)",
                         sh->name, (unsigned)st.st_uid, (unsigned)geteuid());
     } else if ((mode = (unsigned)st.st_mode & 07777) == SHM_FAILED_MODE) {
+        sh->unusable = 1;
         rc = weft_error(WEFT_ERR_INTERNAL,
                         "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up and marked it "
                         "failed (rank 0's log says why; often a full /dev/shm)",
@@ -440,13 +453,31 @@ static int open_existing(weft_shm_t *sh)
     return 1;
 }
 
+/* The segment could not be set up (every member learns it alike): a
+ * call with a fallback runs that (WEFT_SCHED_FALLBACK), others fail. */
+static int unusable(weft_sched_t *s, weft_shm_t *sh)
+{
+    if (!weft_sched_has_fallback(s)) return broken_error(sh);
+    weft_debug("coll/shm: comm %s: the call runs without shared memory (%s)", sh->comm->name, sh->why);
+    return WEFT_SCHED_FALLBACK;
+}
+
 static int attach(weft_sched_t *s, weft_shm_op_t *op)
 {
     weft_shm_t *sh = op->sh;
     shm_header_t *h;
+    if (sh->unusable) return unusable(s, sh);
     if (sh->broken) return broken_error(sh);
     if (!sh->mapped) {
         int rc = sh->me == 0 ? create(sh) : open_existing(sh);
+        if (rc < 0 && sh->unusable) {
+            set_broken(sh, op->k0, rc);
+            if (sh->me == 0) /* (the others learn it from the mark, not why) */
+                weft_warn("coll/shm: comm %s: its shared-memory segment could not be set up (%s): its collectives "
+                          "run without shared memory from now on (slower)",
+                          sh->comm->name, sh->why);
+            return unusable(s, sh);
+        }
         if (rc < 0) return set_broken(sh, op->k0, rc);
         if (rc == 0) {
             weft_sched_waiting(s, 0, "rank 0's shared-memory segment (not created yet)");

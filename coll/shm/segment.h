@@ -199,6 +199,10 @@ typedef struct weft_shm {
     int broken;
     uint64_t broken_k;
     char why[256];
+    /* The segment could not be set up (its creator marked it failed, which
+     * every member sees alike): the shared-memory algorithms decline from
+     * then on, and calls built before that run their fallback (coll.c). */
+    int unusable;
     uint64_t ops;       /* collectives assigned a number (the next k) */
     uint64_t completed; /* collectives finished here, in order */
     weft_shm_ctrl_t *ctrl;
@@ -219,12 +223,15 @@ typedef struct weft_shm_op {
 
 /* The communicator's segment state, or NULL when the shared-memory
  * algorithms must decline (several nodes, one rank, bytes over a slot,
- * out of memory). Takes no collective action. After a failure (the
- * segment could not be set up, or a collective failed: weft_shm_t's
+ * out of memory, a segment known unusable: weft_shm_t's `unusable`).
+ * Takes no collective action. After a collective failed (weft_shm_t's
  * `broken`) the state is still returned and every op fails at its start:
  * declining instead would send this rank to a base algorithm while the
  * other members wait in the segment. */
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
+/* coll/shm's `unsettled` (coll/coll.h): comm's segment is not mapped here
+ * yet, and not known unusable. */
+int weft_shm_unsettled(weft_comm_t comm);
 /* A message over a slot goes through the slots in pieces of at most one
  * slot, each piece a collective of its own (its own sequence number,
  * slot, flags and done counter: the op takes nk numbers at its start), so

@@ -107,5 +107,6 @@ const weft_coll_component_t weft_coll_shm = {
     .params = params,
     .nparams = (int)(sizeof(params) / sizeof(params[0])),
     .init = shm_init,
+    .unsettled = weft_shm_unsettled,
     .comm_release = weft_shm_comm_release,
 };
