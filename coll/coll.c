@@ -258,21 +258,6 @@ static void gate_release(void *arg)
     weft_cuda_gate_release(arg);
 }
 
-int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a)
-{
-    const weft_coll_alg_t *cands[32];
-    int n = weft_coll_select(a, cands, 32), before = weft_sched_nops(s);
-    for (int i = 0; i < n; i++) {
-        int rc = cands[i]->build(s, a);
-        if (rc != WEFT_ERR_UNSUPPORTED) return rc;
-        if (weft_sched_nops(s) != before)
-            return weft_error(WEFT_ERR_INTERNAL, "%s: algorithm %s declined after adding steps",
-                              weft_coll_kind_name(a->kind), cands[i]->name);
-    }
-    return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no algorithm accepts this call on %s buffers (%d tried)",
-                      weft_coll_kind_name(a->kind), weft_memtype_name(a->mem), n);
-}
-
 /* The component whose shared state on comm is not settled yet (coll/coll.h's
  * `unsettled`), or NULL: on every call, so no search of the registry. */
 static const weft_coll_component_t *unsettled(weft_comm_t comm)
@@ -286,11 +271,12 @@ static const weft_coll_component_t *unsettled(weft_comm_t comm)
 /* Behind candidate i of cands (built into s, its component's shared state
  * on the communicator not settled yet), the candidate every member picks
  * once that state is known unusable: the first later one of another
- * component that builds. None (or one with child steps, which reserve
- * their turns when the schedule starts, used or not): no fallback, and the
- * call fails if the state turns out unusable, as it would without one. */
-static int build_fallback(weft_sched_t *s, const weft_coll_args_t *a, const weft_coll_alg_t *const *cands, int n,
-                          int i)
+ * component that builds, then tail(s, arg) if given. WEFT_ERR_UNSUPPORTED
+ * (having added nothing) when there is none; another error when the one
+ * found cannot be built, or has child steps (which reserve their turns
+ * when the schedule starts, used or not). */
+static int build_fallback(weft_sched_t *s, const weft_coll_args_t *a, const weft_coll_alg_t *const *cands, int n, int i,
+                          weft_sched_fn tail, void *arg)
 {
     const weft_coll_component_t *comp = weft_coll_component_of(cands[i]);
     int rc = weft_sched_fallback_begin(s), before = weft_sched_nops(s), children = weft_sched_nchildren(s);
@@ -298,10 +284,14 @@ static int build_fallback(weft_sched_t *s, const weft_coll_args_t *a, const weft
         if (weft_coll_component_of(cands[j]) == comp) continue;
         rc = cands[j]->build(s, a);
         if (rc == WEFT_SUCCESS) {
-            if (weft_sched_nchildren(s) != children) return WEFT_ERR_UNSUPPORTED; /* (the caller rebuilds without) */
+            if (weft_sched_nchildren(s) != children)
+                return weft_error(WEFT_ERR_INTERNAL, "%s: fallback %s has child steps", weft_coll_kind_name(a->kind),
+                                  cands[j]->name);
+            weft_sched_fallback_name(s, cands[j]->name);
             weft_debug("%s: %s on comm %s, with %s behind it in case %s's shared memory cannot be set up",
                        weft_coll_kind_name(a->kind), cands[i]->name, a->comm->name, cands[j]->name, comp->name);
-            return WEFT_SUCCESS;
+            if (tail && !(rc = weft_sched_end_round(s))) rc = tail(s, arg);
+            return rc;
         }
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;
         if (weft_sched_nops(s) != before)
@@ -310,7 +300,30 @@ static int build_fallback(weft_sched_t *s, const weft_coll_args_t *a, const weft
         rc = WEFT_SUCCESS;
     }
     weft_sched_fallback_drop(s);
-    return rc;
+    return rc ? rc : WEFT_ERR_UNSUPPORTED;
+}
+
+int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a, weft_sched_fn tail, void *arg)
+{
+    const weft_coll_alg_t *cands[32];
+    int n = weft_coll_select(a, cands, 32), before = weft_sched_nops(s);
+    for (int i = 0; i < n; i++) {
+        int rc = cands[i]->build(s, a);
+        if (rc == WEFT_SUCCESS) {
+            if (tail && ((rc = weft_sched_end_round(s)) || (rc = tail(s, arg)))) return rc;
+            const weft_coll_component_t *comp = unsettled(a->comm);
+            if (WEFT_UNLIKELY(comp) && weft_coll_component_of(cands[i]) == comp &&
+                (rc = build_fallback(s, a, cands, n, i, tail, arg)) == WEFT_ERR_UNSUPPORTED)
+                rc = WEFT_SUCCESS; /* none: the call fails if the state turns out unusable, as before */
+            return rc;
+        }
+        if (rc != WEFT_ERR_UNSUPPORTED) return rc;
+        if (weft_sched_nops(s) != before)
+            return weft_error(WEFT_ERR_INTERNAL, "%s: algorithm %s declined after adding steps",
+                              weft_coll_kind_name(a->kind), cands[i]->name);
+    }
+    return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no algorithm accepts this call on %s buffers (%d tried)",
+                      weft_coll_kind_name(a->kind), weft_memtype_name(a->mem), n);
 }
 
 /* sc: NULL, or the stream-ordered call this one is. */
@@ -350,8 +363,14 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
         const weft_coll_component_t *comp = rc == WEFT_SUCCESS && fallback && !gate ? unsettled(a->comm) : NULL;
         if (WEFT_UNLIKELY(comp) && weft_coll_component_of(cands[i]) == comp) {
             if (n == 2) n = weft_coll_select(a, cands, 32);
-            if ((rc = build_fallback(s, a, cands, n, i)) == WEFT_ERR_UNSUPPORTED) {
-                weft_sched_discard(s); /* a fallback with child steps: this candidate again, without one */
+            int frc = build_fallback(s, a, cands, n, i, NULL, NULL);
+            if (frc) {
+                /* None, or it could not be built (out of memory: a call that would run without it must not
+                 * fail for it): this candidate again, without one. */
+                if (frc != WEFT_ERR_UNSUPPORTED)
+                    weft_debug("%s: %s on comm %s goes without a fallback: %s", weft_coll_kind_name(a->kind),
+                               cands[i]->name, a->comm->name, weft_last_error());
+                weft_sched_discard(s);
                 fallback = 0;
                 i--;
                 continue;

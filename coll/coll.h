@@ -157,9 +157,13 @@ const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, si
 extern int weft_coll_check;
 
 /* Builds into s the algorithm the selection picks for a (the first
- * candidate that does not decline): how coll/cuda's staged algorithms run
- * the host collective on their host copies inside their own schedule. */
-int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a);
+ * candidate that does not decline), ends the round and adds tail(s, arg)
+ * (the steps after it; NULL: none): how coll/cuda's staged algorithms run
+ * the host collective on their host copies inside their own schedule.
+ * Where the algorithm's component is unsettled on a->comm (coll/coll.h's
+ * `unsettled`), the fallback follows (weft_sched_fallback_begin), with the
+ * tail again, as the front end does for a call of its own. */
+int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a, weft_sched_fn tail, void *arg);
 
 /* Selection (select.c): the candidates for a call, best first, ending
  * with every other algorithm of the collective as a fallback. */

@@ -448,8 +448,8 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         int posix_out = strstr(next, "posix") != NULL;
         char why[112];
         if (posix_out)
-            snprintf(why, sizeof(why), "%s/dev/shm has %.1f MiB free", shm_short ? "" : "POSIX shared memory may be what failed; ",
-                     (double)shm_free / (1 << 20));
+            snprintf(why, sizeof(why), "%s/dev/shm has %.1f MiB free",
+                     shm_short ? "" : "POSIX shared memory may be what failed; ", (double)shm_free / (1 << 20));
         else
             snprintf(why, sizeof(why), "System V shared memory ids may be exhausted on this host");
         weft_warn("UCX could not open its transports (%s: %s); trying again with UCX_TLS=%s (%s; set UCX_TLS to "

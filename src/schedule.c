@@ -40,16 +40,17 @@ struct weft_sched {
     int nrecvs; /* the first nrecvs of reqs are receives (posted first) */
     void **scratch;
     int nscratch;
-    int waiting_peer;         /* for timeout messages: a peer the round still waits on */
-    const char *waiting_what; /* a polling step's description of what it waits for (NULL: a message) */
-    int waiting_flag;         /* waiting_what is a flag of rank waiting_peer in shared memory */
-    int local_pos;            /* the local step a pending poll stopped at (0: from the round's start) */
-    int polling;              /* the last pass stopped at a polling step (raises no transport events) */
-    int progressed;           /* a polling step got further in this pass (weft_sched_progressed) */
-    int fallback_round;       /* weft_sched_fallback_begin's first round (0: none): the rounds run end there */
-    int child_next;           /* op index of the current round's next child to post (-1: all posted) */
-    int nchildren;            /* child steps in the schedule (most have none: no child pass at all) */
-    unsigned lost_seen;       /* weft_lost_count when the members were last checked */
+    int waiting_peer;          /* for timeout messages: a peer the round still waits on */
+    const char *waiting_what;  /* a polling step's description of what it waits for (NULL: a message) */
+    int waiting_flag;          /* waiting_what is a flag of rank waiting_peer in shared memory */
+    int local_pos;             /* the local step a pending poll stopped at (0: from the round's start) */
+    int polling;               /* the last pass stopped at a polling step (raises no transport events) */
+    int progressed;            /* a polling step got further in this pass (weft_sched_progressed) */
+    int fallback_round;        /* weft_sched_fallback_begin's first round (0: none): the rounds run end there */
+    const char *fallback_name; /* the fallback's algorithm */
+    int child_next;            /* op index of the current round's next child to post (-1: all posted) */
+    int nchildren;             /* child steps in the schedule (most have none: no child pass at all) */
+    unsigned lost_seen;        /* weft_lost_count when the members were last checked */
     weft_request_t req;
     struct weft_sched *next_active;
     void *spare;                     /* SCHED_SCRATCH_KEEP bytes kept across uses */
@@ -118,6 +119,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->child_next = -1;
     s->nchildren = 0;
     s->fallback_round = 0;
+    s->fallback_name = NULL;
     s->lost_seen = 0; /* a new collective checks its members at its first idle wait */
     s->watch = NULL;
     s->child_err = 0;
@@ -308,6 +310,11 @@ int weft_sched_fallback_begin(weft_sched_t *s)
     int rc = weft_sched_end_round(s);
     if (!rc) s->fallback_round = s->nrounds;
     return rc;
+}
+
+void weft_sched_fallback_name(weft_sched_t *s, const char *name)
+{
+    s->fallback_name = name;
 }
 
 void weft_sched_fallback_drop(weft_sched_t *s)
@@ -819,12 +826,20 @@ static int advance(weft_sched_t *s)
         s->local_pos = 0;
         if (WEFT_UNLIKELY(rc == SCHED_JUMP)) {
             /* Every member takes the fallback alike: the component's shared state is unusable for all. */
-            weft_debug("collective %s (comm %s): shared state unusable, its fallback runs (from round %d of %d)",
-                       s->name, s->comm->name, s->fallback_round + 1, s->nrounds);
+            weft_debug("collective %s (comm %s): shared state unusable, its fallback %s runs (from round %d of %d)",
+                       s->name, s->comm->name, s->fallback_name ? s->fallback_name : "", s->fallback_round + 1,
+                       s->nrounds);
+            if (s->fallback_name) s->name = s->fallback_name;
             s->watch = NULL;
+            s->waiting_what = NULL;
+            s->waiting_flag = 0;
+            s->waiting_peer = -1;
             s->cur = s->fallback_round;
             s->fallback_round = 0;
-            rc = post_round(s);
+            if (s->cur < s->nrounds)
+                rc = post_round(s);
+            else
+                s->nreqs = 0; /* an empty fallback: done */
         } else if (!rc && ++s->cur < rounds_run(s))
             rc = post_round(s);
         else
@@ -993,7 +1008,7 @@ fail:
  * shared-memory collective), in one round. */
 static int local_only(const weft_sched_t *s)
 {
-    if (s->nrounds != 1 || s->nchildren) return 0;
+    if (s->nrounds != 1 || s->nchildren || s->fallback_round) return 0;
     for (int i = 0; i < s->nops; i++)
         if (s->ops[i].kind == OP_SEND || s->ops[i].kind == OP_RECV) return 0;
     return 1;

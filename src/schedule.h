@@ -62,6 +62,8 @@ void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
  * forgets the mark (no fallback was built after it). */
 #define WEFT_SCHED_FALLBACK (-1000)
 int weft_sched_fallback_begin(weft_sched_t *s);
+/* The fallback's algorithm (a static string): the schedule's name once it runs. */
+void weft_sched_fallback_name(weft_sched_t *s, const char *name);
 void weft_sched_fallback_drop(weft_sched_t *s);
 int weft_sched_has_fallback(const weft_sched_t *s);
 /* The child steps added so far. */

@@ -15,10 +15,12 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -703,17 +705,17 @@ static void run_mismatch(const mismatch_t *m)
 Test(shm, mismatched_counts, .timeout = 120)
 {
     static const mismatch_t cases[] = {
-        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0, 0},         /* flat, in the head line */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0, 0},      /* down the tree (4000 bytes) */
-        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1, 0},      /* rank 3 as rank 2: rank 2's bad mark fails it */
-        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1, 0},     /* ranks 2 and 3 alike: the root sees rank 2 differ */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0, 0}, /* 2 pieces against 3 */
+        {"bcast", "shm", 5, 1, {0, 0, 1, 0}, 0, 0},          /* flat, in the head line */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 0, 0},       /* down the tree (4000 bytes) */
+        {"bcast", "shm", 1000, 1, {0, 0, 1, 1}, 1, 0},       /* rank 3 as rank 2: rank 2's bad mark fails it */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 1, 0},      /* ranks 2 and 3 alike: the root sees rank 2 differ */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 0, 0},  /* 2 pieces against 3 */
         {"bcast", "shm", 20000, -19990, {0, 0, 1, 1}, 0, 0}, /* the root's 2 pieces against 1: it waited for rank 2 */
         {"bcast", "shm", 20000, -19990, {0, 0, 1, 0}, 0, 1}, /* the same, read from the root's slot */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 0}, 0, 1}, /* the same, every piece read from the root's slot */
-        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 1, 1}, /* rank 3 as rank 2: it reads the root's length, fails */
-        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0, 0},     /* up the tree to rank 0, which marks its result bad */
-        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0, 0},  /* chunked: every rank checks every length */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 0}, 0, 1},  /* the same, every piece read from the root's slot */
+        {"bcast", "shm", 20000, 20000, {0, 0, 1, 1}, 1, 1},  /* rank 3 as rank 2: it reads the root's length, fails */
+        {"allreduce", "shm", 5, 1, {1, 1, 1, 1}, 0, 0},      /* up the tree to rank 0, which marks its result bad */
+        {"allreduce", "shm", 1000, 4, {1, 1, 1, 1}, 0, 0},   /* chunked: every rank checks every length */
         {"allreduce", "shm", 20000, 20000, {1, 1, 1, 1}, 0, 0}, /* chunked, 2 pieces against 3 */
         {"allgather", "shm", 100, 1, {1, 1, 1, 1}, 0, 0},
         {"reduce_scatter_block", "shm", 400, 4, {1, 1, 1, 1}, 0, 0},
@@ -1442,7 +1444,10 @@ Test(shm, squatted_0600_other_user_fails_fast, .timeout = 90)
  * deadline. */
 static int body_creator_fails(int rank, int size, void *arg)
 {
-    (void)arg;
+    /* arg: run as nobody (the mark, mode 0100, then cannot be opened: only seen) */
+    if (arg && geteuid() == 0) /* (dumpable again after the change of user: UCX reads peers' /proc/PID/fd) */
+        TH_CHECK(!setgroups(0, NULL) && !setgid(65534) && !setuid(65534) && !prctl(PR_SET_DUMPABLE, 1),
+                 "rank %d: cannot become nobody: %s", rank, strerror(errno));
     TH_OK(weft_init(NULL, NULL));
     weft_comm_t w = weft_comm_world(), d;
     TH_OK(weft_comm_dup(w, NULL, &d));
@@ -1497,6 +1502,15 @@ Test(shm, creator_failure_runs_without_shared_memory, .timeout = 90)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
     th_result_t res = th_run(4, body_creator_fails, NULL, 60, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+Test(shm, creator_failure_runs_without_shared_memory_not_root, .timeout = 90)
+{
+    if (geteuid() != 0) cr_skip_test("needs root to run the ranks as another user (nobody)");
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
+    th_result_t res = th_run(4, body_creator_fails, (void *)1, 60, env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
 }

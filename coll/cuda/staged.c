@@ -13,6 +13,27 @@
 #include "coll/coll.h"
 #include "pt2pt/cuda.h"
 
+/* The result's copy back to the device, added after the host collective
+ * (and after its fallback, where it has one: weft_coll_build_selected). */
+typedef struct {
+    const weft_coll_args_t *a;
+    char *hout;
+    size_t out, block;
+} copy_out_t;
+
+static int copy_out(weft_sched_t *s, void *arg)
+{
+    const copy_out_t *co = arg;
+    const weft_coll_args_t *a = co->a;
+    int rc = WEFT_SUCCESS;
+    if (a->kind == WEFT_COLL_ALLGATHER && a->recvbufs) { /* the list form: a copy per block */
+        for (int r = 0; r < a->comm->size && !rc; r++)
+            rc = weft_sched_copy(s, a->recvbufs[r], co->hout + (size_t)r * co->block, co->block);
+        return rc;
+    }
+    return co->out ? weft_sched_copy(s, a->recvbuf, co->hout, co->out) : WEFT_SUCCESS;
+}
+
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     const char *name = weft_coll_kind_name(a->kind);
@@ -46,7 +67,8 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
         if (src == WEFT_IN_PLACE) src = a->recvbuf;
         in = out = block * (size_t)n;
         break;
-    default: return weft_coll_decline("%s staged: not staged (coll/cuda stages the collectives it has kernels for)", name);
+    default:
+        return weft_coll_decline("%s staged: not staged (coll/cuda stages the collectives it has kernels for)", name);
     }
     /* Host copies: one buffer where input and output are the same data (bcast). */
     char *hin = NULL, *hout = NULL;
@@ -70,21 +92,16 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     h.recvbufs = NULL;
     h.sendbuf = hin;
     h.recvbuf = hout;
-    if ((rc = weft_coll_build_selected(s, &h)) == WEFT_ERR_UNSUPPORTED)
+    copy_out_t co = {a, hout, out, block};
+    if ((rc = weft_coll_build_selected(s, &h, copy_out, &co)) == WEFT_ERR_UNSUPPORTED)
         return weft_error(WEFT_ERR_INTERNAL, "%s staged: no host algorithm takes the host copies' call", name);
-    if (rc || (rc = weft_sched_end_round(s))) return rc;
-    if (a->kind == WEFT_COLL_ALLGATHER && a->recvbufs) { /* the list form: a copy per block */
-        for (int r = 0; r < n && !rc; r++)
-            rc = weft_sched_copy(s, a->recvbufs[r], hout + (size_t)r * block, block);
-        return rc;
-    }
-    return out ? weft_sched_copy(s, a->recvbuf, hout, out) : WEFT_SUCCESS;
+    return rc;
 }
 
 #define STAGED_ALG(kind_, fn_)                                                                                         \
     const weft_coll_alg_t weft_alg_##fn_##_staged = {                                                                  \
         "staged", kind_,                                                                                               \
-        "device buffers through host copies: the input copied to the host, the host algorithm the selection picks, "  \
+        "device buffers through host copies: the input copied to the host, the host algorithm the selection picks, "   \
         "the result copied back (any communicator; where no GPU kernel takes the call)",                               \
         build, 0};
 

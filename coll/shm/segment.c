@@ -344,10 +344,12 @@ static int create(weft_shm_t *sh)
     }
     int err = 0;
     /* exactly 0600 whatever the umask: the other members check it. The
-     * pages are allocated now: a sparse segment on a full /dev/shm (any
-     * user can fill it) would raise SIGBUS at the first touch of a page
-     * with no space behind it, in any member; a full one fails here. */
-    if (fchmod(fd, SHM_MODE) || ftruncate(fd, (off_t)sh->len))
+     * pages are allocated now, and the size set by the same call (tmpfs
+     * sets it only once every page is there): a sparse segment on a full
+     * /dev/shm (any user can fill it) would raise SIGBUS at the first
+     * touch of a page with no space behind it, in any member that mapped
+     * it at its full size; a full one fails here. */
+    if (fchmod(fd, SHM_MODE))
         err = errno;
     else
         err = posix_fallocate(fd, 0, (off_t)sh->len);
@@ -388,6 +390,16 @@ static int create(weft_shm_t *sh)
     return 1;
 }
 
+/* A member found the creator's failed mark under the name. */
+static int failed_mark(weft_shm_t *sh)
+{
+    sh->unusable = 1;
+    return weft_error(WEFT_ERR_INTERNAL,
+                      "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up and marked it "
+                      "failed (rank 0's log says why; often a full /dev/shm)",
+                      sh->name);
+}
+
 /* The others: 1 mapped, 0 not there (or not ready) yet, < 0 error. What
  * is under the name is refused unless this user owns it with mode 0600:
  * anything else was made by someone who could read or write it. */
@@ -398,8 +410,15 @@ static int open_existing(weft_shm_t *sh)
     if (fd < 0) {
         int err = errno;
         if (err == ENOENT) return 0;
+        /* The failed mark has no read or write permission: only root opens it. */
+        char path[128];
+        struct stat mk;
+        snprintf(path, sizeof(path), "/dev/shm%s", sh->name);
+        if (err == EACCES && !lstat(path, &mk) && S_ISREG(mk.st_mode) && mk.st_uid == geteuid() &&
+            (mk.st_mode & 07777) == SHM_FAILED_MODE)
+            return failed_mark(sh);
         return weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot open shared-memory segment %s: %s%s", sh->name,
-                          strerror(err), err == EACCES ? " (another user's, or its creator marked it failed)" : "");
+                          strerror(err), err == EACCES ? " (another user's)" : "");
     }
     struct stat st;
     int rc = 0;
@@ -418,11 +437,7 @@ static int open_existing(weft_shm_t *sh)
                         "refusing it (its owner could read and write the members' data)",
                         sh->name, (unsigned)st.st_uid, (unsigned)geteuid());
     } else if ((mode = (unsigned)st.st_mode & 07777) == SHM_FAILED_MODE) {
-        sh->unusable = 1;
-        rc = weft_error(WEFT_ERR_INTERNAL,
-                        "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up and marked it "
-                        "failed (rank 0's log says why; often a full /dev/shm)",
-                        sh->name);
+        rc = failed_mark(sh);
     } else if (mode != SHM_MODE && !((mode & ~(unsigned)SHM_MODE) == 0 && st.st_size == 0)) {
         /* (a smaller mode on an empty file: the creator's umask, before its fchmod) */
         rc = weft_error(WEFT_ERR_INTERNAL,
@@ -433,6 +448,15 @@ static int open_existing(weft_shm_t *sh)
     if (rc || mode != SHM_MODE || (size_t)st.st_size < sh->len) { /* an error, or the creator has not sized it yet */
         close(fd);
         return rc;
+    }
+    /* Mapped only once the creator marked it ready (read, not mapped: a
+     * creator that fails after sizing it truncates it, and a mapping's
+     * touch past the end would raise SIGBUS); after that it never shrinks. */
+    uint64_t ready = 0;
+    if (pread(fd, &ready, sizeof(ready), offsetof(shm_header_t, ready)) != (ssize_t)sizeof(ready) ||
+        ready != SHM_MAGIC) {
+        close(fd);
+        return 0;
     }
     void *p = mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
@@ -472,7 +496,8 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         int rc = sh->me == 0 ? create(sh) : open_existing(sh);
         if (rc < 0 && sh->unusable) {
             set_broken(sh, op->k0, rc);
-            if (sh->me == 0) /* (the others learn it from the mark, not why) */
+            static int warned;            /* once a process: every new communicator's segment fails alike */
+            if (sh->me == 0 && !warned++) /* (the others learn it from the mark, not why) */
                 weft_warn("coll/shm: comm %s: its shared-memory segment could not be set up (%s): its collectives "
                           "run without shared memory from now on (slower)",
                           sh->comm->name, sh->why);
@@ -791,16 +816,15 @@ static int stale_segment(int fd, const struct stat *st, uint64_t host, time_t no
 {
     if ((size_t)st->st_size < sizeof(shm_header_t))
         return now - st->st_mtime > 60; /* its creator died before sizing it */
-    shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
-    if (h == MAP_FAILED) return 0;
-    int stale = 0;
-    if (atomic_load_explicit(&h->ready, memory_order_acquire) == SHM_MAGIC && h->host_id == host)
-        stale = kill((pid_t)h->creator_pid, 0) && errno == ESRCH;
-    else if (atomic_load_explicit(&h->ready, memory_order_acquire) != SHM_MAGIC)
-        stale = now - st->st_mtime > 60;
-    munmap(h, sizeof(*h));
-    return stale;
+    shm_header_t h;                     /* read, not mapped: a page with no space behind it would raise SIGBUS */
+    if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) return 0;
+    if (h.ready == SHM_MAGIC) return h.host_id == host && kill((pid_t)h.creator_pid, 0) && errno == ESRCH;
+    return now - st->st_mtime > 60;
 }
+
+/* A creator's failed mark stays while members of its communicator may still
+ * look for the segment (they learn from it to go without shared memory). */
+#define SWEEP_MARK_KEEP_S 3600
 
 /* The sweep's budget: stale segments are rare (a name is unlinked once every
  * member mapped it), while any user can fill /dev/shm with junk names. */
@@ -835,8 +859,8 @@ int weft_shm_sweep(void)
     for (struct dirent *e; (e = readdir(d));) {
         if (strncmp(e->d_name, "weft-", 5)) continue;
         if (++seen > SWEEP_MAX_ENTRIES || (seen % 256 == 0 && weft_wtime() - t0 > SWEEP_MAX_S)) {
-            weft_debug("coll/shm: sweep: stopped after %d weft- entries in /dev/shm (%.2f s): its budget is spent", seen,
-                       weft_wtime() - t0);
+            weft_debug("coll/shm: sweep: stopped after %d weft- entries in /dev/shm (%.2f s): its budget is spent",
+                       seen, weft_wtime() - t0);
             break;
         }
         if (!our_segment_name(e->d_name + 5, host_hex)) continue;
@@ -847,6 +871,13 @@ int weft_shm_sweep(void)
         struct stat st, now_st;
         if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) || st.st_uid != me) {
             weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file of uid %u", e->d_name, (unsigned)me);
+            continue;
+        }
+        if ((st.st_mode & 07777) == SHM_FAILED_MODE) { /* a failed mark (no permission to open it) */
+            if (now - st.st_mtime > SWEEP_MARK_KEEP_S && !unlinkat(dfd, e->d_name, 0)) {
+                removed++;
+                weft_debug("coll/shm: removed the old failed mark /dev/shm/%s", e->d_name);
+            }
             continue;
         }
         int fd = openat(dfd, e->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
