@@ -1,10 +1,14 @@
-/* Datatypes. A type is its flattened type map (runs of basic elements at
- * byte displacements, one element's worth) plus its bounds and the
- * constructor call that made it (for get_envelope / get_contents). Every
- * constructor reduces to a list of blocks (count copies of an old type at
- * a displacement); a block of a contiguous old type is one run, so
- * contiguous types of any count stay one run. Sending packs into weft's
- * byte buffers unless the data is contiguous (then it goes as is). */
+/* Datatypes. A type is its type map (runs of basic elements at byte
+ * displacements, one element's worth; a run may repeat at a stride) plus
+ * its bounds and the constructor call that made it (for get_envelope /
+ * get_contents). Every constructor reduces to a list of blocks (count
+ * copies of an old type at a displacement, the block itself repeated at a
+ * stride for vectors and subarrays). Copies of an old type that is one run
+ * become one run with more repetitions, so contiguous and vector types of
+ * any count stay one run, and a vector of vectors one run per outer block;
+ * only copies of a type of several runs are written out, up to a bound on
+ * the runs a type may hold (RUNS_MAX). Sending packs into weft's byte
+ * buffers unless the data is contiguous (then it goes as is). */
 #include "mpi_impl.h"
 
 #include <stdio.h>
@@ -153,7 +157,7 @@ void mpi_dtype_init(void)
         t->basic = p->value - 0x200;
         t->nruns = 1;
         t->runs = &predef_runs[k++];
-        t->runs[0] = (mpi_run_t){0, 1, p->value - 0x200};
+        t->runs[0] = (mpi_run_t){.disp = 0, .n = 1, .basic = p->value - 0x200, .reps = 1};
         t->wdt = p->wdt;
         predef_extra[p->value - 0x200] = (dtype_extra_t){p->align, p->value, 1};
     }
@@ -177,13 +181,13 @@ void mpi_dtype_init(void)
         t->runs = &predef_runs[k];
         if (a == b && off == a->size) {
             t->nruns = 1;
-            t->runs[0] = (mpi_run_t){0, 2, a->value - 0x200};
+            t->runs[0] = (mpi_run_t){.disp = 0, .n = 2, .basic = a->value - 0x200, .reps = 1};
             t->basic = a->value - 0x200;
             k += 1;
         } else {
             t->nruns = 2;
-            t->runs[0] = (mpi_run_t){0, 1, a->value - 0x200};
-            t->runs[1] = (mpi_run_t){off, 1, b->value - 0x200};
+            t->runs[0] = (mpi_run_t){.disp = 0, .n = 1, .basic = a->value - 0x200, .reps = 1};
+            t->runs[1] = (mpi_run_t){.disp = off, .n = 1, .basic = b->value - 0x200, .reps = 1};
             t->basic = -1;
             k += 2;
         }
@@ -256,40 +260,81 @@ void mpi_dtype_span(const struct MPI_ABI_Datatype *t, MPI_Count count, MPI_Aint 
     *span = last - first;
 }
 
-void mpi_pack(const void *buf, MPI_Count count, const struct MPI_ABI_Datatype *t, void *out)
+/* reps copies of len bytes, from src (sstep bytes between copies) to dst
+ * (dstep): the sizes of basic elements get a copy of constant size. */
+#define COPY_REPS(size)                                                                                                \
+    case size:                                                                                                         \
+        for (MPI_Count k = 0; k < reps; k++, dst += dstep, src += sstep)                                               \
+            memcpy(dst, src, size);                                                                                    \
+        break
+static inline void copy_reps(char *dst, MPI_Aint dstep, const char *src, MPI_Aint sstep, size_t len, MPI_Count reps)
 {
-    char *o = out;
-    const char *b = buf;
-    if (t->contig) {
-        memcpy(o, b + t->true_lb, (size_t)(t->size * count));
-        return;
+    switch (len) {
+        COPY_REPS(1);
+        COPY_REPS(2);
+        COPY_REPS(4);
+        COPY_REPS(8);
+        COPY_REPS(16);
+    default:
+        for (MPI_Count k = 0; k < reps; k++, dst += dstep, src += sstep)
+            memcpy(dst, src, len);
     }
+}
+#undef COPY_REPS
+
+/* Copies count whole elements of t between the buffer at b and packed
+ * data at p: packs when pack, else unpacks. Returns the end of p. */
+static char *copy_elements(char *b, char *p, MPI_Count count, const struct MPI_ABI_Datatype *t, int pack)
+{
     for (MPI_Count i = 0; i < count; i++, b += t->extent)
         for (int r = 0; r < t->nruns; r++) {
-            size_t n = (size_t)t->runs[r].n * (size_t)basic_table[t->runs[r].basic].size;
-            memcpy(o, b + t->runs[r].disp, n);
-            o += n;
+            const mpi_run_t *x = &t->runs[r];
+            size_t n = (size_t)x->n * (size_t)basic_table[x->basic].size;
+            if (pack)
+                copy_reps(p, (MPI_Aint)n, b + x->disp, x->stride, n, x->reps);
+            else
+                copy_reps(b + x->disp, x->stride, p, (MPI_Aint)n, n, x->reps);
+            p += n * (size_t)x->reps;
         }
+    return p;
+}
+
+void mpi_pack(const void *buf, MPI_Count count, const struct MPI_ABI_Datatype *t, void *out)
+{
+    if (t->contig) {
+        memcpy(out, (const char *)buf + t->true_lb, (size_t)(t->size * count));
+        return;
+    }
+    copy_elements((char *)buf, out, count, t, 1);
 }
 
 void mpi_unpack(const void *in, MPI_Count bytes, void *buf, MPI_Count count, const struct MPI_ABI_Datatype *t)
 {
-    const char *p = in;
     char *b = buf;
     MPI_Count total = t->size * count;
     if (bytes > total) bytes = total;
     if (t->contig) {
-        memcpy(b + t->true_lb, p, (size_t)bytes);
+        memcpy(b + t->true_lb, in, (size_t)bytes);
         return;
     }
-    for (MPI_Count i = 0; i < count && bytes > 0; i++, b += t->extent)
-        for (int r = 0; r < t->nruns && bytes > 0; r++) {
-            MPI_Count n = t->runs[r].n * basic_table[t->runs[r].basic].size;
-            if (n > bytes) n = bytes;
-            memcpy(b + t->runs[r].disp, p, (size_t)n);
-            p += n;
-            bytes -= n;
+    if (bytes <= 0) return;
+    /* the whole elements, then what arrived of the next one */
+    MPI_Count whole = bytes / t->size;
+    const char *p = copy_elements(b, (char *)in, whole, t, 0);
+    bytes -= whole * t->size;
+    b += whole * t->extent;
+    for (int r = 0; r < t->nruns && bytes > 0; r++) {
+        const mpi_run_t *x = &t->runs[r];
+        MPI_Count n = x->n * basic_table[x->basic].size, full = bytes / n;
+        if (full > x->reps) full = x->reps;
+        copy_reps(b + x->disp, x->stride, p, (MPI_Aint)n, (size_t)n, full);
+        p += full * n;
+        bytes -= full * n;
+        if (full < x->reps && bytes > 0) { /* the data ends inside this copy */
+            memcpy(b + x->disp + full * x->stride, p, (size_t)bytes);
+            bytes = 0;
         }
+    }
 }
 
 MPI_Count mpi_dtype_elements(const struct MPI_ABI_Datatype *t, MPI_Count bytes)
@@ -297,9 +342,10 @@ MPI_Count mpi_dtype_elements(const struct MPI_ABI_Datatype *t, MPI_Count bytes)
     if (t->size == 0) return 0;
     MPI_Count whole = bytes / t->size, rem = bytes % t->size, n = whole * t->nelem;
     for (int r = 0; r < t->nruns && rem > 0; r++) {
-        MPI_Count bs = basic_table[t->runs[r].basic].size, run = t->runs[r].n * bs;
+        const mpi_run_t *x = &t->runs[r];
+        MPI_Count bs = basic_table[x->basic].size, run = x->n * x->reps * bs;
         if (rem >= run) {
-            n += t->runs[r].n;
+            n += x->n * x->reps;
             rem -= run;
         } else {
             n += rem / bs;
@@ -312,46 +358,166 @@ MPI_Count mpi_dtype_elements(const struct MPI_ABI_Datatype *t, MPI_Count bytes)
 
 /* ---- construction ------------------------------------------------------- */
 
+/* The most runs one type's map may hold (40 bytes each: 640 MiB), or one
+ * per block its constructor was given when that is more. Copies of a type
+ * of several runs are written out run by run; past this a constructor
+ * fails (MPI_ERR_NO_MEM) rather than take the machine's memory. */
+#define RUNS_MAX ((MPI_Count)1 << 24)
+
+/* A block: reps copies (0: none), the i-th at disp + i * stride, of count
+ * copies of old, the j-th at + j * old's extent. */
 typedef struct blk {
     MPI_Aint disp;
     MPI_Count count;
     struct MPI_ABI_Datatype *old;
+    MPI_Count reps;
+    MPI_Aint stride;
 } blk_t;
+#define BLK(disp, count, old) ((blk_t){(disp), (count), (old), 1, 0})
 
 typedef struct runbuf {
     mpi_run_t *runs;
     MPI_Count n, cap;
+    MPI_Count max; /* the most runs allowed */
+    int over;      /* a run was refused for max (else a failure is out of memory) */
 } runbuf_t;
 
-static int run_add(runbuf_t *rb, MPI_Aint disp, MPI_Count n, int basic)
+/* Whether one element's data is [lb, lb + size) and extent == size. */
+static int contig_of(const struct MPI_ABI_Datatype *t)
 {
-    if (n == 0) return 0;
+    if (t->size == 0) return t->extent == 0;
+    return t->nruns == 1 && t->runs[0].reps == 1 && t->extent == t->size && t->runs[0].disp == t->lb;
+}
+
+/* Appends reps copies of n elements of basic at disp (the i-th at
+ * + i * stride), merged into the last run where they continue it: data
+ * right after it makes it longer, runs of its length at a constant stride
+ * give it more copies. 0, or -1 when out of memory or past rb->max. */
+static int run_add(runbuf_t *rb, MPI_Aint disp, MPI_Count n, int basic, MPI_Count reps, MPI_Aint stride)
+{
+    if (n == 0 || reps == 0) return 0;
+    MPI_Count bs = basic_table[basic].size;
+    if (reps == 1) {
+        stride = 0;
+    } else if (stride == n * bs) { /* adjacent copies: one longer run */
+        n *= reps;
+        reps = 1;
+        stride = 0;
+    }
     if (rb->n > 0) {
         mpi_run_t *l = &rb->runs[rb->n - 1];
-        if (l->basic == basic && l->disp + l->n * basic_table[basic].size == disp) {
+        if (l->basic == basic && l->reps == 1 && reps == 1 && l->disp + l->n * bs == disp) {
             l->n += n;
             return 0;
         }
+        MPI_Aint s, next;
+        if (l->basic == basic && l->n == n) {
+            /* the stride the merged run would have: l's, else the new copies', else their distance */
+            int ovf = 0;
+            if (l->reps > 1)
+                s = l->stride;
+            else if (reps > 1)
+                s = stride;
+            else
+                ovf = __builtin_sub_overflow(disp, l->disp, &s);
+            if (!ovf && (reps == 1 || stride == s) && !__builtin_mul_overflow(l->reps, s, &next) &&
+                !__builtin_add_overflow(next, l->disp, &next) && next == disp) {
+                l->reps += reps;
+                l->stride = s;
+                return 0;
+            }
+        }
+    }
+    if (rb->n >= rb->max) {
+        rb->over = 1;
+        return -1;
     }
     if (rb->n == rb->cap) {
         MPI_Count cap = rb->cap ? 2 * rb->cap : 8;
-        if (cap > INT32_MAX) return -1;
+        if (cap > rb->max) cap = rb->max;
         mpi_run_t *r = realloc(rb->runs, sizeof(*r) * (size_t)cap);
         if (!r) return -1;
         rb->runs = r;
         rb->cap = cap;
     }
-    rb->runs[rb->n++] = (mpi_run_t){disp, n, basic};
+    rb->runs[rb->n++] = (mpi_run_t){.disp = disp, .n = n, .basic = basic, .reps = reps, .stride = stride};
     return 0;
 }
 
+/* Appends count copies of o, the j-th at disp + j * o's extent. A type of
+ * one run stays one run (more copies of it) where its copies follow each
+ * other at one stride; otherwise each copy's runs are written out. */
+static int add_copies(runbuf_t *rb, MPI_Aint disp, MPI_Count count, const struct MPI_ABI_Datatype *o)
+{
+    if (count == 0 || o->nruns == 0) return 0;
+    if (o->nruns == 1) {
+        const mpi_run_t *r = &o->runs[0];
+        MPI_Aint whole;
+        if (r->reps == 1) return run_add(rb, disp + r->disp, r->n, r->basic, count, o->extent);
+        if (!__builtin_mul_overflow(r->reps, r->stride, &whole) && whole == o->extent)
+            return run_add(rb, disp + r->disp, r->n, r->basic, r->reps * count, r->stride);
+    }
+    if (count > rb->max) { /* at least a run per copy */
+        rb->over = 1;
+        return -1;
+    }
+    for (MPI_Count j = 0; j < count; j++)
+        for (int k = 0; k < o->nruns; k++) {
+            const mpi_run_t *r = &o->runs[k];
+            if (run_add(rb, disp + j * o->extent + r->disp, r->n, r->basic, r->reps, r->stride)) return -1;
+        }
+    return 0;
+}
+
+/* Appends a block: one copy of it (count copies of its old type) made,
+ * then repeated as one run where that copy is one run, else written out. */
+static int add_block(runbuf_t *rb, const blk_t *b)
+{
+    if (b->reps == 1) return add_copies(rb, b->disp, b->count, b->old);
+    runbuf_t one = {.max = rb->max};
+    int rc = add_copies(&one, 0, b->count, b->old);
+    if (rc) goto out;
+    if (one.n == 1) {
+        const mpi_run_t *r = &one.runs[0];
+        MPI_Aint whole;
+        if (r->reps == 1) {
+            rc = run_add(rb, b->disp + r->disp, r->n, r->basic, b->reps, b->stride);
+            goto out;
+        }
+        if (!__builtin_mul_overflow(r->reps, r->stride, &whole) && whole == b->stride) {
+            rc = run_add(rb, b->disp + r->disp, r->n, r->basic, r->reps * b->reps, r->stride);
+            goto out;
+        }
+    }
+    if (b->reps > rb->max) {
+        rb->over = 1;
+        rc = -1;
+        goto out;
+    }
+    for (MPI_Count i = 0; i < b->reps && !rc; i++)
+        for (MPI_Count k = 0; k < one.n && !rc; k++) {
+            const mpi_run_t *r = &one.runs[k];
+            rc = run_add(rb, b->disp + i * b->stride + r->disp, r->n, r->basic, r->reps, r->stride);
+        }
+out:
+    rb->over |= one.over;
+    free(one.runs);
+    return rc;
+}
+
+#define MUL_OVF(a, b, r) __builtin_mul_overflow(a, b, r)
+#define ADD_OVF(a, b, r) __builtin_add_overflow(a, b, r)
+
 /* Builds a type from blocks. is_struct: round the extent up to the
- * strictest alignment of the members, as C lays out a struct. */
-static int build(const blk_t *b, MPI_Count nb, int is_struct, struct MPI_ABI_Datatype **out)
+ * strictest alignment of the members, as C lays out a struct. On failure
+ * raises the error naming fn (out of memory, too many runs, a size or
+ * extent past 64 bits) and returns it. */
+static int build(const blk_t *b, MPI_Count nb, int is_struct, struct MPI_ABI_Datatype **out, const char *fn)
 {
     struct MPI_ABI_Datatype *t = mpi_obj_alloc(MPI_K_DTYPE);
-    if (!t) return MPI_ERR_NO_MEM;
-    runbuf_t rb = {0};
+    if (!t) return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
+    runbuf_t rb = {.max = nb > RUNS_MAX ? nb : RUNS_MAX};
+    if (rb.max > INT32_MAX) rb.max = INT32_MAX;
     MPI_Aint lb = 0, ub = 0, tlb = 0, tub = 0;
     int have = 0, have_data = 0, align = 1, unit = -1, basic = -2;
     MPI_Count size = 0, nelem = 0, units = 0;
@@ -359,65 +525,84 @@ static int build(const blk_t *b, MPI_Count nb, int is_struct, struct MPI_ABI_Dat
         const struct MPI_ABI_Datatype *o = b[i].old;
         dtype_extra_t *oe = extra_of(o);
         if (oe->align > align) align = oe->align;
-        if (b[i].count == 0) continue;
-        /* bounds from the old type's lb and extent (either sign) */
-        MPI_Aint first = b[i].disp + o->lb, last = first + (MPI_Aint)b[i].count * o->extent;
+        if (b[i].count == 0 || b[i].reps == 0) continue;
+        /* bounds from the old type's lb and extent (either sign), then the
+         * block's copies (stride of either sign) */
+        MPI_Count copies, add;
+        MPI_Aint first, last, shift;
+        if (MUL_OVF(b[i].count, b[i].reps, &copies) || ADD_OVF(b[i].disp, o->lb, &first) ||
+            MUL_OVF(b[i].count, o->extent, &last) || ADD_OVF(first, last, &last) ||
+            MUL_OVF(b[i].reps - 1, b[i].stride, &shift))
+            goto overflow;
         MPI_Aint blo = first < last ? first : last, bhi = first < last ? last : first;
+        if (shift < 0 ? ADD_OVF(blo, shift, &blo) : ADD_OVF(bhi, shift, &bhi)) goto overflow;
         if (!have || blo < lb) lb = blo;
         if (!have || bhi > ub) ub = bhi;
         have = 1;
-        size += o->size * b[i].count;
-        nelem += o->nelem * b[i].count;
+        if (MUL_OVF(o->size, copies, &add) || ADD_OVF(size, add, &size) || MUL_OVF(o->nelem, copies, &add) ||
+            ADD_OVF(nelem, add, &nelem) || MUL_OVF(oe->units, copies, &add) || ADD_OVF(units, add, &units))
+            goto overflow;
         if (unit == -1)
             unit = oe->unit;
         else if (unit != oe->unit)
             unit = 0;
-        units += oe->units * b[i].count;
         if (o->size == 0) continue;
         if (basic == -2)
             basic = o->basic;
         else if (basic != o->basic)
             basic = -1;
-        MPI_Aint dlo, dspan;
-        mpi_dtype_span(o, b[i].count, &dlo, &dspan);
-        if (!have_data || b[i].disp + dlo < tlb) tlb = b[i].disp + dlo;
-        if (!have_data || b[i].disp + dlo + dspan > tub) tub = b[i].disp + dlo + dspan;
+        /* the data's bounds: count copies of the old type's, then the block's copies */
+        MPI_Aint dlo, dhi, dext;
+        if (MUL_OVF(b[i].count - 1, o->extent, &dext) || ADD_OVF(b[i].disp, o->true_lb, &dlo) ||
+            ADD_OVF(dlo, o->true_extent, &dhi) || (dext < 0 ? ADD_OVF(dlo, dext, &dlo) : ADD_OVF(dhi, dext, &dhi)) ||
+            (shift < 0 ? ADD_OVF(dlo, shift, &dlo) : ADD_OVF(dhi, shift, &dhi)))
+            goto overflow;
+        if (!have_data || dlo < tlb) tlb = dlo;
+        if (!have_data || dhi > tub) tub = dhi;
         have_data = 1;
-        if (o->contig && o->nruns == 1 && o->extent == o->size) {
-            if (run_add(&rb, b[i].disp + o->runs[0].disp, o->runs[0].n * b[i].count, o->runs[0].basic)) goto nomem;
-            continue;
-        }
-        for (MPI_Count j = 0; j < b[i].count; j++)
-            for (int r = 0; r < o->nruns; r++)
-                if (run_add(&rb, b[i].disp + j * o->extent + o->runs[r].disp, o->runs[r].n, o->runs[r].basic))
-                    goto nomem;
+        if (add_block(&rb, &b[i])) goto runs;
     }
     if (is_struct && have && align > 1) {
-        MPI_Aint ext = ub - lb, pad = ext % align;
-        if (pad) ub += align - pad;
+        MPI_Aint ext, pad;
+        if (__builtin_sub_overflow(ub, lb, &ext)) goto overflow;
+        pad = ext % align;
+        if (pad && ADD_OVF(ub, align - pad, &ub)) goto overflow;
+    }
+    MPI_Aint extent, true_extent;
+    if (__builtin_sub_overflow(ub, lb, &extent) || __builtin_sub_overflow(tub, tlb, &true_extent)) goto overflow;
+    if (rb.n && rb.n < rb.cap) { /* the runs it keeps, no more */
+        mpi_run_t *r = realloc(rb.runs, sizeof(*r) * (size_t)rb.n);
+        if (r) rb.runs = r;
     }
     t->lb = lb;
-    t->extent = ub - lb;
+    t->extent = extent;
     t->true_lb = tlb;
-    t->true_extent = tub - tlb;
+    t->true_extent = true_extent;
     t->size = size;
     t->nelem = nelem;
     t->nruns = (int)rb.n;
     t->runs = rb.runs;
     t->basic = basic < 0 ? -1 : basic;
     t->wdt = t->basic >= 0 ? basic_table[t->basic].wdt : NONE;
-    t->contig = t->nruns <= 1 && t->extent == t->size && (t->nruns == 0 || t->runs[0].disp == t->lb);
-    if (t->size == 0) t->contig = t->extent == 0;
+    t->contig = contig_of(t);
     dtype_extra_t *e = extra_of(t);
     e->align = align;
     e->unit = unit < 0 ? 0 : unit;
     e->units = units;
     *out = t;
     return MPI_SUCCESS;
-nomem:
+overflow:
     free(rb.runs);
     mpi_obj_release(MPI_K_DTYPE, t);
-    return MPI_ERR_NO_MEM;
+    return mpi_err(NULL, MPI_ERR_ARG, fn, "the datatype's size or extent does not fit 64 bits");
+runs:
+    free(rb.runs);
+    mpi_obj_release(MPI_K_DTYPE, t);
+    if (rb.over)
+        return mpi_err(NULL, MPI_ERR_NO_MEM, fn,
+                       "the datatype would need more than %lld runs of contiguous data, the most one type may hold",
+                       (long long)rb.max);
+    return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
 }
 
 /* Records the constructor's arguments (copied) and takes references on
@@ -465,8 +650,8 @@ static int finish(const blk_t *b, MPI_Count nb, int is_struct, int combiner, int
                   MPI_Datatype *newtype, const char *fn)
 {
     struct MPI_ABI_Datatype *t;
-    int rc = build(b, nb, is_struct, &t);
-    if (rc) return mpi_err(NULL, rc, fn, "out of memory");
+    int rc = build(b, nb, is_struct, &t, fn);
+    if (rc) return rc;
     if ((rc = record(t, combiner, ni, ints, na, addrs, nc, counts, nt, types))) {
         mpi_dtype_unref(t);
         return mpi_err(NULL, rc, fn, "out of memory");
@@ -487,7 +672,7 @@ static int contiguous(MPI_Count count, MPI_Datatype oldtype, MPI_Datatype *newty
     struct MPI_ABI_Datatype *o;
     int rc = check_old(oldtype, fn, &o);
     if (rc || (rc = check_new(newtype, fn)) || (rc = check_nonneg(count, "count", fn))) return rc;
-    blk_t b = {0, count, o};
+    blk_t b = BLK(0, count, o);
     int ci = (int)count;
     return finish(&b, 1, 0, MPI_COMBINER_CONTIGUOUS, large ? 0 : 1, &ci, 0, NULL, large ? 1 : 0, &count, 1, &oldtype,
                   newtype, fn);
@@ -512,22 +697,19 @@ static int vector(MPI_Count count, MPI_Count blocklength, MPI_Count stride, int 
     if (rc || (rc = check_new(newtype, fn)) || (rc = check_nonneg(count, "count", fn)) ||
         (rc = check_nonneg(blocklength, "blocklength", fn)))
         return rc;
-    blk_t *b = mpi_malloc(sizeof(blk_t) * (size_t)count);
-    if (!b) return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
-    for (MPI_Count i = 0; i < count; i++)
-        b[i] = (blk_t){(MPI_Aint)(i * stride * (bytes ? 1 : o->extent)), blocklength, o};
+    /* one block repeated: count copies of blocklength old types, a stride apart */
+    MPI_Aint step;
+    if (__builtin_mul_overflow(stride, bytes ? 1 : o->extent, &step))
+        return mpi_err(NULL, MPI_ERR_ARG, fn, "stride %lld times the extent %lld does not fit 64 bits",
+                       (long long)stride, (long long)o->extent);
+    blk_t b = {0, blocklength, o, count, step};
     int ints[3] = {(int)count, (int)blocklength, (int)stride};
     MPI_Count counts[3] = {count, blocklength, stride};
     MPI_Aint a = (MPI_Aint)stride;
     int combiner = bytes ? MPI_COMBINER_HVECTOR : MPI_COMBINER_VECTOR;
-    if (large)
-        rc = finish(b, count, 0, combiner, 0, NULL, 0, NULL, 3, counts, 1, &oldtype, newtype, fn);
-    else if (bytes)
-        rc = finish(b, count, 0, combiner, 2, ints, 1, &a, 0, NULL, 1, &oldtype, newtype, fn);
-    else
-        rc = finish(b, count, 0, combiner, 3, ints, 0, NULL, 0, NULL, 1, &oldtype, newtype, fn);
-    free(b);
-    return rc;
+    if (large) return finish(&b, 1, 0, combiner, 0, NULL, 0, NULL, 3, counts, 1, &oldtype, newtype, fn);
+    if (bytes) return finish(&b, 1, 0, combiner, 2, ints, 1, &a, 0, NULL, 1, &oldtype, newtype, fn);
+    return finish(&b, 1, 0, combiner, 3, ints, 0, NULL, 0, NULL, 1, &oldtype, newtype, fn);
 }
 
 MPI_DEF(int, Type_vector, (int count, int blocklength, int stride, MPI_Datatype oldtype, MPI_Datatype *newtype))
@@ -572,7 +754,13 @@ static int indexed(MPI_Count count, const MPI_Count *bl, MPI_Count blocklength, 
             free(b);
             return mpi_err(NULL, MPI_ERR_ARG, fn, "negative block length %lld", (long long)len);
         }
-        b[i] = (blk_t){(MPI_Aint)(disp[i] * (bytes ? 1 : o->extent)), len, o};
+        MPI_Aint d;
+        if (__builtin_mul_overflow(disp[i], bytes ? 1 : o->extent, &d)) {
+            free(b);
+            return mpi_err(NULL, MPI_ERR_ARG, fn, "displacement %lld times the extent %lld does not fit 64 bits",
+                           (long long)disp[i], (long long)o->extent);
+        }
+        b[i] = BLK(d, len, o);
     }
     rc = finish(b, count, 0, combiner, ni, ints, na, addrs, nc, counts, 1, &oldtype, newtype, fn);
     free(b);
@@ -771,7 +959,7 @@ static int create_struct(MPI_Count count, const MPI_Count *bl, const MPI_Count *
             return mpi_err(NULL, o ? MPI_ERR_ARG : MPI_ERR_TYPE, fn, "%s of member %lld",
                            o ? "negative block length" : "invalid datatype", (long long)i);
         }
-        b[i] = (blk_t){(MPI_Aint)disp[i], bl[i], o};
+        b[i] = BLK((MPI_Aint)disp[i], bl[i], o);
     }
     rc = finish(b, count, 1, MPI_COMBINER_STRUCT, ni, ints, na, addrs, nc, counts, (int)count, types, newtype, fn);
     free(b);
@@ -814,12 +1002,11 @@ static int resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent, MPI_Datat
     struct MPI_ABI_Datatype *o, *t;
     int rc = check_old(oldtype, fn, &o);
     if (rc || (rc = check_new(newtype, fn))) return rc;
-    blk_t b = {0, 1, o};
-    if ((rc = build(&b, 1, 0, &t))) return mpi_err(NULL, rc, fn, "out of memory");
+    blk_t b = BLK(0, 1, o);
+    if ((rc = build(&b, 1, 0, &t, fn))) return rc;
     t->lb = lb;
     t->extent = extent;
-    t->contig = t->nruns <= 1 && t->extent == t->size && (t->nruns == 0 || t->runs[0].disp == t->lb);
-    if (t->size == 0) t->contig = extent == 0;
+    t->contig = contig_of(t);
     MPI_Aint a[2] = {lb, extent};
     MPI_Count c[2] = {lb, extent};
     if ((rc = record(t, MPI_COMBINER_RESIZED, 0, NULL, large ? 0 : 2, a, large ? 2 : 0, c, 1, &oldtype))) {
@@ -846,8 +1033,8 @@ MPI_DEF(int, Type_dup, (MPI_Datatype oldtype, MPI_Datatype *newtype))
     struct MPI_ABI_Datatype *o, *t;
     int rc = check_old(oldtype, fn, &o);
     if (rc || (rc = check_new(newtype, fn))) return rc;
-    blk_t b = {0, 1, o};
-    if ((rc = build(&b, 1, 0, &t))) return mpi_err(NULL, rc, fn, "out of memory");
+    blk_t b = BLK(0, 1, o);
+    if ((rc = build(&b, 1, 0, &t, fn))) return rc;
     t->lb = o->lb;
     t->extent = o->extent;
     t->contig = o->contig;
@@ -868,8 +1055,11 @@ MPI_DEF(int, Type_dup, (MPI_Datatype oldtype, MPI_Datatype *newtype))
     return MPI_SUCCESS;
 }
 
-/* subarray: nested blocks over the dimensions, then resized to the full
- * array's extent. */
+/* subarray: blocks over the dimensions, then resized to the full array's
+ * extent. In C order (Fortran's dimensions reversed), a dimension the
+ * subarray spans whole joins the one before it (its rows are one range of
+ * that one's); then the fastest dimension makes contiguous blocks, the
+ * next one repeats them a row apart (one run), the others are iterated. */
 static int subarray(int ndims, const MPI_Count *sizes, const MPI_Count *subsizes, const MPI_Count *starts, int order,
                     MPI_Datatype oldtype, MPI_Datatype *newtype, int ni, const int *ints, int nc,
                     const MPI_Count *counts, const char *fn)
@@ -879,45 +1069,70 @@ static int subarray(int ndims, const MPI_Count *sizes, const MPI_Count *subsizes
     if (rc || (rc = check_new(newtype, fn))) return rc;
     if (ndims <= 0) return mpi_err(NULL, MPI_ERR_ARG, fn, "ndims %d must be positive", ndims);
     if (order != MPI_ORDER_C && order != MPI_ORDER_FORTRAN) return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid order");
-    MPI_Count nblocks = 1, total = 1;
+    MPI_Count total = 1;
     for (int d = 0; d < ndims; d++) {
         if (sizes[d] <= 0 || subsizes[d] <= 0 || subsizes[d] > sizes[d] || starts[d] < 0 ||
             starts[d] + subsizes[d] > sizes[d])
             return mpi_err(NULL, MPI_ERR_ARG, fn, "invalid size / subsize / start in dimension %d", d);
-        total *= sizes[d];
+        if (__builtin_mul_overflow(total, sizes[d], &total))
+            return mpi_err(NULL, MPI_ERR_ARG, fn, "the array's size does not fit 64 bits");
     }
-    /* the fastest dimension is contiguous blocks; iterate over the others */
-    int fast = order == MPI_ORDER_C ? ndims - 1 : 0;
-    for (int d = 0; d < ndims; d++)
-        if (d != fast) nblocks *= subsizes[d];
+    MPI_Aint full;
+    if (__builtin_mul_overflow(total, o->extent, &full))
+        return mpi_err(NULL, MPI_ERR_ARG, fn, "the array's extent does not fit 64 bits");
+    MPI_Count *sz = mpi_malloc(sizeof(MPI_Count) * 4 * (size_t)ndims), *ss = sz + ndims, *st = ss + ndims,
+              *idx = st + ndims;
+    if (!sz) return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
+    int n = 0;
+    for (int k = 0; k < ndims; k++) {
+        int d = order == MPI_ORDER_C ? k : ndims - 1 - k;
+        if (n > 0 && subsizes[d] == sizes[d]) { /* whole: joins the one before (no overflow: within total) */
+            sz[n - 1] *= sizes[d];
+            ss[n - 1] *= sizes[d];
+            st[n - 1] *= sizes[d];
+            continue;
+        }
+        sz[n] = sizes[d], ss[n] = subsizes[d], st[n] = starts[d], idx[n] = 0;
+        n++;
+    }
+    /* blocks: one per index of the dimensions before the last two */
+    MPI_Count nblocks = 1;
+    for (int d = 0; d < n - 2; d++)
+        nblocks *= ss[d];
+    if (nblocks > RUNS_MAX) {
+        free(sz);
+        return mpi_err(
+            NULL, MPI_ERR_NO_MEM, fn,
+            "%lld rows: the datatype would need more runs of contiguous data than the %lld one type may hold",
+            (long long)nblocks, (long long)RUNS_MAX);
+    }
     blk_t *b = mpi_malloc(sizeof(blk_t) * (size_t)nblocks);
-    MPI_Count *idx = calloc((size_t)ndims, sizeof(MPI_Count));
-    if (!b || !idx) {
-        free(b), free(idx);
+    if (!b) {
+        free(sz);
         return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "out of memory");
     }
+    MPI_Count reps = n >= 2 ? ss[n - 2] : 1;
+    MPI_Aint row = (MPI_Aint)sz[n - 1] * o->extent;
     for (MPI_Count k = 0; k < nblocks; k++) {
         MPI_Count off = 0, mult = 1;
-        for (int s = 0; s < ndims; s++) {
-            int d = order == MPI_ORDER_C ? ndims - 1 - s : s;
-            off += (starts[d] + (d == fast ? 0 : idx[d])) * mult;
-            mult *= sizes[d];
+        for (int d = n - 1; d >= 0; d--) {
+            off += (st[d] + idx[d]) * mult;
+            mult *= sz[d];
         }
-        b[k] = (blk_t){(MPI_Aint)(off * o->extent), subsizes[fast], o};
-        for (int s = 0; s < ndims; s++) { /* next index, skipping the fast dimension */
-            int d = order == MPI_ORDER_C ? ndims - 1 - s : s;
-            if (d == fast) continue;
-            if (++idx[d] < subsizes[d]) break;
+        b[k] = (blk_t){(MPI_Aint)(off * o->extent), ss[n - 1], o, reps, row};
+        for (int d = n - 3; d >= 0; d--) { /* the next index, the last of these dimensions fastest */
+            if (++idx[d] < ss[d]) break;
             idx[d] = 0;
         }
     }
+    free(sz);
     struct MPI_ABI_Datatype *t;
-    rc = build(b, nblocks, 0, &t);
-    free(b), free(idx);
-    if (rc) return mpi_err(NULL, rc, fn, "out of memory");
+    rc = build(b, nblocks, 0, &t, fn);
+    free(b);
+    if (rc) return rc;
     t->lb = o->lb;
-    t->extent = (MPI_Aint)(total * o->extent);
-    t->contig = t->nruns <= 1 && t->extent == t->size && (t->nruns == 0 || t->runs[0].disp == t->lb);
+    t->extent = full;
+    t->contig = contig_of(t);
     if ((rc = record(t, MPI_COMBINER_SUBARRAY, ni, ints, 0, NULL, nc, counts, 1, &oldtype))) {
         mpi_dtype_unref(t);
         return mpi_err(NULL, rc, fn, "out of memory");
@@ -1034,30 +1249,52 @@ static int darray(int size, int rank, int ndims, const MPI_Count *gsizes, const 
         nloc[d] = n;
     }
     MPI_Count nblocks = 1, total = 1;
-    int fast = order == MPI_ORDER_C ? ndims - 1 : 0;
+    MPI_Aint full = 0;
+    int fast = order == MPI_ORDER_C ? ndims - 1 : 0, ovf = 0;
     for (int d = 0; d < ndims; d++) {
-        total *= gsizes[d];
+        ovf |= __builtin_mul_overflow(total, gsizes[d], &total);
         if (d != fast) nblocks *= nloc[d];
     }
+    ovf |= __builtin_mul_overflow(total, o->extent, &full);
+    if (!rc && ovf)
+        rc = MPI_ERR_ARG;
+    else
+        ovf = 0; /* the error (if any) is another's */
     if (nloc[fast] == 0) nblocks = 0;
-    blk_t *b = rc ? NULL : mpi_malloc(sizeof(blk_t) * (size_t)(nblocks * (nloc[fast] ? nloc[fast] : 1)));
+    /* the fastest dimension's local indices as segments of consecutive
+     * ones, and those as groups of segments of one length at one step
+     * (a cyclic distribution's: one block repeated) */
+    MPI_Count ng = 0, *gf = rc ? NULL : mpi_malloc(sizeof(MPI_Count) * 4 * (size_t)(nloc[fast] ? nloc[fast] : 1));
+    MPI_Count *gl = NULL, *gr = NULL, *gs = NULL;
+    if (gf)
+        gl = gf + nloc[fast], gr = gl + nloc[fast], gs = gr + nloc[fast];
+    else if (!rc)
+        rc = MPI_ERR_NO_MEM;
+    for (MPI_Count j = 0; !rc && j < nloc[fast];) {
+        MPI_Count first = loc[fast][j], len = 1;
+        while (j + len < nloc[fast] && loc[fast][j + len] == first + len)
+            len++;
+        j += len;
+        if (ng > 0 && gl[ng - 1] == len && (gr[ng - 1] == 1 || first == gf[ng - 1] + gr[ng - 1] * gs[ng - 1])) {
+            if (gr[ng - 1] == 1) gs[ng - 1] = first - gf[ng - 1];
+            gr[ng - 1]++;
+        } else {
+            gf[ng] = first, gl[ng] = len, gr[ng] = 1, gs[ng] = 0;
+            ng++;
+        }
+    }
+    blk_t *b = rc ? NULL : mpi_malloc(sizeof(blk_t) * (size_t)(nblocks * (ng ? ng : 1)));
     MPI_Count nb = 0, idx[64] = {0};
     if (!rc && !b) rc = MPI_ERR_NO_MEM;
     for (MPI_Count k = 0; !rc && k < nblocks; k++) {
-        /* the runs along the fastest dimension, merged where indices follow */
         MPI_Count base = 0, mult = 1;
         for (int s = 0; s < ndims; s++) {
             int d = order == MPI_ORDER_C ? ndims - 1 - s : s;
             if (d != fast) base += loc[d][idx[d]] * mult;
             mult *= gsizes[d];
         }
-        for (MPI_Count j = 0; j < nloc[fast];) {
-            MPI_Count first = loc[fast][j], len = 1;
-            while (j + len < nloc[fast] && loc[fast][j + len] == first + len)
-                len++;
-            b[nb++] = (blk_t){(MPI_Aint)((base + first) * o->extent), len, o};
-            j += len;
-        }
+        for (MPI_Count g = 0; g < ng; g++)
+            b[nb++] = (blk_t){(MPI_Aint)((base + gf[g]) * o->extent), gl[g], o, gr[g], (MPI_Aint)(gs[g] * o->extent)};
         for (int s = 0; s < ndims; s++) {
             int d = order == MPI_ORDER_C ? ndims - 1 - s : s;
             if (d == fast) continue;
@@ -1065,19 +1302,23 @@ static int darray(int size, int rank, int ndims, const MPI_Count *gsizes, const 
             idx[d] = 0;
         }
     }
+    free(gf);
     for (int d = 0; d < ndims; d++)
         free(loc[d]);
     if (rc) {
         free(b);
-        return mpi_err(NULL, rc, fn, rc == MPI_ERR_ARG ? "invalid distribution" : "out of memory");
+        return mpi_err(NULL, rc, fn, "%s",
+                       rc != MPI_ERR_ARG ? "out of memory"
+                       : ovf             ? "the array's extent does not fit 64 bits"
+                                         : "invalid distribution");
     }
     struct MPI_ABI_Datatype *t;
-    rc = build(b, nb, 0, &t);
+    rc = build(b, nb, 0, &t, fn);
     free(b);
-    if (rc) return mpi_err(NULL, rc, fn, "out of memory");
+    if (rc) return rc;
     t->lb = o->lb;
-    t->extent = (MPI_Aint)(total * o->extent);
-    t->contig = t->nruns <= 1 && t->extent == t->size && (t->nruns == 0 || t->runs[0].disp == t->lb);
+    t->extent = full;
+    t->contig = contig_of(t);
     if ((rc = record(t, MPI_COMBINER_DARRAY, ni, ints, 0, NULL, nc, counts, 1, &oldtype))) {
         mpi_dtype_unref(t);
         return mpi_err(NULL, rc, fn, "out of memory");
@@ -1414,9 +1655,9 @@ static int f90(int combiner, int p, int r, int value, MPI_Datatype *newtype, con
         }
     if (ncache == 64) return mpi_err(NULL, MPI_ERR_NO_MEM, fn, "too many parameterized Fortran types");
     struct MPI_ABI_Datatype *o = mpi_dtype_get((MPI_Datatype)(uintptr_t)value), *t;
-    blk_t b = {0, 1, o};
-    int rc = build(&b, 1, 0, &t);
-    if (rc) return mpi_err(NULL, rc, fn, "out of memory");
+    blk_t b = BLK(0, 1, o);
+    int rc = build(&b, 1, 0, &t, fn);
+    if (rc) return rc;
     int ints[2] = {p, r};
     int ni = combiner == MPI_COMBINER_F90_INTEGER ? 1 : 2;
     if ((rc = record(t, combiner, ni, combiner == MPI_COMBINER_F90_INTEGER ? &r : ints, 0, NULL, 0, NULL, 0, NULL))) {

@@ -139,12 +139,18 @@ struct MPI_ABI_Session {
     mpi_bbuf_t bbuf;
 };
 
-/* One run of a datatype's flattened type map: n elements of basic type
- * `basic` starting `disp` bytes from the buffer. */
+/* One run of a datatype's type map: `reps` copies (reps >= 1) of n
+ * elements of basic type `basic`, the i-th copy starting disp + i * stride
+ * bytes from the buffer, in that order. A run with reps > 1 never has
+ * adjacent copies (stride != n * the basic size: those are one longer run
+ * of reps 1), and stride is 0 when reps == 1. So a vector of any count of
+ * blocks of a contiguous type is one run. */
 typedef struct mpi_run {
     MPI_Aint disp;
     MPI_Count n;
     int basic; /* index of a predefined basic type (mpi_basic_*) */
+    MPI_Count reps;
+    MPI_Aint stride;
 } mpi_run_t;
 
 struct MPI_ABI_Datatype {
@@ -158,7 +164,7 @@ struct MPI_ABI_Datatype {
     int contig;                    /* one element's data is [true_lb, true_lb+size) and extent == size */
     int basic;                     /* the one basic type of every run, or -1 when mixed */
     int nruns;
-    mpi_run_t *runs;  /* one element's type map (disp ascending is NOT assumed) */
+    mpi_run_t *runs;  /* one element's type map, in order (disp ascending is NOT assumed) */
     weft_dtype_t wdt; /* weft's type when basic maps to one, else -1 */
     /* the constructor, for get_envelope / get_contents */
     int combiner;

@@ -189,7 +189,7 @@ static MPI_Count ext_elem_size(const struct MPI_ABI_Datatype *t)
     for (int r = 0; r < t->nruns; r++) {
         int kind, e = ext_size(t->runs[r].basic, &kind);
         if (!e) return -1;
-        s += e * t->runs[r].n;
+        s += e * t->runs[r].n * t->runs[r].reps; /* no larger than the native size */
     }
     return s;
 }
@@ -211,23 +211,28 @@ static int external(const char *datarep, const void *native, MPI_Count count, MP
     if (!position) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL position");
     MPI_Count es = ext_elem_size(t);
     if (es < 0) return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "%s has no external32 form here", mpi_dtype_name(t));
-    if (*position < 0 || *position + es * count > extsize)
-        return mpi_err(NULL, MPI_ERR_TRUNCATE, fn, "%lld bytes at position %lld do not fit %lld",
-                       (long long)(es * count), (long long)*position, (long long)extsize);
+    MPI_Count bytes;
+    if (__builtin_mul_overflow(es, count, &bytes))
+        return mpi_err(NULL, MPI_ERR_COUNT, fn, "count %lld of %s overflows", (long long)count, mpi_dtype_name(t));
+    if (*position < 0 || *position + bytes > extsize)
+        return mpi_err(NULL, MPI_ERR_TRUNCATE, fn, "%lld bytes at position %lld do not fit %lld", (long long)bytes,
+                       (long long)*position, (long long)extsize);
     char *e = (char *)ext + *position;
     for (MPI_Count i = 0; i < count; i++) {
         char *base = (char *)native + (MPI_Aint)i * t->extent;
         for (int r = 0; r < t->nruns; r++) {
-            int kind, esz = ext_size(t->runs[r].basic, &kind), nsz = mpi_basic_of(t->runs[r].basic)->size;
-            for (MPI_Count k = 0; k < t->runs[r].n; k++) {
-                char *n = base + t->runs[r].disp + k * nsz;
-                if ((pack ? convert(n, nsz, e, esz, kind, 1) : convert(e, nsz, n, esz, kind, 0)))
-                    return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "cannot convert %s", mpi_dtype_name(t));
-                e += esz;
-            }
+            const mpi_run_t *x = &t->runs[r];
+            int kind, esz = ext_size(x->basic, &kind), nsz = mpi_basic_of(x->basic)->size;
+            for (MPI_Count q = 0; q < x->reps; q++)
+                for (MPI_Count k = 0; k < x->n; k++) {
+                    char *n = base + x->disp + q * x->stride + k * nsz;
+                    if ((pack ? convert(n, nsz, e, esz, kind, 1) : convert(e, nsz, n, esz, kind, 0)))
+                        return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "cannot convert %s", mpi_dtype_name(t));
+                    e += esz;
+                }
         }
     }
-    *position += es * count;
+    *position += bytes;
     return MPI_SUCCESS;
 }
 
@@ -275,7 +280,8 @@ static int external_size(const char *datarep, MPI_Count incount, MPI_Datatype da
     if (!size) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL size");
     MPI_Count es = ext_elem_size(t);
     if (es < 0) return mpi_err(NULL, MPI_ERR_CONVERSION, fn, "%s has no external32 form here", mpi_dtype_name(t));
-    *size = es * incount;
+    if (__builtin_mul_overflow(es, incount, size))
+        return mpi_err(NULL, MPI_ERR_COUNT, fn, "count %lld of %s overflows", (long long)incount, mpi_dtype_name(t));
     return MPI_SUCCESS;
 }
 

@@ -845,10 +845,13 @@ static int set_elements(MPI_Status *status, MPI_Datatype datatype, MPI_Count cou
     if (count < 0) return mpi_err(NULL, MPI_ERR_COUNT, fn, "negative count");
     MPI_Count bytes = 0;
     if (t->nelem > 0) {
-        bytes = count / t->nelem * t->size;
+        /* whole elements, then the basic elements of a partial one, run by run */
+        if (__builtin_mul_overflow(count / t->nelem, t->size, &bytes))
+            return mpi_err(NULL, MPI_ERR_COUNT, fn, "%lld elements of %s overflow the byte count", (long long)count,
+                           mpi_dtype_name(t));
         MPI_Count rem = count % t->nelem;
         for (int r = 0; r < t->nruns && rem > 0; r++) {
-            MPI_Count n = t->runs[r].n < rem ? t->runs[r].n : rem;
+            MPI_Count all = t->runs[r].n * t->runs[r].reps, n = all < rem ? all : rem;
             bytes += n * mpi_basic_of(t->runs[r].basic)->size;
             rem -= n;
         }

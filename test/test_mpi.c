@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TIMEOUT 60.0
@@ -1056,6 +1058,610 @@ static int body_datatypes(int rank, int size, void *arg)
 Test(mpi, datatypes)
 {
     run(1, body_datatypes);
+}
+
+/* ---- datatypes against a reference ------------------------------------------------- */
+
+/* One element's type map, made the straightforward way: a walk of the
+ * constructors (get_envelope / get_contents) down to the basic elements,
+ * each (displacement, size), in order. Independent of how the library keeps
+ * a type. Pair types are their two members. */
+typedef struct refmap {
+    MPI_Aint *disp;
+    int *size;
+    long n, cap;
+} refmap_t;
+
+static void ref_add(refmap_t *m, MPI_Aint disp, int size)
+{
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 64;
+        m->disp = realloc(m->disp, sizeof(*m->disp) * (size_t)m->cap);
+        m->size = realloc(m->size, sizeof(*m->size) * (size_t)m->cap);
+        TH_CHECK(m->disp && m->size, "out of memory");
+    }
+    m->disp[m->n] = disp;
+    m->size[m->n++] = size;
+}
+
+static MPI_Aint ext_of(MPI_Datatype t)
+{
+    MPI_Aint lb, ext;
+    M_OK(MPI_Type_get_extent(t, &lb, &ext));
+    return ext;
+}
+
+/* Whether index i of a dimension of g is coordinate c's of p (darray). */
+static int darray_owns(int distrib, int darg, int g, int p, int c, int i)
+{
+    if (distrib == MPI_DISTRIBUTE_NONE) return 1;
+    if (distrib == MPI_DISTRIBUTE_BLOCK) {
+        int b = darg == MPI_DISTRIBUTE_DFLT_DARG ? (g + p - 1) / p : darg;
+        return i / b == c;
+    }
+    int b = darg == MPI_DISTRIBUTE_DFLT_DARG ? 1 : darg;
+    return (i / b) % p == c;
+}
+
+static void ref_map(MPI_Datatype t, MPI_Aint base, refmap_t *m)
+{
+    int ni, na, nd, comb;
+    M_OK(MPI_Type_get_envelope(t, &ni, &na, &nd, &comb));
+    if (comb == MPI_COMBINER_NAMED) {
+        int size;
+        if (t == MPI_FLOAT_INT || t == MPI_DOUBLE_INT || t == MPI_2INT) {
+            int first = t == MPI_DOUBLE_INT ? 8 : 4;
+            ref_add(m, base, first);
+            ref_add(m, base + first, 4);
+            return;
+        }
+        M_OK(MPI_Type_size(t, &size));
+        ref_add(m, base, size);
+        return;
+    }
+    int *ints = malloc(sizeof(int) * (size_t)(ni + 1));
+    MPI_Aint *addrs = malloc(sizeof(MPI_Aint) * (size_t)(na + 1));
+    MPI_Datatype *types = malloc(sizeof(MPI_Datatype) * (size_t)(nd + 1));
+    TH_CHECK(ints && addrs && types, "out of memory");
+    M_OK(MPI_Type_get_contents(t, ni, na, nd, ints, addrs, types));
+    MPI_Aint e = ext_of(types[0]);
+    switch (comb) {
+    case MPI_COMBINER_DUP:
+    case MPI_COMBINER_RESIZED: ref_map(types[0], base, m); break;
+    case MPI_COMBINER_CONTIGUOUS:
+        for (int i = 0; i < ints[0]; i++)
+            ref_map(types[0], base + i * e, m);
+        break;
+    case MPI_COMBINER_VECTOR:
+    case MPI_COMBINER_HVECTOR:
+        for (int i = 0; i < ints[0]; i++)
+            for (int j = 0; j < ints[1]; j++)
+                ref_map(types[0], base + (comb == MPI_COMBINER_VECTOR ? (MPI_Aint)ints[2] * e : addrs[0]) * i + j * e,
+                        m);
+        break;
+    case MPI_COMBINER_INDEXED:
+    case MPI_COMBINER_HINDEXED:
+        for (int i = 0; i < ints[0]; i++)
+            for (int j = 0; j < ints[1 + i]; j++)
+                ref_map(types[0], base + (comb == MPI_COMBINER_INDEXED ? ints[1 + ints[0] + i] * e : addrs[i]) + j * e,
+                        m);
+        break;
+    case MPI_COMBINER_INDEXED_BLOCK:
+    case MPI_COMBINER_HINDEXED_BLOCK:
+        for (int i = 0; i < ints[0]; i++)
+            for (int j = 0; j < ints[1]; j++)
+                ref_map(types[0], base + (comb == MPI_COMBINER_INDEXED_BLOCK ? ints[2 + i] * e : addrs[i]) + j * e, m);
+        break;
+    case MPI_COMBINER_STRUCT:
+        for (int i = 0; i < ints[0]; i++)
+            for (int j = 0; j < ints[1 + i]; j++)
+                ref_map(types[i], base + addrs[i] + j * ext_of(types[i]), m);
+        break;
+    case MPI_COMBINER_SUBARRAY:
+    case MPI_COMBINER_DARRAY: {
+        /* every index of the array in its order, kept where it is in the subarray / this rank's */
+        int sub = comb == MPI_COMBINER_SUBARRAY, nd_ = sub ? ints[0] : ints[2], order = ints[ni - 1], idx[8] = {0};
+        const int *g = sub ? ints + 1 : ints + 3;
+        long total = 1;
+        int coord[8];
+        for (int d = 0; d < nd_; d++)
+            total *= g[d];
+        if (!sub)
+            for (int d = nd_ - 1, r = ints[1]; d >= 0; d--) {
+                coord[d] = r % ints[3 + 3 * nd_ + d];
+                r /= ints[3 + 3 * nd_ + d];
+            }
+        for (long k = 0; k < total; k++) {
+            int in = 1;
+            long lin = 0;
+            for (int s = 0; s < nd_; s++) { /* the linear index, slowest dimension first */
+                int d = order == MPI_ORDER_C ? s : nd_ - 1 - s;
+                lin = lin * g[d] + idx[d];
+                if (sub)
+                    in &= idx[d] >= ints[1 + 2 * nd_ + d] && idx[d] < ints[1 + 2 * nd_ + d] + ints[1 + nd_ + d];
+                else
+                    in &= darray_owns(ints[3 + nd_ + d], ints[3 + 2 * nd_ + d], g[d], ints[3 + 3 * nd_ + d], coord[d],
+                                      idx[d]);
+            }
+            if (in) ref_map(types[0], base + lin * e, m);
+            for (int s = nd_ - 1; s >= 0; s--) { /* the next index, the fastest dimension first */
+                int d = order == MPI_ORDER_C ? s : nd_ - 1 - s;
+                if (++idx[d] < g[d]) break;
+                idx[d] = 0;
+            }
+        }
+        break;
+    }
+    default: TH_CHECK(0, "combiner %d not in the reference", comb);
+    }
+    for (int i = 0; i < nd; i++) {
+        int ni2, na2, nd2, comb2;
+        M_OK(MPI_Type_get_envelope(types[i], &ni2, &na2, &nd2, &comb2));
+        if (comb2 != MPI_COMBINER_NAMED) M_OK(MPI_Type_free(&types[i]));
+    }
+    free(ints), free(addrs), free(types);
+}
+
+static unsigned char pattern(long i, int salt)
+{
+    return (unsigned char)(i * 131 + salt * 17 + (i >> 8) * 7 + 1);
+}
+
+/* Packs and unpacks count elements of t (committed here) with the library
+ * and with the reference map, whole and cut short (a receive of fewer
+ * bytes, ending between elements and inside one), and compares every byte;
+ * MPI_Get_elements and MPI_Status_set_elements at those points too. Frees t. */
+static void check_against_reference(MPI_Datatype *tp, int count, const char *what)
+{
+    MPI_Datatype t = *tp;
+    refmap_t m = {0};
+    ref_map(t, 0, &m);
+    M_OK(MPI_Type_commit(&t));
+    MPI_Aint ext = ext_of(t), lo = 0, hi = 0;
+    MPI_Count size, esize = 0, total = 0;
+    M_OK(MPI_Type_size_c(t, &size));
+    for (long k = 0; k < m.n; k++)
+        esize += m.size[k];
+    TH_CHECK(size == esize, "%s: size %lld, the reference's %lld", what, (long long)size, (long long)esize);
+    for (int i = 0; i < count; i++)
+        for (long k = 0; k < m.n; k++) {
+            MPI_Aint d = i * ext + m.disp[k];
+            if ((i == 0 && k == 0) || d < lo) lo = d;
+            if ((i == 0 && k == 0) || d + m.size[k] > hi) hi = d + m.size[k];
+        }
+    if (lo > 0) lo = 0;
+    total = size * count;
+    size_t span = (size_t)(hi - lo) + 1;
+    unsigned char *mem = malloc(span), *mine = malloc(span), *ref = malloc(span);
+    unsigned char *packed = malloc((size_t)total + 1), *rpacked = malloc((size_t)total + 1);
+    TH_CHECK(mem && mine && ref && packed && rpacked, "out of memory");
+    for (size_t i = 0; i < span; i++)
+        mem[i] = pattern((long)i, 1);
+    unsigned char *base = mem - lo;
+    /* pack */
+    MPI_Count pos = 0;
+    M_OK(MPI_Pack_c(base, count, t, packed, total, &pos, MPI_COMM_WORLD));
+    TH_CHECK(pos == total, "%s: packed %lld of %lld bytes", what, (long long)pos, (long long)total);
+    size_t o = 0;
+    for (int i = 0; i < count; i++)
+        for (long k = 0; k < m.n; k++) {
+            memcpy(rpacked + o, base + i * ext + m.disp[k], (size_t)m.size[k]);
+            o += (size_t)m.size[k];
+        }
+    TH_CHECK(!memcmp(packed, rpacked, (size_t)total), "%s: MPI_Pack differs from the reference", what);
+    /* external32: the same elements, each big-endian (every basic type here keeps its size) */
+    MPI_Count esz;
+    M_OK(MPI_Pack_external_size_c("external32", count, t, &esz));
+    TH_CHECK(esz == total, "%s: external32 size %lld, expected %lld", what, (long long)esz, (long long)total);
+    o = 0;
+    for (int i = 0; i < count; i++)
+        for (long k = 0; k < m.n; k++) {
+            for (int j = 0; j < m.size[k] / 2; j++) {
+                unsigned char x = rpacked[o + (size_t)j];
+                rpacked[o + (size_t)j] = rpacked[o + (size_t)(m.size[k] - 1 - j)];
+                rpacked[o + (size_t)(m.size[k] - 1 - j)] = x;
+            }
+            o += (size_t)m.size[k];
+        }
+    pos = 0;
+    M_OK(MPI_Pack_external_c("external32", base, count, t, packed, total, &pos));
+    TH_CHECK(pos == total && !memcmp(packed, rpacked, (size_t)total), "%s: MPI_Pack_external differs", what);
+    memcpy(mine, mem, span);
+    memset(mem, 0, span);
+    pos = 0;
+    M_OK(MPI_Unpack_external_c("external32", packed, total, &pos, base, count, t));
+    for (int i = 0; i < count; i++)
+        for (long k = 0; k < m.n; k++) {
+            MPI_Aint d = i * ext + m.disp[k] - lo;
+            TH_CHECK(!memcmp(mem + d, mine + d, (size_t)m.size[k]), "%s: MPI_Unpack_external of element %ld", what, k);
+        }
+    memcpy(mem, mine, span);
+    /* unpack, whole and cut short at a few points (through a receive from self) */
+    for (MPI_Count i = 0; i < total; i++)
+        packed[i] = pattern((long)i, 2);
+    int first = m.n ? m.size[0] : 0;
+    MPI_Count cuts[6] = {total, total / 2, total - 1, size, size + (first > 1 ? 1 : 0), first};
+    for (int c = 0; c < 6; c++) {
+        MPI_Count bytes = cuts[c];
+        if (bytes < 0 || bytes > total) continue;
+        memset(mine, 0xa5, span);
+        memset(ref, 0xa5, span);
+        MPI_Status st;
+        if (bytes == total) {
+            pos = 0;
+            M_OK(MPI_Unpack_c(packed, total, &pos, mine - lo, count, t, MPI_COMM_WORLD));
+            M_OK(MPI_Status_set_elements_x(&st, MPI_BYTE, bytes));
+        } else {
+            int me;
+            M_OK(MPI_Comm_rank(MPI_COMM_SELF, &me));
+            M_OK(MPI_Sendrecv(packed, (int)bytes, MPI_BYTE, me, 7, mine - lo, count, t, me, 7, MPI_COMM_SELF, &st));
+        }
+        /* the reference: the bytes in type map order, the last basic element perhaps in part */
+        MPI_Count left = bytes, elems = 0;
+        int inside = 0;
+        o = 0;
+        for (int i = 0; i < count && left > 0; i++)
+            for (long k = 0; k < m.n && left > 0; k++) {
+                MPI_Count n = m.size[k] < left ? m.size[k] : left;
+                memcpy(ref - lo + i * ext + m.disp[k], packed + o, (size_t)n);
+                o += (size_t)n;
+                left -= n;
+                if (n == m.size[k])
+                    elems++;
+                else
+                    inside = 1;
+            }
+        TH_CHECK(!memcmp(mine, ref, span), "%s: unpacking %lld of %lld bytes differs from the reference", what,
+                 (long long)bytes, (long long)total);
+        /* elements in the status: whole basic elements, or MPI_UNDEFINED when it ends inside one */
+        MPI_Count got, want = inside ? MPI_UNDEFINED : elems;
+        M_OK(MPI_Get_elements_x(&st, t, &got));
+        TH_CHECK(got == want, "%s: MPI_Get_elements after %lld bytes: %lld, expected %lld", what, (long long)bytes,
+                 (long long)got, (long long)want);
+        if (!inside) { /* and back: that many elements are that many bytes */
+            MPI_Status st2;
+            M_OK(MPI_Status_set_elements_x(&st2, t, elems));
+            M_OK(MPI_Get_elements_x(&st2, MPI_BYTE, &got));
+            TH_CHECK(got == bytes, "%s: MPI_Status_set_elements of %lld elements: %lld bytes, expected %lld", what,
+                     (long long)elems, (long long)got, (long long)bytes);
+        }
+    }
+    free(mem), free(mine), free(ref), free(packed), free(rpacked);
+    free(m.disp), free(m.size);
+    M_OK(MPI_Type_free(tp));
+}
+
+static int body_datatypes_reference(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Datatype v, t, r, s;
+    M_OK(MPI_Type_vector(5, 2, 3, MPI_INT, &v));
+    M_OK(MPI_Type_dup(v, &t));
+    check_against_reference(&t, 3, "vector");
+    /* vector of vectors (the inner one is one run of several copies) */
+    M_OK(MPI_Type_vector(4, 1, 3, v, &t));
+    check_against_reference(&t, 2, "vector of vectors");
+    M_OK(MPI_Type_vector(4, 3, 5, v, &t));
+    check_against_reference(&t, 2, "vector of blocks of vectors");
+    M_OK(MPI_Type_create_hvector(3, 2, 200, v, &t));
+    check_against_reference(&t, 2, "hvector of vectors");
+    /* copies of a vector resized to its stride: one longer run */
+    M_OK(MPI_Type_vector(4, 1, 2, MPI_INT, &s));
+    M_OK(MPI_Type_create_resized(s, 0, 32, &r));
+    M_OK(MPI_Type_contiguous(3, r, &t));
+    check_against_reference(&t, 2, "contiguous of a resized vector");
+    M_OK(MPI_Type_vector(2, 2, 7, r, &t));
+    check_against_reference(&t, 2, "vector of a resized vector");
+    M_OK(MPI_Type_free(&s));
+    M_OK(MPI_Type_free(&r));
+    /* several runs per copy: written out */
+    M_OK(MPI_Type_vector(6, 2, 5, MPI_FLOAT_INT, &t));
+    check_against_reference(&t, 2, "vector of MPI_FLOAT_INT");
+    M_OK(MPI_Type_contiguous(5, MPI_2INT, &t));
+    check_against_reference(&t, 2, "contiguous of MPI_2INT");
+    int bl3[3] = {2, 1, 2};
+    MPI_Aint d3[3] = {0, 16, 32};
+    MPI_Datatype ty3[3] = {MPI_INT, MPI_DOUBLE, MPI_DATATYPE_NULL};
+    M_OK(MPI_Type_vector(3, 1, 2, MPI_SHORT, &ty3[2]));
+    M_OK(MPI_Type_create_struct(3, bl3, d3, ty3, &s));
+    M_OK(MPI_Type_dup(s, &t));
+    check_against_reference(&t, 3, "struct");
+    M_OK(MPI_Type_create_resized(s, -8, 100, &t));
+    check_against_reference(&t, 2, "resized struct");
+    M_OK(MPI_Type_vector(3, 2, 3, s, &t));
+    check_against_reference(&t, 2, "vector of structs");
+    M_OK(MPI_Type_free(&ty3[2]));
+    M_OK(MPI_Type_free(&s));
+    /* indexed: regular displacements make one strided run, irregular ones several */
+    int dreg[8] = {0, 5, 10, 15, 20, 25, 30, 35}, blk[4] = {1, 3, 2, 1}, dirr[4] = {0, 4, 9, 20};
+    M_OK(MPI_Type_create_indexed_block(8, 2, dreg, MPI_DOUBLE, &t));
+    check_against_reference(&t, 2, "indexed_block");
+    M_OK(MPI_Type_indexed(4, blk, dirr, MPI_INT, &t));
+    check_against_reference(&t, 2, "indexed");
+    M_OK(MPI_Type_indexed(4, blk, dirr, v, &t));
+    check_against_reference(&t, 2, "indexed of vectors");
+    MPI_Aint hd[3] = {64, 0, 32};
+    M_OK(MPI_Type_create_hindexed_block(3, 1, hd, v, &t));
+    check_against_reference(&t, 2, "hindexed_block of vectors (out of order)");
+    /* negative and zero strides */
+    M_OK(MPI_Type_vector(4, 2, -3, MPI_INT, &t));
+    check_against_reference(&t, 2, "vector with a negative stride");
+    M_OK(MPI_Type_create_hvector(3, 1, 0, MPI_INT, &t));
+    check_against_reference(&t, 2, "hvector with a zero stride");
+    M_OK(MPI_Type_create_hvector(3, 2, -40, v, &t));
+    check_against_reference(&t, 2, "hvector of vectors with a negative stride");
+    /* subarrays: C and Fortran order, whole dimensions, an old type of its own runs */
+    int sz3[3] = {5, 6, 7}, sub3[3] = {2, 3, 4}, st3[3] = {1, 2, 3};
+    M_OK(MPI_Type_create_subarray(3, sz3, sub3, st3, MPI_ORDER_C, MPI_INT, &t));
+    check_against_reference(&t, 2, "subarray, C order");
+    M_OK(MPI_Type_create_subarray(3, sz3, sub3, st3, MPI_ORDER_FORTRAN, MPI_DOUBLE, &t));
+    check_against_reference(&t, 2, "subarray, Fortran order");
+    int subw[3] = {2, 6, 7}, stw[3] = {1, 0, 0};
+    M_OK(MPI_Type_create_subarray(3, sz3, subw, stw, MPI_ORDER_C, MPI_INT, &t));
+    check_against_reference(&t, 2, "subarray of whole planes");
+    int subm[3] = {3, 6, 4}, stm[3] = {2, 0, 1};
+    M_OK(MPI_Type_create_subarray(3, sz3, subm, stm, MPI_ORDER_C, MPI_INT, &t));
+    check_against_reference(&t, 2, "subarray whole in the middle dimension");
+    M_OK(MPI_Type_create_subarray(3, sz3, subm, stm, MPI_ORDER_FORTRAN, MPI_INT, &t));
+    check_against_reference(&t, 2, "subarray whole in the middle dimension, Fortran order");
+    int sz4[4] = {3, 4, 5, 6}, sub4[4] = {2, 4, 3, 6}, st4[4] = {1, 0, 1, 0};
+    M_OK(MPI_Type_create_subarray(4, sz4, sub4, st4, MPI_ORDER_C, MPI_SHORT, &t));
+    check_against_reference(&t, 2, "4-d subarray");
+    M_OK(MPI_Type_create_subarray(4, sz4, sub4, st4, MPI_ORDER_FORTRAN, MPI_SHORT, &t));
+    check_against_reference(&t, 2, "4-d subarray, Fortran order");
+    int sz1[1] = {9}, sub1[1] = {4}, st1[1] = {3};
+    M_OK(MPI_Type_create_subarray(1, sz1, sub1, st1, MPI_ORDER_C, MPI_INT, &t));
+    check_against_reference(&t, 2, "1-d subarray");
+    int sz2[2] = {4, 5}, sub2[2] = {2, 3}, st2[2] = {1, 1};
+    M_OK(MPI_Type_create_subarray(2, sz2, sub2, st2, MPI_ORDER_C, v, &t));
+    check_against_reference(&t, 2, "subarray of vectors");
+    M_OK(MPI_Type_create_subarray(2, sz2, sub2, st2, MPI_ORDER_C, MPI_DOUBLE_INT, &t));
+    check_against_reference(&t, 2, "subarray of MPI_DOUBLE_INT");
+    M_OK(MPI_Type_create_subarray(3, sz3, sub3, st3, MPI_ORDER_C, MPI_INT, &s));
+    M_OK(MPI_Type_vector(2, 1, 3, s, &t));
+    check_against_reference(&t, 1, "vector of subarrays");
+    M_OK(MPI_Type_free(&s));
+    /* darray: block and cyclic (repeated blocks) */
+    int gs[2] = {8, 10}, dist[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC},
+        darg[2] = {MPI_DISTRIBUTE_DFLT_DARG, 2}, ps[2] = {2, 2};
+    for (int rk = 0; rk < 4; rk++) {
+        M_OK(MPI_Type_create_darray(4, rk, 2, gs, dist, darg, ps, MPI_ORDER_C, MPI_INT, &t));
+        check_against_reference(&t, 2, "darray, block x cyclic(2)");
+        M_OK(MPI_Type_create_darray(4, rk, 2, gs, dist, darg, ps, MPI_ORDER_FORTRAN, MPI_INT, &t));
+        check_against_reference(&t, 2, "darray, block x cyclic(2), Fortran order");
+    }
+    int gs3[2] = {7, 11}, cyc[2] = {MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_CYCLIC},
+        dflt[2] = {MPI_DISTRIBUTE_DFLT_DARG, 3}, ps3[2] = {3, 1};
+    M_OK(MPI_Type_create_darray(3, 1, 2, gs3, cyc, dflt, ps3, MPI_ORDER_C, MPI_DOUBLE, &t));
+    check_against_reference(&t, 2, "darray, cyclic x cyclic(3)");
+    M_OK(MPI_Type_free(&v));
+    return done();
+}
+
+Test(mpi, datatypes_pack_as_their_reference_type_map)
+{
+    run(1, body_datatypes_reference);
+}
+
+/* Random nested types (fixed seed): each against the reference. */
+static int rnd(unsigned *seed, int n)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    return (int)((*seed >> 16) % (unsigned)n);
+}
+
+static MPI_Datatype rand_type(unsigned *seed, int depth)
+{
+    static const MPI_Datatype named[] = {MPI_INT, MPI_DOUBLE, MPI_SHORT, MPI_CHAR, MPI_FLOAT_INT, MPI_2INT};
+    if (depth == 0 || rnd(seed, 4) == 0) return named[rnd(seed, 6)];
+    MPI_Datatype o = rand_type(seed, depth - 1), t;
+    MPI_Aint e = ext_of(o);
+    int count = 1 + rnd(seed, 4), bl = rnd(seed, 4), stride = rnd(seed, 9) - 3;
+    int bls[4], disps[4];
+    MPI_Aint hd[4];
+    for (int i = 0; i < 4; i++) {
+        bls[i] = rnd(seed, 3);
+        disps[i] = i * (1 + rnd(seed, 3)) * (rnd(seed, 3) ? 1 : -1);
+        hd[i] = disps[i] * (e ? e : 1) + rnd(seed, 2) * 4;
+    }
+    switch (rnd(seed, 9)) {
+    case 0: M_OK(MPI_Type_contiguous(count, o, &t)); break;
+    case 1: M_OK(MPI_Type_vector(count, bl, stride, o, &t)); break;
+    case 2: M_OK(MPI_Type_create_hvector(count, bl, stride * (e + rnd(seed, 3) * 4), o, &t)); break;
+    case 3: M_OK(MPI_Type_create_indexed_block(count, bl, disps, o, &t)); break;
+    case 4: M_OK(MPI_Type_indexed(count, bls, disps, o, &t)); break;
+    case 5: M_OK(MPI_Type_create_hindexed(count, bls, hd, o, &t)); break;
+    case 6: {
+        MPI_Datatype ty[2] = {o, named[rnd(seed, 6)]};
+        int b2[2] = {1 + rnd(seed, 2), 1 + rnd(seed, 2)};
+        MPI_Aint d2[2] = {0, (e > 0 ? e : 0) * b2[0] + rnd(seed, 3) * 8};
+        M_OK(MPI_Type_create_struct(2, b2, d2, ty, &t));
+        break;
+    }
+    case 7: M_OK(MPI_Type_create_resized(o, -rnd(seed, 2) * 4, e + (rnd(seed, 5) - 2) * 4, &t)); break;
+    default: {
+        int sz[3], sub[3], st[3], nd = 1 + rnd(seed, 3);
+        for (int d = 0; d < nd; d++) {
+            sz[d] = 1 + rnd(seed, 4);
+            sub[d] = 1 + rnd(seed, sz[d]);
+            st[d] = rnd(seed, sz[d] - sub[d] + 1);
+        }
+        M_OK(MPI_Type_create_subarray(nd, sz, sub, st, rnd(seed, 2) ? MPI_ORDER_C : MPI_ORDER_FORTRAN, o, &t));
+    }
+    }
+    int ni, na, nd, comb;
+    M_OK(MPI_Type_get_envelope(o, &ni, &na, &nd, &comb));
+    if (comb != MPI_COMBINER_NAMED) M_OK(MPI_Type_free(&o));
+    return t;
+}
+
+static int body_datatypes_random(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    unsigned seed = 20240611u;
+    for (int i = 0; i < 400; i++) {
+        MPI_Datatype t = rand_type(&seed, 3), d;
+        int ni, na, nd, comb;
+        M_OK(MPI_Type_get_envelope(t, &ni, &na, &nd, &comb));
+        if (comb == MPI_COMBINER_NAMED) continue;
+        char what[64];
+        snprintf(what, sizeof(what), "random type %d", i);
+        M_OK(MPI_Type_dup(t, &d)); /* the reference map walks the dup down to t */
+        M_OK(MPI_Type_free(&t));
+        check_against_reference(&d, 1 + i % 3, what);
+    }
+    return done();
+}
+
+Test(mpi, random_nested_datatypes_pack_as_their_reference_type_map)
+{
+    run(1, body_datatypes_random);
+}
+
+/* ---- large vectors ------------------------------------------------------------------- */
+
+static long maxrss_kb(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A vector of 2^26 (and 2^30) blocks is one strided run: made at once in
+ * no memory, not 2^26 runs (gigabytes). Received through in part, sent and
+ * received through a vector of 2^20 blocks, all bit-exact. */
+static int body_large_vectors(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Datatype v26, v30, v20;
+    for (int lg = 26; lg <= 30; lg += 4) { /* the larger only once the smaller was small */
+        long rss0 = maxrss_kb();
+        double t0 = now_s();
+        MPI_Datatype *vp = lg == 26 ? &v26 : &v30;
+        M_OK(MPI_Type_vector(1 << lg, 1, 2, MPI_INT, vp));
+        M_OK(MPI_Type_commit(vp));
+        double dt = now_s() - t0;
+        long drss = maxrss_kb() - rss0;
+        TH_CHECK(drss < 8 * 1024, "making a vector of 2^%d blocks took %ld KB", lg, drss);
+        TH_CHECK(dt < 1.0, "making a vector of 2^%d blocks took %.2f s", lg, dt);
+    }
+    MPI_Count sz, lb, ext;
+    int isz;
+    M_OK(MPI_Type_size_c(v26, &sz));
+    M_OK(MPI_Type_get_extent_c(v26, &lb, &ext));
+    TH_CHECK(sz == (MPI_Count)4 << 26 && lb == 0 && ext == (((MPI_Count)1 << 27) - 1) * 4,
+             "2^26 vector: size %lld extent %lld", (long long)sz, (long long)ext);
+    M_OK(MPI_Type_size_c(v30, &sz));
+    M_OK(MPI_Type_get_extent_c(v30, &lb, &ext));
+    TH_CHECK(sz == (MPI_Count)4 << 30 && lb == 0 && ext == (((MPI_Count)1 << 31) - 1) * 4,
+             "2^30 vector: size %lld extent %lld", (long long)sz, (long long)ext);
+    M_OK(MPI_Type_size(v30, &isz));
+    TH_CHECK(isz == MPI_UNDEFINED, "MPI_Type_size of 2^32 bytes: %d", isz);
+    MPI_Aint tlb, text;
+    M_OK(MPI_Type_get_true_extent(v26, &tlb, &text));
+    TH_CHECK(tlb == 0 && text == (((MPI_Aint)1 << 27) - 1) * 4, "true extent %ld", (long)text);
+    /* a vector of 2^20 blocks, sent and received both ways, and packed */
+    const int n = 1 << 20;
+    M_OK(MPI_Type_vector(n, 1, 2, MPI_INT, &v20));
+    M_OK(MPI_Type_commit(&v20));
+    int *strided = malloc(sizeof(int) * 2 * (size_t)n), *flat = malloc(sizeof(int) * (size_t)n);
+    TH_CHECK(strided && flat, "out of memory");
+    int peer = (rank + 1) % size, from = (rank + size - 1) % size;
+    for (int i = 0; i < 2 * n; i++)
+        strided[i] = rank * 7 + i * 3;
+    M_OK(MPI_Sendrecv(strided, 1, v20, peer, 1, flat, n, MPI_INT, from, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    for (int i = 0; i < n; i++)
+        TH_CHECK(flat[i] == from * 7 + 2 * i * 3, "received through the vector: [%d] = %d", i, flat[i]);
+    for (int i = 0; i < 2 * n; i++)
+        strided[i] = -1;
+    for (int i = 0; i < n; i++)
+        flat[i] = rank * 5 + i;
+    M_OK(MPI_Sendrecv(flat, n, MPI_INT, peer, 2, strided, 1, v20, from, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    for (int i = 0; i < 2 * n; i++)
+        TH_CHECK(strided[i] == (i % 2 ? -1 : from * 5 + i / 2), "unpacked into the vector: [%d] = %d", i, strided[i]);
+    int pos = 0;
+    M_OK(MPI_Pack(strided, 1, v20, flat, n * 4, &pos, MPI_COMM_WORLD));
+    for (int i = 0; i < n; i++)
+        TH_CHECK(flat[i] == from * 5 + i, "packed: [%d] = %d", i, flat[i]);
+    /* 1000 ints received through one 2^26-block vector: the first 1000 blocks, elements counted */
+    const int few = 1000;
+    int *big = malloc(((size_t)1 << 29)); /* the vector's extent; only its start is written */
+    TH_CHECK(big, "out of memory");
+    for (int i = 0; i < 2 * few + 2; i++)
+        big[i] = -1;
+    for (int i = 0; i < few; i++)
+        flat[i] = rank * 11 + i;
+    MPI_Status st;
+    M_OK(MPI_Sendrecv(flat, few, MPI_INT, peer, 3, big, 1, v26, from, 3, MPI_COMM_WORLD, &st));
+    for (int i = 0; i < 2 * few + 2; i++)
+        TH_CHECK(big[i] == (i % 2 || i >= 2 * few ? -1 : from * 11 + i / 2), "part received: [%d] = %d", i, big[i]);
+    MPI_Count elems, count;
+    M_OK(MPI_Get_elements_x(&st, v26, &elems));
+    M_OK(MPI_Get_count_c(&st, v26, &count));
+    TH_CHECK(elems == few && count == MPI_UNDEFINED, "elements %lld count %lld", (long long)elems, (long long)count);
+    M_OK(MPI_Status_set_elements_x(&st, v30, ((MPI_Count)1 << 30) + 3));
+    M_OK(MPI_Get_elements_x(&st, MPI_BYTE, &elems));
+    TH_CHECK(elems == ((MPI_Count)4 << 30) + 12, "set_elements of 2^30 + 3: %lld bytes", (long long)elems);
+    free(big), free(strided), free(flat);
+    M_OK(MPI_Type_free(&v20));
+    M_OK(MPI_Type_free(&v26));
+    M_OK(MPI_Type_free(&v30));
+    return done();
+}
+
+Test(mpi, large_vectors_are_one_strided_run)
+{
+    run(1, body_large_vectors);
+    run(2, body_large_vectors);
+}
+
+/* Types that would still need too many runs, or whose size or extent does
+ * not fit 64 bits, fail their constructor with an error naming it. */
+static int body_types_too_large(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len, rc;
+    long rss0 = maxrss_kb();
+    rc = MPI_Type_contiguous(1 << 30, MPI_FLOAT_INT, &t);
+    M_FAILS(rc, MPI_ERR_NO_MEM);
+    MPI_Error_string(rc, msg, &len);
+    TH_CHECK(strstr(msg, "MPI_Type_contiguous") && strstr(msg, "runs"), "message: %s", msg);
+    rc = MPI_Type_vector(1 << 30, 1, 3, MPI_FLOAT_INT, &t);
+    M_FAILS(rc, MPI_ERR_NO_MEM);
+    MPI_Error_string(rc, msg, &len);
+    TH_CHECK(strstr(msg, "MPI_Type_vector"), "message: %s", msg);
+    MPI_Datatype v;
+    M_OK(MPI_Type_vector(1 << 20, 1, 2, MPI_INT, &v));
+    rc = MPI_Type_vector(1 << 25, 1, 3, v, &t); /* 2^25 runs of 2^20 copies each */
+    M_FAILS(rc, MPI_ERR_NO_MEM);
+    M_OK(MPI_Type_free(&v));
+    TH_CHECK(maxrss_kb() - rss0 < 64 * 1024, "failing took %ld KB", maxrss_kb() - rss0);
+    rc = MPI_Type_vector_c((MPI_Count)1 << 40, 1, (MPI_Count)1 << 40, MPI_INT, &t);
+    M_FAILS(rc, MPI_ERR_ARG);
+    MPI_Error_string(rc, msg, &len);
+    TH_CHECK(strstr(msg, "MPI_Type_vector_c"), "message: %s", msg);
+    rc = MPI_Type_contiguous_c((MPI_Count)1 << 62, MPI_DOUBLE, &t);
+    M_FAILS(rc, MPI_ERR_ARG);
+    TH_CHECK(t == MPI_DATATYPE_NULL, "a failed constructor gave a type");
+    return done();
+}
+
+Test(mpi, types_too_large_fail_their_constructor)
+{
+    run(1, body_types_too_large);
 }
 
 /* ---- communicators, groups, attributes, topologies ----------------------------------- */
