@@ -32,6 +32,11 @@ static weft_request_t *wreq(bk_req_t *r)
 
 int bk_init(int *argc, char ***argv)
 {
+    /* Until weft_init says, the launcher's rank (for messages: -1 if none). */
+    const char *env = getenv("RANK")                   ? getenv("RANK")
+                      : getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK")
+                                                       : getenv("PMIX_RANK");
+    my_rank = env ? atoi(env) : -1;
     check(weft_init(argc, argv), "weft_init");
     world = weft_comm_world();
     weft_comm_rank(world, &my_rank);
