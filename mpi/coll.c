@@ -517,6 +517,7 @@ int mpi_coll_start(mpi_req_t *r)
         r->active = 0;
         return mpi_err_weft(r->comm, rc, r->fn);
     }
+    if (r->wr && !r->complete) mpi_req_track(r);
     return MPI_SUCCESS;
 }
 

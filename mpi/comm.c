@@ -339,28 +339,63 @@ MPI_DEF(int, Comm_create_group, (MPI_Comm comm, MPI_Group group, int tag, MPI_Co
     return mpi_comm_wrap(c, wc, newcomm, fn);
 }
 
-MPI_DEF(int, Comm_free, (MPI_Comm * comm))
+/* The program's handle goes: the attribute delete callbacks run, the
+ * handle is invalid from now on and set to MPI_COMM_NULL, and the
+ * communicator is freed when nothing else holds it. */
+static int free_handle(struct MPI_ABI_Comm *c, MPI_Comm *comm, const char *fn)
 {
-    const char *fn = "MPI_Comm_free";
-    if (!comm) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL handle pointer");
-    struct MPI_ABI_Comm *c;
-    int rc = mpi_check_comm(*comm, fn, &c);
-    if (rc) return rc;
-    if (c->predefined) return mpi_err(c, MPI_ERR_COMM, fn, "%s cannot be freed", c->name);
+    int rc;
     if ((rc = mpi_attr_delete_all(MPI_K_COMM, c, &c->attrs)))
         return mpi_err(c, rc, fn, "an attribute delete callback failed");
-    /* MPI only marks it for deallocation: operations pending on it, its
-     * persistent requests and matched messages still complete normally
-     * (and raise errors through its handler). */
     mpi_obj_retire(c);
     *comm = MPI_COMM_NULL;
     mpi_comm_unref(c);
     return MPI_SUCCESS;
 }
 
+static int check_freeable(MPI_Comm *comm, const char *fn, struct MPI_ABI_Comm **c)
+{
+    if (!comm) return mpi_err(NULL, MPI_ERR_ARG, fn, "NULL handle pointer");
+    int rc = mpi_check_comm(*comm, fn, c);
+    if (rc) return rc;
+    if ((*c)->predefined) return mpi_err(*c, MPI_ERR_COMM, fn, "%s cannot be freed", (*c)->name);
+    return MPI_SUCCESS;
+}
+
+MPI_DEF(int, Comm_free, (MPI_Comm * comm))
+{
+    const char *fn = "MPI_Comm_free";
+    struct MPI_ABI_Comm *c;
+    int rc = check_freeable(comm, fn, &c);
+    if (rc) return rc;
+    /* MPI only marks it for deallocation: operations pending on it, its
+     * persistent requests and matched messages still complete normally
+     * (and raise errors through its handler). */
+    return free_handle(c, comm, fn);
+}
+
+/* MPI_Comm_free after everything in flight on the communicator has ended:
+ * the program's pending requests (which stay its handles, complete, for
+ * their Wait), the ones it freed in flight and its buffered sends, driven
+ * here within the communicator's timeout (WEFT_TIMEOUT), one deadline for
+ * them all. One that does not end in time (a peer that never matches), or
+ * a freed one that fails, fails the call through the error handler: the
+ * handle stays valid, and what has not ended stays in flight. Collective
+ * only in that the peers' matching operations must be under way: there is
+ * no synchronisation beyond them. */
 MPI_DEF(int, Comm_disconnect, (MPI_Comm * comm))
 {
-    return PMPI_Comm_free(comm);
+    const char *fn = "MPI_Comm_disconnect";
+    struct MPI_ABI_Comm *c;
+    int rc = check_freeable(comm, fn, &c);
+    if (rc) return rc;
+    if (c->inflight) {
+        double timeout = 0, deadline = 0;
+        weft_comm_get_timeout(c->wc, &timeout);
+        if (timeout > 0) deadline = weft_wtime() + timeout;
+        if ((rc = mpi_comm_drain(c, deadline, fn))) return rc;
+    }
+    return free_handle(c, comm, fn);
 }
 
 MPI_DEF(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result))

@@ -129,6 +129,10 @@ struct MPI_ABI_Comm {
     mpi_bbuf_t *session_bbuf;  /* that of the session it was made in, or NULL */
     weft_comm_t nbr_wc;        /* the shadow neighbourhood collectives use (neighbor.c), or NULL */
     unsigned nbr_seq;
+    /* Operations in flight on it: requests started and not yet complete
+     * (held by the program, or freed by it while in flight) and buffered
+     * sends not yet sent. MPI_Comm_disconnect waits until it is 0. */
+    int inflight;
     char name[MPI_MAX_OBJECT_NAME];
 };
 
@@ -263,7 +267,35 @@ struct MPI_ABI_Request {
     MPI_Status gstatus;
     const char *fn; /* the call that created it, for messages */
     int listed;     /* 1 + its index in the array a call is checking, else 0 */
+    int tracked;    /* counted in comm->inflight: its operation is in flight */
 };
+
+/* A request's operation started on its communicator (once per start: a
+ * request in flight is not started again), and its end (any path that
+ * completes or releases a request; a no-op when it was not counted). One
+ * increment and one decrement per operation: the hot path's whole cost of
+ * MPI_Comm_disconnect's bookkeeping. */
+static inline void mpi_req_track(mpi_req_t *r)
+{
+    r->tracked = 1;
+    r->comm->inflight++;
+}
+static inline void mpi_req_untrack(mpi_req_t *r)
+{
+    if (r->tracked) {
+        r->tracked = 0;
+        r->comm->inflight--;
+    }
+}
+/* What is left of a wait with an absolute deadline (weft_wtime(); 0: none)
+ * as a weft timeout argument: WEFT_TIMEOUT_NONE for none, and a passed
+ * deadline a last short poll rather than "no deadline". */
+static inline double mpi_time_left(double deadline)
+{
+    if (deadline <= 0) return WEFT_TIMEOUT_NONE;
+    double left = deadline - weft_wtime();
+    return left > 1e-6 ? left : 1e-6;
+}
 
 int mpi_req_new(int kind, struct MPI_ABI_Comm *comm, const char *fn, mpi_req_t **out);
 void mpi_req_done(mpi_req_t *r, int err, int source, int tag, MPI_Count bytes);
@@ -275,6 +307,14 @@ void mpi_req_fill_status(const mpi_req_t *r, MPI_Status *status);
 /* Releases what a completed request holds and the request itself
  * (persistent ones only go inactive). */
 void mpi_req_finish(mpi_req_t *r, MPI_Request *handle);
+/* MPI_Comm_disconnect's wait: drives every operation in flight on c (the
+ * program's requests, freed ones, buffered sends) to its end by the
+ * absolute deadline (weft_wtime(); 0: none). Requests the program holds
+ * stay its own (complete, for its Wait); freed ones are released. Returns
+ * 0, or the error raised on c naming fn: an operation that did not end in
+ * time (it stays in flight), or a freed one or a buffered send that
+ * failed. */
+int mpi_comm_drain(struct MPI_ABI_Comm *c, double deadline, const char *fn);
 
 /* ------------------------------------------------------------------ */
 /* Errors (error.c)                                                    */
@@ -445,6 +485,8 @@ int mpi_bbuf_flush(mpi_bbuf_t *acct);
 int mpi_done_request(struct MPI_ABI_Comm *c, MPI_Request *request, const char *fn);
 void mpi_bsend_reap(void);
 int mpi_bsend_detach_all(void);
+/* The buffered sends on c to their end by the deadline (mpi_comm_drain). */
+int mpi_bsend_drain(struct MPI_ABI_Comm *c, double deadline, const char *fn);
 int mpi_coll_start(mpi_req_t *r);
 void mpi_coll_free(struct mpi_coll *c);
 

@@ -69,6 +69,7 @@ static void bsend_release(int i)
     bsb.pending[i] = bsb.pending[--bsb.n];
     free(b.copy);
     b.acct->used -= b.charge;
+    b.comm->inflight--;
     mpi_comm_unref(b.comm); /* last: it may free the communicator and its buffer */
 }
 
@@ -102,6 +103,24 @@ int mpi_bbuf_flush(mpi_bbuf_t *acct)
 int mpi_bsend_detach_all(void)
 {
     return mpi_bbuf_flush(NULL);
+}
+
+int mpi_bsend_drain(struct MPI_ABI_Comm *c, double deadline, const char *fn)
+{
+    for (int i = 0; i < bsb.n;) {
+        if (bsb.pending[i].comm != c) {
+            i++;
+            continue;
+        }
+        int rc = weft_wait_timeout(&bsb.pending[i].wr, mpi_time_left(deadline), NULL);
+        if (bsb.pending[i].wr) /* the deadline passed: the send stays in flight */
+            return mpi_err(c, mpi_class_of_weft(rc), fn,
+                           "%d operation%s still in flight on the communicator, a buffered send: %s (%s)", c->inflight,
+                           c->inflight == 1 ? "" : "s", weft_last_error(), weft_strerror(rc));
+        bsend_release(i); /* the last one moves to i */
+        if (rc) return mpi_err(c, mpi_class_of_weft(rc), fn, "a buffered send failed: %s", weft_last_error());
+    }
+    return MPI_SUCCESS;
 }
 
 static mpi_bbuf_t *acct_of(struct MPI_ABI_Comm *c)
@@ -139,6 +158,7 @@ static int bsend(struct MPI_ABI_Comm *c, const void *buf, MPI_Count count, struc
     }
     bsb.pending[bsb.n++] = (bsend_t){wr, copy, charge, acct, c};
     mpi_comm_ref(c);
+    c->inflight++;
     acct->used += charge;
     return MPI_SUCCESS;
 }
@@ -315,6 +335,7 @@ static int start_send(mpi_req_t *r, struct MPI_ABI_Comm *c, const void *buf, MPI
     int rc = mode == MODE_SYNC ? weft_issend(data, bytes, WEFT_BYTE, dest, tag, c->wc, &r->wr)
                                : weft_isend(data, bytes, WEFT_BYTE, dest, tag, c->wc, &r->wr);
     if (MPI_UNLIKELY(rc)) return mpi_err_weft(c, rc, fn);
+    mpi_req_track(r);
     return MPI_SUCCESS;
 }
 
@@ -345,6 +366,7 @@ static int start_recv(mpi_req_t *r, struct MPI_ABI_Comm *c, void *buf, MPI_Count
     int rc = weft_irecv(data, bytes, WEFT_BYTE, source == MPI_ANY_SOURCE ? WEFT_ANY_SOURCE : source,
                         mpi_tag_to_weft(tag), c->wc, &r->wr);
     if (MPI_UNLIKELY(rc)) return mpi_err_weft(c, rc, fn);
+    mpi_req_track(r);
     return MPI_SUCCESS;
 }
 
@@ -645,10 +667,14 @@ static int sendrecv_start(mpi_req_t *r, struct MPI_ABI_Comm *c, const void *sbuf
         r->wr2 = NULL;
         r->step = NULL;
         r->kind = MPI_REQ_SEND;
-        if (!r->wr) mpi_req_done(r, MPI_SUCCESS, MPI_PROC_NULL, MPI_ANY_TAG, 0);
+        if (r->wr)
+            mpi_req_track(r);
+        else
+            mpi_req_done(r, MPI_SUCCESS, MPI_PROC_NULL, MPI_ANY_TAG, 0);
         r->source = MPI_PROC_NULL;
         return MPI_SUCCESS;
     }
+    mpi_req_track(r);
     if (!r->wr2) { /* no send: the receive alone */
         r->step = r->utype ? recv_unpack_step : NULL;
         r->kind = MPI_REQ_RECV;

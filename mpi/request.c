@@ -24,6 +24,7 @@ static void req_release(mpi_req_t *r)
     if (r->utype) mpi_dtype_unref(r->utype);
     if (r->ptype) mpi_dtype_unref(r->ptype);
     if (r->kind == MPI_REQ_GREQ && r->gfree) r->gfree(r->gstate);
+    mpi_req_untrack(r); /* released in flight (a blocking call whose wait failed) */
     struct MPI_ABI_Comm *c = r->comm;
     mpi_obj_release(MPI_K_REQUEST, r);
     mpi_comm_unref(c);
@@ -45,6 +46,7 @@ int mpi_req_new(int kind, struct MPI_ABI_Comm *comm, const char *fn, mpi_req_t *
 
 void mpi_req_done(mpi_req_t *r, int err, int source, int tag, MPI_Count bytes)
 {
+    mpi_req_untrack(r);
     r->complete = 1;
     r->error = err;
     r->source = source;
@@ -58,6 +60,7 @@ static void req_step(mpi_req_t *r, int rc, const weft_status_t *st)
     if (r->step) {
         int err = r->step(r, rc, st);
         if (r->wr) return; /* a next stage is in flight */
+        mpi_req_untrack(r);
         r->complete = 1;
         r->error = err;
         return;
@@ -66,6 +69,7 @@ static void req_step(mpi_req_t *r, int rc, const weft_status_t *st)
         r->cancelled = 1;
         rc = WEFT_SUCCESS;
     }
+    mpi_req_untrack(r);
     r->complete = 1;
     r->error = mpi_class_of_weft(rc);
     if (r->kind == MPI_REQ_RECV || r->kind == MPI_REQ_PRECV) {
@@ -161,6 +165,7 @@ static int is_persistent(const mpi_req_t *r)
 void mpi_req_finish(mpi_req_t *r, MPI_Request *handle)
 {
     if (is_persistent(r)) {
+        mpi_req_untrack(r);
         r->active = 0;
         r->complete = 0;
         free(r->tmp);
@@ -183,6 +188,77 @@ static void reap(void)
             i++;
         }
     }
+}
+
+/* ---- MPI_Comm_disconnect: everything in flight on a communicator ------------- */
+
+typedef struct {
+    struct MPI_ABI_Comm *comm;
+    mpi_req_t **v;
+    int n, cap, nomem;
+} inflight_t;
+
+static void collect_inflight(void *obj, void *arg)
+{
+    mpi_req_t *r = obj;
+    inflight_t *p = arg;
+    if (!r->tracked || r->comm != p->comm || p->nomem) return;
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 16;
+        mpi_req_t **v = realloc(p->v, sizeof(*v) * (size_t)cap);
+        if (!v) {
+            p->nomem = 1;
+            return;
+        }
+        p->v = v;
+        p->cap = cap;
+    }
+    p->v[p->n++] = r;
+}
+
+/* r to its end (through every stage of a chained collective) by the
+ * deadline, as mpi_req_block. */
+static int req_block_until(mpi_req_t *r, double deadline, int pending, const char *fn)
+{
+    while (!r->complete && r->wr) {
+        weft_status_t st;
+        memset(&st, 0, sizeof(st));
+        int rc = weft_wait_timeout(&r->wr, mpi_time_left(deadline), &st);
+        if (r->wr) /* the deadline passed (or the wait failed): the request stays in flight */
+            return mpi_err(r->comm, mpi_class_of_weft(rc), fn,
+                           "%d operation%s still in flight on the communicator, the %srequest of %s: %s (%s)", pending,
+                           pending == 1 ? "" : "s", r->freed ? "freed " : "", r->fn, weft_last_error(),
+                           weft_strerror(rc));
+        req_step(r, rc, &st);
+    }
+    mpi_req_untrack(r); /* (no weft request left: nothing is in flight) */
+    return MPI_SUCCESS;
+}
+
+int mpi_comm_drain(struct MPI_ABI_Comm *c, double deadline, const char *fn)
+{
+    inflight_t p = {.comm = c};
+    int rc = MPI_SUCCESS;
+    mpi_obj_foreach(MPI_K_REQUEST, collect_inflight, &p);
+    if (p.nomem) {
+        free(p.v);
+        return mpi_err(c, MPI_ERR_NO_MEM, fn, "out of memory");
+    }
+    for (int i = 0; i < p.n && !rc; i++) {
+        mpi_req_t *r = p.v[i];
+        if ((rc = req_block_until(r, deadline, c->inflight, fn))) break;
+        /* a freed request's error has no other place to go */
+        if (r->freed && r->error)
+            rc = mpi_err(c, r->error, fn, "the request of %s, freed while in flight, failed: %s", r->fn,
+                         weft_last_error());
+    }
+    free(p.v);
+    if (n_orphans) reap(); /* releases the freed requests that ended */
+    if (!rc) rc = mpi_bsend_drain(c, deadline, fn);
+    if (!rc && c->inflight)
+        rc = mpi_err(c, MPI_ERR_INTERN, fn, "%d operations counted in flight on the communicator, none found",
+                     c->inflight);
+    return rc;
 }
 
 /* ---- single requests --------------------------------------------------------- */

@@ -1870,6 +1870,195 @@ Test(mpi, a_freed_communicator_lives_while_operations_hold_it)
     cr_assert_eq(r.failed, 0, "%d of 2 ranks failed%s", r.failed, r.timed_out ? " (timed out)" : "");
 }
 
+/* MPI_Comm_disconnect waits, inside the call, for everything in flight on
+ * the communicator: a send the program freed (large: it ends only when the
+ * peer receives), a buffered send, the program's own pending receives and
+ * collectives (which stay its handles: complete, for a later Wait), within
+ * the communicator's timeout; then frees it as MPI_Comm_free. */
+enum { DISC_BIG = 8 << 20, DISC_BUFFERED = 4 << 20 };
+#define DISC_DELAY_MS 500
+
+static int body_disconnect_sends(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Comm c, w = MPI_COMM_WORLD, nul = MPI_COMM_NULL;
+    /* nothing pending: at once */
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    double t0 = MPI_Wtime();
+    M_OK(MPI_Comm_disconnect(&c));
+    double took = MPI_Wtime() - t0;
+    TH_CHECK(c == MPI_COMM_NULL && took < 0.25, "idle disconnect: handle %p after %.3f s", (void *)c, took);
+    M_FAILS(MPI_Comm_disconnect(&w), MPI_ERR_COMM);
+    M_FAILS(MPI_Comm_disconnect(&nul), MPI_ERR_COMM);
+    M_FAILS(MPI_Comm_disconnect(NULL), MPI_ERR_ARG);
+    /* a freed rendezvous send and a buffered send, received late */
+    char *big = malloc(DISC_BIG), *buffered = malloc(DISC_BUFFERED);
+    int bsize = DISC_BUFFERED + MPI_BSEND_OVERHEAD;
+    void *attached = malloc((size_t)bsize);
+    TH_CHECK(big && buffered && attached, "out of memory");
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    if (rank == 0) {
+        MPI_Request r;
+        th_fill(big, DISC_BIG, 41);
+        th_fill(buffered, DISC_BUFFERED, 42);
+        M_OK(MPI_Buffer_attach(attached, bsize));
+        M_OK(MPI_Barrier(MPI_COMM_WORLD));
+        M_OK(MPI_Isend(big, DISC_BIG, MPI_BYTE, 1, 1, c, &r));
+        M_OK(MPI_Request_free(&r));
+        M_OK(MPI_Bsend(buffered, DISC_BUFFERED, MPI_BYTE, 1, 2, c));
+        t0 = MPI_Wtime();
+        M_OK(MPI_Comm_disconnect(&c));
+        took = MPI_Wtime() - t0;
+        TH_CHECK(c == MPI_COMM_NULL, "handle %p after the disconnect", (void *)c);
+        /* rank 1 receives the first after one delay, the second after two */
+        TH_CHECK(took > 1.6 * DISC_DELAY_MS / 1000.0, "disconnect returned after %.3f s, before rank 1 received", took);
+        void *b;
+        int bs;
+        M_OK(MPI_Buffer_detach(&b, &bs));
+        TH_CHECK(b == attached && bs == bsize, "detached %p, %d bytes", b, bs);
+    } else {
+        MPI_Status st;
+        int n;
+        size_t bad = 0;
+        M_OK(MPI_Barrier(MPI_COMM_WORLD));
+        th_nap_ms(DISC_DELAY_MS);
+        M_OK(MPI_Recv(big, DISC_BIG, MPI_BYTE, 0, 1, c, &st));
+        M_OK(MPI_Get_count(&st, MPI_BYTE, &n));
+        TH_CHECK(n == DISC_BIG && th_verify(big, DISC_BIG, 41, &bad), "freed send: %d bytes, byte %zu", n, bad);
+        th_nap_ms(DISC_DELAY_MS);
+        M_OK(MPI_Recv(buffered, DISC_BUFFERED, MPI_BYTE, 0, 2, c, &st));
+        M_OK(MPI_Get_count(&st, MPI_BYTE, &n));
+        TH_CHECK(n == DISC_BUFFERED && th_verify(buffered, DISC_BUFFERED, 42, &bad),
+                 "buffered send: %d bytes, byte %zu", n, bad);
+        M_OK(MPI_Comm_disconnect(&c));
+        TH_CHECK(c == MPI_COMM_NULL, "handle %p after the disconnect", (void *)c);
+    }
+    free(big), free(buffered), free(attached);
+    return done();
+}
+
+Test(mpi, comm_disconnect_waits_for_freed_and_buffered_sends)
+{
+    static const char *const env[] = {"WEFT_TIMEOUT=20", NULL};
+    th_result_t r = th_run(2, body_disconnect_sends, NULL, TIMEOUT, env);
+    cr_assert_eq(r.failed, 0, "%d of 2 ranks failed%s", r.failed, r.timed_out ? " (timed out)" : "");
+}
+
+/* Requests the program holds complete inside the disconnect (their buffers
+ * are written before it returns) and stay valid: a later Wait returns
+ * their status. Rank 0 sends and joins the collective only after a delay. */
+static int body_disconnect_held(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Comm c;
+    MPI_Request rq[3];
+    MPI_Status st;
+    int in = rank + 1, sum = -1, got = -1, pgot = -1, n;
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    if (rank == 0) {
+        int x = 42, y = 43;
+        th_nap_ms(DISC_DELAY_MS);
+        M_OK(MPI_Send(&x, 1, MPI_INT, 1, 7, c));
+        M_OK(MPI_Send(&y, 1, MPI_INT, 1, 8, c));
+        M_OK(MPI_Iallreduce(&in, &sum, 1, MPI_INT, MPI_SUM, c, &rq[0]));
+        M_OK(MPI_Comm_disconnect(&c));
+        TH_CHECK(c == MPI_COMM_NULL && sum == 3, "handle %p, sum %d after the disconnect", (void *)c, sum);
+        M_OK(MPI_Wait(&rq[0], MPI_STATUS_IGNORE));
+        TH_CHECK(rq[0] == MPI_REQUEST_NULL, "request not released");
+        return done();
+    }
+    M_OK(MPI_Irecv(&got, 1, MPI_INT, 0, 7, c, &rq[0]));
+    M_OK(MPI_Recv_init(&pgot, 1, MPI_INT, 0, 8, c, &rq[1]));
+    M_OK(MPI_Start(&rq[1]));
+    M_OK(MPI_Iallreduce(&in, &sum, 1, MPI_INT, MPI_SUM, c, &rq[2]));
+    double t0 = MPI_Wtime();
+    M_OK(MPI_Comm_disconnect(&c));
+    double took = MPI_Wtime() - t0;
+    TH_CHECK(c == MPI_COMM_NULL, "handle %p after the disconnect", (void *)c);
+    TH_CHECK(got == 42 && pgot == 43 && sum == 3, "after the disconnect (%.3f s): received %d and %d, sum %d", took,
+             got, pgot, sum);
+    M_OK(MPI_Wait(&rq[0], &st));
+    M_OK(MPI_Get_count(&st, MPI_INT, &n));
+    TH_CHECK(st.MPI_SOURCE == 0 && st.MPI_TAG == 7 && n == 1, "held receive's status: source %d tag %d count %d",
+             st.MPI_SOURCE, st.MPI_TAG, n);
+    M_OK(MPI_Wait(&rq[1], &st));
+    TH_CHECK(st.MPI_SOURCE == 0 && st.MPI_TAG == 8, "persistent receive's status: source %d tag %d", st.MPI_SOURCE,
+             st.MPI_TAG);
+    M_OK(MPI_Request_free(&rq[1]));
+    M_OK(MPI_Wait(&rq[2], MPI_STATUS_IGNORE));
+    TH_CHECK(rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL && rq[2] == MPI_REQUEST_NULL,
+             "requests not released");
+    return done();
+}
+
+Test(mpi, comm_disconnect_completes_held_requests)
+{
+    static const char *const env[] = {"WEFT_TIMEOUT=20", NULL};
+    th_result_t r = th_run(2, body_disconnect_held, NULL, TIMEOUT, env);
+    cr_assert_eq(r.failed, 0, "%d of 2 ranks failed%s", r.failed, r.timed_out ? " (timed out)" : "");
+}
+
+/* A send the peer does not receive: the disconnect fails after the
+ * communicator's timeout (WEFT_TIMEOUT), through the error handler naming
+ * it, and leaves the communicator as it was; once the peer receives, a
+ * second disconnect succeeds. Rank 1 waits for the go-ahead by testing
+ * (a test has no deadline), so no wait of its own times out meanwhile. */
+#define DISC_TIMEOUT 2.0
+static int body_disconnect_times_out(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    MPI_Comm c;
+    char *big = malloc(DISC_BIG);
+    int go = 1;
+    size_t bad = 0;
+    TH_CHECK(big != NULL, "out of memory");
+    M_OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    if (rank == 0) {
+        MPI_Request r;
+        char text[MPI_MAX_ERROR_STRING];
+        int len, cls = -1;
+        th_fill(big, DISC_BIG, 43);
+        M_OK(MPI_Isend(big, DISC_BIG, MPI_BYTE, 1, 3, c, &r));
+        M_OK(MPI_Request_free(&r));
+        double t0 = MPI_Wtime();
+        int rc = MPI_Comm_disconnect(&c);
+        double took = MPI_Wtime() - t0;
+        MPI_Error_class(rc, &cls);
+        MPI_Error_string(rc, text, &len);
+        TH_CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_OTHER, "disconnect: rc %d class %d after %.3f s", rc, cls, took);
+        TH_CHECK(took > 0.9 * DISC_TIMEOUT && took < DISC_TIMEOUT + 3, "failed after %.3f s (timeout %.1f s)", took,
+                 DISC_TIMEOUT);
+        TH_CHECK(strstr(text, "MPI_Comm_disconnect") != NULL, "the message does not name the call: %s", text);
+        TH_CHECK(c != MPI_COMM_NULL, "a failed disconnect took the handle");
+        M_OK(MPI_Send(&go, 1, MPI_INT, 1, 9, MPI_COMM_WORLD));
+        M_OK(MPI_Comm_disconnect(&c));
+        TH_CHECK(c == MPI_COMM_NULL, "handle %p after the second disconnect", (void *)c);
+    } else {
+        MPI_Request g;
+        int flag = 0;
+        M_OK(MPI_Irecv(&go, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, &g));
+        while (!flag) {
+            M_OK(MPI_Test(&g, &flag, MPI_STATUS_IGNORE));
+            if (!flag) th_nap_ms(1);
+        }
+        M_OK(MPI_Recv(big, DISC_BIG, MPI_BYTE, 0, 3, c, MPI_STATUS_IGNORE));
+        TH_CHECK(th_verify(big, DISC_BIG, 43, &bad), "late receive: byte %zu", bad);
+        M_OK(MPI_Comm_disconnect(&c));
+    }
+    free(big);
+    return done();
+}
+
+Test(mpi, comm_disconnect_fails_within_the_timeout)
+{
+    static const char *const env[] = {"WEFT_TIMEOUT=2", NULL};
+    th_result_t r = th_run(2, body_disconnect_times_out, NULL, TIMEOUT, env);
+    cr_assert_eq(r.failed, 0, "%d of 2 ranks failed%s", r.failed, r.timed_out ? " (timed out)" : "");
+}
+
 /* A graph's index[] must be where each node's edges end: not negative,
  * not decreasing (the neighbour queries index edges[] with it). */
 static int body_graph_index(int rank, int size, void *arg)
