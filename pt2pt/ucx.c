@@ -355,8 +355,8 @@ static const char *default_tls(int no_tcp, int attempt, int shm_short)
 }
 
 /* UCX's shared memory per process (its receive descriptors, about 4 MB,
- * and FIFOs); below this much free space in /dev/shm its POSIX transport
- * is the likely failure. */
+ * and FIFOs, with room to spare); below this much free space in /dev/shm
+ * its POSIX transport would fail. */
 #define WEFT_DEV_SHM_NEEDED ((uint64_t)8 << 20)
 
 /* Bytes free in /dev/shm, UINT64_MAX where it cannot be told. */
@@ -433,16 +433,18 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     /* WEFT_PEER_FAILURE=1: UCX 1.13 detects failed peers only over tcp, so
      * the user who asks for it keeps tcp also on one machine */
     int single = weft_g.machine_ranks >= bs->size && !weft_cfg.peer_failure;
-    const char *tls = default_tls(single, 0, 0), *what = "";
+    /* A /dev/shm already short of space: the first try leaves POSIX shared
+     * memory out (else UCX prints its own errors for it, then weft tries again). */
+    uint64_t shm_free = dev_shm_free();
+    int shm_short = shm_free < WEFT_DEV_SHM_NEEDED, first = shm_short && default_tls(single, 1, 1) ? 1 : 0;
+    const char *tls = default_tls(single, first, shm_short), *what = "";
+    if (first)
+        weft_warn("/dev/shm has %.1f MiB free, under the %d MiB UCX's POSIX shared memory takes a rank: UCX_TLS=%s "
+                  "(System V shared memory instead; set UCX_TLS to choose the transports yourself)",
+                  (double)shm_free / (1 << 20), (int)(WEFT_DEV_SHM_NEEDED >> 20), tls);
     st = ucx_open(p2p, &params, &wparams, tls, &what);
-    uint64_t shm_free = UINT64_MAX;
-    int shm_short = 0;
-    if (st != UCS_OK) {
-        shm_free = dev_shm_free();
-        shm_short = shm_free < WEFT_DEV_SHM_NEEDED;
-    }
-    for (int attempt = 1; attempt <= 2 && st != UCS_OK && default_tls(single, attempt, shm_short) &&
-                          (!strcmp(what, "ucp_init") || !strcmp(what, "ucp_worker_create"));
+    for (int attempt = first + 1; attempt <= 2 && st != UCS_OK && default_tls(single, attempt, shm_short) &&
+                                  (!strcmp(what, "ucp_init") || !strcmp(what, "ucp_worker_create"));
          attempt++) {
         const char *next = default_tls(single, attempt, shm_short);
         int posix_out = strstr(next, "posix") != NULL;

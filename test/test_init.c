@@ -8,14 +8,17 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -758,4 +761,43 @@ Test(init, init_survives_a_failing_posix_transport, .timeout = 60)
     const char *env[] = {"UCX_POSIX_DIR=/proc/self", NULL};
     th_result_t res = th_run(2, body_listeners, &none, 40, env);
     cr_expect_eq(res.failed, 0, "weft_init failed with UCX's posix transport unusable");
+}
+
+/* A /dev/shm with 1 MiB free (a container's, or one a local user filled):
+ * init leaves UCX's POSIX shared memory out at once (System V segments
+ * carry the job), coll/shm's segment cannot be made and the collectives
+ * run without it; every result is right. Runs in a mount namespace of its
+ * own with a small tmpfs over /dev/shm (needs CAP_SYS_ADMIN: skipped
+ * without it). */
+static int body_small_dev_shm(int rank, int size, void *arg)
+{
+    (void)arg;
+    TH_OK(weft_init(NULL, NULL));
+    weft_comm_t w = weft_comm_world();
+    int64_t v[64], sum[64], root[64];
+    for (int i = 0; i < 64; i++) {
+        v[i] = rank * 100 + i;
+        root[i] = rank == 2 ? i * 7 : -1;
+    }
+    TH_OK(weft_allreduce(v, sum, 64, WEFT_INT64, WEFT_SUM, w));
+    TH_OK(weft_bcast(root, 64, WEFT_INT64, 2, w));
+    for (int i = 0; i < 64; i++) {
+        TH_CHECK(sum[i] == 100 * (int64_t)size * (size - 1) / 2 + (int64_t)size * i, "rank %d: sum[%d] = %lld", rank, i,
+                 (long long)sum[i]);
+        TH_CHECK(root[i] == i * 7, "rank %d: bcast[%d] = %lld", rank, i, (long long)root[i]);
+    }
+    TH_OK(weft_barrier(w));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(init, a_small_dev_shm_stops_neither_init_nor_collectives, .timeout = 90)
+{
+    if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m"))
+        cr_skip_test("no mount namespace with a small /dev/shm here (%s): needs CAP_SYS_ADMIN", strerror(errno));
+    const char *env[] = {"WEFT_TIMEOUT=30", NULL};
+    th_result_t res = th_run(4, body_small_dev_shm, NULL, 60, env);
+    cr_expect_eq(res.timed_out, 0, "hung");
+    cr_expect_eq(res.failed, 0, "a rank failed with a 1 MiB /dev/shm");
 }
