@@ -359,12 +359,26 @@ static const char *default_tls(int no_tcp, int attempt, int shm_short)
  * its POSIX transport would fail. */
 #define WEFT_DEV_SHM_NEEDED ((uint64_t)8 << 20)
 
-/* Bytes free in /dev/shm, UINT64_MAX where it cannot be told. */
-static uint64_t dev_shm_free(void)
+/* And the files it makes at once (each segment is a file for a moment). */
+#define WEFT_DEV_SHM_FILES 64
+
+/* Bytes free in /dev/shm (0 when it is out of inodes: no file can be
+ * made), UINT64_MAX where it cannot be told; desc says which, for messages. */
+static uint64_t dev_shm_free(char *desc, size_t len)
 {
     struct statvfs v;
-    if (statvfs("/dev/shm", &v)) return UINT64_MAX;
-    return (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
+    if (statvfs("/dev/shm", &v)) {
+        snprintf(desc, len, "/dev/shm's free space is unknown");
+        return UINT64_MAX;
+    }
+    /* (f_files 0: a file system that does not count inodes) */
+    if (v.f_files && v.f_favail < WEFT_DEV_SHM_FILES) {
+        snprintf(desc, len, "/dev/shm has %llu free inodes", (unsigned long long)v.f_favail);
+        return 0;
+    }
+    uint64_t bytes = (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
+    snprintf(desc, len, "/dev/shm has %.1f MiB free", (double)bytes / (1 << 20));
+    return bytes;
 }
 
 /* The UCX context and worker, with UCX_TLS = tls (NULL: as configured).
@@ -435,13 +449,14 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     int single = weft_g.machine_ranks >= bs->size && !weft_cfg.peer_failure;
     /* A /dev/shm already short of space: the first try leaves POSIX shared
      * memory out (else UCX prints its own errors for it, then weft tries again). */
-    uint64_t shm_free = dev_shm_free();
+    char shm_desc[64];
+    uint64_t shm_free = dev_shm_free(shm_desc, sizeof(shm_desc));
     int shm_short = shm_free < WEFT_DEV_SHM_NEEDED, first = shm_short && default_tls(single, 1, 1) ? 1 : 0;
     const char *tls = default_tls(single, first, shm_short), *what = "";
     if (first)
-        weft_warn("/dev/shm has %.1f MiB free, under the %d MiB UCX's POSIX shared memory takes a rank: UCX_TLS=%s "
+        weft_warn("%s, under the %d MiB and %d files UCX's POSIX shared memory takes a rank: UCX_TLS=%s "
                   "(System V shared memory instead; set UCX_TLS to choose the transports yourself)",
-                  (double)shm_free / (1 << 20), (int)(WEFT_DEV_SHM_NEEDED >> 20), tls);
+                  shm_desc, (int)(WEFT_DEV_SHM_NEEDED >> 20), WEFT_DEV_SHM_FILES, tls);
     st = ucx_open(p2p, &params, &wparams, tls, &what);
     for (int attempt = first + 1; attempt <= 2 && st != UCS_OK && default_tls(single, attempt, shm_short) &&
                                   (!strcmp(what, "ucp_init") || !strcmp(what, "ucp_worker_create"));
@@ -450,8 +465,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
         int posix_out = strstr(next, "posix") != NULL;
         char why[112];
         if (posix_out)
-            snprintf(why, sizeof(why), "%s/dev/shm has %.1f MiB free",
-                     shm_short ? "" : "POSIX shared memory may be what failed; ", (double)shm_free / (1 << 20));
+            snprintf(why, sizeof(why), "%s%s", shm_short ? "" : "POSIX shared memory may be what failed; ", shm_desc);
         else
             snprintf(why, sizeof(why), "System V shared memory ids may be exhausted on this host");
         weft_warn("UCX could not open its transports (%s: %s); trying again with UCX_TLS=%s (%s; set UCX_TLS to "
@@ -461,10 +475,10 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
     }
     if (st != UCS_OK && shm_free != UINT64_MAX && shm_short) {
         rc = weft_error(WEFT_ERR_TRANSPORT,
-                        "%s failed: %s; /dev/shm has %.1f MiB free, UCX's shared memory needs about %d MiB per rank "
-                        "on a host (a container's /dev/shm: docker run --shm-size, Kubernetes: an emptyDir of medium "
-                        "Memory at /dev/shm)",
-                        what, ucs_status_string(st), (double)shm_free / (1 << 20), (int)(WEFT_DEV_SHM_NEEDED >> 20));
+                        "%s failed: %s; %s, UCX's shared memory needs about %d MiB per rank on a host (a "
+                        "container's /dev/shm: docker run --shm-size, Kubernetes: an emptyDir of medium Memory at "
+                        "/dev/shm)",
+                        what, ucs_status_string(st), shm_desc, (int)(WEFT_DEV_SHM_NEEDED >> 20));
         goto out;
     }
     if (st != UCS_OK) {

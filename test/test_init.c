@@ -791,13 +791,33 @@ static int body_small_dev_shm(int rank, int size, void *arg)
     return 0;
 }
 
-Test(init, a_small_dev_shm_stops_neither_init_nor_collectives, .timeout = 90)
+/* Mounts a tmpfs with options opts over /dev/shm in a mount namespace
+ * of this test's own, or skips the test. */
+static void small_dev_shm(const char *opts)
 {
     if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m"))
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, opts))
         cr_skip_test("no mount namespace with a small /dev/shm here (%s): needs CAP_SYS_ADMIN", strerror(errno));
+}
+
+Test(init, a_small_dev_shm_stops_neither_init_nor_collectives, .timeout = 90)
+{
+    small_dev_shm("size=1m");
     const char *env[] = {"WEFT_TIMEOUT=30", NULL};
     th_result_t res = th_run(4, body_small_dev_shm, NULL, 60, env);
     cr_expect_eq(res.timed_out, 0, "hung");
     cr_expect_eq(res.failed, 0, "a rank failed with a 1 MiB /dev/shm");
+}
+
+/* A /dev/shm out of inodes (any local user can fill it with empty
+ * files): no file can be made there, so coll/shm's creator cannot leave
+ * a mark; it tells the others by a message, and nobody waits for the
+ * segment (WEFT_TIMEOUT short enough that a wait fails the test). */
+Test(init, a_dev_shm_out_of_inodes_stops_neither_init_nor_collectives, .timeout = 90)
+{
+    small_dev_shm("size=64m,nr_inodes=1"); /* the root directory takes the one inode */
+    const char *env[] = {"WEFT_TIMEOUT=10", NULL};
+    th_result_t res = th_run(4, body_small_dev_shm, NULL, 60, env);
+    cr_expect_eq(res.timed_out, 0, "hung");
+    cr_expect_eq(res.failed, 0, "a rank failed with a /dev/shm out of inodes");
 }

@@ -19,9 +19,11 @@
  *
  * Failures end every member's wait at once, not at its deadline: a name
  * taken by someone else fails the creator (O_EXCL) and the others (owner
- * and mode); a creator that cannot size or map it leaves the name emptied
- * with mode SHM_FAILED_MODE, which the others recognise (the sweep removes
- * it later); a collective that fails on one rank (a mismatch, a timeout,
+ * and mode); a creator that cannot create, size or map it (a full
+ * /dev/shm, one out of inodes) removes the name and sends every member a
+ * notice (a control message, so it needs no file: create_failed), which
+ * a member waiting for the segment receives (wait_notice); a collective
+ * that fails on one rank (a mismatch, a timeout,
  * a cancel) breaks the communicator's shared-memory sequence there, and it
  * records that in the header (`poison`), where the schedule's watch of
  * every other member's later collective finds it. */
@@ -38,6 +40,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,11 +48,13 @@
 #define SHM_MAGIC  UINT64_C(0x77656674736d3031) /* "weftsm01" */
 #define SHM_HEADER ((size_t)4096)
 
-/* The creator's mode; and the mark of a name whose creator failed (owner
- * execute only: no creator makes it, and no mode 0600 reduced by a umask
- * is it). */
-#define SHM_MODE        0600
-#define SHM_FAILED_MODE 0100
+/* The creator's mode. */
+#define SHM_MODE 0600
+/* The tag (control class, rank 0 to each member) of the creator's notice
+ * that the segment could not be set up; the communicator's context keeps
+ * it apart from other communicators' (src/comm.c's warm-up uses tags
+ * below 16). */
+#define SHM_NOTICE_TAG 0x5348
 
 typedef struct shm_header {
     _Atomic uint64_t ready; /* SHM_MAGIC once the creator filled the header */
@@ -327,6 +332,34 @@ static void watch_start(void *arg)
 
 static const weft_sched_watch_t shm_watch = {.start = watch_start, .check = watch_check, .failed = watch_failed};
 
+/* The notice's payload (never read: its arrival is the message) and the
+ * place a received one is written to. */
+static const uint64_t notice_out = SHM_MAGIC;
+static uint64_t notice_in;
+
+/* Creator: the segment cannot be had (rc, its message set): the name is
+ * removed, and every member is told through a control message instead of
+ * a file (on a /dev/shm out of inodes no file can be made) so it runs its
+ * calls without shared memory too instead of waiting for the segment. The
+ * sends finish in the background. Returns rc. */
+static int create_failed(weft_shm_t *sh, int rc)
+{
+    char saved[1024];
+    snprintf(saved, sizeof(saved), "%s", weft_last_error());
+    sh->unusable = 1;
+    for (int r = 1; r < sh->n; r++) {
+        weft_request_t req;
+        if (weft_xport->isend(&notice_out, sizeof(notice_out), r, WEFT_TAG_CLASS_CTRL, SHM_NOTICE_TAG, sh->comm,
+                              &req) == WEFT_SUCCESS)
+            weft_request_free(&req);
+        else
+            weft_warn("coll/shm: comm %s: cannot tell rank %d that segment %s could not be set up (%s): it waits for "
+                      "the segment until its call's deadline",
+                      sh->comm->name, r, sh->name, weft_last_error());
+    }
+    return weft_error(rc, "%s", saved);
+}
+
 /* Creator: 1 done, < 0 error. */
 static int create(weft_shm_t *sh)
 {
@@ -339,8 +372,14 @@ static int create(weft_shm_t *sh)
                               "the communicator's segment name before its creator; refusing it (so do the other "
                               "members)",
                               sh->name);
-        return weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot create shared-memory segment %s: %s", sh->name,
-                          strerror(err));
+        struct statvfs v;
+        if (err == ENOSPC && !statvfs("/dev/shm", &v) && v.f_favail == 0)
+            return create_failed(sh, weft_error(WEFT_ERR_NO_MEMORY,
+                                                "coll/shm: /dev/shm has no free inodes: cannot create segment %s "
+                                                "(another user may have filled it with files)",
+                                                sh->name));
+        return create_failed(sh, weft_error(WEFT_ERR_NO_MEMORY, "coll/shm: cannot create shared-memory segment %s: %s",
+                                            sh->name, strerror(err)));
     }
     int err = 0;
     /* exactly 0600 whatever the umask: the other members check it. The
@@ -356,22 +395,17 @@ static int create(weft_shm_t *sh)
     void *p = err ? MAP_FAILED : mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (!err && p == MAP_FAILED) err = errno;
     if (err) {
-        /* The name stays, emptied and marked failed, so the other members
-         * learn of it at once instead of waiting for it (the sweep removes
-         * it): then every member knows the segment unusable alike. */
-        if (ftruncate(fd, 0) || fchmod(fd, SHM_FAILED_MODE))
-            shm_unlink(sh->name);
-        else
-            sh->unusable = 1;
+        /* (a member that opened it meanwhile found it short of its size, or not ready: it waits, and gets the notice) */
+        shm_unlink(sh->name);
         close(fd);
         if (err == ENOSPC)
-            return weft_error(WEFT_ERR_NO_MEMORY,
-                              "coll/shm: /dev/shm is full: no room for segment %s (%zu bytes; a container's "
-                              "/dev/shm is enlarged by docker run --shm-size or, on Kubernetes, an emptyDir of medium "
-                              "Memory at /dev/shm)",
-                              sh->name, sh->len);
-        return weft_error(WEFT_ERR_NO_MEMORY, "coll/shm: cannot size or map segment %s (%zu bytes): %s", sh->name,
-                          sh->len, strerror(err));
+            return create_failed(sh, weft_error(WEFT_ERR_NO_MEMORY,
+                                                "coll/shm: /dev/shm is full: no room for segment %s (%zu bytes; a "
+                                                "container's /dev/shm is enlarged by docker run --shm-size or, on "
+                                                "Kubernetes, an emptyDir of medium Memory at /dev/shm)",
+                                                sh->name, sh->len));
+        return create_failed(sh, weft_error(WEFT_ERR_NO_MEMORY, "coll/shm: cannot size or map segment %s (%zu bytes): %s",
+                                            sh->name, sh->len, strerror(err)));
     }
     close(fd);
     sh->base = p;
@@ -390,14 +424,43 @@ static int create(weft_shm_t *sh)
     return 1;
 }
 
-/* A member found the creator's failed mark under the name. */
-static int failed_mark(weft_shm_t *sh)
+/* A member whose segment is not there yet: the receive of the creator's
+ * notice is posted (once) and checked. 0: no notice (yet); < 0 with
+ * sh->unusable set: it came (the segment is unusable); < 0 otherwise: the
+ * receive could not be posted. */
+static int wait_notice(weft_shm_t *sh)
 {
+    if (!sh->notice) {
+        int rc = weft_xport->irecv(&notice_in, sizeof(notice_in), 0, WEFT_TAG_CLASS_CTRL, SHM_NOTICE_TAG, sh->comm,
+                                   &sh->notice);
+        if (rc) return rc;
+    }
+    if (!sh->notice->complete) return 0;
+    weft_request_release(sh->notice);
+    sh->notice = NULL;
     sh->unusable = 1;
     return weft_error(WEFT_ERR_INTERNAL,
-                      "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up and marked it "
-                      "failed (rank 0's log says why; often a full /dev/shm)",
+                      "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up (rank 0's log "
+                      "says why; often a full /dev/shm)",
                       sh->name);
+}
+
+/* The notice's receive is no longer wanted (mapped, or released: also in
+ * finalize, so not through the public calls). UCX completes the cancel of
+ * a receive nothing matched at once; one still pending is released when
+ * it ends. */
+static void drop_notice(weft_shm_t *sh)
+{
+    weft_request_t r = sh->notice;
+    if (!r) return;
+    sh->notice = NULL;
+    if (!r->complete) r->ops->cancel(r);
+    if (r->complete) {
+        weft_request_release(r);
+        return;
+    }
+    r->orphaned = 1;
+    if (r->ops->orphan) r->ops->orphan(r);
 }
 
 /* The others: 1 mapped, 0 not there (or not ready) yet, < 0 error. What
@@ -409,14 +472,7 @@ static int open_existing(weft_shm_t *sh)
     int fd = shm_open(sh->name, O_RDWR | O_NONBLOCK, 0);
     if (fd < 0) {
         int err = errno;
-        if (err == ENOENT) return 0;
-        /* The failed mark has no read or write permission: only root opens it. */
-        char path[128];
-        struct stat mk;
-        snprintf(path, sizeof(path), "/dev/shm%s", sh->name);
-        if (err == EACCES && !lstat(path, &mk) && S_ISREG(mk.st_mode) && mk.st_uid == geteuid() &&
-            (mk.st_mode & 07777) == SHM_FAILED_MODE)
-            return failed_mark(sh);
+        if (err == ENOENT) return wait_notice(sh);
         return weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot open shared-memory segment %s: %s%s", sh->name,
                           strerror(err), err == EACCES ? " (another user's)" : "");
     }
@@ -436,9 +492,8 @@ static int open_existing(weft_shm_t *sh)
                         "coll/shm: shared-memory segment %s belongs to uid %u, not to this job's user (uid %u): "
                         "refusing it (its owner could read and write the members' data)",
                         sh->name, (unsigned)st.st_uid, (unsigned)geteuid());
-    } else if ((mode = (unsigned)st.st_mode & 07777) == SHM_FAILED_MODE) {
-        rc = failed_mark(sh);
-    } else if (mode != SHM_MODE && !((mode & ~(unsigned)SHM_MODE) == 0 && st.st_size == 0)) {
+    } else if ((mode = (unsigned)st.st_mode & 07777) != SHM_MODE &&
+               !((mode & ~(unsigned)SHM_MODE) == 0 && st.st_size == 0)) {
         /* (a smaller mode on an empty file: the creator's umask, before its fchmod) */
         rc = weft_error(WEFT_ERR_INTERNAL,
                         "coll/shm: shared-memory segment %s has mode %04o, not %04o: refusing it (its creator, if "
@@ -447,16 +502,16 @@ static int open_existing(weft_shm_t *sh)
     }
     if (rc || mode != SHM_MODE || (size_t)st.st_size < sh->len) { /* an error, or the creator has not sized it yet */
         close(fd);
-        return rc;
+        return rc ? rc : wait_notice(sh);
     }
     /* Mapped only once the creator marked it ready (read, not mapped: a
-     * creator that fails after sizing it truncates it, and a mapping's
+     * creator that fails after sizing it removes it, and a mapping's
      * touch past the end would raise SIGBUS); after that it never shrinks. */
     uint64_t ready = 0;
     if (pread(fd, &ready, sizeof(ready), offsetof(shm_header_t, ready)) != (ssize_t)sizeof(ready) ||
         ready != SHM_MAGIC) {
         close(fd);
-        return 0;
+        return wait_notice(sh);
     }
     void *p = mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
@@ -466,13 +521,14 @@ static int open_existing(weft_shm_t *sh)
     shm_header_t *h = p;
     if (atomic_load_explicit(&h->ready, memory_order_acquire) != SHM_MAGIC) {
         munmap(p, sh->len);
-        return 0;
+        return wait_notice(sh);
     }
     if (h->nranks != (uint32_t)sh->n || h->len != sh->len) {
         munmap(p, sh->len);
         return weft_error(WEFT_ERR_INTERNAL, "coll/shm: segment %s is for %u ranks, this communicator has %d", sh->name,
                           h->nranks, sh->n);
     }
+    drop_notice(sh);
     sh->base = p;
     return 1;
 }
@@ -497,7 +553,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         if (rc < 0 && sh->unusable) {
             set_broken(sh, op->k0, rc);
             static int warned;            /* once a process: every new communicator's segment fails alike */
-            if (sh->me == 0 && !warned++) /* (the others learn it from the mark, not why) */
+            if (sh->me == 0 && !warned++) /* (the others learn it from the notice, not why) */
                 weft_warn("coll/shm: comm %s: its shared-memory segment could not be set up (%s): its collectives "
                           "run without shared memory from now on (slower)",
                           sh->comm->name, sh->why);
@@ -805,6 +861,7 @@ void weft_shm_comm_release(weft_comm_t comm, void *state)
     if (sh->me == 0 && sh->mapped &&
         atomic_load_explicit(&((shm_header_t *)sh->base)->attached, memory_order_acquire) < (uint32_t)sh->n)
         shm_unlink(sh->name);
+    drop_notice(sh);
     if (sh->base) munmap(sh->base, sh->len);
     free(sh->seen_done);
     free(sh);
@@ -821,10 +878,6 @@ static int stale_segment(int fd, const struct stat *st, uint64_t host, time_t no
     if (h.ready == SHM_MAGIC) return h.host_id == host && kill((pid_t)h.creator_pid, 0) && errno == ESRCH;
     return now - st->st_mtime > 60;
 }
-
-/* A creator's failed mark stays while members of its communicator may still
- * look for the segment (they learn from it to go without shared memory). */
-#define SWEEP_MARK_KEEP_S 3600
 
 /* The sweep's budget: stale segments are rare (a name is unlinked once every
  * member mapped it), while any user can fill /dev/shm with junk names. */
@@ -871,13 +924,6 @@ int weft_shm_sweep(void)
         struct stat st, now_st;
         if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) || st.st_uid != me) {
             weft_debug("coll/shm: sweep: skipping /dev/shm/%s: not a regular file of uid %u", e->d_name, (unsigned)me);
-            continue;
-        }
-        if ((st.st_mode & 07777) == SHM_FAILED_MODE) { /* a failed mark (no permission to open it) */
-            if (now - st.st_mtime > SWEEP_MARK_KEEP_S && !unlinkat(dfd, e->d_name, 0)) {
-                removed++;
-                weft_debug("coll/shm: removed the old failed mark /dev/shm/%s", e->d_name);
-            }
             continue;
         }
         int fd = openat(dfd, e->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
