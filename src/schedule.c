@@ -40,6 +40,11 @@ struct weft_sched {
     int nrecvs; /* the first nrecvs of reqs are receives (posted first) */
     void **scratch;
     int nscratch;
+    struct {
+        void *p;
+        size_t cap;
+    } * pinned; /* weft_sched_scratch_pinned's blocks, returned to the pool with the schedule */
+    int npinned;
     int waiting_peer;          /* for timeout messages: a peer the round still waits on */
     const char *waiting_what;  /* a polling step's description of what it waits for (NULL: a message) */
     int waiting_flag;          /* waiting_what is a flag of rank waiting_peer in shared memory */
@@ -360,8 +365,30 @@ void *weft_sched_scratch(weft_sched_t *s, size_t bytes)
     return p;
 }
 
+void *weft_sched_scratch_pinned(weft_sched_t *s, size_t bytes)
+{
+    size_t cap;
+    void *n = realloc(s->pinned, sizeof(*s->pinned) * (size_t)(s->npinned + 1));
+    if (!n) return NULL;
+    s->pinned = n;
+    void *p = weft_cuda_pinned_get(bytes, &cap);
+    if (!p) return weft_sched_scratch(s, bytes);
+    s->pinned[s->npinned].p = p;
+    s->pinned[s->npinned++].cap = cap;
+    return p;
+}
+
+static void pinned_return(weft_sched_t *s)
+{
+    for (int i = 0; i < s->npinned; i++)
+        weft_cuda_pinned_put(s->pinned[i].p, s->pinned[i].cap);
+    s->npinned = 0;
+}
+
 static void sched_destroy(weft_sched_t *s)
 {
+    pinned_return(s);
+    free(s->pinned);
     for (int i = 0; i < s->nscratch; i++)
         free(s->scratch[i]);
     free(s->scratch);
@@ -384,6 +411,7 @@ static void sched_free(weft_sched_t *s)
         sched_destroy(s);
         return;
     }
+    pinned_return(s);
     for (int i = 0; i < s->nscratch; i++)
         free(s->scratch[i]);
     s->spare_used = 0;

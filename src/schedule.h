@@ -119,6 +119,10 @@ int weft_sched_end_round(weft_sched_t *s);
 void weft_sched_comm(const weft_sched_t *s, weft_comm_t *comm);
 /* Scratch memory owned by the schedule (freed with it); NULL on failure. */
 void *weft_sched_scratch(weft_sched_t *s, size_t bytes);
+/* The same in pinned host memory from the device runtime's pool (returned
+ * to it with the schedule), for host copies of device buffers; pageable
+ * scratch where no pinned block can be had. */
+void *weft_sched_scratch_pinned(weft_sched_t *s, size_t bytes);
 /* Starts the schedule and returns its request (wait/test/free as any other).
  * On failure the schedule is destroyed. */
 int weft_sched_start(weft_sched_t *s, weft_request_t *req);

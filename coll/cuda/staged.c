@@ -6,8 +6,9 @@
  * its own, so nothing is sent before the copy is done), runs in the same
  * schedule the host algorithm the selection picks for host buffers of the
  * same call, then copies the result back. Cost beside the host collective:
- * one copy of the input and one of the output over the GPU's host link
- * (pageable memory, through the driver), and host memory for both.
+ * one copy of the input and one of the output over the GPU's host link,
+ * into and out of pinned host memory that a pool keeps for the next call
+ * (src/cuda/runtime.h; pageable where none can be had).
  * Stream-ordered calls keep the stream's order through the front end's
  * gate (coll.c). */
 #include "coll/coll.h"
@@ -70,13 +71,14 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     default:
         return weft_coll_decline("%s staged: not staged (coll/cuda stages the collectives it has kernels for)", name);
     }
-    /* Host copies: one buffer where input and output are the same data (bcast). */
+    /* Host copies, in pinned memory kept for reuse: one buffer where input and output are the same data
+     * (bcast). */
     char *hin = NULL, *hout = NULL;
     if (a->kind == WEFT_COLL_BCAST) {
-        hin = hout = block ? weft_sched_scratch(s, block) : NULL;
+        hin = hout = block ? weft_sched_scratch_pinned(s, block) : NULL;
     } else {
-        hin = in ? weft_sched_scratch(s, in) : NULL;
-        hout = out ? weft_sched_scratch(s, out) : NULL;
+        hin = in ? weft_sched_scratch_pinned(s, in) : NULL;
+        hout = out ? weft_sched_scratch_pinned(s, out) : NULL;
     }
     if ((in && !hin) || (out && !hout))
         return weft_error(WEFT_ERR_NO_MEMORY, "%s staged: out of memory for %zu + %zu bytes of host copies", name, in,
@@ -101,8 +103,9 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 #define STAGED_ALG(kind_, fn_)                                                                                         \
     const weft_coll_alg_t weft_alg_##fn_##_staged = {                                                                  \
         "staged", kind_,                                                                                               \
-        "device buffers through host copies: the input copied to the host, the host algorithm the selection picks, "   \
-        "the result copied back (any communicator; where no GPU kernel takes the call)",                               \
+        "device buffers through host copies: the input copied to pinned host memory (a pool kept for reuse), the "     \
+        "host algorithm the selection picks, the result copied back (any communicator; where no GPU kernel takes "     \
+        "the call)",                                                                                                   \
         build, 0};
 
 STAGED_ALG(WEFT_COLL_BARRIER, barrier)

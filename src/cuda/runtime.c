@@ -276,6 +276,66 @@ CUstream weft_cuda_copy_stream(CUcontext ctx, CUresult *r)
     return NULL;
 }
 
+/* ---- the pinned pool --------------------------------------------------------------- */
+
+/* Free blocks by size class (64 KiB << k); at most POOL_PER_CLASS each and
+ * POOL_KEEP bytes in all are kept, the rest freed when returned. */
+enum { POOL_CLASSES = 24, POOL_PER_CLASS = 4 };
+#define POOL_MIN  ((size_t)64 << 10)
+#define POOL_KEEP ((size_t)1 << 30)
+static struct {
+    void *block[POOL_PER_CLASS];
+    int n;
+} pool[POOL_CLASSES];
+static size_t pool_kept;
+
+static int pool_class(size_t bytes, size_t *cap)
+{
+    int k = 0;
+    size_t c = POOL_MIN;
+    while (c < bytes && k < POOL_CLASSES - 1) {
+        c <<= 1;
+        k++;
+    }
+    *cap = c < bytes ? bytes : c;
+    return c < bytes ? -1 : k; /* -1: beyond the classes, never kept */
+}
+
+void *weft_cuda_pinned_get(size_t bytes, size_t *cap)
+{
+    CUcontext cur = NULL;
+    if (!bytes || driver_state <= 0) return NULL;
+    int k = pool_class(bytes, cap);
+    if (k >= 0 && pool[k].n > 0) {
+        pool_kept -= *cap;
+        return pool[k].block[--pool[k].n];
+    }
+    /* cuMemHostAlloc needs a current context; the pool's blocks are portable. */
+    if (!weft_cu.ctx_get_current || weft_cu.ctx_get_current(&cur) != CUDA_SUCCESS || !cur) return NULL;
+    void *p = NULL;
+    CUresult r = weft_cu.mem_host_alloc(&p, *cap, CU_MEMHOSTALLOC_PORTABLE);
+    if (r != CUDA_SUCCESS) {
+        weft_debug("cuda: no pinned block of %zu bytes (%s): this call's host copies use pageable memory", *cap,
+                   weft_cu_text(r));
+        return NULL;
+    }
+    weft_debug("cuda: pinned staging block of %zu bytes allocated (%zu bytes kept free)", *cap, pool_kept);
+    return p;
+}
+
+void weft_cuda_pinned_put(void *p, size_t cap)
+{
+    size_t c;
+    int k = p ? pool_class(cap, &c) : -1;
+    if (!p) return;
+    if (k >= 0 && c == cap && pool[k].n < POOL_PER_CLASS && pool_kept + cap <= POOL_KEEP) {
+        pool[k].block[pool[k].n++] = p;
+        pool_kept += cap;
+        return;
+    }
+    weft_cu.mem_free_host(p);
+}
+
 void weft_cuda_copy_streams_release(void)
 {
     if (driver_state <= 0) return;
@@ -283,6 +343,10 @@ void weft_cuda_copy_streams_release(void)
         weft_cu.stream_destroy(streams[i].stream);
         streams[i].ctx = NULL;
     }
+    for (int k = 0; k < POOL_CLASSES; k++)
+        while (pool[k].n > 0)
+            weft_cu.mem_free_host(pool[k].block[--pool[k].n]);
+    pool_kept = 0;
 }
 
 int weft_cuda_copy(void *dst, const void *src, size_t bytes)
@@ -540,6 +604,18 @@ void weft_cuda_gate_release(weft_cuda_gate_t *g)
 
 void weft_cuda_copy_streams_release(void)
 {
+}
+
+void *weft_cuda_pinned_get(size_t bytes, size_t *cap)
+{
+    *cap = bytes;
+    return NULL;
+}
+
+void weft_cuda_pinned_put(void *p, size_t cap)
+{
+    (void)p;
+    (void)cap;
 }
 
 #endif

@@ -75,8 +75,18 @@ const char *weft_cu_text(CUresult r);
  * be made. */
 CUstream weft_cuda_copy_stream(CUcontext ctx, CUresult *r);
 #endif
-/* Destroys the copy streams (at finalize). */
+/* Destroys the copy streams and frees the pinned pool (at finalize). */
 void weft_cuda_copy_streams_release(void);
+
+/* Pinned host memory for the host copies of device buffers (coll/cuda's
+ * staged algorithms, the steps between nodes): blocks of power-of-two
+ * sizes from 64 KiB, allocated on first use (portable: any context's copies
+ * use them at full speed, where pageable memory goes through the driver's
+ * own staging) and kept for reuse. NULL where none can be had (no driver,
+ * no current context, the allocation failed): the caller uses pageable
+ * memory. *cap: the block's size, for weft_cuda_pinned_put. */
+void *weft_cuda_pinned_get(size_t bytes, size_t *cap);
+void weft_cuda_pinned_put(void *p, size_t cap);
 
 /* 1 when libcuda is loaded and usable in this process (loads the table on
  * first sight of it), 0 otherwise. */
