@@ -560,32 +560,42 @@ static int run_locals(weft_sched_t *s)
  * its parent's scratch), then freed together; finalize frees what is left
  * once the transport is gone. */
 static struct {
-    void **bufs;
+    struct {
+        void *p;
+        size_t cap; /* a pinned block's (weft_sched_scratch_pinned), 0: malloc'd */
+    } * bufs;
     int n, cap;
     int inflight; /* released messages of failed schedules not yet over */
 } parked;
 
-static void parked_free(void)
+/* final: at finalize, after the device runtime let go of its pool. */
+static void parked_free(int final)
 {
     for (int i = 0; i < parked.n; i++)
-        free(parked.bufs[i]);
+        if (!parked.bufs[i].cap)
+            free(parked.bufs[i].p);
+        else if (final)
+            weft_cuda_pinned_free(parked.bufs[i].p);
+        else
+            weft_cuda_pinned_put(parked.bufs[i].p, parked.bufs[i].cap);
     parked.n = 0;
 }
 
 static void parked_message_over(void *arg)
 {
     (void)arg;
-    if (--parked.inflight == 0) parked_free();
+    if (--parked.inflight == 0) parked_free(0);
 }
 
-static void park(void *p)
+static void park(void *p, size_t cap)
 {
     if (!p) return;
-    if (parked.n == parked.cap && grow((void **)&parked.bufs, &parked.cap, parked.n + 1, sizeof(void *))) {
+    if (parked.n == parked.cap && grow((void **)&parked.bufs, &parked.cap, parked.n + 1, sizeof(*parked.bufs))) {
         weft_debug("schedule: no memory to list a failed collective's scratch: it is never freed");
         return;
     }
-    parked.bufs[parked.n++] = p;
+    parked.bufs[parked.n].p = p;
+    parked.bufs[parked.n++].cap = cap;
 }
 
 /* A failed schedule's scratch, while messages of failed schedules are in
@@ -596,10 +606,13 @@ static void park_scratch(weft_sched_t *s)
     weft_debug("collective %s (comm %s): its scratch is kept until %d message%s in flight end%s", s->name,
                s->comm->name, parked.inflight, parked.inflight == 1 ? "" : "s", parked.inflight == 1 ? "s" : "");
     for (int i = 0; i < s->nscratch; i++)
-        park(s->scratch[i]);
+        park(s->scratch[i], 0);
     s->nscratch = 0;
+    for (int i = 0; i < s->npinned; i++)
+        park(s->pinned[i].p, s->pinned[i].cap);
+    s->npinned = 0;
     if (s->spare_used) {
-        park(s->spare);
+        park(s->spare, 0);
         s->spare = NULL;
         s->spare_used = 0;
     }
@@ -1156,7 +1169,7 @@ void weft_sched_cleanup(void)
         weft_debug("weft_finalize: %d message%s of failed collectives never ended: their scratch is freed now",
                    parked.inflight, parked.inflight == 1 ? "" : "s");
     parked.inflight = 0;
-    parked_free();
+    parked_free(1);
     free(parked.bufs);
     parked.bufs = NULL;
     parked.cap = 0;

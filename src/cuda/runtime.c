@@ -336,6 +336,11 @@ void weft_cuda_pinned_put(void *p, size_t cap)
     weft_cu.mem_free_host(p);
 }
 
+void weft_cuda_pinned_free(void *p)
+{
+    if (p && driver_state > 0) weft_cu.mem_free_host(p);
+}
+
 void weft_cuda_copy_streams_release(void)
 {
     if (driver_state <= 0) return;
@@ -616,6 +621,11 @@ void weft_cuda_pinned_put(void *p, size_t cap)
 {
     (void)p;
     (void)cap;
+}
+
+void weft_cuda_pinned_free(void *p)
+{
+    (void)p;
 }
 
 #endif

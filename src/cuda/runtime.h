@@ -87,6 +87,8 @@ void weft_cuda_copy_streams_release(void);
  * memory. *cap: the block's size, for weft_cuda_pinned_put. */
 void *weft_cuda_pinned_get(size_t bytes, size_t *cap);
 void weft_cuda_pinned_put(void *p, size_t cap);
+/* Frees a block outside the pool (after weft_cuda_copy_streams_release). */
+void weft_cuda_pinned_free(void *p);
 
 /* 1 when libcuda is loaded and usable in this process (loads the table on
  * first sight of it), 0 otherwise. */
