@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1176,6 +1177,41 @@ Test(store, weak_secrets_are_refused, .timeout = 30)
             cr_expect(k.keyed);
         }
     }
+}
+
+/* Rank 0's store holds a connection per rank: where its open-file limit
+ * (the hard one, so it cannot be raised) is below WORLD_SIZE, rank 0 and
+ * every rank that reaches the store are refused at once with the limit
+ * named, instead of the ranks past the limit waiting in the backlog and
+ * the others timing out at the deadline. Rank 0 of a world of 300, limited
+ * to 100 descriptors (the other ranks' refusals race rank 0's exit; under a
+ * launcher rank 0's failure ends the job). */
+static int body_fd_limit(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    setenv("WORLD_SIZE", "300", 1);
+    struct rlimit rl = {100, 100};
+    TH_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+    weft_bootstrap_t bs;
+    memset(&bs, 0, sizeof(bs));
+    TH_OK(weft_config_load());
+    double t0 = weft_wtime();
+    int rc = weft_bootstrap_env_init(&bs, t0 + 20);
+    double took = weft_wtime() - t0;
+    if (rc == WEFT_SUCCESS) bs.finalize(&bs, 0, 0);
+    TH_CHECK(rc == WEFT_ERR_BOOTSTRAP, "rank %d: got %d (%s): %s", rank, rc, weft_strerror(rc), weft_last_error());
+    TH_CHECK(took < 5, "rank %d: failed after %.1f s", rank, took);
+    TH_CHECK(strstr(weft_last_error(), "open-file limit is 100, below WORLD_SIZE=300"), "rank %d: %s", rank,
+             weft_last_error());
+    return 0;
+}
+
+Test(store, a_store_without_descriptors_for_every_rank_refuses_at_once, .timeout = 60)
+{
+    th_result_t res = th_run(1, body_fd_limit, NULL, 40, NULL);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0);
 }
 
 Test(store, a_secret_file_that_is_not_a_regular_file_fails_at_once, .timeout = 30)

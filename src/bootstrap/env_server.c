@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #define STORE_EXTRA_CONNS     256
+#define STORE_OWN_FDS         16 /* rank 0's descriptors beside the ranks' connections, at the least */
 #define STORE_HELLO_TIMEOUT   10.0              /* a connection must finish the handshake this soon */
 #define STORE_CLOSING_TIMEOUT 5.0               /* time to flush a refusal before closing */
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
@@ -155,6 +156,7 @@ struct server {
     waiter_t *waiters;
     double accept_pause_until;
     int warned_fd_limit;
+    long long fd_limit_short; /* > 0: the open-file limit, too low for a connection per rank */
     weft_job_key_t key;
     reject_log_t rejects;
     struct sockaddr_storage self; /* where this process's own client connects */
@@ -678,6 +680,13 @@ static void on_claim(server_t *s, conn_t *c)
         weft_env_textf(text, sizeof(text), "rank %u says WORLD_SIZE=%u but the store at %s serves WORLD_SIZE=%d",
                        h->rank, h->size, s->where, s->size);
         conn_refuse(s, c, WEFT_ERR_ARG, text);
+    } else if (s->fd_limit_short) {
+        weft_env_textf(text, sizeof(text),
+                       "the store at %s (rank 0) holds a connection per rank, but its open-file limit is %lld, below "
+                       "WORLD_SIZE=%d + %d: raise the hard limit on rank 0's host (ulimit -Hn, systemd's "
+                       "LimitNOFILE, /etc/security/limits.conf)",
+                       s->where, s->fd_limit_short, s->size, STORE_OWN_FDS);
+        conn_refuse(s, c, WEFT_ERR_BOOTSTRAP, text);
     } else if (h->rank >= (uint32_t)s->size) {
         weft_env_textf(text, sizeof(text), "rank %u is out of range for WORLD_SIZE=%d", h->rank, s->size);
         conn_refuse(s, c, WEFT_ERR_ARG, text);
@@ -1612,19 +1621,25 @@ out:
     return rc;
 }
 
-/* Thousands of ranks need thousands of descriptors on rank 0. */
-static void raise_fd_limit(int want)
+/* Thousands of ranks need thousands of descriptors on rank 0: the soft
+ * limit is raised toward want (within the hard one). Returns the limit now
+ * in force (-1: none, or not known). */
+static long long raise_fd_limit(int want)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)want) return;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1;
+    if (rl.rlim_cur >= (rlim_t)want) return (long long)rl.rlim_cur;
     rlim_t old = rl.rlim_cur;
     rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want) ? (rlim_t)want : rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
         weft_debug("env store: raised the open-file limit from %llu to %llu", (unsigned long long)old,
                    (unsigned long long)rl.rlim_cur);
+    else if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
     if (rl.rlim_cur < (rlim_t)want)
         weft_warn("env store: the open-file limit (%llu) is below the %d descriptors WORLD_SIZE needs on rank 0",
                   (unsigned long long)rl.rlim_cur, want);
+    return (long long)rl.rlim_cur;
 }
 
 int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *thread)
@@ -1664,7 +1679,12 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
         rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: epoll: %s", strerror(errno));
         goto out;
     }
-    raise_fd_limit(s->max_conns + 64);
+    /* The store holds a connection per rank for the whole job: where the
+     * limit cannot reach WORLD_SIZE and the store's own few, every rank is
+     * refused at once (on_claim) instead of those past the limit waiting in
+     * the backlog and the others timing out at the deadline. */
+    long long limit = raise_fd_limit(s->max_conns + 64);
+    if (limit >= 0 && limit < (long long)size + STORE_OWN_FDS) s->fd_limit_short = limit;
     WEFT_CHECK_GOTO(server_listen(s, o), rc, out);
     /* Signals belong to the application's threads, not the store's. */
     sigfillset(&all);
