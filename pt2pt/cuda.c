@@ -373,7 +373,10 @@ void weft_cuda_describe(char *buf, size_t len)
                       : ucx_cuda && mode != MODE_STAGED
                           ? "through UCX (cuda_copy, cuda_ipc)"
                           : "staged through pinned host chunks (the UCX in use carries no CUDA memory)";
-    snprintf(buf, len, "UCX carries host%s; device buffers: %s; libcuda %s", ucx_cuda ? " cuda" : "", how,
+    snprintf(buf, len,
+             "UCX carries host%s; device buffers: %s; collectives on device buffers that no GPU kernel takes "
+             "(across nodes): host copies in pinned blocks a pool keeps for the next call; libcuda %s",
+             ucx_cuda ? " cuda" : "", how,
              weft_cuda_driver_state() > 0   ? "loaded"
              : weft_cuda_driver_state() < 0 ? "loaded but unusable"
                                             : "not loaded by this process");
