@@ -84,5 +84,6 @@ int weft_p2p_status_to_weft(ucs_status_t status);
 int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm,
                    weft_request_t *out);
 int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out);
+int weft_p2p_arrived(int source, unsigned cls, int tag, weft_comm_t comm);
 
 #endif

@@ -398,6 +398,14 @@ WEFT_API int weft_sendrecv(const void *sendbuf, int64_t sendcount, weft_dtype_t 
     return rc;
 }
 
+int weft_p2p_arrived(int source, unsigned cls, int tag, weft_comm_t comm)
+{
+    ucp_tag_t t, mask;
+    ucp_tag_recv_info_t info;
+    recv_tag_mask(source, cls, tag, comm, &t, &mask);
+    return ucp_tag_probe_nb(weft_g.p2p->worker, t, mask, 0, &info) != NULL;
+}
+
 static int probe_once(int source, int tag, weft_comm_t comm, int *flag, weft_status_t *status)
 {
     ucp_tag_t t, mask;

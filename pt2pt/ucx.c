@@ -299,6 +299,7 @@ static int p2p_arm(void)
 const weft_transport_ops_t weft_p2p_transport = {
     .isend = weft_p2p_isend,
     .irecv = weft_p2p_irecv,
+    .arrived = weft_p2p_arrived,
     .progress = weft_p2p_progress,
     .peer_info = p2p_peer_info,
     .ctrl_send = p2p_ctrl_send,

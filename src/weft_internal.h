@@ -547,6 +547,10 @@ enum { WEFT_TAG_CLASS_USER = 0, WEFT_TAG_CLASS_COLL = 1, WEFT_TAG_CLASS_CTRL = 2
 typedef struct weft_transport_ops {
     int (*isend)(const void *buf, size_t bytes, int dest, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out);
     int (*irecv)(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out);
+    /* 1 when a message from source (class cls, tag) on comm has arrived and
+     * waits unreceived, else 0; it stays there (a freed communicator's are
+     * discarded). */
+    int (*arrived)(int source, unsigned cls, int tag, weft_comm_t comm);
     int (*progress)(void);
     /* Which transports/devices reach a world rank ("sysv/memory cma/memory"). */
     int (*peer_info)(int world_rank, char *buf, size_t len);

@@ -22,7 +22,7 @@
  * and mode); a creator that cannot create, size or map it (a full
  * /dev/shm, one out of inodes) removes the name and sends every member a
  * notice (a control message, so it needs no file: create_failed), which
- * a member waiting for the segment receives (wait_notice); a collective
+ * a member waiting for the segment finds (wait_notice); a collective
  * that fails on one rank (a mismatch, a timeout,
  * a cancel) breaks the communicator's shared-memory sequence there, and it
  * records that in the header (`poison`), where the schedule's watch of
@@ -332,10 +332,8 @@ static void watch_start(void *arg)
 
 static const weft_sched_watch_t shm_watch = {.start = watch_start, .check = watch_check, .failed = watch_failed};
 
-/* The notice's payload (never read: its arrival is the message) and the
- * place a received one is written to. */
+/* The notice's payload (never read: its arrival is the message). */
 static const uint64_t notice_out = SHM_MAGIC;
-static uint64_t notice_in;
 
 /* Creator: the segment cannot be had (rc, its message set): the name is
  * removed, and every member is told through a control message instead of
@@ -424,43 +422,18 @@ static int create(weft_shm_t *sh)
     return 1;
 }
 
-/* A member whose segment is not there yet: the receive of the creator's
- * notice is posted (once) and checked. 0: no notice (yet); < 0 with
- * sh->unusable set: it came (the segment is unusable); < 0 otherwise: the
- * receive could not be posted. */
+/* A member whose segment is not there yet: has the creator's notice
+ * come? It is looked for, not received (nothing is posted that a
+ * communicator's free would find pending; a freed communicator's messages
+ * are discarded). 0: not (yet); < 0 with sh->unusable set: it came. */
 static int wait_notice(weft_shm_t *sh)
 {
-    if (!sh->notice) {
-        int rc = weft_xport->irecv(&notice_in, sizeof(notice_in), 0, WEFT_TAG_CLASS_CTRL, SHM_NOTICE_TAG, sh->comm,
-                                   &sh->notice);
-        if (rc) return rc;
-    }
-    if (!sh->notice->complete) return 0;
-    weft_request_release(sh->notice);
-    sh->notice = NULL;
+    if (!weft_xport->arrived(0, WEFT_TAG_CLASS_CTRL, SHM_NOTICE_TAG, sh->comm)) return 0;
     sh->unusable = 1;
     return weft_error(WEFT_ERR_INTERNAL,
                       "coll/shm: shared-memory segment %s: its creator (rank 0) could not set it up (rank 0's log "
                       "says why; often a full /dev/shm)",
                       sh->name);
-}
-
-/* The notice's receive is no longer wanted (mapped, or released: also in
- * finalize, so not through the public calls). UCX completes the cancel of
- * a receive nothing matched at once; one still pending is released when
- * it ends. */
-static void drop_notice(weft_shm_t *sh)
-{
-    weft_request_t r = sh->notice;
-    if (!r) return;
-    sh->notice = NULL;
-    if (!r->complete) r->ops->cancel(r);
-    if (r->complete) {
-        weft_request_release(r);
-        return;
-    }
-    r->orphaned = 1;
-    if (r->ops->orphan) r->ops->orphan(r);
 }
 
 /* The others: 1 mapped, 0 not there (or not ready) yet, < 0 error. What
@@ -528,7 +501,6 @@ static int open_existing(weft_shm_t *sh)
         return weft_error(WEFT_ERR_INTERNAL, "coll/shm: segment %s is for %u ranks, this communicator has %d", sh->name,
                           h->nranks, sh->n);
     }
-    drop_notice(sh);
     sh->base = p;
     return 1;
 }
@@ -861,7 +833,6 @@ void weft_shm_comm_release(weft_comm_t comm, void *state)
     if (sh->me == 0 && sh->mapped &&
         atomic_load_explicit(&((shm_header_t *)sh->base)->attached, memory_order_acquire) < (uint32_t)sh->n)
         shm_unlink(sh->name);
-    drop_notice(sh);
     if (sh->base) munmap(sh->base, sh->len);
     free(sh->seen_done);
     free(sh);

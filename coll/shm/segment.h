@@ -203,7 +203,6 @@ typedef struct weft_shm {
      * member alike): the shared-memory algorithms decline from then on,
      * and calls built before that run their fallback (coll.c). */
     int unusable;
-    weft_request_t notice; /* a member's receive of that notice, while the segment is not mapped */
     uint64_t ops;       /* collectives assigned a number (the next k) */
     uint64_t completed; /* collectives finished here, in order */
     weft_shm_ctrl_t *ctrl;
