@@ -279,8 +279,11 @@ CUstream weft_cuda_copy_stream(CUcontext ctx, CUresult *r)
 /* ---- the pinned pool --------------------------------------------------------------- */
 
 /* Free blocks by size class (64 KiB << k); at most POOL_PER_CLASS each and
- * POOL_KEEP bytes in all are kept, the rest freed when returned. */
-enum { POOL_CLASSES = 24, POOL_PER_CLASS = 4 };
+ * POOL_KEEP bytes in all are kept, the rest freed when returned. A staged
+ * call takes two blocks of a class (input and output): 16 keep eight
+ * nonblocking calls of one size in flight (DDP's buckets) from allocating
+ * and freeing pinned memory (milliseconds each) on every call. */
+enum { POOL_CLASSES = 24, POOL_PER_CLASS = 16 };
 #define POOL_MIN  ((size_t)64 << 10)
 #define POOL_KEEP ((size_t)1 << 30)
 static struct {
