@@ -1,10 +1,11 @@
 /* Error classes, codes, strings and error handlers.
  *
  * An error raised here gets a code of its own that carries the message
- * (which function, which argument): codes MSG_BASE.. are a ring of the
- * last MSG_RING messages, each with its class, so MPI_Error_string on a
- * code returned under MPI_ERRORS_RETURN says what went wrong, not only
- * the class. Classes and codes that the program adds (MPI_Add_error_*)
+ * (which function, which argument), so MPI_Error_string on a code
+ * returned under MPI_ERRORS_RETURN says what went wrong, not only the
+ * class: codes MSG_BASE.. hold the class in their low CLS_BITS bits (an
+ * old code's class stays right however many errors came since) and a slot
+ * of that class's ring of the last MSG_SLOTS messages above them. Classes and codes that the program adds (MPI_Add_error_*)
  * are numbered from USER_BASE up. */
 #include "mpi_impl.h"
 
@@ -15,12 +16,14 @@
 #define MSG_BASE  0x3000
 #define MSG_RING  0x1000
 #define USER_BASE 0x4000
+#define CLS_BITS  6
+#define MSG_SLOTS (MSG_RING >> CLS_BITS)
 
 static struct {
-    int cls;
+    int used;
     char text[256];
-} ring[MSG_RING];
-static unsigned ring_next;
+} ring[MSG_RING]; /* by code - MSG_BASE: slot << CLS_BITS | class */
+static unsigned ring_next[1 << CLS_BITS];
 
 typedef struct user_code {
     int cls; /* itself for a class */
@@ -104,6 +107,7 @@ static const char *const class_text[] = {
     [MPI_ERR_ABI] = "ABI mismatch",
 };
 #define N_CLASSES ((int)(sizeof(class_text) / sizeof(class_text[0])))
+_Static_assert(N_CLASSES <= 1 << CLS_BITS, "an error class fits a message code's class bits");
 
 static const char *class_name(int cls)
 {
@@ -178,7 +182,7 @@ static int code_class(int code)
 {
     if (code >= 0 && code < N_CLASSES) return code;
     if (code >= MSG_BASE && code < MSG_BASE + MSG_RING)
-        return ring[code - MSG_BASE].cls ? ring[code - MSG_BASE].cls : -1;
+        return ring[code - MSG_BASE].used ? (code - MSG_BASE) & ((1 << CLS_BITS) - 1) : -1;
     if (code >= USER_BASE && code < USER_BASE + n_user_codes)
         return user_codes[code - USER_BASE].cls ? user_codes[code - USER_BASE].cls : -1;
     return -1;
@@ -202,10 +206,12 @@ int mpi_class_of_weft(int wrc)
     }
 }
 
+/* cls: a predefined class (below N_CLASSES). */
 static int make_code(int cls, const char *text)
 {
-    unsigned i = ring_next++ % MSG_RING;
-    ring[i].cls = cls;
+    if (cls < 0 || cls >= N_CLASSES) cls = MPI_ERR_UNKNOWN;
+    unsigned i = (ring_next[cls]++ % MSG_SLOTS) << CLS_BITS | (unsigned)cls;
+    ring[i].used = 1;
     snprintf(ring[i].text, sizeof(ring[i].text), "%s", text);
     return MSG_BASE + (int)i;
 }
@@ -242,6 +248,8 @@ int mpi_errh_invoke(struct MPI_ABI_Comm *comm, int code, const char *fn)
 
 int mpi_verr(struct MPI_ABI_Comm *comm, int cls, const char *fn, const char *fmt, va_list ap)
 {
+    /* A code of the program's own (an attribute callback's return): passed on as it is */
+    if (cls >= N_CLASSES && code_class(cls) >= 0) return mpi_errh_invoke(comm, cls, fn);
     char text[256];
     int n = snprintf(text, sizeof(text), "%s: ", fn);
     vsnprintf(text + n, sizeof(text) - (size_t)n, fmt, ap);

@@ -230,6 +230,33 @@ Test(mpi, unsupported_functions_name_themselves)
     run(1, body_unsupported);
 }
 
+/* An error code keeps its class and its message however many errors of
+ * other classes come after it (the codes' space is 4,096 wide). */
+static int body_old_codes(int rank, int size, void *arg)
+{
+    (void)arg;
+    init_return(&rank, &size);
+    int x = 0, cls, len;
+    char s[MPI_MAX_ERROR_STRING];
+    int early = MPI_Send(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD);
+    M_OK(MPI_Error_class(early, &cls));
+    TH_CHECK(cls == MPI_ERR_COUNT, "class %d", cls);
+    for (int i = 0; i < 5000; i++) {
+        int rc = MPI_Send(&x, 1, MPI_INT, 99, 0, MPI_COMM_WORLD);
+        TH_CHECK(rc != MPI_SUCCESS, "a send to rank 99 succeeded");
+    }
+    M_OK(MPI_Error_class(early, &cls));
+    TH_CHECK(cls == MPI_ERR_COUNT, "after 5,000 other errors the first one's class is %d, not MPI_ERR_COUNT", cls);
+    M_OK(MPI_Error_string(early, s, &len));
+    TH_CHECK(strstr(s, "MPI_Send") && strstr(s, "-1"), "after 5,000 other errors the first one says \"%s\"", s);
+    return done();
+}
+
+Test(mpi, old_error_codes_keep_their_class)
+{
+    run(1, body_old_codes);
+}
+
 /* Under MPI_ERRORS_ARE_FATAL (the default) an error aborts the job and
  * says which function failed. */
 static char fatal_log[256];
