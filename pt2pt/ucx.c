@@ -198,29 +198,26 @@ static int p2p_ctrl_send(int world_rank, const void *buf, size_t len)
 
 static void discard_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user_data)
 {
-    (void)status, (void)info;
-    free(user_data);
+    (void)status, (void)info, (void)user_data;
     ucp_request_free(request);
 }
 
-/* A message probed with remove must be received: into a buffer of its
- * size, so a rendezvous one completes at its sender too; then dropped.
- * 1: the receive is still in flight (done, which frees the buffer, runs
- * at its end). */
+/* A message probed with remove must be received, then dropped: into a
+ * buffer too small for it (truncated), so that a rendezvous one is not
+ * pulled from its sender (whose call may have failed and its buffer been
+ * freed since) and UCX only tells the sender it is done. 1: the receive
+ * is still in flight (done runs at its end). */
 static int receive_to_drop(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info, ucp_tag_recv_nbx_callback_t done)
 {
     static char sink[64];
-    void *buf = info->length > sizeof(sink) ? malloc(info->length) : NULL;
+    (void)info;
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
         .cb.recv = done,
-        .user_data = buf,
+        .user_data = NULL,
     };
-    ucs_status_ptr_t sp =
-        ucp_tag_msg_recv_nbx(g_p2p->worker, buf ? buf : sink, buf ? info->length : sizeof(sink), msg, &param);
-    if (UCS_PTR_IS_PTR(sp)) return 1;
-    free(buf);
-    return 0;
+    ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(g_p2p->worker, sink, sizeof(sink), msg, &param);
+    return UCS_PTR_IS_PTR(sp);
 }
 
 static int p2p_discard(uint32_t ctx, uint32_t ctx_mask)
@@ -610,8 +607,7 @@ void weft_p2p_finalize(weft_pt2pt_t *p2p, double deadline)
 
 static void unreceived_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user_data)
 {
-    (void)status, (void)info;
-    free(user_data);
+    (void)status, (void)info, (void)user_data;
     ucp_request_free(request);
     unreceived.inflight--;
 }
@@ -620,9 +616,8 @@ static void drop_unreceived(weft_pt2pt_t *p2p)
 {
     ucp_tag_recv_info_t info;
     ucp_tag_message_h msg;
-    /* Users' messages only: a failed collective's message may come from a
-     * buffer its caller freed after the error (receiving it would read
-     * that memory, and UCX aborts when a read of another process fails). */
+    /* Users' messages only (they are counted and named; the others are
+     * left to the endpoints' close). */
     ucp_tag_t user = weft_tag_make(WEFT_TAG_CLASS_USER, 0, 0, 0);
     while ((msg = ucp_tag_probe_nb(p2p->worker, user, WEFT_TAG_MASK_CLASS, 1, &info)) != NULL) {
         unreceived.inflight += receive_to_drop(msg, &info, unreceived_done);

@@ -679,6 +679,64 @@ Test(ft, late_message_of_a_freed_comm_does_not_match_its_successor, .timeout = 6
     cr_assert_eq(res.failed, 0);
 }
 
+/* A revoked communicator's messages that arrived unreceived are dropped,
+ * and a large (rendezvous) one must not be pulled from its sender to be
+ * dropped: the sender's call may have failed and its buffer been freed
+ * (here: made unreadable) since. Rank 1 sends 1 MiB on D; rank 0 sees it
+ * arrive, revokes D (which drops it) and keeps progressing; then both
+ * meet on the world communicator. */
+#define DROP_BYTES ((size_t)1 << 20)
+static int body_drop_unread(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    int me, n;
+    weft_comm_t w = start(&me, &n), d;
+    TH_OK(weft_comm_dup(w, WEFT_OPTIONS_NULL, &d));
+    if (rank == 1) {
+        char *buf = mmap(NULL, DROP_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        TH_CHECK(buf != MAP_FAILED, "mmap");
+        memset(buf, 7, DROP_BYTES);
+        weft_request_t r;
+        TH_OK(weft_isend(buf, (int64_t)DROP_BYTES, WEFT_BYTE, 0, 5, d, &r));
+        TH_CHECK(mprotect(buf, DROP_BYTES, PROT_NONE) == 0, "mprotect");
+        TH_OK(weft_request_free(&r));
+        TH_OK(weft_barrier(w)); /* rank 0 dropped it */
+        TH_OK(weft_barrier(w));
+        TH_CHECK(mprotect(buf, DROP_BYTES, PROT_READ | PROT_WRITE) == 0, "mprotect");
+    } else {
+        int flag = 0;
+        double t0 = weft_wtime();
+        while (!flag && weft_wtime() - t0 < 10)
+            TH_OK(weft_iprobe(1, 5, d, &flag, NULL));
+        TH_CHECK(flag, "rank 1's message never arrived");
+        TH_OK(weft_comm_revoke(d));
+        t0 = weft_wtime();
+        while (weft_wtime() - t0 < 0.3)
+            weft_progress();
+        TH_OK(weft_barrier(w));
+        TH_OK(weft_barrier(w));
+    }
+    TH_OK(weft_comm_free(&d));
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(ft, a_dropped_message_is_not_read_from_its_sender, .timeout = 60)
+{
+    th_result_t res = th_run(2, body_drop_unread, NULL, 40, quiet_env);
+    cr_assert_eq(res.timed_out, 0);
+    cr_assert_eq(res.failed, 0);
+}
+
+static const char *const tcp_env[] = {"WEFT_LOG_LEVEL=error", "UCX_TLS=tcp,self", NULL};
+Test(ft, a_dropped_message_is_not_read_from_its_sender_over_tcp, .timeout = 60)
+{
+    th_result_t res = th_run(2, body_drop_unread, NULL, 40, tcp_env);
+    cr_assert_eq(res.timed_out, 0);
+    cr_assert_eq(res.failed, 0);
+}
+
 /* ---- more than 1,024 communicators ---------------------------------------- */
 /* A communicator takes one context slot (its node, leader and rail
  * communicators share it): 4,095 live communicators besides the world,
