@@ -5,8 +5,9 @@
  * returned under MPI_ERRORS_RETURN says what went wrong, not only the
  * class: codes MSG_BASE.. hold the class in their low CLS_BITS bits (an
  * old code's class stays right however many errors came since) and a slot
- * of that class's ring of the last MSG_SLOTS messages above them. Classes and codes that the program adds (MPI_Add_error_*)
- * are numbered from USER_BASE up. */
+ * of that class's ring of the last MSG_SLOTS messages above them.
+ * Classes and codes that the program adds (MPI_Add_error_*) are numbered
+ * from USER_BASE up. */
 #include "mpi_impl.h"
 
 #include <stdio.h>

@@ -207,10 +207,9 @@ static void discard_done(void *request, ucs_status_t status, const ucp_tag_recv_
  * pulled from its sender (whose call may have failed and its buffer been
  * freed since) and UCX only tells the sender it is done. 1: the receive
  * is still in flight (done runs at its end). */
-static int receive_to_drop(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info, ucp_tag_recv_nbx_callback_t done)
+static int receive_to_drop(ucp_tag_message_h msg, ucp_tag_recv_nbx_callback_t done)
 {
     static char sink[64];
-    (void)info;
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
         .cb.recv = done,
@@ -226,7 +225,7 @@ static int p2p_discard(uint32_t ctx, uint32_t ctx_mask)
     ucp_tag_message_h msg;
     int n = 0;
     while ((msg = ucp_tag_probe_nb(g_p2p->worker, (ucp_tag_t)ctx, (ucp_tag_t)ctx_mask, 1, &info)) != NULL) {
-        receive_to_drop(msg, &info, discard_done);
+        receive_to_drop(msg, discard_done);
         n++;
     }
     if (n) weft_debug("discarded %d message%s of context %#x (mask %#x)", n, n == 1 ? "" : "s", ctx, ctx_mask);
@@ -620,7 +619,7 @@ static void drop_unreceived(weft_pt2pt_t *p2p)
      * left to the endpoints' close). */
     ucp_tag_t user = weft_tag_make(WEFT_TAG_CLASS_USER, 0, 0, 0);
     while ((msg = ucp_tag_probe_nb(p2p->worker, user, WEFT_TAG_MASK_CLASS, 1, &info)) != NULL) {
-        unreceived.inflight += receive_to_drop(msg, &info, unreceived_done);
+        unreceived.inflight += receive_to_drop(msg, unreceived_done);
         size_t used = strlen(unreceived.who);
         if (unreceived.count++ < 4 && used + 64 < sizeof(unreceived.who))
             snprintf(unreceived.who + used, sizeof(unreceived.who) - used, "%s%zu bytes from rank %d tag %d",

@@ -26,6 +26,13 @@ typedef struct {
     int dtype; /* OP_REDUCE: the weft_dtype_t */
 } sched_op_t;
 
+/* A scratch buffer: malloc'd (cap 0), or a block of the device runtime's
+ * pinned pool (cap: its size, for weft_cuda_pinned_put). */
+typedef struct {
+    void *p;
+    size_t cap;
+} sched_buf_t;
+
 struct weft_sched {
     weft_comm_t comm;
     const char *name;
@@ -38,13 +45,8 @@ struct weft_sched {
     weft_request_t *reqs; /* the current round's transport requests */
     int nreqs, reqs_cap;
     int nrecvs; /* the first nrecvs of reqs are receives (posted first) */
-    void **scratch;
+    sched_buf_t *scratch; /* weft_sched_scratch's and _scratch_pinned's buffers */
     int nscratch;
-    struct {
-        void *p;
-        size_t cap;
-    } * pinned; /* weft_sched_scratch_pinned's blocks, returned to the pool with the schedule */
-    int npinned;
     int waiting_peer;          /* for timeout messages: a peer the round still waits on */
     const char *waiting_what;  /* a polling step's description of what it waits for (NULL: a message) */
     int waiting_flag;          /* waiting_what is a flag of rank waiting_peer in shared memory */
@@ -357,40 +359,50 @@ void *weft_sched_scratch(weft_sched_t *s, size_t bytes)
             return s->spare;
         }
     }
-    void **n = realloc(s->scratch, sizeof(void *) * (size_t)(s->nscratch + 1));
+    sched_buf_t *n = realloc(s->scratch, sizeof(*n) * (size_t)(s->nscratch + 1));
     if (!n) return NULL;
     s->scratch = n;
     void *p = malloc(bytes ? bytes : 1);
-    if (p) s->scratch[s->nscratch++] = p;
+    if (p) s->scratch[s->nscratch++] = (sched_buf_t){p, 0};
     return p;
 }
 
 void *weft_sched_scratch_pinned(weft_sched_t *s, size_t bytes)
 {
     size_t cap;
-    void *n = realloc(s->pinned, sizeof(*s->pinned) * (size_t)(s->npinned + 1));
-    if (!n) return NULL;
-    s->pinned = n;
     void *p = weft_cuda_pinned_get(bytes, &cap);
     if (!p) return weft_sched_scratch(s, bytes);
-    s->pinned[s->npinned].p = p;
-    s->pinned[s->npinned++].cap = cap;
+    sched_buf_t *n = realloc(s->scratch, sizeof(*n) * (size_t)(s->nscratch + 1));
+    if (!n) {
+        weft_cuda_pinned_put(p, cap);
+        return NULL;
+    }
+    s->scratch = n;
+    s->scratch[s->nscratch++] = (sched_buf_t){p, cap};
     return p;
 }
 
-static void pinned_return(weft_sched_t *s)
+/* final: at finalize, after the device runtime let go of its pool. */
+static void buf_release(sched_buf_t b, int final)
 {
-    for (int i = 0; i < s->npinned; i++)
-        weft_cuda_pinned_put(s->pinned[i].p, s->pinned[i].cap);
-    s->npinned = 0;
+    if (!b.cap)
+        free(b.p);
+    else if (final)
+        weft_cuda_pinned_free(b.p);
+    else
+        weft_cuda_pinned_put(b.p, b.cap);
+}
+
+static void scratch_release(weft_sched_t *s)
+{
+    for (int i = 0; i < s->nscratch; i++)
+        buf_release(s->scratch[i], 0);
+    s->nscratch = 0;
 }
 
 static void sched_destroy(weft_sched_t *s)
 {
-    pinned_return(s);
-    free(s->pinned);
-    for (int i = 0; i < s->nscratch; i++)
-        free(s->scratch[i]);
+    scratch_release(s);
     free(s->scratch);
     free(s->spare);
     free(s->ops);
@@ -411,11 +423,8 @@ static void sched_free(weft_sched_t *s)
         sched_destroy(s);
         return;
     }
-    pinned_return(s);
-    for (int i = 0; i < s->nscratch; i++)
-        free(s->scratch[i]);
+    scratch_release(s);
     s->spare_used = 0;
-    s->nscratch = 0;
     s->nops = s->nrounds = s->cur = s->nreqs = s->local_pos = s->nchildren = s->polling = s->progressed = 0;
     s->child_err = 0;
     s->req = NULL;
@@ -560,24 +569,15 @@ static int run_locals(weft_sched_t *s)
  * its parent's scratch), then freed together; finalize frees what is left
  * once the transport is gone. */
 static struct {
-    struct {
-        void *p;
-        size_t cap; /* a pinned block's (weft_sched_scratch_pinned), 0: malloc'd */
-    } * bufs;
+    sched_buf_t *bufs;
     int n, cap;
     int inflight; /* released messages of failed schedules not yet over */
 } parked;
 
-/* final: at finalize, after the device runtime let go of its pool. */
 static void parked_free(int final)
 {
     for (int i = 0; i < parked.n; i++)
-        if (!parked.bufs[i].cap)
-            free(parked.bufs[i].p);
-        else if (final)
-            weft_cuda_pinned_free(parked.bufs[i].p);
-        else
-            weft_cuda_pinned_put(parked.bufs[i].p, parked.bufs[i].cap);
+        buf_release(parked.bufs[i], final);
     parked.n = 0;
 }
 
@@ -587,15 +587,14 @@ static void parked_message_over(void *arg)
     if (--parked.inflight == 0) parked_free(0);
 }
 
-static void park(void *p, size_t cap)
+static void park(sched_buf_t b)
 {
-    if (!p) return;
+    if (!b.p) return;
     if (parked.n == parked.cap && grow((void **)&parked.bufs, &parked.cap, parked.n + 1, sizeof(*parked.bufs))) {
         weft_debug("schedule: no memory to list a failed collective's scratch: it is never freed");
         return;
     }
-    parked.bufs[parked.n].p = p;
-    parked.bufs[parked.n++].cap = cap;
+    parked.bufs[parked.n++] = b;
 }
 
 /* A failed schedule's scratch, while messages of failed schedules are in
@@ -606,13 +605,10 @@ static void park_scratch(weft_sched_t *s)
     weft_debug("collective %s (comm %s): its scratch is kept until %d message%s in flight end%s", s->name,
                s->comm->name, parked.inflight, parked.inflight == 1 ? "" : "s", parked.inflight == 1 ? "s" : "");
     for (int i = 0; i < s->nscratch; i++)
-        park(s->scratch[i], 0);
+        park(s->scratch[i]);
     s->nscratch = 0;
-    for (int i = 0; i < s->npinned; i++)
-        park(s->pinned[i].p, s->pinned[i].cap);
-    s->npinned = 0;
     if (s->spare_used) {
-        park(s->spare, 0);
+        park((sched_buf_t){s->spare, 0});
         s->spare = NULL;
         s->spare_used = 0;
     }

@@ -722,19 +722,22 @@ static int body_drop_unread(int rank, int size, void *arg)
     return 0;
 }
 
-Test(ft, a_dropped_message_is_not_read_from_its_sender, .timeout = 60)
+static void run_drop_unread(const char *const *env)
 {
-    th_result_t res = th_run(2, body_drop_unread, NULL, 40, quiet_env);
+    th_result_t res = th_run(2, body_drop_unread, NULL, 40, env);
     cr_assert_eq(res.timed_out, 0);
     cr_assert_eq(res.failed, 0);
 }
 
-static const char *const tcp_env[] = {"WEFT_LOG_LEVEL=error", "UCX_TLS=tcp,self", NULL};
+Test(ft, a_dropped_message_is_not_read_from_its_sender, .timeout = 60)
+{
+    run_drop_unread(quiet_env);
+}
+
 Test(ft, a_dropped_message_is_not_read_from_its_sender_over_tcp, .timeout = 60)
 {
-    th_result_t res = th_run(2, body_drop_unread, NULL, 40, tcp_env);
-    cr_assert_eq(res.timed_out, 0);
-    cr_assert_eq(res.failed, 0);
+    static const char *const tcp_env[] = {"WEFT_LOG_LEVEL=error", "UCX_TLS=tcp,self", NULL};
+    run_drop_unread(tcp_env);
 }
 
 /* ---- more than 1,024 communicators ---------------------------------------- */

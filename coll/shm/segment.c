@@ -445,7 +445,7 @@ static int open_existing(weft_shm_t *sh)
     int fd = shm_open(sh->name, O_RDWR | O_NONBLOCK, 0);
     if (fd < 0) {
         int err = errno;
-        if (err == ENOENT) return wait_notice(sh);
+        if (err == ENOENT) return 0;
         return weft_error(WEFT_ERR_INTERNAL, "coll/shm: cannot open shared-memory segment %s: %s%s", sh->name,
                           strerror(err), err == EACCES ? " (another user's)" : "");
     }
@@ -475,7 +475,7 @@ static int open_existing(weft_shm_t *sh)
     }
     if (rc || mode != SHM_MODE || (size_t)st.st_size < sh->len) { /* an error, or the creator has not sized it yet */
         close(fd);
-        return rc ? rc : wait_notice(sh);
+        return rc;
     }
     /* Mapped only once the creator marked it ready (read, not mapped: a
      * creator that fails after sizing it removes it, and a mapping's
@@ -484,7 +484,7 @@ static int open_existing(weft_shm_t *sh)
     if (pread(fd, &ready, sizeof(ready), offsetof(shm_header_t, ready)) != (ssize_t)sizeof(ready) ||
         ready != SHM_MAGIC) {
         close(fd);
-        return wait_notice(sh);
+        return 0;
     }
     void *p = mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
@@ -494,7 +494,7 @@ static int open_existing(weft_shm_t *sh)
     shm_header_t *h = p;
     if (atomic_load_explicit(&h->ready, memory_order_acquire) != SHM_MAGIC) {
         munmap(p, sh->len);
-        return wait_notice(sh);
+        return 0;
     }
     if (h->nranks != (uint32_t)sh->n || h->len != sh->len) {
         munmap(p, sh->len);
@@ -522,6 +522,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
     if (sh->broken) return broken_error(sh);
     if (!sh->mapped) {
         int rc = sh->me == 0 ? create(sh) : open_existing(sh);
+        if (rc == 0) rc = wait_notice(sh); /* not there yet: or will it never be? */
         if (rc < 0 && sh->unusable) {
             set_broken(sh, op->k0, rc);
             static int warned;            /* once a process: every new communicator's segment fails alike */
