@@ -120,6 +120,12 @@ static const weft_var_t vars[] = {
      "0's start); anything but a socket listening on MASTER_PORT under the number (a job started from inside a "
      "rank, with a copy of its environment) is ignored with a warning",
      FIELD(store_fd), sizeof(weft_cfg.store_fd)},
+    {"WEFT_STORE_RELAY", WEFT_VAR_STRING, "auto",
+     "env bootstrap: a node's ranks reach rank 0's store through one connection that the node's first rank relays "
+     "(LOCAL_RANK 0; the node's ranks are RANK - LOCAL_RANK onwards), so rank 0 needs a descriptor per node, not "
+     "per rank. on, off, or auto: on in worlds of more than 1024 ranks. Needs LOCAL_RANK, LOCAL_WORLD_SIZE > 1 and "
+     "a job secret; a rank that cannot reach its relay within 3 s connects directly",
+     FIELD(store_relay), sizeof(weft_cfg.store_relay)},
 };
 
 /* The runtime's table first, then the tables the layers above register
@@ -278,6 +284,9 @@ int weft_config_load(void)
         strcmp(weft_cfg.bootstrap, "single"))
         rc = weft_error(WEFT_ERR_ARG, "WEFT_BOOTSTRAP='%s' is not one of auto, pmix, torchstore, env, single",
                         weft_cfg.bootstrap);
+    if (rc == WEFT_SUCCESS && strcasecmp(weft_cfg.store_relay, "auto") && strcasecmp(weft_cfg.store_relay, "on") &&
+        strcasecmp(weft_cfg.store_relay, "off"))
+        rc = weft_error(WEFT_ERR_ARG, "WEFT_STORE_RELAY='%s' is not one of auto, on, off", weft_cfg.store_relay);
     if (rc == WEFT_SUCCESS) rc = parse_progress_thread(weft_cfg.progress_thread_text);
     /* A typo in a WEFT_* name would otherwise be dropped silently. These
      * prefixes are the scripts' and the Python package's own settings

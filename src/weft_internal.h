@@ -113,6 +113,7 @@ typedef struct weft_config {
     char job_secret_file[1024]; /* WEFT_JOB_SECRET_FILE: a file holding it */
     int store_bind_any;         /* WEFT_STORE_BIND_ANY: the env store may listen on every interface */
     char store_fd[16];          /* WEFT_STORE_FD: rank 0's store listens on this inherited socket (weftrun's) */
+    char store_relay[8];        /* WEFT_STORE_RELAY: auto, on or off (ranks reach the env store through node relays) */
     int job_secret_allow_weak;  /* WEFT_JOB_SECRET_ALLOW_WEAK: accept a secret below 128 bits */
 } weft_config_t;
 extern weft_config_t weft_cfg;

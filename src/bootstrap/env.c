@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -141,6 +142,7 @@ static env_boot_t *boot_new(int rank, int size, const char *addr, int port, cons
     env_boot_t *eb = calloc(1, sizeof(*eb));
     if (!eb) return NULL;
     eb->fd = -1;
+    eb->via_leader = -1;
     eb->first_lost = -1;
     eb->rank = rank;
     eb->size = size;
@@ -148,6 +150,24 @@ static env_boot_t *boot_new(int rank, int size, const char *addr, int port, cons
     snprintf(eb->addr, sizeof(eb->addr), "%s", addr);
     snprintf(eb->where, sizeof(eb->where), "%s", where);
     return eb;
+}
+
+#define RELAY_AUTO_MIN 1024 /* WEFT_STORE_RELAY=auto: relays in worlds larger than this */
+
+/* Whether this job's ranks reach the store through node relays: every
+ * rank decides alike from the same variables. */
+static int relays_used(const env_boot_t *eb, const env_vars_t *v)
+{
+    static int warned;
+    int on = !strcasecmp(weft_cfg.store_relay, "on");
+    if (!on && (strcasecmp(weft_cfg.store_relay, "auto") || v->size <= RELAY_AUTO_MIN)) return 0;
+    const char *lacks = v->local_rank < 0 || v->local_size < 1 ? "LOCAL_RANK and LOCAL_WORLD_SIZE"
+                        : v->local_size == 1                   ? "LOCAL_WORLD_SIZE > 1"
+                        : !eb->key.keyed                       ? "a job secret (the relay's name is derived from it)"
+                                                               : NULL;
+    if (lacks && on && !warned++)
+        weft_warn("env bootstrap: WEFT_STORE_RELAY=on needs %s: every rank connects to rank 0's store directly", lacks);
+    return lacks == NULL;
 }
 
 /* Starts the store when serve says how (this rank serves it), connects eb
@@ -158,6 +178,9 @@ static int boot_start(weft_bootstrap_t *bs, env_boot_t *eb, const env_serve_t *s
 {
     int rc;
     if (serve) WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, serve, &eb->thread), rc, out);
+    /* The node's first rank relays for its node (rank 0's node too). */
+    if (eb->via_leader >= 0 && eb->via_leader == eb->rank)
+        WEFT_CHECK_GOTO(weft_env_relay_start(&eb->relay, eb, eb->rank, local_size, deadline), rc, out);
     WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
     bs->name = name;
     bs->rank = eb->rank;
@@ -239,7 +262,10 @@ int weft_bootstrap_env_init(weft_bootstrap_t *bs, double deadline)
     int listen_fd = -1;
     if (eb->rank == 0 && weft_cfg.store_fd[0]) inherited_listener(weft_cfg.store_fd, eb->port, &listen_fd);
     unsetenv("WEFT_STORE_FD"); /* taken (or not weftrun's): a child of this process gets no stale number */
+    int relay = relays_used(eb, &v);
+    if (relay) eb->via_leader = eb->rank - v.local_rank;
     env_serve_t o = {.size = eb->size,
+                     .relay_nodes = relay ? (eb->size + v.local_size - 1) / v.local_size : 0,
                      .local_size = v.local_size,
                      .addr = eb->addr,
                      .port = eb->port,

@@ -54,6 +54,8 @@ typedef struct env_boot {
                            loss reported to the world (its ranks are not world ranks) */
     server_t *srv;
     pthread_t thread;
+    struct relay *relay; /* the node relay this rank serves (its node's first rank), or NULL */
+    int via_leader;      /* >= 0: reach the store through the node relay of this rank, falling back to direct */
 } env_boot_t;
 
 /* ---- the store (env_server.c) ------------------------------------------ */
@@ -69,6 +71,7 @@ typedef struct env_serve {
     int bind_any;              /* WEFT_STORE_BIND_ANY: every interface is allowed */
     double deadline;           /* for resolving MASTER_ADDR (0: none) */
     int listen_fd;             /* >= 0: a socket already bound and listening (a rendezvous): serve on it */
+    int relay_nodes;           /* > 0: the ranks come through this many node relays (env_relay.c) */
 } env_serve_t;
 
 /* Serves the store from a new thread; fills *out and *thread. */
@@ -84,6 +87,17 @@ int weft_bootstrap_env_store_stats(weft_bootstrap_t *bs, weft_store_stats_t *out
 /* Fills ai's family, address and length with where this process's own
  * client connects (loopback when the store took the wildcard address). */
 void weft_env_server_self(server_t *s, struct addrinfo *ai);
+
+/* ---- node relays (env_relay.c) ------------------------------------------ */
+
+typedef struct relay weft_relay_t;
+/* Starts the relay of the node led by `leader` (this rank) for up to
+ * local_size ranks; it reaches eb's store by `deadline`. *out stays NULL
+ * (and WEFT_SUCCESS) when its name is taken: the node's ranks then use the
+ * relay holding it, or the store. */
+int weft_env_relay_start(weft_relay_t **out, const env_boot_t *eb, int leader, int local_size, double deadline);
+/* Graceful: wait until every member's route ended or `deadline` passed. */
+void weft_env_relay_stop(weft_relay_t *r, int graceful, double deadline);
 
 /* ---- the client (env_client.c) ----------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,9 +154,51 @@ static int client_hello(int fd, void *ctx, double deadline, char *last, size_t c
                       eb->where, eb->rank, h.kind, (unsigned long long)h.len);
 }
 
+#define RELAY_WAIT 3.0 /* how long a rank looks for its node relay before it connects directly */
+
+/* Through the node relay of eb->via_leader: WEFT_SUCCESS, or an error (the
+ * caller connects directly). */
+static int client_via_relay(env_boot_t *eb, double deadline)
+{
+    struct sockaddr_un sa;
+    unsigned len;
+    char what[64];
+    weft_env_relay_addr(eb->key.key, eb->size, eb->via_leader, eb->where, &sa, &len);
+    snprintf(what, sizeof(what), "the node relay of rank %d", eb->via_leader);
+    weft_dial_t d = {
+        .who = "env bootstrap",
+        .rank = eb->rank,
+        .what = what,
+        .host = eb->addr,
+        .port = eb->port,
+        .direct = (struct sockaddr *)&sa,
+        .direct_len = len,
+    };
+    /* Connecting is bounded by RELAY_WAIT; the handshake through it has the
+     * whole deadline (the store may be busy with the job's other nodes). */
+    double until = weft_wtime() + RELAY_WAIT;
+    char why[256];
+    int fd = -1, rc = weft_dial(&d, deadline > 0 && deadline < until ? deadline : until, &fd);
+    if (rc != WEFT_SUCCESS) return rc;
+    rc = client_hello(fd, eb, deadline, why, sizeof(why));
+    if (rc == WEFT_SUCCESS) {
+        eb->fd = fd;
+        return WEFT_SUCCESS;
+    }
+    close(fd);
+    return rc > 0 ? weft_error(WEFT_ERR_TIMEOUT, "env bootstrap: the node relay of rank %d: %s", eb->via_leader, why)
+                  : rc;
+}
+
 int weft_env_client_connect(env_boot_t *eb, double deadline)
 {
     struct addrinfo self = {0};
+    if (eb->via_leader >= 0 && !eb->srv) {
+        int rc = client_via_relay(eb, deadline);
+        if (rc != WEFT_ERR_TIMEOUT) return rc; /* the store's own verdict, through the relay */
+        weft_debug("env bootstrap: rank %d connects to the store directly: %s", eb->rank, weft_last_error());
+        weft_error_clear();
+    }
     weft_dial_t d = {
         .who = "env bootstrap",
         .rank = eb->rank,
@@ -498,8 +541,10 @@ void weft_env_poll_lost(weft_bootstrap_t *bs, double blocked_s)
 
 void weft_env_free(env_boot_t *eb, int graceful, double deadline)
 {
-    /* Store first: rank 0's own connection closing is no news to report. */
+    /* Store first: rank 0's own connection closing is no news to report;
+     * then the node relay (the store's goodbyes from this node pass it). */
     if (eb->srv) weft_env_server_stop(eb->srv, eb->thread, graceful, deadline);
+    weft_env_relay_stop(eb->relay, graceful, deadline);
     if (eb->fd >= 0) close(eb->fd);
     memset(&eb->key, 0, sizeof(eb->key));
     free(eb);

@@ -4,10 +4,12 @@
  * rounds (arrivals, deadlines, failures that name the missing ranks),
  * keeps the blobs ranks publish and answers fetches of them, tells the
  * ranks about lost peers and closes when every rank said goodbye. What it
- * refuses is logged at a bounded rate. It holds a connection per rank: an
- * epoll loop whose work per wake-up follows the connections that are
- * ready, not the number open (a sweep of the handshake deadlines runs a
- * few times a second). */
+ * refuses is logged at a bounded rate. It holds a connection per rank, or
+ * one per node where ranks come through their node's relay (env_relay.c):
+ * a relay's connection carries routes, each a rank's stream that the store
+ * treats as a connection of its own. An epoll loop whose work per wake-up
+ * follows the connections that are ready, not the number open (a sweep of
+ * the handshake deadlines runs a few times a second). */
 #include "bootstrap/env.h"
 #include "bootstrap/sock.h"
 
@@ -69,6 +71,7 @@ typedef struct conn {
     int phase;   /* PHASE_HELLO, PHASE_PROOF, then PHASE_MEMBER once WELCOMEd */
     int rank;    /* -1 until its proof and its claim are accepted */
     int dead;    /* closed by server_reap */
+    int route_closed; /* a route its relay closed (it sent ROUTE_CLOSE): its number is free once ours is sent */
     int closing; /* a refusal is queued: flush it, then close */
     int notices; /* its HELLO asked for LOST notices */
     double opened;
@@ -88,6 +91,15 @@ typedef struct conn {
     round_t *round; /* RX_BODY: the round that payload belongs to */
     blob_t *put;    /* RX_BODY: the VALUE message a PUT's payload completes */
     outmsg_t *out_head, *out_tail;
+    /* A route (fd -1): a rank's stream on a node relay's connection. */
+    struct conn *via; /* the relay connection (NULL once it closed) */
+    uint32_t route;   /* its number there */
+    /* A node relay's connection (is_relay): its routes, and the chunk being read. */
+    int is_relay;
+    int members;          /* routes that became members, ever */
+    struct conn **routes; /* [STORE_RELAY_ROUTES] */
+    struct conn *chunk_to;
+    size_t chunk_left;
 } conn_t;
 
 enum { ARR_NONE = 0, ARR_ARRIVING = 1, ARR_DONE = 2 };
@@ -142,8 +154,10 @@ struct server {
     double next_sweep;
     int size;
     char where[300];
-    conn_t **conns;
+    conn_t **conns; /* descriptors and routes */
     int nconns, max_conns;
+    int nfds; /* of them, connections with a descriptor */
+    int relay; /* the ranks are expected through node relays (the open-file limit is judged per node) */
     conn_t **by_rank;
     uint8_t *rank_state;
     uint64_t *next_seq;
@@ -168,6 +182,10 @@ struct server {
     double fin_deadline;
     uint8_t scratch[1 << 16];
 };
+
+static int fds_needed(const server_t *s);
+static void become_relay(server_t *s, conn_t *c);
+static int evict_oldest_stranger(server_t *s, const char *newcomer);
 
 /* Counters other threads read while the store runs (weft_env_server_stats). */
 static void stat_add(uint64_t *counter, uint64_t n)
@@ -223,9 +241,27 @@ static void conn_dirty(conn_t *c)
     c->srv->dirty = c;
 }
 
+static blob_t *route_msg(uint32_t route, uint64_t arg, size_t len)
+{
+    blob_t *h = blob_new(STORE_HDR);
+    if (h) weft_env_hdr_pack(h->data, K_ROUTE, route, 0, 0, arg, len);
+    return h;
+}
+
 static void conn_queue(conn_t *c, blob_t *b)
 {
     if (c->dead || !b) return;
+    if (c->fd < 0) { /* a route: the relay's connection carries it, after a ROUTE header */
+        blob_t *h = c->via ? route_msg(c->route, ROUTE_DATA, b->len) : NULL;
+        if (!h) {
+            conn_kill(c, "was dropped: %s", c->via ? "the store ran out of memory" : "its node relay closed");
+            return;
+        }
+        conn_queue(c->via, h);
+        blob_put(h);
+        conn_queue(c->via, b);
+        return;
+    }
     outmsg_t *m = malloc(sizeof(*m));
     if (!m) {
         conn_kill(c, "was dropped: the store ran out of memory");
@@ -316,6 +352,10 @@ static void conn_refuse(server_t *s, conn_t *c, int status, const char *text)
     reject(s, status == WEFT_ERR_ALREADY ? WEFT_LOG_DEBUG : WEFT_LOG_WARN, "refused the connection from %s: %s",
            c->peer, text);
     conn_queue_error(c, 0, status, text);
+    if (c->fd < 0) { /* a route: its relay closes it after writing the refusal (conn_finish) */
+        conn_kill(c, "refused");
+        return;
+    }
     c->closing = 1;
     c->closing_since = weft_wtime();
     conn_dirty(c);
@@ -682,10 +722,11 @@ static void on_claim(server_t *s, conn_t *c)
         conn_refuse(s, c, WEFT_ERR_ARG, text);
     } else if (s->fd_limit_short) {
         weft_env_textf(text, sizeof(text),
-                       "the store at %s (rank 0) holds a connection per rank, but its open-file limit is %lld, below "
-                       "WORLD_SIZE=%d + %d: raise the hard limit on rank 0's host (ulimit -Hn, systemd's "
-                       "LimitNOFILE, /etc/security/limits.conf)",
-                       s->where, s->fd_limit_short, s->size, STORE_OWN_FDS);
+                       "the store at %s (rank 0) holds a connection per %s, but its open-file limit is %lld, below "
+                       "the %d it needs: raise the hard limit on rank 0's host (ulimit -Hn, systemd's "
+                       "LimitNOFILE, /etc/security/limits.conf)%s",
+                       s->where, s->relay ? "node" : "rank", s->fd_limit_short, fds_needed(s),
+                       s->relay ? "" : ", or let ranks come through node relays (WEFT_STORE_RELAY)");
         conn_refuse(s, c, WEFT_ERR_BOOTSTRAP, text);
     } else if (h->rank >= (uint32_t)s->size) {
         weft_env_textf(text, sizeof(text), "rank %u is out of range for WORLD_SIZE=%d", h->rank, s->size);
@@ -707,6 +748,7 @@ static void on_claim(server_t *s, conn_t *c)
         }
         c->rank = (int)h->rank;
         c->phase = PHASE_MEMBER;
+        if (c->via) c->via->members++;
         c->notices = (h->arg & HELLO_WANTS_LOST) != 0;
         s->by_rank[c->rank] = c;
         s->rank_state[c->rank] = RANK_LIVE;
@@ -893,6 +935,11 @@ static void on_header(server_t *s, conn_t *c, double now)
         conn_kill(c, "dropped");
     } else if (j.action == JUDGE_REFUSE) {
         conn_refuse(s, c, j.status, j.why);
+    } else if (h->kind == K_RELAY) {
+        if (c->fd < 0) /* a relay's route cannot be a relay in turn */
+            conn_kill(c, "sent RELAY on a route");
+        else
+            become_relay(s, c);
     } else if (c->phase != PHASE_MEMBER || h->kind == K_GET) { /* a handshake payload or a GET (bounded) */
         c->rx = RX_SMALL;
         c->want = (size_t)h->len;
@@ -913,46 +960,78 @@ static void on_header(server_t *s, conn_t *c, double now)
     }
 }
 
+/* Where c's next bytes go, and at most how many. */
+static size_t conn_want(server_t *s, conn_t *c, uint8_t **p)
+{
+    if (c->rx == RX_HDR) {
+        *p = c->hbuf + c->hgot;
+        return STORE_HDR - c->hgot;
+    }
+    if (c->rx == RX_SMALL) {
+        *p = c->small + c->got;
+        return c->want - c->got;
+    }
+    if (c->rx == RX_BODY) {
+        *p = c->dst + c->got;
+        return c->want - c->got;
+    }
+    *p = s->scratch;
+    return c->want - c->got < sizeof(s->scratch) ? c->want - c->got : sizeof(s->scratch);
+}
+
+/* k bytes arrived where conn_want said. */
+static void conn_advance(server_t *s, conn_t *c, size_t k, double now)
+{
+    if (c->rx == RX_HDR) {
+        c->hgot += k;
+        if (c->hgot == STORE_HDR) on_header(s, c, now);
+    } else if (c->rx == RX_SMALL) {
+        c->got += k;
+        if (c->got == c->want) on_small(s, c);
+    } else {
+        c->got += k;
+        if (c->got == c->want) on_body(s, c);
+    }
+}
+
+/* c's stream ended (its socket, or its relay's close of the route). */
+static void conn_eof(server_t *s, conn_t *c)
+{
+    if (c->rank >= 0 && s->rank_state[c->rank] == RANK_BYE)
+        conn_kill(c, "closed after its goodbye");
+    else if (c->rank >= 0)
+        conn_kill(c, "disconnected (connection closed)");
+    else {
+        if (c->hgot > 0 || c->rx != RX_HDR)
+            reject(s, WEFT_LOG_WARN, "the connection from %s closed in the middle of a message", c->peer);
+        else if (c->phase == PHASE_PROOF) /* a client that found our proof wrong leaves here */
+            reject(s, WEFT_LOG_WARN,
+                   "the connection from %s (claiming rank %u) left after the challenge without a proof (a "
+                   "different job secret, or not a weft rank)",
+                   c->peer, c->hello.rank);
+        else /* port probes (Kubernetes TCP checks) do just this */
+            reject(s, WEFT_LOG_DEBUG, "%s connected and left without a word", c->peer);
+        conn_kill(c, "closed");
+    }
+}
+
+static void relay_read(server_t *s, conn_t *c, double now);
+
 static void conn_read(server_t *s, conn_t *c, double now)
 {
     size_t budget = STORE_READ_BUDGET;
 
-    while (!c->dead && !c->closing && budget > 0) {
+    if (c->is_relay) {
+        relay_read(s, c, now);
+        return;
+    }
+    while (!c->dead && !c->closing && !c->is_relay && budget > 0) {
         uint8_t *p;
-        size_t n;
-        if (c->rx == RX_HDR) {
-            p = c->hbuf + c->hgot;
-            n = STORE_HDR - c->hgot;
-        } else if (c->rx == RX_SMALL) {
-            p = c->small + c->got;
-            n = c->want - c->got;
-        } else if (c->rx == RX_BODY) {
-            p = c->dst + c->got;
-            n = c->want - c->got;
-        } else {
-            p = s->scratch;
-            n = c->want - c->got;
-            if (n > sizeof(s->scratch)) n = sizeof(s->scratch);
-        }
+        size_t n = conn_want(s, c, &p);
         if (n > budget) n = budget;
         ssize_t k = recv(c->fd, p, n, 0);
         if (k == 0) {
-            if (c->rank >= 0 && s->rank_state[c->rank] == RANK_BYE)
-                conn_kill(c, "closed after its goodbye");
-            else if (c->rank >= 0)
-                conn_kill(c, "disconnected (connection closed)");
-            else {
-                if (c->hgot > 0 || c->rx != RX_HDR)
-                    reject(s, WEFT_LOG_WARN, "the connection from %s closed in the middle of a message", c->peer);
-                else if (c->phase == PHASE_PROOF) /* a client that found our proof wrong leaves here */
-                    reject(s, WEFT_LOG_WARN,
-                           "the connection from %s (claiming rank %u) left after the challenge without a proof (a "
-                           "different job secret, or not a weft rank)",
-                           c->peer, c->hello.rank);
-                else /* port probes (Kubernetes TCP checks) do just this */
-                    reject(s, WEFT_LOG_DEBUG, "%s connected and left without a word", c->peer);
-                conn_kill(c, "closed");
-            }
+            conn_eof(s, c);
             return;
         }
         if (k < 0) {
@@ -964,16 +1043,125 @@ static void conn_read(server_t *s, conn_t *c, double now)
         }
         budget -= (size_t)k;
         stat_add(&s->stats.bytes_in, (uint64_t)k);
-        if (c->rx == RX_HDR) {
-            c->hgot += (size_t)k;
-            if (c->hgot == STORE_HDR) on_header(s, c, now);
-        } else if (c->rx == RX_SMALL) {
-            c->got += (size_t)k;
-            if (c->got == c->want) on_small(s, c);
-        } else {
-            c->got += (size_t)k;
-            if (c->got == c->want) on_body(s, c);
+        conn_advance(s, c, (size_t)k, now);
+    }
+    if (c->is_relay && !c->dead) relay_read(s, c, now); /* it said RELAY: what follows are routes */
+}
+
+/* ---- node relays ------------------------------------------------------------ */
+
+/* A route number the store ended and its relay has not yet: DATA for it is
+ * dropped and the number is not reused until the relay's ROUTE_CLOSE. Each
+ * side sends ROUTE_CLOSE once per route; a number is free on a side that
+ * has sent and received one. */
+static conn_t route_ending;
+
+/* A connection's first message was RELAY: from now on it carries routes. */
+static void become_relay(server_t *s, conn_t *c)
+{
+    if (!(c->routes = calloc(STORE_RELAY_ROUTES, sizeof(*c->routes)))) {
+        conn_kill(c, "was dropped: the store ran out of memory");
+        return;
+    }
+    c->is_relay = 1;
+    c->hgot = 0;
+    c->rx = RX_HDR;
+    weft_debug("env store at %s: %s is the node relay of rank %u", s->where, c->peer, c->hdr.rank);
+}
+
+/* A route's first bytes: a connection of its own, without a descriptor. */
+static conn_t *route_open(server_t *s, conn_t *relay, uint32_t id, double now)
+{
+    char peer[64];
+    snprintf(peer, sizeof(peer), "%.40s/route %u", relay->peer, id);
+    if (s->nconns >= s->max_conns && !evict_oldest_stranger(s, peer)) {
+        reject(s, WEFT_LOG_WARN, "refused %s: already %d connections", peer, s->nconns);
+        return NULL;
+    }
+    conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->srv = s;
+    c->fd = -1;
+    c->via = relay;
+    c->route = id;
+    c->phase = PHASE_HELLO;
+    c->rank = -1;
+    c->opened = now;
+    c->rx = RX_HDR;
+    memcpy(c->peer, peer, sizeof(c->peer));
+    c->idx = s->nconns;
+    s->conns[s->nconns++] = c;
+    relay->routes[id] = c;
+    return c;
+}
+
+/* Reads ROUTE messages off a relay's connection and feeds each route's
+ * bytes to that route as its own stream. */
+static void relay_read(server_t *s, conn_t *c, double now)
+{
+    size_t budget = STORE_READ_BUDGET;
+
+    while (!c->dead && budget > 0) {
+        uint8_t *p;
+        size_t n;
+        conn_t *r = c->chunk_left ? c->chunk_to : NULL;
+        if (!c->chunk_left) {
+            p = c->hbuf + c->hgot;
+            n = STORE_HDR - c->hgot;
+        } else if (r && !r->dead) {
+            n = conn_want(s, r, &p);
+        } else { /* the route died mid-chunk: the rest of the chunk is dropped */
+            p = s->scratch;
+            n = sizeof(s->scratch);
         }
+        if (c->chunk_left && n > c->chunk_left) n = c->chunk_left;
+        if (n > budget) n = budget;
+        ssize_t k = recv(c->fd, p, n, 0);
+        if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            conn_kill(c, "lost its node relay (%s): %s", c->peer, k == 0 ? "it closed" : strerror(errno));
+            return;
+        }
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        budget -= (size_t)k;
+        stat_add(&s->stats.bytes_in, (uint64_t)k);
+        if (c->chunk_left) {
+            c->chunk_left -= (size_t)k;
+            if (r && !r->dead) conn_advance(s, r, (size_t)k, now);
+            continue;
+        }
+        if ((c->hgot += (size_t)k) < STORE_HDR) continue;
+        store_hdr_t h;
+        store_judgement_t j;
+        c->hgot = 0;
+        weft_env_judge_route(c->hbuf, STORE_ROUTE_CHUNK, &h, &j);
+        if (j.action != JUDGE_BODY) {
+            reject(s, WEFT_LOG_WARN, "dropped the node relay %s: %s", c->peer, j.why);
+            conn_kill(c, "lost its node relay (%s): it broke the protocol", c->peer);
+            return;
+        }
+        r = c->routes[h.rank];
+        if (h.arg == ROUTE_CLOSE) {
+            if (r == &route_ending) {
+                c->routes[h.rank] = NULL;
+            } else if (r) {
+                r->route_closed = 1;
+                conn_eof(s, r);
+            }
+            continue;
+        }
+        if (r == &route_ending) {
+            r = NULL;
+        } else if (!r && (r = route_open(s, c, h.rank, now)) == NULL) {
+            c->routes[h.rank] = &route_ending;
+            blob_t *b = route_msg(h.rank, ROUTE_CLOSE, 0);
+            conn_queue(c, b);
+            blob_put(b);
+        }
+        c->chunk_to = r;
+        c->chunk_left = (size_t)h.len;
     }
 }
 
@@ -1028,6 +1216,27 @@ static void conn_finish(server_t *s, conn_t *c)
         blob_put(m->blob);
         free(m);
     }
+    if (c->fd < 0) { /* a route: its relay closes the rank's socket once what was routed to it is written */
+        if (c->via) {
+            c->via->routes[c->route] = c->route_closed ? NULL : &route_ending;
+            if (c->via->chunk_to == c) c->via->chunk_to = NULL;
+            blob_t *b = route_msg(c->route, ROUTE_CLOSE, 0);
+            conn_queue(c->via, b);
+            blob_put(b);
+        }
+        free(c);
+        return;
+    }
+    if (c->is_relay) { /* its routes end with it */
+        for (int i = 0; i < STORE_RELAY_ROUTES; i++) {
+            conn_t *r = c->routes[i];
+            if (!r || r == &route_ending) continue;
+            r->via = NULL;
+            conn_kill(r, "%s", c->why);
+        }
+        free(c->routes);
+    }
+    s->nfds--;
     close(c->fd);
     free(c);
 }
@@ -1071,7 +1280,9 @@ static int evict_oldest_stranger(server_t *s, const char *newcomer)
     server_reap(s);
     if (s->nconns < s->max_conns) return 1;
     for (int i = 0; i < s->nconns; i++)
-        if (s->conns[i]->rank < 0 && (oldest < 0 || s->conns[i]->opened < s->conns[oldest]->opened)) oldest = i;
+        if (s->conns[i]->rank < 0 && !s->conns[i]->is_relay &&
+            (oldest < 0 || s->conns[i]->opened < s->conns[oldest]->opened))
+            oldest = i;
     if (oldest < 0) return 0;
     conn_t *c = s->conns[oldest];
     reject(s, WEFT_LOG_WARN,
@@ -1136,9 +1347,10 @@ static void server_accept(server_t *s, int lfd, double now)
         memcpy(c->peer, peer, sizeof(c->peer));
         c->idx = s->nconns;
         s->conns[s->nconns++] = c;
+        s->nfds++;
         stat_add(&s->stats.accepted, 1);
-        if ((uint64_t)s->nconns > __atomic_load_n(&s->stats.peak_conns, __ATOMIC_RELAXED))
-            __atomic_store_n(&s->stats.peak_conns, (uint64_t)s->nconns, __ATOMIC_RELAXED);
+        if ((uint64_t)s->nfds > __atomic_load_n(&s->stats.peak_conns, __ATOMIC_RELAXED))
+            __atomic_store_n(&s->stats.peak_conns, (uint64_t)s->nfds, __ATOMIC_RELAXED);
     }
 }
 
@@ -1197,8 +1409,15 @@ static void server_notify_close(server_t *s, const char *why)
     if (!(b = blob_error(STORE_NOTICE_SEQ, WEFT_ERR_PEER_LOST, text))) return;
     for (int i = 0; i < s->nconns; i++) {
         conn_t *c = s->conns[i];
-        if (c->rank >= 0 && s->rank_state[c->rank] == RANK_LIVE && !c->out_head && !c->dead)
-            (void)send(c->fd, b->data, b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (c->rank < 0 || s->rank_state[c->rank] != RANK_LIVE || c->dead) continue;
+        if (c->fd >= 0 && !c->out_head) (void)send(c->fd, b->data, b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (c->fd < 0 && c->via && !c->via->out_head && !c->via->dead) {
+            uint8_t m[STORE_HDR + 1024 + STORE_HDR];
+            if (b->len > 1024 + STORE_HDR) continue;
+            weft_env_hdr_pack(m, K_ROUTE, c->route, 0, 0, ROUTE_DATA, b->len);
+            memcpy(m + STORE_HDR, b->data, b->len);
+            (void)send(c->via->fd, m, STORE_HDR + b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
     }
     blob_put(b);
 }
@@ -1208,13 +1427,16 @@ static void sweep_deadlines(server_t *s, double now)
 {
     for (int i = 0; i < s->nconns; i++) {
         conn_t *c = s->conns[i];
-        double limit = c->closing    ? c->closing_since + STORE_CLOSING_TIMEOUT
-                       : c->rank < 0 ? c->opened + STORE_HELLO_TIMEOUT
-                                     : 0;
+        /* a relay must carry a member soon; one that did stays for the job */
+        double limit = c->closing                    ? c->closing_since + STORE_CLOSING_TIMEOUT
+                       : c->is_relay && c->members   ? 0
+                       : c->rank < 0                 ? c->opened + STORE_HELLO_TIMEOUT
+                                                     : 0;
         if (limit <= 0 || now < limit) continue;
         if (!c->closing)
             reject(s, WEFT_LOG_WARN, "dropped the connection from %s: no %s within %.0f s", c->peer,
-                   c->phase == PHASE_HELLO ? "HELLO" : "PROOF", STORE_HELLO_TIMEOUT);
+                   c->is_relay ? "member through it" : c->phase == PHASE_HELLO ? "HELLO" : "PROOF",
+                   STORE_HELLO_TIMEOUT);
         conn_kill(c, "timed out");
     }
 }
@@ -1624,6 +1846,13 @@ out:
 /* Thousands of ranks need thousands of descriptors on rank 0: the soft
  * limit is raised toward want (within the hard one). Returns the limit now
  * in force (-1: none, or not known). */
+/* Descriptors the store needs: one per rank, or per node through relays
+ * (with room for the extra connections strangers may hold). */
+static int fds_needed(const server_t *s)
+{
+    return s->relay ? s->relay + STORE_EXTRA_CONNS + STORE_OWN_FDS : s->size + STORE_OWN_FDS;
+}
+
 static long long raise_fd_limit(int want)
 {
     struct rlimit rl;
@@ -1653,7 +1882,9 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
     s->listen_paused = 1; /* the loop adds the listening sockets */
     s->size = size;
     s->gone_rank = -1;
-    s->max_conns = size + STORE_EXTRA_CONNS;
+    s->relay = o->relay_nodes;
+    /* routes and descriptors: a rank's route and its relay's connection may both be open */
+    s->max_conns = size + (o->relay_nodes ? o->relay_nodes : 0) + STORE_EXTRA_CONNS;
     s->key = *o->key;
     s->rejects.tokens = REJECT_LOG_BURST;
     s->rejects.refilled = weft_wtime();
@@ -1683,8 +1914,8 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
      * limit cannot reach WORLD_SIZE and the store's own few, every rank is
      * refused at once (on_claim) instead of those past the limit waiting in
      * the backlog and the others timing out at the deadline. */
-    long long limit = raise_fd_limit(s->max_conns + 64);
-    if (limit >= 0 && limit < (long long)size + STORE_OWN_FDS) s->fd_limit_short = limit;
+    long long limit = raise_fd_limit(size + STORE_EXTRA_CONNS + 64);
+    if (limit >= 0 && limit < (long long)fds_needed(s)) s->fd_limit_short = limit;
     WEFT_CHECK_GOTO(server_listen(s, o), rc, out);
     /* Signals belong to the application's threads, not the store's. */
     sigfillset(&all);

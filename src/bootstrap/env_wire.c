@@ -4,9 +4,12 @@
 #include "bootstrap/env_wire.h"
 
 #include <endian.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -133,8 +136,9 @@ void weft_env_judge_header(const uint8_t *b, int phase, uint32_t world, uint32_t
         return;
     }
     /* A stranger until its proof is accepted: check everything. */
-    unsigned want_kind = phase == PHASE_HELLO ? K_HELLO : K_PROOF;
-    uint64_t want_len = phase == PHASE_HELLO ? STORE_NONCE : STORE_PROOF;
+    int relay = phase == PHASE_HELLO && h->kind == K_RELAY;
+    unsigned want_kind = relay ? K_RELAY : phase == PHASE_HELLO ? K_HELLO : K_PROOF;
+    uint64_t want_len = relay ? 0 : phase == PHASE_HELLO ? STORE_NONCE : STORE_PROOF;
     if (h->magic != STORE_MAGIC)
         judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "bad magic 0x%08x (not a weft client)", h->magic);
     else if (h->version != STORE_VERSION)
@@ -146,6 +150,47 @@ void weft_env_judge_header(const uint8_t *b, int phase, uint32_t world, uint32_t
     else if (h->kind != want_kind || h->len != want_len)
         judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "message kind %u with %llu bytes %s", h->kind,
               (unsigned long long)h->len, phase == PHASE_HELLO ? "before a HELLO" : "where its PROOF was due");
+    else if (relay && h->size != world)
+        judge(j, JUDGE_REFUSE, WEFT_ERR_ARG, "a node relay says WORLD_SIZE=%u but the store serves WORLD_SIZE=%u",
+              h->size, world);
+}
+
+void weft_env_judge_route(const uint8_t *b, uint64_t max_len, store_hdr_t *h, store_judgement_t *j)
+{
+    weft_env_hdr_unpack(b, h);
+    judge(j, JUDGE_BODY, WEFT_SUCCESS, "ok");
+    if (h->magic != STORE_MAGIC || h->version != STORE_VERSION || h->kind != K_ROUTE)
+        judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "a node relay sent a corrupt message (magic 0x%08x, version %u, kind %u)",
+              h->magic, h->version, h->kind);
+    else if (h->rank >= STORE_RELAY_ROUTES)
+        judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "a node relay named route %u (limit %u)", h->rank,
+              (unsigned)STORE_RELAY_ROUTES);
+    else if (h->arg == ROUTE_CLOSE ? h->len != 0 : h->arg != ROUTE_DATA || h->len == 0 || h->len > max_len)
+        judge(j, JUDGE_DROP, WEFT_ERR_BOOTSTRAP, "a node relay sent a malformed route message (arg %llu, %llu bytes)",
+              (unsigned long long)h->arg, (unsigned long long)h->len);
+}
+
+void weft_env_relay_addr(const uint8_t key[WEFT_SHA256_LEN], int size, int leader, const char *where,
+                         struct sockaddr_un *sa, unsigned *len)
+{
+    static const char label[] = "weft node relay v1";
+    static const char hex[] = "0123456789abcdef";
+    uint8_t ids[8], mac[WEFT_SHA256_LEN];
+    put32(ids, (uint32_t)size);
+    put32(ids + 4, (uint32_t)leader);
+    const weft_bytes_t parts[] = {{label, sizeof(label)}, {ids, 8}, {where, strlen(where)}};
+    weft_hmac_sha256(key, WEFT_SHA256_LEN, parts, 3, mac);
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    /* abstract: a leading NUL, no file to create, clean up or squat */
+    char *p = sa->sun_path + 1;
+    memcpy(p, "weft-relay-", 11);
+    p += 11;
+    for (int i = 0; i < 16; i++) {
+        *p++ = hex[mac[i] >> 4];
+        *p++ = hex[mac[i] & 15];
+    }
+    *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - sa->sun_path));
 }
 
 void weft_env_textf(char *buf, size_t cap, const char *fmt, ...)

@@ -60,6 +60,24 @@
  *                            of rounds it causes; clients read it between
  *                            rounds without blocking (weft_env_poll_lost) and
  *                            while they wait for a round's answer.
+ * Node relays (env_relay.c): a node's ranks may reach the store through
+ * one connection that its first local rank opens, so rank 0 holds one
+ * descriptor per node, not per rank. The relay only multiplexes: each rank
+ * runs the protocol above end to end with the store (its handshake
+ * included), and the relay moves bytes.
+ *   RELAY   relay -> store   a connection's first message instead of a
+ *                            HELLO: size = WORLD_SIZE, rank = the relay's
+ *                            leader rank (for messages), len 0
+ *   ROUTE   both ways        on a relay's connection only: rank = the
+ *                            route (the relay's number for one local
+ *                            connection, < STORE_RELAY_ROUTES), arg =
+ *                            ROUTE_DATA and len bytes of that
+ *                            connection's stream follow (a relay sends at
+ *                            most STORE_ROUTE_CHUNK at once, the store one
+ *                            message of its own), or
+ *                            ROUTE_CLOSE and len 0: the connection closed
+ *                            (relay -> store) or is to be closed once what
+ *                            was routed to it is written (store -> relay)
  * Limits the store enforces: magic and version, kind valid for the
  * connection's state, a right proof before anything else, rank < size,
  * size == WORLD_SIZE, one connection per rank, seq == that rank's next
@@ -113,8 +131,14 @@ enum {
     K_BCAST = 11,
     K_PUT = 12,
     K_GET = 13,
-    K_VALUE = 14
+    K_VALUE = 14,
+    K_RELAY = 15,
+    K_ROUTE = 16
 };
+
+#define STORE_RELAY_ROUTES 1024        /* routes one relay may carry */
+#define STORE_ROUTE_CHUNK  (256 << 10) /* the most a ROUTE carries */
+enum { ROUTE_DATA = 0, ROUTE_CLOSE = 1 };
 
 /* A round's contribution: CONTRIB, GATHER or BCAST. */
 static inline int weft_env_is_round(unsigned kind)
@@ -182,6 +206,22 @@ void weft_env_judge_header(const uint8_t *b, int phase, uint32_t world, uint32_t
  * and proof are right. The comparison takes constant time. */
 int weft_env_proof_ok(const uint8_t key[WEFT_SHA256_LEN], const store_hdr_t *hello, const store_hdr_t *p,
                       const uint8_t proof[STORE_PROOF], const uint8_t nc[STORE_NONCE], const uint8_t ns[STORE_NONCE]);
+
+/* The check of a ROUTE header b[STORE_HDR] on a relay's connection, by
+ * the store (max_len STORE_ROUTE_CHUNK: what a relay reads at once) or by
+ * the relay (a whole message of the store's: a round's result): JUDGE_BODY
+ * (read h->len bytes of route h->rank's stream; 0 for a close) or
+ * JUDGE_DROP with why. Pure. */
+void weft_env_judge_route(const uint8_t *b, uint64_t max_len, store_hdr_t *h, store_judgement_t *j);
+
+/* ---- node relays -------------------------------------------------------- */
+
+/* The abstract unix socket on which the relay of the ranks led by `leader`
+ * listens for the job of `size` ranks whose store is at `where`, keyed by
+ * the job key (unguessable without it). Fills *sa and *len. */
+struct sockaddr_un;
+void weft_env_relay_addr(const uint8_t key[WEFT_SHA256_LEN], int size, int leader, const char *where,
+                         struct sockaddr_un *sa, unsigned *len);
 
 /* ---- helpers ------------------------------------------------------------ */
 

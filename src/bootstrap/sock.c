@@ -353,7 +353,7 @@ static int dial_once(const weft_dial_t *d, double deadline, dial_log_t *log)
         format_resolved(res, log->resolved, sizeof(log->resolved));
     }
     for (const struct addrinfo *ai = d->direct ? &direct : res; ai && fd < 0; ai = ai->ai_next) {
-        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6 && !(d->direct && ai->ai_family == AF_UNIX)) continue;
         log->connects++;
         fd = connect_one(ai->ai_addr, ai->ai_addrlen, deadline, &err);
         if (fd < 0) {

@@ -1,6 +1,7 @@
 /* libFuzzer harness for what weft parses from the network before it
  * trusts anyone: the env store's checks of a connection's messages
- * (src/bootstrap/env_wire.c: weft_env_judge_header, the handshake's
+ * (src/bootstrap/env_wire.c: weft_env_judge_header and, on a node relay's
+ * connection, weft_env_judge_route; the handshake's
  * payloads, weft_env_proof_ok) and the sealed UCX addresses every rank
  * checks (pt2pt/ucx_addr.c). The store runs exactly these functions on
  * every header and handshake payload it reads, so an input here is a
@@ -32,6 +33,23 @@ static void check_judgement(const store_judgement_t *j)
     REQUIRE(j->action == JUDGE_BODY || j->action == JUDGE_REFUSE || j->action == JUDGE_DROP);
 }
 
+/* A node relay's stream after its RELAY: ROUTE messages. */
+static void fuzz_routes(const uint8_t *d, size_t n)
+{
+    while (n >= STORE_HDR) {
+        store_hdr_t h;
+        store_judgement_t j;
+        weft_env_judge_route(d, STORE_ROUTE_CHUNK, &h, &j);
+        check_judgement(&j);
+        d += STORE_HDR, n -= STORE_HDR;
+        if (j.action != JUDGE_BODY) return;
+        REQUIRE(h.kind == K_ROUTE && h.rank < STORE_RELAY_ROUTES &&
+                ((h.arg == ROUTE_CLOSE && h.len == 0) || (h.arg == ROUTE_DATA && h.len >= 1 && h.len <= STORE_ROUTE_CHUNK)));
+        if (h.len > n) return;
+        d += h.len, n -= (size_t)h.len;
+    }
+}
+
 /* A connection's byte stream, message by message, as the store reads it.
  * `trust`: accept any proof, to explore what a member may send next. */
 static void fuzz_stream(const uint8_t *d, size_t n, uint32_t world, int phase, uint32_t member, int trust)
@@ -49,6 +67,11 @@ static void fuzz_stream(const uint8_t *d, size_t n, uint32_t world, int phase, u
         check_judgement(&j);
         d += STORE_HDR, n -= STORE_HDR;
         if (j.action != JUDGE_BODY) return;
+        if (phase == PHASE_HELLO && h.kind == K_RELAY) {
+            REQUIRE(h.len == 0 && h.size == world && h.magic == STORE_MAGIC && h.version == STORE_VERSION);
+            fuzz_routes(d, n);
+            return;
+        }
         if (phase == PHASE_HELLO)
             REQUIRE(h.kind == K_HELLO && h.len == STORE_NONCE && h.magic == STORE_MAGIC);
         else if (phase == PHASE_PROOF)
