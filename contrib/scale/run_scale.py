@@ -37,11 +37,14 @@ the store's CPU and bytes, a rank's heap and the node communicator.
 
 Usage: contrib/scale/run_scale.py [--sizes 1024,4096,16384] [--real 2]
        [--ppn 8] [--window 1024] [--repeat 3] [--json FILE] [--builddir DIR]
-       [--torch [--torch-python PY]]
+       [--torch [--torch-python PY]] [--relay]
 --torch runs torchrun's path: torch's TCPStore serves, every rank is its
 client through the torchstore bootstrap (docs/SCALING.md).
+--relay sends each simulated node's ranks through one connection, as node
+relays do (WEFT_STORE_RELAY=on).
 A run needs about 2 KiB of the sims' memory and one descriptor of rank 0
-per rank (ulimit -n bounds N: the store holds one connection per rank).
+per rank (ulimit -n bounds N: the store holds one connection per rank), or
+per node with --relay.
 docs/SCALING.md has the results, how they were made and a model of 10^5 ranks.
 """
 
@@ -168,6 +171,7 @@ def run_one(args, n):
         WEFT_TIMEOUT=str(args.timeout),
         WEFT_NODE_ID="0",
         WEFT_PROGRESS_THREAD="off",
+        WEFT_STORE_RELAY="on" if args.relay else "off",
     )
     bdir = args.builddir
     procs, logs = [], []
@@ -179,6 +183,8 @@ def run_one(args, n):
 
     for r in range(args.real):
         e = dict(env, RANK=str(r))
+        if args.relay:  # node 0: the real ranks, through rank 0's relay (nodes of --ppn, as the others)
+            e.update(LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(max(args.real, args.ppn)))
         if args.log and r == 0:
             e["WEFT_LOG_LEVEL"] = args.log
         start([os.path.join(bdir, "contrib/scale/weft-scale-rank")], e)
@@ -214,6 +220,8 @@ def run_one(args, n):
                 str(base + 64 * i),
                 "--torch",
                 "1" if args.torch else "0",
+                "--relay",
+                "1" if args.relay else "0",
             ],
             env,
         )
@@ -380,6 +388,11 @@ def main():
         default=os.environ.get("WEFT_TORCH_PYTHON", "python3"),
         help="an interpreter that imports torch (WEFT_TORCH_PYTHON)",
     )
+    ap.add_argument(
+        "--relay",
+        action="store_true",
+        help="node relays (WEFT_STORE_RELAY=on): a connection per simulated node at the store",
+    )
     ap.add_argument("--json", help="append each size's result to this file")
     ap.add_argument("--log", help="rank 0's WEFT_LOG_LEVEL (its log goes to stderr)")
     ap.add_argument(
@@ -394,9 +407,10 @@ def main():
     rows = []
     print(" ".join("%*s" % (w, name) for name, w, _, _ in COLUMNS))
     for n in (int(x) for x in args.sizes.split(",")):
-        # rank 0's store holds a connection per rank (and refuses every rank
-        # at once where its hard limit cannot reach N + 16)
-        if n + 16 > fd_limit():
+        # rank 0's store holds a connection per rank, or per node with
+        # --relay (and refuses every rank at once where its hard limit
+        # cannot reach that and its own few)
+        if not args.relay and n + 16 > fd_limit():
             print("%7d skipped: rank 0's store needs a descriptor per rank, the hard open-file limit is %d"
                   % (n, fd_limit()), flush=True)
             continue

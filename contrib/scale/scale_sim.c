@@ -28,8 +28,12 @@
  * torchstore bootstrap of a torchrun worker sends them (worlds above
  * WEFT_ADDRESSES_AT_INIT).
  *
+ * With --relay 1 each simulated node's ranks share one connection, as
+ * their node relay (src/bootstrap/env_relay.c) carries them: RELAY, then
+ * each rank's stream in ROUTE messages of its number on the node.
+ *
  * Usage: weft-scale-sim --size N --first A --count K [--ppn P] [--real R]
- *        [--window W] [--addr-len B] [--bind-base X] [--lookups L] [--torch 1]
+ *        [--window W] [--addr-len B] [--bind-base X] [--lookups L] [--torch 1] [--relay 1]
  * Ranks A .. A+K-1 of N. Simulated nodes of P ranks (default 8) start
  * after the R real ranks, which are node 0. At most W handshakes are in
  * flight at once (0: no limit). MASTER_ADDR / MASTER_PORT / WEFT_JOB_SECRET
@@ -105,12 +109,31 @@ typedef struct sim {
     uint8_t rb[8], val[16];
     int64_t ival;
     int sub;
+    /* --relay: the node link that carries this rank, its route there, and whether its ROUTE_CLOSE went out */
+    int link, route, sent_close;
 } sim_t;
+
+/* --relay: one simulated node's connection to the store. */
+typedef struct link {
+    int fd;
+    int state; /* LINK_IDLE, LINK_CONNECTING, LINK_UP */
+    uint8_t *out;
+    size_t out_len, out_off;
+    uint8_t hbuf[STORE_HDR];
+    size_t hgot;
+    uint64_t chunk_left;
+    int chunk_to;       /* the sim the chunk being read is for (-1: none) */
+    int first, nsims;   /* its sims in g.sims */
+} link_t;
+enum { LINK_IDLE, LINK_CONNECTING, LINK_UP };
 
 static struct {
     int size, first, count, ppn, real, window, addr_len, bind_base, lookups;
     int eager; /* WEFT_ADDRESSES_AT_INIT: every address allgathered at init, nothing fetched */
     int torch; /* --torch 1: torchrun's agent store (torch's TCPStore) instead of rank 0's */
+    int relay; /* --relay 1: a connection per simulated node, as node relays make */
+    link_t *links;
+    int nlinks;
     char prefix[320];
     const char *host;
     int port;
@@ -146,6 +169,7 @@ static void mark(int m)
 /* Closes rank s's connection. */
 static void sim_close(sim_t *s)
 {
+    if (s->fd < 0) return;
     epoll_ctl(g.ep, EPOLL_CTL_DEL, s->fd, NULL);
     close(s->fd);
     s->fd = -1;
@@ -175,8 +199,21 @@ static void want_out(sim_t *s, int on)
     epoll_ctl(g.ep, EPOLL_CTL_MOD, s->fd, &ev);
 }
 
+static void route_out(sim_t *s, uint64_t arg, const uint8_t *d, size_t n);
+
 static void flush_out(sim_t *s)
 {
+    if (g.relay) { /* onto the node's connection, in ROUTE messages */
+        for (size_t off = 0; off < s->out_len;) {
+            size_t n = s->out_len - off < STORE_ROUTE_CHUNK ? s->out_len - off : STORE_ROUTE_CHUNK;
+            route_out(s, ROUTE_DATA, s->out + off, n);
+            off += n;
+        }
+        free(s->out);
+        s->out = NULL;
+        s->out_len = s->out_off = 0;
+        return;
+    }
     while (s->out_off < s->out_len) {
         ssize_t k = send(s->fd, s->out + s->out_off, s->out_len - s->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k < 0 && errno == EINTR) continue;
@@ -334,7 +371,12 @@ static void run_step(sim_t *s)
     case ST_BYE:
         sim_send(s, K_BYE, s->seq, 0, NULL, 0, NULL, 0);
         if (s->phase != PH_FAILED) {
-            shutdown(s->fd, SHUT_WR);
+            if (g.relay) { /* the relay reports the rank's end of stream */
+                route_out(s, ROUTE_CLOSE, NULL, 0);
+                s->sent_close = 1;
+            } else {
+                shutdown(s->fd, SHUT_WR);
+            }
             s->phase = PH_BYE;
         }
         break;
@@ -384,11 +426,25 @@ static void handshake_retry(sim_t *s)
 {
     sim_close(s);
     g.in_flight--;
+    s->sent_close = 0; /* a route: both sides closed it, its number is free again */
     retry_later(s);
 }
 
+static void link_connect(link_t *l);
+
 static void start_connect(sim_t *s)
 {
+    if (g.relay) {
+        link_t *l = &g.links[s->link];
+        s->phase = PH_CONNECTING;
+        g.in_flight++;
+        g.connects++;
+        if (l->state == LINK_UP)
+            start_handshake(s);
+        else if (l->state == LINK_IDLE)
+            link_connect(l);
+        return;
+    }
     struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
     int idx = (int)(s - g.sims);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -534,7 +590,7 @@ static void on_message(sim_t *s)
     case K_ERROR: {
         size_t n = s->h.len < 300 ? (size_t)s->h.len : 300;
         if (s->phase >= PH_CONNECTING && s->phase <= PH_PROOF && s->h.arg == (uint64_t)(int64_t)WEFT_ERR_ALREADY) {
-            handshake_retry(s);
+            if (!g.relay) handshake_retry(s); /* through a relay: at the store's ROUTE_CLOSE, which follows */
             return;
         }
         sim_fail(s, "the store said: %.*s", (int)n, (const char *)g.scratch);
@@ -544,10 +600,12 @@ static void on_message(sim_t *s)
     }
 }
 
-static void on_readable(sim_t *s)
+static void sim_bytes(sim_t *s, const uint8_t *p, size_t n);
+
+/* The rank's stream from the store ended. */
+static void sim_eof(sim_t *s)
 {
-    ssize_t k = recv(s->fd, g.scratch + 8192, sizeof(g.scratch) - 8192, 0);
-    if (k == 0) {
+    {
         if (s->phase == PH_BYE) {
             sim_close(s);
             s->phase = PH_DONE;
@@ -558,6 +616,14 @@ static void on_readable(sim_t *s)
         } else {
             sim_fail(s, "the store closed the connection (step %d)", s->step);
         }
+    }
+}
+
+static void on_readable(sim_t *s)
+{
+    ssize_t k = recv(s->fd, g.scratch + 8192, sizeof(g.scratch) - 8192, 0);
+    if (k == 0) {
+        sim_eof(s);
         return;
     }
     if (k < 0) {
@@ -570,8 +636,11 @@ static void on_readable(sim_t *s)
         return;
     }
     g.bytes_in += (uint64_t)k;
-    const uint8_t *p = g.scratch + 8192;
-    size_t n = (size_t)k;
+    sim_bytes(s, g.scratch + 8192, (size_t)k);
+}
+
+static void sim_bytes(sim_t *s, const uint8_t *p, size_t n)
+{
     if (g.torch) {
         t_bytes_in(s, p, n);
         return;
@@ -594,6 +663,150 @@ static void on_readable(sim_t *s)
             n -= take;
             if (s->body_got == s->body_len) on_message(s);
         }
+    }
+}
+
+/* ---- --relay: a simulated node's connection ------------------------------------ */
+
+static void link_flush(link_t *l)
+{
+    while (l->state == LINK_UP && l->out_off < l->out_len) {
+        ssize_t k = send(l->fd, l->out + l->out_off, l->out_len - l->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = l};
+            epoll_ctl(g.ep, EPOLL_CTL_MOD, l->fd, &ev);
+            return;
+        }
+        if (k < 0) return; /* the read side sees the connection fail */
+        l->out_off += (size_t)k;
+        g.bytes_out += (uint64_t)k;
+    }
+    if (l->out_off == l->out_len) {
+        l->out_off = l->out_len = 0;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = l};
+        if (l->state == LINK_UP) epoll_ctl(g.ep, EPOLL_CTL_MOD, l->fd, &ev);
+    }
+}
+
+static void link_put(link_t *l, const void *d, size_t n)
+{
+    if (l->out_off > 0 && l->out_off == l->out_len) l->out_off = l->out_len = 0;
+    uint8_t *b = realloc(l->out, l->out_len + n);
+    if (!b) abort();
+    l->out = b;
+    memcpy(b + l->out_len, d, n);
+    l->out_len += n;
+}
+
+static void route_out(sim_t *s, uint64_t arg, const uint8_t *d, size_t n)
+{
+    link_t *l = &g.links[s->link];
+    uint8_t h[STORE_HDR];
+    weft_env_hdr_pack(h, K_ROUTE, (uint32_t)s->route, 0, 0, arg, n);
+    link_put(l, h, STORE_HDR);
+    if (n) link_put(l, d, n);
+    link_flush(l);
+}
+
+static void link_connect(link_t *l)
+{
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) abort();
+    src.sin_addr.s_addr = htonl(0x7f000000u | ((uint32_t)(g.bind_base + (int)(l - g.links) / 2000) & 0xffffffu));
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    dst.sin_port = htons((uint16_t)g.port);
+    inet_pton(AF_INET, g.host, &dst.sin_addr);
+    l->fd = fd;
+    l->state = LINK_CONNECTING;
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = l};
+    epoll_ctl(g.ep, EPOLL_CTL_ADD, fd, &ev);
+    if (bind(fd, (struct sockaddr *)&src, sizeof(src)) != 0 ||
+        (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) != 0 && errno != EINPROGRESS)) {
+        /* the link's waiting ranks retry later (on_link_connected sees the error) */
+    }
+}
+
+/* Its ranks waiting for it start their handshakes, or retry later. */
+static void on_link_connected(link_t *l)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err) {
+        epoll_ctl(g.ep, EPOLL_CTL_DEL, l->fd, NULL);
+        close(l->fd);
+        l->fd = -1;
+        l->state = LINK_IDLE;
+        for (int i = l->first; i < l->first + l->nsims; i++)
+            if (g.sims[i].phase == PH_CONNECTING) {
+                g.in_flight--;
+                retry_later(&g.sims[i]);
+            }
+        return;
+    }
+    l->state = LINK_UP;
+    uint8_t h[STORE_HDR];
+    weft_env_hdr_pack(h, K_RELAY, (uint32_t)g.sims[l->first].rank, (uint32_t)g.size, 0, 0, 0);
+    link_put(l, h, STORE_HDR);
+    link_flush(l);
+    for (int i = l->first; i < l->first + l->nsims; i++)
+        if (g.sims[i].phase == PH_CONNECTING) start_handshake(&g.sims[i]);
+}
+
+static void on_link_readable(link_t *l)
+{
+    ssize_t k = recv(l->fd, g.scratch + 8192, sizeof(g.scratch) - 8192, 0);
+    if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (k <= 0) {
+        epoll_ctl(g.ep, EPOLL_CTL_DEL, l->fd, NULL);
+        close(l->fd);
+        l->fd = -1;
+        l->state = LINK_IDLE;
+        for (int i = l->first; i < l->first + l->nsims; i++)
+            if (g.sims[i].phase == PH_BYE) /* as a real rank's goodbye: the close is the answer */
+                sim_eof(&g.sims[i]);
+            else if (g.sims[i].phase != PH_DONE && g.sims[i].phase != PH_FAILED)
+                sim_fail(&g.sims[i], "the store closed its node's connection");
+        return;
+    }
+    g.bytes_in += (uint64_t)k;
+    const uint8_t *p = g.scratch + 8192;
+    size_t n = (size_t)k;
+    while (n > 0) {
+        if (l->chunk_left) {
+            size_t take = l->chunk_left < n ? (size_t)l->chunk_left : n;
+            if (l->chunk_to >= 0 && g.sims[l->chunk_to].phase != PH_FAILED) sim_bytes(&g.sims[l->chunk_to], p, take);
+            l->chunk_left -= take;
+            p += take;
+            n -= take;
+            continue;
+        }
+        size_t take = STORE_HDR - l->hgot < n ? STORE_HDR - l->hgot : n;
+        memcpy(l->hbuf + l->hgot, p, take);
+        l->hgot += take;
+        p += take;
+        n -= take;
+        if (l->hgot < STORE_HDR) continue;
+        l->hgot = 0;
+        store_hdr_t h;
+        store_judgement_t j;
+        weft_env_judge_route(l->hbuf, UINT64_MAX, &h, &j);
+        if (j.action != JUDGE_BODY || (int)h.rank >= l->nsims) {
+            fprintf(stderr, "weft-scale-sim: bad ROUTE from the store: %s\n", j.why);
+            exit(1);
+        }
+        sim_t *s = &g.sims[l->first + (int)h.rank];
+        if (h.arg == ROUTE_CLOSE) {
+            if (!s->sent_close) route_out(s, ROUTE_CLOSE, NULL, 0);
+            s->sent_close = 0;
+            if (s->phase != PH_FAILED && s->phase != PH_DONE) sim_eof(s);
+            continue;
+        }
+        l->chunk_to = l->first + (int)h.rank;
+        l->chunk_left = h.len;
     }
 }
 
@@ -864,7 +1077,7 @@ int main(int argc, char **argv)
     } opts[] = {{"--size", &g.size},         {"--first", &g.first},         {"--count", &g.count},
                 {"--ppn", &g.ppn},           {"--real", &g.real},           {"--window", &g.window},
                 {"--addr-len", &g.addr_len}, {"--bind-base", &g.bind_base}, {"--lookups", &g.lookups},
-                {"--torch", &g.torch}};
+                {"--torch", &g.torch},       {"--relay", &g.relay}};
     for (int i = 1; i + 1 < argc; i += 2) {
         size_t k = 0;
         while (k < sizeof(opts) / sizeof(opts[0]) && strcmp(argv[i], opts[k].name))
@@ -910,6 +1123,21 @@ int main(int argc, char **argv)
         g.sims[i].rank = g.first + i;
     }
     g.remaining = g.count;
+    if (g.relay) { /* a link per simulated node (node 0, the real ranks', has its own relay) */
+        g.links = calloc((size_t)g.count, sizeof(*g.links));
+        if (!g.links) return 1;
+        for (int i = 0; i < g.count; i++) {
+            int64_t node = node_of_rank(g.sims[i].rank);
+            if (!i || node != node_of_rank(g.sims[i - 1].rank)) {
+                g.links[g.nlinks].fd = -1;
+                g.links[g.nlinks].chunk_to = -1;
+                g.links[g.nlinks++].first = i;
+            }
+            link_t *l = &g.links[g.nlinks - 1];
+            g.sims[i].link = g.nlinks - 1;
+            g.sims[i].route = l->nsims++;
+        }
+    }
     struct epoll_event evs[256];
     while (g.remaining > 0) {
         double now = now_real();
@@ -924,6 +1152,17 @@ int main(int argc, char **argv)
         int timeout = g.retry_head ? 10 : 1000;
         int n = epoll_wait(g.ep, evs, 256, timeout);
         for (int i = 0; i < n; i++) {
+            if (g.relay) {
+                link_t *l = evs[i].data.ptr;
+                if (l->fd < 0) continue;
+                if (l->state == LINK_CONNECTING) {
+                    on_link_connected(l);
+                    continue;
+                }
+                if (evs[i].events & EPOLLOUT) link_flush(l);
+                if (l->fd >= 0 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_link_readable(l);
+                continue;
+            }
             sim_t *s = evs[i].data.ptr;
             if (s->fd < 0) continue;
             if (s->phase == PH_CONNECTING) {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The scale harness at a small size (contrib/scale/run_scale.py): two and
 # three real ranks among 128, 300 and 512 ranks (every address at init, and
-# fetched on demand), the rest simulated ranks that speak the env store's
-# protocol (job secret included); and 300 through torch's TCPStore when
-# torch is there. Every rank must finish init, the real ranks their
+# fetched on demand; directly and through node relays), the rest simulated
+# ranks that speak the env store's protocol (job secret included); and 300
+# through torch's TCPStore when torch is there. Every rank must finish init, the real ranks their
 # communicators and collectives, and every rank finalize.
 #
 # An automake TESTS script: exit 0 pass, 1 fail. make sets top_builddir;
@@ -34,6 +34,7 @@ require_built "$SIM"
 require_built "$top_builddir/contrib/scale/weft-scale-rank"
 run_case "scale harness, 2 real ranks of 128 and 512" --sizes 128,512 --real 2
 run_case "scale harness, 3 real ranks of 300, no handshake window" --sizes 300 --real 3 --window 0
+run_case "scale harness, node relays, 3 real ranks of 128 and 512" --sizes 128,512 --real 3 --relay
 # torchrun's path: torch's TCPStore serves (an interpreter that imports torch:
 # WEFT_TORCH_PYTHON, the checkout's .venv, python3)
 torch_python=
