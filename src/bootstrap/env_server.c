@@ -27,6 +27,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
 #define STORE_MAX_LISTEN      4                 /* addresses of MASTER_ADDR (and of the pod's name) served */
 #define STORE_SWEEP_PERIOD    0.25              /* how often handshake and closing deadlines are looked at */
+#define RELAY_RBUF            ((size_t)64 << 10) /* a relay connection's read buffer */
 /* Rejections are logged at a bounded rate: a flood of bad connections must
  * not flood rank 0's stderr. A burst, then one line a second that also
  * says how many were not logged. */
@@ -100,6 +102,8 @@ typedef struct conn {
     struct conn **routes; /* [STORE_RELAY_ROUTES] */
     struct conn *chunk_to;
     size_t chunk_left;
+    uint8_t *rbuf; /* [RELAY_RBUF]: what was read and not yet taken (roff .. rlen) */
+    size_t roff, rlen;
 } conn_t;
 
 enum { ARR_NONE = 0, ARR_ARRIVING = 1, ARR_DONE = 2 };
@@ -1050,6 +1054,20 @@ static void conn_read(server_t *s, conn_t *c, double now)
 
 /* ---- node relays ------------------------------------------------------------ */
 
+/* A new connection (a descriptor's, or a route's) joins the table as a
+ * stranger that must say HELLO. */
+static void conn_add(server_t *s, conn_t *c, const char *peer, double now)
+{
+    c->srv = s;
+    c->phase = PHASE_HELLO;
+    c->rank = -1;
+    c->opened = now;
+    c->rx = RX_HDR;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    c->idx = s->nconns;
+    s->conns[s->nconns++] = c;
+}
+
 /* A route number the store ended and its relay has not yet: DATA for it is
  * dropped and the number is not reused until the relay's ROUTE_CLOSE. Each
  * side sends ROUTE_CLOSE once per route; a number is free on a side that
@@ -1059,7 +1077,13 @@ static conn_t route_ending;
 /* A connection's first message was RELAY: from now on it carries routes. */
 static void become_relay(server_t *s, conn_t *c)
 {
-    if (!(c->routes = calloc(STORE_RELAY_ROUTES, sizeof(*c->routes)))) {
+    c->routes = calloc(STORE_RELAY_ROUTES, sizeof(*c->routes));
+    c->rbuf = malloc(RELAY_RBUF);
+    if (!c->routes || !c->rbuf) {
+        free(c->routes);
+        free(c->rbuf);
+        c->routes = NULL;
+        c->rbuf = NULL;
         conn_kill(c, "was dropped: the store ran out of memory");
         return;
     }
@@ -1080,59 +1104,58 @@ static conn_t *route_open(server_t *s, conn_t *relay, uint32_t id, double now)
     }
     conn_t *c = calloc(1, sizeof(*c));
     if (!c) return NULL;
-    c->srv = s;
     c->fd = -1;
     c->via = relay;
     c->route = id;
-    c->phase = PHASE_HELLO;
-    c->rank = -1;
-    c->opened = now;
-    c->rx = RX_HDR;
-    memcpy(c->peer, peer, sizeof(c->peer));
-    c->idx = s->nconns;
-    s->conns[s->nconns++] = c;
+    conn_add(s, c, peer, now);
     relay->routes[id] = c;
     return c;
 }
 
-/* Reads ROUTE messages off a relay's connection and feeds each route's
- * bytes to that route as its own stream. */
+/* Reads ROUTE messages off a relay's connection (through its buffer: a
+ * relay's many small messages cost one system call per buffer, not two
+ * each) and feeds each route's bytes to that route as its own stream. */
 static void relay_read(server_t *s, conn_t *c, double now)
 {
     size_t budget = STORE_READ_BUDGET;
 
-    while (!c->dead && budget > 0) {
-        uint8_t *p;
-        size_t n;
-        conn_t *r = c->chunk_left ? c->chunk_to : NULL;
-        if (!c->chunk_left) {
-            p = c->hbuf + c->hgot;
-            n = STORE_HDR - c->hgot;
-        } else if (r && !r->dead) {
-            n = conn_want(s, r, &p);
-        } else { /* the route died mid-chunk: the rest of the chunk is dropped */
-            p = s->scratch;
-            n = sizeof(s->scratch);
+    while (!c->dead) {
+        if (c->roff == c->rlen) {
+            if (budget == 0) return;
+            ssize_t k = recv(c->fd, c->rbuf, RELAY_RBUF, 0);
+            if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+                conn_kill(c, "lost its node relay (%s): %s", c->peer, k == 0 ? "it closed" : strerror(errno));
+                return;
+            }
+            if (k < 0) {
+                if (errno == EINTR) continue;
+                return;
+            }
+            c->rlen = (size_t)k;
+            c->roff = 0;
+            budget = (size_t)k < budget ? budget - (size_t)k : 0;
+            stat_add(&s->stats.bytes_in, (uint64_t)k);
         }
-        if (c->chunk_left && n > c->chunk_left) n = c->chunk_left;
-        if (n > budget) n = budget;
-        ssize_t k = recv(c->fd, p, n, 0);
-        if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
-            conn_kill(c, "lost its node relay (%s): %s", c->peer, k == 0 ? "it closed" : strerror(errno));
-            return;
-        }
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return;
-        }
-        budget -= (size_t)k;
-        stat_add(&s->stats.bytes_in, (uint64_t)k);
+        const uint8_t *in = c->rbuf + c->roff;
+        size_t avail = c->rlen - c->roff;
         if (c->chunk_left) {
-            c->chunk_left -= (size_t)k;
-            if (r && !r->dead) conn_advance(s, r, (size_t)k, now);
+            conn_t *r = c->chunk_to;
+            uint8_t *p = NULL;
+            size_t n = r && !r->dead ? conn_want(s, r, &p) : avail; /* a dead route's rest is dropped */
+            if (n > c->chunk_left) n = c->chunk_left;
+            if (n > avail) n = avail;
+            c->roff += n;
+            c->chunk_left -= n;
+            if (p) {
+                memcpy(p, in, n);
+                conn_advance(s, r, n, now);
+            }
             continue;
         }
-        if ((c->hgot += (size_t)k) < STORE_HDR) continue;
+        size_t take = STORE_HDR - c->hgot < avail ? STORE_HDR - c->hgot : avail;
+        memcpy(c->hbuf + c->hgot, in, take);
+        c->roff += take;
+        if ((c->hgot += take) < STORE_HDR) continue;
         store_hdr_t h;
         store_judgement_t j;
         c->hgot = 0;
@@ -1142,7 +1165,7 @@ static void relay_read(server_t *s, conn_t *c, double now)
             conn_kill(c, "lost its node relay (%s): it broke the protocol", c->peer);
             return;
         }
-        r = c->routes[h.rank];
+        conn_t *r = c->routes[h.rank];
         if (h.arg == ROUTE_CLOSE) {
             if (r == &route_ending) {
                 c->routes[h.rank] = NULL;
@@ -1165,11 +1188,19 @@ static void relay_read(server_t *s, conn_t *c, double now)
     }
 }
 
+#define WRITE_IOV 64 /* queued messages sent per system call (a relay's: a ROUTE header and its message each) */
+
 static void conn_write(server_t *s, conn_t *c)
 {
     while (c->out_head && !c->dead) {
-        outmsg_t *m = c->out_head;
-        ssize_t k = send(c->fd, m->blob->data + m->off, m->blob->len - m->off, MSG_NOSIGNAL);
+        struct iovec iov[WRITE_IOV];
+        int n = 0;
+        for (outmsg_t *m = c->out_head; m && n < WRITE_IOV; m = m->next, n++) {
+            iov[n].iov_base = m->blob->data + m->off;
+            iov[n].iov_len = m->blob->len - m->off;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -1177,9 +1208,13 @@ static void conn_write(server_t *s, conn_t *c)
             conn_kill(c, "disconnected (%s)", strerror(errno));
             return;
         }
-        m->off += (size_t)k;
         stat_add(&s->stats.bytes_out, (uint64_t)k);
-        if (m->off == m->blob->len) {
+        for (size_t left = (size_t)k; left > 0 || (c->out_head && c->out_head->off == c->out_head->blob->len);) {
+            outmsg_t *m = c->out_head;
+            size_t take = m->blob->len - m->off < left ? m->blob->len - m->off : left;
+            m->off += take;
+            left -= take;
+            if (m->off < m->blob->len) break;
             c->out_head = m->next;
             if (!c->out_head) c->out_tail = NULL;
             blob_put(m->blob);
@@ -1235,6 +1270,7 @@ static void conn_finish(server_t *s, conn_t *c)
             conn_kill(r, "%s", c->why);
         }
         free(c->routes);
+        free(c->rbuf);
     }
     s->nfds--;
     close(c->fd);
@@ -1330,7 +1366,6 @@ static void server_accept(server_t *s, int lfd, double now)
             continue;
         }
         weft_sock_nodelay(fd);
-        c->srv = s;
         c->fd = fd;
         c->events = EPOLLIN;
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
@@ -1340,13 +1375,7 @@ static void server_accept(server_t *s, int lfd, double now)
             free(c);
             continue;
         }
-        c->phase = PHASE_HELLO;
-        c->rank = -1;
-        c->opened = now;
-        c->rx = RX_HDR;
-        memcpy(c->peer, peer, sizeof(c->peer));
-        c->idx = s->nconns;
-        s->conns[s->nconns++] = c;
+        conn_add(s, c, peer, now);
         s->nfds++;
         stat_add(&s->stats.accepted, 1);
         if ((uint64_t)s->nfds > __atomic_load_n(&s->stats.peak_conns, __ATOMIC_RELAXED))
