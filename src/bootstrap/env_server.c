@@ -38,7 +38,6 @@
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
 #define STORE_MAX_LISTEN      4                 /* addresses of MASTER_ADDR (and of the pod's name) served */
 #define STORE_SWEEP_PERIOD    0.25              /* how often handshake and closing deadlines are looked at */
-#define RELAY_RBUF            ((size_t)64 << 10) /* a relay connection's read buffer */
 /* Rejections are logged at a bounded rate: a flood of bad connections must
  * not flood rank 0's stderr. A burst, then one line a second that also
  * says how many were not logged. */
@@ -99,11 +98,10 @@ typedef struct conn {
     /* A node relay's connection (is_relay): its routes, and the chunk being read. */
     int is_relay;
     int members;          /* routes that became members, ever */
-    struct conn **routes; /* [STORE_RELAY_ROUTES] */
+    struct conn **routes; /* [nroutes]: grown as the relay numbers its routes (< STORE_RELAY_ROUTES) */
+    uint32_t nroutes;
     struct conn *chunk_to;
     size_t chunk_left;
-    uint8_t *rbuf; /* [RELAY_RBUF]: what was read and not yet taken (roff .. rlen) */
-    size_t roff, rlen;
 } conn_t;
 
 enum { ARR_NONE = 0, ARR_ARRIVING = 1, ARR_DONE = 2 };
@@ -185,6 +183,7 @@ struct server {
     int finalizing; /* leave once every rank said goodbye, or at fin_deadline */
     double fin_deadline;
     uint8_t scratch[1 << 16];
+    uint8_t rbuf[1 << 16]; /* what relay_read takes in at once (every byte is handed on before the next read) */
 };
 
 static int fds_needed(const server_t *s);
@@ -1077,17 +1076,12 @@ static conn_t route_ending;
 /* A connection's first message was RELAY: from now on it carries routes. */
 static void become_relay(server_t *s, conn_t *c)
 {
-    c->routes = calloc(STORE_RELAY_ROUTES, sizeof(*c->routes));
-    c->rbuf = malloc(RELAY_RBUF);
-    if (!c->routes || !c->rbuf) {
-        free(c->routes);
-        free(c->rbuf);
-        c->routes = NULL;
-        c->rbuf = NULL;
+    if (!(c->routes = calloc(16, sizeof(*c->routes)))) {
         conn_kill(c, "was dropped: the store ran out of memory");
         return;
     }
     c->is_relay = 1;
+    c->nroutes = 16;
     c->hgot = 0;
     c->rx = RX_HDR;
     weft_debug("env store at %s: %s is the node relay of rank %u", s->where, c->peer, c->hdr.rank);
@@ -1112,17 +1106,19 @@ static conn_t *route_open(server_t *s, conn_t *relay, uint32_t id, double now)
     return c;
 }
 
-/* Reads ROUTE messages off a relay's connection (through its buffer: a
- * relay's many small messages cost one system call per buffer, not two
- * each) and feeds each route's bytes to that route as its own stream. */
+/* Reads ROUTE messages off a relay's connection (through the store's
+ * buffer: a relay's many small messages cost one system call per buffer,
+ * not two each) and feeds each route's bytes to that route as its own
+ * stream. Every byte read is handed on (to a route, or to the relay's
+ * partial header) before the next read, so the buffer is shared. */
 static void relay_read(server_t *s, conn_t *c, double now)
 {
-    size_t budget = STORE_READ_BUDGET;
+    size_t budget = STORE_READ_BUDGET, roff = 0, rlen = 0;
 
     while (!c->dead) {
-        if (c->roff == c->rlen) {
+        if (roff == rlen) {
             if (budget == 0) return;
-            ssize_t k = recv(c->fd, c->rbuf, RELAY_RBUF, 0);
+            ssize_t k = recv(c->fd, s->rbuf, sizeof(s->rbuf), 0);
             if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
                 conn_kill(c, "lost its node relay (%s): %s", c->peer, k == 0 ? "it closed" : strerror(errno));
                 return;
@@ -1131,20 +1127,20 @@ static void relay_read(server_t *s, conn_t *c, double now)
                 if (errno == EINTR) continue;
                 return;
             }
-            c->rlen = (size_t)k;
-            c->roff = 0;
+            rlen = (size_t)k;
+            roff = 0;
             budget = (size_t)k < budget ? budget - (size_t)k : 0;
             stat_add(&s->stats.bytes_in, (uint64_t)k);
         }
-        const uint8_t *in = c->rbuf + c->roff;
-        size_t avail = c->rlen - c->roff;
+        const uint8_t *in = s->rbuf + roff;
+        size_t avail = rlen - roff;
         if (c->chunk_left) {
             conn_t *r = c->chunk_to;
             uint8_t *p = NULL;
             size_t n = r && !r->dead ? conn_want(s, r, &p) : avail; /* a dead route's rest is dropped */
             if (n > c->chunk_left) n = c->chunk_left;
             if (n > avail) n = avail;
-            c->roff += n;
+            roff += n;
             c->chunk_left -= n;
             if (p) {
                 memcpy(p, in, n);
@@ -1154,7 +1150,7 @@ static void relay_read(server_t *s, conn_t *c, double now)
         }
         size_t take = STORE_HDR - c->hgot < avail ? STORE_HDR - c->hgot : avail;
         memcpy(c->hbuf + c->hgot, in, take);
-        c->roff += take;
+        roff += take;
         if ((c->hgot += take) < STORE_HDR) continue;
         store_hdr_t h;
         store_judgement_t j;
@@ -1164,6 +1160,19 @@ static void relay_read(server_t *s, conn_t *c, double now)
             reject(s, WEFT_LOG_WARN, "dropped the node relay %s: %s", c->peer, j.why);
             conn_kill(c, "lost its node relay (%s): it broke the protocol", c->peer);
             return;
+        }
+        if (h.rank >= c->nroutes) { /* a number beyond the table: grow it (the judge bounds it) */
+            uint32_t n = c->nroutes;
+            while (n <= h.rank)
+                n *= 2;
+            conn_t **t = realloc(c->routes, sizeof(*t) * n);
+            if (!t) {
+                conn_kill(c, "was dropped: the store ran out of memory");
+                return;
+            }
+            memset(t + c->nroutes, 0, sizeof(*t) * (n - c->nroutes));
+            c->routes = t;
+            c->nroutes = n;
         }
         conn_t *r = c->routes[h.rank];
         if (h.arg == ROUTE_CLOSE) {
@@ -1263,14 +1272,13 @@ static void conn_finish(server_t *s, conn_t *c)
         return;
     }
     if (c->is_relay) { /* its routes end with it */
-        for (int i = 0; i < STORE_RELAY_ROUTES; i++) {
+        for (uint32_t i = 0; i < c->nroutes; i++) {
             conn_t *r = c->routes[i];
             if (!r || r == &route_ending) continue;
             r->via = NULL;
             conn_kill(r, "%s", c->why);
         }
         free(c->routes);
-        free(c->rbuf);
     }
     s->nfds--;
     close(c->fd);
