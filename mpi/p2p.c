@@ -44,6 +44,22 @@ static int p2p_check(MPI_Comm comm, const void *buf, MPI_Count count, MPI_Dataty
     return MPI_SUCCESS;
 }
 
+/* The blocking calls' fast path (send_entry, recv_entry): a live communicator, a committed
+ * contiguous type, a count whose bytes fit, a peer and a tag in range (a
+ * receive: MPI_ANY_SOURCE / MPI_ANY_TAG too). Everything else, and every
+ * error's message, goes through p2p_check. Inline: the checks cost a few
+ * instructions, not calls into three files. */
+static inline int p2p_fast(MPI_Comm comm, const void *buf, MPI_Count count, MPI_Datatype datatype, int peer, int tag,
+                           int recv, struct MPI_ABI_Comm **c, struct MPI_ABI_Datatype **t)
+{
+    *c = mpi_comm_get(comm);
+    *t = mpi_dtype_get(datatype);
+    return MPI_LIKELY(*c && *t && (*t)->committed && (*t)->contig && count >= 0 && (buf || !count) &&
+                      count <= INT64_MAX / ((*t)->size ? (*t)->size : 1) &&
+                      ((unsigned)peer < (unsigned)(*c)->size || (recv && peer == MPI_ANY_SOURCE)) &&
+                      ((unsigned)tag <= (unsigned)WEFT_TAG_UB || (recv && tag == MPI_ANY_TAG)));
+}
+
 /* ---- buffered mode ---------------------------------------------------------- */
 
 /* A buffered send's data is copied at once and sent from the copy; the
@@ -462,6 +478,7 @@ static int recv_common(void *buf, MPI_Count count, MPI_Datatype datatype, int so
 {
     struct MPI_ABI_Comm *c;
     struct MPI_ABI_Datatype *t;
+    weft_status_t st;
     int rc = p2p_check(comm, buf, count, datatype, source, tag, 1, fn, &c, &t);
     if (MPI_UNLIKELY(rc)) return rc;
     if (MPI_UNLIKELY(source == MPI_PROC_NULL)) {
@@ -469,7 +486,6 @@ static int recv_common(void *buf, MPI_Count count, MPI_Datatype datatype, int so
         return MPI_SUCCESS;
     }
     MPI_Count bytes = mpi_dtype_bytes(t, count);
-    weft_status_t st;
     if (MPI_LIKELY(t->contig)) {
         rc = weft_recv(mpi_dtype_data(buf, t), bytes, WEFT_BYTE, source == MPI_ANY_SOURCE ? WEFT_ANY_SOURCE : source,
                        mpi_tag_to_weft(tag), c->wc, &st);
@@ -489,17 +505,52 @@ static int recv_common(void *buf, MPI_Count count, MPI_Datatype datatype, int so
     return MPI_SUCCESS;
 }
 
+/* The blocking calls as the API sees them: the fast path inline in each
+ * entry point (no frame of the general function), the rest in send_common
+ * / recv_common, which check again and say what is wrong. */
+static inline __attribute__((always_inline)) int send_entry(const void *buf, MPI_Count count, MPI_Datatype datatype,
+                                                            int dest, int tag, MPI_Comm comm, int mode, const char *fn)
+{
+    struct MPI_ABI_Comm *c;
+    struct MPI_ABI_Datatype *t;
+    if (MPI_LIKELY((mode == MODE_STD || mode == MODE_READY) && p2p_fast(comm, buf, count, datatype, dest, tag, 0, &c, &t))) {
+        int rc = weft_send(mpi_dtype_data(buf, t), t->size * count, WEFT_BYTE, dest, tag, c->wc);
+        return MPI_LIKELY(!rc) ? MPI_SUCCESS : mpi_err_weft(c, rc, fn);
+    }
+    return send_common(buf, count, datatype, dest, tag, comm, mode, fn);
+}
+
+static inline __attribute__((always_inline)) int recv_entry(void *buf, MPI_Count count, MPI_Datatype datatype,
+                                                            int source, int tag, MPI_Comm comm, MPI_Status *status,
+                                                            const char *fn)
+{
+    struct MPI_ABI_Comm *c;
+    struct MPI_ABI_Datatype *t;
+    weft_status_t st;
+    if (MPI_LIKELY(p2p_fast(comm, buf, count, datatype, source, tag, 1, &c, &t))) {
+        int rc = weft_recv(mpi_dtype_data(buf, t), t->size * count, WEFT_BYTE,
+                           source == MPI_ANY_SOURCE ? WEFT_ANY_SOURCE : source, mpi_tag_to_weft(tag), c->wc, &st);
+        if (MPI_LIKELY(!rc)) {
+            fill_status(status, st.source, st.tag, (MPI_Count)st.bytes);
+            return MPI_SUCCESS;
+        }
+        if (rc == WEFT_ERR_TRUNCATE) fill_status(status, st.source, st.tag, (MPI_Count)st.bytes);
+        return mpi_err_weft(c, rc, fn);
+    }
+    return recv_common(buf, count, datatype, source, tag, comm, status, fn);
+}
+
 /* ---- the API --------------------------------------------------------------------- */
 
 #define SEND_FORMS(Name, IName, mode)                                                                                  \
     MPI_DEF(int, Name, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))          \
     {                                                                                                                  \
-        return send_common(buf, count, datatype, dest, tag, comm, mode, "MPI_" #Name);                                 \
+        return send_entry(buf, count, datatype, dest, tag, comm, mode, "MPI_" #Name);                                  \
     }                                                                                                                  \
     MPI_DEF(int, Name##_c,                                                                                             \
             (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))               \
     {                                                                                                                  \
-        return send_common(buf, count, datatype, dest, tag, comm, mode, "MPI_" #Name "_c");                            \
+        return send_entry(buf, count, datatype, dest, tag, comm, mode, "MPI_" #Name "_c");                             \
     }                                                                                                                  \
     MPI_DEF(                                                                                                           \
         int, IName,                                                                                                    \
@@ -522,13 +573,13 @@ SEND_FORMS(Rsend, Irsend, MODE_READY)
 MPI_DEF(int, Recv,
         (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status))
 {
-    return recv_common(buf, count, datatype, source, tag, comm, status, "MPI_Recv");
+    return recv_entry(buf, count, datatype, source, tag, comm, status, "MPI_Recv");
 }
 
 MPI_DEF(int, Recv_c,
         (void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status))
 {
-    return recv_common(buf, count, datatype, source, tag, comm, status, "MPI_Recv_c");
+    return recv_entry(buf, count, datatype, source, tag, comm, status, "MPI_Recv_c");
 }
 
 MPI_DEF(int, Irecv,
