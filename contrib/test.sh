@@ -45,8 +45,9 @@ make -j"$JOBS"
 status=0
 make -j"$JOBS" check || status=$?
 # The multi-rank suites again with the progress thread forced on and off
-# (make check ran them with the default, auto).
-make -j"$JOBS" check-progress-thread || status=$?
+# (make check ran them with the default, auto), and the bootstrap's with
+# node relays on.
+make -j"$JOBS" check-variants || status=$?
 
 # The Python package (contrib/python): pytest on 2 and 3 ranks under weftrun
 # and on 2 under mpirun, then examples/python; its last line "N passed, M

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define RELAY_SPARE 16 /* members beyond LOCAL_WORLD_SIZE (a re-init racing a close) */
+#define RELAY_DRAIN 1.0 /* seconds a leaving relay hands on what the store sent */
 
 typedef struct bq {
     uint8_t *p;
@@ -68,6 +69,7 @@ struct relay {
     pthread_mutex_t lock;
     int stop, finalizing;
     double fin_deadline;
+    int draining; /* leaving: members are no longer read */
     uint8_t buf[64 << 10];
 };
 
@@ -179,7 +181,8 @@ static void member_flush(weft_relay_t *r, member_t *m)
     }
     if (m->fd >= 0)
         watch(r, m->fd, m, &m->events,
-              (m->state == SLOT_LIVE ? (unsigned)EPOLLIN : 0u) | (m->out.head < m->out.tail ? (unsigned)EPOLLOUT : 0u));
+              (m->state == SLOT_LIVE && !r->draining ? (unsigned)EPOLLIN : 0u) |
+                  (m->out.head < m->out.tail ? (unsigned)EPOLLOUT : 0u));
 }
 
 static void member_read(weft_relay_t *r, member_t *m)
@@ -300,6 +303,14 @@ static int relay_should_stop(weft_relay_t *r, double now)
     return stop;
 }
 
+/* Whether every member has been sent all the store routed to it. */
+static int members_flushed(const weft_relay_t *r)
+{
+    for (int i = 0; i < r->nslots; i++)
+        if (r->slot[i].fd >= 0 && r->slot[i].out.head < r->slot[i].out.tail) return 0;
+    return 1;
+}
+
 static void *relay_main(void *arg)
 {
     weft_relay_t *r = arg;
@@ -322,14 +333,29 @@ static void *relay_main(void *arg)
         goto out;
     }
     watch(r, r->up, &r->up, &r->up_events, EPOLLIN);
-    watch(r, r->lfd, &r->lfd, &(unsigned){0}, EPOLLIN);
+    unsigned lfd_events = 0;
+    watch(r, r->lfd, &r->lfd, &lfd_events, EPOLLIN);
+    /* Leaving (stopped, or the store closed): no new members and nothing
+     * more from them, but what the store sent them (a verdict that ends
+     * their init, its closing notice) is handed on first, for at most
+     * RELAY_DRAIN seconds, or until the store's stream ends and every
+     * member has it. */
+    double drain_until = 0;
+    int up_closed = 0;
     for (;;) {
         double now = weft_wtime();
-        if (relay_should_stop(r, now)) break;
-        int n = epoll_wait(r->ep, evs, (int)(sizeof(evs) / sizeof(evs[0])), 1000);
+        if (!drain_until && (up_closed || relay_should_stop(r, now))) {
+            drain_until = now + RELAY_DRAIN;
+            r->draining = 1;
+            (void)epoll_ctl(r->ep, EPOLL_CTL_DEL, r->lfd, NULL);
+            for (int i = 0; i < r->nslots; i++)
+                if (r->slot[i].fd >= 0) member_flush(r, &r->slot[i]);
+        }
+        if (drain_until && (now >= drain_until || r->live == 0 || (up_closed && members_flushed(r)))) break;
+        int n = epoll_wait(r->ep, evs, (int)(sizeof(evs) / sizeof(evs[0])), drain_until ? 20 : 1000);
         if (n < 0 && errno != EINTR) break;
         int broken = 0;
-        for (int i = 0; i < n && !broken; i++) {
+        for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
             if (p == &r->wake_rd) {
                 char junk[64];
@@ -338,24 +364,27 @@ static void *relay_main(void *arg)
             } else if (p == &r->lfd) {
                 relay_accept(r);
             } else if (p == &r->up) {
+                if (up_closed) continue;
                 if ((evs[i].events & EPOLLOUT) && bq_write(r->up, &r->upq) != 0) broken = 1;
-                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR) && up_read(r) != 0) broken = 1;
+                if (!broken && evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR) && up_read(r) != 0) broken = 1;
             } else {
                 member_t *m = p;
                 if (m->fd < 0) continue;
                 if (evs[i].events & EPOLLOUT) member_flush(r, m);
-                if (m->fd >= 0 && m->state == SLOT_LIVE && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                if (m->fd >= 0 && m->state == SLOT_LIVE && !r->draining &&
+                    (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
                     member_read(r, m);
             }
         }
-        if (!broken && bq_write(r->up, &r->upq) != 0) broken = 1;
-        if (broken) {
-            /* The store is gone: so is every member's connection to it. */
+        if (!up_closed && !broken && bq_write(r->up, &r->upq) != 0) broken = 1;
+        if (broken && !up_closed) {
+            /* The store is gone: so is every member's connection to it, once it has what came before. */
             weft_debug("node relay of rank %d: the store at %s closed", r->leader, r->where);
-            break;
+            (void)epoll_ctl(r->ep, EPOLL_CTL_DEL, r->up, NULL);
+            up_closed = 1;
         }
-        watch(r, r->up, &r->up, &r->up_events,
-              EPOLLIN | (r->upq.head < r->upq.tail ? (unsigned)EPOLLOUT : 0u));
+        if (!up_closed)
+            watch(r, r->up, &r->up, &r->up_events, EPOLLIN | (r->upq.head < r->upq.tail ? (unsigned)EPOLLOUT : 0u));
     }
 out:
     pthread_mutex_lock(&r->lock);
