@@ -1926,3 +1926,62 @@ Test(store, a_relay_refuses_other_users, .timeout = 60)
     cr_assert(!res.timed_out);
     cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
 }
+
+/* Another user who learned a relay's name (it shows in /proc/net/unix, and
+ * a job secret may be reused) binds it first and never answers: the ranks
+ * see the socket is not their user's and connect directly, at once. */
+static int body_relay_squatter(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    pid_t squatter = -1;
+    (void)size, (void)arg;
+    relay_env(rank, 2);
+    if (rank == 0) {
+        weft_job_key_t key;
+        load_key(&key);
+        struct sockaddr_un sa;
+        unsigned len;
+        char where[64];
+        int ready[2];
+        snprintf(where, sizeof(where), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
+        weft_env_relay_addr(key.key, 4, 2, where, &sa, &len); /* node 1's relay, led by rank 2 */
+        TH_CHECK(pipe(ready) == 0, "pipe");
+        squatter = fork();
+        if (squatter == 0) {
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            if (setuid(65534) != 0 || fd < 0 || bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 16) != 0)
+                _exit(3);
+            (void)write(ready[1], "x", 1);
+            for (;;)
+                pause(); /* holds whoever connects, silent */
+        }
+        char c;
+        TH_CHECK(read(ready[0], &c, 1) == 1, "the squatter did not bind");
+    } else if (rank >= 2) {
+        usleep(500 * 1000); /* the squatter binds first */
+    }
+    double t0 = weft_wtime();
+    boot(&bs, 20);
+    TH_CHECK(weft_wtime() - t0 < 5, "rank %d: init took %.1f s", rank, weft_wtime() - t0);
+    check_round(&bs, 0, 64, weft_wtime() + 20);
+    if (rank == 0) {
+        weft_store_stats_t st;
+        TH_OK(weft_bootstrap_env_store_stats(&bs, &st));
+        TH_CHECK(st.peak_conns == 4, "the store held %llu connections (rank 0, node 0's relay, ranks 2 and 3)",
+                 (unsigned long long)st.peak_conns);
+    }
+    bs.finalize(&bs, 1, weft_wtime() + 10);
+    if (squatter > 0) {
+        kill(squatter, SIGKILL);
+        waitpid(squatter, NULL, 0);
+    }
+    return 0;
+}
+
+Test(store, a_relay_name_another_user_holds_is_passed_by, .timeout = 60)
+{
+    if (geteuid() != 0) cr_skip_test("needs root to act as another user");
+    th_result_t res = th_run(4, body_relay_squatter, NULL, 40, NULL);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+}

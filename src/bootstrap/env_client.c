@@ -180,6 +180,17 @@ static int client_via_relay(env_boot_t *eb, double deadline)
     char why[256];
     int fd = -1, rc = weft_dial(&d, deadline > 0 && deadline < until ? deadline : until, &fd);
     if (rc != WEFT_SUCCESS) return rc;
+    /* The name shows in /proc/net/unix once a relay holds it: a socket
+     * another user bound first (a secret reused across jobs) is not ours. */
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != geteuid()) {
+        close(fd);
+        weft_warn("env bootstrap: rank %d: the node relay's socket of rank %d belongs to user %d, not to this job's "
+                  "user: connecting to the store directly",
+                  eb->rank, eb->via_leader, cl == sizeof(cred) ? (int)cred.uid : -1);
+        return weft_error(WEFT_ERR_TIMEOUT, "env bootstrap: the node relay's socket is another user's");
+    }
     rc = client_hello(fd, eb, deadline, why, sizeof(why));
     if (rc == WEFT_SUCCESS) {
         eb->fd = fd;
