@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -510,12 +509,7 @@ int weft_progress_thread_start(void)
     weft_pt_kick = 0;
     weft_cuda_thread_note_context(); /* the context current at init, for the thread's driver calls */
     weft_api_locking = 1;            /* before the thread exists: every later call locks */
-    /* every signal blocked in the thread: the process's signals go to the application's threads */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&pt_thread, NULL, pt_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int err = weft_thread_start(&pt_thread, NULL, pt_main, NULL, "weft-progress");
     if (err) {
         weft_api_locking = 0;
         return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%s: the progress thread could not start: %s",

@@ -3,9 +3,21 @@
 #include "bootstrap/bootstrap.h"
 #include "weft_internal.h"
 
+#include <signal.h>
 #include <time.h>
 
 weft_state_t weft_g;
+
+int weft_thread_start(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg, const char *name)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(t, attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err == 0 && name) (void)pthread_setname_np(*t, name);
+    return err;
+}
 
 WEFT_API double weft_wtime(void)
 {

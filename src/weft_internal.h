@@ -456,6 +456,10 @@ extern int weft_pt_kick;
  * have to advance. */
 extern int weft_request_pending;
 void weft_progress_thread_wake(void);
+/* Starts fn(arg) on a thread of weft's own with every signal blocked (the
+ * process's signals belong to the application's threads), named `name`
+ * unless NULL. Returns 0 or pthread_create's error. */
+int weft_thread_start(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg, const char *name);
 static inline int weft_api_enter(void)
 {
     if (WEFT_LIKELY(!weft_api_locking)) return 0;

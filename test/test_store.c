@@ -1879,6 +1879,25 @@ Test(store, a_lost_relay_loses_its_node, .timeout = 60)
     run_relay_death(&d);
 }
 
+/* The name of the relay led by `leader` in this rank's job of `size` ranks. */
+static void relay_addr(int size, int leader, struct sockaddr_un *sa, unsigned *len)
+{
+    weft_job_key_t key;
+    char where[64];
+    load_key(&key);
+    snprintf(where, sizeof(where), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
+    weft_env_relay_addr(key.key, size, leader, where, sa, len);
+}
+
+/* n ranks of body, as root (it acts as another user too). */
+static void run_as_root(int n, th_body_fn body)
+{
+    if (geteuid() != 0) cr_skip_test("needs root to act as another user");
+    th_result_t res = th_run(n, body, NULL, 40, NULL);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+}
+
 /* The relay takes connections only from its own user's processes: another
  * user who learned its name is closed on at once, and the job goes on. */
 static int body_relay_stranger(int rank, int size, void *arg)
@@ -1889,13 +1908,9 @@ static int body_relay_stranger(int rank, int size, void *arg)
     boot(&bs, 20);
     check_round(&bs, 0, 16, weft_wtime() + 20);
     if (rank == 0) {
-        weft_job_key_t key;
-        load_key(&key);
         struct sockaddr_un sa;
         unsigned len;
-        char where[64];
-        snprintf(where, sizeof(where), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
-        weft_env_relay_addr(key.key, 2, 0, where, &sa, &len);
+        relay_addr(2, 0, &sa, &len);
         pid_t pid = fork();
         if (pid == 0) {
             if (setuid(65534) != 0) _exit(3);
@@ -1921,10 +1936,7 @@ static int body_relay_stranger(int rank, int size, void *arg)
 
 Test(store, a_relay_refuses_other_users, .timeout = 60)
 {
-    if (geteuid() != 0) cr_skip_test("needs root to act as another user");
-    th_result_t res = th_run(2, body_relay_stranger, NULL, 40, NULL);
-    cr_assert(!res.timed_out);
-    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+    run_as_root(2, body_relay_stranger);
 }
 
 /* Another user who learned a relay's name (it shows in /proc/net/unix, and
@@ -1937,14 +1949,10 @@ static int body_relay_squatter(int rank, int size, void *arg)
     (void)size, (void)arg;
     relay_env(rank, 2);
     if (rank == 0) {
-        weft_job_key_t key;
-        load_key(&key);
         struct sockaddr_un sa;
         unsigned len;
-        char where[64];
         int ready[2];
-        snprintf(where, sizeof(where), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
-        weft_env_relay_addr(key.key, 4, 2, where, &sa, &len); /* node 1's relay, led by rank 2 */
+        relay_addr(4, 2, &sa, &len); /* node 1's relay, led by rank 2 */
         TH_CHECK(pipe(ready) == 0, "pipe");
         squatter = fork();
         if (squatter == 0) {
@@ -1980,8 +1988,5 @@ static int body_relay_squatter(int rank, int size, void *arg)
 
 Test(store, a_relay_name_another_user_holds_is_passed_by, .timeout = 60)
 {
-    if (geteuid() != 0) cr_skip_test("needs root to act as another user");
-    th_result_t res = th_run(4, body_relay_squatter, NULL, 40, NULL);
-    cr_assert(!res.timed_out);
-    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+    run_as_root(4, body_relay_squatter);
 }

@@ -25,7 +25,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -420,7 +419,6 @@ int weft_env_relay_start(weft_relay_t **out, const env_boot_t *eb, int leader, i
     int wake[2], err;
     unsigned alen;
     struct sockaddr_un sa;
-    sigset_t all, old;
 
     *out = NULL;
     if (!r) return weft_error(WEFT_ERR_NO_MEMORY, "node relay: out of memory");
@@ -461,15 +459,10 @@ int weft_env_relay_start(weft_relay_t **out, const env_boot_t *eb, int leader, i
         relay_free(r);
         return WEFT_SUCCESS;
     }
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    err = pthread_create(&r->thread, NULL, relay_main, r);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err != 0) {
+    if ((err = weft_thread_start(&r->thread, NULL, relay_main, r, "weft-relay")) != 0) {
         errno = err;
         goto sys;
     }
-    (void)pthread_setname_np(r->thread, "weft-relay");
     weft_debug("node relay of rank %d: serving up to %d local ranks for the store at %s", leader, r->nslots,
                r->where);
     *out = r;

@@ -1914,7 +1914,6 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
 {
     server_t *s = calloc(1, sizeof(*s));
     int rc = WEFT_SUCCESS, wake[2], err, size = o->size;
-    sigset_t all, old;
 
     if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "env bootstrap: out of memory for the store");
     s->wake_rd = s->wake_wr = s->ep = -1;
@@ -1956,12 +1955,7 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
     long long limit = raise_fd_limit(size + STORE_EXTRA_CONNS + 64);
     if (limit >= 0 && limit < (long long)fds_needed(s)) s->fd_limit_short = limit;
     WEFT_CHECK_GOTO(server_listen(s, o), rc, out);
-    /* Signals belong to the application's threads, not the store's. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    err = pthread_create(thread, NULL, server_main, s);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err == 0) (void)pthread_setname_np(*thread, "weft-store");
+    err = weft_thread_start(thread, NULL, server_main, s, "weft-store");
     if (err != 0) {
         rc = weft_error(WEFT_ERR_BOOTSTRAP, "env bootstrap: cannot start the store thread: %s", strerror(err));
         goto out;

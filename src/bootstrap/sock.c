@@ -10,7 +10,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,7 +165,6 @@ int weft_resolve(const char *host, int port, double deadline, struct addrinfo **
     pthread_condattr_t ca;
     pthread_attr_t ta;
     pthread_t tid;
-    sigset_t all, old;
     int rc = IO_OK, started;
 
     *res = NULL;
@@ -193,11 +191,7 @@ int weft_resolve(const char *host, int port, double deadline, struct addrinfo **
     l->refs = 2;
     pthread_attr_init(&ta);
     pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
-    /* Signals belong to the application's threads. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    started = pthread_create(&tid, &ta, lookup_main, l) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    started = weft_thread_start(&tid, &ta, lookup_main, l, NULL) == 0;
     pthread_attr_destroy(&ta);
     if (!started) {
         /* No thread to spare: look up inline (the deadline then only bounds the retries). */
