@@ -1990,3 +1990,77 @@ Test(store, a_relay_name_another_user_holds_is_passed_by, .timeout = 60)
 {
     run_as_root(4, body_relay_squatter);
 }
+
+/* A stranger that speaks the relays' protocol on the store's port: 300
+ * connections that say RELAY and carry nobody (more than the table holds),
+ * and one that opens route after route and never reads the answers. The
+ * ranks still get in (memberless relays are evicted like any stranger),
+ * and the store drops the second one (it queued answers for it without
+ * end before). */
+static int stranger_relays(const char *done)
+{
+    enum { FLOOD = 280, CYCLES = 500 };
+    static int fds[FLOOD];
+    uint8_t b[WIRE_HDR + STORE_NONCE];
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 0; i < FLOOD; i++) {
+        TH_CHECK((fds[i] = connect_store(weft_wtime() + 10)) >= 0, "connection %d: %s", i, strerror(errno));
+        wire_pack(b, K_RELAY, 0, REAL_RANKS, 0, 0, 0);
+        (void)send(fds[i], b, WIRE_HDR, MSG_NOSIGNAL);
+    }
+    int fd = connect_store(weft_wtime() + 10);
+    TH_CHECK(fd >= 0, "connect");
+    int small = 4096;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    wire_pack(b, K_RELAY, 0, REAL_RANKS, 0, 0, 0);
+    (void)send(fd, b, WIRE_HDR, MSG_NOSIGNAL);
+    int cycles = 0;
+    for (; cycles < CYCLES; cycles++) { /* a HELLO on route 0, then its close: the number is free again */
+        uint8_t m[3 * WIRE_HDR + STORE_NONCE];
+        weft_env_hdr_pack(m, K_ROUTE, 0, 0, 0, ROUTE_DATA, WIRE_HDR + STORE_NONCE);
+        wire_pack(m + WIRE_HDR, W_HELLO, 1, REAL_RANKS, 0, FLAG_KEYED, STORE_NONCE);
+        memset(m + 2 * WIRE_HDR, 7, STORE_NONCE);
+        weft_env_hdr_pack(m + 2 * WIRE_HDR + STORE_NONCE, K_ROUTE, 0, 0, 0, ROUTE_CLOSE, 0);
+        if (send(fd, m, sizeof(m), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(m)) break;
+    }
+    size_t got;
+    uint8_t junk[1];
+    /* dropped for its routes or its unread answers at once, or by the sweep (10 s without a member) */
+    TH_CHECK(closed_by_store(fd, 15, junk, 0, &got), "the store kept a relay that opens routes for nobody (%d cycles)",
+             cycles);
+    int f = open(done, O_CREAT | O_WRONLY, 0600); /* the ranks may come */
+    if (f >= 0) close(f);
+    usleep(3000 * 1000); /* the flood stays while the ranks join */
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    close(fd);
+    return 0;
+}
+
+static int body_with_stranger_relays(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    const char *done = arg;
+    if (rank == size - 1) return stranger_relays(done);
+    relay_env(rank, 2);
+    for (double t0 = weft_wtime(); rank > 0 && access(done, F_OK) != 0 && weft_wtime() - t0 < 20;)
+        usleep(10 * 1000); /* the flood comes first */
+    boot(&bs, 20);
+    for (int i = 0; i < 10; i++)
+        check_round(&bs, i, (size_t)(i * 7), weft_wtime() + 20);
+    bs.finalize(&bs, 1, weft_wtime() + 10);
+    return 0;
+}
+
+Test(store, a_stranger_relay_neither_locks_ranks_out_nor_grows_the_store, .timeout = 60)
+{
+    char done[64];
+    snprintf(done, sizeof(done), "/tmp/weft-test-flooded.%d", (int)getpid());
+    unlink(done);
+    th_result_t res = th_run(REAL_RANKS + 1, body_with_stranger_relays, done, 50, (const char *const *)stranger_env);
+    unlink(done);
+    cr_assert(!res.timed_out);
+    for (int r = 0; r < REAL_RANKS; r++)
+        cr_expect_eq(res.exit_code[r], 0, "rank %d failed", r);
+    cr_assert_eq(res.exit_code[REAL_RANKS], 0, "the stranger's checks failed");
+}

@@ -553,10 +553,11 @@ void weft_env_poll_lost(weft_bootstrap_t *bs, double blocked_s)
 void weft_env_free(env_boot_t *eb, int graceful, double deadline)
 {
     /* Store first: rank 0's own connection closing is no news to report;
-     * then the node relay (the store's goodbyes from this node pass it). */
+     * the node relay last (the store's goodbyes to this node pass it). */
     if (eb->srv) weft_env_server_stop(eb->srv, eb->thread, graceful, deadline);
+    if (eb->fd >= 0) close(eb->fd); /* before the relay: it waits for its members, this rank among them */
+    eb->fd = -1;
     weft_env_relay_stop(eb->relay, graceful, deadline);
-    if (eb->fd >= 0) close(eb->fd);
     memset(&eb->key, 0, sizeof(eb->key));
     free(eb);
 }

@@ -14,6 +14,7 @@
  * connects to the store directly (env_client.c): a relay never makes a
  * job fail that would have run without it.
  *
+ * The relay reaches the store when its first member comes.
  * One thread, one epoll loop: a member's readable bytes go upstream as
  * ROUTE messages of its number; ROUTE messages from the store go to the
  * member they name. A member that closes is reported with ROUTE_CLOSE;
@@ -33,7 +34,8 @@
 #include <unistd.h>
 
 #define RELAY_SPARE 16 /* members beyond LOCAL_WORLD_SIZE (a re-init racing a close) */
-#define RELAY_DRAIN 1.0 /* seconds a leaving relay hands on what the store sent */
+#define RELAY_DRAIN 1.0  /* seconds a leaving relay hands on what the store sent, at most */
+#define RELAY_QUIET 0.05 /* ... or until the store has been quiet this long and every member has it */
 
 typedef struct bq {
     uint8_t *p;
@@ -45,6 +47,7 @@ enum { SLOT_FREE = 0, SLOT_LIVE, SLOT_SENT_CLOSE, SLOT_ENDING };
 typedef struct member {
     int fd;
     int state;
+    int sent; /* bytes of it went to the store: the store knows its route */
     unsigned events;
     bq_t out;
 } member_t;
@@ -68,7 +71,10 @@ struct relay {
     pthread_mutex_t lock;
     int stop, finalizing;
     double fin_deadline;
-    int draining; /* leaving: members are no longer read */
+    int draining;      /* leaving: members are no longer read */
+    double last_up;    /* when the store last sent something */
+    double warned_at;  /* refusals are logged at most once a second */
+    unsigned refused;  /* ... and counted meanwhile */
     uint8_t buf[64 << 10];
 };
 
@@ -149,18 +155,40 @@ static void slot_free(weft_relay_t *r, member_t *m)
     r->live--;
 }
 
-/* The member closed: tell the store; the number stays taken until its answer. */
-static void member_gone(weft_relay_t *r, member_t *m)
+static void member_watch(weft_relay_t *r, member_t *m)
 {
-    slot_close_fd(r, m);
-    m->state = SLOT_SENT_CLOSE;
-    (void)up_route(r, (int)(m - r->slot), ROUTE_CLOSE, NULL, 0);
+    if (m->fd >= 0)
+        watch(r, m->fd, m, &m->events,
+              (m->state == SLOT_LIVE && !r->draining ? (unsigned)EPOLLIN : 0u) |
+                  (m->out.head < m->out.tail ? (unsigned)EPOLLOUT : 0u));
 }
 
-/* The store's ROUTE_CLOSE was flushed to the member: close it and answer. */
+/* The member's stream ended (it said goodbye and shut its side, or it is
+ * gone: close_fd). The store is told once; the number stays taken until
+ * its answer, and the socket stays open for what the store still sends
+ * (its close is a rank's acknowledgment of its goodbye). A member that
+ * never sent a byte is unknown to the store: its number is free at once. */
+static void member_close_up(weft_relay_t *r, member_t *m, int close_fd)
+{
+    if (!m->sent) {
+        slot_free(r, m);
+        return;
+    }
+    if (m->state == SLOT_LIVE) {
+        m->state = SLOT_SENT_CLOSE;
+        (void)up_route(r, (int)(m - r->slot), ROUTE_CLOSE, NULL, 0);
+    }
+    if (close_fd)
+        slot_close_fd(r, m);
+    else
+        member_watch(r, m);
+}
+
+/* The store's ROUTE_CLOSE was flushed to the member (or cannot be): close
+ * it and answer, unless the member's own close crossed it. */
 static void member_ended(weft_relay_t *r, member_t *m)
 {
-    (void)up_route(r, (int)(m - r->slot), ROUTE_CLOSE, NULL, 0);
+    if (m->state == SLOT_ENDING) (void)up_route(r, (int)(m - r->slot), ROUTE_CLOSE, NULL, 0);
     slot_free(r, m);
 }
 
@@ -170,7 +198,7 @@ static void member_flush(weft_relay_t *r, member_t *m)
         if (m->state == SLOT_ENDING)
             member_ended(r, m);
         else
-            member_gone(r, m);
+            member_close_up(r, m, 1);
         return;
     }
     if (m->state == SLOT_ENDING && m->out.head == m->out.tail) {
@@ -178,10 +206,7 @@ static void member_flush(weft_relay_t *r, member_t *m)
         member_ended(r, m);
         return;
     }
-    if (m->fd >= 0)
-        watch(r, m->fd, m, &m->events,
-              (m->state == SLOT_LIVE && !r->draining ? (unsigned)EPOLLIN : 0u) |
-                  (m->out.head < m->out.tail ? (unsigned)EPOLLOUT : 0u));
+    member_watch(r, m);
 }
 
 static void member_read(weft_relay_t *r, member_t *m)
@@ -191,28 +216,43 @@ static void member_read(weft_relay_t *r, member_t *m)
         if (k < 0 && errno == EINTR) continue;
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (k <= 0) {
-            member_gone(r, m);
+            member_close_up(r, m, k < 0);
             return;
         }
         if (up_route(r, (int)(m - r->slot), ROUTE_DATA, r->buf, (size_t)k) != 0) {
             weft_warn("node relay of rank %d: out of memory", r->leader);
-            member_gone(r, m);
+            member_close_up(r, m, 1);
             return;
         }
+        m->sent = 1;
     }
 }
 
+/* A refused connection, logged at most once a second with a count. */
+static void refused(weft_relay_t *r, const char *why, int pid, int uid)
+{
+    double now = weft_wtime();
+    r->refused++;
+    if (now - r->warned_at < 1.0) return;
+    weft_warn("node relay of rank %d: refused %u connection%s (the last: pid %d, user %d): %s", r->leader, r->refused,
+              r->refused == 1 ? "" : "s", pid, uid, why);
+    r->warned_at = now;
+    r->refused = 0;
+}
+
+#define RELAY_ACCEPT_BATCH 64 /* connections accepted per pass: a flood must not starve the members */
+
 static void relay_accept(weft_relay_t *r)
 {
-    for (;;) {
+    for (int batch = 0; batch < RELAY_ACCEPT_BATCH; batch++) {
         int fd = accept4(r->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
         struct ucred cred;
         socklen_t cl = sizeof(cred);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != geteuid()) {
-            weft_warn("node relay of rank %d: refused a connection from pid %d of user %d (only this job's user's "
-                      "processes may use it)",
-                      r->leader, cl == sizeof(cred) ? (int)cred.pid : -1, cl == sizeof(cred) ? (int)cred.uid : -1);
+        int known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cl == sizeof(cred);
+        if (!known || cred.uid != geteuid()) {
+            refused(r, "only this job's user's processes may use it", known ? (int)cred.pid : -1,
+                    known ? (int)cred.uid : -1);
             close(fd);
             continue;
         }
@@ -220,7 +260,7 @@ static void relay_accept(weft_relay_t *r)
         for (int i = 0; i < r->nslots && id < 0; i++)
             if (r->slot[i].state == SLOT_FREE) id = i;
         if (id < 0) {
-            weft_warn("node relay of rank %d: refused a connection: all %d routes are in use", r->leader, r->nslots);
+            refused(r, "every route is in use", (int)cred.pid, (int)cred.uid);
             close(fd);
             continue;
         }
@@ -250,11 +290,16 @@ static int up_read(weft_relay_t *r)
         if (k < 0 && errno == EINTR) continue;
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
         if (k <= 0) return -1;
+        r->last_up = weft_wtime();
         if (r->chunk_left) {
             r->chunk_left -= (size_t)k;
             member_t *m = r->chunk_to >= 0 ? &r->slot[r->chunk_to] : NULL;
-            if (m && m->state == SLOT_LIVE && bq_add(&m->out, r->buf, (size_t)k) != 0) member_gone(r, m);
-            if (m && m->state == SLOT_LIVE) member_flush(r, m);
+            if (m && m->fd >= 0 && (m->state == SLOT_LIVE || m->state == SLOT_SENT_CLOSE)) {
+                if (bq_add(&m->out, r->buf, (size_t)k) != 0)
+                    member_close_up(r, m, 1);
+                else
+                    member_flush(r, m);
+            }
             continue;
         }
         if ((r->hgot += (size_t)k) < STORE_HDR) continue;
@@ -310,10 +355,11 @@ static int members_flushed(const weft_relay_t *r)
     return 1;
 }
 
-static void *relay_main(void *arg)
+/* Reaches the store (when the first member comes: a relay that never
+ * carries anyone never bothers it). Its members see the relay's socket
+ * close when it cannot, and connect directly. */
+static int relay_dial(weft_relay_t *r)
 {
-    weft_relay_t *r = arg;
-    struct epoll_event evs[64];
     weft_dial_t d = {.who = "node relay",
                      .rank = r->leader,
                      .what = "rank 0's store",
@@ -323,22 +369,27 @@ static void *relay_main(void *arg)
                      .direct_len = r->direct_len,
                      .greet = relay_greet,
                      .ctx = r};
-
     if (weft_dial(&d, r->dial_deadline, &r->up) != WEFT_SUCCESS) {
-        /* Its members see the socket close and connect directly. */
         weft_warn("node relay of rank %d: %s; this node's ranks connect to the store directly", r->leader,
                   weft_last_error());
         weft_error_clear();
-        goto out;
+        return -1;
     }
-    watch(r, r->up, &r->up, &r->up_events, EPOLLIN);
+    r->last_up = weft_wtime();
+    return 0;
+}
+
+static void *relay_main(void *arg)
+{
+    weft_relay_t *r = arg;
+    struct epoll_event evs[64];
     unsigned lfd_events = 0;
     watch(r, r->lfd, &r->lfd, &lfd_events, EPOLLIN);
     /* Leaving (stopped, or the store closed): no new members and nothing
      * more from them, but what the store sent them (a verdict that ends
-     * their init, its closing notice) is handed on first, for at most
-     * RELAY_DRAIN seconds, or until the store's stream ends and every
-     * member has it. */
+     * their init, its closing notice) is handed on first: until every
+     * member has all of it and the store's stream ended or went quiet for
+     * RELAY_QUIET, at most RELAY_DRAIN seconds. */
     double drain_until = 0;
     int up_closed = 0;
     for (;;) {
@@ -350,12 +401,20 @@ static void *relay_main(void *arg)
             for (int i = 0; i < r->nslots; i++)
                 if (r->slot[i].fd >= 0) member_flush(r, &r->slot[i]);
         }
-        if (drain_until && (now >= drain_until || r->live == 0 || (up_closed && members_flushed(r)))) break;
+        if (drain_until &&
+            (now >= drain_until || r->live == 0 ||
+             (members_flushed(r) && (up_closed || r->up < 0 || now - r->last_up >= RELAY_QUIET))))
+            break;
+        if (r->up < 0 && r->live > 0 && !r->draining) {
+            if (relay_dial(r) != 0) break;
+            watch(r, r->up, &r->up, &r->up_events, EPOLLIN | EPOLLOUT);
+        }
         int n = epoll_wait(r->ep, evs, (int)(sizeof(evs) / sizeof(evs[0])), drain_until ? 20 : 1000);
         if (n < 0 && errno != EINTR) break;
         int broken = 0;
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
+            unsigned ev = evs[i].events;
             if (p == &r->wake_rd) {
                 char junk[64];
                 while (read(r->wake_rd, junk, sizeof(junk)) > 0) {
@@ -364,17 +423,24 @@ static void *relay_main(void *arg)
                 relay_accept(r);
             } else if (p == &r->up) {
                 if (up_closed) continue;
-                if ((evs[i].events & EPOLLOUT) && bq_write(r->up, &r->upq) != 0) broken = 1;
-                if (!broken && evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR) && up_read(r) != 0) broken = 1;
+                if ((ev & EPOLLOUT) && bq_write(r->up, &r->upq) != 0) broken = 1;
+                if (!broken && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && up_read(r) != 0) broken = 1;
             } else {
                 member_t *m = p;
                 if (m->fd < 0) continue;
-                if (evs[i].events & EPOLLOUT) member_flush(r, m);
-                if (m->fd >= 0 && m->state == SLOT_LIVE && !r->draining &&
-                    (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                if (ev & EPOLLOUT) member_flush(r, m);
+                if (m->fd < 0) continue;
+                if (m->state == SLOT_LIVE && !r->draining && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)))
                     member_read(r, m);
+                else if (ev & (EPOLLHUP | EPOLLERR)) { /* gone (reported even when not asked for) */
+                    if (m->state == SLOT_ENDING)
+                        member_ended(r, m);
+                    else
+                        member_close_up(r, m, 1);
+                }
             }
         }
+        if (r->up < 0) continue;
         if (!up_closed && !broken && bq_write(r->up, &r->upq) != 0) broken = 1;
         if (broken && !up_closed) {
             /* The store is gone: so is every member's connection to it, once it has what came before. */
@@ -385,7 +451,6 @@ static void *relay_main(void *arg)
         if (!up_closed)
             watch(r, r->up, &r->up, &r->up_events, EPOLLIN | (r->upq.head < r->upq.tail ? (unsigned)EPOLLOUT : 0u));
     }
-out:
     pthread_mutex_lock(&r->lock);
     for (int i = 0; i < r->nslots; i++)
         if (r->slot[i].state != SLOT_FREE) slot_free(r, &r->slot[i]);

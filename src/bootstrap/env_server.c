@@ -38,6 +38,8 @@
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
 #define STORE_MAX_LISTEN      4                 /* addresses of MASTER_ADDR (and of the pod's name) served */
 #define STORE_SWEEP_PERIOD    0.25              /* how often handshake and closing deadlines are looked at */
+#define RELAY_STRANGER_ROUTES 64                /* routes a relay may open before one becomes a member */
+#define RELAY_STRANGER_OUT    ((size_t)1 << 20) /* bytes queued to a relay without a member that it does not read */
 /* Rejections are logged at a bounded rate: a flood of bad connections must
  * not flood rank 0's stderr. A burst, then one line a second that also
  * says how many were not logged. */
@@ -98,6 +100,9 @@ typedef struct conn {
     /* A node relay's connection (is_relay): its routes, and the chunk being read. */
     int is_relay;
     int members;          /* routes that became members, ever */
+    int opened_routes;    /* routes it opened, ever: a relay without a member may open few */
+    size_t out_bytes;     /* queued to send */
+    int notice_cut;       /* server_notify_close: a short send; nothing more goes on it */
     struct conn **routes; /* [nroutes]: grown as the relay numbers its routes (< STORE_RELAY_ROUTES) */
     uint32_t nroutes;
     struct conn *chunk_to;
@@ -274,6 +279,7 @@ static void conn_queue(conn_t *c, blob_t *b)
     m->next = NULL;
     m->blob = b;
     m->off = 0;
+    c->out_bytes += b->len;
     if (c->out_tail)
         c->out_tail->next = m;
     else
@@ -941,6 +947,10 @@ static void on_header(server_t *s, conn_t *c, double now)
     } else if (h->kind == K_RELAY) {
         if (c->fd < 0) /* a relay's route cannot be a relay in turn */
             conn_kill(c, "sent RELAY on a route");
+        else if (!s->relay)
+            conn_refuse(s, c, WEFT_ERR_ARG,
+                        "a node relay, but this store expects none (WEFT_STORE_RELAY, LOCAL_WORLD_SIZE and the job "
+                        "secret must be alike on every rank)");
         else
             become_relay(s, c);
     } else if (c->phase != PHASE_MEMBER || h->kind == K_GET) { /* a handshake payload or a GET (bounded) */
@@ -1092,6 +1102,12 @@ static conn_t *route_open(server_t *s, conn_t *relay, uint32_t id, double now)
 {
     char peer[64];
     snprintf(peer, sizeof(peer), "%.40s/route %u", relay->peer, id);
+    if (!relay->members && ++relay->opened_routes > RELAY_STRANGER_ROUTES) {
+        reject(s, WEFT_LOG_WARN, "dropped the node relay %s: %d routes and none became a member", relay->peer,
+               relay->opened_routes - 1);
+        conn_kill(relay, "lost its node relay (%s): it carried no member", relay->peer);
+        return NULL;
+    }
     if (s->nconns >= s->max_conns && !evict_oldest_stranger(s, peer)) {
         reject(s, WEFT_LOG_WARN, "refused %s: already %d connections", peer, s->nconns);
         return NULL;
@@ -1118,6 +1134,12 @@ static void relay_read(server_t *s, conn_t *c, double now)
     while (!c->dead) {
         if (roff == rlen) {
             if (budget == 0) return;
+            if (!c->members && c->out_bytes > RELAY_STRANGER_OUT) { /* answers it never reads */
+                reject(s, WEFT_LOG_WARN, "dropped the node relay %s: %zu bytes it does not read", c->peer,
+                       c->out_bytes);
+                conn_kill(c, "lost its node relay (%s): it stopped reading", c->peer);
+                return;
+            }
             ssize_t k = recv(c->fd, s->rbuf, sizeof(s->rbuf), 0);
             if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
                 conn_kill(c, "lost its node relay (%s): %s", c->peer, k == 0 ? "it closed" : strerror(errno));
@@ -1223,6 +1245,7 @@ static void conn_write(server_t *s, conn_t *c)
             size_t take = m->blob->len - m->off < left ? m->blob->len - m->off : left;
             m->off += take;
             left -= take;
+            c->out_bytes -= take;
             if (m->off < m->blob->len) break;
             c->out_head = m->next;
             if (!c->out_head) c->out_tail = NULL;
@@ -1285,10 +1308,14 @@ static void conn_finish(server_t *s, conn_t *c)
     free(c);
 }
 
+/* Out of the table (its memory stays until server_reap: events for it may
+ * still be in the batch being handled). */
 static void conns_remove(server_t *s, conn_t *c)
 {
+    if (c->idx < 0) return;
     s->conns[c->idx] = s->conns[--s->nconns];
     s->conns[c->idx]->idx = c->idx;
+    c->idx = -1;
 }
 
 static void server_reap(server_t *s)
@@ -1315,25 +1342,31 @@ static void server_reap(server_t *s)
     }
 }
 
-/* The table is full: the oldest connection that has not finished its
- * handshake makes room. Idle strangers then cannot keep the ranks out:
+/* The table is full: a dead connection still in it, or the oldest one that
+ * has not finished its handshake (a relay that carries no member yet is
+ * one), makes room. It leaves the table at once and is freed by the next
+ * server_reap, after the batch of events that may name it. Idle strangers
+ * then cannot keep the ranks out:
  * a rank's own handshake takes one round trip. Returns 0 if none. */
 static int evict_oldest_stranger(server_t *s, const char *newcomer)
 {
     int oldest = -1;
-    server_reap(s);
-    if (s->nconns < s->max_conns) return 1;
-    for (int i = 0; i < s->nconns; i++)
-        if (s->conns[i]->rank < 0 && !s->conns[i]->is_relay &&
+    for (int i = 0; i < s->nconns; i++) {
+        if (s->conns[i]->dead) {
+            conns_remove(s, s->conns[i]);
+            return 1;
+        }
+        if (s->conns[i]->rank < 0 && (!s->conns[i]->is_relay || !s->conns[i]->members) &&
             (oldest < 0 || s->conns[i]->opened < s->conns[oldest]->opened))
             oldest = i;
+    }
     if (oldest < 0) return 0;
     conn_t *c = s->conns[oldest];
     reject(s, WEFT_LOG_WARN,
            "dropped the connection from %s (unauthenticated for %.1f s) to make room for %s: %d connections", c->peer,
            weft_wtime() - c->opened, newcomer, s->nconns);
     conn_kill(c, "evicted");
-    server_reap(s);
+    conns_remove(s, c);
     return 1;
 }
 
@@ -1448,12 +1481,14 @@ static void server_notify_close(server_t *s, const char *why)
         conn_t *c = s->conns[i];
         if (c->rank < 0 || s->rank_state[c->rank] != RANK_LIVE || c->dead) continue;
         if (c->fd >= 0 && !c->out_head) (void)send(c->fd, b->data, b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (c->fd < 0 && c->via && !c->via->out_head && !c->via->dead) {
+        if (c->fd < 0 && c->via && !c->via->out_head && !c->via->dead && !c->via->notice_cut) {
             uint8_t m[STORE_HDR + 1024 + STORE_HDR];
             if (b->len > 1024 + STORE_HDR) continue;
             weft_env_hdr_pack(m, K_ROUTE, c->route, 0, 0, ROUTE_DATA, b->len);
             memcpy(m + STORE_HDR, b->data, b->len);
-            (void)send(c->via->fd, m, STORE_HDR + b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            /* a short send would cut the stream for the next route's notice: none follows it */
+            if (send(c->via->fd, m, STORE_HDR + b->len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(STORE_HDR + b->len))
+                c->via->notice_cut = 1;
         }
     }
     blob_put(b);
@@ -1591,6 +1626,7 @@ static void *server_main(void *arg)
                "sent",
                s->where, (unsigned long long)s->stats.accepted, (unsigned long long)s->stats.peak_conns,
                (unsigned long long)s->stats.bytes_in, (unsigned long long)s->stats.bytes_out);
+    server_reap(s); /* the dead, also those already out of the table */
     for (int i = 0; i < s->nconns; i++) {
         s->conns[i]->rank = -1; /* no round bookkeeping on the way out */
         conn_finish(s, s->conns[i]);
