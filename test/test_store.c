@@ -2064,3 +2064,32 @@ Test(store, a_stranger_relay_neither_locks_ranks_out_nor_grows_the_store, .timeo
         cr_expect_eq(res.exit_code[r], 0, "rank %d failed", r);
     cr_assert_eq(res.exit_code[REAL_RANKS], 0, "the stranger's checks failed");
 }
+
+/* Two nodes of 32 ranks, the store late: node 1's relay holds its ranks'
+ * HELLOs until it reaches the store, then sends them at once, far more
+ * routes than a relay may open before one becomes a member when it
+ * carries few ranks (the store allows two per local rank, and 16). */
+static int body_big_node(int rank, int size, void *arg)
+{
+    weft_bootstrap_t bs;
+    (void)arg, (void)size;
+    relay_env(rank, 32);
+    if (rank == 0) usleep(1500 * 1000);
+    boot(&bs, 40);
+    check_round(&bs, 0, 8, weft_wtime() + 40);
+    if (rank == 0) {
+        weft_store_stats_t st;
+        TH_OK(weft_bootstrap_env_store_stats(&bs, &st));
+        TH_CHECK(st.peak_conns == 3, "the store held %llu connections (rank 0 and two relays)",
+                 (unsigned long long)st.peak_conns);
+    }
+    bs.finalize(&bs, 1, weft_wtime() + 20);
+    return 0;
+}
+
+Test(store, a_node_of_32_ranks_comes_through_its_relay_at_once, .timeout = 60)
+{
+    th_result_t res = th_run(64, body_big_node, NULL, 55, NULL);
+    cr_assert(!res.timed_out);
+    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+}

@@ -38,7 +38,7 @@
 #define STORE_READ_BUDGET     ((size_t)4 << 20) /* per connection per poll pass: fairness */
 #define STORE_MAX_LISTEN      4                 /* addresses of MASTER_ADDR (and of the pod's name) served */
 #define STORE_SWEEP_PERIOD    0.25              /* how often handshake and closing deadlines are looked at */
-#define RELAY_STRANGER_ROUTES 64                /* routes a relay may open before one becomes a member */
+#define RELAY_STRANGER_ROUTES 16                /* routes a relay may open before one becomes a member, beyond 2 per local rank */
 #define RELAY_STRANGER_OUT    ((size_t)1 << 20) /* bytes queued to a relay without a member that it does not read */
 /* Rejections are logged at a bounded rate: a flood of bad connections must
  * not flood rank 0's stderr. A burst, then one line a second that also
@@ -165,6 +165,7 @@ struct server {
     int nconns, max_conns;
     int nfds; /* of them, connections with a descriptor */
     int relay; /* the ranks are expected through node relays (the open-file limit is judged per node) */
+    int relay_routes; /* routes a relay may open before one becomes a member (its node's ranks, twice, and some) */
     conn_t **by_rank;
     uint8_t *rank_state;
     uint64_t *next_seq;
@@ -1102,7 +1103,7 @@ static conn_t *route_open(server_t *s, conn_t *relay, uint32_t id, double now)
 {
     char peer[64];
     snprintf(peer, sizeof(peer), "%.40s/route %u", relay->peer, id);
-    if (!relay->members && ++relay->opened_routes > RELAY_STRANGER_ROUTES) {
+    if (!relay->members && ++relay->opened_routes > s->relay_routes) {
         reject(s, WEFT_LOG_WARN, "dropped the node relay %s: %d routes and none became a member", relay->peer,
                relay->opened_routes - 1);
         conn_kill(relay, "lost its node relay (%s): it carried no member", relay->peer);
@@ -1957,6 +1958,7 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
     s->size = size;
     s->gone_rank = -1;
     s->relay = o->relay_nodes;
+    s->relay_routes = 2 * (o->local_size > 0 ? o->local_size : 1) + RELAY_STRANGER_ROUTES;
     /* routes and descriptors: a rank's route and its relay's connection may both be open */
     s->max_conns = size + (o->relay_nodes ? o->relay_nodes : 0) + STORE_EXTRA_CONNS;
     s->key = *o->key;
