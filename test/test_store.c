@@ -1749,6 +1749,24 @@ static void relay_env(int rank, int local)
     setenv("WEFT_STORE_RELAY", "on", 1);
 }
 
+/* Rank 0: its store held at most `most` connections at once (ranks'
+ * own and relays'). */
+static void check_store_conns(weft_bootstrap_t *bs, int most, const char *which)
+{
+    weft_store_stats_t st;
+    TH_OK(weft_bootstrap_env_store_stats(bs, &st));
+    TH_CHECK((int)st.peak_conns <= most, "the store held %llu connections at once, at most %d expected (%s)",
+             (unsigned long long)st.peak_conns, most, which);
+}
+
+/* n ranks of body: none killed by the harness, none failed. */
+static void run_ranks(int n, th_body_fn body, void *arg, double timeout_s)
+{
+    th_result_t res = th_run(n, body, arg, timeout_s, NULL);
+    cr_assert(!res.timed_out, "%d ranks: the harness had to kill ranks", n);
+    cr_assert_eq(res.failed, 0, "%d ranks: %d ranks failed", n, res.failed);
+}
+
 typedef struct relay_arg {
     int local;         /* ranks per node */
     int no_relay_rank; /* this rank runs without relays (-1: none) */
@@ -1783,12 +1801,7 @@ static int body_relay(int rank, int size, void *arg)
         free(got[i]);
     }
     TH_OK(weft_bootstrap_barrier(&bs, weft_wtime() + 30));
-    if (rank == 0) {
-        weft_store_stats_t st;
-        TH_OK(weft_bootstrap_env_store_stats(&bs, &st));
-        TH_CHECK((int)st.peak_conns <= a->max_fds, "the store held %llu connections at once for %d ranks (at most %d "
-                 "expected)", (unsigned long long)st.peak_conns, size, a->max_fds);
-    }
+    if (rank == 0) check_store_conns(&bs, a->max_fds, "its own and the relays'");
     double t0 = weft_wtime();
     bs.finalize(&bs, 1, weft_wtime() + 20);
     TH_CHECK(weft_wtime() - t0 < 5, "rank %d: graceful finalize took %.1f s", rank, weft_wtime() - t0);
@@ -1797,9 +1810,7 @@ static int body_relay(int rank, int size, void *arg)
 
 static void run_relay(int n, const relay_arg_t *a)
 {
-    th_result_t res = th_run(n, body_relay, (void *)a, 50, NULL);
-    cr_assert(!res.timed_out, "%d ranks: the harness had to kill ranks", n);
-    cr_assert_eq(res.failed, 0, "%d ranks: %d ranks failed", n, res.failed);
+    run_ranks(n, body_relay, (void *)a, 50);
 }
 
 Test(store, ranks_reach_the_store_through_their_node_relay, .timeout = 60)
@@ -1862,9 +1873,7 @@ static int body_relay_death(int rank, int size, void *arg)
 
 static void run_relay_death(const relay_death_arg_t *d)
 {
-    th_result_t res = th_run(8, body_relay_death, (void *)d, 40, NULL);
-    cr_assert(!res.timed_out);
-    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+    run_ranks(8, body_relay_death, (void *)d, 40);
 }
 
 Test(store, a_rank_lost_behind_a_relay_is_named, .timeout = 60)
@@ -1893,9 +1902,7 @@ static void relay_addr(int size, int leader, struct sockaddr_un *sa, unsigned *l
 static void run_as_root(int n, th_body_fn body)
 {
     if (geteuid() != 0) cr_skip_test("needs root to act as another user");
-    th_result_t res = th_run(n, body, NULL, 40, NULL);
-    cr_assert(!res.timed_out);
-    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+    run_ranks(n, body, NULL, 40);
 }
 
 /* The relay takes connections only from its own user's processes: another
@@ -1972,12 +1979,7 @@ static int body_relay_squatter(int rank, int size, void *arg)
     boot(&bs, 20);
     TH_CHECK(weft_wtime() - t0 < 5, "rank %d: init took %.1f s", rank, weft_wtime() - t0);
     check_round(&bs, 0, 64, weft_wtime() + 20);
-    if (rank == 0) {
-        weft_store_stats_t st;
-        TH_OK(weft_bootstrap_env_store_stats(&bs, &st));
-        TH_CHECK(st.peak_conns == 4, "the store held %llu connections (rank 0, node 0's relay, ranks 2 and 3)",
-                 (unsigned long long)st.peak_conns);
-    }
+    if (rank == 0) check_store_conns(&bs, 4, "rank 0, node 0's relay, ranks 2 and 3");
     bs.finalize(&bs, 1, weft_wtime() + 10);
     if (squatter > 0) {
         kill(squatter, SIGKILL);
@@ -2077,19 +2079,12 @@ static int body_big_node(int rank, int size, void *arg)
     if (rank == 0) usleep(1500 * 1000);
     boot(&bs, 40);
     check_round(&bs, 0, 8, weft_wtime() + 40);
-    if (rank == 0) {
-        weft_store_stats_t st;
-        TH_OK(weft_bootstrap_env_store_stats(&bs, &st));
-        TH_CHECK(st.peak_conns == 3, "the store held %llu connections (rank 0 and two relays)",
-                 (unsigned long long)st.peak_conns);
-    }
+    if (rank == 0) check_store_conns(&bs, 3, "rank 0 and two relays");
     bs.finalize(&bs, 1, weft_wtime() + 20);
     return 0;
 }
 
 Test(store, a_node_of_32_ranks_comes_through_its_relay_at_once, .timeout = 60)
 {
-    th_result_t res = th_run(64, body_big_node, NULL, 55, NULL);
-    cr_assert(!res.timed_out);
-    cr_assert_eq(res.failed, 0, "%d ranks failed", res.failed);
+    run_ranks(64, body_big_node, NULL, 55);
 }
