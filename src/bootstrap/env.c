@@ -178,9 +178,14 @@ static int boot_start(weft_bootstrap_t *bs, env_boot_t *eb, const env_serve_t *s
 {
     int rc;
     if (serve) WEFT_CHECK_GOTO(weft_env_server_start(&eb->srv, serve, &eb->thread), rc, out);
-    /* The node's first rank relays for its node (rank 0's node too). */
-    if (eb->via_leader >= 0 && eb->via_leader == eb->rank)
-        WEFT_CHECK_GOTO(weft_env_relay_start(&eb->relay, eb, eb->rank, local_size, deadline), rc, out);
+    /* The node's first rank relays for its node (rank 0's node too). A
+     * relay that cannot start fails nobody: its node's ranks connect to
+     * the store directly after a while. */
+    if (eb->via_leader >= 0 && eb->via_leader == eb->rank &&
+        weft_env_relay_start(&eb->relay, eb, eb->rank, local_size, deadline) != WEFT_SUCCESS) {
+        weft_warn("%s; this node's ranks connect to the store directly", weft_last_error());
+        weft_error_clear();
+    }
     WEFT_CHECK_GOTO(weft_env_client_connect(eb, deadline), rc, out);
     bs->name = name;
     bs->rank = eb->rank;

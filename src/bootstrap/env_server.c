@@ -1035,10 +1035,6 @@ static void conn_read(server_t *s, conn_t *c, double now)
 {
     size_t budget = STORE_READ_BUDGET;
 
-    if (c->is_relay) {
-        relay_read(s, c, now);
-        return;
-    }
     while (!c->dead && !c->closing && !c->is_relay && budget > 0) {
         uint8_t *p;
         size_t n = conn_want(s, c, &p);
@@ -1059,7 +1055,7 @@ static void conn_read(server_t *s, conn_t *c, double now)
         stat_add(&s->stats.bytes_in, (uint64_t)k);
         conn_advance(s, c, (size_t)k, now);
     }
-    if (c->is_relay && !c->dead) relay_read(s, c, now); /* it said RELAY: what follows are routes */
+    if (c->is_relay && !c->dead) relay_read(s, c, now); /* a relay's connection (it said RELAY): routes */
 }
 
 /* ---- node relays ------------------------------------------------------------ */
@@ -1546,6 +1542,16 @@ static void listen_watch(server_t *s, int on)
     s->listen_paused = !on;
 }
 
+/* Sends what is queued and closes the dead, until neither leaves work for
+ * the other (reaping a route queues its ROUTE_CLOSE on the relay). */
+static void flush_and_reap(server_t *s)
+{
+    do {
+        flush_dirty(s);
+        server_reap(s);
+    } while (s->dirty);
+}
+
 static void *server_main(void *arg)
 {
     server_t *s = arg;
@@ -1572,10 +1578,7 @@ static void *server_main(void *arg)
         }
         next = waiters_expire(s, now, next);
         if (s->next_sweep < next) next = s->next_sweep;
-        do {
-            flush_dirty(s);
-            server_reap(s);
-        } while (s->dirty);
+        flush_and_reap(s);
 
         listen_watch(s, now >= s->accept_pause_until);
         if (s->accept_pause_until > now && s->accept_pause_until < next) next = s->accept_pause_until;
@@ -1613,12 +1616,8 @@ static void *server_main(void *arg)
             }
         }
         /* Answers produced by these reads (a WELCOME, a round's RESULT to every
-         * rank) go out now rather than after another wait; so do the
-         * ROUTE_CLOSEs that reaping routes queues on their relays. */
-        do {
-            flush_dirty(s);
-            server_reap(s);
-        } while (s->dirty);
+         * rank) go out now rather than after another wait. */
+        flush_and_reap(s);
     }
 
     server_notify_close(s, why);
@@ -1922,9 +1921,6 @@ out:
     return rc;
 }
 
-/* Thousands of ranks need thousands of descriptors on rank 0: the soft
- * limit is raised toward want (within the hard one). Returns the limit now
- * in force (-1: none, or not known). */
 /* Descriptors the store needs: one per rank, or per node through relays
  * (with room for the extra connections strangers may hold). */
 static int fds_needed(const server_t *s)
@@ -1932,6 +1928,9 @@ static int fds_needed(const server_t *s)
     return s->relay ? s->relay + STORE_EXTRA_CONNS + STORE_OWN_FDS : s->size + STORE_OWN_FDS;
 }
 
+/* Thousands of ranks need thousands of descriptors on rank 0: the soft
+ * limit is raised toward want (within the hard one). Returns the limit now
+ * in force (-1: none, or not known). */
 static long long raise_fd_limit(int want)
 {
     struct rlimit rl;
@@ -1960,7 +1959,7 @@ int weft_env_server_start(server_t **out, const env_serve_t *o, pthread_t *threa
     s->relay = o->relay_nodes;
     s->relay_routes = 2 * (o->local_size > 0 ? o->local_size : 1) + RELAY_STRANGER_ROUTES;
     /* routes and descriptors: a rank's route and its relay's connection may both be open */
-    s->max_conns = size + (o->relay_nodes ? o->relay_nodes : 0) + STORE_EXTRA_CONNS;
+    s->max_conns = size + o->relay_nodes + STORE_EXTRA_CONNS;
     s->key = *o->key;
     s->rejects.tokens = REJECT_LOG_BURST;
     s->rejects.refilled = weft_wtime();
