@@ -22,7 +22,8 @@
 #     host's python and torch;
 #   - contrib/torch-dist-tests.sh with TORCH_DIST_DEVICE=cuda: PyTorch's own
 #     distributed tests (CUDA, backend "nccl") on weft's libnccl.so.2 against
-#     NVIDIA's, at the rank counts that have a GPU each (part torchdist);
+#     NVIDIA's, at 1, 2 and 4 ranks where each rank has a GPU of its own
+#     (one GPU: 1 rank, the tests that need one; part torchdist);
 #   - test/nccl/torch_nccl_gpu.sh: PyTorch's own "nccl" backend on weft's
 #     libnccl.so.2 (LD_PRELOAD), 1, 2 and 4 ranks, eager and lazy, against
 #     gloo, NVIDIA's library alongside where it runs, and weft-nccl-tests
@@ -198,7 +199,7 @@ fi
 if part torchdist; then
     echo "== PyTorch's distributed tests, CUDA: weft's libnccl.so.2 against NVIDIA's"
     st=0
-    TORCH_DIST_DEVICE=cuda TORCH_DIST_SIZES=${TORCH_DIST_SIZES:-2 4} "$src/contrib/torch-dist-tests.sh" "$build" \
+    TORCH_DIST_DEVICE=cuda "$src/contrib/torch-dist-tests.sh" "$build" \
         >"$log/torch-dist-cuda.log" 2>&1 || st=$?
     grep -E "^(nccl|weft-nccl)-[0-9]+:|ranks: |passed, [0-9]+ failed" "$log/torch-dist-cuda.log" | tail -n 20
     tally "$st"

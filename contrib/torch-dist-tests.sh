@@ -27,10 +27,12 @@
 #   TORCH_DIST_DEVICE=cuda  the class's CUDA tests on torch's own "nccl" backend instead:
 #                        NVIDIA's libnccl.so.2 (the reference, in gloo's place) against
 #                        weft's (BUILD_DIR/.libs/libnccl.so.2, put first by LD_PRELOAD),
-#                        ranks spawned; they want a GPU per rank (one GPU: torch skips
-#                        them, and this says so); exit 77 where the reference runs none;
+#                        ranks spawned; they want a GPU per rank (sizes with more ranks
+#                        than GPUs are skipped, and this says so); exit 77 where the
+#                        reference runs none;
 #                        expecttest must be importable (an offline GPU host: its wheel)
-#   TORCH_DIST_SIZES     the rank counts (default "2 4")
+#   TORCH_DIST_SIZES     the rank counts (default "2 4"; with TORCH_DIST_DEVICE=cuda "1 2 4": one
+#                        rank runs the tests that need one GPU, the host's only one too)
 #   TORCH_DIST_TESTS     only these tests (names, space separated; default: all)
 #   TORCH_DIST_SPAWN=1   spawn the ranks (torch's own way) instead of forking them
 #   TORCH_DIST_RUN_LIMIT seconds one run (one backend, one size) may take (default 900)
@@ -59,18 +61,18 @@ excluded=(
 # The reference and the library under test: gloo and weft on CPU; NVIDIA's
 # NCCL and weft's libnccl.so.2 on CUDA (spawned: a rank forked from a parent
 # that initialised CUDA cannot use it).
-ref=gloo cand=weft
+ref=gloo cand=weft sizes=${TORCH_DIST_SIZES:-2 4}
 if [ "${TORCH_DIST_DEVICE:-cpu}" = cuda ]; then
-    ref=nccl cand=weft-nccl excluded=()
+    ref=nccl cand=weft-nccl excluded=() sizes=${TORCH_DIST_SIZES:-1 2 4}
     nccl_lib="$build/.libs/libnccl.so.2"
     [ -e "$nccl_lib" ] || { echo "torch-dist-tests: $nccl_lib was not built"; echo "0 passed, 1 failed"; exit 1; }
     export LD_LIBRARY_PATH="$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
     ngpu=$("$py" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
     fits=0
-    for n in ${TORCH_DIST_SIZES:-2 4}; do [ "$n" -le "$ngpu" ] && fits=1; done
+    for n in $sizes; do [ "$n" -le "$ngpu" ] && fits=1; done
     if [ "$fits" = 0 ]; then
-        echo "torch-dist-tests: skipped: torch's nccl tests want a GPU per rank (sizes ${TORCH_DIST_SIZES:-2 4}, $ngpu GPUs)"
+        echo "torch-dist-tests: skipped: torch's nccl tests want a GPU per rank (sizes $sizes, $ngpu GPUs)"
         echo "0 passed, 0 failed, 1 skipped"
         exit 77
     fi
@@ -95,7 +97,7 @@ echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($
 echo "logs: $logs"
 runs=()
 t_all=$SECONDS
-for n in ${TORCH_DIST_SIZES:-2 4}; do
+for n in $sizes; do
     if [ "$ref" = nccl ] && [ "$n" -gt "$ngpu" ]; then
         echo "nccl-$n: skipped: torch's nccl tests want a GPU per rank ($n ranks, $ngpu GPUs)"
         runs+=("skip:$n:0")
