@@ -38,7 +38,9 @@
 #   contrib/gpu-test.sh [BUILD_DIR]     (default: this checkout)
 # UCX with CUDA transports: put its libraries first on LD_LIBRARY_PATH (and
 # UCX_MODULE_DIR at its modules) before running; weft_info's "memory:" line
-# says which path device buffers take.
+# says which path device buffers take. A host that cannot build weft or
+# download: contrib/gpu-bundle.sh builds everything here, and its run.sh runs
+# this script there (gpu-bundle/run.sh contrib/gpu-test.sh gpu-bundle/build).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$src}" && pwd)
