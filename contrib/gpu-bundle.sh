@@ -20,7 +20,7 @@
 #                over the host's UCX)
 #
 # On the GPU host, from a copy of this checkout holding DIR at the same place:
-#   DIR/run.sh contrib/gpu-test.sh DIR/build
+#   WEFT_TEST_GPU_MPS=1 DIR/run.sh contrib/gpu-test.sh DIR/build   (MPS: ranks share the GPU)
 #   DIR/run.sh contrib/bench/mpi-abi-compare.sh -b DIR/build -m DIR/mpich -n 8
 # run.sh puts the bundle's libraries on the library path (UCX 1.22 first,
 # Criterion's last), its Python modules on PYTHONPATH, and runs the command

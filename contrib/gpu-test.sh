@@ -31,6 +31,7 @@
 # Ranks take GPU LOCAL_RANK modulo the GPUs visible: one GPU shared, or one
 # each (CUDA_VISIBLE_DEVICES=0 shares the first of several);
 # and prints one summary line: "gpu tests: N passed, M failed, K skipped".
+# WEFT_TEST_GPU_MPS=1 runs it under MPS (see below).
 # WEFT_TEST_GPU_PARTS picks parts (default all): suites (test_cuda,
 # test_cuda_coll), algs, python, wheel, nccl, torchdist; e.g. "suites algs" on a host
 # whose commands must end within a time limit, then "python wheel nccl".
@@ -77,12 +78,32 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # unset so that the ranks never see it.
 WEFT_TEST_GPU_LOGS=${WEFT_TEST_GPU_LOGS:-${WEFT_GPU_TEST_LOGS:-}}
 unset WEFT_GPU_TEST_LOGS
+# Commands run at exit (single-quoted: expanded then, by at_exit's eval).
+cleanup=()
+# shellcheck disable=SC2317 # the EXIT trap calls it
+at_exit() { for c in ${cleanup[@]+"${cleanup[@]}"}; do eval "$c"; done; }
+trap at_exit EXIT
 if [ -n "$WEFT_TEST_GPU_LOGS" ]; then
     log=$WEFT_TEST_GPU_LOGS
     mkdir -p "$log"
 else
     log=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-test.XXXXXX")
-    trap 'rm -rf "$log"' EXIT
+    # shellcheck disable=SC2016
+    cleanup+=('rm -rf "$log"')
+fi
+# WEFT_TEST_GPU_MPS=1: the run under NVIDIA's MPS (ranks that share a GPU
+# then run at once instead of taking turns in time slices), through a control
+# daemon of its own, stopped at the end.
+if [ "${WEFT_TEST_GPU_MPS:-0}" = 1 ]; then
+    command -v nvidia-cuda-mps-control >/dev/null ||
+        { echo "gpu-test: WEFT_TEST_GPU_MPS=1, but there is no nvidia-cuda-mps-control" >&2; exit 2; }
+    mps=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-mps.XXXXXX")
+    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || { echo "gpu-test: nvidia-cuda-mps-control -d failed" >&2; exit 2; }
+    # shellcheck disable=SC2016
+    cleanup+=('echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"')
+    echo "== MPS: a control daemon of this run (pipe $CUDA_MPS_PIPE_DIRECTORY)"
 fi
 passed=0 failed=0 skipped=0 status=0
 
