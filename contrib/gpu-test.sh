@@ -95,14 +95,12 @@ fi
 # then run at once instead of taking turns in time slices), through a control
 # daemon of its own, stopped at the end.
 if [ "${WEFT_TEST_GPU_MPS:-0}" = 1 ]; then
-    command -v nvidia-cuda-mps-control >/dev/null ||
-        { echo "gpu-test: WEFT_TEST_GPU_MPS=1, but there is no nvidia-cuda-mps-control" >&2; exit 2; }
+    # shellcheck source=contrib/lib-mps.sh
+    . "$src/contrib/lib-mps.sh"
     mps=$(mktemp -d "${TMPDIR:-/tmp}/weft-gpu-mps.XXXXXX")
-    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d || { echo "gpu-test: nvidia-cuda-mps-control -d failed" >&2; exit 2; }
+    mps_start "$mps" "gpu-test: WEFT_TEST_GPU_MPS=1"
     # shellcheck disable=SC2016
-    cleanup+=('echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"')
+    cleanup+=('mps_stop; rm -rf "$mps"')
     echo "== MPS: a control daemon of this run (pipe $CUDA_MPS_PIPE_DIRECTORY)"
 fi
 passed=0 failed=0 skipped=0 status=0

@@ -6,6 +6,9 @@
 # sourcing script ($me); its log is OUTDIR/NAME.log, NAME the script's name
 # without .sh.
 
+# shellcheck source=contrib/lib-mps.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib-mps.sh"
+
 me=${0##*/}
 name=${me%.sh}
 
@@ -68,11 +71,8 @@ start_log() {
     log=$outdir/$name.log
     echo "# $(date -u +%FT%TZ) $me $1 (launcher: $launcher)" >>"$log"
     [ "$mps" = 1 ] || return 0
-    command -v nvidia-cuda-mps-control >/dev/null || { echo "$me: --mps: no nvidia-cuda-mps-control" >&2; exit 2; }
-    export CUDA_MPS_PIPE_DIRECTORY=$outdir/mps-pipe CUDA_MPS_LOG_DIRECTORY=$outdir/mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d || { echo "$me: --mps: nvidia-cuda-mps-control -d failed" >&2; exit 2; }
-    trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true' EXIT
+    mps_start "$outdir" "$me --mps"
+    trap mps_stop EXIT
     echo "# MPS: on (a control daemon of this run, pipe $CUDA_MPS_PIPE_DIRECTORY)" | tee -a "$log"
 }
 
