@@ -326,6 +326,127 @@ int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a, weft_sc
                       weft_coll_kind_name(a->kind), weft_memtype_name(a->mem), n);
 }
 
+int weft_coll_stage_extents(const weft_coll_args_t *a, weft_coll_stage_t *x)
+{
+    size_t n = (size_t)a->comm->size, block = a->count * a->esize;
+    *x = (weft_coll_stage_t){.src = a->sendbuf, .block = block};
+    int root = a->root == a->comm->rank;
+    switch (a->kind) {
+    case WEFT_COLL_BARRIER: break;
+    case WEFT_COLL_BCAST:
+        x->src = a->recvbuf;
+        x->in = root ? block : 0;
+        x->out = root ? 0 : block;
+        x->shared = 1;
+        break;
+    case WEFT_COLL_REDUCE:
+        x->in = block;
+        x->out = root ? block : 0;
+        break;
+    case WEFT_COLL_ALLREDUCE: x->in = x->out = block; break;
+    case WEFT_COLL_ALLGATHER:
+        x->in = block;
+        x->out = block * n;
+        break;
+    case WEFT_COLL_REDUCE_SCATTER_BLOCK:
+    case WEFT_COLL_REDUCE_SCATTER:
+        x->in = a->bytes; /* the whole vector */
+        x->out = block;
+        break;
+    case WEFT_COLL_ALLTOALL:
+        if (x->src == WEFT_IN_PLACE) x->src = a->recvbuf;
+        x->in = x->out = block * n;
+        break;
+    default: return WEFT_ERR_UNSUPPORTED;
+    }
+    return WEFT_SUCCESS;
+}
+
+void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout, weft_coll_args_t *h)
+{
+    *h = *a;
+    h->mem = WEFT_MEM_HOST;
+    h->on_stream = 0;
+    h->stream = NULL;
+    h->recvbufs = NULL;
+    h->sendbuf = hin;
+    h->recvbuf = hout;
+}
+
+/* A stream-ordered call on device buffers whose algorithm runs on the host,
+ * with the progress thread to drive it: staged on its stream
+ * (src/cuda/runtime.h's gate), the host algorithm the selection picks for
+ * host buffers of the same call running on pinned host copies that the
+ * stream fills before and empties after it. WEFT_ERR_UNSUPPORTED, with
+ * nothing done, where it cannot be (not a staged kind, no word for the
+ * stream to wait on, no pinned memory): the caller then waits for the
+ * call's end. */
+static int stream_staged(weft_coll_args_t *a, weft_request_t *req)
+{
+    const char *name = weft_coll_kind_name(a->kind);
+    weft_coll_stage_t x;
+    weft_cuda_gate_t g;
+    if (weft_coll_stage_extents(a, &x) || !weft_cuda_gate_reserve(&g)) return WEFT_ERR_UNSUPPORTED;
+    void *blocks[2] = {NULL, NULL};
+    size_t caps[2] = {0, 0};
+    int nb = 0;
+    char *hin = NULL, *hout = NULL;
+    if (x.shared) {
+        if (x.block && (hin = hout = blocks[nb] = weft_cuda_pinned_get(x.block, &caps[nb]))) nb++;
+    } else {
+        if (x.in && (hin = blocks[nb] = weft_cuda_pinned_get(x.in, &caps[nb]))) nb++;
+        if (x.out && (hout = blocks[nb] = weft_cuda_pinned_get(x.out, &caps[nb]))) nb++;
+    }
+    int rc = WEFT_SUCCESS;
+    weft_sched_t *s = NULL;
+    weft_cuda_gate_t *gate = NULL;
+    if ((x.in && !hin) || (x.out && !hout)) {
+        weft_debug("%s: no pinned memory for %zu + %zu bytes of host copies: this stream-ordered call returns at "
+                   "its end",
+                   name, x.in, x.out);
+        rc = WEFT_ERR_UNSUPPORTED;
+    } else if (!(s = weft_sched_create(a->comm, "staged"))) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", name);
+    } else if (!(gate = weft_sched_scratch(s, sizeof(*gate)))) {
+        rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", name);
+    } else {
+        *gate = g;
+        weft_coll_args_t h;
+        weft_coll_stage_host_args(a, hin, hout, &h);
+        if (WEFT_UNLIKELY(weft_coll_check)) rc = check_build(s, a);
+        if (!rc && !(rc = weft_sched_poll(s, gate_poll, gate)) && !(rc = weft_sched_end_round(s)) &&
+            (rc = weft_coll_build_selected(s, &h, NULL, NULL)) == WEFT_ERR_UNSUPPORTED)
+            rc = weft_error(WEFT_ERR_INTERNAL, "%s: no host algorithm takes a stream-staged call's host copies", name);
+    }
+    int nout = 0;
+    weft_cuda_span_t in = {hin, x.src, x.in}, one = {a->recvbuf, hout, x.out}, *out = &one;
+    if (!rc && a->kind == WEFT_COLL_ALLGATHER && a->recvbufs) { /* the list form: a copy per block */
+        if (!(out = weft_sched_scratch(s, sizeof(*out) * (size_t)a->comm->size)))
+            rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", name);
+        for (int r = 0; !rc && r < a->comm->size; r++)
+            out[nout++] = (weft_cuda_span_t){a->recvbufs[r], hout + (size_t)r * x.block, x.block};
+    } else if (x.out) {
+        nout = 1;
+    }
+    if (!rc)
+        rc = weft_cuda_gate_stage(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf, &in, x.in ? 1 : 0, out,
+                                  nout, blocks, caps, nb, name);
+    if (rc) {
+        /* The word, where still reserved (weft_cuda_gate_stage frees it on its own errors), then the rest. */
+        if (!gate || gate->word) weft_cuda_gate_release(gate ? gate : &g);
+        if (s) weft_sched_discard(s);
+        for (int b = 0; b < nb; b++)
+            weft_cuda_pinned_put(blocks[b], caps[b]);
+        return rc;
+    }
+    weft_debug("%s: stream-ordered on device buffers, run on the host: staged on its stream (%zu + %zu bytes of "
+               "pinned host copies)",
+               name, x.in, x.out);
+    weft_sched_on_end(s, gate_release, gate);
+    weft_sched_deadline(s, a->comm->timeout);
+    return req ? weft_sched_start(s, req) : weft_sched_run(s);
+}
+
 /* sc: NULL, or the stream-ordered call this one is. */
 static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *sc)
 {
@@ -343,23 +464,37 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
     }
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */
-    int n = weft_coll_select(a, cands, 2), fallback = 1;
+    int n = weft_coll_select(a, cands, 2), fallback = 1, staged_tried = 0;
     for (int i = 0; i < n; i++) {
         if (i == 1 && n == 2) n = weft_coll_select(a, cands, 32);
-        weft_sched_t *s = weft_sched_create(a->comm, cands[i]->name);
+        /* Device buffers on a stream, an algorithm the host runs: every rank runs the host algorithm the
+         * selection picks for host copies of its buffers (coll/cuda's staged), whichever way it goes here:
+         * staged on the stream where the progress thread drives it (the call returns at once), else behind
+         * the gate below (its first round waits for the stream's earlier work, the call returns at its end).
+         * The way may differ between ranks (the thread on one, no pinned memory on another); what goes
+         * between them does not. */
+        const weft_coll_alg_t *alg = cands[i];
+        int gated = a->on_stream && a->mem != WEFT_MEM_HOST && !alg->stream_ordered;
+        weft_coll_stage_t x;
+        if (gated && !weft_coll_stage_extents(a, &x)) {
+            if (weft_api_locking && !staged_tried) {
+                staged_tried = 1;
+                if ((rc = stream_staged(a, req)) != WEFT_ERR_UNSUPPORTED) return rc;
+            }
+            const weft_coll_alg_t *staged = weft_coll_find(a->kind, "staged");
+            if (staged) alg = staged;
+        }
+        weft_sched_t *s = weft_sched_create(a->comm, alg->name);
         if (!s) return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for a schedule", weft_coll_kind_name(a->kind));
         rc = WEFT_UNLIKELY(weft_coll_check) ? check_build(s, a) : WEFT_SUCCESS;
-        /* Stream-ordered on device memory, run by the host: it starts when the stream's
-         * earlier work is done (its first round), and the call returns at its end. */
         weft_cuda_gate_t *gate = NULL;
-        int gated = a->on_stream && a->mem != WEFT_MEM_HOST && !cands[i]->stream_ordered;
         if (rc == WEFT_SUCCESS && gated) {
             if (!(gate = weft_sched_scratch(s, sizeof(*gate))))
                 rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", weft_coll_kind_name(a->kind));
             else if (!(rc = weft_sched_poll(s, gate_poll, gate)))
                 rc = weft_sched_end_round(s);
         }
-        if (rc == WEFT_SUCCESS) rc = cands[i]->build(s, a);
+        if (rc == WEFT_SUCCESS) rc = alg->build(s, a);
         const weft_coll_component_t *comp = rc == WEFT_SUCCESS && fallback && !gate ? unsettled(a->comm) : NULL;
         if (WEFT_UNLIKELY(comp) && weft_coll_component_of(cands[i]) == comp) {
             if (n == 2) n = weft_coll_select(a, cands, 32);
@@ -384,9 +519,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
                 return rc;
             }
             weft_sched_on_end(s, gate_release, gate);
-            /* The progress thread drives the schedule while the caller goes on: the stream waits
-             * for its end instead of the call (src/cuda/runtime.h's gate). */
-            sc->block = !(weft_api_locking && weft_cuda_gate_hold(gate, a->stream));
+            sc->block = 1;
         }
         if (rc == WEFT_SUCCESS) {
             /* Stream-ordered on device memory: the call returns before the work is done, and
@@ -398,7 +531,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
         weft_sched_discard(s);
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;
         weft_debug("%s: algorithm %s declines this call; trying the next", weft_coll_kind_name(a->kind),
-                   cands[i]->name);
+                   alg->name);
     }
     if (n == 0)
         return weft_error(WEFT_ERR_UNSUPPORTED,

@@ -165,6 +165,21 @@ extern int weft_coll_check;
  * tail again, as the front end does for a call of its own. */
 int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a, weft_sched_fn tail, void *arg);
 
+/* The host copies of a call on device buffers (coll/cuda's staged
+ * algorithms; stream-ordered calls staged on their stream, coll.c): `in`
+ * bytes of input from `src`; `out` bytes of result for recvbuf (the list
+ * form of allgather: a block of `block` bytes for each recvbufs[r]); a
+ * bcast's input and output are one buffer of `block` bytes (`shared`).
+ * WEFT_ERR_UNSUPPORTED (no error set) for the kinds that are not staged. */
+typedef struct {
+    const void *src;
+    size_t in, out, block;
+    int shared;
+} weft_coll_stage_t;
+int weft_coll_stage_extents(const weft_coll_args_t *a, weft_coll_stage_t *x);
+/* *h: a's call on host copies hin (input) and hout (output). */
+void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout, weft_coll_args_t *h);
+
 /* Selection (select.c): the candidates for a call, best first, ending
  * with every other algorithm of the collective as a fallback. */
 int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int max);

@@ -1530,6 +1530,54 @@ Test(cuda_coll, held_stream_across_two_simulated_nodes, .timeout = 300)
     cr_assert_eq(res.failed, 0, "%d of 2 ranks failed", res.failed);
 }
 
+/* Stream-ordered calls across nodes whose ranks go different ways: staged
+ * on the stream where the progress thread runs (ranks 0 and 3: the call
+ * returns at once), behind the gate where it does not (ranks 1 and 2: the
+ * call returns at its end). Every rank runs the same host algorithm on host
+ * copies, so the calls match and their results are right (two simulated
+ * nodes of two ranks). */
+static int body_mixed_ways(int rank, int size, void *arg)
+{
+    (void)arg;
+    setenv("WEFT_PROGRESS_THREAD", rank == 0 || rank == size - 1 ? "on" : "off", 1);
+    weft_comm_t w = gpu_weft_start();
+    const size_t n = 20001;
+    int32_t *din = gpu_alloc(n * 4 * (size_t)size), *dout = gpu_alloc(n * 4 * (size_t)size);
+    void *st = gpu_stream();
+    TH_CHECK(din && dout && st, "buffers and a stream");
+    for (int k = 0; k < 4; k++) {
+        TH_CHECK(!gpu_memset32_async(din, (unsigned)(rank + 1 + k), n * (size_t)size, st), "memset on the stream");
+        int rc = k == 0   ? weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st, NULL)
+                 : k == 1 ? weft_allgather_on_stream(din, dout, (int64_t)n, WEFT_INT32, w, st, NULL)
+                 : k == 2 ? weft_reduce_scatter_block_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st,
+                                                                NULL)
+                          : weft_bcast_on_stream(din, (int64_t)n, WEFT_INT32, size - 1, w, st, NULL);
+        TH_CHECK(rc == 0, "call %d: %s", k, weft_last_error());
+        TH_CHECK(!gpu_stream_sync(st), "stream sync");
+        size_t m = k == 1 ? n * (size_t)size : n;
+        int32_t *got = host_of(k == 3 ? din : dout, m * 4), sum = 0;
+        for (int r = 0; r < size; r++)
+            sum += r + 1 + k;
+        size_t bad = 0;
+        for (size_t i = 0; i < m && !bad; i++) {
+            int32_t want = k == 1 ? (int32_t)(i / n) + 1 + k : k == 3 ? size + k : sum;
+            if (got[i] != want) bad = i + 1;
+        }
+        TH_CHECK(!bad, "call %d: element %zu is %d", k, bad - 1, bad ? got[bad - 1] : 0);
+        free(got);
+    }
+    gpu_stream_free(st);
+    gpu_free(din);
+    gpu_free(dout);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, stream_ordered_across_nodes_ranks_differ_in_thread, .timeout = 300)
+{
+    run(4, body_mixed_ways, "WEFT_RANKS_PER_NODE=2");
+}
+
 /* Mismatched counts (one chunk on rank 0, three on rank 1) under
  * WEFT_COLL_CHECK=1: every rank fails with the mismatch named, none hangs
  * (the rank whose kernels wait at a second barrier is stopped through the

@@ -9,8 +9,9 @@
  * one copy of the input and one of the output over the GPU's host link,
  * into and out of pinned host memory that a pool keeps for the next call
  * (src/cuda/runtime.h; pageable where none can be had).
- * Stream-ordered calls keep the stream's order through the front end's
- * gate (coll.c). */
+ * A stream-ordered call runs here only where nobody drives it while the
+ * caller goes on (the call then returns at its end, coll.c's gate); with
+ * the progress thread the front end stages it on its stream itself. */
 #include "coll/coll.h"
 #include "pt2pt/cuda.h"
 
@@ -39,62 +40,27 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     const char *name = weft_coll_kind_name(a->kind);
     if (a->mem == WEFT_MEM_HOST) return weft_coll_decline("%s staged: host buffers", name);
-    weft_comm_t comm = a->comm;
-    int n = comm->size, me = comm->rank, root = a->root == me;
-    size_t block = a->count * a->esize, in = 0, out = 0;
-    const char *src = a->sendbuf;
-    switch (a->kind) {
-    case WEFT_COLL_BARRIER: break;
-    case WEFT_COLL_BCAST:
-        src = a->recvbuf;
-        in = root ? block : 0;
-        out = root ? 0 : block;
-        break;
-    case WEFT_COLL_REDUCE:
-        in = block;
-        out = root ? block : 0;
-        break;
-    case WEFT_COLL_ALLREDUCE: in = out = block; break;
-    case WEFT_COLL_ALLGATHER:
-        in = block;
-        out = block * (size_t)n;
-        break;
-    case WEFT_COLL_REDUCE_SCATTER_BLOCK:
-    case WEFT_COLL_REDUCE_SCATTER:
-        in = a->bytes; /* the whole vector */
-        out = block;
-        break;
-    case WEFT_COLL_ALLTOALL:
-        if (src == WEFT_IN_PLACE) src = a->recvbuf;
-        in = out = block * (size_t)n;
-        break;
-    default:
+    weft_coll_stage_t x;
+    if (weft_coll_stage_extents(a, &x))
         return weft_coll_decline("%s staged: not staged (coll/cuda stages the collectives it has kernels for)", name);
-    }
-    /* Host copies, in pinned memory kept for reuse: one buffer where input and output are the same data
-     * (bcast). */
+    /* Host copies, in pinned memory kept for reuse. */
     char *hin = NULL, *hout = NULL;
-    if (a->kind == WEFT_COLL_BCAST) {
-        hin = hout = block ? weft_sched_scratch_pinned(s, block) : NULL;
+    if (x.shared) {
+        hin = hout = x.block ? weft_sched_scratch_pinned(s, x.block) : NULL;
     } else {
-        hin = in ? weft_sched_scratch_pinned(s, in) : NULL;
-        hout = out ? weft_sched_scratch_pinned(s, out) : NULL;
+        hin = x.in ? weft_sched_scratch_pinned(s, x.in) : NULL;
+        hout = x.out ? weft_sched_scratch_pinned(s, x.out) : NULL;
     }
-    if ((in && !hin) || (out && !hout))
-        return weft_error(WEFT_ERR_NO_MEMORY, "%s staged: out of memory for %zu + %zu bytes of host copies", name, in,
-                          out);
+    if ((x.in && !hin) || (x.out && !hout))
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s staged: out of memory for %zu + %zu bytes of host copies", name,
+                          x.in, x.out);
     weft_sched_device(s); /* its copies go through the driver */
     int rc;
-    if (in && (rc = weft_sched_copy(s, hin, src, in))) return rc;
+    if (x.in && (rc = weft_sched_copy(s, hin, x.src, x.in))) return rc;
     if ((rc = weft_sched_end_round(s))) return rc;
-    weft_coll_args_t h = *a;
-    h.mem = WEFT_MEM_HOST;
-    h.on_stream = 0;
-    h.stream = NULL;
-    h.recvbufs = NULL;
-    h.sendbuf = hin;
-    h.recvbuf = hout;
-    copy_out_t co = {a, hout, out, block};
+    weft_coll_args_t h;
+    weft_coll_stage_host_args(a, hin, hout, &h);
+    copy_out_t co = {a, hout, x.out, x.block};
     if ((rc = weft_coll_build_selected(s, &h, copy_out, &co)) == WEFT_ERR_UNSUPPORTED)
         return weft_error(WEFT_ERR_INTERNAL, "%s staged: no host algorithm takes the host copies' call", name);
     return rc;

@@ -304,10 +304,26 @@ static int pool_class(size_t bytes, size_t *cap)
     return c < bytes ? -1 : k; /* -1: beyond the classes, never kept */
 }
 
+/* Blocks the pool cannot keep, returned on the progress thread: freeing
+ * pinned memory waits for the device, and a stream staged on the host word
+ * waits for that thread. Chained through their first bytes; freed on the
+ * application's next call. */
+static void *unkept;
+
+static void unkept_free(void)
+{
+    while (unkept) {
+        void *p = unkept;
+        unkept = *(void **)p;
+        weft_cu.mem_free_host(p);
+    }
+}
+
 void *weft_cuda_pinned_get(size_t bytes, size_t *cap)
 {
     CUcontext cur = NULL;
     if (!bytes || driver_state <= 0) return NULL;
+    if (unkept && !weft_pt_self) unkept_free();
     int k = pool_class(bytes, cap);
     if (k >= 0 && pool[k].n > 0) {
         pool_kept -= *cap;
@@ -334,9 +350,13 @@ void weft_cuda_pinned_put(void *p, size_t cap)
     if (k >= 0 && c == cap && pool[k].n < POOL_PER_CLASS && pool_kept + cap <= POOL_KEEP) {
         pool[k].block[pool[k].n++] = p;
         pool_kept += cap;
-        return;
+    } else if (weft_pt_self) {
+        *(void **)p = unkept;
+        unkept = p;
+    } else {
+        weft_cu.mem_free_host(p);
     }
-    weft_cu.mem_free_host(p);
+    if (unkept && !weft_pt_self) unkept_free();
 }
 
 void weft_cuda_pinned_free(void *p)
@@ -344,9 +364,13 @@ void weft_cuda_pinned_free(void *p)
     if (p && driver_state > 0) weft_cu.mem_free_host(p);
 }
 
+static void parked_reclaim(int final);
+
 void weft_cuda_copy_streams_release(void)
 {
     if (driver_state <= 0) return;
+    parked_reclaim(1);
+    unkept_free();
     for (int i = 0; i < MAX_CTX && streams[i].ctx; i++) {
         weft_cu.stream_destroy(streams[i].stream);
         streams[i].ctx = NULL;
@@ -399,42 +423,64 @@ int weft_cuda_stream_sync(void *stream, const char *what)
 
 /* ---- gates: host-driven calls in a stream's order ------------------------------ */
 
+/* The context a stream-ordered call's copies and event use: its buffer's;
+ * with none (a barrier), the stream's; the legacy default stream: the
+ * thread's. */
+static int gate_ctx(void *stream, const void *buf, CUcontext *ctx, const char *what)
+{
+    *ctx = NULL;
+    if (!weft_cuda_possible())
+        return weft_error(WEFT_ERR_ARG, "%s: a stream (%p), but this process has no CUDA driver loaded", what, stream);
+    CUpointer_attribute at = CU_POINTER_ATTRIBUTE_CONTEXT;
+    void *d = ctx;
+    if (!buf || weft_cu.pointer_get_attributes(1, &at, &d, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !*ctx)
+        if (!stream || !weft_cu.stream_get_ctx || weft_cu.stream_get_ctx((CUstream)stream, ctx) != CUDA_SUCCESS)
+            if (!weft_cu.ctx_get_current || weft_cu.ctx_get_current(ctx) != CUDA_SUCCESS) *ctx = NULL;
+    if (!*ctx) return weft_error(WEFT_ERR_ARG, "%s: no CUDA context for the stream %p", what, stream);
+    return WEFT_SUCCESS;
+}
+
+/* With ctx current: refuses a stream being captured into a CUDA graph. */
+static int gate_not_capturing(void *stream, const char *what)
+{
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (weft_cu.stream_is_capturing && weft_cu.stream_is_capturing((CUstream)stream, &cap) == CUDA_SUCCESS &&
+        cap != CU_STREAM_CAPTURE_STATUS_NONE)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "%s: this call runs on the host (no GPU kernel takes it: its communicator spans nodes, or "
+                          "its op, type or size is not one coll/cuda's kernels take), and a CUDA graph cannot replay "
+                          "host work: call it outside the capture",
+                          what);
+    return WEFT_SUCCESS;
+}
+
+/* With ctx current: records g's event on the stream. */
+static int gate_event(weft_cuda_gate_t *g, CUcontext ctx, void *stream, const char *what)
+{
+    CUevent ev = NULL;
+    CUresult r;
+    if ((r = weft_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = weft_cu.event_record(ev, (CUstream)stream)) != CUDA_SUCCESS) {
+        if (ev) weft_cu.event_destroy(ev);
+        return weft_error(WEFT_ERR_ARG, "%s: recording an event on stream %p failed: %s", what, stream,
+                          weft_cu_text(r));
+    }
+    g->ctx = ctx;
+    g->event = ev;
+    return WEFT_SUCCESS;
+}
+
 int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what)
 {
     memset(g, 0, sizeof(*g));
-    if (!weft_cuda_possible())
-        return weft_error(WEFT_ERR_ARG, "%s: a stream (%p), but this process has no CUDA driver loaded", what, stream);
-    CUcontext ctx = NULL;
-    CUpointer_attribute at = CU_POINTER_ATTRIBUTE_CONTEXT;
-    void *d = &ctx;
-    /* The buffer's context; with none (a barrier), the stream's; the legacy default stream: the thread's. */
-    if (!buf || weft_cu.pointer_get_attributes(1, &at, &d, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !ctx)
-        if (!stream || !weft_cu.stream_get_ctx || weft_cu.stream_get_ctx((CUstream)stream, &ctx) != CUDA_SUCCESS)
-            if (!weft_cu.ctx_get_current || weft_cu.ctx_get_current(&ctx) != CUDA_SUCCESS) ctx = NULL;
-    if (!ctx) return weft_error(WEFT_ERR_ARG, "%s: no CUDA context for the stream %p", what, stream);
+    CUcontext ctx;
+    int rc = gate_ctx(stream, buf, &ctx, what);
+    if (rc) return rc;
     if (!weft_cu.event_query) return weft_cuda_stream_sync(stream, what); /* no polling: the work is done now */
     CUresult r = weft_cu.ctx_push(ctx);
     if (r != CUDA_SUCCESS)
         return weft_error(WEFT_ERR_TRANSPORT, "%s: making the context current failed: %s", what, weft_cu_text(r));
-    int rc = WEFT_SUCCESS;
-    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUevent ev = NULL;
-    if (weft_cu.stream_is_capturing && weft_cu.stream_is_capturing((CUstream)stream, &cap) == CUDA_SUCCESS &&
-        cap != CU_STREAM_CAPTURE_STATUS_NONE) {
-        rc = weft_error(WEFT_ERR_UNSUPPORTED,
-                        "%s: this call runs on the host (no GPU kernel takes it: its communicator spans nodes, or "
-                        "its op, type or size is not one coll/cuda's kernels take), and a CUDA graph cannot replay "
-                        "host work: call it outside the capture",
-                        what);
-    } else if ((r = weft_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-               (r = weft_cu.event_record(ev, (CUstream)stream)) != CUDA_SUCCESS) {
-        rc = weft_error(WEFT_ERR_ARG, "%s: recording an event on stream %p failed: %s", what, stream, weft_cu_text(r));
-        if (ev) weft_cu.event_destroy(ev);
-        ev = NULL;
-    } else {
-        g->ctx = ctx;
-        g->event = ev;
-    }
+    if (!(rc = gate_not_capturing(stream, what))) rc = gate_event(g, ctx, stream, what);
     CUcontext popped;
     weft_cu.ctx_pop(&popped);
     return rc;
@@ -455,15 +501,22 @@ int weft_cuda_gate_ready(weft_cuda_gate_t *g)
                       weft_cu_text(r));
 }
 
-/* The words held streams wait on: pinned host memory, mapped for every
+/* The words staged streams wait on: pinned host memory, mapped for every
  * context (portable), one page of them. A word is HELD while its call runs,
  * RELEASED at the call's end (the stream goes on), and PASSED once the
- * stream, past its wait, wrote so: free for another call. */
-enum { HOLD_HELD = 0, HOLD_RELEASED = 1, HOLD_PASSED = 2, HOLD_WORDS = 1024 };
+ * stream, past its copies out, wrote so: free for another call, and the
+ * pinned blocks its call parked there go back to the pool. */
+enum { HOLD_HELD = 0, HOLD_RELEASED = 1, HOLD_PASSED = 2, HOLD_WORDS = 1024, PARK_BLOCKS = 2 };
 static _Atomic uint32_t *hold_words;
 static CUdeviceptr hold_dev;
 static unsigned hold_next;
 static int hold_unusable;
+/* The blocks parked on each word, and the words that have some. */
+static struct {
+    void *p[PARK_BLOCKS];
+    size_t cap[PARK_BLOCKS];
+} parked[HOLD_WORDS];
+static unsigned parked_at[HOLD_WORDS], nparked;
 
 static int hold_pool(void)
 {
@@ -476,7 +529,7 @@ static int hold_pool(void)
         weft_cu.mem_free_host(p);
     if (r != CUDA_SUCCESS) {
         hold_unusable = 1;
-        weft_debug("cuda: no pinned words for held streams (%s): host-driven stream-ordered calls return at "
+        weft_debug("cuda: no pinned words for staged streams (%s): host-driven stream-ordered calls return at "
                    "their end",
                    weft_cu_text(r));
         return 0;
@@ -487,51 +540,136 @@ static int hold_pool(void)
     return 1;
 }
 
-int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream)
+/* Returns the blocks of the words their streams have passed to the pool;
+ * final (at finalize): the others are let go (a stream may still copy out
+ * of them). */
+static void parked_reclaim(int final)
 {
-    if (!g->event || !weft_cu.stream_wait_value32 || !weft_cu.stream_write_value32 ||
-        !weft_cu.mem_host_get_device_pointer)
-        return 0;
-    if (weft_cu.ctx_push((CUcontext)g->ctx) != CUDA_SUCCESS) return 0;
-    int held = 0;
-    unsigned k = HOLD_WORDS;
-    if (hold_pool())
-        for (unsigned i = 0; i < HOLD_WORDS && k == HOLD_WORDS; i++) {
-            unsigned j = (hold_next + i) % HOLD_WORDS;
-            if (atomic_load_explicit(&hold_words[j], memory_order_acquire) == HOLD_PASSED) k = j;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < nparked; i++) {
+        unsigned k = parked_at[i];
+        if (atomic_load_explicit(&hold_words[k], memory_order_acquire) != HOLD_PASSED && !final) {
+            parked_at[kept++] = k;
+            continue;
         }
-    if (k < HOLD_WORDS) {
+        for (int b = 0; b < PARK_BLOCKS; b++) {
+            if (parked[k].p[b] && atomic_load_explicit(&hold_words[k], memory_order_acquire) == HOLD_PASSED)
+                weft_cuda_pinned_put(parked[k].p[b], parked[k].cap[b]);
+            else if (parked[k].p[b])
+                weft_debug("cuda: a staged stream has not passed its copies at finalize: %zu pinned bytes left "
+                           "to it",
+                           parked[k].cap[b]);
+            parked[k].p[b] = NULL;
+        }
+    }
+    nparked = kept;
+}
+
+int weft_cuda_gate_reserve(weft_cuda_gate_t *g)
+{
+    memset(g, 0, sizeof(*g));
+    if (!weft_cuda_possible() || !weft_cu.event_query || !weft_cu.stream_wait_value32 ||
+        !weft_cu.stream_write_value32 || !weft_cu.mem_host_get_device_pointer || !hold_pool())
+        return 0;
+    if (nparked) parked_reclaim(0);
+    for (unsigned i = 0; i < HOLD_WORDS; i++) {
+        unsigned k = (hold_next + i) % HOLD_WORDS;
+        if (atomic_load_explicit(&hold_words[k], memory_order_acquire) != HOLD_PASSED || parked[k].p[0] ||
+            parked[k].p[1])
+            continue;
         hold_next = k + 1;
         atomic_store_explicit(&hold_words[k], HOLD_HELD, memory_order_relaxed);
-        CUdeviceptr d = hold_dev + k * sizeof(uint32_t);
-        CUresult r = weft_cu.stream_wait_value32((CUstream)stream, d, HOLD_RELEASED, CU_STREAM_WAIT_VALUE_GEQ);
-        if (r == CUDA_SUCCESS) {
-            held = 1;
-            g->word = (void *)&hold_words[k];
-            /* The stream frees the word once past it; should that fail to queue, the word stays taken. */
-            if ((r = weft_cu.stream_write_value32((CUstream)stream, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)))
-                weft_debug("cuda: queueing a held stream's word release failed (%s): one word fewer", weft_cu_text(r));
-        } else {
-            atomic_store_explicit(&hold_words[k], HOLD_PASSED, memory_order_relaxed);
+        g->word = (void *)&hold_words[k];
+        return 1;
+    }
+    weft_debug("cuda: every one of the %d staged-stream words is in use: this call returns at its end", HOLD_WORDS);
+    return 0;
+}
+
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
+                         const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
+                         const char *what)
+{
+    unsigned k = (unsigned)((_Atomic uint32_t *)g->word - hold_words);
+    if (nblocks > PARK_BLOCKS)
+        return weft_error(WEFT_ERR_INTERNAL, "%s: %d pinned blocks to park, at most %d", what, nblocks, PARK_BLOCKS);
+    CUcontext ctx, popped;
+    int rc = gate_ctx(stream, buf, &ctx, what);
+    if (rc) goto unreserve;
+    CUresult r = weft_cu.ctx_push(ctx);
+    if (r != CUDA_SUCCESS) {
+        rc = weft_error(WEFT_ERR_TRANSPORT, "%s: making the context current failed: %s", what, weft_cu_text(r));
+        goto unreserve;
+    }
+    if ((rc = gate_not_capturing(stream, what))) goto pop;
+    CUstream st = (CUstream)stream;
+    CUdeviceptr d = hold_dev + k * sizeof(uint32_t);
+    const char *step = "a copy of the input to host memory";
+    r = CUDA_SUCCESS;
+    for (int i = 0; i < nin && r == CUDA_SUCCESS; i++)
+        r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)in[i].dst, (CUdeviceptr)(uintptr_t)in[i].src, in[i].bytes,
+                                 st);
+    if (r == CUDA_SUCCESS && (rc = gate_event(g, ctx, stream, what))) {
+        weft_cu.stream_synchronize(st); /* the copies in are done before their blocks go back */
+        goto pop;
+    }
+    if (r == CUDA_SUCCESS) {
+        step = "the wait on the host word";
+        r = weft_cu.stream_wait_value32(st, d, HOLD_RELEASED, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r != CUDA_SUCCESS) {
+            /* Nothing waits yet: the copies in drain, and no call tries again. */
             weft_debug("cuda: a stream cannot wait on host memory here (%s): host-driven stream-ordered calls "
                        "return at their end",
                        weft_cu_text(r));
-            weft_cu.stream_wait_value32 = NULL; /* not again */
+            weft_cu.stream_wait_value32 = NULL;
         }
-    } else if (hold_words) {
-        weft_debug("cuda: every one of the %d held-stream words is in use: this call returns at its end", HOLD_WORDS);
     }
-    CUcontext popped;
+    if (r != CUDA_SUCCESS) {
+        weft_cu.stream_synchronize(st);
+        if (g->event) weft_cu.event_destroy((CUevent)g->event);
+        g->event = NULL;
+        rc = weft_error(WEFT_ERR_TRANSPORT, "%s: queueing %s on stream %p failed: %s", what, step, stream,
+                        weft_cu_text(r));
+        goto pop;
+    }
+    /* From here the stream waits: a copy out that fails to queue leaves its bytes unwritten (and says so),
+     * the stream still passes the word. */
+    for (int i = 0; i < nout && r == CUDA_SUCCESS; i++)
+        r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)out[i].dst, (CUdeviceptr)(uintptr_t)out[i].src,
+                                 out[i].bytes, st);
+    if (r != CUDA_SUCCESS)
+        weft_warn("%s: queueing the copy of the result to the device on stream %p failed (%s): the result "
+                  "buffer is not written",
+                  what, stream, weft_cu_text(r));
+    CUresult w = weft_cu.stream_write_value32(st, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (w != CUDA_SUCCESS) {
+        /* The word stays taken, and its blocks with it: a leak the log names, never a reuse under a copy. */
+        weft_debug("cuda: queueing a staged stream's word release failed (%s): one word fewer", weft_cu_text(w));
+    }
+    for (int b = 0; b < nblocks; b++) {
+        parked[k].p[b] = blocks[b];
+        parked[k].cap[b] = caps[b];
+    }
+    if (nblocks) parked_at[nparked++] = k;
     weft_cu.ctx_pop(&popped);
-    return held;
+    return WEFT_SUCCESS;
+pop:
+    weft_cu.ctx_pop(&popped);
+unreserve:
+    atomic_store_explicit((_Atomic uint32_t *)g->word, HOLD_PASSED, memory_order_release);
+    g->word = NULL;
+    return rc;
 }
 
 void weft_cuda_gate_release(weft_cuda_gate_t *g)
 {
     if (g->event) weft_cu.event_destroy((CUevent)g->event);
+    /* A staged call's host collective is done: the stream copies its result out. A word reserved but never
+     * staged (no event) was never waited on: free again. */
+    if (g->word)
+        atomic_store_explicit((_Atomic uint32_t *)g->word, g->event ? HOLD_RELEASED : HOLD_PASSED,
+                              memory_order_release);
     g->event = NULL;
-    /* The schedule's writes into the call's buffers are complete: the stream may read them. */
-    if (g->word) atomic_store_explicit((_Atomic uint32_t *)g->word, HOLD_RELEASED, memory_order_release);
     g->word = NULL;
 }
 
@@ -598,11 +736,18 @@ int weft_cuda_gate_ready(weft_cuda_gate_t *g)
     return 1;
 }
 
-int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream)
+int weft_cuda_gate_reserve(weft_cuda_gate_t *g)
 {
-    (void)g;
-    (void)stream;
-    return 0;
+    memset(g, 0, sizeof(*g));
+    return 0; /* never staged: weft_cuda_gate_open refuses the stream */
+}
+
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
+                         const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
+                         const char *what)
+{
+    (void)g, (void)buf, (void)in, (void)nin, (void)out, (void)nout, (void)blocks, (void)caps, (void)nblocks;
+    return weft_error(WEFT_ERR_UNSUPPORTED, "%s: a stream (%p), but this weft was built without CUDA", what, stream);
 }
 
 void weft_cuda_gate_release(weft_cuda_gate_t *g)

@@ -126,32 +126,58 @@ int weft_cuda_copy(void *dst, const void *src, size_t bytes);
 int weft_cuda_stream_sync(void *stream, const char *what);
 
 /* A stream-ordered call whose algorithm runs on the host (coll.c: device
- * buffers on a communicator that spans nodes, or that no GPU kernel takes):
- * the gate, opened once its schedule is built, records an event on the
- * stream; the schedule's first step polls it (the stream's work before the
- * call is done). With the progress thread running, the gate also holds the
- * stream (weft_cuda_gate_hold): the stream waits on a word of pinned host
- * memory that the gate's release sets at the schedule's end, and the call
- * returns at once; whoever then blocks on the stream (torch.cuda.synchronize)
- * waits for the thread to finish the schedule, and a deadline or a lost peer
- * ends it with an error and releases the stream all the same. Without the
- * thread nobody would drive the schedule meanwhile, so the call returns at
- * its end. A stream being captured into a CUDA graph is refused: nothing on
- * the host is replayed. */
+ * buffers on a communicator that spans nodes, or that no GPU kernel takes)
+ * goes one of two ways.
+ *
+ * Staged on its stream, where the progress thread runs and the driver has
+ * stream memory operations: weft_cuda_gate_reserve takes a word of pinned
+ * host memory, and weft_cuda_gate_stage queues on the stream, behind the
+ * work already there: the copies of the device input into pinned host
+ * memory, the gate's event, a wait on the word, the copies of the host
+ * result into the device buffers, and the word's passing. The call returns
+ * at once; the host collective (on host memory: no driver call, so nothing
+ * it waits for can sit behind the held stream in a hardware queue the
+ * stream shares) starts when the event fires, and the gate's release at
+ * its end sets the word: the stream goes on. Whoever blocks on the stream
+ * (torch.cuda.synchronize) waits for the thread; a deadline or a lost peer
+ * ends the collective with an error and releases the stream all the same.
+ *
+ * Otherwise weft_cuda_gate_open records the event, the schedule's first
+ * step polls it, and the call returns at the schedule's end (nobody would
+ * drive it meanwhile).
+ *
+ * A stream being captured into a CUDA graph is refused either way: nothing
+ * on the host is replayed. */
 typedef struct weft_cuda_gate {
     void *ctx, *event;
-    void *word; /* weft_cuda_gate_hold's, else NULL */
+    void *word; /* weft_cuda_gate_reserve's, else NULL */
 } weft_cuda_gate_t;
 int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what);
 /* 1 when the stream's work before the call is done, 0 not yet, or an error. */
 int weft_cuda_gate_ready(weft_cuda_gate_t *g);
-/* After weft_cuda_gate_open: makes the stream wait until the gate's release
- * (its later work follows the call's end). 1 held; 0 where it cannot (no
- * stream memory operations in the driver, no pinned word free), and the
- * caller waits for the schedule's end instead. */
-int weft_cuda_gate_hold(weft_cuda_gate_t *g, void *stream);
-/* Frees the gate's event and lets a held stream go on (a gate never
- * opened: nothing to do). */
+/* 1 with a word taken for g (zeroed first); 0 where the call cannot be
+ * staged on its stream (no stream memory operations in the driver, every
+ * word in use): it then takes weft_cuda_gate_open's way. */
+int weft_cuda_gate_reserve(weft_cuda_gate_t *g);
+/* One copy weft_cuda_gate_stage queues: bytes from src to dst. */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} weft_cuda_span_t;
+/* After weft_cuda_gate_reserve: queues the call on `stream` (above). buf:
+ * one of the call's device buffers (its context), NULL for none. blocks[]
+ * (pinned, from weft_cuda_pinned_get, caps[] their sizes) are the host
+ * copies: on success they are the gate's, returned to the pool once the
+ * stream has passed its copies out; on error (a stream being captured:
+ * WEFT_ERR_UNSUPPORTED; the driver refused to queue a step) nothing of the
+ * call is left on the stream, the word is free again and the blocks are
+ * the caller's. */
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
+                         const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
+                         const char *what);
+/* Frees the gate's event and lets a staged stream go on; a word reserved
+ * but never staged is free again (a gate never opened: nothing to do). */
 void weft_cuda_gate_release(weft_cuda_gate_t *g);
 
 #endif
