@@ -253,9 +253,25 @@ static int gate_poll(weft_sched_t *s, void *arg)
     return r;
 }
 
+/* keep: a failed collective's messages may still use a staged call's host
+ * copies. */
 static void gate_release(void *arg)
 {
-    weft_cuda_gate_release(arg);
+    weft_cuda_gate_release(arg, weft_sched_adrift() > 0);
+}
+
+/* The last step of a call staged on its stream: whether its result's copy
+ * to the device could be queued. */
+static int staged_copies_queued(weft_sched_t *s, void *arg)
+{
+    (void)s;
+    const weft_cuda_gate_t *g = arg;
+    return g->failed;
+}
+
+static int staged_tail(weft_sched_t *s, void *arg)
+{
+    return weft_sched_call(s, staged_copies_queued, arg);
 }
 
 /* The component whose shared state on comm is not settled yet (coll/coll.h's
@@ -386,7 +402,9 @@ static int stream_staged(weft_coll_args_t *a, weft_request_t *req)
     const char *name = weft_coll_kind_name(a->kind);
     weft_coll_stage_t x;
     weft_cuda_gate_t g;
-    if (weft_coll_stage_extents(a, &x) || !weft_cuda_gate_reserve(&g)) return WEFT_ERR_UNSUPPORTED;
+    /* (The list form of allgather has no stream-ordered call.) */
+    if (a->recvbufs || weft_coll_stage_extents(a, &x) || !weft_cuda_gate_reserve(&g, a->stream))
+        return WEFT_ERR_UNSUPPORTED;
     void *blocks[2] = {NULL, NULL};
     size_t caps[2] = {0, 0};
     int nb = 0;
@@ -415,28 +433,23 @@ static int stream_staged(weft_coll_args_t *a, weft_request_t *req)
         weft_coll_stage_host_args(a, hin, hout, &h);
         if (WEFT_UNLIKELY(weft_coll_check)) rc = check_build(s, a);
         if (!rc && !(rc = weft_sched_poll(s, gate_poll, gate)) && !(rc = weft_sched_end_round(s)) &&
-            (rc = weft_coll_build_selected(s, &h, NULL, NULL)) == WEFT_ERR_UNSUPPORTED)
+            (rc = weft_coll_build_selected(s, &h, staged_tail, gate)) == WEFT_ERR_UNSUPPORTED)
             rc = weft_error(WEFT_ERR_INTERNAL, "%s: no host algorithm takes a stream-staged call's host copies", name);
     }
-    int nout = 0;
-    weft_cuda_span_t in = {hin, x.src, x.in}, one = {a->recvbuf, hout, x.out}, *out = &one;
-    if (!rc && a->kind == WEFT_COLL_ALLGATHER && a->recvbufs) { /* the list form: a copy per block */
-        if (!(out = weft_sched_scratch(s, sizeof(*out) * (size_t)a->comm->size)))
-            rc = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", name);
-        for (int r = 0; !rc && r < a->comm->size; r++)
-            out[nout++] = (weft_cuda_span_t){a->recvbufs[r], hout + (size_t)r * x.block, x.block};
-    } else if (x.out) {
-        nout = 1;
-    }
-    if (!rc)
-        rc = weft_cuda_gate_stage(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf, &in, x.in ? 1 : 0, out,
-                                  nout, blocks, caps, nb, name);
     if (rc) {
-        /* The word, where still reserved (weft_cuda_gate_stage frees it on its own errors), then the rest. */
-        if (!gate || gate->word) weft_cuda_gate_release(gate ? gate : &g);
+        /* The word (still reserved), the schedule, the blocks. */
+        weft_cuda_gate_release(gate ? gate : &g, 0);
         if (s) weft_sched_discard(s);
         for (int b = 0; b < nb; b++)
             weft_cuda_pinned_put(blocks[b], caps[b]);
+        return rc;
+    }
+    weft_cuda_span_t in = {hin, x.src, x.in}, out = {a->recvbuf, hout, x.out};
+    /* From here the blocks are the gate's, whatever happens. */
+    rc = weft_cuda_gate_stage(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf, &in, x.in ? 1 : 0, &out,
+                              x.out ? 1 : 0, blocks, caps, nb, name);
+    if (rc) {
+        weft_sched_discard(s);
         return rc;
     }
     weft_debug("%s: stream-ordered on device buffers, run on the host: staged on its stream (%zu + %zu bytes of "
@@ -1173,9 +1186,9 @@ void weft_coll_finalize(void)
  * otherwise the request is released as it completes. Host buffers with no
  * request: the call waits (nothing else would tell the caller when its
  * buffers are free). A call on device buffers that runs on the host
- * returns at once where the progress thread runs (the stream held until
- * its end), else (block; src/cuda/runtime.h's gate says why) the call
- * waits, and *req is WEFT_REQUEST_NULL. */
+ * returns at once where it is staged on its stream (stream_staged), else
+ * (block; src/cuda/runtime.h's gate says why) the call waits, and *req is
+ * WEFT_REQUEST_NULL. */
 #define ON_STREAM(stream_, req_, call)                                                                                 \
     do {                                                                                                               \
         weft_request_t tmp = WEFT_REQUEST_NULL;                                                                        \

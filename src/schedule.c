@@ -574,6 +574,11 @@ static struct {
     int inflight; /* released messages of failed schedules not yet over */
 } parked;
 
+int weft_sched_adrift(void)
+{
+    return parked.inflight;
+}
+
 static void parked_free(int final)
 {
     for (int i = 0; i < parked.n; i++)

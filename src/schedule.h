@@ -29,6 +29,9 @@ void weft_sched_device(weft_sched_t *s);
  * failed, timed out, canceled, never started): coll.c's release of a
  * stream that waits for a host-driven collective. */
 void weft_sched_on_end(weft_sched_t *s, void (*fn)(void *), void *arg);
+/* Messages of failed schedules still in flight: the transport may yet read
+ * or write their buffers (a failed schedule's scratch is kept meanwhile). */
+int weft_sched_adrift(void);
 /* The steps added so far (a build that declines must have added none). */
 int weft_sched_nops(const weft_sched_t *s);
 int weft_sched_call(weft_sched_t *s, weft_sched_fn fn, void *arg);

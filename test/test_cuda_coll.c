@@ -1532,20 +1532,23 @@ Test(cuda_coll, held_stream_across_two_simulated_nodes, .timeout = 300)
 
 /* Stream-ordered calls across nodes whose ranks go different ways: staged
  * on the stream where the progress thread runs (ranks 0 and 3: the call
- * returns at once), behind the gate where it does not (ranks 1 and 2: the
- * call returns at its end). Every rank runs the same host algorithm on host
- * copies, so the calls match and their results are right (two simulated
- * nodes of two ranks). */
+ * returns at once, while the test still holds the stream), behind the gate
+ * where it does not (ranks 1 and 2: the call returns at its end). Every
+ * rank runs the same host algorithm on host copies, so the calls match and
+ * their results are right (two simulated nodes of two ranks). */
 static int body_mixed_ways(int rank, int size, void *arg)
 {
     (void)arg;
-    setenv("WEFT_PROGRESS_THREAD", rank == 0 || rank == size - 1 ? "on" : "off", 1);
+    int staged = rank == 0 || rank == size - 1;
+    setenv("WEFT_PROGRESS_THREAD", staged ? "on" : "off", 1);
     weft_comm_t w = gpu_weft_start();
     const size_t n = 20001;
     int32_t *din = gpu_alloc(n * 4 * (size_t)size), *dout = gpu_alloc(n * 4 * (size_t)size);
     void *st = gpu_stream();
     TH_CHECK(din && dout && st, "buffers and a stream");
     for (int k = 0; k < 4; k++) {
+        volatile unsigned *hold = staged ? gpu_hold(st) : NULL;
+        TH_CHECK(!staged || hold, "holding the stream on a host word");
         TH_CHECK(!gpu_memset32_async(din, (unsigned)(rank + 1 + k), n * (size_t)size, st), "memset on the stream");
         int rc = k == 0   ? weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st, NULL)
                  : k == 1 ? weft_allgather_on_stream(din, dout, (int64_t)n, WEFT_INT32, w, st, NULL)
@@ -1553,7 +1556,12 @@ static int body_mixed_ways(int rank, int size, void *arg)
                                                                 NULL)
                           : weft_bcast_on_stream(din, (int64_t)n, WEFT_INT32, size - 1, w, st, NULL);
         TH_CHECK(rc == 0, "call %d: %s", k, weft_last_error());
+        if (hold) {
+            TH_CHECK(gpu_stream_busy(st) == 1, "call %d returned and the stream is no longer held", k);
+            gpu_hold_release(hold);
+        }
         TH_CHECK(!gpu_stream_sync(st), "stream sync");
+        if (hold) gpu_hold_free(hold);
         size_t m = k == 1 ? n * (size_t)size : n;
         int32_t *got = host_of(k == 3 ? din : dout, m * 4), sum = 0;
         for (int r = 0; r < size; r++)

@@ -304,11 +304,21 @@ static int pool_class(size_t bytes, size_t *cap)
     return c < bytes ? -1 : k; /* -1: beyond the classes, never kept */
 }
 
-/* Blocks the pool cannot keep, returned on the progress thread: freeing
- * pinned memory waits for the device, and a stream staged on the host word
- * waits for that thread. Chained through their first bytes; freed on the
- * application's next call. */
+/* Whether a stream waits on a staged call's word (below): allocating or
+ * freeing pinned memory then waits for the device, hence for that call,
+ * which only the progress thread can finish (and the caller holds the lock
+ * it needs). */
+static int staged_pending(void);
+
+/* Blocks the pool cannot keep, returned while freeing could wait for a
+ * staged stream (on the progress thread, or while one waits): chained
+ * through their first bytes, freed when nothing waits. */
 static void *unkept;
+
+static int may_free(void)
+{
+    return !weft_pt_self && !staged_pending();
+}
 
 static void unkept_free(void)
 {
@@ -319,15 +329,35 @@ static void unkept_free(void)
     }
 }
 
+/* Into the pool, or (no room) unkept: never freed here. */
+static void pool_return(void *p, size_t cap)
+{
+    size_t c;
+    int k = pool_class(cap, &c);
+    if (k >= 0 && c == cap && pool[k].n < POOL_PER_CLASS && pool_kept + cap <= POOL_KEEP) {
+        pool[k].block[pool[k].n++] = p;
+        pool_kept += cap;
+        return;
+    }
+    *(void **)p = unkept;
+    unkept = p;
+}
+
 void *weft_cuda_pinned_get(size_t bytes, size_t *cap)
 {
     CUcontext cur = NULL;
     if (!bytes || driver_state <= 0) return NULL;
-    if (unkept && !weft_pt_self) unkept_free();
+    if (unkept && may_free()) unkept_free();
     int k = pool_class(bytes, cap);
     if (k >= 0 && pool[k].n > 0) {
         pool_kept -= *cap;
         return pool[k].block[--pool[k].n];
+    }
+    if (weft_pt_self || staged_pending()) {
+        weft_debug("cuda: no pinned block of %zu bytes kept, and none is allocated while a stream waits for a "
+                   "staged call (that waits for the device): this call's host copies use pageable memory",
+                   *cap);
+        return NULL;
     }
     /* cuMemHostAlloc needs a current context; the pool's blocks are portable. */
     if (!weft_cu.ctx_get_current || weft_cu.ctx_get_current(&cur) != CUDA_SUCCESS || !cur) return NULL;
@@ -344,19 +374,9 @@ void *weft_cuda_pinned_get(size_t bytes, size_t *cap)
 
 void weft_cuda_pinned_put(void *p, size_t cap)
 {
-    size_t c;
-    int k = p ? pool_class(cap, &c) : -1;
     if (!p) return;
-    if (k >= 0 && c == cap && pool[k].n < POOL_PER_CLASS && pool_kept + cap <= POOL_KEEP) {
-        pool[k].block[pool[k].n++] = p;
-        pool_kept += cap;
-    } else if (weft_pt_self) {
-        *(void **)p = unkept;
-        unkept = p;
-    } else {
-        weft_cu.mem_free_host(p);
-    }
-    if (unkept && !weft_pt_self) unkept_free();
+    pool_return(p, cap);
+    if (unkept && may_free()) unkept_free();
 }
 
 void weft_cuda_pinned_free(void *p)
@@ -364,12 +384,12 @@ void weft_cuda_pinned_free(void *p)
     if (p && driver_state > 0) weft_cu.mem_free_host(p);
 }
 
-static void parked_reclaim(int final);
+static void staged_reclaim(int final);
 
 void weft_cuda_copy_streams_release(void)
 {
     if (driver_state <= 0) return;
-    parked_reclaim(1);
+    staged_reclaim(1);
     unkept_free();
     for (int i = 0; i < MAX_CTX && streams[i].ctx; i++) {
         weft_cu.stream_destroy(streams[i].stream);
@@ -505,18 +525,21 @@ int weft_cuda_gate_ready(weft_cuda_gate_t *g)
  * context (portable), one page of them. A word is HELD while its call runs,
  * RELEASED at the call's end (the stream goes on), and PASSED once the
  * stream, past its copies out, wrote so: free for another call, and the
- * pinned blocks its call parked there go back to the pool. */
+ * pinned blocks its call parked there go back to the pool (unless messages
+ * of a failed collective may still use them: then never). */
 enum { HOLD_HELD = 0, HOLD_RELEASED = 1, HOLD_PASSED = 2, HOLD_WORDS = 1024, PARK_BLOCKS = 2 };
 static _Atomic uint32_t *hold_words;
 static CUdeviceptr hold_dev;
 static unsigned hold_next;
 static int hold_unusable;
-/* The blocks parked on each word, and the words that have some. */
+/* Per word: the blocks parked there; the words staged and not yet seen
+ * passed. */
 static struct {
     void *p[PARK_BLOCKS];
     size_t cap[PARK_BLOCKS];
+    int keep; /* never back to the pool */
 } parked[HOLD_WORDS];
-static unsigned parked_at[HOLD_WORDS], nparked;
+static unsigned staged_at[HOLD_WORDS], nstaged;
 
 static int hold_pool(void)
 {
@@ -540,43 +563,58 @@ static int hold_pool(void)
     return 1;
 }
 
-/* Returns the blocks of the words their streams have passed to the pool;
- * final (at finalize): the others are let go (a stream may still copy out
- * of them). */
-static void parked_reclaim(int final)
+static int word_passed(unsigned k)
 {
-    unsigned kept = 0;
-    for (unsigned i = 0; i < nparked; i++) {
-        unsigned k = parked_at[i];
-        if (atomic_load_explicit(&hold_words[k], memory_order_acquire) != HOLD_PASSED && !final) {
-            parked_at[kept++] = k;
+    return atomic_load_explicit(&hold_words[k], memory_order_acquire) == HOLD_PASSED;
+}
+
+/* The words their streams have passed: their blocks back to the pool (or
+ * kept), the words free. final (at finalize): every word is let go, and the
+ * blocks of one not passed are left to its stream. */
+static void staged_reclaim(int final)
+{
+    unsigned left = 0;
+    for (unsigned i = 0; i < nstaged; i++) {
+        unsigned k = staged_at[i];
+        int passed = word_passed(k);
+        if (!passed && !final) {
+            staged_at[left++] = k;
             continue;
         }
         for (int b = 0; b < PARK_BLOCKS; b++) {
-            if (parked[k].p[b] && atomic_load_explicit(&hold_words[k], memory_order_acquire) == HOLD_PASSED)
-                weft_cuda_pinned_put(parked[k].p[b], parked[k].cap[b]);
-            else if (parked[k].p[b])
-                weft_debug("cuda: a staged stream has not passed its copies at finalize: %zu pinned bytes left "
-                           "to it",
-                           parked[k].cap[b]);
+            if (!parked[k].p[b]) continue;
+            if (passed && !parked[k].keep)
+                pool_return(parked[k].p[b], parked[k].cap[b]);
+            else
+                weft_debug("cuda: %zu pinned bytes of a staged call are never reused (%s)", parked[k].cap[b],
+                           passed ? "a failed collective's messages may still use them"
+                                  : "its stream has not passed its copies at finalize");
             parked[k].p[b] = NULL;
         }
+        parked[k].keep = 0;
     }
-    nparked = kept;
+    nstaged = left;
 }
 
-int weft_cuda_gate_reserve(weft_cuda_gate_t *g)
+static int staged_pending(void)
+{
+    if (nstaged) staged_reclaim(0);
+    return nstaged > 0;
+}
+
+int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream)
 {
     memset(g, 0, sizeof(*g));
+    /* The legacy default stream waits, and every blocking stream's later work waits for it: weft's own
+     * copy streams among them. */
+    if (!stream || stream == (void *)CU_STREAM_LEGACY) return 0;
     if (!weft_cuda_possible() || !weft_cu.event_query || !weft_cu.stream_wait_value32 ||
         !weft_cu.stream_write_value32 || !weft_cu.mem_host_get_device_pointer || !hold_pool())
         return 0;
-    if (nparked) parked_reclaim(0);
+    if (nstaged) staged_reclaim(0);
     for (unsigned i = 0; i < HOLD_WORDS; i++) {
         unsigned k = (hold_next + i) % HOLD_WORDS;
-        if (atomic_load_explicit(&hold_words[k], memory_order_acquire) != HOLD_PASSED || parked[k].p[0] ||
-            parked[k].p[1])
-            continue;
+        if (!word_passed(k) || parked[k].p[0] || parked[k].p[1]) continue;
         hold_next = k + 1;
         atomic_store_explicit(&hold_words[k], HOLD_HELD, memory_order_relaxed);
         g->word = (void *)&hold_words[k];
@@ -586,89 +624,92 @@ int weft_cuda_gate_reserve(weft_cuda_gate_t *g)
     return 0;
 }
 
+/* Parks blocks on word k, to be reclaimed once the stream passes it. */
+static void park_on_word(unsigned k, void *const blocks[], const size_t caps[], int nblocks)
+{
+    for (int b = 0; b < nblocks; b++) {
+        parked[k].p[b] = blocks[b];
+        parked[k].cap[b] = caps[b];
+    }
+    staged_at[nstaged++] = k;
+}
+
 int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
                          const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
                          const char *what)
 {
     unsigned k = (unsigned)((_Atomic uint32_t *)g->word - hold_words);
-    if (nblocks > PARK_BLOCKS)
-        return weft_error(WEFT_ERR_INTERNAL, "%s: %d pinned blocks to park, at most %d", what, nblocks, PARK_BLOCKS);
-    CUcontext ctx, popped;
-    int rc = gate_ctx(stream, buf, &ctx, what);
-    if (rc) goto unreserve;
-    CUresult r = weft_cu.ctx_push(ctx);
-    if (r != CUDA_SUCCESS) {
-        rc = weft_error(WEFT_ERR_TRANSPORT, "%s: making the context current failed: %s", what, weft_cu_text(r));
-        goto unreserve;
-    }
-    if ((rc = gate_not_capturing(stream, what))) goto pop;
     CUstream st = (CUstream)stream;
     CUdeviceptr d = hold_dev + k * sizeof(uint32_t);
-    const char *step = "a copy of the input to host memory";
-    r = CUDA_SUCCESS;
+    CUcontext ctx, popped;
+    CUresult r = CUDA_SUCCESS;
+    int rc = nblocks > PARK_BLOCKS
+                 ? weft_error(WEFT_ERR_INTERNAL, "%s: %d pinned blocks to park, at most %d", what, nblocks, PARK_BLOCKS)
+                 : gate_ctx(stream, buf, &ctx, what);
+    if (!rc && (r = weft_cu.ctx_push(ctx)) != CUDA_SUCCESS)
+        rc = weft_error(WEFT_ERR_TRANSPORT, "%s: making the context current failed: %s", what, weft_cu_text(r));
+    if (rc) goto unqueued;
+    if ((rc = gate_not_capturing(stream, what))) goto unqueued_pop;
+    /* nin is 0 or 1: a copy that fails to queue leaves nothing on the stream. */
     for (int i = 0; i < nin && r == CUDA_SUCCESS; i++)
         r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)in[i].dst, (CUdeviceptr)(uintptr_t)in[i].src, in[i].bytes,
                                  st);
-    if (r == CUDA_SUCCESS && (rc = gate_event(g, ctx, stream, what))) {
-        weft_cu.stream_synchronize(st); /* the copies in are done before their blocks go back */
-        goto pop;
-    }
-    if (r == CUDA_SUCCESS) {
-        step = "the wait on the host word";
-        r = weft_cu.stream_wait_value32(st, d, HOLD_RELEASED, CU_STREAM_WAIT_VALUE_GEQ);
-        if (r != CUDA_SUCCESS) {
-            /* Nothing waits yet: the copies in drain, and no call tries again. */
-            weft_debug("cuda: a stream cannot wait on host memory here (%s): host-driven stream-ordered calls "
-                       "return at their end",
-                       weft_cu_text(r));
-            weft_cu.stream_wait_value32 = NULL;
-        }
-    }
     if (r != CUDA_SUCCESS) {
-        weft_cu.stream_synchronize(st);
-        if (g->event) weft_cu.event_destroy((CUevent)g->event);
-        g->event = NULL;
-        rc = weft_error(WEFT_ERR_TRANSPORT, "%s: queueing %s on stream %p failed: %s", what, step, stream,
-                        weft_cu_text(r));
-        goto pop;
+        rc = weft_error(WEFT_ERR_TRANSPORT, "%s: queueing the copy of the input to host memory on stream %p failed: %s",
+                        what, stream, weft_cu_text(r));
+        goto unqueued_pop;
     }
-    /* From here the stream waits: a copy out that fails to queue leaves its bytes unwritten (and says so),
-     * the stream still passes the word. */
+    if ((rc = gate_event(g, ctx, stream, what))) goto queued;
+    if ((r = weft_cu.stream_wait_value32(st, d, HOLD_RELEASED, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
+        /* Nothing waits: the caller takes the other way, and no call tries this one again. */
+        weft_debug("cuda: a stream cannot wait on host memory here (%s): host-driven stream-ordered calls "
+                   "return at their end",
+                   weft_cu_text(r));
+        weft_cu.stream_wait_value32 = NULL;
+        weft_cu.event_destroy((CUevent)g->event);
+        g->event = NULL;
+        rc = WEFT_ERR_UNSUPPORTED;
+        goto queued;
+    }
+    /* The stream waits from here: a copy out that fails to queue is the call's error at its end (the
+     * collective itself runs, its peers wait for it). */
     for (int i = 0; i < nout && r == CUDA_SUCCESS; i++)
         r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)out[i].dst, (CUdeviceptr)(uintptr_t)out[i].src,
                                  out[i].bytes, st);
     if (r != CUDA_SUCCESS)
-        weft_warn("%s: queueing the copy of the result to the device on stream %p failed (%s): the result "
-                  "buffer is not written",
-                  what, stream, weft_cu_text(r));
-    CUresult w = weft_cu.stream_write_value32(st, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (w != CUDA_SUCCESS) {
-        /* The word stays taken, and its blocks with it: a leak the log names, never a reuse under a copy. */
-        weft_debug("cuda: queueing a staged stream's word release failed (%s): one word fewer", weft_cu_text(w));
-    }
-    for (int b = 0; b < nblocks; b++) {
-        parked[k].p[b] = blocks[b];
-        parked[k].cap[b] = caps[b];
-    }
-    if (nblocks) parked_at[nparked++] = k;
+        g->failed = weft_error(WEFT_ERR_TRANSPORT,
+                               "%s: queueing the copy of the result to the device on stream %p failed: %s", what,
+                               stream, weft_cu_text(r));
+queued:
+    /* The copy in may be on its way: the blocks stay parked until the stream passes the word. Should the
+     * word's passing fail to queue, the word and its blocks are never reused (the log says so). */
+    if ((r = weft_cu.stream_write_value32(st, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)
+        weft_debug("cuda: queueing a staged stream's word release failed (%s): one word fewer", weft_cu_text(r));
+    park_on_word(k, blocks, caps, nblocks);
+    if (rc) g->word = NULL; /* the stream passes it */
     weft_cu.ctx_pop(&popped);
-    return WEFT_SUCCESS;
-pop:
+    return rc;
+unqueued_pop:
     weft_cu.ctx_pop(&popped);
-unreserve:
+unqueued:
+    for (int b = 0; b < nblocks; b++)
+        pool_return(blocks[b], caps[b]);
     atomic_store_explicit((_Atomic uint32_t *)g->word, HOLD_PASSED, memory_order_release);
     g->word = NULL;
     return rc;
 }
 
-void weft_cuda_gate_release(weft_cuda_gate_t *g)
+void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks)
 {
     if (g->event) weft_cu.event_destroy((CUevent)g->event);
-    /* A staged call's host collective is done: the stream copies its result out. A word reserved but never
-     * staged (no event) was never waited on: free again. */
-    if (g->word)
+    if (g->word) {
+        unsigned k = (unsigned)((_Atomic uint32_t *)g->word - hold_words);
+        if (keep_blocks) parked[k].keep = 1;
+        /* A staged call's host collective is done: the stream copies its result out. A word reserved but
+         * never staged (no event) was never waited on: free again. */
         atomic_store_explicit((_Atomic uint32_t *)g->word, g->event ? HOLD_RELEASED : HOLD_PASSED,
                               memory_order_release);
+    }
     g->event = NULL;
     g->word = NULL;
 }
@@ -736,8 +777,9 @@ int weft_cuda_gate_ready(weft_cuda_gate_t *g)
     return 1;
 }
 
-int weft_cuda_gate_reserve(weft_cuda_gate_t *g)
+int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream)
 {
+    (void)stream;
     memset(g, 0, sizeof(*g));
     return 0; /* never staged: weft_cuda_gate_open refuses the stream */
 }
@@ -750,9 +792,10 @@ int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, con
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: a stream (%p), but this weft was built without CUDA", what, stream);
 }
 
-void weft_cuda_gate_release(weft_cuda_gate_t *g)
+void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks)
 {
     (void)g;
+    (void)keep_blocks;
 }
 
 void weft_cuda_copy_streams_release(void)

@@ -151,14 +151,16 @@ int weft_cuda_stream_sync(void *stream, const char *what);
 typedef struct weft_cuda_gate {
     void *ctx, *event;
     void *word; /* weft_cuda_gate_reserve's, else NULL */
+    int failed; /* weft_cuda_gate_stage: the copies out could not be queued (a weft error code) */
 } weft_cuda_gate_t;
 int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what);
 /* 1 when the stream's work before the call is done, 0 not yet, or an error. */
 int weft_cuda_gate_ready(weft_cuda_gate_t *g);
 /* 1 with a word taken for g (zeroed first); 0 where the call cannot be
- * staged on its stream (no stream memory operations in the driver, every
- * word in use): it then takes weft_cuda_gate_open's way. */
-int weft_cuda_gate_reserve(weft_cuda_gate_t *g);
+ * staged on `stream` (the legacy default stream, which every blocking
+ * stream's later work would wait behind; no stream memory operations in
+ * the driver; every word in use): it then takes weft_cuda_gate_open's way. */
+int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream);
 /* One copy weft_cuda_gate_stage queues: bytes from src to dst. */
 typedef struct {
     void *dst;
@@ -167,17 +169,22 @@ typedef struct {
 } weft_cuda_span_t;
 /* After weft_cuda_gate_reserve: queues the call on `stream` (above). buf:
  * one of the call's device buffers (its context), NULL for none. blocks[]
- * (pinned, from weft_cuda_pinned_get, caps[] their sizes) are the host
- * copies: on success they are the gate's, returned to the pool once the
- * stream has passed its copies out; on error (a stream being captured:
- * WEFT_ERR_UNSUPPORTED; the driver refused to queue a step) nothing of the
- * call is left on the stream, the word is free again and the blocks are
- * the caller's. */
+ * (at most 2, pinned, from weft_cuda_pinned_get, caps[] their sizes) are
+ * the host copies; they are the gate's from here, returned to the pool once
+ * the stream has passed its copies out. Errors (a stream being captured:
+ * WEFT_ERR_UNSUPPORTED with the reason; the driver refused to queue a
+ * step): the word is free again once the stream passes what was queued;
+ * WEFT_ERR_UNSUPPORTED with no error set: the driver cannot make a stream
+ * wait on host memory, the caller takes weft_cuda_gate_open's way. A copy
+ * out that cannot be queued once the stream waits sets g->failed (the call
+ * runs, and fails at its end). */
 int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
                          const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
                          const char *what);
 /* Frees the gate's event and lets a staged stream go on; a word reserved
- * but never staged is free again (a gate never opened: nothing to do). */
-void weft_cuda_gate_release(weft_cuda_gate_t *g);
+ * but never staged is free again (a gate never opened: nothing to do).
+ * keep_blocks: messages of a failed collective may still read or write the
+ * call's host copies: they never go back to the pool. */
+void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks);
 
 #endif
