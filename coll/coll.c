@@ -266,7 +266,10 @@ static int staged_copies_queued(weft_sched_t *s, void *arg)
 {
     (void)s;
     const weft_cuda_gate_t *g = arg;
-    return g->failed;
+    return g->failed ? weft_error(g->failed,
+                                  "the copy of the result to the device could not be queued on the stream (the "
+                                  "log's warning says why): the result buffer is not written")
+                     : WEFT_SUCCESS;
 }
 
 static int staged_tail(weft_sched_t *s, void *arg)
@@ -471,9 +474,12 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
         a->stream = sc->stream;
         /* A barrier has no buffers: on a stream, with CUDA loaded, it is the GPU's (a barrier kernel). */
         if (a->kind == WEFT_COLL_BARRIER && weft_cuda_possible()) a->mem = WEFT_MEM_CUDA;
-        /* Host buffers: the stream's work first, then the host collective. */
+        /* Host buffers: the stream's work first, then the host collective. Without a driver only the
+         * legacy stream is accepted (nothing to wait for); with one, the gate below (a synchronisation
+         * here, under the lock the progress thread needs, could wait for a call staged on the stream). */
         sc->host = a->mem == WEFT_MEM_HOST;
-        if (sc->host && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind)))) return rc;
+        if (sc->host && !weft_cuda_possible() && (rc = weft_cuda_stream_sync(a->stream, weft_coll_kind_name(a->kind))))
+            return rc;
     }
     /* The first candidate nearly always builds: ask for two, and for the
      * whole list only when both decline (the order is the same). */
@@ -487,9 +493,10 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
          * The way may differ between ranks (the thread on one, no pinned memory on another); what goes
          * between them does not. */
         const weft_coll_alg_t *alg = cands[i];
-        int gated = a->on_stream && a->mem != WEFT_MEM_HOST && !alg->stream_ordered;
+        int device = a->mem != WEFT_MEM_HOST;
+        int gated = a->on_stream && (device ? !alg->stream_ordered : weft_cuda_possible());
         weft_coll_stage_t x;
-        if (gated && !weft_coll_stage_extents(a, &x)) {
+        if (gated && device && !weft_coll_stage_extents(a, &x)) {
             if (weft_api_locking && !staged_tried) {
                 staged_tried = 1;
                 if ((rc = stream_staged(a, req)) != WEFT_ERR_UNSUPPORTED) return rc;
@@ -532,7 +539,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
                 return rc;
             }
             weft_sched_on_end(s, gate_release, gate);
-            sc->block = 1;
+            if (device) sc->block = 1;
         }
         if (rc == WEFT_SUCCESS) {
             /* Stream-ordered on device memory: the call returns before the work is done, and

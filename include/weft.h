@@ -485,20 +485,20 @@ WEFT_API int weft_iexscan(const void *sendbuf, void *recvbuf, int64_t count, wef
  * weft_test on any request, any wait, another collective; weft has no
  * thread of its own): the call fails with WEFT_ERR_TIMEOUT, and the
  * communicator's later GPU collectives fail, naming the rank the kernels
- * waited for. With host buffers the stream is synchronised first and the
- * collective runs as weft_i* (with no request, to its end before the call
- * returns). Device buffers that no GPU kernel takes (a communicator that
- * spans nodes: its node steps in kernels, the steps between nodes on the
- * host; an op or type the kernels lack) run on the host, from the moment
- * the stream's earlier work is done. With the progress thread running
- * (WEFT_PROGRESS_THREAD) the call returns at once: the stream waits on a
- * word of pinned host memory until the thread has finished the collective
- * (request, the deadline and a lost peer as for the kernels; a failed call
- * lets the stream go on, its buffers undefined). Without the thread the
- * call returns when the result is in place (*request is set to
- * WEFT_REQUEST_NULL). Under graph capture it fails with
- * WEFT_ERR_UNSUPPORTED. Counts, datatypes, ops and WEFT_IN_PLACE as in the
- * blocking forms. */
+ * waited for. With host buffers the collective runs as weft_i* once the
+ * stream's earlier work is done (with no request, to its end before the
+ * call returns). Device buffers that no GPU kernel takes (a communicator
+ * that spans nodes; an op or type the kernels lack) run on the host, on
+ * host copies, from the moment the stream's earlier work is done. With the
+ * progress thread running (WEFT_PROGRESS_THREAD) and a stream other than
+ * the legacy default one, the call returns at once: the copies are queued
+ * on the stream around a wait on a word of pinned host memory that the
+ * thread sets when it has finished the collective (request, the deadline
+ * and a lost peer as for the kernels; a failed call lets the stream go on,
+ * its buffers undefined). Otherwise the call returns when the result is in
+ * place (*request is set to WEFT_REQUEST_NULL). Under graph capture it
+ * fails with WEFT_ERR_UNSUPPORTED. Counts, datatypes, ops and WEFT_IN_PLACE
+ * as in the blocking forms. */
 WEFT_API int weft_barrier_on_stream(weft_comm_t comm, void *stream, weft_request_t *request);
 WEFT_API int weft_bcast_on_stream(void *buf, int64_t count, weft_dtype_t dtype, int root, weft_comm_t comm,
                                   void *stream, weft_request_t *request);

@@ -537,7 +537,8 @@ static int hold_unusable;
 static struct {
     void *p[PARK_BLOCKS];
     size_t cap[PARK_BLOCKS];
-    int keep; /* never back to the pool */
+    int keep;   /* never back to the pool */
+    int staged; /* listed in staged_at */
 } parked[HOLD_WORDS];
 static unsigned staged_at[HOLD_WORDS], nstaged;
 
@@ -592,6 +593,7 @@ static void staged_reclaim(int final)
             parked[k].p[b] = NULL;
         }
         parked[k].keep = 0;
+        parked[k].staged = 0;
     }
     nstaged = left;
 }
@@ -614,7 +616,7 @@ int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream)
     if (nstaged) staged_reclaim(0);
     for (unsigned i = 0; i < HOLD_WORDS; i++) {
         unsigned k = (hold_next + i) % HOLD_WORDS;
-        if (!word_passed(k) || parked[k].p[0] || parked[k].p[1]) continue;
+        if (!word_passed(k) || parked[k].staged) continue;
         hold_next = k + 1;
         atomic_store_explicit(&hold_words[k], HOLD_HELD, memory_order_relaxed);
         g->word = (void *)&hold_words[k];
@@ -624,13 +626,16 @@ int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream)
     return 0;
 }
 
-/* Parks blocks on word k, to be reclaimed once the stream passes it. */
+/* Parks blocks on word k, to be reclaimed once the stream passes it. A
+ * word is listed once: reserved only when not listed, and at most
+ * HOLD_WORDS are. */
 static void park_on_word(unsigned k, void *const blocks[], const size_t caps[], int nblocks)
 {
     for (int b = 0; b < nblocks; b++) {
         parked[k].p[b] = blocks[b];
         parked[k].cap[b] = caps[b];
     }
+    parked[k].staged = 1;
     staged_at[nstaged++] = k;
 }
 
@@ -676,16 +681,20 @@ int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, con
     for (int i = 0; i < nout && r == CUDA_SUCCESS; i++)
         r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)out[i].dst, (CUdeviceptr)(uintptr_t)out[i].src,
                                  out[i].bytes, st);
-    if (r != CUDA_SUCCESS)
-        g->failed = weft_error(WEFT_ERR_TRANSPORT,
-                               "%s: queueing the copy of the result to the device on stream %p failed: %s", what,
-                               stream, weft_cu_text(r));
+    if (r != CUDA_SUCCESS) {
+        weft_warn("%s: queueing the copy of the result to the device on stream %p failed: %s", what, stream,
+                  weft_cu_text(r));
+        g->failed = WEFT_ERR_TRANSPORT;
+    }
 queued:
     /* The copy in may be on its way: the blocks stay parked until the stream passes the word. Should the
-     * word's passing fail to queue, the word and its blocks are never reused (the log says so). */
-    if ((r = weft_cu.stream_write_value32(st, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)
-        weft_debug("cuda: queueing a staged stream's word release failed (%s): one word fewer", weft_cu_text(r));
-    park_on_word(k, blocks, caps, nblocks);
+     * word's passing fail to queue, the word and its blocks are never reused nor waited for. */
+    if ((r = weft_cu.stream_write_value32(st, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)) == CUDA_SUCCESS)
+        park_on_word(k, blocks, caps, nblocks);
+    else
+        weft_warn("%s: queueing the end of a staged call on stream %p failed (%s): its word and %zu pinned bytes "
+                  "are never reused",
+                  what, stream, weft_cu_text(r), (nblocks > 0 ? caps[0] : 0) + (nblocks > 1 ? caps[1] : 0));
     if (rc) g->word = NULL; /* the stream passes it */
     weft_cu.ctx_pop(&popped);
     return rc;
