@@ -395,19 +395,18 @@ void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout,
 /* A stream-ordered call on device buffers whose algorithm runs on the host,
  * with the progress thread to drive it: staged on its stream
  * (src/cuda/runtime.h's gate), the host algorithm the selection picks for
- * host buffers of the same call running on pinned host copies that the
- * stream fills before and empties after it. WEFT_ERR_UNSUPPORTED, with
- * nothing done, where it cannot be (not a staged kind, no word for the
- * stream to wait on, no pinned memory): the caller then waits for the
+ * host buffers of the same call running on pinned host copies (extents
+ * *xp) that the stream fills before and empties after it.
+ * WEFT_ERR_UNSUPPORTED, with nothing done, where it cannot be (no word for
+ * the stream to wait on, no pinned memory): the caller then waits for the
  * call's end. */
-static int stream_staged(weft_coll_args_t *a, weft_request_t *req)
+static int stream_staged(weft_coll_args_t *a, const weft_coll_stage_t *xp, weft_request_t *req)
 {
     const char *name = weft_coll_kind_name(a->kind);
-    weft_coll_stage_t x;
+    const weft_coll_stage_t x = *xp;
     weft_cuda_gate_t g;
     /* (The list form of allgather has no stream-ordered call.) */
-    if (a->recvbufs || weft_coll_stage_extents(a, &x) || !weft_cuda_gate_reserve(&g, a->stream))
-        return WEFT_ERR_UNSUPPORTED;
+    if (a->recvbufs || !weft_cuda_gate_reserve(&g, a->stream)) return WEFT_ERR_UNSUPPORTED;
     void *blocks[2] = {NULL, NULL};
     size_t caps[2] = {0, 0};
     int nb = 0;
@@ -447,10 +446,10 @@ static int stream_staged(weft_coll_args_t *a, weft_request_t *req)
             weft_cuda_pinned_put(blocks[b], caps[b]);
         return rc;
     }
-    weft_cuda_span_t in = {hin, x.src, x.in}, out = {a->recvbuf, hout, x.out};
     /* From here the blocks are the gate's, whatever happens. */
-    rc = weft_cuda_gate_stage(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf, &in, x.in ? 1 : 0, &out,
-                              x.out ? 1 : 0, blocks, caps, nb, name);
+    rc = weft_cuda_gate_stage(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf,
+                              (weft_cuda_span_t){hin, x.src, x.in}, (weft_cuda_span_t){a->recvbuf, hout, x.out},
+                              blocks, caps, nb, name);
     if (rc) {
         weft_sched_discard(s);
         return rc;
@@ -499,7 +498,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
         if (gated && device && !weft_coll_stage_extents(a, &x)) {
             if (weft_api_locking && !staged_tried) {
                 staged_tried = 1;
-                if ((rc = stream_staged(a, req)) != WEFT_ERR_UNSUPPORTED) return rc;
+                if ((rc = stream_staged(a, &x, req)) != WEFT_ERR_UNSUPPORTED) return rc;
             }
             const weft_coll_alg_t *staged = weft_coll_find(a->kind, "staged");
             if (staged) alg = staged;

@@ -639,9 +639,8 @@ static void park_on_word(unsigned k, void *const blocks[], const size_t caps[], 
     staged_at[nstaged++] = k;
 }
 
-int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
-                         const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
-                         const char *what)
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in,
+                         weft_cuda_span_t out, void *const blocks[], const size_t caps[], int nblocks, const char *what)
 {
     unsigned k = (unsigned)((_Atomic uint32_t *)g->word - hold_words);
     CUstream st = (CUstream)stream;
@@ -655,10 +654,9 @@ int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, con
         rc = weft_error(WEFT_ERR_TRANSPORT, "%s: making the context current failed: %s", what, weft_cu_text(r));
     if (rc) goto unqueued;
     if ((rc = gate_not_capturing(stream, what))) goto unqueued_pop;
-    /* nin is 0 or 1: a copy that fails to queue leaves nothing on the stream. */
-    for (int i = 0; i < nin && r == CUDA_SUCCESS; i++)
-        r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)in[i].dst, (CUdeviceptr)(uintptr_t)in[i].src, in[i].bytes,
-                                 st);
+    /* A copy that fails to queue leaves nothing on the stream. */
+    if (in.bytes)
+        r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)in.dst, (CUdeviceptr)(uintptr_t)in.src, in.bytes, st);
     if (r != CUDA_SUCCESS) {
         rc = weft_error(WEFT_ERR_TRANSPORT, "%s: queueing the copy of the input to host memory on stream %p failed: %s",
                         what, stream, weft_cu_text(r));
@@ -678,9 +676,8 @@ int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, con
     }
     /* The stream waits from here: a copy out that fails to queue is the call's error at its end (the
      * collective itself runs, its peers wait for it). */
-    for (int i = 0; i < nout && r == CUDA_SUCCESS; i++)
-        r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)out[i].dst, (CUdeviceptr)(uintptr_t)out[i].src,
-                                 out[i].bytes, st);
+    if (out.bytes)
+        r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)out.dst, (CUdeviceptr)(uintptr_t)out.src, out.bytes, st);
     if (r != CUDA_SUCCESS) {
         weft_warn("%s: queueing the copy of the result to the device on stream %p failed: %s", what, stream,
                   weft_cu_text(r));
@@ -793,11 +790,10 @@ int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream)
     return 0; /* never staged: weft_cuda_gate_open refuses the stream */
 }
 
-int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
-                         const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
-                         const char *what)
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in,
+                         weft_cuda_span_t out, void *const blocks[], const size_t caps[], int nblocks, const char *what)
 {
-    (void)g, (void)buf, (void)in, (void)nin, (void)out, (void)nout, (void)blocks, (void)caps, (void)nblocks;
+    (void)g, (void)buf, (void)in, (void)out, (void)blocks, (void)caps, (void)nblocks;
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: a stream (%p), but this weft was built without CUDA", what, stream);
 }
 

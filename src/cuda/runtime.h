@@ -133,8 +133,8 @@ int weft_cuda_stream_sync(void *stream, const char *what);
  * stream memory operations: weft_cuda_gate_reserve takes a word of pinned
  * host memory, and weft_cuda_gate_stage queues on the stream, behind the
  * work already there: the copies of the device input into pinned host
- * memory, the gate's event, a wait on the word, the copies of the host
- * result into the device buffers, and the word's passing. The call returns
+ * memory, the gate's event, a wait on the word, the copy of the host
+ * result into the device buffer, and the word's passing. The call returns
  * at once; the host collective (on host memory: no driver call, so nothing
  * it waits for can sit behind the held stream in a hardware queue the
  * stream shares) starts when the event fires, and the gate's release at
@@ -161,7 +161,7 @@ int weft_cuda_gate_ready(weft_cuda_gate_t *g);
  * stream's later work would wait behind; no stream memory operations in
  * the driver; every word in use): it then takes weft_cuda_gate_open's way. */
 int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream);
-/* One copy weft_cuda_gate_stage queues: bytes from src to dst. */
+/* A copy weft_cuda_gate_stage queues: bytes from src to dst (0: none). */
 typedef struct {
     void *dst;
     const void *src;
@@ -178,9 +178,8 @@ typedef struct {
  * wait on host memory, the caller takes weft_cuda_gate_open's way. A copy
  * out that cannot be queued once the stream waits sets g->failed (the call
  * runs, and fails at its end). */
-int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, const weft_cuda_span_t *in, int nin,
-                         const weft_cuda_span_t *out, int nout, void *const blocks[], const size_t caps[], int nblocks,
-                         const char *what);
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in,
+                         weft_cuda_span_t out, void *const blocks[], const size_t caps[], int nblocks, const char *what);
 /* Frees the gate's event and lets a staged stream go on; a word reserved
  * but never staged is free again (a gate never opened: nothing to do).
  * keep_blocks: messages of a failed collective may still read or write the
