@@ -400,13 +400,48 @@ void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout,
  * WEFT_ERR_UNSUPPORTED, with nothing done, where it cannot be (no word for
  * the stream to wait on, no pinned memory): the caller then waits for the
  * call's end. */
+/* The most members whose endpoints a stream-staged call makes on the
+ * calling thread; a larger communicator's calls run gated. */
+#define STAGE_CONNECT_MAX 4096
+
+/* Makes this rank's endpoints to every member of comm, once, on the
+ * calling thread. A stream-staged call needs them before it returns: an
+ * endpoint the progress thread made later, while the stream waited on the
+ * staged word, was seen to leave the call stalled on a GPU host (UCX 1.22
+ * with its CUDA transports; made beforehand, as WEFT_EAGER_CONNECT makes
+ * them, the same calls complete). 0 when they exist. */
+static int stage_connect(weft_comm_t comm, const char *name)
+{
+    if (WEFT_LIKELY(comm->connected)) return 0;
+    if (comm->size > STAGE_CONNECT_MAX || !weft_xport->connect) {
+        weft_debug("%s: communicator %s of %d ranks: its endpoints are not all made; this stream-ordered call "
+                   "returns at its end",
+                   name, comm->name, comm->size);
+        return -1;
+    }
+    int *ranks = malloc((size_t)comm->size * sizeof(*ranks));
+    if (!ranks) return -1;
+    for (int i = 0; i < comm->size; i++)
+        ranks[i] = weft_comm_world_rank_of(comm, i);
+    int rc = weft_xport->connect(ranks, comm->size);
+    free(ranks);
+    if (rc) {
+        weft_debug("%s: endpoints to the members of %s: %s; this stream-ordered call returns at its end", name,
+                   comm->name, weft_strerror(rc));
+        return -1;
+    }
+    comm->connected = 1;
+    return 0;
+}
+
 static int stream_staged(weft_coll_args_t *a, const weft_coll_stage_t *xp, weft_request_t *req)
 {
     const char *name = weft_coll_kind_name(a->kind);
     const weft_coll_stage_t x = *xp;
     weft_cuda_gate_t g;
     /* (The list form of allgather has no stream-ordered call.) */
-    if (a->recvbufs || !weft_cuda_gate_reserve(&g, a->stream)) return WEFT_ERR_UNSUPPORTED;
+    if (a->recvbufs || stage_connect(a->comm, name) || !weft_cuda_gate_reserve(&g, a->stream))
+        return WEFT_ERR_UNSUPPORTED;
     void *blocks[2] = {NULL, NULL};
     size_t caps[2] = {0, 0};
     int nb = 0;

@@ -269,6 +269,9 @@ struct weft_comm_s {
      * Names of the communicator's shared resources are derived from it
      * (weft_comm_nonce), so nobody outside the job can predict them. */
     uint64_t nonce;
+    /* 1 once this rank made its endpoints to every member on a calling
+     * thread (coll.c: a stream-staged call needs them before it returns). */
+    int connected;
 };
 int weft_comm_world_create(void);
 void weft_comm_world_destroy(void);
