@@ -220,7 +220,7 @@ fi
 if part torchdist; then
     echo "== PyTorch's distributed tests, CUDA: weft's libnccl.so.2 against NVIDIA's"
     st=0
-    TORCH_DIST_DEVICE=cuda "$src/contrib/torch-dist-tests.sh" "$build" \
+    TORCH_DIST_DEVICE=cuda TORCH_DIST_LOGS="$log/torch-dist-cuda" "$src/contrib/torch-dist-tests.sh" "$build" \
         >"$log/torch-dist-cuda.log" 2>&1 || st=$?
     grep -E "^(nccl|weft-nccl)-[0-9]+:|ranks: |passed, [0-9]+ failed" "$log/torch-dist-cuda.log" | tail -n 20
     tally "$st"

@@ -27,7 +27,9 @@
 #   TORCH_DIST_DEVICE=cuda  the class's CUDA tests on torch's own "nccl" backend instead:
 #                        NVIDIA's libnccl.so.2 (the reference, in gloo's place) against
 #                        weft's (BUILD_DIR/.libs/libnccl.so.2, put first by LD_PRELOAD),
-#                        ranks spawned; they want a GPU per rank (sizes with more ranks
+#                        ranks forked from a parent that asks NVML, not the driver,
+#                        about GPUs (spawned with TORCH_DIST_SPAWN=1: over 9 minutes
+#                        for one rank's run on an H100 host); they want a GPU per rank (sizes with more ranks
 #                        than GPUs are skipped, and this says so); exit 77 where the
 #                        reference runs none;
 #                        expecttest must be importable (an offline GPU host: its wheel)
@@ -59,8 +61,7 @@ excluded=(
 )
 
 # The reference and the library under test: gloo and weft on CPU; NVIDIA's
-# NCCL and weft's libnccl.so.2 on CUDA (spawned: a rank forked from a parent
-# that initialised CUDA cannot use it).
+# NCCL and weft's libnccl.so.2 on CUDA.
 ref=gloo cand=weft sizes=${TORCH_DIST_SIZES:-2 4}
 if [ "${TORCH_DIST_DEVICE:-cpu}" = cuda ]; then
     ref=nccl cand=weft-nccl excluded=() sizes=${TORCH_DIST_SIZES:-1 2 4}
@@ -91,7 +92,10 @@ else
 fi
 export DISTRIBUTED_TESTS_DEFAULT_TIMEOUT=${DISTRIBUTED_TESTS_DEFAULT_TIMEOUT:-120}
 fork=--fork
-[ "${TORCH_DIST_SPAWN:-0}" = 1 ] || [ "$ref" = nccl ] && fork=
+[ "${TORCH_DIST_SPAWN:-0}" = 1 ] && fork=
+# CUDA ranks forked: only from a parent that never initialised the driver
+# (torch.cuda.is_available / device_count by NVML, not cuInit).
+[ "$ref" = nccl ] && export PYTORCH_NVML_BASED_CUDA_CHECK=1
 limit=${TORCH_DIST_RUN_LIMIT:-900}
 echo "torch: $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($py), library $WEFT_LIBRARY"
 echo "logs: $logs"
