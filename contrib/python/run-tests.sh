@@ -17,7 +17,7 @@
 #   WEFT_PY_INSTALLED=1 test the installed package instead of contrib/python/src
 #   WEFT_PY_TEST_LOGS   directory for the per-rank logs, kept (default: a new temporary
 #                       one, removed at exit)
-#   WEFT_PY_GPU_TESTS=0 skip tests/test_gpu.py (it runs in env2 where a CUDA device, CuPy
+#   WEFT_TEST_PY_GPU=0 skip tests/test_gpu.py (it runs in env2 where a CUDA device, CuPy
 #                       or torch, and a libweft built with GPU support are found)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -85,18 +85,18 @@ run_config() { # name nranks launcher...
     echo "$name: $n ranks, exit status $rc, $((SECONDS - t0)) s"
     configs+=("$name:$n:$rc")
 }
-# tests/test_gpu.py runs where a CUDA device is found, in env2 only (WEFT_PY_GPU_TESTS=0
+# tests/test_gpu.py runs where a CUDA device is found, in env2 only (WEFT_TEST_PY_GPU=0
 # elsewhere): once is enough, and its imports (CuPy, torch) are slow.
 WEFT_TEST_BOOTSTRAP="env" run_config env2 2 "$weftrun" -n 2 --timeout 100
-WEFT_TEST_BOOTSTRAP="env" WEFT_PY_GPU_TESTS=0 run_config env3 3 "$weftrun" -n 3 --timeout 100
+WEFT_TEST_BOOTSTRAP="env" WEFT_TEST_PY_GPU=0 run_config env3 3 "$weftrun" -n 3 --timeout 100
 if command -v mpirun >/dev/null 2>&1; then
     pass_env=()
     for v in PYTHONPATH WEFT_LIBRARY WEFT_TIMEOUT WEFT_INIT_TIMEOUT WEFT_TEST_TIMEOUT \
-        WEFT_TEST_BOOTSTRAP WEFT_PY_GPU_TESTS PYTHON logs CFG; do
-        case "$v" in WEFT_TEST_BOOTSTRAP | WEFT_PY_GPU_TESTS | CFG) ;; *) [ -n "${!v+x}" ] || continue ;; esac
+        WEFT_TEST_BOOTSTRAP WEFT_TEST_PY_GPU PYTHON logs CFG; do
+        case "$v" in WEFT_TEST_BOOTSTRAP | WEFT_TEST_PY_GPU | CFG) ;; *) [ -n "${!v+x}" ] || continue ;; esac
         pass_env+=(-x "$v")
     done
-    WEFT_TEST_BOOTSTRAP=pmix WEFT_PY_GPU_TESTS=0 run_config mpirun2 2 mpirun -np 2 "${pass_env[@]}"
+    WEFT_TEST_BOOTSTRAP=pmix WEFT_TEST_PY_GPU=0 run_config mpirun2 2 mpirun -np 2 "${pass_env[@]}"
 else
     echo "mpirun2: skipped (mpirun not installed)"
 fi

@@ -9,7 +9,7 @@ stream whose later kernels read the result without a host synchronisation.
 Skipped, with the reason, where there is no CUDA device (probed in a child
 process, so this one never loads libcuda), where neither CuPy nor torch is
 importable, where libweft was built without GPU support, on fewer than 2
-ranks, or with WEFT_PY_GPU_TESTS=0 (run-tests.sh sets it for every
+ranks, or with WEFT_TEST_PY_GPU=0 (run-tests.sh sets it for every
 configuration but env2, so the GPU tests run once). The same tests without a
 GPU, over host memory, are in test_device_arrays.py.
 
@@ -72,8 +72,8 @@ def _probe_cuda() -> Tuple[int, str]:
 
 
 def _skip_reason() -> str:
-    if os.environ.get("WEFT_PY_GPU_TESTS", "1") == "0":
-        return "GPU tests are off here (WEFT_PY_GPU_TESTS=0; run-tests.sh runs them in env2 only)"
+    if os.environ.get("WEFT_TEST_PY_GPU", "1") == "0":
+        return "GPU tests are off here (WEFT_TEST_PY_GPU=0; run-tests.sh runs them in env2 only)"
     if weft.init().size < 2:
         return "GPU point-to-point tests need 2 or more ranks"
     n, why = _probe_cuda()

@@ -112,9 +112,9 @@ CUDA tensors
     True and ``exception()`` holds it) and by the group's next CUDA
     collective. On a group that spans nodes all_gather runs coll/hier's GPU
     path and all_reduce coll/hier's with its node steps in GPU kernels; the
-    others (and what the kernels lack) run on the host through copies, and
-    such a call returns when it is done (no async overlap: weft has no
-    progress thread).
+    others (and what the kernels lack) run on the host through copies:
+    staged on the stream where weft's progress thread runs (the call
+    returns at once), otherwise returning when done.
 
 As gloo
     ``all_gather_coalesced``; sparse COO ``all_reduce`` (SUM: indices and
