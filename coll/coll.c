@@ -409,13 +409,15 @@ void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout,
  * endpoint the progress thread made later, while the stream waited on the
  * staged word, was seen to leave the call stalled on a GPU host (UCX 1.22
  * with its CUDA transports; made beforehand, as WEFT_EAGER_CONNECT makes
- * them, the same calls complete). 0 when they exist. */
+ * them, the same calls complete). 0 when they exist; a communicator whose
+ * endpoints could not all be made is not tried again. */
 static int stage_connect(weft_comm_t comm, const char *name)
 {
-    if (WEFT_LIKELY(comm->connected)) return 0;
+    if (WEFT_LIKELY(comm->connected)) return comm->connected > 0 ? 0 : -1;
+    comm->connected = -1;
     if (comm->size > STAGE_CONNECT_MAX || !weft_xport->connect) {
-        weft_debug("%s: communicator %s of %d ranks: its endpoints are not all made; this stream-ordered call "
-                   "returns at its end",
+        weft_debug("%s: communicator %s of %d ranks: its endpoints are not all made; its stream-ordered calls "
+                   "across nodes return at their end",
                    name, comm->name, comm->size);
         return -1;
     }
@@ -426,8 +428,9 @@ static int stage_connect(weft_comm_t comm, const char *name)
     int rc = weft_xport->connect(ranks, comm->size);
     free(ranks);
     if (rc) {
-        weft_debug("%s: endpoints to the members of %s: %s; this stream-ordered call returns at its end", name,
-                   comm->name, weft_strerror(rc));
+        weft_debug("%s: endpoints to the members of %s: %s; its stream-ordered calls across nodes return at "
+                   "their end",
+                   name, comm->name, weft_strerror(rc));
         return -1;
     }
     comm->connected = 1;
@@ -482,6 +485,7 @@ static int stream_staged(weft_coll_args_t *a, const weft_coll_stage_t *xp, weft_
         return rc;
     }
     /* From here the blocks are the gate's, whatever happens. */
+    gate->deadline = a->comm->timeout > 0 ? weft_wtime() + a->comm->timeout : 0;
     rc = weft_cuda_gate_stage(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf,
                               (weft_cuda_span_t){hin, x.src, x.in}, (weft_cuda_span_t){a->recvbuf, hout, x.out},
                               blocks, caps, nb, name);

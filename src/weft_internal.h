@@ -270,7 +270,8 @@ struct weft_comm_s {
      * (weft_comm_nonce), so nobody outside the job can predict them. */
     uint64_t nonce;
     /* 1 once this rank made its endpoints to every member on a calling
-     * thread (coll.c: a stream-staged call needs them before it returns). */
+     * thread (coll.c: a stream-staged call needs them before it returns);
+     * -1 once that failed. */
     int connected;
 };
 int weft_comm_world_create(void);

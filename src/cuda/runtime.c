@@ -11,7 +11,9 @@
 #include <link.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -385,10 +387,12 @@ void weft_cuda_pinned_free(void *p)
 }
 
 static void staged_reclaim(int final);
+static void watch_end(void);
 
 void weft_cuda_copy_streams_release(void)
 {
     if (driver_state <= 0) return;
+    watch_end();
     staged_reclaim(1);
     unkept_free();
     for (int i = 0; i < MAX_CTX && streams[i].ctx; i++) {
@@ -539,8 +543,101 @@ static struct {
     size_t cap[PARK_BLOCKS];
     int keep;   /* never back to the pool */
     int staged; /* listed in staged_at */
+    int ended;  /* its call ended (weft_cuda_gate_release): until then the blocks are the call's, passed or not */
 } parked[HOLD_WORDS];
 static unsigned staged_at[HOLD_WORDS], nstaged;
+
+/* The watchdog. A staged stream waits on its word until the progress
+ * thread ends the call. Should that thread be held up inside one pass (a
+ * call into the driver or UCX that waits for the device, which waits for
+ * the word: seen once on an H100, UCX 1.22), nothing else would release
+ * the word, and whoever blocks on the stream would hang for good. A thread
+ * of weft's own, started with the first staged call that has a deadline,
+ * lets a word still held WATCH_GRACE_S past its call's deadline go: the
+ * stream goes on (the call's output undefined), the held-up pass can
+ * finish, and the call fails as at any deadline. It sleeps while no staged
+ * call is due. */
+#define WATCH_GRACE_S 2.0
+#define WATCH_TICK_MS 200
+static _Atomic int64_t watch_due_us[HOLD_WORDS]; /* a staged word's deadline + grace, weft_wtime's us (0: none) */
+static _Atomic int watch_due_n;                  /* words with a due time */
+static _Atomic int watch_stop;
+static int watch_fd = -1; /* eventfd: a due time set, or stop */
+static pid_t watch_pid;   /* the process that started the thread (a forked child has none) */
+static pthread_t watch_tid;
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&watch_stop)) {
+        struct pollfd p = {.fd = watch_fd, .events = POLLIN};
+        uint64_t v;
+        if (poll(&p, 1, atomic_load(&watch_due_n) > 0 ? WATCH_TICK_MS : -1) > 0 && read(watch_fd, &v, sizeof(v)) < 0) {
+            /* another wake-up took it */
+        }
+        int64_t now = (int64_t)(weft_wtime() * 1e6);
+        for (unsigned k = 0; k < HOLD_WORDS && atomic_load(&watch_due_n) > 0; k++) {
+            int64_t due = atomic_load(&watch_due_us[k]);
+            if (!due || now < due || !atomic_compare_exchange_strong(&watch_due_us[k], &due, 0)) continue;
+            atomic_fetch_sub(&watch_due_n, 1);
+            uint32_t held = HOLD_HELD;
+            if (atomic_compare_exchange_strong(&hold_words[k], &held, HOLD_RELEASED))
+                weft_warn("cuda: a stream-ordered call staged on its stream was still unfinished %.0f s past its "
+                          "deadline (weft's progress thread did not end it): the stream goes on, the call's output "
+                          "undefined; the call fails",
+                          WATCH_GRACE_S);
+        }
+    }
+    return NULL;
+}
+
+/* Word k's call must end by deadline (weft_wtime's clock): the watchdog
+ * lets the word go WATCH_GRACE_S after. No watchdog (it cannot start):
+ * nothing changes. */
+static void watch_word(unsigned k, double deadline)
+{
+    if (watch_pid != getpid()) {
+        watch_pid = getpid();
+        atomic_store(&watch_stop, 0);
+        if (watch_fd >= 0) close(watch_fd); /* a parent's, in a forked child */
+        watch_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        int err = watch_fd < 0 ? errno : weft_thread_start(&watch_tid, NULL, watch_main, NULL, "weft-cuda-watch");
+        if (err) {
+            weft_debug("cuda: no watchdog for staged streams (%s)", strerror(err));
+            if (watch_fd >= 0) close(watch_fd);
+            watch_fd = -1;
+        }
+    }
+    if (watch_fd < 0) return;
+    if (atomic_exchange(&watch_due_us[k], (int64_t)((deadline + WATCH_GRACE_S) * 1e6)) == 0)
+        atomic_fetch_add(&watch_due_n, 1);
+    uint64_t one = 1;
+    if (write(watch_fd, &one, sizeof(one)) < 0) {
+        /* full: it is being woken already */
+    }
+}
+
+static void unwatch_word(unsigned k)
+{
+    if (atomic_exchange(&watch_due_us[k], 0) != 0) atomic_fetch_sub(&watch_due_n, 1);
+}
+
+static void watch_end(void)
+{
+    if (watch_pid != getpid() || watch_fd < 0) return;
+    atomic_store(&watch_stop, 1);
+    uint64_t one = 1;
+    if (write(watch_fd, &one, sizeof(one)) < 0) {
+        /* full: it is being woken already */
+    }
+    pthread_join(watch_tid, NULL);
+    close(watch_fd);
+    watch_fd = -1;
+    watch_pid = 0;
+    for (unsigned k = 0; k < HOLD_WORDS; k++)
+        atomic_store(&watch_due_us[k], 0);
+    atomic_store(&watch_due_n, 0);
+}
 
 static int hold_pool(void)
 {
@@ -578,7 +675,8 @@ static void staged_reclaim(int final)
     for (unsigned i = 0; i < nstaged; i++) {
         unsigned k = staged_at[i];
         int passed = word_passed(k);
-        if (!passed && !final) {
+        /* (A word the watchdog let go is passed before its call ended.) */
+        if ((!passed || !parked[k].ended) && !final) {
             staged_at[left++] = k;
             continue;
         }
@@ -594,6 +692,7 @@ static void staged_reclaim(int final)
         }
         parked[k].keep = 0;
         parked[k].staged = 0;
+        parked[k].ended = 0;
     }
     nstaged = left;
 }
@@ -636,6 +735,7 @@ static void park_on_word(unsigned k, void *const blocks[], const size_t caps[], 
         parked[k].cap[b] = caps[b];
     }
     parked[k].staged = 1;
+    parked[k].ended = 0;
     staged_at[nstaged++] = k;
 }
 
@@ -653,6 +753,9 @@ int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, wef
     if (!rc && (r = weft_cu.ctx_push(ctx)) != CUDA_SUCCESS)
         rc = weft_error(WEFT_ERR_TRANSPORT, "%s: making the context current failed: %s", what, weft_cu_text(r));
     if (rc) goto unqueued;
+    /* The progress thread ends the call: it makes this context current for its driver calls (one is known
+     * from here even where no earlier buffer or init named one). */
+    note_device_buffer(ctx);
     if ((rc = gate_not_capturing(stream, what))) goto unqueued_pop;
     /* A copy that fails to queue leaves nothing on the stream. */
     if (in.bytes)
@@ -686,9 +789,13 @@ int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, wef
 queued:
     /* The copy in may be on its way: the blocks stay parked until the stream passes the word. Should the
      * word's passing fail to queue, the word and its blocks are never reused nor waited for. */
-    if ((r = weft_cu.stream_write_value32(st, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)) == CUDA_SUCCESS)
+    if ((r = weft_cu.stream_write_value32(st, d, HOLD_PASSED, CU_STREAM_WRITE_VALUE_DEFAULT)) == CUDA_SUCCESS) {
         park_on_word(k, blocks, caps, nblocks);
-    else
+        if (rc)
+            parked[k].ended = 1; /* no call runs: the blocks are free once the stream passes */
+        else if (g->deadline > 0)
+            watch_word(k, g->deadline);
+    } else
         weft_warn("%s: queueing the end of a staged call on stream %p failed (%s): its word and %zu pinned bytes "
                   "are never reused",
                   what, stream, weft_cu_text(r), (nblocks > 0 ? caps[0] : 0) + (nblocks > 1 ? caps[1] : 0));
@@ -710,11 +817,17 @@ void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks)
     if (g->event) weft_cu.event_destroy((CUevent)g->event);
     if (g->word) {
         unsigned k = (unsigned)((_Atomic uint32_t *)g->word - hold_words);
+        unwatch_word(k);
         if (keep_blocks) parked[k].keep = 1;
-        /* A staged call's host collective is done: the stream copies its result out. A word reserved but
-         * never staged (no event) was never waited on: free again. */
-        atomic_store_explicit((_Atomic uint32_t *)g->word, g->event ? HOLD_RELEASED : HOLD_PASSED,
-                              memory_order_release);
+        parked[k].ended = 1;
+        /* A staged call's host collective is done: the stream copies its result out (unless the watchdog
+         * let it go already: the stream may have passed it since). A word reserved but never staged (no
+         * event) was never waited on: free again. */
+        uint32_t held = HOLD_HELD;
+        if (!g->event)
+            atomic_store_explicit((_Atomic uint32_t *)g->word, HOLD_PASSED, memory_order_release);
+        else
+            atomic_compare_exchange_strong((_Atomic uint32_t *)g->word, &held, HOLD_RELEASED);
     }
     g->event = NULL;
     g->word = NULL;

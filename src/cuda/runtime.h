@@ -150,8 +150,10 @@ int weft_cuda_stream_sync(void *stream, const char *what);
  * on the host is replayed. */
 typedef struct weft_cuda_gate {
     void *ctx, *event;
-    void *word; /* weft_cuda_gate_reserve's, else NULL */
-    int failed; /* weft_cuda_gate_stage: the copies out could not be queued (a weft error code) */
+    void *word;      /* weft_cuda_gate_reserve's, else NULL */
+    int failed;      /* weft_cuda_gate_stage: the copies out could not be queued (a weft error code) */
+    double deadline; /* set before weft_cuda_gate_stage: when the call must end (weft_wtime; 0: never). A
+                      * staged stream still held 2 s after it is let go by a watchdog thread of weft's. */
 } weft_cuda_gate_t;
 int weft_cuda_gate_open(weft_cuda_gate_t *g, void *stream, const void *buf, const char *what);
 /* 1 when the stream's work before the call is done, 0 not yet, or an error. */
