@@ -266,10 +266,13 @@ static int staged_copies_queued(weft_sched_t *s, void *arg)
 {
     (void)s;
     const weft_cuda_gate_t *g = arg;
-    return g->failed ? weft_error(g->failed,
-                                  "the copy of the result to the device could not be queued on the stream (the "
-                                  "log's warning says why): the result buffer is not written")
-                     : WEFT_SUCCESS;
+    if (WEFT_UNLIKELY(weft_cuda_gate_let_go(g)))
+        return weft_error(WEFT_ERR_TIMEOUT, "the stream was let go past the call's deadline, before the result was "
+                                            "ready (the log's warning says why): the result buffer is undefined");
+    return g->failed
+               ? weft_error(g->failed, "the copy of the result to the device could not be queued on the stream (the "
+                                       "log's warning says why): the result buffer is not written")
+               : WEFT_SUCCESS;
 }
 
 static int staged_tail(weft_sched_t *s, void *arg)
@@ -414,10 +417,10 @@ void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout,
 static int stage_connect(weft_comm_t comm, const char *name)
 {
     if (WEFT_LIKELY(comm->connected)) return comm->connected > 0 ? 0 : -1;
-    comm->connected = -1;
     if (comm->size > STAGE_CONNECT_MAX || !weft_xport->connect) {
+        comm->connected = -1;
         weft_debug("%s: communicator %s of %d ranks: its endpoints are not all made; its stream-ordered calls "
-                   "across nodes return at their end",
+                   "that run on the host return at their end",
                    name, comm->name, comm->size);
         return -1;
     }
@@ -428,9 +431,10 @@ static int stage_connect(weft_comm_t comm, const char *name)
     int rc = weft_xport->connect(ranks, comm->size);
     free(ranks);
     if (rc) {
-        weft_debug("%s: endpoints to the members of %s: %s; its stream-ordered calls across nodes return at "
-                   "their end",
+        weft_debug("%s: endpoints to the members of %s: %s; its stream-ordered calls that run on the host return "
+                   "at their end",
                    name, comm->name, weft_strerror(rc));
+        comm->connected = -1;
         return -1;
     }
     comm->connected = 1;
@@ -487,8 +491,8 @@ static int stream_staged(weft_coll_args_t *a, const weft_coll_stage_t *xp, weft_
     /* From here the blocks are the gate's, whatever happens. */
     gate->deadline = a->comm->timeout > 0 ? weft_wtime() + a->comm->timeout : 0;
     rc = weft_cuda_gate_stage(gate, a->stream, a->recvbuf ? a->recvbuf : a->sendbuf,
-                              (weft_cuda_span_t){hin, x.src, x.in}, (weft_cuda_span_t){a->recvbuf, hout, x.out},
-                              blocks, caps, nb, name);
+                              (weft_cuda_span_t){hin, x.src, x.in}, (weft_cuda_span_t){a->recvbuf, hout, x.out}, blocks,
+                              caps, nb, name);
     if (rc) {
         weft_sched_discard(s);
         return rc;
@@ -588,8 +592,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
         }
         weft_sched_discard(s);
         if (rc != WEFT_ERR_UNSUPPORTED) return rc;
-        weft_debug("%s: algorithm %s declines this call; trying the next", weft_coll_kind_name(a->kind),
-                   alg->name);
+        weft_debug("%s: algorithm %s declines this call; trying the next", weft_coll_kind_name(a->kind), alg->name);
     }
     if (n == 0)
         return weft_error(WEFT_ERR_UNSUPPORTED,

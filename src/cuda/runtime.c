@@ -9,9 +9,10 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
@@ -559,8 +560,9 @@ static unsigned staged_at[HOLD_WORDS], nstaged;
  * call is due. */
 #define WATCH_GRACE_S 2.0
 #define WATCH_TICK_MS 200
-static _Atomic int64_t watch_due_us[HOLD_WORDS]; /* a staged word's deadline + grace, weft_wtime's us (0: none) */
-static _Atomic int watch_due_n;                  /* words with a due time */
+static _Atomic int64_t watch_due_us[HOLD_WORDS];   /* a staged word's deadline + grace, weft_wtime's us (0: none) */
+static _Atomic int watch_due_n;                    /* words with a due time */
+static _Atomic unsigned watch_firing = HOLD_WORDS; /* the word the watchdog is letting go (HOLD_WORDS: none) */
 static _Atomic int watch_stop;
 static int watch_fd = -1; /* eventfd: a due time set, or stop */
 static pid_t watch_pid;   /* the process that started the thread (a forked child has none) */
@@ -578,10 +580,16 @@ static void *watch_main(void *arg)
         int64_t now = (int64_t)(weft_wtime() * 1e6);
         for (unsigned k = 0; k < HOLD_WORDS && atomic_load(&watch_due_n) > 0; k++) {
             int64_t due = atomic_load(&watch_due_us[k]);
-            if (!due || now < due || !atomic_compare_exchange_strong(&watch_due_us[k], &due, 0)) continue;
-            atomic_fetch_sub(&watch_due_n, 1);
+            if (!due || now < due) continue;
+            /* Announced first: the call's end (unwatch_word) waits until this word is let go, so that the
+             * word is never reused for another call meanwhile. */
+            atomic_store(&watch_firing, k);
             uint32_t held = HOLD_HELD;
-            if (atomic_compare_exchange_strong(&hold_words[k], &held, HOLD_RELEASED))
+            int fire = atomic_compare_exchange_strong(&watch_due_us[k], &due, 0);
+            if (fire) atomic_fetch_sub(&watch_due_n, 1);
+            fire = fire && atomic_compare_exchange_strong(&hold_words[k], &held, HOLD_RELEASED);
+            atomic_store(&watch_firing, HOLD_WORDS);
+            if (fire)
                 weft_warn("cuda: a stream-ordered call staged on its stream was still unfinished %.0f s past its "
                           "deadline (weft's progress thread did not end it): the stream goes on, the call's output "
                           "undefined; the call fails",
@@ -597,9 +605,14 @@ static void *watch_main(void *arg)
 static void watch_word(unsigned k, double deadline)
 {
     if (watch_pid != getpid()) {
+        /* First here, or a forked child: the parent's thread is not in this process (its descriptor, left
+         * open, may have been closed and reused by now), nor are its calls. */
         watch_pid = getpid();
         atomic_store(&watch_stop, 0);
-        if (watch_fd >= 0) close(watch_fd); /* a parent's, in a forked child */
+        for (unsigned i = 0; i < HOLD_WORDS; i++)
+            atomic_store(&watch_due_us[i], 0);
+        atomic_store(&watch_due_n, 0);
+        atomic_store(&watch_firing, HOLD_WORDS);
         watch_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         int err = watch_fd < 0 ? errno : weft_thread_start(&watch_tid, NULL, watch_main, NULL, "weft-cuda-watch");
         if (err) {
@@ -609,10 +622,11 @@ static void watch_word(unsigned k, double deadline)
         }
     }
     if (watch_fd < 0) return;
-    if (atomic_exchange(&watch_due_us[k], (int64_t)((deadline + WATCH_GRACE_S) * 1e6)) == 0)
-        atomic_fetch_add(&watch_due_n, 1);
+    /* The thread sleeps without a timeout only while nothing is due: woken when that changes (every due
+     * time is WATCH_GRACE_S or more away, and it looks every WATCH_TICK_MS while any is). */
     uint64_t one = 1;
-    if (write(watch_fd, &one, sizeof(one)) < 0) {
+    if (atomic_exchange(&watch_due_us[k], (int64_t)((deadline + WATCH_GRACE_S) * 1e6)) == 0 &&
+        atomic_fetch_add(&watch_due_n, 1) == 0 && write(watch_fd, &one, sizeof(one)) < 0) {
         /* full: it is being woken already */
     }
 }
@@ -620,6 +634,14 @@ static void watch_word(unsigned k, double deadline)
 static void unwatch_word(unsigned k)
 {
     if (atomic_exchange(&watch_due_us[k], 0) != 0) atomic_fetch_sub(&watch_due_n, 1);
+    while (atomic_load(&watch_firing) == k)
+        sched_yield();
+}
+
+/* Whether the watchdog let word k's stream go before the call ended. */
+static int word_let_go(unsigned k)
+{
+    return atomic_load_explicit(&hold_words[k], memory_order_acquire) != HOLD_HELD;
 }
 
 static void watch_end(void)
@@ -682,12 +704,13 @@ static void staged_reclaim(int final)
         }
         for (int b = 0; b < PARK_BLOCKS; b++) {
             if (!parked[k].p[b]) continue;
-            if (passed && !parked[k].keep)
+            if (passed && parked[k].ended && !parked[k].keep)
                 pool_return(parked[k].p[b], parked[k].cap[b]);
             else
                 weft_debug("cuda: %zu pinned bytes of a staged call are never reused (%s)", parked[k].cap[b],
-                           passed ? "a failed collective's messages may still use them"
-                                  : "its stream has not passed its copies at finalize");
+                           !passed            ? "its stream has not passed its copies at finalize"
+                           : !parked[k].ended ? "its call had not ended at finalize"
+                                              : "a failed collective's messages may still use them");
             parked[k].p[b] = NULL;
         }
         parked[k].keep = 0;
@@ -739,8 +762,8 @@ static void park_on_word(unsigned k, void *const blocks[], const size_t caps[], 
     staged_at[nstaged++] = k;
 }
 
-int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in,
-                         weft_cuda_span_t out, void *const blocks[], const size_t caps[], int nblocks, const char *what)
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in, weft_cuda_span_t out,
+                         void *const blocks[], const size_t caps[], int nblocks, const char *what)
 {
     unsigned k = (unsigned)((_Atomic uint32_t *)g->word - hold_words);
     CUstream st = (CUstream)stream;
@@ -810,6 +833,11 @@ unqueued:
     atomic_store_explicit((_Atomic uint32_t *)g->word, HOLD_PASSED, memory_order_release);
     g->word = NULL;
     return rc;
+}
+
+int weft_cuda_gate_let_go(const weft_cuda_gate_t *g)
+{
+    return g->word && g->event && word_let_go((unsigned)((_Atomic uint32_t *)g->word - hold_words));
 }
 
 void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks)
@@ -903,11 +931,17 @@ int weft_cuda_gate_reserve(weft_cuda_gate_t *g, void *stream)
     return 0; /* never staged: weft_cuda_gate_open refuses the stream */
 }
 
-int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in,
-                         weft_cuda_span_t out, void *const blocks[], const size_t caps[], int nblocks, const char *what)
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in, weft_cuda_span_t out,
+                         void *const blocks[], const size_t caps[], int nblocks, const char *what)
 {
     (void)g, (void)buf, (void)in, (void)out, (void)blocks, (void)caps, (void)nblocks;
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: a stream (%p), but this weft was built without CUDA", what, stream);
+}
+
+int weft_cuda_gate_let_go(const weft_cuda_gate_t *g)
+{
+    (void)g;
+    return 0;
 }
 
 void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks)

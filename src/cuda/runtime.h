@@ -180,12 +180,15 @@ typedef struct {
  * wait on host memory, the caller takes weft_cuda_gate_open's way. A copy
  * out that cannot be queued once the stream waits sets g->failed (the call
  * runs, and fails at its end). */
-int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in,
-                         weft_cuda_span_t out, void *const blocks[], const size_t caps[], int nblocks, const char *what);
+int weft_cuda_gate_stage(weft_cuda_gate_t *g, void *stream, const void *buf, weft_cuda_span_t in, weft_cuda_span_t out,
+                         void *const blocks[], const size_t caps[], int nblocks, const char *what);
 /* Frees the gate's event and lets a staged stream go on; a word reserved
  * but never staged is free again (a gate never opened: nothing to do).
  * keep_blocks: messages of a failed collective may still read or write the
  * call's host copies: they never go back to the pool. */
 void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks);
+/* 1 when the watchdog let a staged stream go before its call ended (its
+ * deadline passed while the progress thread was held up). */
+int weft_cuda_gate_let_go(const weft_cuda_gate_t *g);
 
 #endif
