@@ -556,13 +556,24 @@ class WeftWork(dist._Work):
         """wait() of a notify Work: sleeps until the completion thread settles it,
         holding no lock; every _NOTIFY_LOOK seconds without news it looks itself (one
         weft_test: progress, should the library's thread be unable to run). First, while
-        no other thread waits to post, it looks for itself for up to _NOTIFY_SPIN: a
-        short operation then ends without crossing two threads."""
-        spin_until = time.monotonic() + _NOTIFY_SPIN
-        while not self._done and not _posters and time.monotonic() < spin_until:
-            with self._state_lock:
-                if not self._done:
-                    self._poll()
+        no other thread waits to post and no other wait does the same, it looks for
+        itself for up to _NOTIFY_SPIN: a short operation then ends without crossing two
+        threads. (One such wait at a time: more, on as many cores, would only contend
+        for the GIL and the lock, and delay the posts and the completion thread.)"""
+        global _spinning
+        with _posters_lock:
+            spin = not _spinning
+            _spinning += spin
+        if spin:
+            try:
+                spin_until = time.monotonic() + _NOTIFY_SPIN
+                while not self._done and not _posters and time.monotonic() < spin_until:
+                    with self._state_lock:
+                        if not self._done:
+                            self._poll()
+            finally:
+                with _posters_lock:
+                    _spinning -= 1
         while not self._done_event.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -767,6 +778,8 @@ class WeftWork(dist._Work):
 _NOTIFY_LOOK = 0.05
 # Seconds a notify wait first polls for itself (while nobody waits to post).
 _NOTIFY_SPIN = 0.0005
+# Notify waits polling for themselves now (at most one; under _posters_lock).
+_spinning = 0
 
 
 class _Completions:
