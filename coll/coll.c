@@ -395,14 +395,6 @@ void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout,
     h->recvbuf = hout;
 }
 
-/* A stream-ordered call on device buffers whose algorithm runs on the host,
- * with the progress thread to drive it: staged on its stream
- * (src/cuda/runtime.h's gate), the host algorithm the selection picks for
- * host buffers of the same call running on pinned host copies (extents
- * *xp) that the stream fills before and empties after it.
- * WEFT_ERR_UNSUPPORTED, with nothing done, where it cannot be (no word for
- * the stream to wait on, no pinned memory): the caller then waits for the
- * call's end. */
 /* The most members whose endpoints a stream-staged call makes on the
  * calling thread; a larger communicator's calls run gated. */
 #define STAGE_CONNECT_MAX 4096
@@ -441,6 +433,14 @@ static int stage_connect(weft_comm_t comm, const char *name)
     return 0;
 }
 
+/* A stream-ordered call on device buffers whose algorithm runs on the host,
+ * with the progress thread to drive it: staged on its stream
+ * (src/cuda/runtime.h's gate), the host algorithm the selection picks for
+ * host buffers of the same call running on pinned host copies (extents
+ * *xp) that the stream fills before and empties after it.
+ * WEFT_ERR_UNSUPPORTED, with nothing done, where it cannot be (no word for
+ * the stream to wait on, no pinned memory): the caller then waits for the
+ * call's end. */
 static int stream_staged(weft_coll_args_t *a, const weft_coll_stage_t *xp, weft_request_t *req)
 {
     const char *name = weft_coll_kind_name(a->kind);
