@@ -599,6 +599,15 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
+/* Nothing due, nothing being let go. */
+static void watch_reset(void)
+{
+    for (unsigned k = 0; k < HOLD_WORDS; k++)
+        atomic_store(&watch_due_us[k], 0);
+    atomic_store(&watch_due_n, 0);
+    atomic_store(&watch_firing, HOLD_WORDS);
+}
+
 /* Word k's call must end by deadline (weft_wtime's clock): the watchdog
  * lets the word go WATCH_GRACE_S after. No watchdog (it cannot start):
  * nothing changes. */
@@ -609,10 +618,7 @@ static void watch_word(unsigned k, double deadline)
          * open, may have been closed and reused by now), nor are its calls. */
         watch_pid = getpid();
         atomic_store(&watch_stop, 0);
-        for (unsigned i = 0; i < HOLD_WORDS; i++)
-            atomic_store(&watch_due_us[i], 0);
-        atomic_store(&watch_due_n, 0);
-        atomic_store(&watch_firing, HOLD_WORDS);
+        watch_reset();
         watch_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         int err = watch_fd < 0 ? errno : weft_thread_start(&watch_tid, NULL, watch_main, NULL, "weft-cuda-watch");
         if (err) {
@@ -638,12 +644,6 @@ static void unwatch_word(unsigned k)
         sched_yield();
 }
 
-/* Whether the watchdog let word k's stream go before the call ended. */
-static int word_let_go(unsigned k)
-{
-    return atomic_load_explicit(&hold_words[k], memory_order_acquire) != HOLD_HELD;
-}
-
 static void watch_end(void)
 {
     if (watch_pid != getpid() || watch_fd < 0) return;
@@ -656,9 +656,7 @@ static void watch_end(void)
     close(watch_fd);
     watch_fd = -1;
     watch_pid = 0;
-    for (unsigned k = 0; k < HOLD_WORDS; k++)
-        atomic_store(&watch_due_us[k], 0);
-    atomic_store(&watch_due_n, 0);
+    watch_reset();
 }
 
 static int hold_pool(void)
@@ -837,7 +835,8 @@ unqueued:
 
 int weft_cuda_gate_let_go(const weft_cuda_gate_t *g)
 {
-    return g->word && g->event && word_let_go((unsigned)((_Atomic uint32_t *)g->word - hold_words));
+    /* Before its call ends, only the watchdog moves a staged word off HELD. */
+    return g->word && g->event && atomic_load_explicit((_Atomic uint32_t *)g->word, memory_order_acquire) != HOLD_HELD;
 }
 
 void weft_cuda_gate_release(weft_cuda_gate_t *g, int keep_blocks)
