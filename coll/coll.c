@@ -400,12 +400,14 @@ void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout,
 #define STAGE_CONNECT_MAX 4096
 
 /* Makes this rank's endpoints to every member of comm, once, on the
- * calling thread. A stream-staged call needs them before it returns: an
- * endpoint the progress thread made later, while the stream waited on the
- * staged word, was seen to leave the call stalled on a GPU host (UCX 1.22
- * with its CUDA transports; made beforehand, as WEFT_EAGER_CONNECT makes
- * them, the same calls complete). 0 when they exist; a communicator whose
- * endpoints could not all be made is not tried again. */
+ * calling thread. A stream-staged call needs them before it returns: making
+ * an endpoint can call into the driver in ways that wait for the device
+ * (UCX 1.22 frees a device buffer it allocated to probe device memory, on
+ * the process's first endpoint unless init made one, see pt2pt/ucx.c's
+ * first_endpoint), and on the progress thread, while the stream waits on
+ * the staged word that thread is to set, such a wait never ends. 0 when
+ * they exist; a communicator whose endpoints could not all be made is not
+ * tried again. */
 static int stage_connect(weft_comm_t comm, const char *name)
 {
     if (WEFT_LIKELY(comm->connected)) return comm->connected > 0 ? 0 : -1;

@@ -382,6 +382,13 @@ void weft_cuda_describe(char *buf, size_t len)
                                             : "not loaded by this process");
 }
 
+int weft_cuda_ucx_device_now(void)
+{
+    CUcontext c = NULL;
+    return ucx_cuda && weft_cuda_possible() && weft_cu.ctx_get_current && weft_cu.ctx_get_current(&c) == CUDA_SUCCESS &&
+           c;
+}
+
 #else /* no CUDA in this build */
 
 int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem, int *path)
@@ -400,6 +407,11 @@ int weft_cuda_init(ucp_context_h ctx)
 
 void weft_cuda_finalize(void)
 {
+}
+
+int weft_cuda_ucx_device_now(void)
+{
+    return 0;
 }
 
 weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)

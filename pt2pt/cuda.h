@@ -40,6 +40,11 @@ int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char
 int weft_cuda_init(ucp_context_h ctx);
 void weft_cuda_finalize(void);
 
+/* 1 when the UCX context carries CUDA memory and a CUDA context is current
+ * on the calling thread (weft_p2p_init's test for making its first
+ * endpoint at once). */
+int weft_cuda_ucx_device_now(void);
+
 /* Staged path: a staging state for a device buffer, handed to UCX as the
  * buffer of a message of weft_cuda_stage_dt (count: bytes). */
 typedef struct weft_cuda_stage weft_cuda_stage_t;

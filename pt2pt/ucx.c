@@ -333,6 +333,28 @@ out:
     return rc;
 }
 
+/* UCX allocates and frees one device buffer the first time an endpoint's
+ * protocols weigh staging through device memory, and that free waits for
+ * all work on the device. A stream-ordered call that made the process's
+ * first endpoint while the application's earlier work still held its
+ * stream would wait there until that work ended (and forever where the
+ * work waits for the call to return, as a host word that is set after
+ * it does). So where UCX carries CUDA memory and a context is current at
+ * init, the first endpoint, to this rank itself, is made at init. */
+static void first_endpoint(weft_pt2pt_t *p2p, const void *addr, size_t addr_len)
+{
+    int self = p2p->bs->rank;
+    size_t sealed = weft_ucx_addr_sealed_len(addr_len);
+    uint8_t *mine;
+    if (p2p->peers[self].ep || !weft_cuda_ucx_device_now() || !(mine = malloc(sealed))) return;
+    weft_ucx_addr_seal(&p2p->key, (uint32_t)self, (uint32_t)p2p->npeers, addr, addr_len, mine);
+    int rc = ep_from_blob(p2p, self, mine, sealed);
+    free(mine);
+    weft_debug("weft_init: the endpoint to this rank, made at init so that UCX's probe of device memory waits on "
+               "no stream: %s",
+               rc ? weft_last_error() : "made");
+}
+
 /* UCX_TLS, when the user set none. UCX's TCP transport listens on every
  * interface and takes a connection and tagged messages from anyone who can
  * reach it (a local user injected messages into a job's receives): where
@@ -529,6 +551,7 @@ int weft_p2p_init(weft_pt2pt_t **out, weft_bootstrap_t *bs, double deadline)
                 batch[k++] = q;
             WEFT_CHECK_GOTO(connect_ranks(p2p, batch, k), rc, out);
         }
+    first_endpoint(p2p, addr, addr_len);
 out:
     if (addr) ucp_worker_release_address(p2p->worker, addr);
     if (rc != WEFT_SUCCESS) {
