@@ -60,7 +60,8 @@ static const weft_var_t vars[] = {
      "no events is pending): a thread of weft's own advances pending operations (nonblocking collectives, "
      "rendezvous messages, stream-ordered host steps, Python futures) while the application computes, sleeping "
      "on UCX's event fd when nothing it can advance is pending; auto starts it where this rank's CPUs leave one "
-     "spare (a hyperthread or core beyond the ranks that share them), off keeps every wait on the caller's polling",
+     "spare (a hyperthread or core beyond the ranks that share them) or, for ranks bound apart, where the "
+     "machine has CPUs no rank is bound to (the thread runs outside the rank's binding), off keeps every wait on the caller's polling",
      FIELD(progress_thread_text), sizeof(weft_cfg.progress_thread_text)},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),

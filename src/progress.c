@@ -91,8 +91,9 @@ static int pt_kick_fd = -1;             /* eventfd: a call that left work for it
 static int pt_waiter_fd = -1;           /* eventfd: the thread tells a wait asleep that its request completed */
 static weft_request_t pt_waiter;        /* that wait's request (under the lock; NULL: none) */
 static _Atomic int pt_stuck;            /* the thread cannot advance device work (no CUDA context to make current) */
-static int pt_cpu = -1;                 /* the spare CPU it is bound to (-1: none) */
-static int pt_spare;                    /* this rank's CPUs leave one spare (weft_progress_thread_resolve) */
+static cpu_set_t pt_cpus;               /* the CPUs it runs on (weft_progress_thread_resolve) ... */
+static int pt_bind;                     /* ... 0: left to the scheduler, 1: one spare CPU of the rank's, 2: outside */
+static int pt_spare;                    /* this rank's CPUs, or the machine's beyond the ranks', leave one spare */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
 
 /* An application call holds the lock (and polls meanwhile): the thread
@@ -210,12 +211,8 @@ static void *pt_main(void *arg)
     int efd = -2, cuda_said = 0; /* the transport's event fd: asked for under the lock, on the first pass */
     /* The naps are short: the default timer slack (50 us) would stretch them. */
     (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    if (pt_cpu >= 0) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(pt_cpu, &one);
-        (void)pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-    }
+    if (pt_bind && pthread_setaffinity_np(pthread_self(), sizeof(pt_cpus), &pt_cpus) != 0)
+        weft_debug("progress thread: its CPUs could not be set; it runs on this rank's");
     while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
         if (!pt_trylock()) {
             lock_nap_us = nap_next(lock_nap_us, PT_LOCK_NAP_MIN_US, PT_LOCK_NAP_MAX_US);
@@ -420,29 +417,31 @@ unsigned long weft_progress_thread_passes(void)
     return atomic_load_explicit(&pt_passes, memory_order_relaxed);
 }
 
-/* The CPUs a cpu list names ("0-3,8,10-11"), or -1. */
-static int cpulist_count(const char *text)
+/* Adds the CPUs a cpu list names ("0-3,8,10-11") to *set; their count, or -1. */
+static int cpulist_parse(const char *text, cpu_set_t *set)
 {
     int n = 0;
     for (const char *p = text; *p && *p != '\n';) {
         char *end;
         long a = strtol(p, &end, 10), b = a;
-        if (end == p) return -1;
+        if (end == p || a < 0) return -1;
         if (*end == '-') {
             p = end + 1;
             b = strtol(p, &end, 10);
             if (end == p || b < a) return -1;
         }
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
+            CPU_SET((int)c, set);
         n += (int)(b - a + 1);
         p = *end == ',' ? end + 1 : end;
     }
     return n;
 }
 
-/* The CPUs this job's ranks on this machine may share: the cgroup's
- * cpuset where there is one (a container, a Slurm job), else every CPU
- * online. */
-static long machine_cpus(void)
+/* The CPUs this job's ranks on this machine may share (*set, and their
+ * count): the cgroup's cpuset where there is one (a container, a Slurm
+ * job), else every CPU online. */
+static long machine_cpus(cpu_set_t *set)
 {
     static const char *const files[] = {"/sys/fs/cgroup/cpuset.cpus.effective",
                                         "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"};
@@ -453,16 +452,21 @@ static long machine_cpus(void)
         size_t n = fread(buf, 1, sizeof(buf) - 1, f);
         fclose(f);
         buf[n] = '\0';
-        int c = cpulist_count(buf);
+        CPU_ZERO(set);
+        int c = cpulist_parse(buf, set);
         if (c > 0) return c;
     }
-    return sysconf(_SC_NPROCESSORS_ONLN);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    CPU_ZERO(set);
+    for (long c = 0; c < n && c < CPU_SETSIZE; c++)
+        CPU_SET((int)c, set);
+    return n;
 }
 
 void weft_progress_thread_resolve(int host_ranks)
 {
-    cpu_set_t set;
-    long cpus = machine_cpus(), allowed = 0;
+    cpu_set_t set, machine;
+    long cpus = machine_cpus(&machine), allowed = 0;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = CPU_COUNT(&set);
     if (cpus <= 0) cpus = 1;
@@ -472,22 +476,36 @@ void weft_progress_thread_resolve(int host_ranks)
      * (hyperthreads) share it with none, unbound ones with every rank. */
     long sharing = ((long)host_ranks * allowed + cpus - 1) / cpus;
     if (sharing < 1) sharing = 1;
-    pt_spare = allowed > sharing;
-    pt_cpu = -1;
-    /* A rank bound to a few CPUs: the thread on the last of them (on a core's
-     * two hyperthreads, the sibling of the first), not wandering onto another
-     * rank's. An unbound rank's thread is left to the scheduler. */
-    if (pt_spare && allowed < cpus)
-        for (int c = CPU_SETSIZE - 1; c >= 0; c--)
+    /* Ranks bound apart, as many CPUs each, leave these of the machine's
+     * to no rank (8 ranks bound to a core each on 16 cores: 8). */
+    long unbound = allowed < cpus ? cpus - (long)host_ranks * allowed : 0;
+    pt_spare = allowed > sharing || unbound > 0;
+    pt_bind = 0;
+    CPU_ZERO(&pt_cpus);
+    if (allowed > sharing && allowed < cpus) {
+        /* A rank bound to a few CPUs with one to spare: the thread on the
+         * last of them (on a core's two hyperthreads, the sibling of the
+         * first), not wandering onto another rank's. */
+        for (int c = CPU_SETSIZE - 1; c >= 0 && !pt_bind; c--)
             if (CPU_ISSET(c, &set)) {
-                pt_cpu = c;
-                break;
+                CPU_SET(c, &pt_cpus);
+                pt_bind = 1;
             }
+    } else if (unbound > 0) {
+        /* None to spare in its own: the machine's CPUs outside this rank's,
+         * where the scheduler finds the ones no rank is bound to idle. */
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &machine) && !CPU_ISSET(c, &set)) CPU_SET(c, &pt_cpus);
+        pt_bind = CPU_COUNT(&pt_cpus) ? 2 : 0;
+        pt_spare = pt_bind != 0;
+    }
+    /* An unbound rank's thread is left to the scheduler. */
     if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
         weft_cfg.progress_thread = pt_spare ? WEFT_PT_ON : WEFT_PT_OFF;
-        weft_info_log("WEFT_PROGRESS_THREAD=auto: %s (%ld CPU%s for this rank, shared with about %ld rank%s)",
+        weft_info_log("WEFT_PROGRESS_THREAD=auto: %s (%ld CPU%s for this rank, shared with about %ld rank%s; %ld of "
+                      "the machine's %ld bound to no rank)",
                       pt_spare ? "on" : "off: no CPU spare", allowed, allowed == 1 ? "" : "s", sharing,
-                      sharing == 1 ? "" : "s");
+                      sharing == 1 ? "" : "s", unbound > 0 ? unbound : 0, cpus);
     }
 }
 
@@ -516,9 +534,16 @@ int weft_progress_thread_start(void)
                           weft_cfg.progress_thread_text, strerror(err));
     }
     pt_running = 1;
-    if (pt_cpu >= 0)
+    if (pt_bind == 1) {
+        int c = 0;
+        while (c < CPU_SETSIZE - 1 && !CPU_ISSET(c, &pt_cpus))
+            c++;
         weft_info_log("progress thread on, bound to CPU %d: it advances pending work while the application computes",
-                      pt_cpu);
+                      c);
+    } else if (pt_bind == 2)
+        weft_info_log("progress thread on, on %d CPU%s outside this rank's binding: it advances pending work while "
+                      "the application computes",
+                      CPU_COUNT(&pt_cpus), CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     else
         weft_info_log("progress thread on: it advances pending work while the application computes");
     return WEFT_SUCCESS;

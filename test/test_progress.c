@@ -443,7 +443,7 @@ Test(progress, auto_wants_a_spare_cpu)
         weft_progress_thread_resolve(1);
         cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON, "one rank on %d CPUs: on", CPU_COUNT(&all));
     }
-    /* bound to a single CPU: nowhere to put the thread */
+    /* bound to a single CPU, as every other rank of the machine: nowhere to put the thread */
     CPU_ZERO(&one);
     for (int c = 0; c < CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &all)) {
@@ -452,8 +452,15 @@ Test(progress, auto_wants_a_spare_cpu)
         }
     cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
     weft_cfg.progress_thread = WEFT_PT_AUTO;
-    weft_progress_thread_resolve(1);
-    cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_OFF, "bound to one CPU: off");
+    weft_progress_thread_resolve(CPU_SETSIZE);
+    cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_OFF, "bound to one CPU, every CPU bound to a rank: off");
+    if (CPU_COUNT(&all) >= 2) {
+        /* bound to one CPU, the only rank here: the thread runs on the others */
+        weft_cfg.progress_thread = WEFT_PT_AUTO;
+        weft_progress_thread_resolve(1);
+        cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON, "bound to one CPU of %d, no other rank: on",
+                     CPU_COUNT(&all));
+    }
     weft_cfg.progress_thread = WEFT_PT_ON; /* on stays on */
     weft_progress_thread_resolve(100000);
     cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON);
