@@ -8,11 +8,10 @@
  * with everyone else. The root leaves as soon as its slot is written.
  * A message over a slot goes in slot-sized pieces, each a collective of
  * its own (weft_shm_pieces): a pipeline in which every rank copies each
- * piece while the root writes the next ones; on up to WEFT_SHM_FLAT_PIECES
- * ranks straight from the root's slot (measured on a 16-core host,
- * PERFORMANCE.md section 7b, 256 KiB - 4 MiB: 0.67-0.89 of the tree's time
- * on 16 ranks, 0.95-1.05 on 8; more ranks not measured), on more down the
- * tree (each rank from its parent's). */
+ * piece while the root writes the next ones. On up to WEFT_SHM_FLAT_PIECES
+ * ranks every message, a piece or one slot, is read straight from the
+ * root's slot (the measurements are the variable's), on more it goes down
+ * the tree (each rank from its parent's). */
 #include "coll/shm/segment.h"
 
 #include <string.h>
@@ -44,7 +43,7 @@ static int step(weft_sched_t *s, void *arg)
         size_t off = (size_t)b->piece * WEFT_SHM_SLOT,
                len = b->bytes - off < WEFT_SHM_SLOT ? b->bytes - off : WEFT_SHM_SLOT;
         /* alike on every rank: the call's length, the segment's size and its creator's variables */
-        int flat = weft_shm_flat_down(sh, len) || (op->nk > 1 && sh->n <= sh->flat_pieces);
+        int flat = weft_shm_flat_down(sh, len) || sh->n <= sh->flat_pieces;
         op->k = b->k0 + b->piece;
         if (sh->me == b->root) {
             if (!weft_shm_claim(s, op, flat ? WEFT_SHM_READ_ALL : WEFT_SHM_READ_CHILDREN, b->root)) return 0;
@@ -88,7 +87,7 @@ const weft_coll_alg_t weft_alg_bcast_shm = {
     .name = "shm",
     .kind = WEFT_COLL_BCAST,
     .description = "one node: the root writes its slot of a shared segment; every rank reads a small message from "
-                   "there, larger ones flow down a flag tree (radix WEFT_SHM_RADIX); over a slot, in pipelined "
-                   "slot-sized pieces, each read from the root's slot on up to WEFT_SHM_FLAT_PIECES ranks",
+                   "there, on up to WEFT_SHM_FLAT_PIECES ranks every message too, on more larger ones flow down a flag "
+                   "tree (radix WEFT_SHM_RADIX); over a slot, in pipelined slot-sized pieces",
     .build = build,
 };

@@ -57,10 +57,11 @@ static const weft_var_t vars[] = {
      "decides for every member)",
      &weft_shm_vars.flat_max, 0},
     {"WEFT_SHM_FLAT_PIECES", WEFT_VAR_INT, "16",
-     "shared-memory bcast over one slot (in slot-sized pieces): on up to this many ranks every rank reads each "
-     "piece straight from the root's slot, on more the pieces flow down the flag tree (measured on 16 cores: "
-     "0.67-0.89 of the tree's time on 16 ranks, level on 8); 0: always the tree (the segment's creator decides "
-     "for every member)",
+     "shared-memory bcast beyond WEFT_SHM_FLAT_MAX: on up to this many ranks every rank reads the message (over "
+     "a slot, each slot-sized piece) straight from the root's slot, on more it flows down the flag tree "
+     "(measured on 16 cores at 256 KiB - 4 MiB: 0.67-0.89 of the tree's time on 16 ranks, level on 8; at 4-64 "
+     "KiB the tree's two hops took 1.20-1.38x MPICH's time on 16 ranks); 0: always the tree (the segment's "
+     "creator decides for every member)",
      &weft_shm_vars.flat_pieces, 0},
 };
 
@@ -75,7 +76,7 @@ static const weft_coll_param_t params[] = {
     {"flat_max", "bcast shm, allreduce shm", &weft_shm_vars.flat_max, "bytes", "WEFT_SHM_FLAT_MAX",
      "results up to this size are read straight from the root's slot"},
     {"flat_pieces", "bcast shm", &weft_shm_vars.flat_pieces, "ranks", "WEFT_SHM_FLAT_PIECES",
-     "a message over a slot: its pieces read straight from the root's slot up to this many ranks"},
+     "beyond flat_max, messages (and pieces) read straight from the root's slot up to this many ranks"},
     {"radix", "shm trees, shm_allread", &weft_shm_vars.radix, "ranks", "WEFT_SHM_RADIX",
      "radix of the flag trees; shm_allread reads in two rounds above it"},
     {"slot", "every shm algorithm but shm_cma", &slot, "bytes", NULL,
