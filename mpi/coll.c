@@ -1218,6 +1218,20 @@ static int reduction(int kind, const void *sbuf, void *rbuf, MPI_Count count, co
             free(d.rcounts);
             return rc;
         }
+        /* Blocking, contiguous, a native op, not in place: weft's call, without a request of ours. */
+        if (form == BLOCK && t->contig && sbuf != MPI_IN_PLACE && mpi_op_native(o, t, &wop)) {
+            int64_t stack[64], *wc = c->size <= 64 ? stack : new_i64(c->size);
+            if (!wc) {
+                free(d.rcounts);
+                return mpi_err(c, MPI_ERR_NO_MEM, fn, "out of memory");
+            }
+            for (int i = 0; i < c->size; i++)
+                wc[i] = (int64_t)d.rcounts[i] * t->nelem;
+            rc = weft_reduce_scatter(mpi_dtype_data(sbuf, t), mpi_dtype_data(rbuf, t), wc, t->wdt, wop, c->wc);
+            if (wc != stack) free(wc);
+            free(d.rcounts);
+            return rc ? mpi_err_weft(c, rc, fn) : MPI_SUCCESS;
+        }
     }
     return mpi_coll_run(c, &d, form, request, fn);
 }

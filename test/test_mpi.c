@@ -890,7 +890,7 @@ static int body_collectives(int rank, int size, void *arg)
     M_OK(MPI_Request_free(&per));
     /* reduce_scatter(_block) */
     int rsin[64], rsout[4];
-    for (int i = 0; i < size * 2; i++)
+    for (int i = 0; i < size * 4 && i < 64; i++)
         rsin[i] = rank + i;
     M_OK(MPI_Reduce_scatter_block(rsin, rsout, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     for (int k = 0; k < 2; k++)
@@ -904,6 +904,15 @@ static int body_collectives(int rank, int size, void *arg)
     M_OK(MPI_Reduce_scatter(rsin, rsout, counts, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     for (int k = 0; k < counts[rank]; k++)
         TH_CHECK(rsout[k] == size - 1 + off + k, "reduce_scatter [%d] = %d", k, rsout[k]);
+    /* the same counts of a contiguous type of two ints: twice the elements each */
+    MPI_Datatype two;
+    M_OK(MPI_Type_contiguous(2, MPI_INT, &two));
+    M_OK(MPI_Type_commit(&two));
+    int rs2out[8];
+    M_OK(MPI_Reduce_scatter(rsin, rs2out, counts, two, MPI_MAX, MPI_COMM_WORLD));
+    for (int k = 0; k < 2 * counts[rank]; k++)
+        TH_CHECK(rs2out[k] == size - 1 + 2 * off + k, "reduce_scatter of pairs [%d] = %d", k, rs2out[k]);
+    M_OK(MPI_Type_free(&two));
     M_OK(MPI_Type_free(&pair));
     M_OK(MPI_Op_free(&op));
     /* data movement: bcast of a strided type, gather / allgather / alltoall, in place */
