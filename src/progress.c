@@ -211,8 +211,12 @@ static void *pt_main(void *arg)
     int efd = -2, cuda_said = 0; /* the transport's event fd: asked for under the lock, on the first pass */
     /* The naps are short: the default timer slack (50 us) would stretch them. */
     (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    if (pt_bind && pthread_setaffinity_np(pthread_self(), sizeof(pt_cpus), &pt_cpus) != 0)
-        weft_debug("progress thread: its CPUs could not be set; it runs on this rank's");
+    int aff = pt_bind ? pthread_setaffinity_np(pthread_self(), sizeof(pt_cpus), &pt_cpus) : 0;
+    if (aff)
+        weft_info_log(
+            "progress thread: its CPUs could not be set (%s); it shares this rank's (WEFT_PROGRESS_THREAD=off "
+            "keeps it off)",
+            strerror(aff));
     while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
         if (!pt_trylock()) {
             lock_nap_us = nap_next(lock_nap_us, PT_LOCK_NAP_MIN_US, PT_LOCK_NAP_MAX_US);
@@ -438,22 +442,49 @@ static int cpulist_parse(const char *text, cpu_set_t *set)
     return n;
 }
 
+/* Reads a cpu list file into *set: the CPUs' count, or -1. */
+static int cpulist_file(const char *path, cpu_set_t *set)
+{
+    char buf[4096];
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    CPU_ZERO(set);
+    return cpulist_parse(buf, set);
+}
+
 /* The CPUs this job's ranks on this machine may share (*set, and their
- * count): the cgroup's cpuset where there is one (a container, a Slurm
- * job), else every CPU online. */
+ * count): the cpuset of this process's own cgroup where there is one (a
+ * container, a Slurm job step: /proc/self/cgroup names it, v2's "0::"
+ * line or v1's cpuset controller), else the cgroup root's, else every CPU
+ * online. */
 static long machine_cpus(cpu_set_t *set)
 {
-    static const char *const files[] = {"/sys/fs/cgroup/cpuset.cpus.effective",
+    char line[4096], path[4200];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *rest = NULL, *file = NULL;
+        if (!strncmp(line, "0::", 3)) {
+            rest = line + 3, file = "cpuset.cpus.effective";
+            snprintf(path, sizeof(path), "/sys/fs/cgroup%s/%s", rest, file);
+        } else if ((rest = strstr(line, ":cpuset:"))) {
+            rest += 8, file = "cpuset.effective_cpus";
+            snprintf(path, sizeof(path), "/sys/fs/cgroup/cpuset%s/%s", rest, file);
+        }
+        int c = file && strcmp(rest, "/") ? cpulist_file(path, set) : -1;
+        if (c > 0) {
+            fclose(f);
+            return c;
+        }
+    }
+    if (f) fclose(f);
+    static const char *const roots[] = {"/sys/fs/cgroup/cpuset.cpus.effective",
                                         "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"};
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        char buf[4096];
-        FILE *f = fopen(files[i], "r");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        CPU_ZERO(set);
-        int c = cpulist_parse(buf, set);
+    for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+        int c = cpulist_file(roots[i], set);
         if (c > 0) return c;
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
