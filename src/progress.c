@@ -91,9 +91,8 @@ static int pt_kick_fd = -1;             /* eventfd: a call that left work for it
 static int pt_waiter_fd = -1;           /* eventfd: the thread tells a wait asleep that its request completed */
 static weft_request_t pt_waiter;        /* that wait's request (under the lock; NULL: none) */
 static _Atomic int pt_stuck;            /* the thread cannot advance device work (no CUDA context to make current) */
-static cpu_set_t pt_cpus;               /* the CPUs it runs on (weft_progress_thread_resolve) ... */
-static int pt_bind;                     /* ... 0: left to the scheduler, 1: one spare CPU of the rank's, 2: outside */
-static int pt_spare;                    /* this rank's CPUs, or the machine's beyond the ranks', leave one spare */
+static cpu_set_t pt_cpus;               /* the CPUs it runs on (weft_progress_thread_resolve; empty: any) */
+static char pt_where[64];               /* and in words, for the log */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
 
 /* An application call holds the lock (and polls meanwhile): the thread
@@ -211,7 +210,7 @@ static void *pt_main(void *arg)
     int efd = -2, cuda_said = 0; /* the transport's event fd: asked for under the lock, on the first pass */
     /* The naps are short: the default timer slack (50 us) would stretch them. */
     (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    int aff = pt_bind ? pthread_setaffinity_np(pthread_self(), sizeof(pt_cpus), &pt_cpus) : 0;
+    int aff = CPU_COUNT(&pt_cpus) ? pthread_setaffinity_np(pthread_self(), sizeof(pt_cpus), &pt_cpus) : 0;
     if (aff)
         weft_info_log(
             "progress thread: its CPUs could not be set (%s); it shares this rank's (WEFT_PROGRESS_THREAD=off "
@@ -510,32 +509,32 @@ void weft_progress_thread_resolve(int host_ranks)
     /* Ranks bound apart, as many CPUs each, leave these of the machine's
      * to no rank (8 ranks bound to a core each on 16 cores: 8). */
     long unbound = allowed < cpus ? cpus - (long)host_ranks * allowed : 0;
-    pt_spare = allowed > sharing || unbound > 0;
-    pt_bind = 0;
     CPU_ZERO(&pt_cpus);
+    pt_where[0] = '\0';
     if (allowed > sharing && allowed < cpus) {
         /* A rank bound to a few CPUs with one to spare: the thread on the
          * last of them (on a core's two hyperthreads, the sibling of the
          * first), not wandering onto another rank's. */
-        for (int c = CPU_SETSIZE - 1; c >= 0 && !pt_bind; c--)
-            if (CPU_ISSET(c, &set)) {
-                CPU_SET(c, &pt_cpus);
-                pt_bind = 1;
-            }
+        int c = CPU_SETSIZE - 1;
+        while (c > 0 && !CPU_ISSET(c, &set))
+            c--;
+        CPU_SET(c, &pt_cpus);
+        snprintf(pt_where, sizeof(pt_where), ", bound to CPU %d", c);
     } else if (unbound > 0) {
         /* None to spare in its own: the machine's CPUs outside this rank's,
          * where the scheduler finds the ones no rank is bound to idle. */
         for (int c = 0; c < CPU_SETSIZE; c++)
             if (CPU_ISSET(c, &machine) && !CPU_ISSET(c, &set)) CPU_SET(c, &pt_cpus);
-        pt_bind = CPU_COUNT(&pt_cpus) ? 2 : 0;
-        pt_spare = pt_bind != 0;
+        snprintf(pt_where, sizeof(pt_where), ", on %d CPU%s outside this rank's binding", CPU_COUNT(&pt_cpus),
+                 CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     }
+    int spare = allowed > sharing || CPU_COUNT(&pt_cpus) > 0;
     /* An unbound rank's thread is left to the scheduler. */
     if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
-        weft_cfg.progress_thread = pt_spare ? WEFT_PT_ON : WEFT_PT_OFF;
+        weft_cfg.progress_thread = spare ? WEFT_PT_ON : WEFT_PT_OFF;
         weft_info_log("WEFT_PROGRESS_THREAD=auto: %s (%ld CPU%s for this rank, shared with about %ld rank%s; %ld of "
                       "the machine's %ld bound to no rank)",
-                      pt_spare ? "on" : "off: no CPU spare", allowed, allowed == 1 ? "" : "s", sharing,
+                      spare ? "on" : "off: no CPU spare", allowed, allowed == 1 ? "" : "s", sharing,
                       sharing == 1 ? "" : "s", unbound > 0 ? unbound : 0, cpus);
     }
 }
@@ -565,18 +564,7 @@ int weft_progress_thread_start(void)
                           weft_cfg.progress_thread_text, strerror(err));
     }
     pt_running = 1;
-    if (pt_bind == 1) {
-        int c = 0;
-        while (c < CPU_SETSIZE - 1 && !CPU_ISSET(c, &pt_cpus))
-            c++;
-        weft_info_log("progress thread on, bound to CPU %d: it advances pending work while the application computes",
-                      c);
-    } else if (pt_bind == 2)
-        weft_info_log("progress thread on, on %d CPU%s outside this rank's binding: it advances pending work while "
-                      "the application computes",
-                      CPU_COUNT(&pt_cpus), CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
-    else
-        weft_info_log("progress thread on: it advances pending work while the application computes");
+    weft_info_log("progress thread on%s: it advances pending work while the application computes", pt_where);
     return WEFT_SUCCESS;
 }
 
