@@ -353,6 +353,7 @@ static void first_endpoint(weft_pt2pt_t *p2p, const void *addr, size_t addr_len)
     weft_debug("weft_init: the endpoint to this rank, made at init so that UCX's probe of device memory waits on "
                "no stream: %s",
                rc ? weft_last_error() : "made");
+    if (rc) weft_error_clear(); /* a first call makes the endpoint again and says why it cannot */
 }
 
 /* UCX_TLS, when the user set none. UCX's TCP transport listens on every
