@@ -541,7 +541,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
         int gated = a->on_stream && (device ? !alg->stream_ordered : weft_cuda_possible());
         weft_coll_stage_t x;
         if (gated && device && !weft_coll_stage_extents(a, &x)) {
-            if (weft_api_locking && !staged_tried) {
+            if (weft_progress_thread_running() && !staged_tried) {
                 staged_tried = 1;
                 if ((rc = stream_staged(a, &x, req)) != WEFT_ERR_UNSUPPORTED) return rc;
             }

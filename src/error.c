@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 static _Thread_local char last_error[1024];
-/* While the progress thread runs (weft_api_locking), it and the
+/* While the progress thread runs (weft_progress_thread_running), it and the
  * application take turns under one lock and share one message: a failure
  * the thread meets (a schedule's step, a receive's check) is the
  * application's to read after its wait. One byte more than a message, left
@@ -14,7 +14,7 @@ static char shared_error[1024 + 1];
 
 static char *error_buf(void)
 {
-    return weft_api_locking ? shared_error : last_error;
+    return weft_progress_thread_running() ? shared_error : last_error;
 }
 
 WEFT_API const char *weft_strerror(int status)

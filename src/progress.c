@@ -76,7 +76,8 @@ int weft_progress_idle(unsigned *idle_polls, int events)
 
 /* ---- the progress thread (weft_internal.h) ------------------------------- */
 
-int weft_api_locking;
+_Atomic int weft_api_locking;
+int weft_api_depth;
 _Atomic int weft_api_lock;
 _Atomic int weft_api_wanted;
 _Atomic int weft_api_owner;
@@ -115,6 +116,15 @@ static _Atomic unsigned long pt_passes; /* passes it made holding the lock (test
 /* Arms that found news already there, in a row, without a pass finding
  * any: the thread then polls instead (a transport whose arm never settles). */
 #define PT_BUSY_ARMS_MAX 16
+
+void weft_progress_thread_rouse(void)
+{
+    if (!pt_running || weft_pt_self) return;
+    weft_pt_state = WEFT_PT_RUNNING;
+    weft_pt_kick = 0;
+    atomic_store_explicit(&weft_api_locking, 1, memory_order_release);
+    weft_progress_thread_wake();
+}
 
 void weft_progress_thread_wake(void)
 {
@@ -255,12 +265,20 @@ static void *pt_main(void *arg)
             continue;
         }
         if (needs == WEFT_NEEDS_NOTHING) {
+            /* Dormant: calls take no lock until one leaves work pending
+             * (weft_progress_thread_rouse sets weft_api_locking again, then
+             * wakes it); cleared before the lock is let go, so a call that
+             * set it meanwhile cannot be undone. */
             weft_pt_state = WEFT_PT_IDLE;
             weft_pt_kick = 0;
+            atomic_store_explicit(&weft_api_locking, 0, memory_order_release);
             pt_unlock();
             spins = nap_us = busy_arms = 0;
             next_check = news_at = 0;
-            pt_sleep(-1, -1);
+            do
+                pt_sleep(-1, -1);
+            while (!atomic_load_explicit(&weft_api_locking, memory_order_acquire) &&
+                   !atomic_load_explicit(&pt_stop, memory_order_acquire));
             continue;
         }
         if (needs == WEFT_NEEDS_EVENTS && efd >= 0 && busy_arms < PT_BUSY_ARMS_MAX) {

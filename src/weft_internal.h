@@ -426,13 +426,18 @@ int weft_progress_hooks(void);
  * do it sleeps: on the transport's event fd while something pending will
  * raise events (ARMED), on its own wake-up descriptor when nothing is
  * pending (IDLE), napping between polls while a pending operation raises
- * no events (shared-memory flags). A call that leaves something pending
- * for a sleeping thread wakes it on its way out; a blocking call that
- * leaves nothing pays one atomic exchange and a few loads, and the thread
- * sleeps through it. Off, an API call pays one predictable branch. */
+ * no events (shared-memory flags). IDLE, it is dormant: it clears
+ * weft_api_locking before it lets go of the lock, and calls take no lock
+ * (a blocking ping-pong runs as with the thread off) until one leaves
+ * something pending: on its way out it sets weft_api_locking again and
+ * wakes the thread, which runs only after reading it set. Off, or dormant,
+ * an API call pays one predictable branch on the way in and one out. */
 #include <pthread.h>
 #include <stdatomic.h>
-extern int weft_api_locking; /* the thread runs: calls take the lock */
+/* Calls take the lock: the thread runs and is not dormant. Stored with
+ * release, loaded with acquire: a call that finds it clear sees what the
+ * thread's last pass wrote. */
+extern _Atomic int weft_api_locking;
 /* The lock: 0 free, 1 held. A call takes it with one
  * exchange and, should the thread hold it for a pass, spins for it
  * (yielding after a while: weft_api_lock_slow); the thread only tries it,
@@ -464,9 +469,17 @@ void weft_progress_thread_wake(void);
  * process's signals belong to the application's threads), named `name`
  * unless NULL. Returns 0 or pthread_create's error. */
 int weft_thread_start(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg, const char *name);
+/* Depth of the application's calls made without the lock (the thread off
+ * or dormant): only the outermost one's return may rouse the thread (an
+ * inner call's, inside a blocking collective, would let it run beside its
+ * caller). One application thread at a time is in weft: a plain int. */
+extern int weft_api_depth;
 static inline int weft_api_enter(void)
 {
-    if (WEFT_LIKELY(!weft_api_locking)) return 0;
+    if (WEFT_LIKELY(!atomic_load_explicit(&weft_api_locking, memory_order_acquire))) {
+        weft_api_depth++;
+        return 0;
+    }
     int owner = atomic_load_explicit(&weft_api_owner, memory_order_relaxed);
     if (owner == WEFT_OWNER_APP || (WEFT_UNLIKELY(owner == WEFT_OWNER_PT) && weft_pt_self)) return 2; /* nested */
     if (WEFT_UNLIKELY(atomic_exchange_explicit(&weft_api_lock, 1, memory_order_acquire))) weft_api_lock_slow();
@@ -484,15 +497,23 @@ static inline void weft_api_unlock(void)
     if (wake) {
         weft_pt_state = WEFT_PT_RUNNING;
         weft_pt_kick = 0;
+        atomic_store_explicit(&weft_api_locking, 1, memory_order_release); /* it may have gone dormant */
     }
     atomic_store_explicit(&weft_api_owner, WEFT_OWNER_NONE, memory_order_relaxed);
     atomic_store_explicit(&weft_api_lock, 0, memory_order_release);
     if (wake) weft_progress_thread_wake();
 }
+/* A call that took no lock (the thread off or dormant) and leaves work
+ * pending: the thread, if dormant, runs again. */
+void weft_progress_thread_rouse(void);
 static inline void weft_api_leave(const int *how)
 {
-    if (WEFT_LIKELY(*how != 1)) return;
-    weft_api_unlock();
+    if (WEFT_LIKELY(*how == 0)) {
+        if (--weft_api_depth == 0 && WEFT_UNLIKELY(weft_pt_state == WEFT_PT_IDLE) && weft_request_pending > 0)
+            weft_progress_thread_rouse();
+        return;
+    }
+    if (*how == 1) weft_api_unlock();
 }
 /* The first statement of every API function but weft_wtime, weft_strerror
  * (pure) and weft_comm_abort (it must not wait for a blocked call). */

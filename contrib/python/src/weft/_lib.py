@@ -243,51 +243,11 @@ def candidates() -> Tuple[List[Tuple[str, str]], List[str]]:
     return found, notes
 
 
-# Calls that return at once (a look at a request, a getter, a nonblocking post) keep
-# the GIL: ctypes otherwise lets it go around every call, and with several Python
-# threads busy (DDP's hooks, a user's posting threads) each release hands it to
-# another thread, so a thread making many short calls waits for the GIL after each
-# (the convoy CPython's switch interval sets). Calls that may wait (weft_wait_timeout,
-# init, split, blocking collectives, stream-ordered posts) let it go.
-_KEEP_GIL = frozenset(
-    [
-        "weft_initialized",
-        "weft_wtime",
-        "weft_strerror",
-        "weft_last_error",
-        "weft_dtype_size",
-        "weft_dtype_name",
-        "weft_comm_rank",
-        "weft_comm_size",
-        "weft_comm_get_timeout",
-        "weft_comm_name",
-        "weft_test",
-        "weft_request_on_complete",
-        "weft_progress_thread_active",
-        "weft_isend",
-        "weft_irecv",
-        "weft_ibarrier",
-        "weft_ibcast",
-        "weft_ireduce",
-        "weft_iallreduce",
-        "weft_iallgather",
-        "weft_iallgather_list",
-        "weft_igather",
-        "weft_iscatter",
-        "weft_ireduce_scatter_block",
-        "weft_ialltoall",
-        "weft_ialltoallv",
-    ]
-)
-
-
-def _declare(lib: ctypes.CDLL, path: str) -> None:
-    keep = ctypes.PyDLL(path, handle=lib._handle)  # the same library, calls keep the GIL
+def _declare(lib: ctypes.CDLL) -> None:
     for name, (restype, argtypes) in _PROTOTYPES.items():
-        fn = getattr(keep if name in _KEEP_GIL else lib, name)
+        fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
-        setattr(lib, name, fn)
 
 
 def load() -> ctypes.CDLL:
@@ -311,7 +271,7 @@ def load() -> ctypes.CDLL:
                 tried.append(f"  {path} ({where}): {e}")
                 continue
             try:
-                _declare(lib, path)
+                _declare(lib)
             except AttributeError as e:
                 tried.append(f"  {path} ({where}): not a usable libweft: {e}")
                 continue
