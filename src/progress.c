@@ -135,8 +135,9 @@ void weft_progress_thread_wake(void)
 }
 
 /* Sleeps until fd0 or fd1 (-1: none) is readable, or timeout_s (< 0:
- * none) passes; reads fd0 (an eventfd) when it woke the sleeper. */
-static void sleep_on(int fd0, int fd1, double timeout_s)
+ * none) passes; reads fd0 (an eventfd) when it woke the sleeper, and
+ * returns 1 then. */
+static int sleep_on(int fd0, int fd1, double timeout_s)
 {
     struct pollfd fds[2] = {{.fd = fd0, .events = POLLIN}, {.fd = fd1, .events = POLLIN}};
     struct timespec ts, *tp = NULL;
@@ -150,13 +151,16 @@ static void sleep_on(int fd0, int fd1, double timeout_s)
         if (read(fd0, &v, sizeof(v)) < 0) {
             /* another reader took it: nothing to do */
         }
+        return 1;
     }
+    return 0;
 }
 
-/* Sleeps until a wake-up, news on efd (-1: none), or timeout_s (< 0: none). */
-static void pt_sleep(int efd, double timeout_s)
+/* Sleeps until a wake-up, news on efd (-1: none), or timeout_s (< 0:
+ * none); 1 when a wake-up ended it. */
+static int pt_sleep(int efd, double timeout_s)
 {
-    sleep_on(pt_kick_fd, efd, timeout_s);
+    return sleep_on(pt_kick_fd, efd, timeout_s);
 }
 
 static unsigned nap_next(unsigned us, unsigned first, unsigned max)
@@ -301,20 +305,26 @@ static void *pt_main(void *arg)
             }
             efd = -1; /* the transport cannot arm: poll from now on */
         }
-        pt_unlock();
         if (spins < PT_SPIN_PASSES) {
+            pt_unlock();
             spins++;
             if (news_at == 0) news_at = now;
             sched_yield();
             continue;
         }
+        /* A call that posts new work ends the nap (weft_pt_kick): the naps
+         * grow while the application's waits, not this thread, see the
+         * news, and the next operation must not wait for one to end. */
+        weft_pt_state = WEFT_PT_NAPPING;
+        weft_pt_kick = 0;
+        pt_unlock();
         unsigned cap = poll_max, late_us = (unsigned)((now - news_at) * 1e6 / 8);
         if (late_us > cap)
             cap = late_us < PT_NAP_MAX_US ? late_us : PT_NAP_MAX_US > poll_max ? PT_NAP_MAX_US : poll_max;
         nap_us = nap_next(nap_us, PT_NAP_FIRST_US, cap);
         double nap = nap_us * 1e-6;
         if (wake_at > 0 && wake_at - now < nap) nap = wake_at > now ? wake_at - now : 0;
-        pt_sleep(-1, nap);
+        if (pt_sleep(-1, nap)) spins = nap_us = 0, news_at = 0; /* new work: look at once, and often */
         busy_arms = 0;
     }
     return NULL;

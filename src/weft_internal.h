@@ -455,11 +455,11 @@ extern _Atomic int weft_api_owner;
 extern _Thread_local int weft_pt_self;
 void weft_api_lock_slow(void);
 /* The thread's state and the posting side's kick, both under the lock. */
-enum { WEFT_PT_RUNNING = 0, WEFT_PT_ARMED = 1, WEFT_PT_IDLE = 2 };
+enum { WEFT_PT_RUNNING = 0, WEFT_PT_ARMED = 1, WEFT_PT_IDLE = 2, WEFT_PT_NAPPING = 3 };
 extern int weft_pt_state;
 /* Set by a call that posted work the thread's transport events may not
  * announce (a schedule that polls shared memory): a thread ARMED on the
- * transport's fd is woken as the call returns. */
+ * transport's fd, or NAPPING between polls, is woken as the call returns. */
 extern int weft_pt_kick;
 /* Requests allocated and not complete (request.c): what the thread may
  * have to advance. */
