@@ -84,6 +84,7 @@ _Atomic int weft_api_owner;
 _Thread_local int weft_pt_self;
 int weft_pt_state = WEFT_PT_RUNNING;
 int weft_pt_kick;
+_Atomic int weft_pt_asleep;
 
 static pthread_t pt_thread;
 static _Atomic int pt_stop;
@@ -160,7 +161,11 @@ static int sleep_on(int fd0, int fd1, double timeout_s)
  * none); 1 when a wake-up ended it. */
 static int pt_sleep(int efd, double timeout_s)
 {
-    return sleep_on(pt_kick_fd, efd, timeout_s);
+    atomic_store_explicit(&weft_pt_asleep, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst); /* pairs with weft_pt_sleeps' */
+    int woken = sleep_on(pt_kick_fd, efd, timeout_s);
+    atomic_store_explicit(&weft_pt_asleep, 0, memory_order_relaxed);
+    return woken;
 }
 
 static unsigned nap_next(unsigned us, unsigned first, unsigned max)
@@ -233,7 +238,7 @@ static void *pt_main(void *arg)
     while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
         if (!pt_trylock()) {
             lock_nap_us = nap_next(lock_nap_us, PT_LOCK_NAP_MIN_US, PT_LOCK_NAP_MAX_US);
-            pt_sleep(-1, lock_nap_us * 1e-6);
+            if (pt_sleep(-1, lock_nap_us * 1e-6)) lock_nap_us = 0; /* a call posted work: try again soon */
             continue;
         }
         lock_nap_us = 0;

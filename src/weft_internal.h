@@ -458,9 +458,21 @@ void weft_api_lock_slow(void);
 enum { WEFT_PT_RUNNING = 0, WEFT_PT_ARMED = 1, WEFT_PT_IDLE = 2, WEFT_PT_NAPPING = 3 };
 extern int weft_pt_state;
 /* Set by a call that posted work the thread's transport events may not
- * announce (a schedule that polls shared memory): a thread ARMED on the
- * transport's fd, or NAPPING between polls, is woken as the call returns. */
+ * announce (a schedule that polls shared memory): a thread asleep (ARMED
+ * on the transport's fd, NAPPING between polls, or napping until the lock
+ * is free) is woken as the call returns, once. */
 extern int weft_pt_kick;
+/* 1 while the thread sleeps (pt_sleep), whatever for. */
+extern _Atomic int weft_pt_asleep;
+/* The thread is asleep or about to be (it set its state under the lock;
+ * between a failed try of the lock and its nap, the fences pair with
+ * pt_sleep's: one side sees the other). */
+static inline int weft_pt_sleeps(void)
+{
+    if (weft_pt_state != WEFT_PT_RUNNING) return 1;
+    atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&weft_pt_asleep, memory_order_relaxed);
+}
 /* Requests allocated and not complete (request.c): what the thread may
  * have to advance. */
 extern int weft_request_pending;
@@ -492,8 +504,8 @@ static inline int weft_api_enter(void)
  * posted may never raise. */
 static inline void weft_api_unlock(void)
 {
-    int wake = WEFT_UNLIKELY(weft_pt_state != WEFT_PT_RUNNING) && weft_request_pending > 0 &&
-               (weft_pt_state == WEFT_PT_IDLE || weft_pt_kick);
+    int wake = weft_request_pending > 0 &&
+               (WEFT_UNLIKELY(weft_pt_state == WEFT_PT_IDLE) || (WEFT_UNLIKELY(weft_pt_kick) && weft_pt_sleeps()));
     if (wake) {
         weft_pt_state = WEFT_PT_RUNNING;
         weft_pt_kick = 0;

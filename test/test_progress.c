@@ -2,8 +2,8 @@
  * while every rank sleeps without calling weft, and its completion
  * callbacks run on the thread; an idle rank's thread costs next to no CPU;
  * a blocking ping-pong and small blocking collectives leave it asleep; a
- * rank killed while the others compute fails their pending work with
- * nobody waiting; deadlines still hold; weft_request_on_complete's rules;
+ * post wakes the thread from its nap; a rank killed while the others
+ * compute fails their pending work with nobody waiting; deadlines still hold; weft_request_on_complete's rules;
  * and what auto decides. */
 #include "harness.h"
 #include "weft.h"
@@ -265,6 +265,62 @@ static int body_blocking(int rank, int size, void *arg)
 Test(progress, blocking_calls_leave_the_thread_asleep, .timeout = 60)
 {
     th_result_t res = th_run(2, body_blocking, NULL, 50, on_env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- a post ends the thread's nap ------------------------------------------ */
+/* Rank 0's thread polls a barrier that rank 1 joins 600 ms late, napping
+ * longer and longer (WEFT_PROGRESS_THREAD=1000000 lets a nap grow to 1 s:
+ * 8 us doubling, so one nap runs from 524 to 1048 ms);
+ * rank 0's own wait then sees the barrier end while the thread still naps,
+ * and rank 0 posts an allreduce and sleeps, rank 1 joining it 60 ms later:
+ * the post must wake the thread, so the callback runs within 250 ms, not
+ * when the nap ends (about 0.4 s later). */
+static const char *const long_nap_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_PROGRESS_THREAD=1000000",
+                                           NULL};
+
+static int body_nap(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    weft_comm_t w = start();
+    int64_t in[16], out[16];
+    for (int i = 0; i < 16; i++)
+        in[i] = rank + i;
+    TH_OK(weft_barrier(w));
+    if (rank == 0) {
+        weft_request_t b, r;
+        TH_OK(weft_ibarrier(w, &b));
+        th_nap_ms(640); /* rank 1 joins at 600 ms, in the thread's nap from 524 to 1048 ms */
+        TH_OK(weft_wait(&b, NULL));
+        note_t n;
+        memset(&n, 0, sizeof(n));
+        TH_OK(weft_iallreduce(in, out, 16, WEFT_INT64, WEFT_SUM, w, &r));
+        double t0 = weft_wtime();
+        TH_OK(weft_request_on_complete(r, note, &n));
+        while (!atomic_load(&n.fired) && weft_wtime() - t0 < 5)
+            th_nap_ms(1);
+        double took = weft_wtime() - t0;
+        TH_CHECK(atomic_load(&n.fired) == 1, "rank 0: the allreduce's callback did not run in 5 s of sleep");
+        TH_CHECK(took < 0.25, "rank 0: the allreduce completed %.0f ms after its post: the post left the thread in its nap",
+                 took * 1e3);
+        TH_OK(weft_wait(&r, NULL));
+    } else {
+        th_nap_ms(600);
+        TH_OK(weft_barrier(w));
+        th_nap_ms(100); /* its input comes 60 ms after rank 0's post: rank 0's thread must look */
+        TH_OK(weft_allreduce(in, out, 16, WEFT_INT64, WEFT_SUM, w));
+    }
+    for (int i = 0; i < 16; i++)
+        TH_CHECK(out[i] == 1 + 2 * i, "rank %d: allreduce [%d] = %lld", rank, i, (long long)out[i]);
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(progress, a_post_ends_the_threads_nap, .timeout = 60)
+{
+    th_result_t res = th_run(2, body_nap, NULL, 40, long_nap_env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
 }
