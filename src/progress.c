@@ -235,6 +235,10 @@ static void *pt_main(void *arg)
             "progress thread: its CPUs could not be set (%s); it shares this rank's (WEFT_PROGRESS_THREAD=off "
             "keeps it off)",
             strerror(aff));
+    /* Dormant from the start (weft_progress_thread_start). */
+    while (!atomic_load_explicit(&weft_api_locking, memory_order_acquire) &&
+           !atomic_load_explicit(&pt_stop, memory_order_acquire))
+        pt_sleep(-1, -1);
     while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
         if (!pt_trylock()) {
             lock_nap_us = nap_next(lock_nap_us, PT_LOCK_NAP_MIN_US, PT_LOCK_NAP_MAX_US);
@@ -426,6 +430,7 @@ static void pt_after_fork_child(void)
         atomic_store(&weft_api_lock, 0);
     }
     atomic_store(&weft_api_wanted, 0);
+    atomic_store(&weft_pt_asleep, 0);
     weft_api_locking = 0;
     weft_pt_state = WEFT_PT_RUNNING;
     weft_pt_kick = 0;
@@ -586,17 +591,20 @@ int weft_progress_thread_start(void)
         return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%s: no eventfd for the progress thread: %s",
                           weft_cfg.progress_thread_text, strerror(errno));
     atomic_store(&pt_stop, 0);
-    weft_pt_state = WEFT_PT_RUNNING;
+    /* It starts dormant: calls take no lock until one leaves work pending
+     * (weft_progress_thread_rouse); nothing of init runs beside it. */
+    weft_pt_state = WEFT_PT_IDLE;
     weft_pt_kick = 0;
     weft_cuda_thread_note_context(); /* the context current at init, for the thread's driver calls */
-    weft_api_locking = 1;            /* before the thread exists: every later call locks */
+    weft_api_locking = 0;
+    pt_running = 1; /* before it exists: a failure it meets goes to the shared message (error.c) */
     int err = weft_thread_start(&pt_thread, NULL, pt_main, NULL, "weft-progress");
     if (err) {
-        weft_api_locking = 0;
+        pt_running = 0;
+        weft_pt_state = WEFT_PT_RUNNING;
         return weft_error(WEFT_ERR_INTERNAL, "WEFT_PROGRESS_THREAD=%s: the progress thread could not start: %s",
                           weft_cfg.progress_thread_text, strerror(err));
     }
-    pt_running = 1;
     weft_info_log("progress thread on%s: it advances pending work while the application computes", pt_where);
     return WEFT_SUCCESS;
 }

@@ -464,9 +464,10 @@ extern int weft_pt_state;
 extern int weft_pt_kick;
 /* 1 while the thread sleeps (pt_sleep), whatever for. */
 extern _Atomic int weft_pt_asleep;
-/* The thread is asleep or about to be (it set its state under the lock;
- * between a failed try of the lock and its nap, the fences pair with
- * pt_sleep's: one side sees the other). */
+/* The thread is asleep or about to be: it set its state under the lock
+ * before its naps; a nap after a failed try of the lock is seen once
+ * weft_pt_asleep is stored (pt_sleep's fence pairs with this one), and a
+ * post in between waits out that nap (at most 1 ms). */
 static inline int weft_pt_sleeps(void)
 {
     if (weft_pt_state != WEFT_PT_RUNNING) return 1;

@@ -274,7 +274,7 @@ Test(progress, blocking_calls_leave_the_thread_asleep, .timeout = 60)
  * longer and longer (WEFT_PROGRESS_THREAD=1000000 lets a nap grow to 1 s:
  * 8 us doubling, so one nap runs from 524 to 1048 ms);
  * rank 0's own wait then sees the barrier end while the thread still naps,
- * and rank 0 posts an allreduce and sleeps, rank 1 joining it 60 ms later:
+ * and rank 0 posts an allreduce and sleeps, rank 1 joining it 20 ms later:
  * the post must wake the thread, so the callback runs within 250 ms, not
  * when the nap ends (about 0.4 s later). */
 static const char *const long_nap_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_PROGRESS_THREAD=1000000",
@@ -292,7 +292,13 @@ static int body_nap(int rank, int size, void *arg)
     if (rank == 0) {
         weft_request_t b, r;
         TH_OK(weft_ibarrier(w, &b));
-        th_nap_ms(640); /* rank 1 joins at 600 ms, in the thread's nap from 524 to 1048 ms */
+        th_nap_ms(580); /* rank 1 joins at 600 ms, in the thread's nap from 524 to 1048 ms */
+        unsigned long passes = weft_progress_thread_passes();
+        th_nap_ms(60);
+        TH_CHECK(weft_progress_thread_passes() == passes,
+                 "rank 0: the thread made %lu passes at 580-640 ms: it did not nap through rank 1's arrival (the "
+                 "test's premise)",
+                 weft_progress_thread_passes() - passes);
         TH_OK(weft_wait(&b, NULL));
         note_t n;
         memset(&n, 0, sizeof(n));
@@ -309,7 +315,7 @@ static int body_nap(int rank, int size, void *arg)
     } else {
         th_nap_ms(600);
         TH_OK(weft_barrier(w));
-        th_nap_ms(100); /* its input comes 60 ms after rank 0's post: rank 0's thread must look */
+        th_nap_ms(60); /* its input comes 20 ms after rank 0's post: rank 0's thread must look */
         TH_OK(weft_allreduce(in, out, 16, WEFT_INT64, WEFT_SUM, w));
     }
     for (int i = 0; i < 16; i++)
