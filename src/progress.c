@@ -121,9 +121,7 @@ static _Atomic unsigned long pt_passes; /* passes it made holding the lock (test
 void weft_progress_thread_rouse(void)
 {
     if (!pt_running || weft_pt_self) return;
-    weft_pt_state = WEFT_PT_RUNNING;
-    weft_pt_kick = 0;
-    atomic_store_explicit(&weft_api_locking, 1, memory_order_release);
+    weft_progress_thread_mark_roused();
     weft_progress_thread_wake();
 }
 

@@ -1038,7 +1038,8 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
     advance(s);
     /* The progress thread, asleep on the transport's events, learns of it
      * when this call returns (the schedule may raise none: shared memory). */
-    if (WEFT_UNLIKELY(atomic_load_explicit(&weft_api_locking, memory_order_relaxed)) && !(*out)->complete) weft_pt_kick = 1;
+    if (WEFT_UNLIKELY(atomic_load_explicit(&weft_api_locking, memory_order_relaxed)) && !(*out)->complete)
+        weft_pt_kick = 1;
     return WEFT_SUCCESS;
 fail:
     if (s->req) weft_request_release(s->req);

@@ -431,7 +431,7 @@ int weft_progress_hooks(void);
  * (a blocking ping-pong runs as with the thread off) until one leaves
  * something pending: on its way out it sets weft_api_locking again and
  * wakes the thread, which runs only after reading it set. Off, or dormant,
- * an API call pays one predictable branch on the way in and one out. */
+ * an API call pays a branch and a counter on the way in and out. */
 #include <pthread.h>
 #include <stdatomic.h>
 /* Calls take the lock: the thread runs and is not dormant. Stored with
@@ -474,6 +474,14 @@ static inline int weft_pt_sleeps(void)
     atomic_thread_fence(memory_order_seq_cst);
     return atomic_load_explicit(&weft_pt_asleep, memory_order_relaxed);
 }
+/* Before waking the thread for work a call leaves: it is to run a pass
+ * (and calls to take the lock, should it have gone dormant). */
+static inline void weft_progress_thread_mark_roused(void)
+{
+    weft_pt_state = WEFT_PT_RUNNING;
+    weft_pt_kick = 0;
+    atomic_store_explicit(&weft_api_locking, 1, memory_order_release);
+}
 /* Requests allocated and not complete (request.c): what the thread may
  * have to advance. */
 extern int weft_request_pending;
@@ -507,17 +515,13 @@ static inline void weft_api_unlock(void)
 {
     int wake = weft_request_pending > 0 &&
                (WEFT_UNLIKELY(weft_pt_state == WEFT_PT_IDLE) || (WEFT_UNLIKELY(weft_pt_kick) && weft_pt_sleeps()));
-    if (wake) {
-        weft_pt_state = WEFT_PT_RUNNING;
-        weft_pt_kick = 0;
-        atomic_store_explicit(&weft_api_locking, 1, memory_order_release); /* it may have gone dormant */
-    }
+    if (wake) weft_progress_thread_mark_roused(); /* under the lock; the wake-up after it */
     atomic_store_explicit(&weft_api_owner, WEFT_OWNER_NONE, memory_order_relaxed);
     atomic_store_explicit(&weft_api_lock, 0, memory_order_release);
     if (wake) weft_progress_thread_wake();
 }
 /* A call that took no lock (the thread off or dormant) and leaves work
- * pending: the thread, if dormant, runs again. */
+ * pending: the thread, if dormant, runs again (marked, then woken). */
 void weft_progress_thread_rouse(void);
 static inline void weft_api_leave(const int *how)
 {

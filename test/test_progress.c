@@ -309,7 +309,8 @@ static int body_nap(int rank, int size, void *arg)
             th_nap_ms(1);
         double took = weft_wtime() - t0;
         TH_CHECK(atomic_load(&n.fired) == 1, "rank 0: the allreduce's callback did not run in 5 s of sleep");
-        TH_CHECK(took < 0.25, "rank 0: the allreduce completed %.0f ms after its post: the post left the thread in its nap",
+        TH_CHECK(took < 0.25,
+                 "rank 0: the allreduce completed %.0f ms after its post: the post left the thread in its nap",
                  took * 1e3);
         TH_OK(weft_wait(&r, NULL));
     } else {
