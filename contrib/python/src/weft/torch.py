@@ -150,10 +150,12 @@ Work objects
     (``wait(timeout)`` sets its own). With weft's progress thread on
     (``WEFT_PROGRESS_THREAD``, auto where a CPU is spare) the operation
     completes by itself: ``get_future()`` returns at once and the Future
-    completes, its ``then()`` callbacks run, and waiters wake, from one
+    completes, its ``then()`` callbacks run, and its waiters wake, from one
     thread of this module woken by the library (``weft_request_on_complete``),
     so DDP's communication hooks overlap backward; a Work nobody waits for
-    fails at its deadline all the same. Without the thread ``get_future()``
+    fails at its deadline all the same. A Work whose Future nobody asked for
+    is waited for as without the thread (below): the hand-over through that
+    thread would cost more than the wait. Without the thread ``get_future()``
     waits for the operation before returning its Future (completed), so DDP's
     CPU communication does not overlap backward (correct, slower).
 
@@ -170,11 +172,11 @@ Threads (the decision)
     it (MPI's SERIALIZED). DDP and FSDP call collectives from hook threads
     while the main thread may too, and ctypes releases the GIL in every
     call. So this backend serialises every weft call with one process-wide
-    lock (``_LOCK``), and never holds it across an unbounded wait. With
-    weft's progress thread on, a wait holds no lock at all: it sleeps until
-    the completion thread (see Work objects) says the operation is done, so
-    threads posting meanwhile take the lock for their calls only. Without
-    it, a wait is a loop of short ``weft_wait_timeout`` slices (at most
+    lock (``_LOCK``), and never holds it across an unbounded wait. The wait
+    for a Work whose Future was asked for (progress thread on) holds no lock:
+    it sleeps until the completion thread (see Work objects) says the
+    operation is done, so threads posting meanwhile take the lock for their
+    calls only. Any other wait is a loop of short ``weft_wait_timeout`` slices (at most
     ``_SLICE`` seconds each) taken under the lock, released in between (with
     a yield when another thread is waiting to post), until the operation
     completes or its deadline passes. A blocking call thus cannot deadlock against a
@@ -541,16 +543,22 @@ class WeftWork(dist._Work):
                 x._abandon()
         self._settle(WeftDistTimeoutError(msg))
 
-    def _notified(self, now: float) -> None:
+    def _notified(self, now: float) -> bool:
         """The completion thread's look: settles the Work if it is done, or gives it
-        up at its deadline (nobody need wait for it)."""
-        with self._state_lock:
+        up at its deadline (nobody need wait for it). False, without a look, while a
+        waiter holds the Work (a sliced wait settles it itself)."""
+        if not self._state_lock.acquire(blocking=False):
+            return False
+        try:
             if not self._done:
                 self._poll()
             if not self._done and now >= self._host_deadline():
                 self._time_out_host(self._timeout, "the group's timeout; nothing waited for it")
-        if self._done:
+        finally:
+            self._state_lock.release()
+        if self._done and self._notify:
             self._fire()
+        return True
 
     def _wait_notified(self, deadline: float, limit: float) -> None:
         """wait() of a notify Work: sleeps until the completion thread settles it,
@@ -740,18 +748,21 @@ class WeftWork(dist._Work):
                             fut.set_result(self._outputs)
                     self._future = fut
             return self._future
-        if self._notify:  # completed by the completion thread, with nobody waiting
-            with self._state_lock:
-                if self._future is None:
-                    self._future = self._new_future()
-            if self._done:
-                self._fire()
-            return self._future
         with self._state_lock:
             if self._future is None:
                 self._future = self._new_future()
-                if self._done:
-                    self._complete_future()
+            if not self._done and not self._notify:
+                # weft's progress thread on: from now on the completion thread completes
+                # this Work (and its Future) with nobody waiting.
+                with _Posting():
+                    self._notify = _completions.watch(self._works)
+            notify = self._notify
+            if self._done and not notify:
+                self._complete_future()
+        if notify:
+            if self._done:
+                self._fire()
+            return self._future
         if not self._done:
             try:
                 self.wait()
@@ -778,19 +789,24 @@ class WeftWork(dist._Work):
 _NOTIFY_LOOK = 0.05
 # Seconds a notify wait first polls for itself (while nobody waits to post).
 _NOTIFY_SPIN = 0.0005
+# Seconds until the completion thread looks again at a Work it found held by a waiter.
+_NOTIFY_BUSY = 0.001
 # Notify waits polling for themselves now (at most one; under _posters_lock).
 _spinning = 0
 
 
 class _Completions:
-    """Host-waited Works that complete by themselves: with weft's progress thread on,
-    each request of such a Work calls ``weft_notify_fd`` on a descriptor of this
-    module when it completes (on the library's thread, no Python involved); one
-    daemon thread here sleeps on that descriptor, looks at the pending Works (a
-    ``weft_test`` each under _LOCK, never a blocking call), settles those that are
-    done (their Future's then() callbacks run on it, as NCCL's on its own thread)
-    and wakes their waiters; a Work past its deadline that nobody waits for is
-    given up here."""
+    """Host-waited Works while weft's progress thread runs. Each is listed here when
+    posted; once its Future is asked for (get_future(), as DDP does), each of its
+    requests calls ``weft_notify_fd`` on a descriptor of this module when it
+    completes (on the library's thread, no Python involved). One daemon thread here
+    sleeps on that descriptor (or _NOTIFY_LOOK), looks at the listed Works (a
+    ``weft_test`` each under _LOCK, never a blocking call; a Work a waiter holds is
+    left to it), settles those that are done (their Future's then() callbacks run
+    on it, as NCCL's on its own thread) and wakes their waiters; a Work past its
+    deadline that nobody waits for is given up here. A Work only waited for is
+    waited in slices by its waiter: a notice through this thread would cost two
+    more hand-overs of the GIL per operation."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -803,26 +819,44 @@ class _Completions:
         self._gen = -1
         self._on = False
 
-    def watch(self, works: Sequence[Work]) -> bool:
-        """Asks weft to say when each of works completes; called with _LOCK held
-        (weft calls). False when weft's progress thread does not run (nothing
-        completes without a weft call then: the Work waits in slices)."""
+    def active(self) -> bool:
+        """Whether weft's progress thread runs (asked once per weft runtime); called
+        with _LOCK held."""
         import ctypes
 
         from . import _lib as _weft_lib
 
-        if not works or self._stop:
+        if self._stop:
             return False
-        lib = _weft_lib.load()
         gen = _weft_comm._rt.generation
-        if gen != self._gen:  # asked once per weft runtime
+        if gen != self._gen:
             flag = ctypes.c_int(0)
+            lib = _weft_lib.load()
             self._on = lib.weft_progress_thread_active(ctypes.byref(flag)) == 0 and flag.value == 1
             self._gen = gen
-        if not self._on:
+        return self._on
+
+    def track(self, work: WeftWork) -> None:
+        """Lists a host-waited Work (weft's progress thread on): given up at its
+        deadline should nobody wait for it; no notice asked (a wait slices)."""
+        from . import _lib as _weft_lib
+
+        with self._lock:
+            if self._thread is None:
+                self._start(_weft_lib.load())
+            self._pending.append(work)
+
+    def watch(self, works: Sequence[Work]) -> bool:
+        """Asks weft to say when each of works completes (its Future was asked for);
+        called with _LOCK held, for a tracked Work. False when weft's progress thread
+        does not run (nothing completes without a weft call then)."""
+        import ctypes
+
+        from . import _lib as _weft_lib
+
+        if not works or not self.active() or self._thread is None:
             return False
-        if self._thread is None:
-            self._start(lib)
+        lib = _weft_lib.load()
         arg = ctypes.c_void_p(self._wfd)
         for w in works:
             if w._req.value is None:
@@ -830,11 +864,6 @@ class _Completions:
             if lib.weft_request_on_complete(w._req, self._fn, arg) != 0:
                 return False  # (callbacks already given only poke the thread)
         return True
-
-    def add(self, work: WeftWork) -> None:
-        with self._lock:
-            self._pending.append(work)
-        self._poke()  # it may have completed before it was listed
 
     def _poke(self) -> None:
         try:
@@ -862,9 +891,10 @@ class _Completions:
         import select
 
         reported = False
+        look = _NOTIFY_LOOK
         while not self._stop:
             try:
-                select.select([self._rfd], [], [], _NOTIFY_LOOK)
+                select.select([self._rfd], [], [], look)
                 try:
                     os.read(self._rfd, 4096)
                 except (BlockingIOError, InterruptedError):
@@ -872,8 +902,10 @@ class _Completions:
                 with self._lock:
                     pending = list(self._pending)
                 now = time.monotonic()
+                look = _NOTIFY_LOOK
                 for w in pending:
-                    w._notified(now)
+                    if not w._notified(now) and w._notify:
+                        look = _NOTIFY_BUSY  # its waiter held it: a notice may have been missed
                 with self._lock:
                     self._pending = [w for w in self._pending if not w._done]
             except Exception as e:  # noqa: BLE001 (a thread must not die: say it once, go on)
@@ -1501,12 +1533,12 @@ class ProcessGroupWeft(dist.ProcessGroup):
             try:
                 with ctx, _Posting():
                     works = list(post())
-                    notify = _completions.watch(works)
+                    tracked = _completions.active()
             except WeftError as e:
                 raise WeftDistError(f"weft {kind} on {self._desc()}: {e}") from e
-            work = WeftWork(self, kind, works, outputs, fin, timeout, device=device, notify=notify)
-            if notify:
-                _completions.add(work)
+            work = WeftWork(self, kind, works, outputs, fin, timeout, device=device)
+            if tracked:
+                _completions.track(work)
             return work
         with torch.cuda.device(device):
             stream = torch.cuda.current_stream(device)
