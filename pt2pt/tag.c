@@ -101,17 +101,27 @@ static void recv_done(void *ucx_req, ucs_status_t st, const ucp_tag_recv_info_t 
     }
 }
 
-/* A buffer in a process that may hold device memory: the memory type for
- * UCX, or the staging datatype (the message's "buffer" is then the
- * stage). On failure the request is released and the error returned. */
-static int device_param(weft_request_t *req, const void **buf, size_t bytes, int send, ucp_request_param_t *param,
-                        const char *what)
+static void memtype_param(ucp_request_param_t *param, ucs_memory_type_t type)
+{
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param->memory_type = type;
+}
+
+/* A buffer in a process that may hold device memory (classify: a user's
+ * buffer; else a collective schedule's host memory): the memory type for
+ * UCX, which then need not ask the driver again, or the staging datatype
+ * (the message's "buffer" is then the stage). On failure the request is
+ * released and the error returned. */
+static int device_param(weft_request_t *req, const void **buf, size_t bytes, int send, int classify,
+                        ucp_request_param_t *param, const char *what)
 {
     weft_memtype_t mem;
-    int path, rc = weft_cuda_classify(*buf, bytes, send ? "send" : "recv", what, &mem, &path);
-    if (rc == WEFT_SUCCESS && path == WEFT_CUDA_UCX) {
-        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-        param->memory_type = UCS_MEMORY_TYPE_CUDA;
+    int path = WEFT_CUDA_HOST, rc = WEFT_SUCCESS;
+    if (classify) rc = weft_cuda_classify(*buf, bytes, send ? "send" : "recv", what, &mem, &path);
+    if (rc == WEFT_SUCCESS && path == WEFT_CUDA_HOST) {
+        memtype_param(param, UCS_MEMORY_TYPE_HOST);
+    } else if (rc == WEFT_SUCCESS && path == WEFT_CUDA_UCX) {
+        memtype_param(param, UCS_MEMORY_TYPE_CUDA);
     } else if (rc == WEFT_SUCCESS && path == WEFT_CUDA_STAGED) {
         weft_cuda_stage_t *st = weft_cuda_stage_new((void *)*buf, bytes, send);
         if (!st) {
@@ -156,8 +166,8 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
     cls &= ~WEFT_TAG_SEND_SYNC;
     int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE);
     cls &= ~WEFT_TAG_CLASS_DEVICE;
-    if (classify && WEFT_UNLIKELY(weft_cuda_possible()) &&
-        (rc = device_param(&req, &buf, bytes, 1, &param, "send buffer")))
+    if (WEFT_UNLIKELY(weft_cuda_possible()) &&
+        (rc = device_param(&req, &buf, bytes, 1, classify, &param, "send buffer")))
         return rc;
     ucp_tag_t wire = weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank, comm->context_id);
     ucs_status_ptr_t sp =
@@ -217,8 +227,8 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
      * take the callback path, which reports it. */
     if (!weft_g.p2p->recv_inline) param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     int rc;
-    if (classify && WEFT_UNLIKELY(weft_cuda_possible()) &&
-        (rc = device_param(&req, (const void **)&buf, bytes, 0, &param, "receive buffer")))
+    if (WEFT_UNLIKELY(weft_cuda_possible()) &&
+        (rc = device_param(&req, (const void **)&buf, bytes, 0, classify, &param, "receive buffer")))
         return rc;
     ucs_status_ptr_t sp = ucp_tag_recv_nbx(weft_g.p2p->worker, buf, bytes, t, mask, &param);
     if (sp == NULL) {
