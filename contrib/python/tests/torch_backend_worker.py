@@ -494,6 +494,20 @@ if rank != 0:
         print(f"rank {rank}: timeout raised after {dt:.1f} s: {e}", flush=True)
 dist.barrier(group=gloo)
 
+# weft's progress thread on: a Work nobody waits for and whose Future nobody asks for
+# is still given up at its deadline (the backend's completion thread), no call needed
+if thread_on:
+    ng = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=1))
+    if rank != 0:
+        w = dist.all_reduce(torch.ones(2), group=ng, async_op=True)
+        time.sleep(3)  # no wait, no weft call
+        err = w.exception()
+        if not isinstance(err, wt.WeftDistTimeoutError):
+            failures.append(f"a Work nobody waited for, 3 s past its 1 s deadline: exception() is {err!r}")
+        elif not w.is_completed():
+            failures.append("a Work given up at its deadline is not completed")
+dist.barrier(group=gloo)
+
 if failures:
     for f in failures:
         print(f"rank {rank}: FAIL {f}", flush=True)
