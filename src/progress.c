@@ -95,6 +95,7 @@ static weft_request_t pt_waiter;        /* that wait's request (under the lock; 
 static _Atomic int pt_stuck;            /* the thread cannot advance device work (no CUDA context to make current) */
 static cpu_set_t pt_cpus;               /* the CPUs it runs on (weft_progress_thread_resolve; empty: any) */
 static char pt_where[64];               /* and in words, for the log */
+static int pt_spare;                    /* a CPU is spare for it (weft_progress_thread_resolve) */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
 
 /* An application call holds the lock (and polls meanwhile): the thread
@@ -110,6 +111,11 @@ static _Atomic unsigned long pt_passes; /* passes it made holding the lock (test
 #define PT_SPIN_PASSES  64
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
+/* A thread with a CPU to spare (weft_progress_thread_resolve) keeps
+ * passing, yielding, this long without news before its first nap: a
+ * shared-memory collective's flags come microseconds apart, and a nap
+ * between two of them stretches every member's step. */
+#define PT_SPIN_SPARE_S 200e-6
 /* While anything is pending the thread looks at the liveness record this
  * often, asleep or not: a receive from a rank that died, or a collective
  * with a lost member, fails without anyone waiting for it. */
@@ -312,10 +318,10 @@ static void *pt_main(void *arg)
             }
             efd = -1; /* the transport cannot arm: poll from now on */
         }
-        if (spins < PT_SPIN_PASSES) {
+        if (news_at == 0) news_at = now;
+        if (spins < PT_SPIN_PASSES || (pt_spare && now - news_at < PT_SPIN_SPARE_S)) {
             pt_unlock();
             spins++;
-            if (news_at == 0) news_at = now;
             sched_yield();
             continue;
         }
@@ -565,6 +571,7 @@ void weft_progress_thread_resolve(int host_ranks)
                  CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     }
     int spare = allowed > sharing || CPU_COUNT(&pt_cpus) > 0;
+    pt_spare = spare;
     /* An unbound rank's thread is left to the scheduler. */
     if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
         weft_cfg.progress_thread = spare ? WEFT_PT_ON : WEFT_PT_OFF;
