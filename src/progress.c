@@ -112,9 +112,11 @@ static _Atomic unsigned long pt_passes; /* passes it made holding the lock (test
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
 /* A thread with a CPU to spare (weft_progress_thread_resolve) keeps
- * passing, yielding, this long without news before its first nap: a
+ * passing, yielding, this long without news before its first nap (a
  * shared-memory collective's flags come microseconds apart, and a nap
- * between two of them stretches every member's step. */
+ * between two of them stretches every member's step), and watches for
+ * new work this long before it sleeps dormant (the next operation of a
+ * loop then starts at once, not after a wake-up through the scheduler). */
 #define PT_SPIN_SPARE_S 200e-6
 /* While anything is pending the thread looks at the liveness record this
  * often, asleep or not: a receive from a rank that died, or a collective
@@ -178,6 +180,15 @@ static unsigned nap_next(unsigned us, unsigned first, unsigned max)
     return us == 0 ? first : us >= max / 2 ? max : 2 * us;
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* A call spins while the thread finishes its pass (a few microseconds),
  * yielding its core once that takes long (an oversubscribed host). */
 void weft_api_lock_slow(void)
@@ -186,15 +197,10 @@ void weft_api_lock_slow(void)
     atomic_store_explicit(&weft_api_wanted, 1, memory_order_relaxed);
     do {
         while (atomic_load_explicit(&weft_api_lock, memory_order_relaxed))
-            if (++spins < 4096) {
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#elif defined(__aarch64__)
-                __asm__ __volatile__("yield");
-#endif
-            } else {
+            if (++spins < 4096)
+                cpu_relax();
+            else
                 sched_yield();
-            }
     } while (atomic_exchange_explicit(&weft_api_lock, 1, memory_order_acquire));
     atomic_store_explicit(&weft_api_wanted, 0, memory_order_relaxed);
 }
@@ -223,6 +229,35 @@ static void pt_unlock(void)
     atomic_store_explicit(&weft_api_lock, 0, memory_order_release);
 }
 
+static int pt_roused(void)
+{
+    return atomic_load_explicit(&weft_api_locking, memory_order_acquire) ||
+           atomic_load_explicit(&pt_stop, memory_order_acquire);
+}
+
+/* Dormant until a call leaves work pending (it sets weft_api_locking,
+ * then writes the kick descriptor) or the thread is stopped. */
+static void pt_dormant(void)
+{
+    if (pt_spare) {
+        double until = weft_wtime() + PT_SPIN_SPARE_S;
+        for (unsigned n = 1; !pt_roused(); n++) {
+            cpu_relax();
+            if (!(n & 255) && weft_wtime() >= until) break;
+        }
+        if (pt_roused()) {
+            uint64_t v;
+            if (read(pt_kick_fd, &v, sizeof(v)) < 0) {
+                /* not written yet, or already read: the next sleep's wake-up at worst */
+            }
+            return;
+        }
+    }
+    do
+        pt_sleep(-1, -1);
+    while (!pt_roused());
+}
+
 static void *pt_main(void *arg)
 {
     (void)arg;
@@ -240,8 +275,7 @@ static void *pt_main(void *arg)
             "keeps it off)",
             strerror(aff));
     /* Dormant from the start (weft_progress_thread_start). */
-    while (!atomic_load_explicit(&weft_api_locking, memory_order_acquire) &&
-           !atomic_load_explicit(&pt_stop, memory_order_acquire))
+    while (!pt_roused())
         pt_sleep(-1, -1);
     while (!atomic_load_explicit(&pt_stop, memory_order_acquire)) {
         if (!pt_trylock()) {
@@ -292,10 +326,7 @@ static void *pt_main(void *arg)
             pt_unlock();
             spins = nap_us = busy_arms = 0;
             next_check = news_at = 0;
-            do
-                pt_sleep(-1, -1);
-            while (!atomic_load_explicit(&weft_api_locking, memory_order_acquire) &&
-                   !atomic_load_explicit(&pt_stop, memory_order_acquire));
+            pt_dormant();
             continue;
         }
         if (needs == WEFT_NEEDS_EVENTS && efd >= 0 && busy_arms < PT_BUSY_ARMS_MAX) {
