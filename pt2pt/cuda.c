@@ -80,12 +80,20 @@ static void stage_fail(weft_cuda_stage_t *st, CUresult r, const char *at)
     }
 }
 
+/* A pinned chunk from the pool, or a new one; NULL with *r untouched
+ * where none may be allocated now (weft_cuda_pinned_may_alloc: the
+ * copies then go through pageable memory). */
 static chunk_t *chunk_get(CUresult *r)
 {
     chunk_t *c = chunk_pool;
     if (c) {
         chunk_pool = c->next;
         return c;
+    }
+    if (!weft_cuda_pinned_may_alloc()) {
+        weft_debug("cuda: no pinned chunk kept, and none is allocated on the progress thread or while a stream "
+                   "waits for a staged call: this copy goes through pageable memory");
+        return NULL;
     }
     if (!(c = calloc(1, sizeof(*c)))) {
         *r = CUDA_ERROR_OUT_OF_MEMORY;

@@ -318,7 +318,7 @@ static int staged_pending(void);
  * through their first bytes, freed when nothing waits. */
 static void *unkept;
 
-static int may_free(void)
+int weft_cuda_pinned_may_alloc(void)
 {
     return !weft_pt_self && !staged_pending();
 }
@@ -350,13 +350,13 @@ void *weft_cuda_pinned_get(size_t bytes, size_t *cap)
 {
     CUcontext cur = NULL;
     if (!bytes || driver_state <= 0) return NULL;
-    if (unkept && may_free()) unkept_free();
+    if (unkept && weft_cuda_pinned_may_alloc()) unkept_free();
     int k = pool_class(bytes, cap);
     if (k >= 0 && pool[k].n > 0) {
         pool_kept -= *cap;
         return pool[k].block[--pool[k].n];
     }
-    if (weft_pt_self || staged_pending()) {
+    if (!weft_cuda_pinned_may_alloc()) {
         weft_debug("cuda: no pinned block of %zu bytes kept, and none is allocated while a stream waits for a "
                    "staged call (that waits for the device): this call's host copies use pageable memory",
                    *cap);
@@ -379,7 +379,7 @@ void weft_cuda_pinned_put(void *p, size_t cap)
 {
     if (!p) return;
     pool_return(p, cap);
-    if (unkept && may_free()) unkept_free();
+    if (unkept && weft_cuda_pinned_may_alloc()) unkept_free();
 }
 
 void weft_cuda_pinned_free(void *p)

@@ -89,6 +89,10 @@ void *weft_cuda_pinned_get(size_t bytes, size_t *cap);
 void weft_cuda_pinned_put(void *p, size_t cap);
 /* Frees a block outside the pool (after weft_cuda_copy_streams_release). */
 void weft_cuda_pinned_free(void *p);
+/* 0 where allocating or freeing pinned memory could wait for the device,
+ * and so for a staged stream-ordered call that only the progress thread
+ * can finish: on that thread, or while a stream waits for such a call. */
+int weft_cuda_pinned_may_alloc(void);
 
 /* 1 when libcuda is loaded and usable in this process (loads the table on
  * first sight of it), 0 otherwise. */
