@@ -42,6 +42,10 @@ Usage: contrib/scale/run_scale.py [--sizes 1024,4096,16384] [--real 2]
 client through the torchstore bootstrap (docs/SCALING.md).
 --relay sends each simulated node's ranks through one connection, as node
 relays do (WEFT_STORE_RELAY=on).
+--pmix runs N real ranks (no simulated ones) under Open MPI's mpirun, whose
+PMIx server is the store (mpirun's CPU, bytes read and written, and peak
+memory stand in for the store's columns; conns: N clients), with addresses
+fetched on demand (WEFT_ADDRESSES_AT_INIT=0): N is bounded by the cores.
 A run needs about 2 KiB of the sims' memory and one descriptor of rank 0
 per rank (ulimit -n bounds N: the store holds one connection per rank), or
 per node with --relay.
@@ -127,6 +131,76 @@ def status_kb(pid, field):
     return 0
 
 
+def run_pmix(args, n, env):
+    """N real ranks under Open MPI's mpirun, whose PMIx server is the store:
+    weft's PMIx bootstrap with addresses fetched on demand (direct modex)."""
+    t0 = time.time()
+    env = dict(
+        env,
+        SCALE_T0="%.6f" % t0,
+        WEFT_INIT_TIMEOUT=str(args.timeout),
+        WEFT_TIMEOUT=str(args.timeout),
+        WEFT_PROGRESS_THREAD="off",
+        WEFT_ADDRESSES_AT_INIT="0",
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    )
+    fwd = []
+    for v in ("SCALE_T0", "WEFT_INIT_TIMEOUT", "WEFT_TIMEOUT", "WEFT_PROGRESS_THREAD", "WEFT_ADDRESSES_AT_INIT"):
+        fwd += ["-x", v]
+    if args.log:
+        env["WEFT_LOG_LEVEL"] = args.log
+        fwd += ["-x", "WEFT_LOG_LEVEL"]
+    cmd = [args.mpirun, "-np", str(n), "--oversubscribe", "--bind-to", "none"] + fwd
+    cmd.append(os.path.join(args.builddir, "contrib/scale/weft-scale-rank"))
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+    samples, deadline = [], time.time() + args.timeout + 30
+    hwm = 0
+    while p.poll() is None and time.time() < deadline:
+        try:  # the PMIx server's process: its bytes, CPU and memory over time
+            b_, c_ = proc_sample(p.pid)
+            samples.append((time.time() - t0, b_, c_))
+            hwm = max(hwm, status_kb(p.pid, "VmHWM:"))
+        except OSError:
+            pass
+        time.sleep(0.02)
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+    out.seek(0)
+    err.seek(0)
+    ranks = [json.loads(line) for line in out.read().splitlines() if line.startswith("{")]
+    if p.returncode != 0 or len(ranks) != n:
+        sys.stderr.write("N=%d: mpirun exited %s, %d of %d ranks reported\n%s"
+                         % (n, p.returncode, len(ranks), n, err.read()[-2000:]))
+        return None
+    other = next(o for o in ranks if o["rank"] == 1)
+    init_s = max(o["t_init"] for o in ranks)
+    at = next((x for x in samples if x[0] >= init_s), samples[-1] if samples else (0, 0, 0))
+    return {
+        "n": n,
+        "init_s": init_s,
+        "store_in": at[1],
+        "store_out": 0,
+        "conns": n,
+        "peak_conns": n,
+        "store_cpu_s": at[2],
+        "rank0_kb": hwm,
+        "rank_kb": other["vmhwm_kb"],
+        "rank_heap": other["heap_init"],
+        "rank0_heap": next(o for o in ranks if o["rank"] == 0)["heap_init"],
+        "node_ms": 1e3 * max(o["node_comm_s"] for o in ranks),
+        "color_ms": 1e3 * max(o["split_color_s"] for o in ranks),
+        "color2_ms": 1e3 * max(o["split_color2_s"] for o in ranks),
+        "coll1_ms": 1e3 * max(o["coll1_s"] for o in ranks),
+        "coll2_ms": 1e3 * max(o["coll2_s"] for o in ranks),
+        "eps": max(o["eps_after"] for o in ranks),
+        "fetch_s": 0.0,
+        "fetch_bytes": 0,
+    }
+
+
 def run_one(args, n):
     port = free_port()
     env = dict(os.environ)
@@ -141,6 +215,8 @@ def run_one(args, n):
         "TORCHELASTIC_RESTART_COUNT",
     ):
         env.pop(v, None)
+    if args.pmix:
+        return run_pmix(args, n, env)
     torch_store = None
     if args.torch:
         # torchrun's agent store: torch's TCPStore in a process of its own
@@ -393,6 +469,12 @@ def main():
         action="store_true",
         help="node relays (WEFT_STORE_RELAY=on): a connection per simulated node at the store",
     )
+    ap.add_argument(
+        "--pmix",
+        action="store_true",
+        help="N real ranks under Open MPI's mpirun (its PMIx server is the store; direct modex)",
+    )
+    ap.add_argument("--mpirun", default="mpirun", help="with --pmix: Open MPI's mpirun")
     ap.add_argument("--json", help="append each size's result to this file")
     ap.add_argument("--log", help="rank 0's WEFT_LOG_LEVEL (its log goes to stderr)")
     ap.add_argument(
@@ -403,6 +485,8 @@ def main():
         ap.error("--real must be at least 2 (rank 0 and a rank that is not the store's)")
     if not args.addr_len:
         args.addr_len = 215
+    if args.pmix and (args.torch or args.relay):
+        ap.error("--pmix runs mpirun's PMIx server: not with --torch or --relay")
     args.numeric_names = numeric_names_lib() if args.torch else None
     rows = []
     print(" ".join("%*s" % (w, name) for name, w, _, _ in COLUMNS))
@@ -410,7 +494,7 @@ def main():
         # rank 0's store holds a connection per rank, or per node with
         # --relay (and refuses every rank at once where its hard limit
         # cannot reach that and its own few)
-        if not args.relay and n + 16 > fd_limit():
+        if not args.relay and not args.pmix and n + 16 > fd_limit():
             print("%7d skipped: rank 0's store needs a descriptor per rank, the hard open-file limit is %d"
                   % (n, fd_limit()), flush=True)
             continue

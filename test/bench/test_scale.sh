@@ -2,8 +2,9 @@
 # The scale harness at a small size (contrib/scale/run_scale.py): two and
 # three real ranks among 128, 300 and 512 ranks (every address at init, and
 # fetched on demand; directly and through node relays), the rest simulated
-# ranks that speak the env store's protocol (job secret included); and 300
-# through torch's TCPStore when torch is there. Every rank must finish init, the real ranks their
+# ranks that speak the env store's protocol (job secret included); 300
+# through torch's TCPStore when torch is there; and 4 and 8 real ranks
+# under Open MPI's mpirun (PMIx) when it is there. Every rank must finish init, the real ranks their
 # communicators and collectives, and every rank finalize.
 #
 # An automake TESTS script: exit 0 pass, 1 fail. make sets top_builddir;
@@ -47,5 +48,12 @@ if [ -n "$torch_python" ]; then
 else
     skipped=$((skipped + 1))
     echo "SKIP scale harness, torch's TCPStore (no python that imports torch: WEFT_TORCH_PYTHON)"
+fi
+# PMIx: real ranks under Open MPI's mpirun, addresses by direct modex
+if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
+    run_case "scale harness, PMIx under mpirun, 4 and 8 ranks" --sizes 4,8 --pmix
+else
+    skipped=$((skipped + 1))
+    echo "SKIP scale harness, PMIx (no Open MPI mpirun)"
 fi
 summary
