@@ -582,7 +582,7 @@ class WeftWork(dist._Work):
             finally:
                 with _posters_lock:
                     _spinning -= 1
-        while not self._done_event.is_set():
+        while not self._done_event.is_set() and not self._done:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 with self._state_lock:
@@ -658,32 +658,21 @@ class WeftWork(dist._Work):
                 raise self._error
             torch.cuda.current_stream(self._device).wait_event(self._event)
             return True
-        if self._notify:
-            t = _seconds(timeout)
-            if t is not None:
-                deadline, limit = time.monotonic() + t, t
-            elif self._timeout is not None:
-                deadline, limit = self._posted_at + self._timeout, self._timeout
-            else:
-                deadline, limit = _INF, _INF
-            self._wait_notified(deadline, limit)
-            if self._error is not None:
-                raise self._error
-            return True
+        t = _seconds(timeout)
+        if t is not None:
+            deadline, limit = time.monotonic() + t, t
+        elif self._timeout is not None:
+            deadline, limit = self._posted_at + self._timeout, self._timeout
+        else:
+            deadline, limit = _INF, _INF
+        # Which way is decided under _state_lock: get_future() makes a Work a notify
+        # one under it (a sliced wait holds it throughout, so the way cannot change).
         with self._state_lock:
-            if not self._done:
-                t = _seconds(timeout)
-                now = time.monotonic()
-                if t is not None:
-                    deadline = now + t
-                    limit = t
-                elif self._timeout is not None:
-                    deadline = self._posted_at + self._timeout
-                    limit = self._timeout
-                else:
-                    deadline = _INF
-                    limit = _INF
+            notify = self._notify
+            if not notify and not self._done:
                 self._wait_until(deadline, limit)
+        if notify:
+            self._wait_notified(deadline, limit)
         if self._error is not None:
             raise self._error
         return True
@@ -729,8 +718,10 @@ class WeftWork(dist._Work):
         return torch.futures.Future()
 
     def get_future(self) -> torch.futures.Future:
-        """A Future completed with the output tensors. Host-waited work: waits for
-        the operation first (see the module's notes). Stream-ordered work: a
+        """A Future completed with the output tensors. Host-waited work: with weft's
+        progress thread on, returned at once and completed by the completion thread;
+        without it, the operation is waited for first (see the module's notes); while
+        another thread waits for the Work, after that wait. Stream-ordered work: a
         CUDA-aware Future completed at once, in stream order (its events follow
         the operation's), or failed with an error already known."""
         if self._event is not None:
@@ -762,6 +753,10 @@ class WeftWork(dist._Work):
         if notify:
             if self._done:
                 self._fire()
+            else:
+                # a notice that came while this held the Work (the completion thread
+                # left it then): the thread looks again now
+                _completions._poke()
             return self._future
         if not self._done:
             try:
@@ -906,8 +901,10 @@ class _Completions:
                 for w in pending:
                     if not w._notified(now) and w._notify:
                         look = _NOTIFY_BUSY  # its waiter held it: a notice may have been missed
-                with self._lock:
-                    self._pending = [w for w in self._pending if not w._done]
+                with self._lock:  # a notify Work stays until it has fired
+                    self._pending = [
+                        w for w in self._pending if not w._done or (w._notify and not w._done_event.is_set())
+                    ]
             except Exception as e:  # noqa: BLE001 (a thread must not die: say it once, go on)
                 if not reported:
                     reported = True
