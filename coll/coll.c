@@ -115,17 +115,28 @@ const char *weft_coll_send_source(weft_sched_t *s, const weft_coll_args_t *a, si
 /* Posts the call (req: its request), or with req == NULL runs it to its
  * end (a blocking call; one that times out is canceled before returning). */
 /* The buffers' memory type (a selection key): device memory when any of
- * them is. Costs one loader-counter read where no CUDA is loaded. */
+ * them is. A list of receive buffers is one memory type throughout (its
+ * blocks go where the algorithm for that type puts them). Costs one
+ * loader-counter read where no CUDA is loaded. */
 static int coll_memtype(weft_coll_args_t *a)
 {
     if (WEFT_LIKELY(!weft_cuda_possible())) return WEFT_SUCCESS;
-    const void *bufs[3] = {a->sendbuf == WEFT_IN_PLACE ? NULL : a->sendbuf, a->recvbuf,
-                           a->recvbufs ? a->recvbufs[0] : NULL};
-    for (int i = 0; i < 3; i++) {
-        weft_memtype_t mem;
-        int path, rc = weft_cuda_classify(bufs[i], 1, weft_coll_kind_name(a->kind),
-                                          i ? "receive buffer" : "send buffer", &mem, &path);
-        if (rc) return rc;
+    const char *fn = weft_coll_kind_name(a->kind);
+    const void *bufs[2] = {a->sendbuf == WEFT_IN_PLACE ? NULL : a->sendbuf, a->recvbuf};
+    weft_memtype_t mem;
+    int path, rc;
+    for (int i = 0; i < 2; i++) {
+        if ((rc = weft_cuda_classify(bufs[i], 1, fn, i ? "receive buffer" : "send buffer", &mem, &path))) return rc;
+        if (mem != WEFT_MEM_HOST) a->mem = mem;
+    }
+    if (!a->recvbufs || !a->count) return WEFT_SUCCESS;
+    weft_memtype_t first = WEFT_MEM_HOST;
+    for (int r = 0; r < a->comm->size; r++) {
+        if ((rc = weft_cuda_classify(a->recvbufs[r], 1, fn, "a receive buffer of the list", &mem, &path))) return rc;
+        if (r == 0) first = mem;
+        if (mem != first)
+            return weft_error(WEFT_ERR_ARG, "%s: receive buffers 0 and %d of the list are %s and %s memory: a list is "
+                              "one memory type", fn, r, weft_memtype_name(first), weft_memtype_name(mem));
         if (mem != WEFT_MEM_HOST) a->mem = mem;
     }
     return WEFT_SUCCESS;

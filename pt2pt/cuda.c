@@ -21,8 +21,8 @@ static int ucx_cuda; /* the UCX context carries CUDA memory */
 
 int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem, int *path)
 {
-    *path = WEFT_CUDA_HOST;
-    int rc = weft_cuda_memtype(buf, bytes, fn, what, mem);
+    int managed = 0, rc = weft_cuda_memtype(buf, bytes, fn, what, mem, &managed);
+    *path = managed ? WEFT_CUDA_MANAGED : WEFT_CUDA_HOST;
     if (rc || *mem != WEFT_MEM_CUDA) return rc;
     if (mode == MODE_OFF)
         return weft_error(WEFT_ERR_UNSUPPORTED, "%s: %s is device memory and WEFT_CUDA=off", fn, what);
@@ -402,7 +402,7 @@ int weft_cuda_ucx_device_now(void)
 int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem, int *path)
 {
     *path = WEFT_CUDA_HOST;
-    return weft_cuda_memtype(buf, bytes, fn, what, mem);
+    return weft_cuda_memtype(buf, bytes, fn, what, mem, NULL);
 }
 
 int weft_cuda_init(ucp_context_h ctx)

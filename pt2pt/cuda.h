@@ -22,8 +22,9 @@
 
 #include <ucp/api/ucp.h>
 
-/* How a buffer travels: host (as given), UCX's CUDA transports, staged. */
-enum { WEFT_CUDA_HOST = 0, WEFT_CUDA_UCX = 1, WEFT_CUDA_STAGED = 2 };
+/* How a buffer travels: host (as given), UCX's CUDA transports, staged;
+ * managed memory as given too, its memory type left to UCX to find. */
+enum { WEFT_CUDA_HOST = 0, WEFT_CUDA_UCX = 1, WEFT_CUDA_STAGED = 2, WEFT_CUDA_MANAGED = 3 };
 
 /* The device runtime (src/cuda/runtime.h): weft_cuda_possible(), the
  * fast test every message pays, the driver and memory types. */

@@ -109,7 +109,8 @@ static void memtype_param(ucp_request_param_t *param, ucs_memory_type_t type)
 
 /* A buffer in a process that may hold device memory (classify: a user's
  * buffer; else a collective schedule's host memory): the memory type for
- * UCX, which then need not ask the driver again, or the staging datatype
+ * UCX, which then need not ask the driver again (managed memory: UCX asks
+ * itself, it may treat it apart from host memory), or the staging datatype
  * (the message's "buffer" is then the stage). On failure the request is
  * released and the error returned. */
 static int device_param(weft_request_t *req, const void **buf, size_t bytes, int send, int classify,

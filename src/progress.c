@@ -95,7 +95,7 @@ static weft_request_t pt_waiter;        /* that wait's request (under the lock; 
 static _Atomic int pt_stuck;            /* the thread cannot advance device work (no CUDA context to make current) */
 static cpu_set_t pt_cpus;               /* the CPUs it runs on (weft_progress_thread_resolve; empty: any) */
 static char pt_where[64];               /* and in words, for the log */
-static int pt_spare;                    /* a CPU is spare for it (weft_progress_thread_resolve) */
+static int pt_spare;                    /* a CPU to itself (weft_progress_thread_resolve): it polls longer */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
 
 /* An application call holds the lock (and polls meanwhile): the thread
@@ -243,7 +243,9 @@ static void pt_dormant(void)
         double until = weft_wtime() + PT_SPIN_SPARE_S;
         for (unsigned n = 1; !pt_roused(); n++) {
             cpu_relax();
-            if (!(n & 255) && weft_wtime() >= until) break;
+            if (n & 255) continue;
+            if (weft_wtime() >= until) break;
+            sched_yield(); /* a thread of the CPU's that has work goes first */
         }
         if (pt_roused()) {
             uint64_t v;
@@ -602,7 +604,10 @@ void weft_progress_thread_resolve(int host_ranks)
                  CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     }
     int spare = allowed > sharing || CPU_COUNT(&pt_cpus) > 0;
-    pt_spare = spare;
+    /* Polling before its naps and sleeps: only where each rank's thread can
+     * have a CPU to itself (14 ranks bound apart on 16 CPUs leave 2 for 14
+     * threads: there it naps as soon as it did). */
+    pt_spare = allowed > sharing || unbound >= host_ranks;
     /* An unbound rank's thread is left to the scheduler. */
     if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
         weft_cfg.progress_thread = spare ? WEFT_PT_ON : WEFT_PT_OFF;

@@ -215,9 +215,11 @@ static int host_readable(const void *p)
     return 1;
 }
 
-int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem)
+int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem,
+                      int *managed_out)
 {
     *mem = WEFT_MEM_HOST;
+    if (managed_out) *managed_out = 0;
     if (!bytes || !buf || !weft_cuda_possible()) return WEFT_SUCCESS;
     unsigned type = 0;
     int managed = 0;
@@ -242,6 +244,7 @@ int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char 
         note_device_buffer(ctx);
         return WEFT_SUCCESS;
     }
+    if (managed_out) *managed_out = managed;
     /* Host memory, pinned or registered host memory, managed memory (the
      * CPU reaches it), or an address the driver does not know. */
     if (type == 0 && (!host_readable(buf) || !host_readable((const char *)buf + bytes - 1)))
@@ -886,9 +889,11 @@ static int driver_load(void)
     return driver_state;
 }
 
-int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem)
+int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem,
+                      int *managed)
 {
     *mem = WEFT_MEM_HOST;
+    if (managed) *managed = 0;
     unsigned type = 0;
     if (!bytes || !buf || !weft_cuda_possible()) return WEFT_SUCCESS;
     if (get_attribute(&type, 2, (unsigned long long)(uintptr_t)buf) == 0 && type == 2)

@@ -112,12 +112,14 @@ int weft_cuda_thread_ready(void);
  * loaded but unusable. */
 int weft_cuda_driver_state(void);
 
-/* *mem: WEFT_MEM_CUDA for device memory (not managed), else WEFT_MEM_HOST.
+/* *mem: WEFT_MEM_CUDA for device memory (not managed), else WEFT_MEM_HOST;
+ * *managed (where not NULL): 1 for managed memory (host to weft).
  * Errors (WEFT_ERR_ARG naming `fn` and `what`): a range past the end of its
  * device allocation, an address neither readable host memory nor device
  * memory the driver knows; WEFT_ERR_UNSUPPORTED: device memory in a build
  * without CUDA. */
-int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem);
+int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char *what, weft_memtype_t *mem,
+                      int *managed);
 
 /* A copy between any two buffers (device or host memory), done on return:
  * a collective schedule's local copy on device buffers. */
