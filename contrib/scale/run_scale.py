@@ -131,6 +131,24 @@ def status_kb(pid, field):
     return 0
 
 
+def real_ranks(ranks):
+    """The columns the real ranks' reports give: rank 1's memory (rank 0 may
+    serve the store), rank 0's heap, the slowest rank's communicator and
+    collective times, the most endpoints."""
+    other = next((o for o in ranks if o["rank"] != 0), ranks[0])
+    return {
+        "rank_kb": other["vmhwm_kb"],
+        "rank_heap": other["heap_init"],
+        "rank0_heap": next(o for o in ranks if o["rank"] == 0)["heap_init"],
+        "node_ms": 1e3 * max(o["node_comm_s"] for o in ranks),
+        "color_ms": 1e3 * max(o["split_color_s"] for o in ranks),
+        "color2_ms": 1e3 * max(o["split_color2_s"] for o in ranks),
+        "coll1_ms": 1e3 * max(o["coll1_s"] for o in ranks),
+        "coll2_ms": 1e3 * max(o["coll2_s"] for o in ranks),
+        "eps": max(o["eps_after"] for o in ranks),
+    }
+
+
 def run_pmix(args, n, env):
     """N real ranks under Open MPI's mpirun, whose PMIx server is the store:
     weft's PMIx bootstrap with addresses fetched on demand (direct modex)."""
@@ -175,7 +193,6 @@ def run_pmix(args, n, env):
         sys.stderr.write("N=%d: mpirun exited %s, %d of %d ranks reported\n%s"
                          % (n, p.returncode, len(ranks), n, err.read()[-2000:]))
         return None
-    other = next(o for o in ranks if o["rank"] == 1)
     init_s = max(o["t_init"] for o in ranks)
     at = next((x for x in samples if x[0] >= init_s), samples[-1] if samples else (0, 0, 0))
     return {
@@ -187,17 +204,9 @@ def run_pmix(args, n, env):
         "peak_conns": n,
         "store_cpu_s": at[2],
         "rank0_kb": hwm,
-        "rank_kb": other["vmhwm_kb"],
-        "rank_heap": other["heap_init"],
-        "rank0_heap": next(o for o in ranks if o["rank"] == 0)["heap_init"],
-        "node_ms": 1e3 * max(o["node_comm_s"] for o in ranks),
-        "color_ms": 1e3 * max(o["split_color_s"] for o in ranks),
-        "color2_ms": 1e3 * max(o["split_color2_s"] for o in ranks),
-        "coll1_ms": 1e3 * max(o["coll1_s"] for o in ranks),
-        "coll2_ms": 1e3 * max(o["coll2_s"] for o in ranks),
-        "eps": max(o["eps_after"] for o in ranks),
         "fetch_s": 0.0,
         "fetch_bytes": 0,
+        **real_ranks(ranks),
     }
 
 
@@ -348,15 +357,7 @@ def run_one(args, n):
     row = {
         "n": n,
         "init_s": max(inits),
-        "rank_kb": other["vmhwm_kb"],
-        "rank_heap": other["heap_init"],
-        "rank0_heap": r0["heap_init"],
-        "node_ms": 1e3 * max(o["node_comm_s"] for o in ranks),
-        "color_ms": 1e3 * max(o["split_color_s"] for o in ranks),
-        "color2_ms": 1e3 * max(o["split_color2_s"] for o in ranks),
-        "coll1_ms": 1e3 * max(o["coll1_s"] for o in ranks),
-        "coll2_ms": 1e3 * max(o["coll2_s"] for o in ranks),
-        "eps": max(o["eps_after"] for o in ranks),
+        **real_ranks(ranks),
         "sim_cpu_s": sum(s["cpu_s"] for s in sims),
         "sim_kb": max([s["maxrss_kb"] for s in sims] or [0]),
         "sim_bytes_in": sum(s["bytes_in"] for s in sims),
