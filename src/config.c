@@ -63,6 +63,12 @@ static const weft_var_t vars[] = {
      "spare (a hyperthread or core beyond the ranks that share them) or, for ranks bound apart, where the "
      "machine has CPUs no rank is bound to (the thread runs outside the rank's binding), off keeps every wait on the caller's polling",
      FIELD(progress_thread_text), sizeof(weft_cfg.progress_thread_text)},
+    {"WEFT_PROGRESS_SPIN_US", WEFT_VAR_INT_AUTO, "auto",
+     "microseconds the progress thread keeps polling without news before it naps (while a shared-memory "
+     "operation is pending) or sleeps until new work (after the last one completed); auto: "
+     STR(WEFT_PROGRESS_SPIN_US_SPARE) " where each rank's thread has a CPU to itself, 0 elsewhere (weft_info shows "
+     "which is in effect)",
+     FIELD(progress_spin_us), 0},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),
      sizeof(weft_cfg.host_id)},

@@ -95,7 +95,7 @@ static weft_request_t pt_waiter;        /* that wait's request (under the lock; 
 static _Atomic int pt_stuck;            /* the thread cannot advance device work (no CUDA context to make current) */
 static cpu_set_t pt_cpus;               /* the CPUs it runs on (weft_progress_thread_resolve; empty: any) */
 static char pt_where[64];               /* and in words, for the log */
-static int pt_spare;                    /* a CPU to itself (weft_progress_thread_resolve): it polls longer */
+static double pt_spin_s;                /* WEFT_PROGRESS_SPIN_US in seconds (weft_progress_thread_resolve) */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
 
 /* An application call holds the lock (and polls meanwhile): the thread
@@ -111,13 +111,13 @@ static _Atomic unsigned long pt_passes; /* passes it made holding the lock (test
 #define PT_SPIN_PASSES  64
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
-/* A thread with a CPU to spare (weft_progress_thread_resolve) keeps
- * passing, yielding, this long without news before its first nap (a
- * shared-memory collective's flags come microseconds apart, and a nap
- * between two of them stretches every member's step), and watches for
- * new work this long before it sleeps dormant (the next operation of a
- * loop then starts at once, not after a wake-up through the scheduler). */
-#define PT_SPIN_SPARE_S 200e-6
+/* WEFT_PROGRESS_SPIN_US (pt_spin_s; by default only where the thread has
+ * a CPU to itself): the thread keeps passing, yielding, this long without
+ * news before its first nap (a shared-memory collective's flags come
+ * microseconds apart, and a nap between two of them stretches every
+ * member's step), and watches for new work this long before it sleeps
+ * dormant (the next operation of a loop then starts at once, not after a
+ * wake-up through the scheduler). */
 /* While anything is pending the thread looks at the liveness record this
  * often, asleep or not: a receive from a rank that died, or a collective
  * with a lost member, fails without anyone waiting for it. */
@@ -239,8 +239,8 @@ static int pt_roused(void)
  * then writes the kick descriptor) or the thread is stopped. */
 static void pt_dormant(void)
 {
-    if (pt_spare) {
-        double until = weft_wtime() + PT_SPIN_SPARE_S;
+    if (pt_spin_s > 0) {
+        double until = weft_wtime() + pt_spin_s;
         for (unsigned n = 1; !pt_roused(); n++) {
             cpu_relax();
             if (n & 255) continue;
@@ -352,7 +352,7 @@ static void *pt_main(void *arg)
             efd = -1; /* the transport cannot arm: poll from now on */
         }
         if (news_at == 0) news_at = now;
-        if (spins < PT_SPIN_PASSES || (pt_spare && now - news_at < PT_SPIN_SPARE_S)) {
+        if (spins < PT_SPIN_PASSES || now - news_at < pt_spin_s) {
             pt_unlock();
             spins++;
             sched_yield();
@@ -445,13 +445,15 @@ WEFT_API int weft_progress_info(char *buf, size_t len)
     WEFT_CHECK_INIT("weft_progress_info");
     if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_progress_info: NULL or empty buffer");
     int shared = weft_g.cpu_sharers > weft_g.cpus_shared;
-    const char *set = getenv("WEFT_WAIT_SPIN_US");
+    const char *set = getenv("WEFT_WAIT_SPIN_US"), *spin_set = getenv("WEFT_PROGRESS_SPIN_US");
     int n = snprintf(buf, len,
                      "poll %d us without news, then sleep (WEFT_WAIT_SPIN_US=%s); %d rank%s on this rank's %d CPU%s%s; "
-                     "yield after %d empty polls; progress thread %s",
+                     "yield after %d empty polls; progress thread %s, polling %d us without news "
+                     "(WEFT_PROGRESS_SPIN_US=%s)",
                      weft_cfg.wait_spin_us, set ? set : "auto", weft_g.cpu_sharers, weft_g.cpu_sharers == 1 ? "" : "s",
                      weft_g.cpus_shared, weft_g.cpus_shared == 1 ? "" : "s", shared ? " (oversubscribed)" : "",
-                     weft_cfg.spin_before_yield, pt_running ? "on" : "off");
+                     weft_cfg.spin_before_yield, pt_running ? "on" : "off", weft_cfg.progress_spin_us,
+                     spin_set ? spin_set : "auto");
     if (n < 0 || (size_t)n >= len)
         return weft_error(WEFT_ERR_TRUNCATE, "weft_progress_info: %d bytes do not fit in %zu", n, len);
     return WEFT_SUCCESS;
@@ -604,10 +606,12 @@ void weft_progress_thread_resolve(int host_ranks)
                  CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     }
     int spare = allowed > sharing || CPU_COUNT(&pt_cpus) > 0;
-    /* Polling before its naps and sleeps: only where each rank's thread can
-     * have a CPU to itself (14 ranks bound apart on 16 CPUs leave 2 for 14
-     * threads: there it naps as soon as it did). */
-    pt_spare = allowed > sharing || unbound >= host_ranks;
+    /* Polling before its naps and sleeps: by default only where each rank's
+     * thread can have a CPU to itself (14 ranks bound apart on 16 CPUs leave
+     * 2 for 14 threads: there it naps at once). */
+    if (weft_cfg.progress_spin_us < 0)
+        weft_cfg.progress_spin_us = allowed > sharing || unbound >= host_ranks ? WEFT_PROGRESS_SPIN_US_SPARE : 0;
+    pt_spin_s = weft_cfg.progress_spin_us * 1e-6;
     /* An unbound rank's thread is left to the scheduler. */
     if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
         weft_cfg.progress_thread = spare ? WEFT_PT_ON : WEFT_PT_OFF;

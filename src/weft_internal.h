@@ -85,6 +85,9 @@ enum { WEFT_PT_AUTO = -1, WEFT_PT_OFF = 0, WEFT_PT_ON = 1 };
  * machine's ranks share its CPUs (docs/PERFORMANCE.md section 5). */
 #define WEFT_WAIT_SPIN_US_DEDICATED 1000
 #define WEFT_WAIT_SPIN_US_SHARED    50
+/* WEFT_PROGRESS_SPIN_US=auto where each rank's progress thread has a CPU
+ * to itself (its rule's measurement: docs/PERFORMANCE.md section 7b). */
+#define WEFT_PROGRESS_SPIN_US_SPARE 200
 typedef struct weft_config {
     char bootstrap[16];    /* auto | pmix | env | single */
     double timeout;        /* default wait deadline, seconds; 0 = none */
@@ -98,6 +101,7 @@ typedef struct weft_config {
     char progress_thread_text[16]; /* WEFT_PROGRESS_THREAD as given */
     int progress_thread;           /* WEFT_PT_AUTO (resolved at init to on or off), WEFT_PT_OFF or WEFT_PT_ON */
     int progress_poll_us;          /* the thread's longest sleep between polls of work that raises no events */
+    int progress_spin_us;          /* WEFT_PROGRESS_SPIN_US: the thread's polling without news before a nap or sleep */
     char host_id[128];             /* overrides the host identity ("" = hostname + boot id) */
     char node_id[32];              /* this rank's explicit node id ("" = from the host id) */
     int ranks_per_node;            /* simulated nodes of this many ranks (0 = off) */
