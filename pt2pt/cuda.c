@@ -390,6 +390,11 @@ void weft_cuda_describe(char *buf, size_t len)
                                             : "not loaded by this process");
 }
 
+int weft_cuda_ucx_carries(void)
+{
+    return ucx_cuda;
+}
+
 int weft_cuda_ucx_device_now(void)
 {
     CUcontext c = NULL;
@@ -418,6 +423,11 @@ void weft_cuda_finalize(void)
 }
 
 int weft_cuda_ucx_device_now(void)
+{
+    return 0;
+}
+
+int weft_cuda_ucx_carries(void)
 {
     return 0;
 }

@@ -45,6 +45,10 @@ void weft_cuda_finalize(void);
  * on the calling thread (weft_p2p_init's test for making its first
  * endpoint at once). */
 int weft_cuda_ucx_device_now(void);
+/* 1 when the UCX context carries CUDA memory (its transports move device
+ * buffers themselves: cuda_ipc, GPUDirect RDMA): a property of the UCX in
+ * use and its configuration, alike on every rank that runs it alike. */
+int weft_cuda_ucx_carries(void);
 
 /* Staged path: a staging state for a device buffer, handed to UCX as the
  * buffer of a message of weft_cuda_stage_dt (count: bytes). */

@@ -99,6 +99,7 @@ typedef enum weft_gpu_kernel {
     WEFT_GPU_K_RING_REDUCE_SCATTER,
     WEFT_GPU_K_RING_ALLREDUCE,
     WEFT_GPU_K_LL_REDUCE,
+    WEFT_GPU_K_LOCAL_REDUCE,
     WEFT_GPU_KERNELS
 } weft_gpu_kernel_t;
 

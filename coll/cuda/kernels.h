@@ -349,4 +349,17 @@ typedef struct weft_ck_ll_args {
     size_t slot;                        /* weft_ck_ll_slot(nranks) */
 } weft_ck_ll_args_t;
 
+/* weft_ck_local_reduce (a grid-stride kernel, any grid): out[i] = a[i] op
+ * b[i] for i < count, in that order (a first), on one GPU: the local step
+ * of the host-driven algorithms whose messages UCX moves in device memory
+ * (coll/cuda/allreduce_direct.c). fin_n: the count an average's result
+ * step divides by (1 before the last step: a plain sum). out may be a. */
+typedef struct weft_ck_local_args {
+    const void *a, *b;
+    void *out;
+    size_t count; /* elements */
+    int op;       /* weft_op_t */
+    int fin_n;
+} weft_ck_local_args_t;
+
 #endif

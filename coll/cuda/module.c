@@ -54,6 +54,7 @@ static const char *const kernel_names[WEFT_GPU_KERNELS] = {
     [WEFT_GPU_K_RING_REDUCE_SCATTER] = "weft_ck_ring_reduce_scatter",
     [WEFT_GPU_K_RING_ALLREDUCE] = "weft_ck_ring_allreduce",
     [WEFT_GPU_K_LL_REDUCE] = "weft_ck_ll_reduce",
+    [WEFT_GPU_K_LOCAL_REDUCE] = "weft_ck_local_reduce",
 };
 
 enum { MAX_CTX = 16 };
