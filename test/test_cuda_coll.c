@@ -1456,7 +1456,8 @@ Test(cuda_coll, across_two_simulated_nodes_of_1, .timeout = 600)
  * reduces them) wherever hier_rail does not take the call: the rail step of the large calls, the whole
  * communicator for the small ones; where the UCX in use carries no CUDA memory it declines and the default
  * selection runs. */
-#define DIRECT_RAIL "WEFT_COLL_TUNE=allreduce:64k-inf:nodes=multi:mem=cuda:hier_rail,allreduce:nodes=multi:mem=cuda:direct"
+#define DIRECT_RAIL                                                                                                    \
+    "WEFT_COLL_TUNE=allreduce:64k-inf:nodes=multi:mem=cuda:hier_rail,allreduce:nodes=multi:mem=cuda:direct"
 Test(cuda_coll, across_two_simulated_nodes_of_2_direct, .timeout = 600)
 {
     run2(4, body_across_nodes, "WEFT_RANKS_PER_NODE=2", DIRECT_RAIL);
@@ -1567,9 +1568,9 @@ static int body_mixed_ways(int rank, int size, void *arg)
         TH_CHECK(!gpu_memset32_async(din, (unsigned)(rank + 1 + k), n * (size_t)size, st), "memset on the stream");
         int rc = k == 0   ? weft_allreduce_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st, NULL)
                  : k == 1 ? weft_allgather_on_stream(din, dout, (int64_t)n, WEFT_INT32, w, st, NULL)
-                 : k == 2 ? weft_reduce_scatter_block_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st,
-                                                                NULL)
-                          : weft_bcast_on_stream(din, (int64_t)n, WEFT_INT32, size - 1, w, st, NULL);
+                 : k == 2
+                     ? weft_reduce_scatter_block_on_stream(din, dout, (int64_t)n, WEFT_INT32, WEFT_SUM, w, st, NULL)
+                     : weft_bcast_on_stream(din, (int64_t)n, WEFT_INT32, size - 1, w, st, NULL);
         TH_CHECK(rc == 0, "call %d: %s", k, weft_last_error());
         if (hold) {
             TH_CHECK(gpu_stream_busy(st) == 1, "call %d returned and the stream is no longer held", k);

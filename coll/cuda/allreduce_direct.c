@@ -64,10 +64,16 @@ static void release(void *arg)
 {
     direct_t *d = arg;
     CUcontext popped;
+    /* Messages of a failed schedule still in flight may yet land in the scratch block: it is dropped, not reused
+     * or freed (a leak only after a failure). */
+    int adrift = weft_sched_adrift() > 0;
+    if (d->tmp && !d->tmp_own) {
+        if (adrift) scratch.p = 0, scratch.bytes = 0;
+        scratch.busy = 0;
+    }
     if (weft_cu.ctx_push(d->ctx) != CUDA_SUCCESS) return;
     if (d->ev) weft_cu.event_destroy(d->ev);
-    if (d->tmp_own && d->tmp) weft_cu.mem_free(d->tmp);
-    else if (d->tmp) scratch.busy = 0;
+    if (d->tmp_own && d->tmp && !adrift) weft_cu.mem_free(d->tmp);
     weft_cu.ctx_pop(&popped);
 }
 
@@ -78,7 +84,8 @@ static int acquire(direct_t *d, size_t bytes)
     int i;
     for (i = 0; i < MAX_STREAMS && streams[i].ctx && streams[i].ctx != d->ctx; i++) {
     }
-    if (i == MAX_STREAMS) return weft_coll_decline("allreduce direct: more than %d CUDA contexts", MAX_STREAMS);
+    if (i == MAX_STREAMS)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "allreduce direct: more than %d CUDA contexts", MAX_STREAMS);
     if (!streams[i].ctx) {
         if ((r = weft_cu.stream_create(&streams[i].stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
             return cu_fail(r, "creating its stream");
@@ -214,7 +221,7 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     char *out = a->recvbuf;
     /* block b: elements [off(b), off(b) + cnt(b)) */
 #define CNT(b) (base + ((size_t)(b) < extra ? 1 : 0))
-#define OFF(b) ((size_t)(b) * base + ((size_t)(b) < extra ? (size_t)(b) : extra))
+#define OFF(b) ((size_t)(b)*base + ((size_t)(b) < extra ? (size_t)(b) : extra))
     if (in && (rc = weft_sched_copy(s, out, in, a->count * es))) return rc;
     if (n == 1) return WEFT_SUCCESS;
     if ((rc = weft_sched_end_round(s))) return rc;

@@ -4,7 +4,8 @@
  * every type. The reduction loop is the slot protocol's (reduce.cuh). */
 #include "coll/cuda/kernels/reduce.cuh"
 
-namespace {
+namespace
+{
 
 /* a and b as the loop's first two sources (the others repeat a: never read with nsrc 2). */
 __device__ __forceinline__ void local_sources(const weft_ck_local_args_t &a, const char *(&base)[MAXR])
@@ -29,15 +30,15 @@ template <class Op> __device__ __noinline__ void local_run_call(const weft_ck_lo
 } // namespace
 
 #define WEFT_CK_LOCAL_TYPE(t, ...)                                                                                     \
-    extern "C" __global__ void weft_ck_local_reduce_##t(weft_ck_local_args_t a)                                       \
+    extern "C" __global__ void weft_ck_local_reduce_##t(weft_ck_local_args_t a)                                        \
     {                                                                                                                  \
         stream_order();                                                                                                \
-        ck_each_op<ck_type_##t>(a.op, [&](auto o) { local_run_call<typename decltype(o)::type>(a); });                \
+        ck_each_op<ck_type_##t>(a.op, [&](auto o) { local_run_call<typename decltype(o)::type>(a); });                 \
     }
 WEFT_CK_INSTANTIATE_TYPES(WEFT_CK_LOCAL_TYPE)
 
 #define WEFT_CK_LOCAL(t, o)                                                                                            \
-    extern "C" __global__ void weft_ck_local_reduce_##t##_##o(weft_ck_local_args_t a)                                 \
+    extern "C" __global__ void weft_ck_local_reduce_##t##_##o(weft_ck_local_args_t a)                                  \
     {                                                                                                                  \
         stream_order();                                                                                                \
         local_run<ck_op_##o<ck_type_##t>>(a);                                                                          \
