@@ -424,6 +424,34 @@ t = torch.ones(1)
 dist.all_reduce(t, group=warm)
 check("warm group", t, torch.ones(1) * n)
 
+# a wait() on one thread racing get_future() on another (the Work changes how it completes
+# under the first): every Future completes, with the right value, and no wait hangs
+race_errs = []
+for i in range(100):
+    x = torch.full((4,), float(rank + i))
+    w = dist.all_reduce(x, async_op=True)
+    waiter = threading.Thread(target=w.wait, name="race-waiter")
+    waiter.start()
+    f = w.get_future()
+    waiter.join(20)
+    if waiter.is_alive():
+        race_errs.append(f"race {i}: wait() did not return in 20 s")
+        break
+    t0 = time.monotonic()
+    while not f.done() and time.monotonic() - t0 < 20:
+        time.sleep(0.001)
+    if not f.done():
+        race_errs.append(f"race {i}: the Future did not complete in 20 s after the wait returned")
+        break
+    want = float(sum(r + i for r in range(n)))
+    if f.value()[0].tolist() != [want] * 4:
+        race_errs.append(f"race {i}: {f.value()[0].tolist()} != {[want] * 4}")
+        break
+failures.extend(race_errs)
+if rank == 0:
+    print(f"futures: wait() racing get_future(), 100 async all_reduce, "
+          f"{'ok' if not race_errs else 'FAILED'}", flush=True)
+
 # issue 39: what torch's own distributed tests found
 # - a tensor that requires grad (DLPack refuses to export it: the backend detaches)
 x = base().requires_grad_()
