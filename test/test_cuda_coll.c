@@ -1452,12 +1452,13 @@ Test(cuda_coll, across_two_simulated_nodes_of_1, .timeout = 600)
     run(2, body_across_nodes, "WEFT_RANKS_PER_NODE=1");
 }
 
-/* The same with allreduce's messages in device memory (coll/cuda's direct ring: UCX moves the blocks, the GPU
- * reduces them) wherever hier_rail does not take the call: the rail step of the large calls, the whole
- * communicator for the small ones; where the UCX in use carries no CUDA memory it declines and the default
- * selection runs. */
+/* The same with allreduce's and reduce_scatter's messages in device memory (coll/cuda's direct rings: UCX moves
+ * the blocks, the GPU reduces them) wherever hier_rail does not take the call: the rail step of the large
+ * allreduces, the whole communicator otherwise; where the UCX in use carries no CUDA memory they decline and the
+ * default selection runs. */
 #define DIRECT_RAIL                                                                                                    \
-    "WEFT_COLL_TUNE=allreduce:64k-inf:nodes=multi:mem=cuda:hier_rail,allreduce:nodes=multi:mem=cuda:direct"
+    "WEFT_COLL_TUNE=allreduce:64k-inf:nodes=multi:mem=cuda:hier_rail,allreduce:nodes=multi:mem=cuda:direct,"           \
+    "reduce_scatter:nodes=multi:mem=cuda:direct,reduce_scatter_block:nodes=multi:mem=cuda:direct"
 Test(cuda_coll, across_two_simulated_nodes_of_2_direct, .timeout = 600)
 {
     run2(4, body_across_nodes, "WEFT_RANKS_PER_NODE=2", DIRECT_RAIL);

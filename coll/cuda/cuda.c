@@ -90,8 +90,9 @@ extern const weft_gpu_alg_t weft_gpu_barrier_flags, weft_gpu_bcast_ll, weft_gpu_
 extern const weft_coll_alg_t weft_alg_barrier_staged, weft_alg_bcast_staged, weft_alg_reduce_staged,
     weft_alg_allreduce_staged, weft_alg_allgather_staged, weft_alg_reduce_scatter_staged,
     weft_alg_reduce_scatter_block_staged, weft_alg_alltoall_staged;
-/* allreduce_direct.c: across nodes with the messages in device memory (UCX's CUDA transports). */
-extern const weft_coll_alg_t weft_alg_allreduce_direct;
+/* allreduce_direct.c, reduce_scatter_direct.c: across nodes with the messages in device memory (direct.c). */
+extern const weft_coll_alg_t weft_alg_allreduce_direct, weft_alg_reduce_scatter_direct,
+    weft_alg_reduce_scatter_block_direct;
 
 /* The kernel algorithms, each collective's in the order rules.conf tries them, then the staged ones. */
 static const weft_coll_alg_t *const algorithms[] = {
@@ -140,6 +141,8 @@ static const weft_coll_alg_t *const algorithms[] = {
     &weft_gpu_alltoall_one_shot.alg,
 
     &weft_alg_allreduce_direct,
+    &weft_alg_reduce_scatter_direct,
+    &weft_alg_reduce_scatter_block_direct,
 
     &weft_alg_barrier_staged,
     &weft_alg_bcast_staged,

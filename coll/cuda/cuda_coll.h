@@ -273,6 +273,21 @@ int weft_gpu_shared(const weft_coll_args_t *a);
 void weft_gpu_state_release(weft_comm_t comm, void *state);
 int weft_gpu_broken(const weft_gpu_state_t *st);
 
+/* ---- direct.c: rings whose messages UCX moves in device memory ---------------------------------------- */
+typedef struct weft_gpu_direct weft_gpu_direct_t;
+/* A direct algorithm's checks (declines: not device buffers, a UCX that carries no CUDA memory, no kernels, an
+ * average, an op or type of no kernel, buffers of no context or of two) and setup on s: the buffers' context, the
+ * kernels, a stream of weft's own, the call's event, `bytes` of device scratch; released when s ends. in: the
+ * input where it is not the output (checked to be the output's context). s is marked device-aware. */
+int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char *name, const void *in, size_t bytes,
+                         weft_gpu_direct_t **out);
+char *weft_gpu_direct_scratch(const weft_gpu_direct_t *d);
+/* A reduce-scatter ring over the schedule's communicator, n - 1 rounds: block b of the input `in` is cnt[b]
+ * elements at element off[b]; this rank's block (me) reduced over every rank lands in `mine`. Needs 2 x the
+ * largest block of scratch. */
+int weft_gpu_direct_reduce_scatter(weft_sched_t *s, weft_gpu_direct_t *d, const char *in, char *mine, const size_t *off,
+                                   const size_t *cnt);
+
 /* ---- window.c ------------------------------------------------------------------------------------------ */
 /* The window of this rank's that holds [p, p + bytes), and p's offset in it (NULL: none). */
 const weft_gpu_window_t *weft_gpu_window_of(const weft_gpu_state_t *st, const char *p, size_t bytes, size_t *off);
