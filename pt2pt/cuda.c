@@ -10,12 +10,12 @@ ucp_datatype_t weft_cuda_stage_dt;
 
 /* ---- the mode ---------------------------------------------------------------- */
 
+#ifdef WEFT_HAVE_CUDA
+#include <cuda.h>
+
 enum { MODE_AUTO, MODE_UCX, MODE_STAGED, MODE_OFF };
 static int mode;
 static int ucx_cuda; /* the UCX context carries CUDA memory */
-
-#ifdef WEFT_HAVE_CUDA
-#include <cuda.h>
 
 /* ---- classification ------------------------------------------------------------ */
 
