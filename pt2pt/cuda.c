@@ -383,8 +383,11 @@ void weft_cuda_describe(char *buf, size_t len)
                           : "staged through pinned host chunks (the UCX in use carries no CUDA memory)";
     snprintf(buf, len,
              "UCX carries host%s; device buffers: %s; collectives on device buffers that no GPU kernel takes "
-             "(across nodes): host copies in pinned blocks a pool keeps for the next call; libcuda %s",
+             "(across nodes): host copies in pinned blocks a pool keeps for the next call%s; libcuda %s",
              ucx_cuda ? " cuda" : "", how,
+             ucx_cuda ? " (allreduce and reduce_scatter can keep them on the GPU: coll/cuda's direct rings, "
+                        "selected by WEFT_COLL_TUNE)"
+                      : "",
              weft_cuda_driver_state() > 0   ? "loaded"
              : weft_cuda_driver_state() < 0 ? "loaded but unusable"
                                             : "not loaded by this process");
