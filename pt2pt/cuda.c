@@ -385,8 +385,8 @@ void weft_cuda_describe(char *buf, size_t len)
              "UCX carries host%s; device buffers: %s; collectives on device buffers that no GPU kernel takes "
              "(across nodes): host copies in pinned blocks a pool keeps for the next call%s; libcuda %s",
              ucx_cuda ? " cuda" : "", how,
-             ucx_cuda ? " (allreduce and reduce_scatter can keep them on the GPU: coll/cuda's direct rings, "
-                        "selected by WEFT_COLL_TUNE)"
+             ucx_cuda ? ", but allreduce from 64 KiB and reduce_scatter from 128 KiB stay on the GPU (coll/cuda's "
+                        "direct rings: UCX moves the blocks)"
                       : "",
              weft_cuda_driver_state() > 0   ? "loaded"
              : weft_cuda_driver_state() < 0 ? "loaded but unusable"

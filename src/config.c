@@ -61,13 +61,14 @@ static const weft_var_t vars[] = {
      "rendezvous messages, stream-ordered host steps, Python futures) while the application computes, sleeping "
      "on UCX's event fd when nothing it can advance is pending; auto starts it where this rank's CPUs leave one "
      "spare (a hyperthread or core beyond the ranks that share them) or, for ranks bound apart, where the "
-     "machine has CPUs no rank is bound to (the thread runs outside the rank's binding), off keeps every wait on the caller's polling",
+     "machine has CPUs no rank is bound to (the thread runs outside the rank's binding), off keeps every wait on the "
+     "caller's polling",
      FIELD(progress_thread_text), sizeof(weft_cfg.progress_thread_text)},
-    {"WEFT_PROGRESS_SPIN_US", WEFT_VAR_INT_AUTO, "auto",
+    {"WEFT_PROGRESS_SPIN_US", WEFT_VAR_INT, "0",
      "microseconds the progress thread keeps polling without news before it naps (while a shared-memory "
-     "operation is pending) or sleeps until new work (after the last one completed); auto: "
-     STR(WEFT_PROGRESS_SPIN_US_SPARE) " where each rank's thread has a CPU to itself, 0 elsewhere (weft_info shows "
-     "which is in effect)",
+     "operation is pending) or sleeps until new work (after the last one completed); 0: at once. 200 raised "
+     "iallreduce overlap at 256 KiB - 1 MiB but made a small blocking allreduce 1.07-1.11x slower (8 ranks, "
+     "16-core host; docs/PERFORMANCE.md section 7b); worth it only where the thread has a CPU to itself",
      FIELD(progress_spin_us), 0},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),

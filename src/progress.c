@@ -111,8 +111,8 @@ static _Atomic unsigned long pt_passes; /* passes it made holding the lock (test
 #define PT_SPIN_PASSES  64
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
-/* WEFT_PROGRESS_SPIN_US (pt_spin_s; by default only where the thread has
- * a CPU to itself): the thread keeps passing, yielding, this long without
+/* WEFT_PROGRESS_SPIN_US (pt_spin_s; 0 by default): the thread keeps
+ * passing, yielding, this long without
  * news before its first nap (a shared-memory collective's flags come
  * microseconds apart, and a nap between two of them stretches every
  * member's step), and watches for new work this long before it sleeps
@@ -445,15 +445,14 @@ WEFT_API int weft_progress_info(char *buf, size_t len)
     WEFT_CHECK_INIT("weft_progress_info");
     if (!buf || len == 0) return weft_error(WEFT_ERR_ARG, "weft_progress_info: NULL or empty buffer");
     int shared = weft_g.cpu_sharers > weft_g.cpus_shared;
-    const char *set = getenv("WEFT_WAIT_SPIN_US"), *spin_set = getenv("WEFT_PROGRESS_SPIN_US");
+    const char *set = getenv("WEFT_WAIT_SPIN_US");
     int n = snprintf(buf, len,
                      "poll %d us without news, then sleep (WEFT_WAIT_SPIN_US=%s); %d rank%s on this rank's %d CPU%s%s; "
                      "yield after %d empty polls; progress thread %s, polling %d us without news "
-                     "(WEFT_PROGRESS_SPIN_US=%s)",
+                     "(WEFT_PROGRESS_SPIN_US)",
                      weft_cfg.wait_spin_us, set ? set : "auto", weft_g.cpu_sharers, weft_g.cpu_sharers == 1 ? "" : "s",
                      weft_g.cpus_shared, weft_g.cpus_shared == 1 ? "" : "s", shared ? " (oversubscribed)" : "",
-                     weft_cfg.spin_before_yield, pt_running ? "on" : "off", weft_cfg.progress_spin_us,
-                     spin_set ? spin_set : "auto");
+                     weft_cfg.spin_before_yield, pt_running ? "on" : "off", weft_cfg.progress_spin_us);
     if (n < 0 || (size_t)n >= len)
         return weft_error(WEFT_ERR_TRUNCATE, "weft_progress_info: %d bytes do not fit in %zu", n, len);
     return WEFT_SUCCESS;
@@ -606,12 +605,7 @@ void weft_progress_thread_resolve(int host_ranks)
                  CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     }
     int spare = allowed > sharing || CPU_COUNT(&pt_cpus) > 0;
-    /* Polling before its naps and sleeps: by default only where each rank's
-     * thread can have a CPU to itself (14 ranks bound apart on 16 CPUs leave
-     * 2 for 14 threads: there it naps at once). */
-    if (weft_cfg.progress_spin_us < 0)
-        weft_cfg.progress_spin_us = allowed > sharing || unbound >= host_ranks ? WEFT_PROGRESS_SPIN_US_SPARE : 0;
-    pt_spin_s = weft_cfg.progress_spin_us * 1e-6;
+    pt_spin_s = weft_cfg.progress_spin_us * 1e-6; /* its polling before naps and sleeps (WEFT_PROGRESS_SPIN_US) */
     /* An unbound rank's thread is left to the scheduler. */
     if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
         weft_cfg.progress_thread = spare ? WEFT_PT_ON : WEFT_PT_OFF;

@@ -85,9 +85,6 @@ enum { WEFT_PT_AUTO = -1, WEFT_PT_OFF = 0, WEFT_PT_ON = 1 };
  * machine's ranks share its CPUs (docs/PERFORMANCE.md section 5). */
 #define WEFT_WAIT_SPIN_US_DEDICATED 1000
 #define WEFT_WAIT_SPIN_US_SHARED    50
-/* WEFT_PROGRESS_SPIN_US=auto where each rank's progress thread has a CPU
- * to itself. */
-#define WEFT_PROGRESS_SPIN_US_SPARE 200
 typedef struct weft_config {
     char bootstrap[16];    /* auto | pmix | env | single */
     double timeout;        /* default wait deadline, seconds; 0 = none */
