@@ -112,12 +112,11 @@ static _Atomic unsigned long pt_passes; /* passes it made holding the lock (test
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
 /* WEFT_PROGRESS_SPIN_US (pt_spin_s; 0 by default): the thread keeps
- * passing, yielding, this long without
- * news before its first nap (a shared-memory collective's flags come
- * microseconds apart, and a nap between two of them stretches every
- * member's step), and watches for new work this long before it sleeps
- * dormant (the next operation of a loop then starts at once, not after a
- * wake-up through the scheduler). */
+ * passing, yielding, this long without news before its first nap (a
+ * shared-memory collective's flags come microseconds apart, and a nap
+ * between two of them stretches every member's step), and watches for
+ * new work this long before it sleeps dormant (the next operation of a
+ * loop then starts at once, not after a wake-up through the scheduler). */
 /* While anything is pending the thread looks at the liveness record this
  * often, asleep or not: a receive from a rank that died, or a collective
  * with a lost member, fails without anyone waiting for it. */

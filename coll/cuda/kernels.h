@@ -36,10 +36,9 @@
  * keep the build in minutes. X(name, ...) for each, with the arguments
  * after X. */
 #define WEFT_CK_DTYPES(X, ...)                                                                                         \
-    X(i8, __VA_ARGS__)                                                                                                 \
-    X(u8, __VA_ARGS__) X(i16, __VA_ARGS__) X(u16, __VA_ARGS__) X(i32, __VA_ARGS__) X(u32, __VA_ARGS__)                 \
-        X(i64, __VA_ARGS__) X(u64, __VA_ARGS__) X(f16, __VA_ARGS__) X(bf16, __VA_ARGS__) X(f32, __VA_ARGS__)           \
-            X(f64, __VA_ARGS__)
+    X(i8, __VA_ARGS__) X(u8, __VA_ARGS__) X(i16, __VA_ARGS__) X(u16, __VA_ARGS__) X(i32, __VA_ARGS__)                  \
+    X(u32, __VA_ARGS__) X(i64, __VA_ARGS__) X(u64, __VA_ARGS__) X(f16, __VA_ARGS__) X(bf16, __VA_ARGS__)               \
+    X(f32, __VA_ARGS__) X(f64, __VA_ARGS__)
 #define WEFT_CK_OPS(X, ...)                                                                                            \
     X(sum, __VA_ARGS__) X(prod, __VA_ARGS__) X(min, __VA_ARGS__) X(max, __VA_ARGS__) X(avg, __VA_ARGS__)
 /* The hot pairs, X(type, op): gradients' sums and averages. */
@@ -47,20 +46,20 @@
 /* Bytes before the slots: the flags (128 KiB), then the LL area
  * (WEFT_CK_LL_OFF: 2 parities x n senders x weft_ck_ll_slot(n) bytes of
  * 16-byte lines on n ranks; see weft_ck_ll_args). */
-#define WEFT_CK_LL_OFF  131072
+#define WEFT_CK_LL_OFF 131072
 #define WEFT_CK_LL_AREA (16u << 20)
-#define WEFT_CK_HDR     (WEFT_CK_LL_OFF + WEFT_CK_LL_AREA)
+#define WEFT_CK_HDR (WEFT_CK_LL_OFF + WEFT_CK_LL_AREA)
 /* A sender's lines for one parity on n ranks, and the largest piece they
  * hold (16 bytes of line per 8 of data): 2 MiB on 2 ranks, 1 MiB on 4,
  * 512 KiB on 8. */
 #define weft_ck_ll_slot(n) ((size_t)WEFT_CK_LL_AREA / (2 * (size_t)(n)) / 16 * 16)
-#define weft_ck_ll_max(n)  (weft_ck_ll_slot(n) / 2)
+#define weft_ck_ll_max(n) (weft_ck_ll_slot(n) / 2)
 /* The pipelined kernels' flags, in the header after the barrier's:
  * unsigned long long rdy[WEFT_CK_PIPE_MAXPOS][WEFT_CK_MAX_RANKS] at
  * WEFT_CK_PIPE_RDY, dn[..][..] at WEFT_CK_PIPE_DN (see weft_ck_pipe_args). */
 #define WEFT_CK_PIPE_MAXPOS 512
-#define WEFT_CK_PIPE_RDY    4096
-#define WEFT_CK_PIPE_DN     (WEFT_CK_PIPE_RDY + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
+#define WEFT_CK_PIPE_RDY 4096
+#define WEFT_CK_PIPE_DN (WEFT_CK_PIPE_RDY + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
 /* rdy2[..][..]: a pushed allreduce's second phase (its reduced pieces are in place) */
 #define WEFT_CK_PIPE_RDY2 (WEFT_CK_PIPE_DN + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8)
 #if WEFT_CK_PIPE_RDY2 + WEFT_CK_PIPE_MAXPOS * WEFT_CK_MAX_RANKS * 8 > WEFT_CK_LL_OFF
@@ -75,9 +74,9 @@
  * same index on every rank), off bytes from src's window start. */
 #define WEFT_CK_DESC 1024
 /* The LL kernel's count of its blocks that have finished (unsigned long long; the last one resets it). */
-#define WEFT_CK_LL_DONE            512
+#define WEFT_CK_LL_DONE 512
 #define WEFT_CK_DESC_REG(off, win) (((unsigned long long)(off) << 16) | ((unsigned long long)(win) << 1) | 1ull)
-#define WEFT_CK_DESC_OFF(d)        ((d) >> 16)
+#define WEFT_CK_DESC_OFF(d) ((d) >> 16)
 
 /* Set in *ctl.counter by a barrier that the abort word ended: the kernels
  * queued after it on the stream (graph replays, more stream-ordered calls)
@@ -121,12 +120,12 @@ typedef struct weft_ck_stage_args {
 typedef struct weft_ck_barrier_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
-    unsigned long long *my_flags;                      /* this rank's region (its header) */
-    unsigned long long *peer_flags[WEFT_CK_MAX_RANKS]; /* each rank's region through IPC (own: my_flags) */
-    unsigned long long desc;                           /* this call's input (WEFT_CK_DESC) */
+    unsigned long long *my_flags;                        /* this rank's region (its header) */
+    unsigned long long *peer_flags[WEFT_CK_MAX_RANKS];  /* each rank's region through IPC (own: my_flags) */
+    unsigned long long desc;                             /* this call's input (WEFT_CK_DESC) */
     int check;
-    unsigned long long need;                      /* check, in a window: bytes read from each input */
-    unsigned long long winlen[WEFT_CK_MAX_RANKS]; /* check, in a window: each rank's window bytes */
+    unsigned long long need;                             /* check, in a window: bytes read from each input */
+    unsigned long long winlen[WEFT_CK_MAX_RANKS];        /* check, in a window: each rank's window bytes */
 } weft_ck_barrier_args_t;
 
 /* weft_ck_reduce_<type> and weft_ck_reduce_<type>_<op> (above): with parity =
@@ -150,7 +149,7 @@ typedef struct weft_ck_reduce_args {
     int nsrc;
     int op; /* weft_op_t (above) */
     void *out;
-    size_t count;     /* elements */
+    size_t count; /* elements */
     int reg;          /* the inputs are in the ranks' window win[] (WEFT_CK_DESC) */
     int out_slot;     /* out is an offset into this rank's other slot (parity (*counter + 1) & 1), where
                          the next barrier's peers read it: two-shot allreduce */
@@ -300,17 +299,17 @@ typedef struct weft_ck_pipe_args {
     char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
     int mode;                         /* 1 reduce, 2 copy, 3 allreduce (push), 4 bcast (push), 5-8 the ring */
     int push, pos_pieces;
-    size_t total;                  /* mode 3 / 4: the vector's elements (pieces may be short or empty); else 0 */
-    int root;                      /* modes 4, 6 */
-    int op;                        /* weft_op_t: the call's (as weft_ck_reduce_args') */
+    size_t total; /* mode 3 / 4: the vector's elements (pieces may be short or empty); else 0 */
+    int root;     /* modes 4, 6 */
+    int op; /* weft_op_t: the call's (as weft_ck_reduce_args') */
     unsigned read_mask, cons_mask; /* bit p: rank p */
     int stage_on, consume_on, copy_self;
     int npieces, depth, ahead, red_piece, copy_piece;
     int split; /* push: warps that produce while the others consume (0: each warp does both in turn) */
     size_t units, unit_elems, esize, count;
     const char *in;
-    size_t in_stride;             /* bytes between the input's pieces */
-    void *out;                    /* reduce */
+    size_t in_stride; /* bytes between the input's pieces */
+    void *out;        /* reduce */
     char *dst[WEFT_CK_MAX_RANKS]; /* copy: where producer p's pieces go */
 } weft_ck_pipe_args_t;
 
@@ -342,7 +341,7 @@ typedef struct weft_ck_ll_args {
     weft_ck_ctl_t ctl;
     int nranks, rank;
     char *scratch[WEFT_CK_MAX_RANKS]; /* every rank's region (own included) */
-    int op;                           /* weft_op_t: the call's (as weft_ck_reduce_args') */
+    int op; /* weft_op_t: the call's (as weft_ck_reduce_args') */
     unsigned send_mask, recv_mask;
     const void *src[WEFT_CK_MAX_RANKS]; /* the piece for rank p; own entry: this rank's own piece */
     void *dst[WEFT_CK_MAX_RANKS];       /* reduce: dst[0] = the result (NULL: none here); copy: p's piece */
@@ -353,8 +352,8 @@ typedef struct weft_ck_ll_args {
 /* weft_ck_local_reduce (a grid-stride kernel, any grid): out[i] = a[i] op
  * b[i] for i < count, in that order (a first), on one GPU: the local step
  * of the host-driven algorithms whose messages UCX moves in device memory
- * (coll/cuda/allreduce_direct.c). fin_n: the count an average's result
- * step divides by (1 before the last step: a plain sum). out may be a. */
+ * (coll/cuda/direct.c). fin_n: the count an average's result step divides
+ * by (1 before the last step: a plain sum). out may be a. */
 typedef struct weft_ck_local_args {
     const void *a, *b;
     void *out;
