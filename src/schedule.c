@@ -53,6 +53,7 @@ struct weft_sched {
     int local_pos;             /* the local step a pending poll stopped at (0: from the round's start) */
     int polling;               /* the last pass stopped at a polling step (raises no transport events) */
     int progressed;            /* a polling step got further in this pass (weft_sched_progressed) */
+    int posting;               /* the pass of a nonblocking post with the progress thread on (weft_sched_posting) */
     int fallback_round;        /* weft_sched_fallback_begin's first round (0: none): the rounds run end there */
     const char *fallback_name; /* the fallback's algorithm */
     int child_next;            /* op index of the current round's next child to post (-1: all posted) */
@@ -276,6 +277,11 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
     s->waiting_peer = peer;
     s->waiting_what = what;
     s->waiting_flag = 0;
+}
+
+int weft_sched_posting(const weft_sched_t *s)
+{
+    return s->posting;
 }
 
 void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag)
@@ -997,7 +1003,9 @@ static void connect_peers(weft_sched_t *s)
     if (n > 1) (void)weft_xport->connect(peers, n);
 }
 
-int weft_sched_start(weft_sched_t *s, weft_request_t *out)
+/* nonblocking: the application's nonblocking call (weft_sched_start), not
+ * weft_sched_run's handover to an ordinary wait. */
+static int start(weft_sched_t *s, weft_request_t *out, int nonblocking)
 {
     int rc = weft_sched_end_round(s);
     if (rc) goto fail;
@@ -1035,7 +1043,9 @@ int weft_sched_start(weft_sched_t *s, weft_request_t *out)
         finish(s, rc);
         return WEFT_SUCCESS; /* the request carries the error */
     }
+    s->posting = nonblocking && weft_progress_thread_running();
     advance(s);
+    s->posting = 0;
     /* The progress thread, asleep on the transport's events, learns of it
      * when this call returns (the schedule may raise none: shared memory). */
     if (WEFT_UNLIKELY(atomic_load_explicit(&weft_api_locking, memory_order_relaxed)) && !(*out)->complete)
@@ -1045,6 +1055,11 @@ fail:
     if (s->req) weft_request_release(s->req);
     sched_free(s);
     return rc;
+}
+
+int weft_sched_start(weft_sched_t *s, weft_request_t *out)
+{
+    return start(s, out, 1);
 }
 
 /* 1 when every op of s is local (polls, copies, reductions, calls: a
@@ -1105,7 +1120,7 @@ int weft_sched_run(weft_sched_t *s)
         }
     }
     weft_request_t req;
-    rc = weft_sched_start(s, &req);
+    rc = start(s, &req, 0);
     if (rc) return rc;
     return weft_sched_wait(&req);
 }

@@ -54,6 +54,14 @@ void weft_sched_progressed(weft_sched_t *s);
  * string such as "arrival flag"); the message is formatted only when a
  * timeout needs it, so a poll that waits costs no formatting. */
 void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
+/* 1 during the pass a nonblocking collective's post runs while the
+ * progress thread is on: a polling step that found what it waits for and
+ * would now copy or reduce the data returns "not done" instead, so the
+ * post returns at once and the thread does that work on its own CPU
+ * while the caller computes (the caller's wait does it when it comes
+ * first). Its own contribution (a flag, a lent buffer) it still
+ * publishes at once. */
+int weft_sched_posting(const weft_sched_t *s);
 /* A fallback behind the steps added so far: the steps added after this
  * call (from a new round on) run only if a polling step before them
  * returns WEFT_SCHED_FALLBACK, which a component does where its shared

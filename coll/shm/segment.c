@@ -583,6 +583,12 @@ int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t tar
 {
     weft_shm_t *sh = op->sh;
     int lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : sh->n, late = -1;
+    /* A nonblocking post leaves what comes after the flags (the copies and
+     * reductions) to the progress thread; its own flags are published. */
+    if (WEFT_UNLIKELY(weft_sched_posting(s))) {
+        weft_sched_waiting_flag(s, lo, flag);
+        return 0;
+    }
     /* Every flag is loaded before any is judged, so the cache misses of
      * lines other cores just wrote overlap instead of queueing one after
      * another (the ones seen before are cache hits). */
