@@ -766,6 +766,10 @@ int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const i
     uint64_t want = 2 * op->k + (uint64_t)ev;
     int late = -1;
     if (!ranks) count = sh->n;
+    if (WEFT_UNLIKELY(weft_sched_posting(s)) && op->seen < count) { /* as weft_shm_wait */
+        weft_sched_waiting_flag(s, ranks ? ranks[op->seen] : op->seen, flag);
+        return 0;
+    }
     for (int i = op->seen; i < count; i++) {
         if (got && got[i]) continue;
         int r = ranks ? ranks[i] : i;

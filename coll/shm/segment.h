@@ -342,7 +342,8 @@ static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
 static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, int ev, const char *flag)
 {
     if (WEFT_LIKELY(atomic_load_explicit(&weft_shm_head(op, r)->seq, memory_order_acquire) >=
-                    2 * op->k + (uint64_t)ev)) {
+                    2 * op->k + (uint64_t)ev) &&
+        WEFT_LIKELY(!weft_sched_posting(s))) { /* a nonblocking post leaves the copies to the thread (weft_shm_wait) */
         /* r is in collective k, so it finished k - 1: its done is >= k,
          * and a later claim needs not read it (see weft_shm_claim) */
         if (op->sh->seen_done[r] < op->k) op->sh->seen_done[r] = op->k;
