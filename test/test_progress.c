@@ -50,10 +50,12 @@ static void note(void *arg, int status)
 
 /* ---- nonblocking work completes while every rank sleeps ------------------- */
 /* Every rank posts a 1 MiB allreduce (messages, rendezvous), a small one
- * (shared memory: flags that raise no event), an alltoall, a bcast and a
- * 4 MiB message around the ring, then only sleeps (nanosleep, no weft
- * call) until every callback has run and the results are in its buffers. */
-enum { NREQ = 6 };
+ * (shared memory: flags that raise no event), an alltoall, an allgather
+ * (both single-copy in shared memory: the post leaves the reads to the
+ * thread), a bcast and a 4 MiB message around the ring, then only sleeps
+ * (nanosleep, no weft call) until every callback has run and the results
+ * are in its buffers. */
+enum { NREQ = 7 };
 static int body_sleeping(int rank, int size, void *arg)
 {
     int thread = arg != NULL; /* without it, nothing moves during the sleep */
@@ -69,7 +71,8 @@ static int body_sleeping(int rank, int size, void *arg)
     float *big = malloc(sizeof(float) * BIG), *big_out = malloc(sizeof(float) * BIG);
     int64_t small[SMALL], small_out[SMALL], bc[SMALL];
     int32_t *a2a = malloc(sizeof(int32_t) * A2A * (size_t)size),
-            *a2a_out = malloc(sizeof(int32_t) * A2A * (size_t)size);
+            *a2a_out = malloc(sizeof(int32_t) * A2A * (size_t)size),
+            *ag_out = malloc(sizeof(int32_t) * A2A * (size_t)size);
     unsigned char *msg = malloc(MSG), *got = malloc(MSG);
     for (int i = 0; i < BIG; i++) {
         big[i] = (float)(rank + 1);
@@ -96,6 +99,7 @@ static int body_sleeping(int rank, int size, void *arg)
     TH_OK(weft_iallreduce(small, small_out, SMALL, WEFT_INT64, WEFT_SUM, w, &r[3]));
     TH_OK(weft_ialltoall(a2a, a2a_out, A2A, WEFT_INT32, w, &r[4]));
     TH_OK(weft_ibcast(bc, SMALL, WEFT_INT64, 1, w, &r[5]));
+    TH_OK(weft_iallgather(a2a, ag_out, A2A, WEFT_INT32, w, &r[6]));
     for (int i = 0; i < NREQ; i++)
         TH_OK(weft_request_on_complete(r[i], note, &notes[i]));
     /* Sleep: no weft call until every callback ran (or 30 s). */
@@ -138,6 +142,9 @@ static int body_sleeping(int rank, int size, void *arg)
         for (int i = 0; i < A2A; i += 97)
             TH_CHECK(a2a_out[(size_t)p * A2A + i] == p * 1000000 + rank * 10000 + i, "rank %d: alltoall from %d [%d]",
                      rank, p, i);
+    for (int p = 0; p < size; p++)
+        for (int i = 0; i < A2A; i += 97)
+            TH_CHECK(ag_out[(size_t)p * A2A + i] == p * 1000000 + i, "rank %d: allgather from %d [%d]", rank, p, i);
     for (int i = 0; i < BIG; i += 1021)
         TH_CHECK(big_out[i] == want, "rank %d: allreduce [%d] = %g", rank, i, (double)big_out[i]);
     if (rank == 0) printf("progress thread: everything completed %.1f ms into the sleep\n", took * 1e3);
@@ -145,6 +152,7 @@ static int body_sleeping(int rank, int size, void *arg)
     free(big_out);
     free(a2a);
     free(a2a_out);
+    free(ag_out);
     free(msg);
     free(got);
     TH_OK(weft_finalize());
