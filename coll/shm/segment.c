@@ -643,6 +643,13 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
 {
     weft_shm_t *sh = op->sh;
     int b = (int)(op->k % WEFT_SHM_NBUF);
+    /* A nonblocking post writes the collective's first piece; the thread
+     * writes the rest (a root writing every piece of a large bcast inside
+     * its post hides none of it). */
+    if (WEFT_UNLIKELY(weft_sched_posting(s)) && op->k != op->k0) {
+        weft_sched_waiting(s, -1, "this rank's turn to write its next piece");
+        return 0;
+    }
     uint64_t need = sh->use[b].k;
     if (need && need != op->k + 1) { /* the previous use's readers */
         int prev = sh->use[b].readers, proot = sh->use[b].root;
