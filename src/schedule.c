@@ -88,6 +88,7 @@ static int hook_registered;
  * next at twice what it left (at least REAP_MIN): about one poll a call however many are in flight. */
 #define REAP_MIN 64
 static int nactive, reap_at = REAP_MIN, in_pass;
+static int nest_depth, nest_posting; /* starts inside a start's first pass, and that start's posting */
 
 /* Finished schedules keep their arrays and one small scratch buffer for
  * the next collective: a small-message collective then allocates nothing. */
@@ -1043,8 +1044,16 @@ static int start(weft_sched_t *s, weft_request_t *out, int nonblocking)
         finish(s, rc);
         return WEFT_SUCCESS; /* the request carries the error */
     }
-    s->posting = nonblocking && weft_progress_thread_running();
+    /* A schedule started inside another's first pass (a hierarchical
+     * step's child) posts as its parent does; one started by a progress
+     * pass (the thread's, or a blocking call's wait) does not post. */
+    s->posting = in_pass ? 0 : nest_depth ? nest_posting : nonblocking && weft_progress_thread_running();
+    int outer = nest_posting;
+    nest_depth++;
+    nest_posting = s->posting;
     advance(s);
+    nest_depth--;
+    nest_posting = outer;
     s->posting = 0;
     /* The progress thread, asleep on the transport's events, learns of it
      * when this call returns (the schedule may raise none: shared memory). */
