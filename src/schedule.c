@@ -34,6 +34,7 @@ typedef struct {
 } sched_buf_t;
 
 struct weft_sched {
+    weft_sched_hot_t hot; /* first: schedule.h reads it inline */
     weft_comm_t comm;
     const char *name;
     unsigned seq;
@@ -53,7 +54,6 @@ struct weft_sched {
     int local_pos;             /* the local step a pending poll stopped at (0: from the round's start) */
     int polling;               /* the last pass stopped at a polling step (raises no transport events) */
     int progressed;            /* a polling step got further in this pass (weft_sched_progressed) */
-    int posting;               /* the pass of a nonblocking post with the progress thread on (weft_sched_posting) */
     int fallback_round;        /* weft_sched_fallback_begin's first round (0: none): the rounds run end there */
     const char *fallback_name; /* the fallback's algorithm */
     int child_next;            /* op index of the current round's next child to post (-1: all posted) */
@@ -278,11 +278,6 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
     s->waiting_peer = peer;
     s->waiting_what = what;
     s->waiting_flag = 0;
-}
-
-int weft_sched_posting(const weft_sched_t *s)
-{
-    return s->posting;
 }
 
 void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag)
@@ -1047,14 +1042,14 @@ static int start(weft_sched_t *s, weft_request_t *out, int nonblocking)
     /* A schedule started inside another's first pass (a hierarchical
      * step's child) posts as its parent does; one started by a progress
      * pass (the thread's, or a blocking call's wait) does not post. */
-    s->posting = in_pass ? 0 : nest_depth ? nest_posting : nonblocking && weft_progress_thread_running();
+    s->hot.posting = in_pass ? 0 : nest_depth ? nest_posting : nonblocking && weft_progress_thread_running();
     int outer = nest_posting;
     nest_depth++;
-    nest_posting = s->posting;
+    nest_posting = s->hot.posting;
     advance(s);
     nest_depth--;
     nest_posting = outer;
-    s->posting = 0;
+    s->hot.posting = 0;
     /* The progress thread, asleep on the transport's events, learns of it
      * when this call returns (the schedule may raise none: shared memory). */
     if (WEFT_UNLIKELY(atomic_load_explicit(&weft_api_locking, memory_order_relaxed)) && !(*out)->complete)

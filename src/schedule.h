@@ -10,6 +10,11 @@
 #include "weft_internal.h"
 
 typedef struct weft_sched weft_sched_t;
+/* The fields polling steps read on their fast path, inline: the first
+ * member of struct weft_sched (schedule.c). */
+typedef struct {
+    int posting; /* weft_sched_posting */
+} weft_sched_hot_t;
 /* A local step. Returns WEFT_SUCCESS or an error that fails the schedule. */
 typedef int (*weft_sched_fn)(weft_sched_t *s, void *arg);
 
@@ -61,7 +66,10 @@ void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
  * while the caller computes (the caller's wait does it when it comes
  * first). Its own contribution (a flag, a lent buffer) it still
  * publishes at once. */
-int weft_sched_posting(const weft_sched_t *s);
+static inline int weft_sched_posting(const weft_sched_t *s)
+{
+    return ((const weft_sched_hot_t *)(const void *)s)->posting;
+}
 /* A fallback behind the steps added so far: the steps added after this
  * call (from a new round on) run only if a polling step before them
  * returns WEFT_SCHED_FALLBACK, which a component does where its shared
