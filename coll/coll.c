@@ -336,6 +336,11 @@ static int build_fallback(weft_sched_t *s, const weft_coll_args_t *a, const weft
     return rc ? rc : WEFT_ERR_UNSUPPORTED;
 }
 
+int weft_coll_settled(weft_comm_t comm)
+{
+    return !unsettled(comm);
+}
+
 int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a, weft_sched_fn tail, void *arg)
 {
     const weft_coll_alg_t *cands[32];

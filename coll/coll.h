@@ -164,6 +164,11 @@ extern int weft_coll_check;
  * `unsettled`), the fallback follows (weft_sched_fallback_begin), with the
  * tail again, as the front end does for a call of its own. */
 int weft_coll_build_selected(weft_sched_t *s, const weft_coll_args_t *a, weft_sched_fn tail, void *arg);
+/* 1 when no component's shared state on comm is still unsettled: the
+ * selection then builds no fallback behind an algorithm (a build may add
+ * several host collectives to one schedule, as coll/cuda's pipelined staged
+ * algorithms do). */
+int weft_coll_settled(weft_comm_t comm);
 
 /* The host copies of a call on device buffers (coll/cuda's staged
  * algorithms; stream-ordered calls staged on their stream, coll.c): `in`

@@ -1469,6 +1469,52 @@ Test(cuda_coll, across_three_simulated_nodes_of_1_direct, .timeout = 600)
     run2(3, body_across_nodes, "WEFT_RANKS_PER_NODE=1", DIRECT_RAIL);
 }
 
+/* coll/cuda's staged_pipelined forced (device buffers through host copies in 4 MiB pieces that overlap the host
+ * collective): allreduce, reduce and bcast of 2-3 pieces (the last one short, or a few elements) against the host
+ * call, in place too, twice (a communicator's first call, whose state is not settled, runs staged whole). */
+#define PIPELINED                                                                                                      \
+    "WEFT_COLL_TUNE=allreduce:nodes=multi:mem=cuda:staged_pipelined,reduce:nodes=multi:mem=cuda:staged_pipelined,"     \
+    "bcast:nodes=multi:mem=cuda:staged_pipelined"
+static int body_pipelined(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = gpu_weft_start();
+    for (int round = 0; round < 2; round++) {
+        across_reduction(w, rank, K_ALLREDUCE, WEFT_FLOAT32, WEFT_SUM, 2621442); /* 10 MiB + 8 B */
+        across_reduction(w, rank, K_ALLREDUCE, WEFT_BFLOAT16, WEFT_MAX, 5000001);
+        across_reduction(w, rank, K_ALLREDUCE, WEFT_INT32, WEFT_SUM, 1048577); /* 4 MiB + one element */
+        across_reduction(w, rank, K_ALLREDUCE, WEFT_FLOAT32, WEFT_AVG, 3000000);
+        across_reduction(w, rank, K_REDUCE, WEFT_FLOAT32, WEFT_SUM, 3000000);
+        size_t n = 2500001;
+        int32_t *in = malloc(n * 4), *ref = malloc(n * 4);
+        for (size_t i = 0; i < n; i++)
+            in[i] = (int32_t)(rank * 1000003 + (int)i);
+        memcpy(ref, in, n * 4);
+        TH_OK(weft_bcast(ref, (int64_t)n, WEFT_INT32, size - 1, w));
+        void *d = dev_copy(in, n * 4);
+        int rc = weft_bcast(d, (int64_t)n, WEFT_INT32, size - 1, w);
+        TH_CHECK(rc == 0, "bcast x %zu: %s", n, weft_last_error());
+        int32_t *got = host_of(d, n * 4);
+        TH_CHECK(!memcmp(got, ref, n * 4), "bcast x %zu: differs from the host call", n);
+        free(got);
+        gpu_free(d);
+        free(in);
+        free(ref);
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(cuda_coll, pipelined_staged_two_simulated_nodes_of_2, .timeout = 600)
+{
+    run2(4, body_pipelined, "WEFT_RANKS_PER_NODE=2", PIPELINED);
+}
+
+Test(cuda_coll, pipelined_staged_three_simulated_nodes_of_1, .timeout = 600)
+{
+    run2(3, body_pipelined, "WEFT_RANKS_PER_NODE=1", PIPELINED);
+}
+
 /* Stream-ordered calls run on the host (two simulated nodes of one rank),
  * with the progress thread on: each call returns while the stream is still
  * held by the test (so before the collective could start), the stream then

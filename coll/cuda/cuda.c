@@ -90,6 +90,9 @@ extern const weft_gpu_alg_t weft_gpu_barrier_flags, weft_gpu_bcast_ll, weft_gpu_
 extern const weft_coll_alg_t weft_alg_barrier_staged, weft_alg_bcast_staged, weft_alg_reduce_staged,
     weft_alg_allreduce_staged, weft_alg_allgather_staged, weft_alg_reduce_scatter_staged,
     weft_alg_reduce_scatter_block_staged, weft_alg_alltoall_staged;
+/* staged_pipelined.c: the elementwise ones through host copies in pieces that overlap the host collective. */
+extern const weft_coll_alg_t weft_alg_bcast_staged_pipelined, weft_alg_reduce_staged_pipelined,
+    weft_alg_allreduce_staged_pipelined;
 /* allreduce_direct.c, reduce_scatter_direct.c: across nodes with the messages in device memory (direct.c). */
 extern const weft_coll_alg_t weft_alg_allreduce_direct, weft_alg_reduce_scatter_direct,
     weft_alg_reduce_scatter_block_direct;
@@ -143,6 +146,10 @@ static const weft_coll_alg_t *const algorithms[] = {
     &weft_alg_allreduce_direct,
     &weft_alg_reduce_scatter_direct,
     &weft_alg_reduce_scatter_block_direct,
+
+    &weft_alg_bcast_staged_pipelined,
+    &weft_alg_reduce_staged_pipelined,
+    &weft_alg_allreduce_staged_pipelined,
 
     &weft_alg_barrier_staged,
     &weft_alg_bcast_staged,

@@ -409,22 +409,26 @@ void weft_cuda_copy_streams_release(void)
     pool_kept = 0;
 }
 
-int weft_cuda_copy(void *dst, const void *src, size_t bytes)
+/* The context of whichever of dst / src is device memory (NULL: neither). */
+static CUcontext copy_ctx(const void *dst, const void *src)
 {
-    if (!bytes) return WEFT_SUCCESS;
-    if (!weft_cuda_possible()) {
-        memmove(dst, src, bytes);
-        return WEFT_SUCCESS;
-    }
     CUcontext ctx = NULL;
     CUpointer_attribute a = CU_POINTER_ATTRIBUTE_CONTEXT;
     void *d = &ctx;
-    if (weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dst) != CUDA_SUCCESS || !ctx) {
-        d = &ctx;
-        if (weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)src) != CUDA_SUCCESS || !ctx) {
-            memmove(dst, src, bytes); /* neither is device memory */
-            return WEFT_SUCCESS;
-        }
+    if (weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dst) == CUDA_SUCCESS && ctx) return ctx;
+    ctx = NULL;
+    d = &ctx;
+    if (weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)src) == CUDA_SUCCESS && ctx) return ctx;
+    return NULL;
+}
+
+int weft_cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return WEFT_SUCCESS;
+    CUcontext ctx = weft_cuda_possible() ? copy_ctx(dst, src) : NULL;
+    if (!ctx) {
+        memmove(dst, src, bytes); /* neither is device memory */
+        return WEFT_SUCCESS;
     }
     CUresult r = weft_cu.ctx_push(ctx);
     CUstream s = r == CUDA_SUCCESS ? weft_cuda_copy_stream(ctx, &r) : NULL;
@@ -435,6 +439,65 @@ int weft_cuda_copy(void *dst, const void *src, size_t bytes)
     return r == CUDA_SUCCESS ? WEFT_SUCCESS
                              : weft_error(WEFT_ERR_TRANSPORT, "cuda: a collective's local copy of %zu bytes failed: %s",
                                           bytes, weft_cu_text(r));
+}
+
+int weft_cuda_copy_start(void *dst, const void *src, size_t bytes, weft_cuda_copy_t *c)
+{
+    c->ctx = c->ev = NULL;
+    CUcontext ctx = bytes && weft_cuda_possible() && weft_cu.event_query ? copy_ctx(dst, src) : NULL;
+    if (!ctx) return weft_cuda_copy(dst, src, bytes); /* done on return (host memory, or no event to poll) */
+    CUevent ev = NULL;
+    CUresult r = weft_cu.ctx_push(ctx);
+    if (r != CUDA_SUCCESS)
+        return weft_error(WEFT_ERR_TRANSPORT, "cuda: a staged copy of %zu bytes: its context: %s", bytes,
+                          weft_cu_text(r));
+    CUstream s = weft_cuda_copy_stream(ctx, &r);
+    if (s) r = weft_cu.memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, s);
+    if (s && r == CUDA_SUCCESS) {
+        if ((r = weft_cu.event_create(&ev, CU_EVENT_DISABLE_TIMING)) == CUDA_SUCCESS &&
+            (r = weft_cu.event_record(ev, s)) != CUDA_SUCCESS) {
+            weft_cu.event_destroy(ev);
+            ev = NULL;
+        }
+        if (r != CUDA_SUCCESS) weft_cu.stream_synchronize(s); /* the copy may run: never leave it behind */
+    }
+    CUcontext popped;
+    weft_cu.ctx_pop(&popped);
+    if (r != CUDA_SUCCESS)
+        return weft_error(WEFT_ERR_TRANSPORT, "cuda: a staged copy of %zu bytes could not be queued: %s", bytes,
+                          weft_cu_text(r));
+    c->ctx = ctx;
+    c->ev = ev;
+    return WEFT_SUCCESS;
+}
+
+int weft_cuda_copy_test(weft_cuda_copy_t *c)
+{
+    if (!c->ev) return 1;
+    CUcontext popped;
+    CUresult r = weft_cu.ctx_push((CUcontext)c->ctx);
+    if (r == CUDA_SUCCESS) {
+        r = weft_cu.event_query((CUevent)c->ev);
+        weft_cu.ctx_pop(&popped);
+    }
+    if (r == CUDA_ERROR_NOT_READY) return 0;
+    weft_cuda_copy_end(c);
+    return r == CUDA_SUCCESS
+               ? 1
+               : weft_error(WEFT_ERR_TRANSPORT, "cuda: a staged copy between host and device failed: %s",
+                            weft_cu_text(r));
+}
+
+void weft_cuda_copy_end(weft_cuda_copy_t *c)
+{
+    if (!c->ev) return;
+    CUcontext popped;
+    if (weft_cu.ctx_push((CUcontext)c->ctx) == CUDA_SUCCESS) {
+        weft_cu.event_synchronize((CUevent)c->ev);
+        weft_cu.event_destroy((CUevent)c->ev);
+        weft_cu.ctx_pop(&popped);
+    }
+    c->ctx = c->ev = NULL;
 }
 
 int weft_cuda_stream_sync(void *stream, const char *what)
@@ -906,6 +969,24 @@ int weft_cuda_copy(void *dst, const void *src, size_t bytes)
 {
     memmove(dst, src, bytes);
     return WEFT_SUCCESS;
+}
+
+int weft_cuda_copy_start(void *dst, const void *src, size_t bytes, weft_cuda_copy_t *c)
+{
+    c->ctx = c->ev = NULL;
+    memmove(dst, src, bytes);
+    return WEFT_SUCCESS;
+}
+
+int weft_cuda_copy_test(weft_cuda_copy_t *c)
+{
+    (void)c;
+    return 1;
+}
+
+void weft_cuda_copy_end(weft_cuda_copy_t *c)
+{
+    (void)c;
 }
 
 int weft_cuda_stream_sync(void *stream, const char *what)

@@ -125,6 +125,20 @@ int weft_cuda_memtype(const void *buf, size_t bytes, const char *fn, const char 
  * a collective schedule's local copy on device buffers. */
 int weft_cuda_copy(void *dst, const void *src, size_t bytes);
 
+/* A copy that runs while the caller goes on: queued on the copy stream of
+ * the device buffer's context with an event behind it (between host
+ * buffers, or where the driver has no event queries, done on return).
+ * weft_cuda_copy_test: 1 once it is done (and forgotten), 0 not yet, or an
+ * error; weft_cuda_copy_end waits for it and forgets it (a schedule's end,
+ * however it ends: the host memory it writes or reads goes back to the
+ * pool). */
+typedef struct {
+    void *ctx, *ev; /* CUcontext, CUevent (NULL: nothing pending) */
+} weft_cuda_copy_t;
+int weft_cuda_copy_start(void *dst, const void *src, size_t bytes, weft_cuda_copy_t *c);
+int weft_cuda_copy_test(weft_cuda_copy_t *c);
+void weft_cuda_copy_end(weft_cuda_copy_t *c);
+
 /* Synchronises a CUstream (NULL: the legacy default stream) for a
  * stream-ordered call on host buffers (`what` names the call in errors);
  * without a loaded driver only NULL is accepted (there is no work to wait
