@@ -518,7 +518,11 @@ static int stream_staged(weft_coll_args_t *a, const weft_coll_stage_t *xp, weft_
     weft_debug("%s: stream-ordered on device buffers, run on the host: staged on its stream (%zu + %zu bytes of "
                "pinned host copies)",
                name, x.in, x.out);
-    weft_sched_on_end(s, gate_release, gate);
+    if ((rc = weft_sched_on_end(s, gate_release, gate))) {
+        weft_sched_discard(s);
+        gate_release(gate);
+        return rc;
+    }
     weft_sched_deadline(s, a->comm->timeout);
     return req ? weft_sched_start(s, req) : weft_sched_run(s);
 }
@@ -598,7 +602,11 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
                 weft_sched_discard(s);
                 return rc;
             }
-            weft_sched_on_end(s, gate_release, gate);
+            if ((rc = weft_sched_on_end(s, gate_release, gate))) {
+                weft_sched_discard(s);
+                gate_release(gate);
+                return rc;
+            }
             if (device) sc->block = 1;
         }
         if (rc == WEFT_SUCCESS) {

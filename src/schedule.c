@@ -11,6 +11,8 @@
 #include <string.h>
 
 enum { OP_SEND, OP_RECV, OP_COPY, OP_CALL, OP_REDUCE, OP_FINALIZE, OP_POLL, OP_CHILD };
+/* weft_sched_on_end's steps per schedule: an algorithm's own and the front end's stream gate */
+enum { SCHED_ON_END = 2 };
 
 typedef struct {
     int kind;
@@ -70,8 +72,10 @@ struct weft_sched {
     int device;             /* its buffers may be device memory (weft_sched_device) */
     double deadline;        /* its own (weft_sched_deadline), absolute; 0: none */
     double timeout;         /* the seconds that deadline was set from */
-    void (*on_end)(void *); /* weft_sched_on_end: runs once when the schedule is freed */
-    void *on_end_arg;
+    /* weft_sched_on_end's: run once, in the order given, when the schedule is freed */
+    void (*on_end[SCHED_ON_END])(void *);
+    void *on_end_arg[SCHED_ON_END];
+    int non_end;
     /* A child step failed with no cause this rank knows yet (see
      * child_failed): the schedule waits for the revoke or the loss behind
      * it, at most SCHED_CAUSE_WAIT_S, before failing with the child's error. */
@@ -134,7 +138,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->child_err = 0;
     s->deadline = 0;
     s->device = 0; /* a cached schedule's last user may have set it */
-    s->on_end = NULL;
+    s->non_end = 0;
     return s;
 }
 
@@ -181,10 +185,14 @@ int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes)
     return WEFT_SUCCESS;
 }
 
-void weft_sched_on_end(weft_sched_t *s, void (*fn)(void *), void *arg)
+int weft_sched_on_end(weft_sched_t *s, void (*fn)(void *), void *arg)
 {
-    s->on_end = fn;
-    s->on_end_arg = arg;
+    if (s->non_end == SCHED_ON_END)
+        return weft_error(WEFT_ERR_INTERNAL, "collective %s: more than %d steps to run at its end", s->name,
+                          SCHED_ON_END);
+    s->on_end[s->non_end] = fn;
+    s->on_end_arg[s->non_end++] = arg;
+    return WEFT_SUCCESS;
 }
 
 int weft_sched_nops(const weft_sched_t *s)
@@ -416,11 +424,9 @@ static void sched_destroy(weft_sched_t *s)
 /* Returns s to the cache (or frees it): its arrays stay allocated. */
 static void sched_free(weft_sched_t *s)
 {
-    if (s->on_end) {
-        void (*fn)(void *) = s->on_end;
-        s->on_end = NULL;
-        fn(s->on_end_arg);
-    }
+    for (int i = 0, n = s->non_end; i < n; i++)
+        s->on_end[i](s->on_end_arg[i]);
+    s->non_end = 0;
     if (sched_cached >= SCHED_CACHE_MAX) {
         sched_destroy(s);
         return;

@@ -31,9 +31,11 @@ int weft_sched_copy(weft_sched_t *s, void *dst, const void *src, size_t bytes);
  * copies go through the CUDA driver. Reductions stay host-only. */
 void weft_sched_device(weft_sched_t *s);
 /* fn(arg) runs once when the schedule is freed, however it ends (done,
- * failed, timed out, canceled, never started): coll.c's release of a
- * stream that waits for a host-driven collective. */
-void weft_sched_on_end(weft_sched_t *s, void (*fn)(void *), void *arg);
+ * failed, timed out, canceled, never started), after those given before
+ * it: an algorithm's release of its device state, then coll.c's release
+ * of a stream that waits for a host-driven collective. Two per schedule
+ * (WEFT_ERR_INTERNAL past that). */
+int weft_sched_on_end(weft_sched_t *s, void (*fn)(void *), void *arg);
 /* Messages of failed schedules still in flight: the transport may yet read
  * or write their buffers (a failed schedule's scratch is kept meanwhile). */
 int weft_sched_adrift(void);

@@ -175,7 +175,10 @@ int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char 
         release(d);
         return rc;
     }
-    weft_sched_on_end(s, release, d);
+    if ((rc = weft_sched_on_end(s, release, d))) {
+        release(d);
+        return rc;
+    }
     weft_sched_device(s);
     *out = d;
     return WEFT_SUCCESS;

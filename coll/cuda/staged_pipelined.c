@@ -153,11 +153,11 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
                           name, x.in, x.out);
     p->dev_in = x.in ? (char *)x.src : NULL;
     p->dev_out = x.out ? (char *)a->recvbuf : NULL;
+    int rc = weft_sched_on_end(s, pipe_end, p); /* copies in flight end before the host memory goes back */
+    if (rc) return rc;
     weft_sched_device(s);
-    weft_sched_on_end(s, pipe_end, p); /* copies in flight end before the host memory goes back */
     weft_coll_args_t h;
     weft_coll_stage_host_args(a, p->hin, p->hout, &h);
-    int rc = WEFT_SUCCESS;
     for (int j = 0; j < npieces && !rc; j++) {
         size_t off = (size_t)j * piece;
         weft_coll_args_t hj = h;
