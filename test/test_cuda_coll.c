@@ -1244,6 +1244,22 @@ static void across_reduction(weft_comm_t w, int rank, int kind, weft_dtype_t t, 
     free(ref);
 }
 
+/* bcast of n int32 from the last rank on device buffers (in: this rank's values) against the host call. */
+static void across_bcast(weft_comm_t w, int size, const int32_t *in, size_t n)
+{
+    int32_t *ref = malloc(n * 4);
+    memcpy(ref, in, n * 4);
+    TH_OK(weft_bcast(ref, (int64_t)n, WEFT_INT32, size - 1, w));
+    void *d = dev_copy(in, n * 4);
+    int rc = weft_bcast(d, (int64_t)n, WEFT_INT32, size - 1, w);
+    TH_CHECK(rc == 0, "bcast x %zu: %s", n, weft_last_error());
+    int32_t *got = host_of(d, n * 4);
+    TH_CHECK(!memcmp(got, ref, n * 4), "bcast x %zu: differs from the host call", n);
+    free(got);
+    gpu_free(d);
+    free(ref);
+}
+
 /* LL pieces past 64 KiB (cuda_ll forced, up to the most each rank count allows): pieces just past 64 KiB
  * and 512 KiB, at the bound for the communicator's size (weft_ck_ll_max) and one byte (element) past it, which
  * stages instead (at the bound a rank's LL grid would be a block per SM or more: on one GPU shared by every rank
@@ -1351,22 +1367,13 @@ static int body_across_nodes(int rank, int size, void *arg)
         int32_t *in = malloc(all * 4), *ref = malloc(all * 4);
         for (size_t i = 0; i < all; i++)
             in[i] = (int32_t)(rank * 100000 + (int)i);
-        /* bcast from the last rank */
-        memcpy(ref, in, n * 4);
-        TH_OK(weft_bcast(ref, (int64_t)n, WEFT_INT32, size - 1, w));
-        void *d = dev_copy(in, n * 4);
-        int rc = weft_bcast(d, (int64_t)n, WEFT_INT32, size - 1, w);
-        TH_CHECK(rc == 0, "bcast x %zu: %s", n, weft_last_error());
-        int32_t *got = host_of(d, n * 4);
-        TH_CHECK(!memcmp(got, ref, n * 4), "bcast x %zu: differs from the host call", n);
-        free(got);
-        gpu_free(d);
+        across_bcast(w, size, in, n);
         /* alltoall, then in place */
         TH_OK(weft_alltoall(in, ref, (int64_t)n, WEFT_INT32, w));
         void *din = dev_copy(in, all * 4), *dout = gpu_alloc(all * 4);
-        rc = weft_alltoall(din, dout, (int64_t)n, WEFT_INT32, w);
+        int rc = weft_alltoall(din, dout, (int64_t)n, WEFT_INT32, w);
         TH_CHECK(rc == 0, "alltoall x %zu: %s", n, weft_last_error());
-        got = host_of(dout, all * 4);
+        int32_t *got = host_of(dout, all * 4);
         TH_CHECK(!memcmp(got, ref, all * 4), "alltoall x %zu: differs from the host call", n);
         free(got);
         rc = weft_alltoall(WEFT_IN_PLACE, din, (int64_t)n, WEFT_INT32, w);
@@ -1486,20 +1493,11 @@ static int body_pipelined(int rank, int size, void *arg)
         across_reduction(w, rank, K_ALLREDUCE, WEFT_FLOAT32, WEFT_AVG, 3000000);
         across_reduction(w, rank, K_REDUCE, WEFT_FLOAT32, WEFT_SUM, 3000000);
         size_t n = 2500001;
-        int32_t *in = malloc(n * 4), *ref = malloc(n * 4);
+        int32_t *in = malloc(n * 4);
         for (size_t i = 0; i < n; i++)
             in[i] = (int32_t)(rank * 1000003 + (int)i);
-        memcpy(ref, in, n * 4);
-        TH_OK(weft_bcast(ref, (int64_t)n, WEFT_INT32, size - 1, w));
-        void *d = dev_copy(in, n * 4);
-        int rc = weft_bcast(d, (int64_t)n, WEFT_INT32, size - 1, w);
-        TH_CHECK(rc == 0, "bcast x %zu: %s", n, weft_last_error());
-        int32_t *got = host_of(d, n * 4);
-        TH_CHECK(!memcmp(got, ref, n * 4), "bcast x %zu: differs from the host call", n);
-        free(got);
-        gpu_free(d);
+        across_bcast(w, size, in, n);
         free(in);
-        free(ref);
     }
     TH_OK(weft_finalize());
     return 0;
