@@ -27,7 +27,6 @@
  * (a rank with another count or another algorithm never writes the line
  * awaited, but its head says so). */
 #define WAIT_CHECK 256u
-#define LL_SEQ_MASK ((UINT64_C(1) << WEFT_SHM_LL_SEQ_BITS) - 1)
 
 typedef struct {
     weft_shm_op_t op;
@@ -46,16 +45,6 @@ typedef struct {
     int rc;
     unsigned char got[WEFT_SHM_LL_LINES];
 } ll_t;
-
-static uint64_t ll_word(const ll_t *x, int ev, uint64_t tag)
-{
-    return tag << WEFT_SHM_LL_SEQ_BITS | (2 * x->op.k + (uint64_t)ev);
-}
-static size_t line_bytes(const ll_t *x, int j)
-{
-    size_t at = (size_t)j * WEFT_SHM_LL_DATA;
-    return x->bytes - at < WEFT_SHM_LL_DATA ? x->bytes - at : WEFT_SHM_LL_DATA;
-}
 
 /* A line that arrived with another writer's signature: the error (once). */
 static int bad_line(ll_t *x, int r, uint64_t word)
@@ -96,15 +85,16 @@ static void reduce_lines(ll_t *x)
     }
     for (size_t j = x->l0; j < x->l0 + x->cnt; j++) {
         if (x->rc) {
-            atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, WEFT_SHM_LL_BAD), memory_order_release);
+            atomic_store_explicit(&mine[j].seq, weft_shm_ll_word(op->k, WEFT_SHM_RESULT, WEFT_SHM_LL_BAD),
+                                  memory_order_release);
             continue;
         }
-        size_t b = line_bytes(x, (int)j), m = b / x->esize;
+        size_t b = weft_shm_ll_bytes(x->bytes, j), m = b / x->esize;
         char *dst = (char *)x->recv + j * WEFT_SHM_LL_DATA;
         x->kern(dst, weft_shm_ll(op, 0)[j].d, WEFT_SHM_LL_RANK_STRIDE, n, m);
         weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, m, n);
         memcpy(mine[j].d, dst, b);
-        atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, x->tag), memory_order_release);
+        atomic_store_explicit(&mine[j].seq, weft_shm_ll_word(op->k, WEFT_SHM_RESULT, x->tag), memory_order_release);
     }
 }
 
@@ -118,7 +108,7 @@ static int step(weft_sched_t *s, void *arg)
     case 0: {
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         size_t l0, cnt;
-        x->nl = (int)((x->bytes + WEFT_SHM_LL_DATA - 1) / WEFT_SHM_LL_DATA);
+        x->nl = weft_shm_ll_lines(x->bytes);
         weft_coll_block((size_t)x->nl, sh->n, sh->me, &l0, &cnt);
         x->l0 = l0;
         x->cnt = cnt;
@@ -132,9 +122,10 @@ static int step(weft_sched_t *s, void *arg)
         /* the head first: a rank waiting in vain for a line finds it */
         weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, x->sig);
         weft_shm_ll_line_t *mine = weft_shm_ll(op, sh->me);
-        uint64_t w = ll_word(x, WEFT_SHM_PARTIAL, x->tag);
+        uint64_t w = weft_shm_ll_word(op->k, WEFT_SHM_PARTIAL, x->tag);
         for (int j = 0; j < x->nl; j++) {
-            memcpy(mine[j].d, (const char *)x->send + (size_t)j * WEFT_SHM_LL_DATA, line_bytes(x, j));
+            memcpy(mine[j].d, (const char *)x->send + (size_t)j * WEFT_SHM_LL_DATA,
+                   weft_shm_ll_bytes(x->bytes, (size_t)j));
             atomic_store_explicit(&mine[j].seq, w, memory_order_release);
         }
         x->polls = 0;
@@ -148,7 +139,8 @@ static int step(weft_sched_t *s, void *arg)
         for (int r = 0; r < sh->n; r++) {
             const weft_shm_ll_line_t *lines = weft_shm_ll(op, r);
             for (size_t j = x->l0; j < x->l0 + x->cnt; j++)
-                if ((atomic_load_explicit(&lines[j].seq, memory_order_acquire) & LL_SEQ_MASK) < want && late < 0)
+                if ((atomic_load_explicit(&lines[j].seq, memory_order_acquire) & WEFT_SHM_LL_SEQ_MASK) < want &&
+                    late < 0)
                     late = r;
         }
         if (late >= 0) {
@@ -177,7 +169,7 @@ static int step(weft_sched_t *s, void *arg)
             for (; o != sh->me && j < end; j++) {
                 if (x->got[j]) continue;
                 uint64_t w = atomic_load_explicit(&lines[j].seq, memory_order_acquire);
-                if ((w & LL_SEQ_MASK) < want) {
+                if ((w & WEFT_SHM_LL_SEQ_MASK) < want) {
                     if (late < 0) late = o;
                     continue;
                 }
@@ -185,7 +177,7 @@ static int step(weft_sched_t *s, void *arg)
                     x->rc = bad_line(x, o, w);
                     break;
                 }
-                memcpy((char *)x->recv + j * WEFT_SHM_LL_DATA, lines[j].d, line_bytes(x, (int)j));
+                memcpy((char *)x->recv + j * WEFT_SHM_LL_DATA, lines[j].d, weft_shm_ll_bytes(x->bytes, j));
                 x->got[j] = 1;
                 x->left--;
             }
