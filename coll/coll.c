@@ -411,6 +411,21 @@ void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout,
     h->recvbuf = hout;
 }
 
+int weft_coll_stage_pinned(weft_sched_t *s, const weft_coll_args_t *a, const weft_coll_stage_t *x, char **hin,
+                           char **hout, const char *alg)
+{
+    if (x->shared) {
+        *hin = *hout = x->block ? weft_sched_scratch_pinned(s, x->block) : NULL;
+    } else {
+        *hin = x->in ? weft_sched_scratch_pinned(s, x->in) : NULL;
+        *hout = x->out ? weft_sched_scratch_pinned(s, x->out) : NULL;
+    }
+    if ((x->in && !*hin) || (x->out && !*hout))
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s %s: out of memory for %zu + %zu bytes of host copies",
+                          weft_coll_kind_name(a->kind), alg, x->in, x->out);
+    return WEFT_SUCCESS;
+}
+
 /* The most members whose endpoints a stream-staged call makes on the
  * calling thread; a larger communicator's calls run gated. */
 #define STAGE_CONNECT_MAX 4096

@@ -184,6 +184,11 @@ typedef struct {
 int weft_coll_stage_extents(const weft_coll_args_t *a, weft_coll_stage_t *x);
 /* *h: a's call on host copies hin (input) and hout (output). */
 void weft_coll_stage_host_args(const weft_coll_args_t *a, void *hin, void *hout, weft_coll_args_t *h);
+/* The pinned host copies of extents x in s's scratch (a pool kept for
+ * reuse; a bcast's one buffer serves both): 0, or WEFT_ERR_NO_MEMORY
+ * naming alg's call. */
+int weft_coll_stage_pinned(weft_sched_t *s, const weft_coll_args_t *a, const weft_coll_stage_t *x, char **hin,
+                           char **hout, const char *alg);
 
 /* Selection (select.c): the candidates for a call, best first, ending
  * with every other algorithm of the collective as a fallback. */

@@ -44,18 +44,10 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     if (weft_coll_stage_extents(a, &x))
         return weft_coll_decline("%s staged: not staged (coll/cuda stages the collectives it has kernels for)", name);
     /* Host copies, in pinned memory kept for reuse. */
-    char *hin = NULL, *hout = NULL;
-    if (x.shared) {
-        hin = hout = x.block ? weft_sched_scratch_pinned(s, x.block) : NULL;
-    } else {
-        hin = x.in ? weft_sched_scratch_pinned(s, x.in) : NULL;
-        hout = x.out ? weft_sched_scratch_pinned(s, x.out) : NULL;
-    }
-    if ((x.in && !hin) || (x.out && !hout))
-        return weft_error(WEFT_ERR_NO_MEMORY, "%s staged: out of memory for %zu + %zu bytes of host copies", name,
-                          x.in, x.out);
+    char *hin, *hout;
+    int rc = weft_coll_stage_pinned(s, a, &x, &hin, &hout, "staged");
+    if (rc) return rc;
     weft_sched_device(s); /* its copies go through the driver */
-    int rc;
     if (x.in && (rc = weft_sched_copy(s, hin, x.src, x.in))) return rc;
     if ((rc = weft_sched_end_round(s))) return rc;
     weft_coll_args_t h;

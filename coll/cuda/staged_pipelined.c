@@ -142,19 +142,11 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     p->piece = piece;
     p->npieces = npieces;
     /* Host copies, in pinned memory kept for reuse (bcast: one buffer). */
-    if (x.shared) {
-        p->hin = p->hout = weft_sched_scratch_pinned(s, x.block);
-    } else {
-        p->hin = x.in ? weft_sched_scratch_pinned(s, x.in) : NULL;
-        p->hout = x.out ? weft_sched_scratch_pinned(s, x.out) : NULL;
-    }
-    if ((x.in && !p->hin) || (x.out && !p->hout))
-        return weft_error(WEFT_ERR_NO_MEMORY, "%s staged_pipelined: out of memory for %zu + %zu bytes of host copies",
-                          name, x.in, x.out);
+    int rc = weft_coll_stage_pinned(s, a, &x, &p->hin, &p->hout, "staged_pipelined");
+    if (rc) return rc;
     p->dev_in = x.in ? (char *)x.src : NULL;
     p->dev_out = x.out ? (char *)a->recvbuf : NULL;
-    int rc = weft_sched_on_end(s, pipe_end, p); /* copies in flight end before the host memory goes back */
-    if (rc) return rc;
+    if ((rc = weft_sched_on_end(s, pipe_end, p))) return rc; /* copies in flight end before the host memory goes back */
     weft_sched_device(s);
     weft_coll_args_t h;
     weft_coll_stage_host_args(a, p->hin, p->hout, &h);
