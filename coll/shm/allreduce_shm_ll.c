@@ -201,8 +201,8 @@ static int step(weft_sched_t *s, void *arg)
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    weft_shm_t *sh = a->count && a->bytes <= WEFT_SHM_LL_MAX ? weft_shm_get(a->comm, 0) : NULL;
-    if (!sh || sh->ops >= WEFT_SHM_LL_OPS_MAX) return WEFT_ERR_UNSUPPORTED; /* (its sequence bits) */
+    weft_shm_t *sh = weft_shm_get_ll(a->comm, a->bytes);
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
     ll_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, "allreduce_shm_ll");
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->send = a->sendbuf;

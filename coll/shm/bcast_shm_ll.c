@@ -105,8 +105,8 @@ static int step(weft_sched_t *s, void *arg)
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     size_t bytes = a->count * a->esize;
-    weft_shm_t *sh = bytes && bytes <= WEFT_SHM_LL_MAX ? weft_shm_get(a->comm, 0) : NULL;
-    if (!sh || sh->ops >= WEFT_SHM_LL_OPS_MAX) return WEFT_ERR_UNSUPPORTED; /* (its sequence bits) */
+    weft_shm_t *sh = weft_shm_get_ll(a->comm, bytes);
+    if (!sh) return WEFT_ERR_UNSUPPORTED;
     bcast_ll_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, "bcast_shm_ll");
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->buf = a->recvbuf;

@@ -243,6 +243,14 @@ typedef struct weft_shm_op {
  * declining instead would send this rank to a base algorithm while the
  * other members wait in the segment. */
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
+/* The same for the flagged lines (shm_ll): NULL also over
+ * WEFT_SHM_LL_MAX bytes, for none, and past WEFT_SHM_LL_OPS_MAX
+ * collectives (the sequence bits). */
+static inline weft_shm_t *weft_shm_get_ll(weft_comm_t comm, size_t bytes)
+{
+    weft_shm_t *sh = bytes && bytes <= WEFT_SHM_LL_MAX ? weft_shm_get(comm, 0) : NULL;
+    return sh && sh->ops < WEFT_SHM_LL_OPS_MAX ? sh : NULL;
+}
 /* coll/shm's `unsettled` (coll/coll.h): comm's segment is not mapped here
  * yet, and not known unusable. */
 int weft_shm_unsettled(weft_comm_t comm);
