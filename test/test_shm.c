@@ -155,25 +155,6 @@ static int body_forced(int rank, int size, void *arg)
     }
     TH_OK(weft_comm_free(&c));
     TH_OK(weft_comm_free(&g));
-    /* bcast shm_ll at its lines' edges, every root: one line, one over,
-     * many, its largest message (one sequence number each), and one over
-     * (it declines: shm runs, one number too). Twice round the slots. */
-    c = forced("bcast", "shm_ll");
-    static const int64_t ll_bytes[] = {1, 56, 57, 1000, (int64_t)WEFT_SHM_LL_MAX, (int64_t)WEFT_SHM_LL_MAX + 1};
-    for (int bi = 0; bi < 2 * 6; bi++) {
-        int64_t n = ll_bytes[bi % 6];
-        int root = bi % size;
-        unsigned char *b = malloc((size_t)n);
-        th_fill(b, (size_t)n, rank == root ? 300u + (unsigned)bi : 1u);
-        uint64_t before = shm_ops(c);
-        TH_OK(weft_bcast(b, n, WEFT_BYTE, root, c));
-        TH_CHECK(th_verify(b, (size_t)n, 300u + (unsigned)bi, NULL), "bcast shm_ll %lld bytes root %d", (long long)n,
-                 root);
-        TH_CHECK(shm_ops(c) - before == (size > 1), "bcast shm_ll %lld bytes: %llu shared-memory collectives",
-                 (long long)n, (unsigned long long)(shm_ops(c) - before));
-        free(b);
-    }
-    TH_OK(weft_comm_free(&c));
     /* reduce_scatter (uneven blocks, one empty) and _block; barrier. */
     c = forced("reduce_scatter", "shm");
     g = forced("reduce_scatter_block", "shm");
@@ -747,9 +728,6 @@ Test(shm, mismatched_counts, .timeout = 120)
         {"allreduce", "shm_ll", 100, 300, {1, 1, 1, 1}, 0, 0},   /* 8 lines against 29: other owners */
         {"allreduce", "shm_ll", 1700, 100, {1, 1, 1, 1}, 0, 0},  /* rank 2 over its largest: shm runs there */
         {"allreduce", "shm_ll", 70, 14, {1, 1, 1, 1}, 0, 0}, /* 5 lines against 6: an owner's line only one writes */
-        {"bcast", "shm_ll", 20, 1, {0, 0, 1, 0}, 0, 0},  /* the root's line word: only rank 2 reads a length unlike its own */
-        {"bcast", "shm_ll", 20, -6, {0, 0, 1, 0}, 0, 0}, /* one line against two: it sees the first */
-        {"bcast", "shm_ll", 1700, 100, {0, 0, 1, 0}, 0, 0}, /* rank 2 over its largest: shm reads the root's marked head */
     };
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++)
         run_mismatch(&cases[i]);
@@ -827,7 +805,6 @@ Test(shm, mismatched_signatures, .timeout = 200)
         {"bcast", "shm", 5, SIG_DTYPE, {0, 0, 1, 0}},    /* flat: only rank 2 reads a word unlike its own */
         {"bcast", "shm", 1000, SIG_DTYPE, {0, 0, 1, 1}}, /* down the tree: rank 2, then its child */
         {"bcast", "shm_cma", 8192, SIG_DTYPE, {0, 0, 1, 1}},
-        {"bcast", "shm_ll", 20, SIG_DTYPE, {0, 0, 1, 0}}, /* the root's line word */
         {"allgather", "shm", 4, SIG_DTYPE, {1, 1, 1, 1}},
         {"allgather", "shm_cma", 8192, SIG_DTYPE, {1, 1, 1, 1}},
         {"reduce_scatter_block", "shm", 16, SIG_OP, {1, 1, 1, 1}},

@@ -27,6 +27,7 @@
  * (a rank with another count or another algorithm never writes the line
  * awaited, but its head says so). */
 #define WAIT_CHECK 256u
+#define LL_SEQ_MASK ((UINT64_C(1) << WEFT_SHM_LL_SEQ_BITS) - 1)
 
 typedef struct {
     weft_shm_op_t op;
@@ -45,6 +46,16 @@ typedef struct {
     int rc;
     unsigned char got[WEFT_SHM_LL_LINES];
 } ll_t;
+
+static uint64_t ll_word(const ll_t *x, int ev, uint64_t tag)
+{
+    return tag << WEFT_SHM_LL_SEQ_BITS | (2 * x->op.k + (uint64_t)ev);
+}
+static size_t line_bytes(const ll_t *x, int j)
+{
+    size_t at = (size_t)j * WEFT_SHM_LL_DATA;
+    return x->bytes - at < WEFT_SHM_LL_DATA ? x->bytes - at : WEFT_SHM_LL_DATA;
+}
 
 /* A line that arrived with another writer's signature: the error (once). */
 static int bad_line(ll_t *x, int r, uint64_t word)
@@ -85,16 +96,15 @@ static void reduce_lines(ll_t *x)
     }
     for (size_t j = x->l0; j < x->l0 + x->cnt; j++) {
         if (x->rc) {
-            atomic_store_explicit(&mine[j].seq, weft_shm_ll_word(op->k, WEFT_SHM_RESULT, WEFT_SHM_LL_BAD),
-                                  memory_order_release);
+            atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, WEFT_SHM_LL_BAD), memory_order_release);
             continue;
         }
-        size_t b = weft_shm_ll_bytes(x->bytes, j), m = b / x->esize;
+        size_t b = line_bytes(x, (int)j), m = b / x->esize;
         char *dst = (char *)x->recv + j * WEFT_SHM_LL_DATA;
         x->kern(dst, weft_shm_ll(op, 0)[j].d, WEFT_SHM_LL_RANK_STRIDE, n, m);
         weft_op_finalize((weft_op_t)x->rop, (weft_dtype_t)x->dtype, dst, m, n);
         memcpy(mine[j].d, dst, b);
-        atomic_store_explicit(&mine[j].seq, weft_shm_ll_word(op->k, WEFT_SHM_RESULT, x->tag), memory_order_release);
+        atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, x->tag), memory_order_release);
     }
 }
 
@@ -108,7 +118,7 @@ static int step(weft_sched_t *s, void *arg)
     case 0: {
         if ((rc = weft_shm_op_begin(s, op)) <= 0) return rc;
         size_t l0, cnt;
-        x->nl = weft_shm_ll_lines(x->bytes);
+        x->nl = (int)((x->bytes + WEFT_SHM_LL_DATA - 1) / WEFT_SHM_LL_DATA);
         weft_coll_block((size_t)x->nl, sh->n, sh->me, &l0, &cnt);
         x->l0 = l0;
         x->cnt = cnt;
@@ -122,10 +132,9 @@ static int step(weft_sched_t *s, void *arg)
         /* the head first: a rank waiting in vain for a line finds it */
         weft_shm_head_publish_msg(op, WEFT_SHM_PARTIAL, x->sig);
         weft_shm_ll_line_t *mine = weft_shm_ll(op, sh->me);
-        uint64_t w = weft_shm_ll_word(op->k, WEFT_SHM_PARTIAL, x->tag);
+        uint64_t w = ll_word(x, WEFT_SHM_PARTIAL, x->tag);
         for (int j = 0; j < x->nl; j++) {
-            memcpy(mine[j].d, (const char *)x->send + (size_t)j * WEFT_SHM_LL_DATA,
-                   weft_shm_ll_bytes(x->bytes, (size_t)j));
+            memcpy(mine[j].d, (const char *)x->send + (size_t)j * WEFT_SHM_LL_DATA, line_bytes(x, j));
             atomic_store_explicit(&mine[j].seq, w, memory_order_release);
         }
         x->polls = 0;
@@ -139,8 +148,7 @@ static int step(weft_sched_t *s, void *arg)
         for (int r = 0; r < sh->n; r++) {
             const weft_shm_ll_line_t *lines = weft_shm_ll(op, r);
             for (size_t j = x->l0; j < x->l0 + x->cnt; j++)
-                if ((atomic_load_explicit(&lines[j].seq, memory_order_acquire) & WEFT_SHM_LL_SEQ_MASK) < want &&
-                    late < 0)
+                if ((atomic_load_explicit(&lines[j].seq, memory_order_acquire) & LL_SEQ_MASK) < want && late < 0)
                     late = r;
         }
         if (late >= 0) {
@@ -169,7 +177,7 @@ static int step(weft_sched_t *s, void *arg)
             for (; o != sh->me && j < end; j++) {
                 if (x->got[j]) continue;
                 uint64_t w = atomic_load_explicit(&lines[j].seq, memory_order_acquire);
-                if ((w & WEFT_SHM_LL_SEQ_MASK) < want) {
+                if ((w & LL_SEQ_MASK) < want) {
                     if (late < 0) late = o;
                     continue;
                 }
@@ -177,7 +185,7 @@ static int step(weft_sched_t *s, void *arg)
                     x->rc = bad_line(x, o, w);
                     break;
                 }
-                memcpy((char *)x->recv + j * WEFT_SHM_LL_DATA, lines[j].d, weft_shm_ll_bytes(x->bytes, j));
+                memcpy((char *)x->recv + j * WEFT_SHM_LL_DATA, lines[j].d, line_bytes(x, (int)j));
                 x->got[j] = 1;
                 x->left--;
             }
@@ -201,8 +209,8 @@ static int step(weft_sched_t *s, void *arg)
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
 {
-    weft_shm_t *sh = weft_shm_get_ll(a->comm, a->bytes);
-    if (!sh) return WEFT_ERR_UNSUPPORTED;
+    weft_shm_t *sh = a->count && a->bytes <= WEFT_SHM_LL_MAX ? weft_shm_get(a->comm, 0) : NULL;
+    if (!sh || sh->ops >= WEFT_SHM_LL_OPS_MAX) return WEFT_ERR_UNSUPPORTED; /* (its sequence bits) */
     ll_t *x = weft_shm_op_alloc(s, sh, sizeof(*x), 0, "allreduce_shm_ll");
     if (!x) return WEFT_ERR_NO_MEMORY;
     x->send = a->sendbuf;

@@ -126,20 +126,6 @@ typedef struct weft_shm_ll_line {
     _Atomic uint64_t seq;
 } weft_shm_ll_line_t;
 _Static_assert(sizeof(weft_shm_ll_line_t) == 64, "a flagged line is one cache line");
-#define WEFT_SHM_LL_SEQ_MASK ((UINT64_C(1) << WEFT_SHM_LL_SEQ_BITS) - 1)
-/* A flagged line's word: event ev (WEFT_SHM_PARTIAL / RESULT) of
- * collective k under the writer's 20-bit signature `tag`. */
-static inline uint64_t weft_shm_ll_word(uint64_t k, int ev, uint64_t tag)
-{
-    return tag << WEFT_SHM_LL_SEQ_BITS | (2 * k + (uint64_t)ev);
-}
-/* The bytes of line j of a message of `bytes`, and the lines it takes. */
-static inline size_t weft_shm_ll_bytes(size_t bytes, size_t j)
-{
-    size_t at = j * WEFT_SHM_LL_DATA;
-    return bytes - at < WEFT_SHM_LL_DATA ? bytes - at : WEFT_SHM_LL_DATA;
-}
-static inline int weft_shm_ll_lines(size_t bytes) { return (int)((bytes + WEFT_SHM_LL_DATA - 1) / WEFT_SHM_LL_DATA); }
 _Static_assert(WEFT_SHM_LL_SPAN % 4096 != 0, "line j of consecutive ranks in different L1 sets");
 _Static_assert(WEFT_SHM_LL_MAX < (1u << 13), "an LL message's length fits its 13 bits of the line's signature");
 /* Slots per rank: up to NBUF - 1 collectives may be in flight between the
@@ -243,14 +229,6 @@ typedef struct weft_shm_op {
  * declining instead would send this rank to a base algorithm while the
  * other members wait in the segment. */
 weft_shm_t *weft_shm_get(weft_comm_t comm, size_t bytes);
-/* The same for the flagged lines (shm_ll): NULL also over
- * WEFT_SHM_LL_MAX bytes, for none, and past WEFT_SHM_LL_OPS_MAX
- * collectives (the sequence bits). */
-static inline weft_shm_t *weft_shm_get_ll(weft_comm_t comm, size_t bytes)
-{
-    weft_shm_t *sh = bytes && bytes <= WEFT_SHM_LL_MAX ? weft_shm_get(comm, 0) : NULL;
-    return sh && sh->ops < WEFT_SHM_LL_OPS_MAX ? sh : NULL;
-}
 /* coll/shm's `unsettled` (coll/coll.h): comm's segment is not mapped here
  * yet, and not known unusable. */
 int weft_shm_unsettled(weft_comm_t comm);

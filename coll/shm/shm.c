@@ -10,8 +10,7 @@ extern const weft_coll_alg_t weft_alg_barrier_shm, weft_alg_bcast_shm, weft_alg_
     weft_alg_allgather_shm, weft_alg_reduce_scatter_shm, weft_alg_reduce_scatter_block_shm, weft_alg_bcast_shm_cma,
     weft_alg_allgather_shm_cma, weft_alg_allreduce_shm_cma, weft_alg_barrier_shm_allread,
     weft_alg_allreduce_shm_allread, weft_alg_allreduce_shm_chunked, weft_alg_allreduce_shm_ll, weft_alg_alltoall_shm,
-    weft_alg_reduce_scatter_shm_cma, weft_alg_reduce_scatter_block_shm_cma, weft_alg_alltoall_shm_cma,
-    weft_alg_bcast_shm_ll;
+    weft_alg_reduce_scatter_shm_cma, weft_alg_reduce_scatter_block_shm_cma, weft_alg_alltoall_shm_cma;
 
 static const weft_coll_alg_t *const algorithms[] = {
     &weft_alg_barrier_shm,
@@ -28,7 +27,6 @@ static const weft_coll_alg_t *const algorithms[] = {
     &weft_alg_allreduce_shm_allread,
     &weft_alg_allreduce_shm_chunked,
     &weft_alg_allreduce_shm_ll,
-    &weft_alg_bcast_shm_ll,
     &weft_alg_alltoall_shm,
     &weft_alg_reduce_scatter_shm_cma,
     &weft_alg_reduce_scatter_block_shm_cma,
