@@ -271,6 +271,18 @@ static void gate_release(void *arg)
     weft_cuda_gate_release(arg, weft_sched_adrift() > 0);
 }
 
+/* The gate goes back when s ends; if that cannot be arranged, s is
+ * discarded and the gate released now. */
+static int gate_release_at_end(weft_sched_t *s, weft_cuda_gate_t *gate)
+{
+    int rc = weft_sched_on_end(s, gate_release, gate);
+    if (rc) {
+        weft_sched_discard(s);
+        gate_release(gate);
+    }
+    return rc;
+}
+
 /* The last step of a call staged on its stream: whether its result's copy
  * to the device could be queued. */
 static int staged_copies_queued(weft_sched_t *s, void *arg)
@@ -533,11 +545,7 @@ static int stream_staged(weft_coll_args_t *a, const weft_coll_stage_t *xp, weft_
     weft_debug("%s: stream-ordered on device buffers, run on the host: staged on its stream (%zu + %zu bytes of "
                "pinned host copies)",
                name, x.in, x.out);
-    if ((rc = weft_sched_on_end(s, gate_release, gate))) {
-        weft_sched_discard(s);
-        gate_release(gate);
-        return rc;
-    }
+    if ((rc = gate_release_at_end(s, gate))) return rc;
     weft_sched_deadline(s, a->comm->timeout);
     return req ? weft_sched_start(s, req) : weft_sched_run(s);
 }
@@ -617,11 +625,7 @@ static int coll_finish(weft_coll_args_t *a, weft_request_t *req, stream_call_t *
                 weft_sched_discard(s);
                 return rc;
             }
-            if ((rc = weft_sched_on_end(s, gate_release, gate))) {
-                weft_sched_discard(s);
-                gate_release(gate);
-                return rc;
-            }
+            if ((rc = gate_release_at_end(s, gate))) return rc;
             if (device) sc->block = 1;
         }
         if (rc == WEFT_SUCCESS) {
