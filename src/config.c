@@ -64,11 +64,11 @@ static const weft_var_t vars[] = {
      "machine has CPUs no rank is bound to (the thread runs outside the rank's binding), off keeps every wait on the "
      "caller's polling",
      FIELD(progress_thread_text), sizeof(weft_cfg.progress_thread_text)},
-    {"WEFT_PROGRESS_SPIN_US", WEFT_VAR_INT, "0",
+    {"WEFT_PROGRESS_SPIN_US", WEFT_VAR_INT_AUTO, "auto",
      "microseconds the progress thread keeps polling without news before it naps (while a shared-memory "
-     "operation is pending) or sleeps until new work (after the last one completed); 0: at once. 200 raised "
-     "iallreduce overlap at 256 KiB - 1 MiB but made a small blocking allreduce 1.07-1.11x slower (8 ranks, "
-     "16-core host; docs/PERFORMANCE.md section 7b); worth it only where the thread has a CPU to itself",
+     "operation is pending) or sleeps until new work (after the last one completed); auto: " STR(
+         WEFT_PROGRESS_SPIN_US_SPARE) " where the thread has a CPU no rank of this machine is bound to or one this "
+     "rank leaves spare, 0 (at once) where it shares the rank's (docs/PERFORMANCE.md section 7b)",
      FIELD(progress_spin_us), 0},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),

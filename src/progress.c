@@ -604,7 +604,12 @@ void weft_progress_thread_resolve(int host_ranks)
                  CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     }
     int spare = allowed > sharing || CPU_COUNT(&pt_cpus) > 0;
-    pt_spin_s = weft_cfg.progress_spin_us * 1e-6; /* its polling before naps and sleeps (WEFT_PROGRESS_SPIN_US) */
+    /* Its polling before naps and sleeps: a thread with a CPU to itself
+     * sees a shared-memory collective's next flag and the next post at
+     * once (a nap or a wake-up through the scheduler costs tens of
+     * microseconds, a 64 KiB collective's whole time). */
+    if (weft_cfg.progress_spin_us < 0) weft_cfg.progress_spin_us = spare ? WEFT_PROGRESS_SPIN_US_SPARE : 0;
+    pt_spin_s = weft_cfg.progress_spin_us * 1e-6;
     /* An unbound rank's thread is left to the scheduler. */
     if (weft_cfg.progress_thread == WEFT_PT_AUTO) {
         weft_cfg.progress_thread = spare ? WEFT_PT_ON : WEFT_PT_OFF;

@@ -643,10 +643,10 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
 {
     weft_shm_t *sh = op->sh;
     int b = (int)(op->k % WEFT_SHM_NBUF);
-    /* A nonblocking post writes the collective's first piece; the thread
-     * writes the rest (a root writing every piece of a large bcast inside
-     * its post hides none of it). */
-    if (WEFT_UNLIKELY(weft_sched_posting(s)) && op->k != op->k0) {
+    /* A nonblocking post writes no piece: the thread writes them all (a
+     * 64 KiB piece's copy is a tenth of a small collective's time, and a
+     * root writing every piece of a large bcast inside its post hides none). */
+    if (WEFT_UNLIKELY(weft_sched_posting(s))) {
         weft_sched_waiting(s, -1, "this rank's turn to write its next piece");
         return 0;
     }
