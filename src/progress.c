@@ -97,6 +97,7 @@ static cpu_set_t pt_cpus;               /* the CPUs it runs on (weft_progress_th
 static char pt_where[64];               /* and in words, for the log */
 static double pt_spin_s;                /* WEFT_PROGRESS_SPIN_US in seconds (weft_progress_thread_resolve) */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
+static _Atomic int pt_watching;         /* 1 while pt_dormant polls for new work (no wake-up needed) */
 
 /* An application call holds the lock (and polls meanwhile): the thread
  * tries again after a nap that doubles up to the max, so a long blocking
@@ -135,6 +136,12 @@ void weft_progress_thread_rouse(void)
 void weft_progress_thread_wake(void)
 {
     uint64_t one = 1;
+    /* A thread watching for new work (pt_dormant's poll) sees the call's
+     * mark without the write, a system call of about a microsecond inside
+     * every post; it looks once more after it stops watching (the fences
+     * pair: one of the two sees the other's store). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&pt_watching, memory_order_relaxed)) return;
     if (pt_kick_fd >= 0 && write(pt_kick_fd, &one, sizeof(one)) < 0) {
         /* full (it is being woken already) */
     }
@@ -240,12 +247,16 @@ static void pt_dormant(void)
 {
     if (pt_spin_s > 0) {
         double until = weft_wtime() + pt_spin_s;
+        atomic_store_explicit(&pt_watching, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
         for (unsigned n = 1; !pt_roused(); n++) {
             cpu_relax();
             if (n & 255) continue;
             if (weft_wtime() >= until) break;
             sched_yield(); /* a thread of the CPU's that has work goes first */
         }
+        atomic_store_explicit(&pt_watching, 0, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst); /* pairs with weft_progress_thread_wake's */
         if (pt_roused()) {
             uint64_t v;
             if (read(pt_kick_fd, &v, sizeof(v)) < 0) {
