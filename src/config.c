@@ -68,7 +68,8 @@ static const weft_var_t vars[] = {
      "microseconds the progress thread keeps polling without news before it naps (while a shared-memory "
      "operation is pending) or sleeps until new work (after the last one completed); auto: " STR(
          WEFT_PROGRESS_SPIN_US_SPARE) " where the thread has a CPU no rank of this machine is bound to or one this "
-     "rank leaves spare, 0 (at once) where it shares the rank's (docs/PERFORMANCE.md section 7b)",
+                                      "rank leaves spare, 0 (at once) where it shares the rank's (docs/PERFORMANCE.md "
+                                      "section 7b)",
      FIELD(progress_spin_us), 0},
     {"WEFT_HOST_ID", WEFT_VAR_STRING, "",
      "host identity used to group ranks into nodes (default: hash of hostname and kernel boot id)", FIELD(host_id),

@@ -216,23 +216,30 @@ static int body_idle(int rank, int size, void *arg)
     return 0;
 }
 
-Test(progress, idle_rank_burns_at_most_one_percent, .timeout = 60)
+Test(progress, idle_rank_burns_at_most_one_percent, .timeout = 90)
 {
     idle_shared_t *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert(sh != MAP_FAILED);
-    memset(sh, 0, sizeof(*sh));
-    th_result_t res = th_run(2, body_idle, sh, 50, on_env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
-    printf("idle CPU in 2 s, thread on (rank 0, rank 1): nothing pending %.1f, %.1f ms; a receive pending %.1f, %.1f "
-           "ms; a shared-memory barrier pending (rank 0) %.1f ms\n",
-           sh->ms[0][0], sh->ms[0][1], sh->ms[1][0], sh->ms[1][1], sh->ms[2][0]);
-    for (int r = 0; r < 2; r++) {
-        cr_expect_leq(sh->ms[0][r], 20.0, "rank %d, nothing pending: %.1f ms of CPU in 2 s", r, sh->ms[0][r]);
-        cr_expect_leq(sh->ms[1][r], 20.0, "rank %d, a receive pending: %.1f ms of CPU in 2 s", r, sh->ms[1][r]);
+    /* as here (a 2-core host: no CPU of its own, no polling before naps) and
+     * as where the thread has a CPU of its own (200 us of it) */
+    const char *const spin_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_PROGRESS_THREAD=on",
+                                    "WEFT_PROGRESS_SPIN_US=200", NULL};
+    const char *const *envs[] = {on_env, spin_env};
+    for (int e = 0; e < 2; e++) {
+        memset(sh, 0, sizeof(*sh));
+        th_result_t res = th_run(2, body_idle, sh, 50, envs[e]);
+        cr_assert_eq(res.timed_out, 0, "hung");
+        cr_assert_eq(res.failed, 0);
+        printf("idle CPU in 2 s, thread on%s (rank 0, rank 1): nothing pending %.1f, %.1f ms; a receive pending "
+               "%.1f, %.1f ms; a shared-memory barrier pending (rank 0) %.1f ms\n",
+               e ? ", polling 200 us" : "", sh->ms[0][0], sh->ms[0][1], sh->ms[1][0], sh->ms[1][1], sh->ms[2][0]);
+        for (int r = 0; r < 2; r++) {
+            cr_expect_leq(sh->ms[0][r], 20.0, "rank %d, nothing pending: %.1f ms of CPU in 2 s", r, sh->ms[0][r]);
+            cr_expect_leq(sh->ms[1][r], 20.0, "rank %d, a receive pending: %.1f ms of CPU in 2 s", r, sh->ms[1][r]);
+        }
+        /* polling, napping up to WEFT_PROGRESS_THREAD's 200 us: a few percent, not a spinning core */
+        cr_expect_leq(sh->ms[2][0], 400.0, "a barrier pending: %.1f ms of CPU in 2 s", sh->ms[2][0]);
     }
-    /* polling, napping up to WEFT_PROGRESS_THREAD's 200 us: a few percent, not a spinning core */
-    cr_expect_leq(sh->ms[2][0], 400.0, "a barrier pending: %.1f ms of CPU in 2 s", sh->ms[2][0]);
     munmap(sh, sizeof(*sh));
 }
 
@@ -273,6 +280,62 @@ static int body_blocking(int rank, int size, void *arg)
 Test(progress, blocking_calls_leave_the_thread_asleep, .timeout = 60)
 {
     th_result_t res = th_run(2, body_blocking, NULL, 50, on_env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
+/* ---- a post reaches a thread that watches for new work ----------------------- */
+/* With WEFT_PROGRESS_SPIN_US (200 us by default where the thread has a CPU
+ * of its own; 200 ms here, so it watches through every short sleep below)
+ * a post marks the work and skips the thread's wake-up while the thread
+ * polls for the mark. Every rank posts a small allreduce and a bcast, then
+ * sleeps without calling weft until both callbacks ran: 300 times, every
+ * 50th after a 250 ms sleep that outlasts the watch (the thread is asleep
+ * at that post, which must wake it). A lost mark leaves a callback unrun. */
+static const char *const watch_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_PROGRESS_THREAD=on",
+                                        "WEFT_PROGRESS_SPIN_US=200000", NULL};
+
+static int body_watching(int rank, int size, void *arg)
+{
+    (void)arg;
+    weft_comm_t w = start();
+    int64_t in[8], out[8], bc[8];
+    TH_OK(weft_barrier(w));
+    for (int it = 0; it < 300; it++) {
+        if (it % 50 == 49) th_nap_ms(250);
+        for (int i = 0; i < 8; i++) {
+            in[i] = rank + it + i;
+            out[i] = -1;
+            bc[i] = rank == it % size ? it * 100 + i : -1;
+        }
+        weft_request_t r[2];
+        note_t n[2];
+        memset(n, 0, sizeof(n));
+        TH_OK(weft_iallreduce(in, out, 8, WEFT_INT64, WEFT_SUM, w, &r[0]));
+        TH_OK(weft_ibcast(bc, 8, WEFT_INT64, it % size, w, &r[1]));
+        TH_OK(weft_request_on_complete(r[0], note, &n[0]));
+        TH_OK(weft_request_on_complete(r[1], note, &n[1]));
+        double t0 = weft_wtime();
+        while ((!atomic_load(&n[0].fired) || !atomic_load(&n[1].fired)) && weft_wtime() - t0 < 10)
+            th_nap_ms(1);
+        TH_CHECK(atomic_load(&n[0].fired) == 1 && atomic_load(&n[1].fired) == 1,
+                 "rank %d, call %d: the callbacks ran %d and %d times in 10 s of sleep (a post's mark was lost)", rank,
+                 it, atomic_load(&n[0].fired), atomic_load(&n[1].fired));
+        TH_OK(weft_waitall(2, r, NULL));
+        for (int i = 0; i < 8; i++) {
+            int64_t want = (int64_t)size * (it + i) + (int64_t)size * (size - 1) / 2;
+            TH_CHECK(out[i] == want, "rank %d, call %d: allreduce [%d] = %lld, not %lld", rank, it, i,
+                     (long long)out[i], (long long)want);
+            TH_CHECK(bc[i] == it * 100 + i, "rank %d, call %d: bcast [%d] = %lld", rank, it, i, (long long)bc[i]);
+        }
+    }
+    TH_OK(weft_finalize());
+    return 0;
+}
+
+Test(progress, posts_reach_a_thread_that_watches, .timeout = 120)
+{
+    th_result_t res = th_run(3, body_watching, NULL, 100, watch_env);
     cr_assert_eq(res.timed_out, 0, "hung");
     cr_assert_eq(res.failed, 0);
 }
