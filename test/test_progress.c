@@ -32,6 +32,14 @@ static weft_comm_t start(void)
     return weft_comm_world();
 }
 
+/* Runs body on n ranks and asserts that none hung or failed. */
+static void run_ok(int n, th_body_fn body, void *arg, double timeout_s, const char *const *env)
+{
+    th_result_t res = th_run(n, body, arg, timeout_s, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
 /* A completion callback's record: how often, with what, on which thread. */
 typedef struct {
     _Atomic int fired;
@@ -161,13 +169,9 @@ static int body_sleeping(int rank, int size, void *arg)
 
 Test(progress, nonblocking_work_completes_while_every_rank_sleeps, .timeout = 120)
 {
-    th_result_t res = th_run(4, body_sleeping, (void *)on_env, 100, on_env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_sleeping, (void *)on_env, 100, on_env);
     const char *const off_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_PROGRESS_THREAD=off", NULL};
-    res = th_run(4, body_sleeping, NULL, 100, off_env);
-    cr_assert_eq(res.timed_out, 0, "thread off: hung");
-    cr_assert_eq(res.failed, 0, "thread off");
+    run_ok(4, body_sleeping, NULL, 100, off_env); /* thread off */
 }
 
 /* ---- an idle rank's CPU ------------------------------------------------------ */
@@ -227,9 +231,7 @@ Test(progress, idle_rank_burns_at_most_one_percent, .timeout = 90)
     const char *const *envs[] = {on_env, spin_env};
     for (int e = 0; e < 2; e++) {
         memset(sh, 0, sizeof(*sh));
-        th_result_t res = th_run(2, body_idle, sh, 50, envs[e]);
-        cr_assert_eq(res.timed_out, 0, "hung");
-        cr_assert_eq(res.failed, 0);
+        run_ok(2, body_idle, sh, 50, envs[e]);
         printf("idle CPU in 2 s, thread on%s (rank 0, rank 1): nothing pending %.1f, %.1f ms; a receive pending "
                "%.1f, %.1f ms; a shared-memory barrier pending (rank 0) %.1f ms\n",
                e ? ", polling 200 us" : "", sh->ms[0][0], sh->ms[0][1], sh->ms[1][0], sh->ms[1][1], sh->ms[2][0]);
@@ -279,9 +281,7 @@ static int body_blocking(int rank, int size, void *arg)
 
 Test(progress, blocking_calls_leave_the_thread_asleep, .timeout = 60)
 {
-    th_result_t res = th_run(2, body_blocking, NULL, 50, on_env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(2, body_blocking, NULL, 50, on_env);
 }
 
 /* ---- a post reaches a thread that watches for new work ----------------------- */
@@ -335,9 +335,7 @@ static int body_watching(int rank, int size, void *arg)
 
 Test(progress, posts_reach_a_thread_that_watches, .timeout = 120)
 {
-    th_result_t res = th_run(3, body_watching, NULL, 100, watch_env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(3, body_watching, NULL, 100, watch_env);
 }
 
 /* ---- a post ends the thread's nap ------------------------------------------ */
@@ -398,9 +396,7 @@ static int body_nap(int rank, int size, void *arg)
 
 Test(progress, a_post_ends_the_threads_nap, .timeout = 60)
 {
-    th_result_t res = th_run(2, body_nap, NULL, 40, long_nap_env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(2, body_nap, NULL, 40, long_nap_env);
 }
 
 /* ---- a rank killed while the others compute ------------------------------- */
