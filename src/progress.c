@@ -112,7 +112,8 @@ static _Atomic int pt_watching;         /* 1 while pt_dormant polls for new work
 #define PT_SPIN_PASSES  64
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
-/* WEFT_PROGRESS_SPIN_US (pt_spin_s; 0 by default): the thread keeps
+/* WEFT_PROGRESS_SPIN_US (pt_spin_s; auto: 200 us where the thread has a
+ * CPU of its own, else 0, weft_progress_thread_resolve): the thread keeps
  * passing, yielding, this long without news before its first nap (a
  * shared-memory collective's flags come microseconds apart, and a nap
  * between two of them stretches every member's step), and watches for
@@ -615,10 +616,8 @@ void weft_progress_thread_resolve(int host_ranks)
                  CPU_COUNT(&pt_cpus) == 1 ? "" : "s");
     }
     int spare = allowed > sharing || CPU_COUNT(&pt_cpus) > 0;
-    /* Its polling before naps and sleeps: a thread with a CPU to itself
-     * sees a shared-memory collective's next flag and the next post at
-     * once (a nap or a wake-up through the scheduler costs tens of
-     * microseconds, a 64 KiB collective's whole time). */
+    /* Its polling before naps and sleeps (WEFT_PROGRESS_SPIN_US=auto):
+     * only a thread with a CPU to itself, which takes no rank's time. */
     if (weft_cfg.progress_spin_us < 0) weft_cfg.progress_spin_us = spare ? WEFT_PROGRESS_SPIN_US_SPARE : 0;
     pt_spin_s = weft_cfg.progress_spin_us * 1e-6;
     /* An unbound rank's thread is left to the scheduler. */

@@ -84,9 +84,9 @@ enum { WEFT_PT_AUTO = -1, WEFT_PT_OFF = 0, WEFT_PT_ON = 1 };
 /* WEFT_WAIT_SPIN_US=auto: a rank with CPUs of its own, and one whose
  * machine's ranks share its CPUs (docs/PERFORMANCE.md section 5). */
 #define WEFT_WAIT_SPIN_US_DEDICATED 1000
+#define WEFT_WAIT_SPIN_US_SHARED    50
 /* WEFT_PROGRESS_SPIN_US=auto where the progress thread has a CPU of its own */
 #define WEFT_PROGRESS_SPIN_US_SPARE 200
-#define WEFT_WAIT_SPIN_US_SHARED    50
 typedef struct weft_config {
     char bootstrap[16];    /* auto | pmix | env | single */
     double timeout;        /* default wait deadline, seconds; 0 = none */

@@ -644,8 +644,7 @@ int weft_shm_claim(weft_sched_t *s, weft_shm_op_t *op, int readers, int root)
     weft_shm_t *sh = op->sh;
     int b = (int)(op->k % WEFT_SHM_NBUF);
     /* A nonblocking post writes no piece: the thread writes them all (a
-     * 64 KiB piece's copy is a tenth of a small collective's time, and a
-     * root writing every piece of a large bcast inside its post hides none). */
+     * copy inside the post is time the caller cannot compute in). */
     if (WEFT_UNLIKELY(weft_sched_posting(s))) {
         weft_sched_waiting(s, -1, "this rank's turn to write its next piece");
         return 0;
