@@ -561,17 +561,27 @@ Test(progress, on_complete_rules)
 }
 
 /* ---- what auto decides ---------------------------------------------------------- */
+/* WEFT_PROGRESS_THREAD=auto and WEFT_PROGRESS_SPIN_US=auto resolved: the
+ * thread runs where a CPU is spare, and polls before its naps only there. */
+static void resolve_auto(int host_ranks, int thread)
+{
+    weft_cfg.progress_thread = thread;
+    weft_cfg.progress_spin_us = -1;
+    weft_progress_thread_resolve(host_ranks);
+}
+
 Test(progress, auto_wants_a_spare_cpu)
 {
     cpu_set_t all, one;
     cr_assert_eq(sched_getaffinity(0, sizeof(all), &all), 0);
-    weft_cfg.progress_thread = WEFT_PT_AUTO;
-    weft_progress_thread_resolve(100000); /* far more ranks than CPUs */
+    resolve_auto(100000, WEFT_PT_AUTO); /* far more ranks than CPUs */
     cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_OFF, "oversubscribed: off");
+    cr_assert_eq(weft_cfg.progress_spin_us, 0, "oversubscribed: no polling");
     if (CPU_COUNT(&all) >= 2) {
-        weft_cfg.progress_thread = WEFT_PT_AUTO;
-        weft_progress_thread_resolve(1);
+        resolve_auto(1, WEFT_PT_AUTO);
         cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON, "one rank on %d CPUs: on", CPU_COUNT(&all));
+        cr_assert_eq(weft_cfg.progress_spin_us, WEFT_PROGRESS_SPIN_US_SPARE, "one rank on %d CPUs: it polls",
+                     CPU_COUNT(&all));
     }
     /* bound to a single CPU, as every other rank of the machine: nowhere to put the thread */
     CPU_ZERO(&one);
@@ -581,18 +591,20 @@ Test(progress, auto_wants_a_spare_cpu)
             break;
         }
     cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
-    weft_cfg.progress_thread = WEFT_PT_AUTO;
-    weft_progress_thread_resolve(CPU_SETSIZE);
+    resolve_auto(CPU_SETSIZE, WEFT_PT_AUTO);
     cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_OFF, "bound to one CPU, every CPU bound to a rank: off");
     if (CPU_COUNT(&all) >= 2) {
         /* bound to one CPU, the only rank here: the thread runs on the others */
-        weft_cfg.progress_thread = WEFT_PT_AUTO;
-        weft_progress_thread_resolve(1);
+        resolve_auto(1, WEFT_PT_AUTO);
         cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON, "bound to one CPU of %d, no other rank: on",
                      CPU_COUNT(&all));
+        cr_assert_eq(weft_cfg.progress_spin_us, WEFT_PROGRESS_SPIN_US_SPARE, "the thread's CPUs are its own: it polls");
     }
-    weft_cfg.progress_thread = WEFT_PT_ON; /* on stays on */
-    weft_progress_thread_resolve(100000);
+    resolve_auto(100000, WEFT_PT_ON); /* on stays on, and shares the rank's CPU: no polling */
     cr_assert_eq(weft_cfg.progress_thread, WEFT_PT_ON);
+    cr_assert_eq(weft_cfg.progress_spin_us, 0, "forced on without a spare CPU: no polling");
+    weft_cfg.progress_spin_us = 50; /* a value given stays */
+    weft_progress_thread_resolve(1);
+    cr_assert_eq(weft_cfg.progress_spin_us, 50);
     sched_setaffinity(0, sizeof(all), &all);
 }
