@@ -7,6 +7,7 @@
  *   rule  := coll ":" [lo "-" hi ":"] [cond ":"]* algorithm
  *   cond  := "np=" a ["-" (b | "inf")]  |  "nodes=" ("1" | "multi")  |  "mem=" ("host" | "cuda")
  *          |  "gpu=" ("shared" | "own")   (mem=cuda rules: two ranks share a GPU, or every rank has its own)
+ *          |  "xport=" ("cuda" | "host")  (mem=cuda rules: the UCX in use moves device memory itself, or not)
  *   sizes are bytes per rank with optional k/m/g (powers of 1024) or "inf";
  *   lo is inclusive, hi exclusive; no mem= means host buffers; rules are
  *   separated by "," or ";" (in the file: one per line, '#' starts a note).
@@ -17,6 +18,7 @@
  * every other algorithm of the collective that takes the call's memory
  * type, so a declined algorithm always has a successor. */
 #include "coll/coll.h"
+#include "pt2pt/cuda.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -47,6 +49,7 @@ const int weft_coll_select_nvars = (int)(sizeof(weft_coll_select_vars) / sizeof(
 
 enum { NODES_ANY = 0, NODES_ONE = 1, NODES_MULTI = 2 };
 enum { GPU_ANY = 0, GPU_SHARED = 1, GPU_OWN = 2 };
+enum { XPORT_ANY = 0, XPORT_CUDA = 1, XPORT_HOST = 2 };
 
 typedef struct {
     weft_coll_kind_t kind;
@@ -54,6 +57,7 @@ typedef struct {
     int np_lo, np_hi;
     int nodes;
     int gpu;
+    int xport;
     weft_memtype_t mem;
     const weft_coll_alg_t *alg;
     int score;
@@ -182,6 +186,12 @@ static int parse_rule(char *text, rule_t *r, const char *source)
             r->gpu = GPU_OWN;
         } else if (!strncmp(f, "gpu=", 4)) {
             return weft_error(WEFT_ERR_ARG, "%s: '%s' is not gpu=shared or gpu=own", source, f);
+        } else if (!strcmp(f, "xport=cuda")) {
+            r->xport = XPORT_CUDA;
+        } else if (!strcmp(f, "xport=host")) {
+            r->xport = XPORT_HOST;
+        } else if (!strncmp(f, "xport=", 6)) {
+            return weft_error(WEFT_ERR_ARG, "%s: '%s' is not xport=cuda or xport=host", source, f);
         } else if (!strcmp(f, "mem=host")) {
             r->mem = WEFT_MEM_HOST;
         } else if (!strcmp(f, "mem=cuda")) {
@@ -224,8 +234,9 @@ static int add_rule(const char *text, const char *note, int *score, int user, co
     if (!(comp->memtypes & WEFT_MEM_BIT(r.mem)))
         return weft_error(WEFT_ERR_ARG, "%s: rule '%s': %s %s (component %s) does not take %s buffers", source, text,
                           weft_coll_kind_name(r.kind), r.alg->name, comp->name, weft_memtype_name(r.mem));
-    if (r.gpu && r.mem != WEFT_MEM_CUDA)
-        return weft_error(WEFT_ERR_ARG, "%s: rule '%s': gpu= is a condition of mem=cuda rules", source, text);
+    if ((r.gpu || r.xport) && r.mem != WEFT_MEM_CUDA)
+        return weft_error(WEFT_ERR_ARG, "%s: rule '%s': %s is a condition of mem=cuda rules", source, text,
+                          r.gpu ? "gpu=" : "xport=");
     r.score = (*score)--;
     r.user = user;
     r.note = note && *note ? strdup(note) : NULL;
@@ -366,6 +377,7 @@ int weft_coll_select(const weft_coll_args_t *a, const weft_coll_alg_t **out, int
             continue;
         if (r->gpu && shared == -2) shared = gpu_shared(a);
         if (r->gpu && (shared < 0 || shared != (r->gpu == GPU_SHARED))) continue;
+        if (r->xport && weft_cuda_ucx_carries() != (r->xport == XPORT_CUDA)) continue;
         n = add_candidate(out, n, max, r->alg);
     }
     for (int i = fb_first[a->kind]; i < fb_first[a->kind + 1] && n < max; i++)
@@ -445,6 +457,9 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
             if (r->gpu)
                 snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":gpu=%s",
                          r->gpu == GPU_SHARED ? "shared" : "own");
+            if (r->xport)
+                snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":xport=%s",
+                         r->xport == XPORT_CUDA ? "cuda" : "host");
             snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":mem=%s", weft_memtype_name(r->mem));
             OUT("  %s:%s-%s%s:%s   (%s, score %d)%s%s\n", kind_names[r->kind], lo, hi, cond, r->alg->name,
                 r->user ? "WEFT_COLL_TUNE" : "built in", r->score, r->note ? "  # " : "", r->note ? r->note : "");

@@ -385,9 +385,11 @@ void weft_cuda_describe(char *buf, size_t len)
              "UCX carries host%s; device buffers: %s; collectives on device buffers that no GPU kernel takes "
              "(across nodes): host copies in pinned blocks a pool keeps for the next call%s; libcuda %s",
              ucx_cuda ? " cuda" : "", how,
-             ucx_cuda ? ", but allreduce from 64 KiB and reduce_scatter from 128 KiB stay on the GPU (coll/cuda's "
-                        "direct rings: UCX moves the blocks)"
-                      : "",
+             mode == MODE_OFF          ? ""
+             : weft_cuda_ucx_carries() ? ", but allreduce from 64 KiB and reduce_scatter from 128 KiB stay on the "
+                                         "GPU (coll/cuda's direct rings: UCX moves the blocks; rules.conf's xport=cuda)"
+                                       : ", but allreduce from 8 MiB stays on the GPU (coll/cuda's direct ring: its "
+                                         "blocks through the pinned chunks; rules.conf's xport=host)",
              weft_cuda_driver_state() > 0   ? "loaded"
              : weft_cuda_driver_state() < 0 ? "loaded but unusable"
                                             : "not loaded by this process");
@@ -395,7 +397,12 @@ void weft_cuda_describe(char *buf, size_t len)
 
 int weft_cuda_ucx_carries(void)
 {
-    return ucx_cuda;
+    return ucx_cuda && (mode == MODE_AUTO || mode == MODE_UCX);
+}
+
+int weft_cuda_p2p_moves(void)
+{
+    return mode != MODE_OFF;
 }
 
 int weft_cuda_ucx_device_now(void)
@@ -431,6 +438,11 @@ int weft_cuda_ucx_device_now(void)
 }
 
 int weft_cuda_ucx_carries(void)
+{
+    return 0;
+}
+
+int weft_cuda_p2p_moves(void)
 {
     return 0;
 }

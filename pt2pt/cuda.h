@@ -45,10 +45,14 @@ void weft_cuda_finalize(void);
  * on the calling thread (weft_p2p_init's test for making its first
  * endpoint at once). */
 int weft_cuda_ucx_device_now(void);
-/* 1 when the UCX context carries CUDA memory (its transports move device
- * buffers themselves: cuda_ipc, GPUDirect RDMA): a property of the UCX in
- * use and its configuration, alike on every rank that runs it alike. */
+/* 1 when point-to-point hands large device buffers to UCX itself: the UCX
+ * context carries CUDA memory (cuda_ipc, GPUDirect RDMA) and WEFT_CUDA is
+ * auto or ucx; a property of the UCX in use and the configuration, alike on
+ * every rank that runs them alike (rules.conf's xport=cuda). */
 int weft_cuda_ucx_carries(void);
+/* 1 when point-to-point moves device buffers at all (WEFT_CUDA is not
+ * off): through UCX where it carries them, else through pinned chunks. */
+int weft_cuda_p2p_moves(void);
 
 /* Staged path: a staging state for a device buffer, handed to UCX as the
  * buffer of a message of weft_cuda_stage_dt (count: bytes). */

@@ -1461,8 +1461,8 @@ Test(cuda_coll, across_two_simulated_nodes_of_1, .timeout = 600)
 
 /* The same with allreduce's and reduce_scatter's messages in device memory (coll/cuda's direct rings: UCX moves
  * the blocks, the GPU reduces them) wherever hier_rail does not take the call: the rail step of the large
- * allreduces, the whole communicator otherwise; where the UCX in use carries no CUDA memory they decline and the
- * default selection runs. */
+ * allreduces, the whole communicator otherwise; where the UCX in use carries no CUDA memory their blocks go
+ * through point-to-point's pinned chunks. */
 #define DIRECT_RAIL                                                                                                    \
     "WEFT_COLL_TUNE=allreduce:64k-inf:nodes=multi:mem=cuda:hier_rail,allreduce:nodes=multi:mem=cuda:direct,"           \
     "reduce_scatter:nodes=multi:mem=cuda:direct,reduce_scatter_block:nodes=multi:mem=cuda:direct"

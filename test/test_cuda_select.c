@@ -404,6 +404,8 @@ Test(cuda_select, gpu_condition_checked)
     static const char *const bad[][2] = {
         {"allreduce:gpu=own:ring", "gpu= is a condition of mem=cuda rules"},
         {"allreduce:gpu=some:mem=cuda:cuda_ll", "'gpu=some' is not gpu=shared or gpu=own"},
+        {"allreduce:xport=host:ring", "xport= is a condition of mem=cuda rules"},
+        {"allreduce:xport=ib:mem=cuda:direct", "'xport=ib' is not xport=cuda or xport=host"},
     };
     single_env();
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -143,8 +143,8 @@ int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char 
                          weft_gpu_direct_t **out)
 {
     if (a->mem != WEFT_MEM_CUDA) return weft_coll_decline("%s: not device buffers", name);
-    if (!weft_cuda_ucx_carries())
-        return weft_coll_decline("%s: the UCX in use carries no CUDA memory (staged takes the call)", name);
+    if (!weft_cuda_p2p_moves())
+        return weft_coll_decline("%s: point-to-point moves no device buffers (WEFT_CUDA=off)", name);
     if (!weft_gpu_kernels_built()) return weft_coll_decline("%s: built without nvcc (no kernels)", name);
     if (!weft_gpu_vars.enabled) return weft_coll_decline("%s: WEFT_CUDA_COLL=0", name);
     if (!weft_cu.launch_kernel || !weft_cu.event_query || !weft_cu.mem_alloc || !weft_cu.mem_free)
