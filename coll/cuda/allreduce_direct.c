@@ -1,11 +1,12 @@
 /* allreduce on device buffers across nodes with the vector never on the
  * host (direct.c): a reduce-scatter ring, then an allgather ring, 2 (n - 1)
- * / n of the vector sent per rank (the minimum), its blocks moved by UCX
- * in device memory and folded on the GPU. Takes an allreduce that no kernel
+ * / n of the vector sent per rank (the minimum), its blocks moved in
+ * device memory and folded on the GPU. Takes an allreduce that no kernel
  * algorithm takes (the rail step of hier_rail, or a whole communicator
- * across nodes) where the UCX in use carries CUDA memory; elsewhere every
- * message would take point-to-point's staged path, and staged.c's host
- * copies do better. */
+ * across nodes). Where the UCX in use carries CUDA memory, UCX moves the
+ * blocks itself (rules.conf's xport=cuda rows, from 64 KiB); elsewhere
+ * point-to-point moves them through its pinned chunks, which beats
+ * staged.c's host copies only from 8 MiB (xport=host). */
 #include "coll/cuda/cuda_coll.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -20,9 +21,6 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     const char *apart = weft_gpu_input_apart(a), *in = apart ? apart : (const char *)a->recvbuf;
     weft_gpu_direct_t *d;
     if ((rc = weft_gpu_direct_open(s, a, name, apart, n > 1 ? 2 * cnt[0] * es : 0, &d))) return rc;
-    weft_debug("%s: comm %s, %zu bytes: rings of %d ranks on device memory (UCX moves the blocks, the GPU reduces "
-               "them)",
-               name, a->comm->name, a->count * es, n);
     char *out = a->recvbuf;
     if (n == 1) return apart ? weft_sched_copy(s, out, apart, a->count * es) : WEFT_SUCCESS;
     if ((rc = weft_gpu_direct_reduce_scatter(s, d, in, out + off[me] * es, off, cnt))) return rc;
@@ -40,6 +38,6 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_allreduce_direct = {
     "direct", WEFT_COLL_ALLREDUCE,
     "device buffers across nodes, the vector never on the host: a reduce-scatter ring, then an allgather ring, "
-    "whose messages UCX moves in device memory (cuda_ipc, GPUDirect RDMA) and whose reductions run on the GPU; "
-    "where the UCX in use carries CUDA memory",
+    "whose messages UCX moves in device memory (cuda_ipc, GPUDirect RDMA) or point-to-point through its pinned "
+    "chunks, and whose reductions run on the GPU",
     build, 0};

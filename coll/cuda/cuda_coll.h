@@ -275,7 +275,7 @@ int weft_gpu_broken(const weft_gpu_state_t *st);
 
 /* ---- direct.c: rings whose messages UCX moves in device memory ---------------------------------------- */
 typedef struct weft_gpu_direct weft_gpu_direct_t;
-/* A direct algorithm's checks (declines: not device buffers, a UCX that carries no CUDA memory, no kernels, an
+/* A direct algorithm's checks (declines: not device buffers, WEFT_CUDA=off, no kernels, an
  * average, an op or type of no kernel, buffers of no context or of two) and setup on s: the buffers' context, the
  * kernels, a stream of weft's own, the call's event, `bytes` of device scratch; released when s ends. in: the
  * input where it is not the output (checked to be the output's context). s is marked device-aware. */

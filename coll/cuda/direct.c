@@ -1,8 +1,9 @@
 /* coll/cuda's direct algorithms (allreduce_direct.c, reduce_scatter_direct.c):
  * host-driven rings on device buffers whose messages UCX moves in device
  * memory itself (cuda_ipc between processes of a host, GPUDirect RDMA over
- * verbs) and whose reductions run on the GPU (kernels/local.cu), so the
- * vector never crosses the host link. What they share: the checks, the
+ * verbs; else point-to-point through its pinned chunks) and whose
+ * reductions run on the GPU (kernels/local.cu), so the vector never sits
+ * whole on the host. What they share: the checks, the
  * buffers' context, a stream of weft's own per context, the call's event,
  * the device scratch (two blocks kept for the next call), and the
  * reduce-scatter ring both are made of. */
@@ -180,6 +181,10 @@ int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char 
         return rc;
     }
     weft_sched_device(s);
+    weft_debug("%s: comm %s, %zu elements, rings of %d ranks in device memory: %s, the GPU reduces them", name,
+               a->comm->name, a->count, a->comm->size,
+               weft_cuda_ucx_carries() ? "UCX moves the blocks (rules.conf's xport=cuda)"
+                                       : "point-to-point moves the blocks through its pinned chunks (xport=host)");
     *out = d;
     return WEFT_SUCCESS;
 }

@@ -1,8 +1,9 @@
 /* reduce_scatter (uneven blocks) and reduce_scatter_block on device
  * buffers across nodes with the vector never on the host (direct.c): a
  * reduce-scatter ring, (n - 1) / n of the vector sent per rank, its blocks
- * moved by UCX in device memory and folded on the GPU into this rank's
- * block. Where the UCX in use carries CUDA memory. */
+ * moved in device memory (by UCX where it carries CUDA memory, else by
+ * point-to-point's pinned chunks) and folded on the GPU into this rank's
+ * block. */
 #include "coll/cuda/cuda_coll.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
@@ -23,9 +24,6 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
     if (!most) return WEFT_SUCCESS; /* nothing anywhere */
     weft_gpu_direct_t *d;
     if ((rc = weft_gpu_direct_open(s, a, name, in, n > 1 ? 2 * most * es : 0, &d))) return rc;
-    weft_debug("%s: comm %s, %zu bytes: a ring of %d ranks on device memory (UCX moves the blocks, the GPU reduces "
-               "them)",
-               name, a->comm->name, at * es, n);
     if (n == 1) return weft_sched_copy(s, a->recvbuf, in + off[me] * es, cnt[me] * es);
     return weft_gpu_direct_reduce_scatter(s, d, in, a->recvbuf, off, cnt);
 }
@@ -33,13 +31,13 @@ static int build(weft_sched_t *s, const weft_coll_args_t *a)
 const weft_coll_alg_t weft_alg_reduce_scatter_direct = {
     "direct", WEFT_COLL_REDUCE_SCATTER,
     "device buffers across nodes, the vector never on the host: a reduce-scatter ring whose messages UCX moves in "
-    "device memory (cuda_ipc, GPUDirect RDMA) and whose reductions run on the GPU; where the UCX in use carries "
-    "CUDA memory",
+    "device memory (cuda_ipc, GPUDirect RDMA) or point-to-point through its pinned chunks, and whose reductions run "
+    "on the GPU",
     build, 0};
 
 const weft_coll_alg_t weft_alg_reduce_scatter_block_direct = {
     "direct", WEFT_COLL_REDUCE_SCATTER_BLOCK,
     "device buffers across nodes, the vector never on the host: a reduce-scatter ring whose messages UCX moves in "
-    "device memory (cuda_ipc, GPUDirect RDMA) and whose reductions run on the GPU; where the UCX in use carries "
-    "CUDA memory",
+    "device memory (cuda_ipc, GPUDirect RDMA) or point-to-point through its pinned chunks, and whose reductions run "
+    "on the GPU",
     build, 0};
