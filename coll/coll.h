@@ -282,6 +282,9 @@ static inline size_t weft_coll_binomial_first_part(int rank, int blocks, int n)
 
 /* Shared builders other algorithms reuse. */
 int weft_coll_allgather_bruck_build(weft_sched_t *s, const void *send, void *recv, size_t block);
+/* The ring allgather (allgather_ring.c) on a's buffers: also coll/cuda's direct allgather on device buffers (the
+ * caller marks s device-aware). */
+int weft_coll_allgather_ring_build(weft_sched_t *s, const weft_coll_args_t *a);
 /* The segmented ring reduce-scatter (reduce_scatter_ring.c), also allreduce
  * ring's first phase: block i of the input is len[i] elements at element
  * off[i] of in; this rank's block, reduced over every rank (and finalised,

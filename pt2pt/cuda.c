@@ -386,10 +386,12 @@ void weft_cuda_describe(char *buf, size_t len)
              "(across nodes): host copies in pinned blocks a pool keeps for the next call%s; libcuda %s",
              ucx_cuda ? " cuda" : "", how,
              mode == MODE_OFF          ? ""
-             : weft_cuda_ucx_carries() ? ", but allreduce from 64 KiB and reduce_scatter from 128 KiB stay on the "
-                                         "GPU (coll/cuda's direct rings: UCX moves the blocks; rules.conf's xport=cuda)"
-                                       : ", but allreduce from 8 MiB stays on the GPU (coll/cuda's direct ring: its "
-                                         "blocks through the pinned chunks; rules.conf's xport=host)",
+             : weft_cuda_ucx_carries() ? ", but large allreduce and reduce_scatter, and allgather of one rank per "
+                                         "node, stay on the GPU (coll/cuda's direct rings: UCX moves the blocks; "
+                                         "rules.conf's xport=cuda rows, weft_info --coll)"
+                                       : ", but large allreduce and reduce_scatter stay on the GPU (coll/cuda's direct "
+                                         "rings: their blocks through the pinned chunks; rules.conf's xport=host "
+                                         "rows, weft_info --coll)",
              weft_cuda_driver_state() > 0   ? "loaded"
              : weft_cuda_driver_state() < 0 ? "loaded but unusable"
                                             : "not loaded by this process");

@@ -1389,6 +1389,14 @@ static int body_across_nodes(int rank, int size, void *arg)
         got = host_of(dout, all * 4);
         TH_CHECK(!memcmp(got, ref, all * 4), "allgather x %zu: differs from the host call", n);
         free(got);
+        /* in place: this rank's block already in its place, the rest garbage */
+        gpu_memset(dout, 0xAB, all * 4);
+        TH_CHECK(!gpu_upload((char *)dout + (size_t)rank * n * 4, in, n * 4), "upload");
+        rc = weft_allgather(WEFT_IN_PLACE, dout, (int64_t)n, WEFT_INT32, w);
+        TH_CHECK(rc == 0, "allgather in place x %zu: %s", n, weft_last_error());
+        got = host_of(dout, all * 4);
+        TH_CHECK(!memcmp(got, ref, all * 4), "allgather in place x %zu: differs from the host call", n);
+        free(got);
         gpu_free(din);
         gpu_free(dout);
         free(in);
@@ -1459,13 +1467,14 @@ Test(cuda_coll, across_two_simulated_nodes_of_1, .timeout = 600)
     run(2, body_across_nodes, "WEFT_RANKS_PER_NODE=1");
 }
 
-/* The same with allreduce's and reduce_scatter's messages in device memory (coll/cuda's direct rings: UCX moves
- * the blocks, the GPU reduces them) wherever hier_rail does not take the call: the rail step of the large
- * allreduces, the whole communicator otherwise; where the UCX in use carries no CUDA memory their blocks go
- * through point-to-point's pinned chunks. */
+/* The same with allreduce's, reduce_scatter's and allgather's messages in device memory (coll/cuda's direct
+ * rings: UCX moves the blocks, the GPU reduces them) wherever hier_rail does not take the call: the rail step of
+ * the large allreduces, the whole communicator otherwise; where the UCX in use carries no CUDA memory their
+ * blocks go through point-to-point's pinned chunks. */
 #define DIRECT_RAIL                                                                                                    \
     "WEFT_COLL_TUNE=allreduce:64k-inf:nodes=multi:mem=cuda:hier_rail,allreduce:nodes=multi:mem=cuda:direct,"           \
-    "reduce_scatter:nodes=multi:mem=cuda:direct,reduce_scatter_block:nodes=multi:mem=cuda:direct"
+    "reduce_scatter:nodes=multi:mem=cuda:direct,reduce_scatter_block:nodes=multi:mem=cuda:direct,"                     \
+    "allgather:nodes=multi:mem=cuda:direct"
 Test(cuda_coll, across_two_simulated_nodes_of_2_direct, .timeout = 600)
 {
     run2(4, body_across_nodes, "WEFT_RANKS_PER_NODE=2", DIRECT_RAIL);

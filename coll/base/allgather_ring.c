@@ -4,7 +4,7 @@
  * crosses each link. Large messages. */
 #include "coll/coll.h"
 
-static int build(weft_sched_t *s, const weft_coll_args_t *a)
+int weft_coll_allgather_ring_build(weft_sched_t *s, const weft_coll_args_t *a)
 {
     int n = a->comm->size, r = a->comm->rank, rc;
     size_t block = a->count * a->esize;
@@ -22,5 +22,5 @@ const weft_coll_alg_t weft_alg_allgather_ring = {
     .name = "ring",
     .kind = WEFT_COLL_ALLGATHER,
     .description = "ring, n-1 steps, no scratch, writes straight into the output; large messages",
-    .build = build,
+    .build = weft_coll_allgather_ring_build,
 };

@@ -93,9 +93,10 @@ extern const weft_coll_alg_t weft_alg_barrier_staged, weft_alg_bcast_staged, wef
 /* staged_pipelined.c: the elementwise ones through host copies in pieces that overlap the host collective. */
 extern const weft_coll_alg_t weft_alg_bcast_staged_pipelined, weft_alg_reduce_staged_pipelined,
     weft_alg_allreduce_staged_pipelined;
-/* allreduce_direct.c, reduce_scatter_direct.c: across nodes with the messages in device memory (direct.c). */
+/* allreduce_direct.c, reduce_scatter_direct.c, allgather_direct.c: across nodes with the messages in device memory
+ * (direct.c). */
 extern const weft_coll_alg_t weft_alg_allreduce_direct, weft_alg_reduce_scatter_direct,
-    weft_alg_reduce_scatter_block_direct;
+    weft_alg_reduce_scatter_block_direct, weft_alg_allgather_direct;
 
 /* The kernel algorithms, each collective's in the order rules.conf tries them, then the staged ones. */
 static const weft_coll_alg_t *const algorithms[] = {
@@ -146,6 +147,7 @@ static const weft_coll_alg_t *const algorithms[] = {
     &weft_alg_allreduce_direct,
     &weft_alg_reduce_scatter_direct,
     &weft_alg_reduce_scatter_block_direct,
+    &weft_alg_allgather_direct,
 
     &weft_alg_bcast_staged_pipelined,
     &weft_alg_reduce_staged_pipelined,

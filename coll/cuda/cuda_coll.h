@@ -273,9 +273,13 @@ int weft_gpu_shared(const weft_coll_args_t *a);
 void weft_gpu_state_release(weft_comm_t comm, void *state);
 int weft_gpu_broken(const weft_gpu_state_t *st);
 
-/* ---- direct.c: rings whose messages UCX moves in device memory ---------------------------------------- */
+/* ---- direct.c: rings whose messages move in device memory ---------------------------------------------- */
 typedef struct weft_gpu_direct weft_gpu_direct_t;
-/* A direct algorithm's checks (declines: not device buffers, WEFT_CUDA=off, no kernels, an
+/* The checks of every direct algorithm (declines: not device buffers, WEFT_CUDA=off, WEFT_CUDA_COLL=0). */
+int weft_gpu_direct_usable(const weft_coll_args_t *a, const char *name);
+/* Marks s device-aware and logs the ring and who moves its blocks (gpu: what the GPU does besides, or NULL). */
+void weft_gpu_direct_start(weft_sched_t *s, const weft_coll_args_t *a, const char *name, const char *gpu);
+/* A reducing direct algorithm's checks (weft_gpu_direct_usable's, and: no kernels, an
  * average, an op or type of no kernel, buffers of no context or of two) and setup on s: the buffers' context, the
  * kernels, a stream of weft's own, the call's event, `bytes` of device scratch; released when s ends. in: the
  * input where it is not the output (checked to be the output's context). s is marked device-aware. */

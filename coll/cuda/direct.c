@@ -1,4 +1,5 @@
-/* coll/cuda's direct algorithms (allreduce_direct.c, reduce_scatter_direct.c):
+/* coll/cuda's direct algorithms (allreduce_direct.c, reduce_scatter_direct.c,
+ * allgather_direct.c):
  * host-driven rings on device buffers whose messages UCX moves in device
  * memory itself (cuda_ipc between processes of a host, GPUDirect RDMA over
  * verbs; else point-to-point through its pinned chunks) and whose
@@ -140,14 +141,31 @@ static int buffer_ctx(const char *name, const void *p, const char *what, CUconte
     return WEFT_SUCCESS;
 }
 
-int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char *name, const void *in, size_t bytes,
-                         weft_gpu_direct_t **out)
+int weft_gpu_direct_usable(const weft_coll_args_t *a, const char *name)
 {
     if (a->mem != WEFT_MEM_CUDA) return weft_coll_decline("%s: not device buffers", name);
     if (!weft_cuda_p2p_moves())
         return weft_coll_decline("%s: point-to-point moves no device buffers (WEFT_CUDA=off)", name);
-    if (!weft_gpu_kernels_built()) return weft_coll_decline("%s: built without nvcc (no kernels)", name);
     if (!weft_gpu_vars.enabled) return weft_coll_decline("%s: WEFT_CUDA_COLL=0", name);
+    return WEFT_SUCCESS;
+}
+
+void weft_gpu_direct_start(weft_sched_t *s, const weft_coll_args_t *a, const char *name, const char *gpu)
+{
+    weft_sched_device(s);
+    weft_debug("%s: comm %s, %zu elements, a ring of %d ranks in device memory: %s%s%s", name, a->comm->name, a->count,
+               a->comm->size,
+               weft_cuda_ucx_carries() ? "UCX moves the blocks (rules.conf's xport=cuda)"
+                                       : "point-to-point moves the blocks through its pinned chunks (xport=host)",
+               gpu ? ", " : "", gpu ? gpu : "");
+}
+
+int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char *name, const void *in, size_t bytes,
+                         weft_gpu_direct_t **out)
+{
+    int rc = weft_gpu_direct_usable(a, name);
+    if (rc) return rc;
+    if (!weft_gpu_kernels_built()) return weft_coll_decline("%s: built without nvcc (no kernels)", name);
     if (!weft_cu.launch_kernel || !weft_cu.event_query || !weft_cu.mem_alloc || !weft_cu.mem_free)
         return weft_coll_decline("%s: the CUDA driver lacks kernel launch, event queries or allocation", name);
     /* an average as staged.c's (the host's sum, then one division): the same bits as the host call's */
@@ -155,7 +173,7 @@ int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char 
     if (a->op > WEFT_AVG || (int)a->dtype >= WEFT_GPU_NTYPES)
         return weft_coll_decline("%s: %s on %s", name, weft_op_name(a->op), weft_dtype_name(a->dtype));
     CUcontext ctx = NULL;
-    int rc = buffer_ctx(name, a->recvbuf, "output", &ctx);
+    rc = buffer_ctx(name, a->recvbuf, "output", &ctx);
     if (!rc && in) rc = buffer_ctx(name, in, "input", &ctx);
     if (rc) return rc;
     weft_gpu_direct_t *d = weft_sched_scratch(s, sizeof(*d));
@@ -180,11 +198,7 @@ int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char 
         release(d);
         return rc;
     }
-    weft_sched_device(s);
-    weft_debug("%s: comm %s, %zu elements, rings of %d ranks in device memory: %s, the GPU reduces them", name,
-               a->comm->name, a->count, a->comm->size,
-               weft_cuda_ucx_carries() ? "UCX moves the blocks (rules.conf's xport=cuda)"
-                                       : "point-to-point moves the blocks through its pinned chunks (xport=host)");
+    weft_gpu_direct_start(s, a, name, "the GPU reduces them");
     *out = d;
     return WEFT_SUCCESS;
 }
@@ -269,6 +283,20 @@ int weft_gpu_direct_reduce_scatter(weft_sched_t *s, weft_gpu_direct_t *d, const 
 }
 
 #else /* no CUDA headers */
+
+int weft_gpu_direct_usable(const weft_coll_args_t *a, const char *name)
+{
+    (void)a;
+    return weft_coll_decline("%s: built without CUDA", name);
+}
+
+void weft_gpu_direct_start(weft_sched_t *s, const weft_coll_args_t *a, const char *name, const char *gpu)
+{
+    (void)s;
+    (void)a;
+    (void)name;
+    (void)gpu;
+}
 
 int weft_gpu_direct_open(weft_sched_t *s, const weft_coll_args_t *a, const char *name, const void *in, size_t bytes,
                          weft_gpu_direct_t **out)
