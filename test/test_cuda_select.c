@@ -13,6 +13,7 @@
 #include "coll/coll.h"
 #include "coll/cuda/cuda_coll.h"
 #include "harness.h"
+#include "pt2pt/cuda.h"
 #include "weft.h"
 
 #include <criterion/criterion.h>
@@ -421,4 +422,55 @@ Test(cuda_select, gpu_condition_checked)
               "weft_coll_table does not print the rule as given");
     weft_finalize();
     unsetenv("WEFT_COLL_TUNE");
+}
+
+/* Across nodes the xport= rows follow point-to-point's way with device buffers: under WEFT_CUDA=staged (through
+ * its pinned chunks, as where the UCX in use carries no CUDA memory) the xport=host rows apply and the xport=cuda
+ * rows do not. What the built-in rules then try first of coll/cuda's direct ring and its staged form. */
+Test(cuda_select, across_nodes_rows_follow_xport)
+{
+    single_env();
+#ifdef WEFT_HAVE_CUDA
+    setenv("WEFT_CUDA", "staged", 1); /* (a build without CUDA refuses it, and hands UCX no device buffer anyway) */
+#endif
+    cr_assert_eq(weft_init(NULL, NULL), WEFT_SUCCESS, "%s", weft_last_error());
+    cr_expect_eq(weft_cuda_ucx_carries(), 0, "WEFT_CUDA=staged: point-to-point hands no device buffer to UCX");
+    static struct weft_comm_s comm;
+    memset(&comm, 0, sizeof(comm));
+    comm.size = 2;
+    comm.nnodes = 2;
+    snprintf(comm.name, sizeof(comm.name), "made-up, two nodes");
+    static const struct {
+        weft_coll_kind_t kind;
+        size_t bytes; /* per rank; reduce_scatter_block: the whole vector */
+        const char *first;
+    } want[] = {
+        {WEFT_COLL_ALLREDUCE, 16 * MIB, "direct"},             /* xport=host: from 8 MiB */
+        {WEFT_COLL_ALLREDUCE, MIB, "staged"},                  /* xport=cuda's row from 64 KiB does not apply */
+        {WEFT_COLL_REDUCE_SCATTER_BLOCK, MIB, "direct"},       /* xport=host: from 512 KiB */
+        {WEFT_COLL_REDUCE_SCATTER_BLOCK, 256 * KIB, "staged"}, /* xport=cuda's from 128 KiB does not apply */
+        {WEFT_COLL_ALLGATHER, 4 * MIB, "staged"},              /* xport=host: staged ahead of hier */
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        weft_coll_args_t a;
+        memset(&a, 0, sizeof(a));
+        a.kind = want[i].kind;
+        a.comm = &comm;
+        a.dtype = WEFT_FLOAT32;
+        a.esize = 4;
+        a.op = WEFT_SUM;
+        a.mem = WEFT_MEM_CUDA;
+        a.bytes = want[i].bytes;
+        a.count = a.kind == WEFT_COLL_REDUCE_SCATTER_BLOCK ? a.bytes / 8 : a.bytes / 4;
+        const weft_coll_alg_t *cand[32];
+        int nc = weft_coll_select(&a, cand, 32), first = -1;
+        for (int k = 0; k < nc && first < 0; k++)
+            if (!strcmp(cand[k]->name, "direct") || !strcmp(cand[k]->name, "staged")) first = k;
+        cr_expect(first >= 0 && !strcmp(cand[first]->name, want[i].first), "%s of %zu bytes across nodes: %s first",
+                  weft_coll_kind_name(a.kind), a.bytes, first >= 0 ? cand[first]->name : "neither");
+        if (a.kind == WEFT_COLL_ALLGATHER)
+            cr_expect(nc > 0 && !strcmp(cand[0]->name, "staged"), "allgather: %s before staged", cand[0]->name);
+    }
+    weft_finalize();
+    unsetenv("WEFT_CUDA");
 }
