@@ -23,6 +23,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,33 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
+/* The conditions of two values: "key=a" sets the rule's field to 1, "key=b" to 2 (NODES_ONE / NODES_MULTI,
+ * GPU_SHARED / GPU_OWN, XPORT_CUDA / XPORT_HOST). */
+static const struct {
+    const char *key, *a, *b;
+    size_t at; /* offsetof the rule's int field */
+} pairs[] = {
+    {"nodes", "1", "multi", offsetof(rule_t, nodes)},
+    {"gpu", "shared", "own", offsetof(rule_t, gpu)},
+    {"xport", "cuda", "host", offsetof(rule_t, xport)},
+};
+
+/* 1 when f is one of those conditions (*rc: set, or the error naming it), 0 when it is none. */
+static int parse_pair(const char *f, rule_t *r, const char *source, int *rc)
+{
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        size_t kl = strlen(pairs[i].key);
+        if (strncmp(f, pairs[i].key, kl) || f[kl] != '=') continue;
+        int v = !strcmp(f + kl + 1, pairs[i].a) ? 1 : !strcmp(f + kl + 1, pairs[i].b) ? 2 : 0;
+        if (v) *(int *)(void *)((char *)r + pairs[i].at) = v;
+        *rc = v ? WEFT_SUCCESS
+                : weft_error(WEFT_ERR_ARG, "%s: '%s' is not %s=%s or %s=%s", source, f, pairs[i].key, pairs[i].a,
+                             pairs[i].key, pairs[i].b);
+        return 1;
+    }
+    return 0;
+}
+
 /* Parses one rule (NUL-terminated, no separators) into r. */
 static int parse_rule(char *text, rule_t *r, const char *source)
 {
@@ -158,7 +186,7 @@ static int parse_rule(char *text, rule_t *r, const char *source)
     r->hi = SIZE_MAX;
     r->np_hi = 1 << 30;
     if (nf < 2) return weft_error(WEFT_ERR_ARG, "%s: rule '%s' needs at least collective:algorithm", source, text);
-    int k = kind_from_name(fields[0], strlen(fields[0]));
+    int k = kind_from_name(fields[0], strlen(fields[0])), rc;
     if (k < 0) return weft_error(WEFT_ERR_ARG, "%s: '%s' is not a collective", source, fields[0]);
     r->kind = (weft_coll_kind_t)k;
     for (int i = 1; i < nf - 1; i++) {
@@ -176,22 +204,8 @@ static int parse_rule(char *text, rule_t *r, const char *source)
                 return weft_error(WEFT_ERR_ARG, "%s: '%s' is not np=A, np=A-B or np=A-inf", source, f);
             r->np_lo = (int)a;
             r->np_hi = (int)b;
-        } else if (!strcmp(f, "nodes=1")) {
-            r->nodes = NODES_ONE;
-        } else if (!strcmp(f, "nodes=multi")) {
-            r->nodes = NODES_MULTI;
-        } else if (!strcmp(f, "gpu=shared")) {
-            r->gpu = GPU_SHARED;
-        } else if (!strcmp(f, "gpu=own")) {
-            r->gpu = GPU_OWN;
-        } else if (!strncmp(f, "gpu=", 4)) {
-            return weft_error(WEFT_ERR_ARG, "%s: '%s' is not gpu=shared or gpu=own", source, f);
-        } else if (!strcmp(f, "xport=cuda")) {
-            r->xport = XPORT_CUDA;
-        } else if (!strcmp(f, "xport=host")) {
-            r->xport = XPORT_HOST;
-        } else if (!strncmp(f, "xport=", 6)) {
-            return weft_error(WEFT_ERR_ARG, "%s: '%s' is not xport=cuda or xport=host", source, f);
+        } else if (parse_pair(f, r, source, &rc)) {
+            if (rc) return rc;
         } else if (!strcmp(f, "mem=host")) {
             r->mem = WEFT_MEM_HOST;
         } else if (!strcmp(f, "mem=cuda")) {

@@ -407,6 +407,7 @@ Test(cuda_select, gpu_condition_checked)
         {"allreduce:gpu=some:mem=cuda:cuda_ll", "'gpu=some' is not gpu=shared or gpu=own"},
         {"allreduce:xport=host:ring", "xport= is a condition of mem=cuda rules"},
         {"allreduce:xport=ib:mem=cuda:direct", "'xport=ib' is not xport=cuda or xport=host"},
+        {"allreduce:nodes=2:ring", "'nodes=2' is not nodes=1 or nodes=multi"},
     };
     single_env();
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
