@@ -1,12 +1,12 @@
 /* coll/cuda's direct algorithms (allreduce_direct.c, reduce_scatter_direct.c,
- * allgather_direct.c):
- * host-driven rings on device buffers whose messages UCX moves in device
- * memory itself (cuda_ipc between processes of a host, GPUDirect RDMA over
- * verbs; else point-to-point through its pinned chunks) and whose
- * reductions run on the GPU (kernels/local.cu), so the vector never sits
- * whole on the host. What they share: the checks, the
- * buffers' context, a stream of weft's own per context, the call's event,
- * the device scratch (two blocks kept for the next call), and the
+ * allgather_direct.c): host-driven rings on device buffers whose messages
+ * UCX moves in device memory itself (cuda_ipc between processes of a host,
+ * GPUDirect RDMA over verbs; else point-to-point through its pinned chunks)
+ * and whose reductions run on the GPU (kernels/local.cu), so the vector
+ * never sits whole on the host. What all three share: the checks and the
+ * debug line naming the mover. What the two reducing ones share besides:
+ * the buffers' context, a stream of weft's own per context, the call's
+ * event, the device scratch (two blocks kept for the next call), and the
  * reduce-scatter ring both are made of. */
 #include "coll/cuda/cuda_coll.h"
 #include "pt2pt/cuda.h"
