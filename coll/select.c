@@ -149,7 +149,7 @@ static int parse_size(const char *s, size_t *out)
 }
 
 /* The conditions of two values: "key=a" sets the rule's field to 1, "key=b" to 2 (NODES_ONE / NODES_MULTI,
- * GPU_SHARED / GPU_OWN, XPORT_CUDA / XPORT_HOST). */
+ * GPU_SHARED / GPU_OWN, XPORT_CUDA / XPORT_HOST); parsed and printed (weft_coll_table) from here. */
 static const struct {
     const char *key, *a, *b;
     size_t at; /* offsetof the rule's int field */
@@ -465,15 +465,12 @@ WEFT_API int weft_coll_table(char *buf, size_t len)
                 snprintf(cond, sizeof(cond), ":np=%d-inf", r->np_lo);
             else if (r->np_lo)
                 snprintf(cond, sizeof(cond), ":np=%d-%d", r->np_lo, r->np_hi);
-            if (r->nodes)
-                snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":nodes=%s",
-                         r->nodes == NODES_ONE ? "1" : "multi");
-            if (r->gpu)
-                snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":gpu=%s",
-                         r->gpu == GPU_SHARED ? "shared" : "own");
-            if (r->xport)
-                snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":xport=%s",
-                         r->xport == XPORT_CUDA ? "cuda" : "host");
+            for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++) {
+                int v = *(const int *)(const void *)((const char *)r + pairs[p].at);
+                if (v)
+                    snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":%s=%s", pairs[p].key,
+                             v == 1 ? pairs[p].a : pairs[p].b);
+            }
             snprintf(cond + strlen(cond), sizeof(cond) - strlen(cond), ":mem=%s", weft_memtype_name(r->mem));
             OUT("  %s:%s-%s%s:%s   (%s, score %d)%s%s\n", kind_names[r->kind], lo, hi, cond, r->alg->name,
                 r->user ? "WEFT_COLL_TUNE" : "built in", r->score, r->note ? "  # " : "", r->note ? r->note : "");
