@@ -37,19 +37,13 @@ int weft_cuda_classify(const void *buf, size_t bytes, const char *fn, const char
 
 /* ---- the staged path: pinned chunks, one copy stream per context ---------------- */
 
-/* A pinned host chunk and the event of the copy that last used it. */
-typedef struct chunk {
-    struct chunk *next;
-    char *host;
-    CUevent ev;
-    int pending; /* ev marks a copy not yet waited for */
-} chunk_t;
+typedef weft_cuda_chunk_t chunk_t;
 
 static chunk_t *chunk_pool;
 static size_t chunk_bytes;
 static int chunk_depth;
 
-enum { MAX_DEPTH = 16 };
+enum { MAX_DEPTH = WEFT_CUDA_STAGE_MAX_DEPTH };
 /* Messages up to this size are copied straight to or from UCX's buffer (one
  * fragment on shared memory; one copy either way). Larger ones go through
  * pinned chunks: copying each UCX fragment separately was measured 3-8x
@@ -109,6 +103,28 @@ static chunk_t *chunk_get(CUresult *r)
     return c;
 }
 
+weft_cuda_chunk_t *weft_cuda_chunk_get(CUresult *r)
+{
+    return chunk_get(r);
+}
+
+void weft_cuda_chunk_put(weft_cuda_chunk_t *c)
+{
+    c->pending = 0;
+    c->next = chunk_pool;
+    chunk_pool = c;
+}
+
+size_t weft_cuda_chunk_bytes(void)
+{
+    return chunk_bytes;
+}
+
+int weft_cuda_chunk_depth(void)
+{
+    return chunk_depth;
+}
+
 static void chunk_wait(weft_cuda_stage_t *st, chunk_t *c)
 {
     if (!c->pending) return;
@@ -145,8 +161,7 @@ static void direct_copy(weft_cuda_stage_t *st, size_t off, void *host, size_t le
     stage_fail(st, r, st->send ? "copying device memory to the host" : "copying to the device");
     if (c) {
         if (st->send && r == CUDA_SUCCESS) memcpy(host, c->host, len);
-        c->next = chunk_pool;
-        chunk_pool = c;
+        weft_cuda_chunk_put(c);
     }
 }
 
@@ -316,11 +331,8 @@ int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what)
 void weft_cuda_stage_free(weft_cuda_stage_t *st)
 {
     if (!st) return;
-    for (int i = 0; i < st->nslots; i++) {
-        st->slot[i]->pending = 0;
-        st->slot[i]->next = chunk_pool;
-        chunk_pool = st->slot[i];
-    }
+    for (int i = 0; i < st->nslots; i++)
+        weft_cuda_chunk_put(st->slot[i]);
     free(st);
 }
 

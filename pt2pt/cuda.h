@@ -11,7 +11,9 @@
  *           datatype whose pack / unpack callbacks move the bytes through
  *           pinned host chunks, the copy of chunk k + 1 in flight while
  *           chunk k is on the wire. Tag matching, ANY_SOURCE, truncation,
- *           probe and cancel stay UCX's, as for host memory.
+ *           probe and cancel stay UCX's, as for host memory. Collectives'
+ *           larger messages, whose peers and lengths are exact, go as a
+ *           pipeline of host messages instead (pipe.c).
  * A receive completes when its data is in the device buffer (weft's copy
  * stream synchronised). A sender must have synchronised the stream that
  * produced its buffer before posting, as with CUDA-aware MPI. */
@@ -63,6 +65,35 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send);
  * CUDA failure as a weft error (naming `what`). */
 int weft_cuda_stage_end(weft_cuda_stage_t *st, const char *what);
 void weft_cuda_stage_free(weft_cuda_stage_t *st);
+
+/* Collectives' device messages on the staged path, from
+ * WEFT_CUDA_STAGE_PIPE bytes (pipe.c): an envelope on the message's own
+ * tag (its length and a channel), then the data in pinned chunks, each a
+ * contiguous host message on the channel's tag, which UCX moves by its
+ * zero-copy paths while the next chunk is copied. Both sides must decide
+ * alike: a collective posts its receives with the exact length, and the
+ * knobs are agreed at init. The request's ops become the pipe's. */
+int weft_cuda_pipe_wanted(size_t bytes);
+int weft_cuda_pipe_send(weft_request_t req, const void *dev, size_t bytes, ucp_ep_h ep, ucp_tag_t wire);
+int weft_cuda_pipe_recv(weft_request_t req, void *dev, size_t bytes, ucp_tag_t tag, ucp_tag_t mask);
+
+#ifdef WEFT_HAVE_CUDA
+/* The pool of pinned chunks both staged paths draw from (cuda.c): a chunk
+ * of weft_cuda_chunk_bytes() and the event of the copy that last used it.
+ * weft_cuda_chunk_get: NULL with *r untouched where none may be allocated
+ * now (weft_cuda_pinned_may_alloc), NULL with *r set on failure. */
+#define WEFT_CUDA_STAGE_MAX_DEPTH 16
+typedef struct weft_cuda_chunk {
+    struct weft_cuda_chunk *next;
+    char *host;
+    CUevent ev;
+    int pending; /* ev marks a copy not yet waited for */
+} weft_cuda_chunk_t;
+weft_cuda_chunk_t *weft_cuda_chunk_get(CUresult *r);
+void weft_cuda_chunk_put(weft_cuda_chunk_t *c);
+size_t weft_cuda_chunk_bytes(void);
+int weft_cuda_chunk_depth(void); /* WEFT_CUDA_STAGE_DEPTH, 1..16 */
+#endif
 
 /* "host cuda(ucx: cuda_copy, cuda_ipc)" and the like, for weft_info. */
 void weft_cuda_describe(char *buf, size_t len);

@@ -111,15 +111,18 @@ static void memtype_param(ucp_request_param_t *param, ucs_memory_type_t type)
  * buffer; else a collective schedule's host memory): the memory type for
  * UCX, which then need not ask the driver again (managed memory: UCX asks
  * itself, it may treat it apart from host memory), or the staging datatype
- * (the message's "buffer" is then the stage). On failure the request is
- * released and the error returned. */
-static int device_param(weft_request_t *req, const void **buf, size_t bytes, int send, int classify,
-                        ucp_request_param_t *param, const char *what)
+ * (the message's "buffer" is then the stage), or (*pipe set) a collective's
+ * staged message that goes as a pipeline of host messages (pipe.c). On
+ * failure the request is released and the error returned. */
+static int device_param(weft_request_t *req, const void **buf, size_t bytes, int send, int classify, unsigned cls,
+                        ucp_request_param_t *param, int *pipe, const char *what)
 {
     weft_memtype_t mem;
     int path = WEFT_CUDA_HOST, rc = WEFT_SUCCESS;
     if (classify) rc = weft_cuda_classify(*buf, bytes, send ? "send" : "recv", what, &mem, &path);
-    if (rc == WEFT_SUCCESS && path == WEFT_CUDA_HOST) {
+    if (rc == WEFT_SUCCESS && path == WEFT_CUDA_STAGED && cls == WEFT_TAG_CLASS_COLL && weft_cuda_pipe_wanted(bytes)) {
+        *pipe = 1;
+    } else if (rc == WEFT_SUCCESS && path == WEFT_CUDA_HOST) {
         memtype_param(param, UCS_MEMORY_TYPE_HOST);
     } else if (rc == WEFT_SUCCESS && path == WEFT_CUDA_UCX) {
         memtype_param(param, UCS_MEMORY_TYPE_CUDA);
@@ -165,12 +168,20 @@ int weft_p2p_isend(const void *buf, size_t bytes, int dest, unsigned cls, int ta
      * buffers) unless they say otherwise: user messages are classified. */
     int sync = (cls & WEFT_TAG_SEND_SYNC) != 0;
     cls &= ~WEFT_TAG_SEND_SYNC;
-    int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE);
+    int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE), pipe = 0;
     cls &= ~WEFT_TAG_CLASS_DEVICE;
     if (WEFT_UNLIKELY(weft_cuda_possible()) &&
-        (rc = device_param(&req, &buf, bytes, 1, classify, &param, "send buffer")))
+        (rc = device_param(&req, &buf, bytes, 1, classify, cls, &param, &pipe, "send buffer")))
         return rc;
     ucp_tag_t wire = weft_tag_make(cls, (unsigned)tag, (unsigned)comm->rank, comm->context_id);
+    if (pipe) {
+        if ((rc = weft_cuda_pipe_send(req, buf, bytes, ep, wire))) {
+            weft_request_release(req);
+            return rc;
+        }
+        *out = req;
+        return WEFT_SUCCESS;
+    }
     ucs_status_ptr_t sp =
         sync ? ucp_tag_send_sync_nbx(ep, buf, bytes, wire, &param) : ucp_tag_send_nbx(ep, buf, bytes, wire, &param);
     if (sp == NULL) {
@@ -202,7 +213,7 @@ static void recv_tag_mask(int source, unsigned cls, int tag, weft_comm_t comm, u
 int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, weft_comm_t comm, weft_request_t *out)
 {
     ucp_tag_t t, mask;
-    int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE);
+    int classify = cls == WEFT_TAG_CLASS_USER || (cls & WEFT_TAG_CLASS_DEVICE), pipe = 0;
     cls &= ~WEFT_TAG_CLASS_DEVICE;
     weft_request_t req = weft_request_alloc(&recv_ops, comm);
     if (!req) return weft_error(WEFT_ERR_NO_MEMORY, "recv: out of memory for a request");
@@ -229,8 +240,16 @@ int weft_p2p_irecv(void *buf, size_t bytes, int source, unsigned cls, int tag, w
     if (!weft_g.p2p->recv_inline) param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     int rc;
     if (WEFT_UNLIKELY(weft_cuda_possible()) &&
-        (rc = device_param(&req, (const void **)&buf, bytes, 0, classify, &param, "receive buffer")))
+        (rc = device_param(&req, (const void **)&buf, bytes, 0, classify, cls, &param, &pipe, "receive buffer")))
         return rc;
+    if (pipe) {
+        if ((rc = weft_cuda_pipe_recv(req, buf, bytes, t, mask))) {
+            weft_request_release(req);
+            return rc;
+        }
+        *out = req;
+        return WEFT_SUCCESS;
+    }
     ucs_status_ptr_t sp = ucp_tag_recv_nbx(weft_g.p2p->worker, buf, bytes, t, mask, &param);
     if (sp == NULL) {
         recv_fill(req, UCS_OK, info);

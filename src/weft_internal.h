@@ -106,6 +106,7 @@ typedef struct weft_config {
     int ranks_per_node;            /* simulated nodes of this many ranks (0 = off) */
     char cuda[16];                 /* WEFT_CUDA: auto | ucx | staged | off (device buffers in point-to-point) */
     int cuda_stage_chunk;          /* WEFT_CUDA_STAGE_CHUNK: bytes per pinned chunk of the staged path */
+    int cuda_stage_pipe;           /* WEFT_CUDA_STAGE_PIPE: collectives' staged device messages pipelined from */
     int cuda_stage_depth;          /* WEFT_CUDA_STAGE_DEPTH: chunks in flight per staged message */
     int cuda_small;                /* WEFT_CUDA_SMALL: auto mode stages device messages up to this size */
     int rdma_select;               /* choose the RDMA port and GID index for UCX at init */

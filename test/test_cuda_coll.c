@@ -1485,6 +1485,16 @@ Test(cuda_coll, across_three_simulated_nodes_of_1_direct, .timeout = 600)
     run2(3, body_across_nodes, "WEFT_RANKS_PER_NODE=1", DIRECT_RAIL);
 }
 
+/* The direct rings' device messages through point-to-point's pinned chunks whatever the UCX (WEFT_CUDA=staged),
+ * as pipelines of host messages in small chunks, two in flight: messages of many chunks, a short last one, blocks
+ * under the pipeline's threshold beside ones over it (3 nodes of 1 rank, uneven blocks); the same bits as the host
+ * call. */
+Test(cuda_coll, across_three_simulated_nodes_of_1_direct_pipe, .timeout = 600)
+{
+    run5(3, body_across_nodes, "WEFT_RANKS_PER_NODE=1", DIRECT_RAIL, "WEFT_CUDA=staged", "WEFT_CUDA_STAGE_CHUNK=32768",
+         "WEFT_CUDA_STAGE_DEPTH=2");
+}
+
 /* coll/cuda's staged_pipelined forced (device buffers through host copies in 4 MiB pieces that overlap the host
  * collective): allreduce, reduce and bcast of 2-3 pieces (the last one short, or a few elements) against the host
  * call, in place too, twice (a communicator's first call, whose state is not settled, runs staged whole). */

@@ -427,7 +427,8 @@ Test(cuda_select, gpu_condition_checked)
 
 /* Across nodes the xport= rows follow point-to-point's way with device buffers: under WEFT_CUDA=staged (through
  * its pinned chunks, as where the UCX in use carries no CUDA memory) the xport=host rows apply and the xport=cuda
- * rows do not. What the built-in rules then try first of coll/cuda's direct ring and its staged form. */
+ * rows do not. What the built-in rules then try first of coll/cuda's direct ring and its staged form (allgather:
+ * hier, then the direct ring for what it declines). */
 Test(cuda_select, across_nodes_rows_follow_xport)
 {
     single_env();
@@ -446,11 +447,11 @@ Test(cuda_select, across_nodes_rows_follow_xport)
         size_t bytes; /* per rank; reduce_scatter_block: the whole vector */
         const char *first;
     } want[] = {
-        {WEFT_COLL_ALLREDUCE, 16 * MIB, "direct"},             /* xport=host: from 8 MiB */
-        {WEFT_COLL_ALLREDUCE, MIB, "staged"},                  /* xport=cuda's row from 64 KiB does not apply */
-        {WEFT_COLL_REDUCE_SCATTER_BLOCK, MIB, "direct"},       /* xport=host: from 512 KiB */
-        {WEFT_COLL_REDUCE_SCATTER_BLOCK, 256 * KIB, "staged"}, /* xport=cuda's from 128 KiB does not apply */
-        {WEFT_COLL_ALLGATHER, 4 * MIB, "staged"},              /* xport=host: staged ahead of hier */
+        {WEFT_COLL_ALLREDUCE, 16 * MIB, "direct"},             /* xport=host: from 128 KiB */
+        {WEFT_COLL_ALLREDUCE, 64 * KIB, "staged"},             /* xport=cuda's row from 64 KiB does not apply */
+        {WEFT_COLL_REDUCE_SCATTER_BLOCK, MIB, "direct"},       /* xport=host: from 256 KiB */
+        {WEFT_COLL_REDUCE_SCATTER_BLOCK, 128 * KIB, "staged"}, /* xport=cuda's from 128 KiB does not apply */
+        {WEFT_COLL_ALLGATHER, 4 * MIB, "direct"},              /* what hier declines, either way */
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         weft_coll_args_t a;
@@ -470,7 +471,7 @@ Test(cuda_select, across_nodes_rows_follow_xport)
         cr_expect(first >= 0 && !strcmp(cand[first]->name, want[i].first), "%s of %zu bytes across nodes: %s first",
                   weft_coll_kind_name(a.kind), a.bytes, first >= 0 ? cand[first]->name : "neither");
         if (a.kind == WEFT_COLL_ALLGATHER)
-            cr_expect(nc > 0 && !strcmp(cand[0]->name, "staged"), "allgather: %s before staged", cand[0]->name);
+            cr_expect(nc > 0 && !strcmp(cand[0]->name, "hier"), "allgather: %s before hier", cand[0]->name);
     }
     weft_finalize();
     unsetenv("WEFT_CUDA");

@@ -4,9 +4,9 @@
  * device memory and folded on the GPU. Takes an allreduce that no kernel
  * algorithm takes (the rail step of hier_rail, or a whole communicator
  * across nodes). Where the UCX in use carries CUDA memory, UCX moves the
- * blocks itself (rules.conf's xport=cuda rows, from 64 KiB); elsewhere
- * point-to-point moves them through its pinned chunks, which beats
- * staged.c's host copies only from 8 MiB (xport=host). */
+ * blocks itself (rules.conf's xport=cuda rows); elsewhere point-to-point
+ * moves them through its pinned chunks as pipelines of host messages
+ * (xport=host; pt2pt/pipe.c). */
 #include "coll/cuda/cuda_coll.h"
 
 static int build(weft_sched_t *s, const weft_coll_args_t *a)
