@@ -176,6 +176,20 @@ static void send_issue(weft_cuda_stage_t *st, size_t upto)
     }
 }
 
+CUresult weft_cuda_buffer_enter(const void *dev, CUcontext *ctx, CUstream *stream)
+{
+    CUresult r;
+    CUpointer_attribute a = CU_POINTER_ATTRIBUTE_CONTEXT;
+    void *d = ctx;
+    if ((r = weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dev)) != CUDA_SUCCESS ||
+        (r = weft_cu.ctx_push(*ctx)) != CUDA_SUCCESS)
+        return r;
+    if ((*stream = weft_cuda_copy_stream(*ctx, &r))) return CUDA_SUCCESS;
+    CUcontext popped;
+    weft_cu.ctx_pop(&popped);
+    return r;
+}
+
 weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
 {
     weft_cuda_stage_t *st = calloc(1, sizeof(*st));
@@ -186,14 +200,9 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
     st->send = send;
     st->dev = dev;
     st->len = bytes;
-    CUresult r;
-    CUpointer_attribute a = CU_POINTER_ATTRIBUTE_CONTEXT;
-    void *d = &st->ctx;
-    if ((r = weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dev)) != CUDA_SUCCESS ||
-        (r = weft_cu.ctx_push(st->ctx)) != CUDA_SUCCESS)
-        goto fail;
-    st->stream = weft_cuda_copy_stream(st->ctx, &r);
-    if (st->stream && bytes > DIRECT_MAX) {
+    CUresult r = weft_cuda_buffer_enter(dev, &st->ctx, &st->stream);
+    if (r != CUDA_SUCCESS) goto fail;
+    if (bytes > DIRECT_MAX) {
         st->chunk = bytes < chunk_bytes ? bytes : chunk_bytes;
         size_t chunks = (bytes + st->chunk - 1) / st->chunk;
         st->nslots = chunks < (size_t)chunk_depth ? (int)chunks : chunk_depth;
@@ -209,7 +218,7 @@ weft_cuda_stage_t *weft_cuda_stage_new(void *dev, size_t bytes, int send)
     CUcontext popped;
     weft_cu.ctx_pop(&popped);
     weft_debug("cuda: staged %s of %zu bytes at %p: %d chunk slots", send ? "send" : "receive", bytes, dev, st->nslots);
-    if (r == CUDA_SUCCESS && st->stream && st->err == CUDA_SUCCESS) return st;
+    if (r == CUDA_SUCCESS && st->err == CUDA_SUCCESS) return st;
     if (st->err != CUDA_SUCCESS) r = st->err;
 fail:
     weft_error(WEFT_ERR_TRANSPORT, "cuda: preparing a staged %s of %zu bytes failed: %s", send ? "send" : "receive",

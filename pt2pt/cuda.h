@@ -90,6 +90,9 @@ typedef struct weft_cuda_chunk {
     int pending; /* ev marks a copy not yet waited for */
 } weft_cuda_chunk_t;
 weft_cuda_chunk_t *weft_cuda_chunk_get(CUresult *r);
+/* Makes the context of device buffer dev current (the caller pops it) and
+ * gives its copy stream; on failure nothing is made current. */
+CUresult weft_cuda_buffer_enter(const void *dev, CUcontext *ctx, CUstream *stream);
 void weft_cuda_chunk_put(weft_cuda_chunk_t *c);
 size_t weft_cuda_chunk_bytes(void);
 int weft_cuda_chunk_depth(void); /* WEFT_CUDA_STAGE_DEPTH, 1..16 */

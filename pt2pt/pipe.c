@@ -469,14 +469,9 @@ static pipe_t *pipe_new(weft_request_t req, void *dev, int send, size_t bytes)
     p->chunk = weft_cuda_chunk_bytes();
     size_t most = (bytes + p->chunk - 1) / p->chunk;
     p->nslots = most < (size_t)weft_cuda_chunk_depth() ? (int)most : weft_cuda_chunk_depth();
-    CUresult r;
-    CUpointer_attribute a = CU_POINTER_ATTRIBUTE_CONTEXT;
-    void *d = &p->ctx;
-    if ((r = weft_cu.pointer_get_attributes(1, &a, &d, (CUdeviceptr)(uintptr_t)dev)) != CUDA_SUCCESS ||
-        (r = weft_cu.ctx_push(p->ctx)) != CUDA_SUCCESS)
-        goto fail;
-    p->stream = weft_cuda_copy_stream(p->ctx, &r);
-    for (int i = 0; p->stream && i < p->nslots; i++) {
+    CUresult r = weft_cuda_buffer_enter(dev, &p->ctx, &p->stream);
+    if (r != CUDA_SUCCESS) goto fail;
+    for (int i = 0; i < p->nslots; i++) {
         /* Where no pinned chunk may be had now, heap memory: slower copies, the same protocol. */
         if (!(p->slot[i].c = weft_cuda_chunk_get(&r)) && r == CUDA_SUCCESS && !(p->slot[i].heap = malloc(p->chunk)))
             r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -484,7 +479,7 @@ static pipe_t *pipe_new(weft_request_t req, void *dev, int send, size_t bytes)
     }
     CUcontext popped;
     weft_cu.ctx_pop(&popped);
-    if (p->stream && r == CUDA_SUCCESS) return p;
+    if (r == CUDA_SUCCESS) return p;
 fail:
     weft_error(WEFT_ERR_TRANSPORT, "cuda: preparing a pipelined %s of %zu bytes failed: %s", send ? "send" : "receive",
                bytes, weft_cu_text(r));
