@@ -410,9 +410,10 @@ void weft_cuda_describe(char *buf, size_t len)
              : weft_cuda_ucx_carries() ? ", but large allreduce and reduce_scatter, and allgather of one rank per "
                                          "node, stay on the GPU (coll/cuda's direct rings: UCX moves the blocks; "
                                          "rules.conf's xport=cuda rows, weft_info --coll)"
-                                       : ", but large allreduce and reduce_scatter stay on the GPU (coll/cuda's direct "
-                                         "rings: their blocks through the pinned chunks; rules.conf's xport=host "
-                                         "rows, weft_info --coll)",
+                                       : ", but large allreduce and reduce_scatter, and allgather of one rank per "
+                                         "node, stay on the GPU (coll/cuda's direct rings: their blocks in pinned "
+                                         "chunks, one host message each from WEFT_CUDA_STAGE_PIPE bytes; rules.conf's "
+                                         "xport=host rows, weft_info --coll)",
              weft_cuda_driver_state() > 0   ? "loaded"
              : weft_cuda_driver_state() < 0 ? "loaded but unusable"
                                             : "not loaded by this process");
