@@ -326,14 +326,16 @@ static void pipe_free(pipe_t *p)
 }
 
 /* Finished (all chunks done), or failed with nothing left in UCX or on
- * the stream (a receiver's posted chunks are cancelled first). */
+ * the stream (a receiver's posted envelope and chunks are cancelled first). */
 static int pipe_over(pipe_t *p)
 {
     if (p->env_state == 2 && p->done == p->nchunks) return 1;
     if (!p->err) return 0;
-    if (!p->send)
+    if (!p->send) {
+        if (p->env_ucx) ucp_request_cancel(weft_g.p2p->worker, p->env_ucx);
         for (int i = 0; i < p->nslots; i++)
             if (p->slot[i].ucx && p->slot[i].state == SLOT_WIRE) ucp_request_cancel(weft_g.p2p->worker, p->slot[i].ucx);
+    }
     return pipe_idle(p);
 }
 
@@ -412,10 +414,7 @@ static int pipe_cancel(weft_request_t req)
     pipe_t *p = req->owner_data;
     if (!p || p->send) return WEFT_SUCCESS;
     if (!p->canceled) p->canceled = req->cancel_reason ? req->cancel_reason : WEFT_ERR_CANCELED;
-    if (p->env_ucx) ucp_request_cancel(weft_g.p2p->worker, p->env_ucx);
-    for (int i = 0; i < p->nslots; i++)
-        if (p->slot[i].ucx && p->slot[i].state == SLOT_WIRE) ucp_request_cancel(weft_g.p2p->worker, p->slot[i].ucx);
-    fail(p, p->canceled);
+    fail(p, p->canceled); /* the pipe's progress withdraws what it posted (pipe_over) */
     return WEFT_SUCCESS;
 }
 

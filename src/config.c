@@ -90,9 +90,8 @@ static const weft_var_t vars[] = {
      "buffers; larger ones through chunks of at most this size; the same on every rank)",
      FIELD(cuda_stage_chunk), 0},
     {"WEFT_CUDA_STAGE_PIPE", WEFT_VAR_INT | WEFT_VAR_AGREE, "65536",
-     "staged path: collectives' device messages of at least this many bytes go as a pipeline of host messages, "
-     "one per pinned chunk, which UCX moves by its zero-copy paths (smaller ones, and point-to-point's, as one "
-     "message packed through the chunks); 0: never; the same on every rank",
+     "staged path: collectives' device messages of at least this many bytes go as one host message per pinned "
+     "chunk (UCX's zero-copy paths); 0: never; the same on every rank",
      FIELD(cuda_stage_pipe), 0},
     {"WEFT_CUDA_STAGE_DEPTH", WEFT_VAR_INT, "4",
      "staged path: chunks of one message in flight (the copy of chunk k + 1 runs while chunk k is sent); 1..16",
