@@ -433,8 +433,9 @@ static void pipe_check(weft_request_t req)
 
 /* Copies and arrived chunks raise no transport events: the progress
  * thread polls while one is pending; else UCX's events say when. */
-static int pipe_idle_needs(weft_request_t req, double *wake_at)
+static int pipe_idle_needs(weft_request_t req, double *wake_at, weft_bell_ref_t *bell)
 {
+    (void)bell;
     (void)wake_at;
     pipe_t *p = req->owner_data;
     if (!p) return WEFT_NEEDS_NOTHING;

@@ -7,6 +7,7 @@
 #include "weft_internal.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -314,7 +316,8 @@ static void *pt_main(void *arg)
                     weft_liveness_poll(now, 0, 0);
                     if (weft_lost_count) weft_request_check_pending();
                 }
-                needs = weft_request_idle_needs(&wake_at);
+                weft_bell_ref_t bell; /* the thread naps (it also waits for new work on its kick descriptor) */
+                needs = weft_request_idle_needs(&wake_at, &bell);
             }
         } else if (!cuda_said) {
             cuda_said = 1;
@@ -405,6 +408,33 @@ static void wait_handoff(weft_request_t req, double timeout_s)
     pt_waiter = NULL;
 }
 
+/* The bells (weft_internal.h): futexes in memory the ranks share, so not
+ * FUTEX_PRIVATE. */
+void weft_bell_ring(weft_bell_t *b)
+{
+    if (!atomic_exchange_explicit(&b->asleep, 0, memory_order_relaxed)) return; /* awake, or rung already */
+    atomic_fetch_add_explicit(&b->ring, 1, memory_order_release);
+    (void)syscall(SYS_futex, (uint32_t *)&b->ring, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Sleeps on ref's bell for at most timeout_s, unless a poll after the
+ * sleepers' count went up finds news (a flag raised before it rang no
+ * bell). */
+static void bell_sleep(const weft_bell_ref_t *ref, double timeout_s)
+{
+    weft_bell_t *b = ref->bell;
+    uint32_t v = atomic_load_explicit(&b->ring, memory_order_acquire);
+    atomic_store_explicit(&b->asleep, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(ref->sleepers, 1, memory_order_seq_cst);
+    if (!weft_progress()) {
+        struct timespec ts = {.tv_sec = (time_t)timeout_s};
+        ts.tv_nsec = (long)((timeout_s - (double)ts.tv_sec) * 1e9);
+        (void)syscall(SYS_futex, (uint32_t *)&b->ring, FUTEX_WAIT, v, &ts, NULL, 0);
+    }
+    atomic_store_explicit(&b->asleep, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(ref->sleepers, 1, memory_order_relaxed);
+}
+
 void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, double deadline)
 {
     double until = now + WEFT_LIVENESS_POLL_S, wake_at = 0;
@@ -421,9 +451,10 @@ void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, doub
         wait_handoff(req, until - now);
         return;
     }
-    int needs = weft_request_idle_needs(&wake_at);
+    weft_bell_ref_t bell;
+    int needs = weft_request_idle_needs(&wake_at, &bell);
     if (wake_at > 0 && wake_at < until) until = wake_at > now ? wake_at : now;
-    int efd = needs < WEFT_NEEDS_POLL && weft_xport && weft_xport->event_fd ? weft_xport->event_fd() : -1;
+    int efd = needs < WEFT_NEEDS_BELL && weft_xport && weft_xport->event_fd ? weft_xport->event_fd() : -1;
     if (efd >= 0 && ws->busy_arms < PT_BUSY_ARMS_MAX) {
         int armed = weft_xport->arm();
         if (armed == 0) { /* news came meanwhile: poll first */
@@ -436,17 +467,22 @@ void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, doub
             return;
         }
     }
-    /* Shared-memory flags raise no events (or the transport cannot arm): a
-     * nap of an eighth of the time without news (a flag that comes during
-     * it is seen at most 1/8 late), from PT_NAP_FIRST_US to PT_NAP_MAX_US;
-     * short, so the caller's timer slack (50 us by default) would stretch
-     * it: 1 us for its length. */
+    /* Shared-memory flags raise no transport events (or the transport
+     * cannot arm): a nap of an eighth of the time without news (a flag that
+     * comes during it is seen at most 1/8 late), from PT_NAP_FIRST_US to
+     * PT_NAP_MAX_US, which the flag's poster ends at once where it rings a
+     * bell; short, so the caller's timer slack (50 us by default) would
+     * stretch it: 1 us for its length. */
     double nap = (now - ws->quiet_since) / 8;
     if (nap < PT_NAP_FIRST_US * 1e-6) nap = PT_NAP_FIRST_US * 1e-6;
     if (nap > PT_NAP_MAX_US * 1e-6) nap = PT_NAP_MAX_US * 1e-6;
+    if (nap > until - now) nap = until - now;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     if (slack > 1000) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    sleep_on(-1, -1, nap < until - now ? nap : until - now);
+    if (needs == WEFT_NEEDS_BELL)
+        bell_sleep(&bell, nap);
+    else
+        sleep_on(-1, -1, nap);
     if (slack > 1000) (void)prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }
 

@@ -97,14 +97,22 @@ void weft_request_fire(weft_request_t req)
     fn(req->on_complete_arg, req->status.error);
 }
 
-int weft_request_idle_needs(double *wake_at)
+int weft_request_idle_needs(double *wake_at, weft_bell_ref_t *bell)
 {
     int needs = WEFT_NEEDS_NOTHING;
+    bell->bell = NULL;
     for (weft_request_t r = live_list; r && needs < WEFT_NEEDS_POLL; r = r->live_next) {
         if (r->complete) continue;
-        int n = r->ops->idle_needs            ? r->ops->idle_needs(r, wake_at)
+        weft_bell_ref_t b = {0};
+        int n = r->ops->idle_needs            ? r->ops->idle_needs(r, wake_at, &b)
                 : r->ops->transport_completes ? WEFT_NEEDS_EVENTS
                                               : WEFT_NEEDS_POLL;
+        if (n == WEFT_NEEDS_BELL) {
+            if (!bell->bell)
+                *bell = b;
+            else if (bell->bell != b.bell)
+                n = WEFT_NEEDS_POLL; /* flags of two groups: no one bell rings for both */
+        }
         if (n > needs) needs = n;
     }
     return needs;

@@ -27,13 +27,14 @@ typedef struct weft_request_ops {
     int transport_completes;
     /* Optional: what the progress thread must do to advance a pending
      * request that it polled without news (WEFT_NEEDS_EVENTS: the
-     * transport's events will say when, WEFT_NEEDS_POLL: poll it, it
-     * raises none), and the time it must run again whatever happens
+     * transport's events will say when, WEFT_NEEDS_BELL: flags in shared
+     * memory whose posters ring *bell (filled), WEFT_NEEDS_POLL: poll it,
+     * it raises none), and the time it must run again whatever happens
      * (*wake_at, lowered only; a schedule's own deadline). Without it: a
      * request the transport completes needs events, any other polling. */
-    int (*idle_needs)(weft_request_t req, double *wake_at);
+    int (*idle_needs)(weft_request_t req, double *wake_at, weft_bell_ref_t *bell);
 } weft_request_ops_t;
-enum { WEFT_NEEDS_NOTHING = 0, WEFT_NEEDS_EVENTS = 1, WEFT_NEEDS_POLL = 2 };
+enum { WEFT_NEEDS_NOTHING = 0, WEFT_NEEDS_EVENTS = 1, WEFT_NEEDS_BELL = 2, WEFT_NEEDS_POLL = 3 };
 
 #define WEFT_REQUEST_MAGIC 0x77526571u /* "wReq" */
 
@@ -82,9 +83,10 @@ static inline void weft_request_complete(weft_request_t req, int error)
     if (WEFT_UNLIKELY(req->on_complete != NULL)) weft_request_fire(req);
 }
 /* For the progress thread, after a pass without news: the most any pending
- * request needs (WEFT_NEEDS_*), and in *wake_at (absolute, lowered only)
+ * request needs (WEFT_NEEDS_*; BELL only when every request that needs one
+ * names the same bell, in *bell), and in *wake_at (absolute, lowered only)
  * the time one of them must be looked at again. */
-int weft_request_idle_needs(double *wake_at);
+int weft_request_idle_needs(double *wake_at, weft_bell_ref_t *bell);
 /* Runs every pending request's ops->check (as an idle wait does for the
  * request it waits on): a receive from a rank known lost fails, a
  * collective with a lost member fails, with nobody waiting for them. */

@@ -53,6 +53,7 @@ struct weft_sched {
     int waiting_peer;          /* for timeout messages: a peer the round still waits on */
     const char *waiting_what;  /* a polling step's description of what it waits for (NULL: a message) */
     int waiting_flag;          /* waiting_what is a flag of rank waiting_peer in shared memory */
+    weft_bell_ref_t bell;      /* with waiting_flag: the bell that flag's poster rings (NULL: none) */
     int local_pos;             /* the local step a pending poll stopped at (0: from the round's start) */
     int polling;               /* the last pass stopped at a polling step (raises no transport events) */
     int progressed;            /* a polling step got further in this pass (weft_sched_progressed) */
@@ -128,6 +129,7 @@ weft_sched_t *weft_sched_create(weft_comm_t comm, const char *name)
     s->name = name;
     s->waiting_peer = -1;
     s->waiting_what = NULL;
+    s->bell.bell = NULL;
     s->local_pos = 0;
     s->child_next = -1;
     s->nchildren = 0;
@@ -288,11 +290,12 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what)
     s->waiting_flag = 0;
 }
 
-void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag)
+void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag, const weft_bell_ref_t *bell)
 {
     s->waiting_peer = peer;
     s->waiting_what = flag;
     s->waiting_flag = 1;
+    s->bell = *bell;
 }
 
 int weft_sched_child(weft_sched_t *s, weft_sched_post_fn post, weft_sched_fn reserve, void *arg)
@@ -531,6 +534,7 @@ static int run_locals(weft_sched_t *s)
     for (int i = start; i < end; i++) {
         sched_op_t *op = &s->ops[i];
         if (op->kind == OP_POLL) {
+            s->bell.bell = NULL; /* the step names it again if it waits on a flag */
             int rc = op->poll(s, op->arg);
             if (rc == 0) {
                 s->local_pos = i;
@@ -972,17 +976,23 @@ static int sched_cancel(weft_request_t req)
     return WEFT_SUCCESS;
 }
 
-/* For the progress thread: a schedule stopped at a polling step (shared-
- * memory flags, a stream's event), at a child it may not post yet, or
- * waiting for the cause of a child's failure must be polled; one waiting
- * for its round's messages wakes on the transport's events. Its own
- * deadline is a time to look again. */
-static int sched_idle_needs(weft_request_t req, double *wake_at)
+/* For the progress thread and a wait past its spin: a schedule stopped at
+ * a shared-memory flag whose poster rings a bell sleeps on it; one at
+ * another polling step (a stream's event), at a child it may not post
+ * yet, or waiting for the cause of a child's failure must be polled; one
+ * waiting for its round's messages wakes on the transport's events. Its
+ * own deadline is a time to look again. */
+static int sched_idle_needs(weft_request_t req, double *wake_at, weft_bell_ref_t *bell)
 {
     weft_sched_t *s = req->owner_data;
     if (!s) return WEFT_NEEDS_NOTHING;
     if (s->deadline > 0 && (*wake_at <= 0 || s->deadline < *wake_at)) *wake_at = s->deadline;
-    if (s->polling || s->child_next >= 0 || s->child_err) return WEFT_NEEDS_POLL;
+    if (s->child_next >= 0 || s->child_err) return WEFT_NEEDS_POLL;
+    if (s->polling && s->waiting_flag && s->bell.bell) {
+        *bell = s->bell;
+        return WEFT_NEEDS_BELL;
+    }
+    if (s->polling) return WEFT_NEEDS_POLL;
     return WEFT_NEEDS_EVENTS;
 }
 

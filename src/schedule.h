@@ -58,9 +58,10 @@ void weft_sched_waiting(weft_sched_t *s, int peer, const char *what);
  * nap as after a pass without any. */
 void weft_sched_progressed(weft_sched_t *s);
 /* The same for a flag of comm rank peer in shared memory (flag: a static
- * string such as "arrival flag"); the message is formatted only when a
- * timeout needs it, so a poll that waits costs no formatting. */
-void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag);
+ * string such as "arrival flag"; bell: the bell its poster rings, whose
+ * bell may be NULL); the message is formatted only when a timeout needs
+ * it, so a poll that waits costs no formatting. */
+void weft_sched_waiting_flag(weft_sched_t *s, int peer, const char *flag, const weft_bell_ref_t *bell);
 /* 1 during the pass a nonblocking collective's post runs while the
  * progress thread is on: a polling step that found what it waits for and
  * would now copy or reduce the data returns "not done" instead, so the

@@ -6,6 +6,7 @@
 #include "weft.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -407,6 +408,22 @@ typedef struct weft_wait_sleep {
     unsigned busy_arms; /* arms in a row that found news, without a poll finding any */
     double quiet_since; /* the wait's last news */
 } weft_wait_sleep_t;
+/* A doorbell in memory that the ranks of a node share (coll/shm's
+ * segment): a wait whose only pending steps poll flags there sleeps on its
+ * own bell (a futex) instead of napping, and a rank that raises a flag
+ * rings the bells of the ranks asleep. The ring is best effort: a poster
+ * looks at `sleepers` without a fence, so a wait still sleeps no longer
+ * than the nap it would have taken. */
+typedef struct weft_bell {
+    _Atomic uint32_t ring;   /* the futex word: every ring bumps it */
+    _Atomic uint32_t asleep; /* 1 while its owner sleeps on it (a ringer clears it) */
+} weft_bell_t;
+typedef struct weft_bell_ref {
+    weft_bell_t *bell;          /* the waiter's own */
+    _Atomic uint32_t *sleepers; /* the owners of the group's bells asleep: ringers look at the bells only when > 0 */
+} weft_bell_ref_t;
+/* Wakes b's owner when it sleeps on it (a system call then). */
+void weft_bell_ring(weft_bell_t *b);
 /* Sleeps once: until the progress thread completes req, when the thread
  * runs with other work and this is the application's call (req NULL, a
  * probe's sleep, never hands over); else until UCX's event fd fires or,

@@ -1043,6 +1043,44 @@ Test(shm, simulated_nodes_decline, .timeout = 60)
     cr_assert_eq(res.failed, 0);
 }
 
+/* ---- a wait for a late peer sleeps on its bell ------------------------------- */
+
+/* Rank 0 comes to three barriers 300 ms late, without calling weft
+ * meanwhile: the others' waits run past their spin and sleep on their
+ * bells (weft_bell_t in their flag lines), which rank 0's flags ring; a
+ * wait that napped instead, or flags that ring no bell, leave the ring
+ * counts where they were. The progress thread is off: with it on, a
+ * blocking wait may hand its polling over to the thread, which naps. */
+static int body_bell(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    TH_CHECK(weft_init(NULL, NULL) == WEFT_SUCCESS, "init: %s", weft_last_error());
+    weft_comm_t w = weft_comm_world();
+    TH_CHECK(weft_barrier(w) == WEFT_SUCCESS, "barrier: %s", weft_last_error());
+    weft_shm_t *sh = weft_shm_get(w, 0);
+    TH_CHECK(sh && sh->mapped, "rank %d: the barrier ran without a shared-memory segment", rank);
+    uint32_t before = atomic_load(&sh->ctrl[rank].bell.ring);
+    for (int i = 0; i < 3; i++) {
+        if (rank == 0) usleep(300 * 1000);
+        TH_CHECK(weft_barrier(w) == WEFT_SUCCESS, "barrier %d: %s", i, weft_last_error());
+    }
+    uint32_t rung = atomic_load(&sh->ctrl[rank].bell.ring) - before;
+    TH_CHECK(rank == 0 || rung >= 1,
+             "rank %d waited 3 x 300 ms for rank 0's barrier flags and its bell never rang (the wait napped, or "
+             "the flags ring no bell)",
+             rank);
+    return weft_finalize();
+}
+
+Test(shm, a_wait_for_a_late_peer_sleeps_on_its_bell, .timeout = 60)
+{
+    static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_PROGRESS_THREAD=off", NULL};
+    th_result_t res = th_run(3, body_bell, NULL, 30, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
 /* ---- segments go with their communicators ---------------------------------- */
 
 /* This process's mappings of weft segments (/proc/self/maps). */

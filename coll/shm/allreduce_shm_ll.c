@@ -106,6 +106,7 @@ static void reduce_lines(ll_t *x)
         memcpy(mine[j].d, dst, b);
         atomic_store_explicit(&mine[j].seq, ll_word(x, WEFT_SHM_RESULT, x->tag), memory_order_release);
     }
+    weft_shm_ring(op->sh);
 }
 
 static int step(weft_sched_t *s, void *arg)
@@ -137,6 +138,7 @@ static int step(weft_sched_t *s, void *arg)
             memcpy(mine[j].d, (const char *)x->send + (size_t)j * WEFT_SHM_LL_DATA, line_bytes(x, j));
             atomic_store_explicit(&mine[j].seq, w, memory_order_release);
         }
+        weft_shm_ring(sh);
         x->polls = 0;
         op->phase = 2;
     }
@@ -156,7 +158,7 @@ static int step(weft_sched_t *s, void *arg)
                 reduce_lines(x); /* marks this rank's lines bad: their readers fail too */
                 break;
             }
-            weft_sched_waiting_flag(s, late, "flagged input line");
+            weft_shm_waiting(s, sh, late, "flagged input line");
             return 0;
         }
         reduce_lines(x);
@@ -194,7 +196,7 @@ static int step(weft_sched_t *s, void *arg)
         if (x->rc) break;
         if (x->left) {
             if ((x->rc = check_heads(x))) break;
-            weft_sched_waiting_flag(s, late, "reduced flagged line");
+            weft_shm_waiting(s, sh, late, "reduced flagged line");
             return 0;
         }
         /* a reduced line needed every member's input line */

@@ -46,6 +46,7 @@ typedef struct {
 static void set_ready(weft_shm_t *sh, uint64_t v)
 {
     atomic_store_explicit(ready_of(sh, sh->me), v, memory_order_release);
+    weft_shm_ring(sh);
 }
 
 static int step(weft_sched_t *s, void *arg)
@@ -86,7 +87,7 @@ static int step(weft_sched_t *s, void *arg)
                 break;
             }
             if (ready <= b->got) {
-                weft_sched_waiting_flag(s, parent, "ready count (bytes of the message in its buffer)");
+                weft_shm_waiting(s, sh, parent, "ready count (bytes of the message in its buffer)");
                 return 0;
             }
             size_t len = (size_t)ready - b->got;

@@ -74,7 +74,11 @@ typedef struct shm_header {
     uint64_t chunk_min;   /* the creator's WEFT_SHM_CHUNK_MIN, likewise */
     uint64_t flat_max;    /* the creator's WEFT_SHM_FLAT_MAX, likewise */
     uint32_t flat_pieces; /* the creator's WEFT_SHM_FLAT_PIECES, likewise */
+    /* members asleep on their bells (weft_shm_ring), in a line of its own:
+     * every flag's raiser reads it */
+    _Alignas(64) _Atomic uint32_t sleepers;
 } shm_header_t;
+_Static_assert(sizeof(shm_header_t) <= SHM_HEADER, "the header fits its page");
 
 static size_t segment_len(int n)
 {
@@ -228,6 +232,8 @@ int weft_shm_cma_reduce(const weft_shm_op_t *op, const char *mine, uint64_t sig,
 static void set_pointers(weft_shm_t *sh)
 {
     sh->ctrl = (weft_shm_ctrl_t *)(sh->base + SHM_HEADER);
+    sh->bell.bell = &sh->ctrl[sh->me].bell;
+    sh->bell.sleepers = &((shm_header_t *)sh->base)->sleepers;
     sh->data = sh->base + SHM_HEADER + (size_t)sh->n * sizeof(weft_shm_ctrl_t);
     sh->ll = sh->data + (size_t)sh->n * WEFT_SHM_NBUF * WEFT_SHM_SLOT_STRIDE;
 }
@@ -266,6 +272,7 @@ static void poison(weft_shm_t *sh, uint64_t from, int rc)
         return;
     h->poison_rc = rc;
     atomic_store_explicit(&h->poison, from + 1, memory_order_release);
+    weft_shm_ring(sh); /* the members asleep find it */
 }
 
 /* The schedule's watch (weft_sched_watch) of every op: while it waits, a
@@ -315,8 +322,10 @@ static void watch_failed(void *arg, int rc)
      * only WEFT_ERR_ARG once begun) reads no more of them: it is done with
      * every piece the others' ops may have (a root's bcast of more pieces
      * than this rank's waited for its done flag of a piece it never had). */
-    if (sh->base && rc == WEFT_ERR_ARG && op->phase != 0)
+    if (sh->base && rc == WEFT_ERR_ARG && op->phase != 0) {
         atomic_store_explicit(&sh->ctrl[sh->me].done, UINT64_MAX / 2, memory_order_release);
+        weft_shm_ring(sh);
+    }
 }
 
 /* The op takes its sequence numbers when its schedule starts: in the
@@ -545,6 +554,7 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         sh->flat_max = (size_t)h->flat_max;
         sh->flat_pieces = (int)h->flat_pieces;
         atomic_store_explicit(&sh->ctrl[sh->me].mapped, 1, memory_order_release);
+        weft_shm_ring(sh);
         if (atomic_fetch_add_explicit(&h->attached, 1, memory_order_acq_rel) + 1 == (uint32_t)sh->n)
             shm_unlink(sh->name); /* the last to attach: from now on only the mappings keep it */
     }
@@ -554,6 +564,13 @@ static int attach(weft_sched_t *s, weft_shm_op_t *op)
         return 0;
     sh->ready = 1;
     return 1;
+}
+
+void weft_shm_ring_all(const weft_shm_t *sh)
+{
+    for (int r = 0; r < sh->n; r++)
+        if (r != sh->me && atomic_load_explicit(&sh->ctrl[r].bell.asleep, memory_order_relaxed))
+            weft_bell_ring(&sh->ctrl[r].bell);
 }
 
 int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op)
@@ -586,7 +603,7 @@ int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t tar
     /* A nonblocking post leaves what comes after the flags (the copies and
      * reductions) to the progress thread; its own flags are published. */
     if (WEFT_UNLIKELY(weft_sched_posting(s))) {
-        weft_sched_waiting_flag(s, lo, flag);
+        weft_shm_waiting(s, sh, lo, flag);
         return 0;
     }
     /* Every flag is loaded before any is judged, so the cache misses of
@@ -600,7 +617,7 @@ int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t tar
         if (only < 0) weft_shm_all_started(sh, target - 1); /* counters are k + 1: all are in k = target - 1 */
         return 1;
     }
-    weft_sched_waiting_flag(s, late, flag);
+    weft_shm_waiting(s, sh, late, flag);
     return 0;
 }
 
@@ -611,7 +628,7 @@ static int done_by(weft_sched_t *s, weft_shm_t *sh, int r, uint64_t need)
     if (sh->seen_done[r] >= need || sh->all_done >= need) return 1;
     sh->seen_done[r] = atomic_load_explicit(&sh->ctrl[r].done, memory_order_acquire);
     if (sh->seen_done[r] >= need) return 1;
-    weft_sched_waiting_flag(s, r, "done flag (it still reads a slot this rank reuses)");
+    weft_shm_waiting(s, sh, r, "done flag (it still reads a slot this rank reuses)");
     return 0;
 }
 
@@ -773,7 +790,7 @@ int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const i
     int late = -1;
     if (!ranks) count = sh->n;
     if (WEFT_UNLIKELY(weft_sched_posting(s)) && op->seen < count) { /* as weft_shm_wait */
-        weft_sched_waiting_flag(s, ranks ? ranks[op->seen] : op->seen, flag);
+        weft_shm_waiting(s, op->sh, ranks ? ranks[op->seen] : op->seen, flag);
         return 0;
     }
     for (int i = op->seen; i < count; i++) {
@@ -795,7 +812,7 @@ int weft_shm_wait_heads_each(weft_sched_t *s, weft_shm_op_t *op, int ev, const i
         return 1;
     }
     op->seen = late;
-    weft_sched_waiting_flag(s, ranks ? ranks[late] : late, flag);
+    weft_shm_waiting(s, op->sh, ranks ? ranks[late] : late, flag);
     return 0;
 }
 
@@ -815,7 +832,7 @@ int weft_shm_wait_children(weft_sched_t *s, weft_shm_op_t *op, int root, const c
         if (v == 0) weft_shm_all_started(sh, op->k); /* the root: every member's partial is in */
         return 1;
     }
-    weft_sched_waiting_flag(s, late, flag);
+    weft_shm_waiting(s, sh, late, flag);
     return 0;
 }
 

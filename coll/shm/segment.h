@@ -156,10 +156,11 @@ typedef struct weft_shm_ctrl {
     uint32_t slot_sig[WEFT_SHM_NBUF];
     /* second line */
     _Atomic uint64_t mapped; /* 1 once this rank mapped the segment */
+    weft_bell_t bell;        /* this rank sleeps on it in a wait for flags (weft_shm_ring) */
     /* the algorithm's fields polled apart from the arrival
      * (allreduce_shm_cma: its result's address; bcast_shm_cma: its ready
      * count) */
-    _Alignas(uint64_t) unsigned char alg_second[56];
+    _Alignas(uint64_t) unsigned char alg_second[48];
 } weft_shm_ctrl_t;
 _Static_assert(offsetof(weft_shm_ctrl_t, mapped) == 64 && sizeof(weft_shm_ctrl_t) == 128,
                "a rank's flag lines are two cache lines, the arrival's first");
@@ -206,6 +207,7 @@ typedef struct weft_shm {
     uint64_t ops;       /* collectives assigned a number (the next k) */
     uint64_t completed; /* collectives finished here, in order */
     weft_shm_ctrl_t *ctrl;
+    weft_bell_ref_t bell; /* this rank's bell and the header's count of members asleep on theirs */
     char *data;
     char *ll; /* the flagged lines (after the slots) */
 } weft_shm_t;
@@ -300,6 +302,20 @@ int weft_shm_op_begin(weft_sched_t *s, weft_shm_op_t *op);
 /* Waits until field (offsetof in weft_shm_ctrl_t) of every member (or of
  * `only` when >= 0) is >= target. 1 / 0 as a polling step. */
 int weft_shm_wait(weft_sched_t *s, weft_shm_op_t *op, size_t field, uint64_t target, int only, const char *flag);
+/* After this rank raised a flag: wakes the members asleep on their bells
+ * (a wait that had nothing but flags of this segment to poll), which then
+ * poll; one load of the header's count while none sleeps. */
+void weft_shm_ring_all(const weft_shm_t *sh);
+static inline void weft_shm_ring(const weft_shm_t *sh)
+{
+    if (WEFT_UNLIKELY(atomic_load_explicit(sh->bell.sleepers, memory_order_relaxed))) weft_shm_ring_all(sh);
+}
+/* What a wait on rank r's flag tells its schedule (the flag's name, for
+ * messages, and the bell its raising rings). */
+static inline void weft_shm_waiting(weft_sched_t *s, const weft_shm_t *sh, int r, const char *flag)
+{
+    weft_sched_waiting_flag(s, r, flag, &sh->bell);
+}
 /* The head line of rank r's slot k % NBUF, and the slot's body. */
 static inline weft_shm_head_t *weft_shm_head(const weft_shm_op_t *op, int r)
 {
@@ -331,11 +347,13 @@ static inline void weft_shm_head_publish_msg(weft_shm_op_t *op, int ev, uint64_t
 {
     weft_shm_head(op, op->sh->me)->sig = sig;
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
+    weft_shm_ring(op->sh);
 }
 /* The same without data (the barrier): the signature and the bytes stay. */
 static inline void weft_shm_head_publish(weft_shm_op_t *op, int ev)
 {
     atomic_store_explicit(&weft_shm_head(op, op->sh->me)->seq, 2 * op->k + (uint64_t)ev, memory_order_release);
+    weft_shm_ring(op->sh);
 }
 /* Waits until rank r's head reached event ev of collective op->k. 1 / 0
  * as a polling step. */
@@ -349,7 +367,7 @@ static inline int weft_shm_head_wait(weft_sched_t *s, weft_shm_op_t *op, int r, 
         if (op->sh->seen_done[r] < op->k) op->sh->seen_done[r] = op->k;
         return 1;
     }
-    weft_sched_waiting_flag(s, r, flag);
+    weft_shm_waiting(s, op->sh, r, flag);
     return 0;
 }
 /* Records that every member started collective k (this rank saw all their
@@ -363,6 +381,7 @@ static inline void weft_shm_publish(weft_shm_op_t *op, size_t field)
 {
     atomic_store_explicit((_Atomic uint64_t *)((char *)&op->sh->ctrl[op->sh->me] + field), op->k + 1,
                           memory_order_release);
+    weft_shm_ring(op->sh);
 }
 /* Who reads a slot a rank writes (recorded per slot, so the next write
  * to it waits for exactly those readers): its parent or its children in
@@ -395,6 +414,7 @@ static inline int weft_shm_cma_lend(weft_sched_t *s, weft_shm_op_t *op, const vo
     c->cma_sig = sig;
     c->slot_sig[op->k % WEFT_SHM_NBUF] = 0;
     atomic_store_explicit((_Atomic uint64_t *)&c->arrived, op->k + 1, memory_order_release);
+    weft_shm_ring(op->sh);
     return 1;
 }
 /* Down the tree of `root` (not the root itself): waits for the
