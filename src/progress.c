@@ -100,6 +100,8 @@ static char pt_where[64];               /* and in words, for the log */
 static double pt_spin_s;                /* WEFT_PROGRESS_SPIN_US in seconds (weft_progress_thread_resolve) */
 static _Atomic unsigned long pt_passes; /* passes it made holding the lock (tests) */
 static _Atomic int pt_watching;         /* 1 while pt_dormant polls for new work (no wake-up needed) */
+static _Atomic(weft_bell_t *) pt_bell;  /* the bell the thread naps on (pt_sleep_bell), which a wake-up rings too */
+static _Atomic int pt_bell_ringers;     /* wake-ups between their load of pt_bell and their ring's end */
 
 /* An application call holds the lock (and polls meanwhile): the thread
  * tries again after a nap that doubles up to the max, so a long blocking
@@ -114,6 +116,14 @@ static _Atomic int pt_watching;         /* 1 while pt_dormant polls for new work
 #define PT_SPIN_PASSES  64
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
+/* A wait (or the thread) sleeps on a bell only past this long without
+ * news; before that it naps: ranks that outnumber their CPUs wait on each
+ * other for tens of microseconds at every step, and a ring then costs the
+ * flag's poster a system call per sleeper on its critical path (16 ranks
+ * on 8 CPUs beside a busy loop: 1.03-1.45x the nap's time per collective,
+ * docs/PERFORMANCE.md section 5), while a nap this late is late by at most
+ * an eighth of it. */
+#define PT_BELL_AFTER_S 1e-3
 /* WEFT_PROGRESS_SPIN_US (pt_spin_s; auto: 200 us where the thread has a
  * CPU of its own, else 0, weft_progress_thread_resolve): the thread keeps
  * passing, yielding, this long without news before its first nap (a
@@ -148,6 +158,15 @@ void weft_progress_thread_wake(void)
     if (pt_kick_fd >= 0 && write(pt_kick_fd, &one, sizeof(one)) < 0) {
         /* full (it is being woken already) */
     }
+    /* After the write (a thread that stores pt_bell, then finds the
+     * descriptor unwritten, is seen here): a nap on a bell ends too. A
+     * wake-up runs after the caller let go of the lock, so the bell's
+     * memory may be going (another application thread freeing its
+     * communicator): weft_progress_bell_unmap waits for the ringers. */
+    atomic_fetch_add_explicit(&pt_bell_ringers, 1, memory_order_seq_cst);
+    weft_bell_t *b = atomic_load_explicit(&pt_bell, memory_order_seq_cst);
+    if (b) weft_bell_ring(b);
+    atomic_fetch_sub_explicit(&pt_bell_ringers, 1, memory_order_release);
 }
 
 /* Sleeps until fd0 or fd1 (-1: none) is readable, or timeout_s (< 0:
@@ -181,6 +200,76 @@ static int pt_sleep(int efd, double timeout_s)
     int woken = sleep_on(pt_kick_fd, efd, timeout_s);
     atomic_store_explicit(&weft_pt_asleep, 0, memory_order_relaxed);
     return woken;
+}
+
+/* The bells (weft_internal.h): futexes in memory the ranks share, so not
+ * FUTEX_PRIVATE. */
+void weft_bell_ring(weft_bell_t *b)
+{
+    if (!atomic_exchange_explicit(&b->asleep, 0, memory_order_relaxed)) return; /* awake, or rung already */
+    atomic_fetch_add_explicit(&b->ring, 1, memory_order_release);
+    (void)syscall(SYS_futex, (uint32_t *)&b->ring, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Sleeps on ref's bell for at most timeout_s (0: rung, or timed out),
+ * unless recheck (NULL: none) finds a reason not to once the sleepers'
+ * count went up: a flag raised before that rang no bell. */
+static int bell_sleep(const weft_bell_ref_t *ref, double timeout_s, int (*recheck)(void))
+{
+    weft_bell_t *b = ref->bell;
+    uint32_t v = atomic_load_explicit(&b->ring, memory_order_acquire);
+    atomic_store_explicit(&b->asleep, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(ref->sleepers, 1, memory_order_seq_cst);
+    int rc = 1;
+    if (!recheck || !recheck()) {
+        struct timespec ts = {.tv_sec = (time_t)timeout_s};
+        ts.tv_nsec = (long)((timeout_s - (double)ts.tv_sec) * 1e9);
+        rc = (int)syscall(SYS_futex, (uint32_t *)&b->ring, FUTEX_WAIT, v, &ts, NULL, 0);
+        if (rc < 0 && errno == EAGAIN) rc = 0; /* rung between the load and the sleep */
+    }
+    atomic_store_explicit(&b->asleep, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(ref->sleepers, 1, memory_order_relaxed);
+    return rc;
+}
+
+static int kick_written(void)
+{
+    struct pollfd p = {.fd = pt_kick_fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* The thread's nap on a bell (its pending work polls flags that ring it;
+ * pt_bell was set under the lock): until a ring, a wake-up
+ * (weft_progress_thread_wake rings it too) or timeout_s; 1 unless it
+ * timed out. It touches the bell no more once pt_bell is clear
+ * (weft_progress_bell_unmap waits for that). */
+static int pt_sleep_bell(const weft_bell_ref_t *ref, double timeout_s)
+{
+    atomic_store_explicit(&weft_pt_asleep, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst); /* pairs with weft_pt_sleeps' */
+    int woken = bell_sleep(ref, timeout_s, kick_written) >= 0;
+    atomic_store_explicit(&pt_bell, NULL, memory_order_seq_cst);
+    atomic_store_explicit(&weft_pt_asleep, 0, memory_order_relaxed);
+    uint64_t v;
+    if (read(pt_kick_fd, &v, sizeof(v)) < 0) {
+        /* not written: a ring or a timeout */
+    }
+    return woken;
+}
+
+void weft_progress_bell_unmap(const void *base, size_t len)
+{
+    weft_bell_t *b = atomic_load_explicit(&pt_bell, memory_order_seq_cst);
+    if (b && (const char *)b >= (const char *)base && (const char *)b < (const char *)base + len)
+        /* Bumped, not rung: the thread may not have marked itself asleep
+         * yet; a bump makes its sleep end at once whenever it comes. */
+        while (atomic_load_explicit(&pt_bell, memory_order_seq_cst) == b) {
+            atomic_fetch_add_explicit(&b->ring, 1, memory_order_release);
+            (void)syscall(SYS_futex, (uint32_t *)&b->ring, FUTEX_WAKE, 1, NULL, NULL, 0);
+            sched_yield();
+        }
+    while (atomic_load_explicit(&pt_bell_ringers, memory_order_seq_cst))
+        sched_yield();
 }
 
 static unsigned nap_next(unsigned us, unsigned first, unsigned max)
@@ -303,6 +392,7 @@ static void *pt_main(void *arg)
         if (efd == -2) efd = weft_xport->event_fd ? weft_xport->event_fd() : -1;
         weft_pt_state = WEFT_PT_RUNNING;
         int events = 0, needs = WEFT_NEEDS_NOTHING;
+        weft_bell_ref_t bell = {0};
         double wake_at = 0, now = 0;
         /* Driver calls on device buffers need the application's context current here (never one of its own). */
         int ready = weft_cuda_thread_ready();
@@ -316,7 +406,6 @@ static void *pt_main(void *arg)
                     weft_liveness_poll(now, 0, 0);
                     if (weft_lost_count) weft_request_check_pending();
                 }
-                weft_bell_ref_t bell; /* the thread naps (it also waits for new work on its kick descriptor) */
                 needs = weft_request_idle_needs(&wake_at, &bell);
             }
         } else if (!cuda_said) {
@@ -377,6 +466,8 @@ static void *pt_main(void *arg)
          * news, and the next operation must not wait for one to end. */
         weft_pt_state = WEFT_PT_NAPPING;
         weft_pt_kick = 0;
+        int on_bell = needs == WEFT_NEEDS_BELL && now - news_at >= PT_BELL_AFTER_S;
+        if (on_bell) atomic_store_explicit(&pt_bell, bell.bell, memory_order_release); /* under the lock */
         pt_unlock();
         unsigned cap = poll_max, late_us = (unsigned)((now - news_at) * 1e6 / 8);
         if (late_us > cap)
@@ -384,7 +475,9 @@ static void *pt_main(void *arg)
         nap_us = nap_next(nap_us, PT_NAP_FIRST_US, cap);
         double nap = nap_us * 1e-6;
         if (wake_at > 0 && wake_at - now < nap) nap = wake_at > now ? wake_at - now : 0;
-        if (pt_sleep(-1, nap)) spins = nap_us = 0, news_at = 0; /* new work: look at once, and often */
+        /* On a bell: a ring is news too (look at once, and often). */
+        int woken = on_bell ? pt_sleep_bell(&bell, nap) : pt_sleep(-1, nap);
+        if (woken) spins = nap_us = 0, news_at = 0; /* new work: look at once, and often */
         busy_arms = 0;
     }
     return NULL;
@@ -406,33 +499,6 @@ static void wait_handoff(weft_request_t req, double timeout_s)
     if (atomic_exchange_explicit(&weft_api_lock, 1, memory_order_acquire)) weft_api_lock_slow();
     atomic_store_explicit(&weft_api_owner, WEFT_OWNER_APP, memory_order_relaxed);
     pt_waiter = NULL;
-}
-
-/* The bells (weft_internal.h): futexes in memory the ranks share, so not
- * FUTEX_PRIVATE. */
-void weft_bell_ring(weft_bell_t *b)
-{
-    if (!atomic_exchange_explicit(&b->asleep, 0, memory_order_relaxed)) return; /* awake, or rung already */
-    atomic_fetch_add_explicit(&b->ring, 1, memory_order_release);
-    (void)syscall(SYS_futex, (uint32_t *)&b->ring, FUTEX_WAKE, 1, NULL, NULL, 0);
-}
-
-/* Sleeps on ref's bell for at most timeout_s, unless a poll after the
- * sleepers' count went up finds news (a flag raised before it rang no
- * bell). */
-static void bell_sleep(const weft_bell_ref_t *ref, double timeout_s)
-{
-    weft_bell_t *b = ref->bell;
-    uint32_t v = atomic_load_explicit(&b->ring, memory_order_acquire);
-    atomic_store_explicit(&b->asleep, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(ref->sleepers, 1, memory_order_seq_cst);
-    if (!weft_progress()) {
-        struct timespec ts = {.tv_sec = (time_t)timeout_s};
-        ts.tv_nsec = (long)((timeout_s - (double)ts.tv_sec) * 1e9);
-        (void)syscall(SYS_futex, (uint32_t *)&b->ring, FUTEX_WAIT, v, &ts, NULL, 0);
-    }
-    atomic_store_explicit(&b->asleep, 0, memory_order_relaxed);
-    atomic_fetch_sub_explicit(ref->sleepers, 1, memory_order_relaxed);
 }
 
 void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, double deadline)
@@ -479,8 +545,8 @@ void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, doub
     if (nap > until - now) nap = until - now;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     if (slack > 1000) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    if (needs == WEFT_NEEDS_BELL)
-        bell_sleep(&bell, nap);
+    if (needs == WEFT_NEEDS_BELL && now - ws->quiet_since >= PT_BELL_AFTER_S)
+        bell_sleep(&bell, nap, weft_progress);
     else
         sleep_on(-1, -1, nap);
     if (slack > 1000) (void)prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
@@ -516,6 +582,7 @@ static void pt_after_fork_child(void)
     }
     atomic_store(&weft_api_wanted, 0);
     atomic_store(&weft_pt_asleep, 0);
+    atomic_store(&pt_bell, NULL);
     weft_api_locking = 0;
     weft_pt_state = WEFT_PT_RUNNING;
     weft_pt_kick = 0;

@@ -424,6 +424,10 @@ typedef struct weft_bell_ref {
 } weft_bell_ref_t;
 /* Wakes b's owner when it sleeps on it (a system call then). */
 void weft_bell_ring(weft_bell_t *b);
+/* Before the memory [base, base + len) holding bells goes away (under the
+ * API lock): a progress thread napping on one of them is woken and lets
+ * go of it first. */
+void weft_progress_bell_unmap(const void *base, size_t len);
 /* Sleeps once: until the progress thread completes req, when the thread
  * runs with other work and this is the application's call (req NULL, a
  * probe's sleep, never hands over); else until UCX's event fd fires or,

@@ -339,36 +339,42 @@ Test(progress, posts_reach_a_thread_that_watches, .timeout = 120)
 }
 
 /* ---- a post ends the thread's nap ------------------------------------------ */
-/* Rank 0's thread polls a barrier that rank 1 joins 600 ms late, napping
- * longer and longer (WEFT_PROGRESS_THREAD=1000000 lets a nap grow to 1 s:
- * 8 us doubling, so one nap runs from 524 to 1048 ms);
- * rank 0's own wait then sees the barrier end while the thread still naps,
- * and rank 0 posts an allreduce and sleeps, rank 1 joining it 20 ms later:
- * the post must wake the thread, so the callback runs within 250 ms, not
- * when the nap ends (about 0.4 s later). */
+/* Rank 0's thread polls nonblocking allreduces (shared memory) on `late`
+ * dups that rank 1 joins only at the end, napping longer and longer
+ * (WEFT_PROGRESS_THREAD=1000000 lets a nap grow to 1 s: 8 us doubling, so
+ * one nap runs from 524 to 1048 ms): on one dup's bell (late = 1: no flag
+ * of that dup rings it meanwhile), or, with two dups pending (two bells),
+ * in plain naps. At 640 ms rank 0 posts an allreduce on the world and
+ * sleeps, rank 1 joining it 20 ms later: the post must wake the thread
+ * (its kick rings the bell the thread sleeps on, or ends the plain nap),
+ * so the callback runs within 250 ms, not when the nap ends (about 0.4 s
+ * later). */
 static const char *const long_nap_env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=60", "WEFT_PROGRESS_THREAD=1000000",
                                            NULL};
 
 static int body_nap(int rank, int size, void *arg)
 {
     (void)size;
-    (void)arg;
-    weft_comm_t w = start();
-    int64_t in[16], out[16];
+    int late = *(const int *)arg;
+    weft_comm_t w = start(), d[2];
+    int64_t in[16], out[16], one = 1, sum[2] = {0, 0};
     for (int i = 0; i < 16; i++)
         in[i] = rank + i;
+    for (int j = 0; j < late; j++) {
+        TH_OK(weft_comm_dup(w, NULL, &d[j]));
+        TH_OK(weft_barrier(d[j])); /* its segment attached */
+    }
     TH_OK(weft_barrier(w));
     if (rank == 0) {
-        weft_request_t b, r;
-        TH_OK(weft_ibarrier(w, &b));
-        th_nap_ms(580); /* rank 1 joins at 600 ms, in the thread's nap from 524 to 1048 ms */
+        weft_request_t b[2], r;
+        for (int j = 0; j < late; j++)
+            TH_OK(weft_iallreduce(&one, &sum[j], 1, WEFT_INT64, WEFT_SUM, d[j], &b[j]));
+        th_nap_ms(580); /* in the thread's nap from 524 to 1048 ms */
         unsigned long passes = weft_progress_thread_passes();
         th_nap_ms(60);
         TH_CHECK(weft_progress_thread_passes() == passes,
-                 "rank 0: the thread made %lu passes at 580-640 ms: it did not nap through rank 1's arrival (the "
-                 "test's premise)",
+                 "rank 0: the thread made %lu passes at 580-640 ms: it did not nap (the test's premise)",
                  weft_progress_thread_passes() - passes);
-        TH_OK(weft_wait(&b, NULL));
         note_t n;
         memset(&n, 0, sizeof(n));
         TH_OK(weft_iallreduce(in, out, 16, WEFT_INT64, WEFT_SUM, w, &r));
@@ -382,21 +388,34 @@ static int body_nap(int rank, int size, void *arg)
                  "rank 0: the allreduce completed %.0f ms after its post: the post left the thread in its nap",
                  took * 1e3);
         TH_OK(weft_wait(&r, NULL));
+        for (int j = 0; j < late; j++)
+            TH_OK(weft_wait(&b[j], NULL));
     } else {
-        th_nap_ms(600);
-        TH_OK(weft_barrier(w));
-        th_nap_ms(60); /* its input comes 20 ms after rank 0's post: rank 0's thread must look */
+        th_nap_ms(660); /* its input comes 20 ms after rank 0's post: rank 0's thread must look */
         TH_OK(weft_allreduce(in, out, 16, WEFT_INT64, WEFT_SUM, w));
+        for (int j = 0; j < late; j++)
+            TH_OK(weft_allreduce(&one, &sum[j], 1, WEFT_INT64, WEFT_SUM, d[j]));
     }
     for (int i = 0; i < 16; i++)
         TH_CHECK(out[i] == 1 + 2 * i, "rank %d: allreduce [%d] = %lld", rank, i, (long long)out[i]);
+    for (int j = 0; j < late; j++) {
+        TH_CHECK(sum[j] == 2, "rank %d: the late allreduce on dup %d gave %lld", rank, j, (long long)sum[j]);
+        TH_OK(weft_comm_free(&d[j]));
+    }
     TH_OK(weft_finalize());
     return 0;
 }
 
+Test(progress, a_post_ends_the_threads_nap_on_a_bell, .timeout = 60)
+{
+    static int late = 1;
+    run_ok(2, body_nap, &late, 40, long_nap_env);
+}
+
 Test(progress, a_post_ends_the_threads_nap, .timeout = 60)
 {
-    run_ok(2, body_nap, NULL, 40, long_nap_env);
+    static int late = 2;
+    run_ok(2, body_nap, &late, 40, long_nap_env);
 }
 
 /* ---- a rank killed while the others compute ------------------------------- */

@@ -867,7 +867,10 @@ void weft_shm_comm_release(weft_comm_t comm, void *state)
     if (sh->me == 0 && sh->mapped &&
         atomic_load_explicit(&((shm_header_t *)sh->base)->attached, memory_order_acquire) < (uint32_t)sh->n)
         shm_unlink(sh->name);
-    if (sh->base) munmap(sh->base, sh->len);
+    if (sh->base) {
+        weft_progress_bell_unmap(sh->base, sh->len);
+        munmap(sh->base, sh->len);
+    }
     free(sh->seen_done);
     free(sh);
 }
