@@ -42,6 +42,14 @@ static weft_comm_t forced(const char *coll, const char *alg)
     return th_forced(weft_comm_world(), coll, alg);
 }
 
+/* Runs body on n ranks with env: none hangs, none fails. */
+static void run_ok(int n, th_body_fn body, void *arg, double timeout_s, const char *const *env)
+{
+    th_result_t res = th_run(n, body, arg, timeout_s, env);
+    cr_assert_eq(res.timed_out, 0, "hung");
+    cr_assert_eq(res.failed, 0);
+}
+
 /* Shared-memory collectives run so far on c. */
 static uint64_t shm_ops(weft_comm_t c)
 {
@@ -851,9 +859,7 @@ static void run_mixed_rules(int n, int rank2, int others)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
     int counts[2] = {rank2, others};
-    th_result_t res = th_run(n, body_mixed_rules, counts, 40, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(n, body_mixed_rules, counts, 40, env);
 }
 /* The same across the single-copy rule: after an alltoall every rank
  * ran with shm_cma (8 KiB blocks), rank 2 passes 8191 bytes (the slots
@@ -919,9 +925,7 @@ Test(shm, reduce_scatter_counts_mismatch, .timeout = 60)
 Test(shm, mixed_rules_fail_fast_cma, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
-    th_result_t res = th_run(4, body_mixed_cma, NULL, 40, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_mixed_cma, NULL, 40, env);
 }
 Test(shm, mixed_rules_fail_fast, .timeout = 60)
 {
@@ -1008,9 +1012,7 @@ Test(shm, forced_6_tree_only, .timeout = 90)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_RADIX=4",
                                       "WEFT_SHM_CHUNK_MIN=1000000", NULL};
-    th_result_t res = th_run(6, body_forced, NULL, 60, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(6, body_forced, NULL, 60, env);
 }
 RANKS_TEST(cma, body_cma, 1, 30)
 RANKS_TEST(cma, body_cma, 2, 30)
@@ -1022,25 +1024,19 @@ RADIX_TEST(cma_mismatch, body_cma_mismatch, 4, 2)
 Test(shm, cma_off_declines, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_SHM_CMA=0", NULL};
-    th_result_t res = th_run(3, body_cma, NULL, 30, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(3, body_cma, NULL, 30, env);
 }
 
 Test(shm, cma_simulated_nodes_decline, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_RANKS_PER_NODE=1", NULL};
-    th_result_t res = th_run(3, body_cma, (void *)1, 30, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(3, body_cma, (void *)1, 30, env);
 }
 
 Test(shm, simulated_nodes_decline, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_RANKS_PER_NODE=2", NULL};
-    th_result_t res = th_run(4, body_nodes, NULL, 30, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_nodes, NULL, 30, env);
 }
 
 /* ---- a wait for a late peer sleeps on its bell ------------------------------- */
@@ -1076,9 +1072,7 @@ static int body_bell(int rank, int size, void *arg)
 Test(shm, a_wait_for_a_late_peer_sleeps_on_its_bell, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_PROGRESS_THREAD=off", NULL};
-    th_result_t res = th_run(3, body_bell, NULL, 30, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(3, body_bell, NULL, 30, env);
 }
 
 /* The progress thread naps on the same bells: rank 0 comes 3 ms late to
@@ -1118,9 +1112,7 @@ static int body_thread_bell(int rank, int size, void *arg)
 Test(shm, the_progress_thread_naps_on_its_bell, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_PROGRESS_THREAD=on", NULL};
-    th_result_t res = th_run(3, body_thread_bell, NULL, 30, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(3, body_thread_bell, NULL, 30, env);
 }
 
 /* ---- segments go with their communicators ---------------------------------- */
@@ -1166,17 +1158,13 @@ static int body_comm_segments(int rank, int size, void *arg)
 
 Test(shm, freed_comms_unmap_segments, .timeout = 60)
 {
-    th_result_t res = th_run(4, body_comm_segments, NULL, 30, quiet_env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_comm_segments, NULL, 30, quiet_env);
 }
 
 Test(shm, freed_comms_unmap_segments_derived, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=30", "WEFT_RANKS_PER_NODE=2", NULL};
-    th_result_t res = th_run(4, body_comm_segments, NULL, 30, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_comm_segments, NULL, 30, env);
 }
 
 /* ---- killed runs ----------------------------------------------------------- */
@@ -1497,9 +1485,7 @@ static void squat_run(int as_nobody, mode_t mode)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
     squat_t q = {as_nobody, mode};
-    th_result_t res = th_run(4, body_squat, &q, 60, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_squat, &q, 60, env);
 }
 
 Test(shm, squatted_0666_same_user_fails_fast, .timeout = 90)
@@ -1583,18 +1569,14 @@ static int body_creator_fails(int rank, int size, void *arg)
 Test(shm, creator_failure_runs_without_shared_memory, .timeout = 90)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
-    th_result_t res = th_run(4, body_creator_fails, NULL, 60, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_creator_fails, NULL, 60, env);
 }
 
 Test(shm, creator_failure_runs_without_shared_memory_not_root, .timeout = 90)
 {
     if (geteuid() != 0) cr_skip_test("needs root to run the ranks as another user (nobody)");
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
-    th_result_t res = th_run(4, body_creator_fails, (void *)1, 60, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_creator_fails, (void *)1, 60, env);
 }
 
 /* Segment names are not predictable: the same job, context id and
@@ -1673,9 +1655,7 @@ static int body_after_failure(int rank, int size, void *arg)
 Test(shm, after_a_failure_later_ones_fail_fast, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
-    th_result_t res = th_run(4, body_after_failure, NULL, 40, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_after_failure, NULL, 40, env);
 }
 
 /* Ranks time out in a shared-memory collective (rank 3 comes late) and
@@ -1709,7 +1689,5 @@ static int body_after_timeout(int rank, int size, void *arg)
 Test(shm, after_a_timeout_later_ones_fail_fast, .timeout = 60)
 {
     static const char *const env[] = {"WEFT_LOG_LEVEL=error", "WEFT_TIMEOUT=20", NULL};
-    th_result_t res = th_run(4, body_after_timeout, NULL, 40, env);
-    cr_assert_eq(res.timed_out, 0, "hung");
-    cr_assert_eq(res.failed, 0);
+    run_ok(4, body_after_timeout, NULL, 40, env);
 }
