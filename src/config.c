@@ -50,8 +50,8 @@ static const weft_var_t vars[] = {
      FIELD(spin_before_yield), 0},
     {"WEFT_WAIT_SPIN_US", WEFT_VAR_INT_AUTO, "auto",
      "microseconds a blocking wait polls without news before it sleeps until UCX's event fd fires (while a "
-     "shared-memory operation is pending it naps, and past 1 ms sleeps until a peer's flag rings its futex; while the "
-     "progress thread has other work, until it completes the request), "
+     "shared-memory operation is pending it naps, and past 1 ms, unless oversubscribed, sleeps until a peer's flag "
+     "rings its futex; while the progress thread has other work, until it completes the request), "
      "its deadline or the next liveness check; auto: " STR(WEFT_WAIT_SPIN_US_DEDICATED) ", or " STR(
          WEFT_WAIT_SPIN_US_SHARED) " when the ranks bound to this rank's CPUs outnumber them (weft_info shows which "
                                    "is in effect; docs/PERFORMANCE.md section 5 has the measurement)",

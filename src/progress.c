@@ -117,13 +117,18 @@ static _Atomic int pt_bell_ringers;     /* wake-ups between their load of pt_bel
 #define PT_NAP_FIRST_US 8
 #define PT_NAP_MAX_US   4000
 /* A wait (or the thread) sleeps on a bell only past this long without
- * news; before that it naps: ranks that outnumber their CPUs wait on each
- * other for tens of microseconds at every step, and a ring then costs the
- * flag's poster a system call per sleeper on its critical path (16 ranks
- * on 8 CPUs beside a busy loop: 1.03-1.45x the nap's time per collective,
- * docs/PERFORMANCE.md section 5), while a nap this late is late by at most
- * an eighth of it. */
+ * news, and only where every rank has a CPU of its own (bells_fit); before
+ * that it naps, late by at most an eighth of the time without news. A ring
+ * costs the flag's poster a system call per sleeper on its critical path:
+ * where ranks outnumber their CPUs, preempted peers keep the others
+ * waiting past any such time at every step (16 ranks on 8 CPUs beside a
+ * busy loop: small collectives 1.05-1.7x the naps' time with bells,
+ * docs/PERFORMANCE.md section 5). */
 #define PT_BELL_AFTER_S 1e-3
+static int bells_fit(void)
+{
+    return weft_g.cpu_sharers <= weft_g.cpus_shared;
+}
 /* WEFT_PROGRESS_SPIN_US (pt_spin_s; auto: 200 us where the thread has a
  * CPU of its own, else 0, weft_progress_thread_resolve): the thread keeps
  * passing, yielding, this long without news before its first nap (a
@@ -466,7 +471,7 @@ static void *pt_main(void *arg)
          * news, and the next operation must not wait for one to end. */
         weft_pt_state = WEFT_PT_NAPPING;
         weft_pt_kick = 0;
-        int on_bell = needs == WEFT_NEEDS_BELL && now - news_at >= PT_BELL_AFTER_S;
+        int on_bell = needs == WEFT_NEEDS_BELL && now - news_at >= PT_BELL_AFTER_S && bells_fit();
         if (on_bell) atomic_store_explicit(&pt_bell, bell.bell, memory_order_release); /* under the lock */
         pt_unlock();
         unsigned cap = poll_max, late_us = (unsigned)((now - news_at) * 1e6 / 8);
@@ -545,7 +550,7 @@ void weft_wait_sleep(weft_wait_sleep_t *ws, weft_request_t req, double now, doub
     if (nap > until - now) nap = until - now;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     if (slack > 1000) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    if (needs == WEFT_NEEDS_BELL && now - ws->quiet_since >= PT_BELL_AFTER_S)
+    if (needs == WEFT_NEEDS_BELL && now - ws->quiet_since >= PT_BELL_AFTER_S && bells_fit())
         bell_sleep(&bell, nap, weft_progress);
     else
         sleep_on(-1, -1, nap);
