@@ -588,6 +588,7 @@ static void pt_after_fork_child(void)
     atomic_store(&weft_api_wanted, 0);
     atomic_store(&weft_pt_asleep, 0);
     atomic_store(&pt_bell, NULL);
+    atomic_store(&pt_bell_ringers, 0);
     weft_api_locking = 0;
     weft_pt_state = WEFT_PT_RUNNING;
     weft_pt_kick = 0;
