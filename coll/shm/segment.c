@@ -272,7 +272,7 @@ static void poison(weft_shm_t *sh, uint64_t from, int rc)
         return;
     h->poison_rc = rc;
     atomic_store_explicit(&h->poison, from + 1, memory_order_release);
-    weft_shm_ring(sh); /* the members asleep find it */
+    if (sh->bell.sleepers) weft_shm_ring(sh); /* the members asleep find it (once attached: set_pointers) */
 }
 
 /* The schedule's watch (weft_sched_watch) of every op: while it waits, a
